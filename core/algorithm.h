@@ -1,0 +1,83 @@
+/* algorithm.h - host-driven collective algorithms over the p2p interface,
+ * one algorithm per file in core/algorithms/, and their selection.
+ *
+ * Each algorithm file starts with a comment giving its source (paper), its
+ * step count and the bytes each rank puts on the wire, in P (world size) and
+ * S (message bytes), as docs/algorithms.md does. */
+#ifndef XCOLL_CORE_ALGORITHM_H
+#define XCOLL_CORE_ALGORITHM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xcoll.h"
+
+struct xcoll_comm;
+
+typedef enum xcoll_coll_kind {
+  XCOLL_COLL_ALLREDUCE = 0,
+  XCOLL_COLL_ALLGATHER,
+  XCOLL_COLL_REDUCE_SCATTER,
+  XCOLL_COLL_BROADCAST,
+  XCOLL_COLL_REDUCE,
+  XCOLL_COLL_BARRIER,
+  XCOLL_NUM_COLLS
+} xcoll_coll_kind;
+
+/* One collective call, validated by core/collectives.c before it reaches an
+ * algorithm. count means: allreduce, broadcast, reduce: elements per rank;
+ * allgather: sendcount; reduce_scatter: recvcount (NCCL's convention). */
+typedef struct xcoll_coll_args {
+  xcoll_coll_kind kind;
+  const void *sendbuf;
+  void *recvbuf;
+  size_t count;
+  xcoll_datatype dtype;
+  xcoll_op op;
+  int root;
+  xcoll_stream_t stream;
+  uint64_t seq; /* the collective's sequence number on its communicator */
+} xcoll_coll_args;
+
+/* Tags: high 32 bits the collective's seq (mod 2^32), low 32 bits a step
+ * number below 2^24 chosen by the algorithm. Backends may fold them into
+ * fewer bits (see backends/ucx). */
+static inline uint64_t xcoll_tag(const xcoll_coll_args *args, uint32_t step) {
+  return ((args->seq & 0xffffffffu) << 32) | (step & 0xffffffu);
+}
+
+typedef xcoll_status (*xcoll_algorithm_fn)(struct xcoll_comm *comm,
+                                           const xcoll_coll_args *args);
+
+typedef struct xcoll_algorithm {
+  const char *name; /* "ring", "recursive_doubling", ... as XCOLL_ALGO spells it */
+  xcoll_coll_kind kind;
+  xcoll_algorithm_fn run;
+} xcoll_algorithm;
+
+const char *xcoll_coll_name(xcoll_coll_kind kind); /* "allreduce", ... */
+
+/* Pick the algorithm for args on comm: XCOLL_ALGO if it names one for this
+ * collective, else by message size and world size. why receives a sentence
+ * for XCOLL_DEBUG=INFO ("4096 B < 64 KiB at P=4: recursive doubling").
+ * Errors: XCOLL_ERR_ENV for an XCOLL_ALGO that names no algorithm. */
+xcoll_status xcoll_algorithm_select(struct xcoll_comm *comm,
+                                    const xcoll_coll_args *args,
+                                    const xcoll_algorithm **algorithm,
+                                    char *why, size_t why_bytes);
+
+/* Parse XCOLL_ALGO once at comm init, so that a bad value fails early. */
+xcoll_status xcoll_algorithm_check_env(struct xcoll_comm *comm);
+
+/* The algorithms (core/algorithms/<name>.c). */
+xcoll_status xcoll_allreduce_ring(struct xcoll_comm *, const xcoll_coll_args *);
+xcoll_status xcoll_allreduce_recursive_doubling(struct xcoll_comm *, const xcoll_coll_args *);
+xcoll_status xcoll_allreduce_rabenseifner(struct xcoll_comm *, const xcoll_coll_args *);
+xcoll_status xcoll_allgather_ring(struct xcoll_comm *, const xcoll_coll_args *);
+xcoll_status xcoll_reduce_scatter_ring(struct xcoll_comm *, const xcoll_coll_args *);
+xcoll_status xcoll_broadcast_binomial(struct xcoll_comm *, const xcoll_coll_args *);
+xcoll_status xcoll_broadcast_chain(struct xcoll_comm *, const xcoll_coll_args *);
+xcoll_status xcoll_reduce_binomial(struct xcoll_comm *, const xcoll_coll_args *);
+xcoll_status xcoll_barrier_dissemination(struct xcoll_comm *, const xcoll_coll_args *);
+
+#endif

@@ -1,0 +1,94 @@
+/* comm.h - the communicator: who we are, which backend, the store, the
+ * request queue, errors. Shared by core/ and the backends (backends only read
+ * the identity fields and use store, store_prefix, timeout_s, options). */
+#ifndef XCOLL_CORE_COMM_H
+#define XCOLL_CORE_COMM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "algorithm.h"
+#include "backend.h"
+#include "store.h"
+#include "xcoll.h"
+
+#define XCOLL_ERROR_BYTES 1024
+#define XCOLL_COMM_MAGIC 0x78636f6c6c636f6dULL /* "xcollcom" */
+
+/* Options read from the environment once per communicator (docs/env.md). */
+typedef struct xcoll_options {
+  int nsocks_per_peer;     /* XCOLL_NSOCKS_PERPEER, default 1, 1..16 */
+  const char *socket_ifname; /* XCOLL_SOCKET_IFNAME or NULL */
+  size_t chunk_bytes;      /* XCOLL_CHUNK_SIZE: pipelining unit, default 512 KiB */
+} xcoll_options;
+
+typedef struct xcoll_comm {
+  uint64_t magic; /* XCOLL_COMM_MAGIC while alive; 0 after destroy */
+  int rank;
+  int world_size;
+  int local_rank;       /* -1 if unknown */
+  int local_world_size; /* -1 if unknown */
+  /* Unique among the job's communicators: the world is 0, a split child
+   * gets one from the store's counter. Written into every wire header. */
+  uint64_t comm_id;
+  double timeout_s;
+  xcoll_options options;
+
+  const xcoll_backend *backend;
+  void *backend_state;
+
+  /* Rendezvous: every communicator holds its own client connection; the world
+   * communicator of rank 0 also owns the server. store_prefix ("c<comm_id>/")
+   * keeps keys of different communicators apart. */
+  xcoll_store *store;
+  xcoll_store_server *store_server; /* rank 0 of the world only, else NULL */
+  char store_prefix[32];
+
+  /* Next collective's sequence number (issue order, same on every rank). */
+  uint64_t next_seq;
+
+  /* Non-blocking collectives run in issue order on one progress thread per
+   * communicator (core/request.c). */
+  struct xcoll_queue *queue;
+
+  /* Set once the communicator is broken (peer failure, timeout, abort): the
+   * status later calls fail with. */
+  _Atomic int broken_status;
+  _Atomic int aborted;
+
+  pthread_mutex_t error_lock;
+  char last_error[XCOLL_ERROR_BYTES];
+} xcoll_comm;
+
+/* XCOLL_SUCCESS if comm is a live communicator, else XCOLL_ERR_INVALID_USAGE
+ * with a message (NULL, destroyed, or broken: then its broken status). */
+xcoll_status xcoll_comm_check(xcoll_comm *comm);
+
+/* Thin inline wrappers so algorithms read as p2p calls. */
+static inline xcoll_status xcoll_isend(xcoll_comm *comm, int peer, uint64_t tag,
+                                       const void *buf, size_t bytes,
+                                       xcoll_p2p_request **request) {
+  return comm->backend->p2p->isend(comm->backend_state, peer, tag, buf, bytes,
+                                   request);
+}
+static inline xcoll_status xcoll_irecv(xcoll_comm *comm, int peer, uint64_t tag,
+                                       void *buf, size_t bytes,
+                                       xcoll_p2p_request **request) {
+  return comm->backend->p2p->irecv(comm->backend_state, peer, tag, buf, bytes,
+                                   request);
+}
+static inline xcoll_status xcoll_p2p_wait(xcoll_comm *comm,
+                                          xcoll_p2p_request **requests,
+                                          int count) {
+  return comm->backend->p2p->wait(comm->backend_state, requests, count);
+}
+
+/* Run one validated collective now, on the calling thread: select the
+ * algorithm (or the backend's collective), log the choice at INFO, trace it,
+ * mark comm broken on a fatal error. Used by the progress thread and by the
+ * blocking path when the queue is idle. */
+xcoll_status xcoll_coll_run(xcoll_comm *comm, const xcoll_coll_args *args);
+
+#endif

@@ -1,0 +1,65 @@
+/* store.h - the rendezvous store: a key-value server on rank 0 that every
+ * rank reaches over TCP (torch.distributed's TCPStore model).
+ *
+ * Keys are strings (up to 1024 bytes), values are byte strings (up to 64 MiB).
+ * Operations: set, get (waits until the key exists), wait (for several keys),
+ * add (atomic integer add, returning the new value; a missing key counts as
+ * 0), check (do keys exist, without waiting), delete.
+ * Every request and reply on the wire starts with a checked header (magic,
+ * version, kind, lengths bounded by the limits above): a malformed message
+ * closes that connection with an error, never a crash or an allocation sized
+ * by an unchecked field.
+ *
+ * Errors are recorded with xcoll_error(NULL, ...) (thread-local). One client
+ * is used by one thread at a time. */
+#ifndef XCOLL_CORE_STORE_H
+#define XCOLL_CORE_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "xcoll.h"
+
+#define XCOLL_STORE_MAX_KEY 1024
+#define XCOLL_STORE_MAX_VALUE (64u << 20)
+
+typedef struct xcoll_store_server xcoll_store_server;
+typedef struct xcoll_store xcoll_store;
+
+/* Listen on addr:port (addr NULL or "" = all interfaces) and serve requests
+ * from a background thread until stopped. port 0 picks a free port; the chosen
+ * one is in *bound_port (may be NULL). Errors: XCOLL_ERR_SYSTEM naming
+ * address and port (e.g. port already in use). */
+xcoll_status xcoll_store_server_start(const char *addr, int port,
+                                      xcoll_store_server **server,
+                                      int *bound_port);
+/* Stop the thread, close every connection, free. NULL is fine. */
+void xcoll_store_server_stop(xcoll_store_server *server);
+
+/* Connect to host:port, retrying until timeout_s (seconds). Errors:
+ * XCOLL_ERR_TIMEOUT naming host and port; XCOLL_ERR_SYSTEM (resolution). */
+xcoll_status xcoll_store_connect(const char *host, int port, double timeout_s,
+                                 xcoll_store **store);
+void xcoll_store_close(xcoll_store *store);
+
+xcoll_status xcoll_store_set(xcoll_store *store, const char *key,
+                             const void *value, size_t bytes);
+/* Wait until key exists (up to the store's timeout), then return a malloc'd
+ * copy in *value (caller frees) and its size in *bytes. */
+xcoll_status xcoll_store_get(xcoll_store *store, const char *key, void **value,
+                             size_t *bytes);
+/* Wait until all count keys exist. XCOLL_ERR_TIMEOUT names a missing one. */
+xcoll_status xcoll_store_wait(xcoll_store *store, const char *const *keys,
+                              int count);
+xcoll_status xcoll_store_add(xcoll_store *store, const char *key, int64_t delta,
+                             int64_t *result);
+/* *exists = 1 if every key exists now. */
+xcoll_status xcoll_store_check(xcoll_store *store, const char *const *keys,
+                               int count, int *exists);
+/* *deleted = 1 if the key existed. deleted may be NULL. */
+xcoll_status xcoll_store_delete(xcoll_store *store, const char *key,
+                                int *deleted);
+/* Change the timeout (seconds) used by get, wait and replies. */
+void xcoll_store_set_timeout(xcoll_store *store, double timeout_s);
+
+#endif

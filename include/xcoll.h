@@ -1,0 +1,279 @@
+/*
+ * xcoll.h - the whole public C API of xcoll, a collective communication
+ * library with pluggable backends (tcp, ucx, nccl_like).
+ *
+ * Conventions (they follow NCCL's and torch.distributed's):
+ * - Every function returns an xcoll_status. XCOLL_SUCCESS is 0. On any other
+ *   status, xcoll_comm_last_error(comm) (or xcoll_last_error() when there is
+ *   no communicator yet) holds a sentence that says what went wrong and, where
+ *   it can, what to do about it.
+ * - Counts are in elements of the given datatype, never bytes, unless a name
+ *   says _bytes. Times are in seconds unless a name says _ms or _us.
+ * - The library never prints to stdout, never calls exit() or abort().
+ * - Collectives on one communicator must be called in the same order on every
+ *   rank (as in NCCL and MPI). Calls on one communicator from several threads
+ *   at once must be serialised by the caller; different communicators may be
+ *   used concurrently from different threads.
+ * - Buffers are host memory for the tcp and ucx backends. The stream argument
+ *   of the non-blocking calls is reserved for device buffers on nccl_like
+ *   (a cudaStream_t); host backends require it to be NULL.
+ */
+#ifndef XCOLL_H
+#define XCOLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define XCOLL_VERSION_MAJOR 0
+#define XCOLL_VERSION_MINOR 1
+#define XCOLL_VERSION_PATCH 0
+/* One integer, comparable: major * 10000 + minor * 100 + patch. */
+#define XCOLL_VERSION                                                          \
+  (XCOLL_VERSION_MAJOR * 10000 + XCOLL_VERSION_MINOR * 100 + XCOLL_VERSION_PATCH)
+
+/* Status codes. Stable numbers: they may be logged and compared. */
+typedef enum xcoll_status {
+  XCOLL_SUCCESS = 0,
+  XCOLL_ERR_INVALID_ARGUMENT = 1, /* a NULL buffer, bad count, dtype, op, root... */
+  XCOLL_ERR_INVALID_USAGE = 2,    /* destroyed or aborted communicator, wrong call order */
+  XCOLL_ERR_SYSTEM = 3,           /* an operating system call failed (errno in the message) */
+  XCOLL_ERR_NO_MEMORY = 4,        /* an allocation failed */
+  XCOLL_ERR_TIMEOUT = 5,          /* XCOLL_TIMEOUT_S passed without progress */
+  XCOLL_ERR_REMOTE = 6,           /* a peer died, closed its connection or aborted */
+  XCOLL_ERR_PROTOCOL = 7,         /* a peer sent a message whose header failed a check */
+  XCOLL_ERR_NOT_SUPPORTED = 8,    /* not compiled in, or not offered by this backend */
+  XCOLL_ERR_ABORTED = 9,          /* xcoll_comm_abort() was called on this communicator */
+  XCOLL_ERR_ENV = 10,             /* a malformed XCOLL_* or launcher environment variable */
+  XCOLL_ERR_INTERNAL = 11,        /* a bug in xcoll: please report it */
+  XCOLL_IN_PROGRESS = 12          /* returned by nothing public; internal progress marker */
+} xcoll_status;
+
+/* Element types. float16 is IEEE 754 binary16; bfloat16 is the upper half of
+ * a float32. Both are reduced in float32 and rounded to nearest even. */
+typedef enum xcoll_datatype {
+  XCOLL_INT8 = 0,
+  XCOLL_UINT8 = 1,
+  XCOLL_INT32 = 2,
+  XCOLL_UINT32 = 3,
+  XCOLL_INT64 = 4,
+  XCOLL_UINT64 = 5,
+  XCOLL_FLOAT16 = 6,
+  XCOLL_BFLOAT16 = 7,
+  XCOLL_FLOAT32 = 8,
+  XCOLL_FLOAT64 = 9,
+  XCOLL_NUM_DATATYPES = 10
+} xcoll_datatype;
+
+/* Reduction operators. XCOLL_AVG is the sum divided by the world size
+ * (NCCL's ncclAvg); it is defined for floating-point types only and is
+ * XCOLL_ERR_INVALID_ARGUMENT for integer types. */
+typedef enum xcoll_op {
+  XCOLL_SUM = 0,
+  XCOLL_PROD = 1,
+  XCOLL_MIN = 2,
+  XCOLL_MAX = 3,
+  XCOLL_AVG = 4,
+  XCOLL_NUM_OPS = 5
+} xcoll_op;
+
+/* Opaque handles. */
+typedef struct xcoll_comm *xcoll_comm_t;
+typedef struct xcoll_request *xcoll_request_t;
+/* A device stream (cudaStream_t) for nccl_like; NULL for host buffers. */
+typedef void *xcoll_stream_t;
+
+/* ---- errors and versions ---- */
+
+/* A short constant description of a status ("remote peer failed", ...).
+ * Never NULL; unknown values give "unknown status". */
+const char *xcoll_strerror(xcoll_status status);
+
+/* The message of the last error on this communicator, or "" if none.
+ * Valid until the next call on comm. comm may be NULL: then it is the same as
+ * xcoll_last_error(). */
+const char *xcoll_comm_last_error(xcoll_comm_t comm);
+
+/* The message of the last error raised on the calling thread (thread-local),
+ * for failures where no communicator exists, such as xcoll_comm_init. */
+const char *xcoll_last_error(void);
+
+/* The library's version, XCOLL_VERSION of the build that is linked. */
+int xcoll_version(void);
+
+/* Size in bytes of one element of dtype, or 0 for an unknown dtype. */
+size_t xcoll_datatype_size(xcoll_datatype dtype);
+
+/* "float32", "sum", ...; "unknown" for values out of range. */
+const char *xcoll_datatype_name(xcoll_datatype dtype);
+const char *xcoll_op_name(xcoll_op op);
+
+/* ---- communicators ---- */
+
+/* How to build a communicator without the environment. Fill it with
+ * xcoll_config_init() first, then change what you need. Strings are copied. */
+typedef struct xcoll_config {
+  int rank;             /* this process, 0 <= rank < world_size */
+  int world_size;       /* number of ranks, >= 1 */
+  int local_rank;       /* rank among the processes on this host; -1: unknown */
+  int local_world_size; /* processes on this host; -1: unknown */
+  const char *master_addr; /* host of rank 0's rendezvous store; NULL: "127.0.0.1" */
+  int master_port;      /* port of the store, 1..65535 */
+  const char *backend;  /* "tcp", "ucx", "nccl_like"; NULL: XCOLL_BACKEND or "tcp" */
+  double timeout_s;     /* how long any wait may last; <= 0: XCOLL_TIMEOUT_S or 300 */
+} xcoll_config;
+
+/* Defaults: rank 0, world_size 1, local_rank/local_world_size -1,
+ * master_addr NULL, master_port 29500, backend NULL, timeout_s 0. */
+void xcoll_config_init(xcoll_config *config);
+
+/* Create the world communicator from the environment, in this order of
+ * precedence: torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+ * MASTER_ADDR, MASTER_PORT; Open MPI's OMPI_COMM_WORLD_RANK, _SIZE,
+ * _LOCAL_RANK, _LOCAL_SIZE; Slurm's SLURM_PROCID, SLURM_NTASKS,
+ * SLURM_LOCALID. With none of them set, a world of one rank. Rank 0 hosts the
+ * rendezvous store at MASTER_ADDR:MASTER_PORT; the others connect to it,
+ * retrying until XCOLL_TIMEOUT_S.
+ * Collective over all ranks of the job: every rank must call it.
+ * Errors: XCOLL_ERR_ENV (a malformed variable, named in the message),
+ * XCOLL_ERR_TIMEOUT (master unreachable: address and port in the message),
+ * XCOLL_ERR_SYSTEM (port taken, socket failure), XCOLL_ERR_NOT_SUPPORTED
+ * (backend not compiled in: the message lists those that are),
+ * XCOLL_ERR_NO_MEMORY, XCOLL_ERR_REMOTE. On error *comm is set to NULL. */
+xcoll_status xcoll_comm_init_env(xcoll_comm_t *comm);
+
+/* Create the world communicator from an explicit configuration. Same
+ * semantics and errors as xcoll_comm_init_env, plus XCOLL_ERR_INVALID_ARGUMENT
+ * for an inconsistent config (rank outside [0, world_size), port out of range). */
+xcoll_status xcoll_comm_init(xcoll_comm_t *comm, const xcoll_config *config);
+
+/* Wait for this rank's outstanding requests, close connections and free comm.
+ * Not collective, but peers still using comm will see it close. comm may be
+ * NULL (nothing is done). Using comm afterwards is undefined; the library
+ * detects it where it can (XCOLL_ERR_INVALID_USAGE). */
+xcoll_status xcoll_comm_destroy(xcoll_comm_t comm);
+
+/* Make every pending and future operation on comm fail with
+ * XCOLL_ERR_ABORTED, wake up whatever waits on it, and tell peers that this
+ * rank aborted. Safe to call from another thread while a collective is
+ * blocked. comm must still be destroyed with xcoll_comm_destroy. */
+xcoll_status xcoll_comm_abort(xcoll_comm_t comm);
+
+/* Pass as color to xcoll_comm_split to get no new communicator (*newcomm = NULL). */
+#define XCOLL_SPLIT_NOCOLOR (-1)
+
+/* Split comm into disjoint communicators, one per distinct color (>= 0):
+ * ranks with the same color join one, ordered by key and then by their rank
+ * in comm (MPI_Comm_split / ncclCommSplit semantics). Collective over comm.
+ * The new communicator uses comm's backend and has its own connections, so it
+ * may be used concurrently with comm from another thread.
+ * Errors: XCOLL_ERR_INVALID_ARGUMENT (color < -1, newcomm NULL), and those
+ * of xcoll_comm_init. */
+xcoll_status xcoll_comm_split(xcoll_comm_t comm, int color, int key,
+                              xcoll_comm_t *newcomm);
+
+/* Getters. Errors: XCOLL_ERR_INVALID_ARGUMENT for NULL pointers. */
+xcoll_status xcoll_comm_rank(xcoll_comm_t comm, int *rank);
+xcoll_status xcoll_comm_size(xcoll_comm_t comm, int *world_size);
+xcoll_status xcoll_comm_local_rank(xcoll_comm_t comm, int *local_rank);
+/* The backend's name ("tcp", ...); "" for NULL comm. */
+const char *xcoll_comm_backend(xcoll_comm_t comm);
+
+/* ---- collectives (blocking) ----
+ *
+ * Common errors of every collective:
+ *  XCOLL_ERR_INVALID_ARGUMENT: NULL buffer with count > 0, count * element
+ *    size overflows size_t, unknown dtype or op, XCOLL_AVG on an integer
+ *    type, root outside [0, world_size), a non-NULL stream on a host backend.
+ *    The message names the argument. Nothing is sent: peers are not affected
+ *    only if every rank makes the same mistake.
+ *  XCOLL_ERR_INVALID_USAGE: comm destroyed or NULL.
+ *  XCOLL_ERR_REMOTE: a peer died or aborted (the message names its rank).
+ *  XCOLL_ERR_TIMEOUT: no progress for XCOLL_TIMEOUT_S seconds.
+ *  XCOLL_ERR_PROTOCOL: a malformed message from a peer (named).
+ *  XCOLL_ERR_ABORTED: xcoll_comm_abort was called.
+ * After a REMOTE, TIMEOUT, PROTOCOL or ABORTED error the communicator is
+ * broken: later collectives fail at once; destroy it.
+ */
+
+/* recvbuf[i] = op over ranks of sendbuf[i], for i in [0, count), on every
+ * rank. In place when sendbuf == recvbuf. Algorithms: ring (Patarasuk & Yuan,
+ * 2009), recursive doubling and Rabenseifner's halving-doubling (Thakur,
+ * Rabenseifner & Gropp, 2005); see docs/algorithms.md. */
+xcoll_status xcoll_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                             xcoll_datatype dtype, xcoll_op op, xcoll_comm_t comm);
+
+/* Gather sendcount elements from every rank into recvbuf, which holds
+ * world_size * sendcount elements, rank r's at offset r * sendcount.
+ * In place when sendbuf == recvbuf + rank * sendcount elements. */
+xcoll_status xcoll_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                             xcoll_datatype dtype, xcoll_comm_t comm);
+
+/* sendbuf holds world_size * recvcount elements; rank r receives in recvbuf
+ * the reduction over ranks of block r (elements [r*recvcount, (r+1)*recvcount)).
+ * In place when recvbuf == sendbuf + rank * recvcount elements. */
+xcoll_status xcoll_reduce_scatter(const void *sendbuf, void *recvbuf,
+                                  size_t recvcount, xcoll_datatype dtype,
+                                  xcoll_op op, xcoll_comm_t comm);
+
+/* Copy count elements of root's sendbuf into every rank's recvbuf
+ * (ncclBroadcast). sendbuf is read on root only; in place when
+ * sendbuf == recvbuf. */
+xcoll_status xcoll_broadcast(const void *sendbuf, void *recvbuf, size_t count,
+                             xcoll_datatype dtype, int root, xcoll_comm_t comm);
+
+/* Reduce count elements over ranks into root's recvbuf. recvbuf is written
+ * on root only and may be NULL elsewhere; in place when sendbuf == recvbuf. */
+xcoll_status xcoll_reduce(const void *sendbuf, void *recvbuf, size_t count,
+                          xcoll_datatype dtype, xcoll_op op, int root,
+                          xcoll_comm_t comm);
+
+/* Return once every rank of comm has entered the barrier (dissemination
+ * barrier, Hensgen, Finkel & Manber 1988). */
+xcoll_status xcoll_barrier(xcoll_comm_t comm);
+
+/* ---- collectives (non-blocking) ----
+ *
+ * Same arguments and semantics as the blocking forms, plus a stream (must be
+ * NULL on host backends) and *request, which receives a handle to pass to
+ * xcoll_wait exactly once. Operations on one communicator run in the order
+ * they were issued. Buffers must not be touched until the request completes.
+ * Argument errors are returned at once and *request is set to NULL; errors
+ * during the operation are returned by xcoll_wait / xcoll_test.
+ */
+xcoll_status xcoll_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
+                              xcoll_datatype dtype, xcoll_op op, xcoll_comm_t comm,
+                              xcoll_stream_t stream, xcoll_request_t *request);
+xcoll_status xcoll_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                              xcoll_datatype dtype, xcoll_comm_t comm,
+                              xcoll_stream_t stream, xcoll_request_t *request);
+xcoll_status xcoll_ireduce_scatter(const void *sendbuf, void *recvbuf,
+                                   size_t recvcount, xcoll_datatype dtype,
+                                   xcoll_op op, xcoll_comm_t comm,
+                                   xcoll_stream_t stream, xcoll_request_t *request);
+xcoll_status xcoll_ibroadcast(const void *sendbuf, void *recvbuf, size_t count,
+                              xcoll_datatype dtype, int root, xcoll_comm_t comm,
+                              xcoll_stream_t stream, xcoll_request_t *request);
+xcoll_status xcoll_ireduce(const void *sendbuf, void *recvbuf, size_t count,
+                           xcoll_datatype dtype, xcoll_op op, int root,
+                           xcoll_comm_t comm, xcoll_stream_t stream,
+                           xcoll_request_t *request);
+xcoll_status xcoll_ibarrier(xcoll_comm_t comm, xcoll_request_t *request);
+
+/* Block until request completes, release it, and return the operation's
+ * status. request NULL: XCOLL_ERR_INVALID_ARGUMENT. */
+xcoll_status xcoll_wait(xcoll_request_t request);
+
+/* Set *done to 1 if request has completed, 0 if not; never blocks. Returns
+ * the operation's status once done (XCOLL_SUCCESS while running). The request
+ * is not released: call xcoll_wait on it afterwards (it returns at once). */
+xcoll_status xcoll_test(xcoll_request_t request, int *done);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* XCOLL_H */
