@@ -60,11 +60,28 @@ typedef struct xcoll_comm {
 
   pthread_mutex_t error_lock;
   char last_error[XCOLL_ERROR_BYTES];
+
+  /* Where the world's store listens, kept so that xcoll_comm_split can
+   * connect the new communicator's own store client. */
+  char master_addr[256];
+  int master_port;
+  /* Number of xcoll_comm_split calls made on this communicator: names the
+   * store keys of each split apart (same on every rank). */
+  uint64_t split_count;
+  /* The message of the error that broke the communicator (under error_lock),
+   * repeated by every later call that fails with broken_status. */
+  char broken_message[XCOLL_ERROR_BYTES];
 } xcoll_comm;
 
 /* XCOLL_SUCCESS if comm is a live communicator, else XCOLL_ERR_INVALID_USAGE
  * with a message (NULL, destroyed, or broken: then its broken status). */
 xcoll_status xcoll_comm_check(xcoll_comm *comm);
+
+/* Mark comm broken with status (REMOTE, TIMEOUT, PROTOCOL, ABORTED) unless it
+ * already is: later calls fail at once with status and repeat message.
+ * Thread-safe; the first caller wins. */
+void xcoll_comm_set_broken(xcoll_comm *comm, xcoll_status status,
+                           const char *message);
 
 /* Thin inline wrappers so algorithms read as p2p calls. */
 static inline xcoll_status xcoll_isend(xcoll_comm *comm, int peer, uint64_t tag,

@@ -1,0 +1,500 @@
+/* tcp_connect.c - how the tcp backend's ranks find and connect to each
+ * other: pick the interface (XCOLL_SOCKET_IFNAME, or the one that reaches the
+ * master), listen on an ephemeral port, publish "host:port" in the store,
+ * then build a full mesh of nsocks connections per pair, each introduced by a
+ * checked HELLO header. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <inttypes.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "log.h"
+#include "store.h"
+#include "tcp.h"
+
+double xcoll_tcp_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Remaining milliseconds until deadline (seconds), at least 0. */
+static int ms_left(double deadline) {
+  double left = deadline - xcoll_tcp_now();
+  if (left <= 0) return 0;
+  if (left > 1e6) return 1000000000;
+  return (int)(left * 1000.0) + 1;
+}
+
+/* Interfaces with an IPv4 address, comma separated, for error messages. */
+static void list_interfaces(char *out, size_t out_bytes) {
+  struct ifaddrs *ifs = NULL;
+  out[0] = '\0';
+  if (getifaddrs(&ifs) != 0) {
+    snprintf(out, out_bytes, "(getifaddrs failed: %s)", strerror(errno));
+    return;
+  }
+  size_t used = 0;
+  for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+    char ip[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, ip,
+              sizeof ip);
+    int n = snprintf(out + used, out_bytes - used, "%s%s (%s)",
+                     used ? ", " : "", i->ifa_name, ip);
+    if (n < 0 || (size_t)n >= out_bytes - used) break;
+    used += (size_t)n;
+  }
+  freeifaddrs(ifs);
+}
+
+/* The IPv4 address of the interface called ifname, or of the first whose
+ * name starts with ifname (NCCL_SOCKET_IFNAME's prefix rule). */
+static xcoll_status address_of_interface(tcp_state *st, const char *ifname,
+                                         struct in_addr *addr) {
+  struct ifaddrs *ifs = NULL;
+  if (getifaddrs(&ifs) != 0)
+    return xcoll_error(st->comm, XCOLL_ERR_SYSTEM,
+                       "tcp: getifaddrs failed while looking for "
+                       "XCOLL_SOCKET_IFNAME=%s: %s",
+                       ifname, strerror(errno));
+  int found = 0;
+  for (int pass = 0; pass < 2 && !found; pass++) {
+    for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next) {
+      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+      if (!(i->ifa_flags & IFF_UP)) continue;
+      int match = pass == 0 ? strcmp(i->ifa_name, ifname) == 0
+                            : strncmp(i->ifa_name, ifname, strlen(ifname)) == 0;
+      if (match) {
+        *addr = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
+        found = 1;
+      }
+    }
+  }
+  freeifaddrs(ifs);
+  if (!found) {
+    char list[512];
+    list_interfaces(list, sizeof list);
+    return xcoll_error(st->comm, XCOLL_ERR_ENV,
+                       "tcp: XCOLL_SOCKET_IFNAME=%s names no interface that is "
+                       "up with an IPv4 address; interfaces here: %s",
+                       ifname, list);
+  }
+  return XCOLL_SUCCESS;
+}
+
+/* The local address the kernel would use to reach host: a UDP "connect"
+ * sends nothing but picks the route. Returns 0 on success. */
+static int address_towards(const char *host, int port, struct in_addr *addr) {
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res) return -1;
+  struct sockaddr_in to = *(struct sockaddr_in *)res->ai_addr;
+  freeaddrinfo(res);
+  to.sin_port = htons((uint16_t)(port > 0 ? port : 9));
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  struct sockaddr_in local;
+  socklen_t len = sizeof local;
+  int ok = connect(fd, (struct sockaddr *)&to, sizeof to) == 0 &&
+           getsockname(fd, (struct sockaddr *)&local, &len) == 0;
+  close(fd);
+  if (!ok) return -1;
+  *addr = local.sin_addr;
+  return 0;
+}
+
+/* First non-loopback IPv4 address that is up, else 127.0.0.1. */
+static struct in_addr default_address(void) {
+  struct in_addr out;
+  out.s_addr = htonl(INADDR_LOOPBACK);
+  struct ifaddrs *ifs = NULL;
+  if (getifaddrs(&ifs) != 0) return out;
+  for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+    if (!(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK)) continue;
+    out = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
+    break;
+  }
+  freeifaddrs(ifs);
+  return out;
+}
+
+static xcoll_status choose_address(tcp_state *st, struct in_addr *bind_addr,
+                                   struct in_addr *publish_addr,
+                                   const char **why) {
+  xcoll_comm *comm = st->comm;
+  const char *ifname = comm->options.socket_ifname;
+  if (ifname && ifname[0]) {
+    xcoll_status s = address_of_interface(st, ifname, bind_addr);
+    *publish_addr = *bind_addr;
+    *why = "XCOLL_SOCKET_IFNAME";
+    return s;
+  }
+  if (comm->master_addr[0] &&
+      address_towards(comm->master_addr, comm->master_port, bind_addr) == 0) {
+    *publish_addr = *bind_addr;
+    *why = "the route to the master";
+    return XCOLL_SUCCESS;
+  }
+  bind_addr->s_addr = htonl(INADDR_ANY);
+  *publish_addr = default_address();
+  *why = "the first interface that is up (master address unknown)";
+  return XCOLL_SUCCESS;
+}
+
+static xcoll_status start_listening(tcp_state *st) {
+  struct in_addr bind_addr, publish_addr;
+  const char *why = "";
+  xcoll_status s = choose_address(st, &bind_addr, &publish_addr, &why);
+  if (s != XCOLL_SUCCESS) return s;
+  char ip[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &bind_addr, ip, sizeof ip);
+
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return xcoll_error(st->comm, XCOLL_ERR_SYSTEM,
+                       "tcp: socket() for the listener failed: %s",
+                       strerror(errno));
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_addr = bind_addr;
+  sa.sin_port = 0;
+  socklen_t len = sizeof sa;
+  /* The backlog holds every lower rank's connections until we accept. */
+  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+      listen(fd, 4096) != 0 || getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+    int err = errno;
+    close(fd);
+    return xcoll_error(st->comm, XCOLL_ERR_SYSTEM,
+                       "tcp: cannot listen on %s (an ephemeral port): %s; set "
+                       "XCOLL_SOCKET_IFNAME to another interface",
+                       ip, strerror(err));
+  }
+  st->listen_fd = fd;
+  char pub[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &publish_addr, pub, sizeof pub);
+  snprintf(st->my_addr, sizeof st->my_addr, "%s:%d", pub, ntohs(sa.sin_port));
+  XCOLL_INFO("tcp: comm %" PRIu64 " rank %d listens on %s:%d, published as "
+             "%s (interface chosen by %s)",
+             st->comm_id, st->rank, ip, ntohs(sa.sin_port), st->my_addr, why);
+  return XCOLL_SUCCESS;
+}
+
+static int parse_addr(const char *text, struct sockaddr_in *sa) {
+  char host[TCP_ADDR_BYTES];
+  snprintf(host, sizeof host, "%s", text);
+  char *colon = strrchr(host, ':');
+  if (!colon) return -1;
+  *colon = '\0';
+  char *end = NULL;
+  long port = strtol(colon + 1, &end, 10);
+  if (!end || *end || port <= 0 || port > 65535) return -1;
+  memset(sa, 0, sizeof *sa);
+  sa->sin_family = AF_INET;
+  sa->sin_port = htons((uint16_t)port);
+  return inet_pton(AF_INET, host, &sa->sin_addr) == 1 ? 0 : -1;
+}
+
+/* Connect to addr, retrying refused connections until deadline. Returns the
+ * fd (blocking, CLOEXEC) or -1 with errno set (ETIMEDOUT at the deadline). */
+static int connect_until(const struct sockaddr_in *sa, double deadline) {
+  for (;;) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return -1;
+    int rc = connect(fd, (const struct sockaddr *)sa, sizeof *sa);
+    int err = rc == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      struct pollfd p = {.fd = fd, .events = POLLOUT};
+      int n = poll(&p, 1, ms_left(deadline));
+      socklen_t len = sizeof err;
+      if (n <= 0) err = n == 0 ? ETIMEDOUT : errno;
+      else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+        err = errno;
+    }
+    if (err == 0) {
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+      return fd;
+    }
+    close(fd);
+    if ((err != ECONNREFUSED && err != EAGAIN && err != ETIMEDOUT &&
+         err != ECONNRESET) ||
+        xcoll_tcp_now() >= deadline) {
+      errno = xcoll_tcp_now() >= deadline ? ETIMEDOUT : err;
+      return -1;
+    }
+    /* Back off before retrying: the peer's listener may not exist yet. */
+    struct timespec pause = {0, 20 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+  }
+}
+
+/* Read exactly bytes from a blocking fd before deadline. 0, or -1 with errno
+ * (ETIMEDOUT, or 0 = EOF mapped to ECONNRESET). */
+static int read_until(int fd, void *buf, size_t bytes, double deadline) {
+  size_t got = 0;
+  while (got < bytes) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int n = poll(&p, 1, ms_left(deadline));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -1;
+    if (n == 0) {
+      errno = ETIMEDOUT;
+      return -1;
+    }
+    ssize_t r = recv(fd, (char *)buf + got, bytes - got, MSG_DONTWAIT);
+    if (r == 0) {
+      errno = ECONNRESET;
+      return -1;
+    }
+    if (r < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      return -1;
+    }
+    got += (size_t)r;
+  }
+  return 0;
+}
+
+static int send_hello(tcp_state *st, int fd, int to_rank, int index) {
+  uint8_t bytes[XCOLL_WIRE_HEADER_BYTES];
+  xcoll_wire_header h =
+      xcoll_wire_make(XCOLL_WIRE_HELLO, st->comm_id,
+                      ((uint64_t)(uint32_t)to_rank << 32) | (uint32_t)index, 0,
+                      st->rank);
+  xcoll_wire_encode(&h, bytes);
+  return send(fd, bytes, sizeof bytes, MSG_NOSIGNAL) == (ssize_t)sizeof bytes
+             ? 0
+             : -1;
+}
+
+/* Read and check a HELLO on fd. expected_peer < 0 accepts any lower rank. */
+static xcoll_status recv_hello(tcp_state *st, int fd, int expected_peer,
+                               int expected_index, const char *who,
+                               double deadline, int *peer, int *index) {
+  uint8_t bytes[XCOLL_WIRE_HEADER_BYTES];
+  if (read_until(fd, bytes, sizeof bytes, deadline) != 0) {
+    int err = errno;
+    if (err == ETIMEDOUT)
+      return xcoll_error(st->comm, XCOLL_ERR_TIMEOUT,
+                         "tcp: rank %d waited %.0f s for the HELLO of %s; is "
+                         "that rank running and in the same communicator?",
+                         st->rank, st->timeout_s, who);
+    return xcoll_error(st->comm, XCOLL_ERR_REMOTE,
+                       "tcp: rank %d lost the connection to %s during the "
+                       "HELLO exchange: %s; see that rank's log",
+                       st->rank, who, strerror(err));
+  }
+  xcoll_wire_header h;
+  char why[XCOLL_WIRE_WHY_BYTES];
+  xcoll_wire_decode(bytes, sizeof bytes, &h, why, sizeof why);
+  int bad = xcoll_wire_check(&h, st->comm_id, expected_peer, XCOLL_WIRE_ANY,
+                             0, 0, why, sizeof why) != 0;
+  if (!bad && h.kind != XCOLL_WIRE_HELLO) {
+    bad = 1;
+    snprintf(why, sizeof why, "a %s message instead of HELLO",
+             xcoll_wire_kind_name(h.kind));
+  }
+  if (bad) {
+    return xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
+                       "tcp: rank %d got a bad HELLO from %s: %s", st->rank,
+                       who, why);
+  }
+  int to_rank = (int)(h.tag >> 32);
+  int idx = (int)(h.tag & 0xffffffffu);
+  int from = (int)h.sender;
+  if (to_rank != st->rank || idx >= st->nsocks ||
+      (expected_index >= 0 && idx != expected_index) || from >= st->world_size ||
+      (expected_peer < 0 && from >= st->rank))
+    return xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
+                       "tcp: rank %d got a HELLO from %s meant for rank %d "
+                       "socket %d from rank %d (expected socket < %d from a "
+                       "rank below %d): mismatched XCOLL_NSOCKS_PERPEER or a "
+                       "stray connection",
+                       st->rank, who, to_rank, idx, from, st->nsocks, st->rank);
+  *peer = from;
+  *index = idx;
+  return XCOLL_SUCCESS;
+}
+
+static void tune_socket(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+xcoll_status xcoll_tcp_connect_mesh(tcp_state *st) {
+  xcoll_comm *comm = st->comm;
+  xcoll_status s = start_listening(st);
+  if (s != XCOLL_SUCCESS) return s;
+  if (st->world_size == 1) return XCOLL_SUCCESS;
+
+  char key[XCOLL_STORE_MAX_KEY];
+  snprintf(key, sizeof key, "%stcp/addr/%d", comm->store_prefix, st->rank);
+  s = xcoll_store_set(comm->store, key, st->my_addr, strlen(st->my_addr) + 1);
+  if (s != XCOLL_SUCCESS) return xcoll_error_adopt(comm, s);
+  for (int p = 0; p < st->world_size; p++) {
+    if (p == st->rank) continue;
+    snprintf(key, sizeof key, "%stcp/addr/%d", comm->store_prefix, p);
+    void *value = NULL;
+    size_t bytes = 0;
+    s = xcoll_store_get(comm->store, key, &value, &bytes);
+    if (s != XCOLL_SUCCESS) return xcoll_error_adopt(comm, s);
+    if (bytes == 0 || bytes > TCP_ADDR_BYTES ||
+        ((char *)value)[bytes - 1] != '\0') {
+      free(value);
+      return xcoll_error(comm, XCOLL_ERR_PROTOCOL,
+                         "tcp: the store key %s (rank %d's address) holds %zu "
+                         "bytes that are not a host:port string",
+                         key, p, bytes);
+    }
+    memcpy(st->peers[p].addr, value, bytes);
+    free(value);
+  }
+
+  double deadline = xcoll_tcp_now() + st->timeout_s;
+  /* Lower rank connects to higher: our connects complete in the peers'
+   * listen backlogs, so nobody waits for anyone's accept. */
+  for (int p = st->rank + 1; p < st->world_size; p++) {
+    struct sockaddr_in sa;
+    if (parse_addr(st->peers[p].addr, &sa) != 0)
+      return xcoll_error(comm, XCOLL_ERR_PROTOCOL,
+                         "tcp: rank %d published the address \"%s\", which is "
+                         "not IPv4 host:port",
+                         p, st->peers[p].addr);
+    for (int i = 0; i < st->nsocks; i++) {
+      int fd = connect_until(&sa, deadline);
+      if (fd < 0 || send_hello(st, fd, p, i) != 0) {
+        int err = errno;
+        if (fd >= 0) close(fd);
+        return xcoll_error(comm,
+                           err == ETIMEDOUT ? XCOLL_ERR_TIMEOUT
+                                            : XCOLL_ERR_REMOTE,
+                           "tcp: rank %d cannot connect to rank %d at %s: %s "
+                           "(check XCOLL_SOCKET_IFNAME and firewalls; is rank "
+                           "%d alive?)",
+                           st->rank, p, st->peers[p].addr, strerror(err), p);
+      }
+      st->peers[p].socks[i].fd = fd;
+    }
+  }
+  int expected = st->rank * st->nsocks;
+  for (int accepted = 0; accepted < expected; accepted++) {
+    struct pollfd pl = {.fd = st->listen_fd, .events = POLLIN};
+    int n = poll(&pl, 1, ms_left(deadline));
+    if (n < 0 && errno == EINTR) {
+      accepted--;
+      continue;
+    }
+    if (n <= 0) {
+      char missing[256] = "";
+      size_t used = 0;
+      for (int p = 0; p < st->rank && used < sizeof missing - 16; p++)
+        for (int i = 0; i < st->nsocks; i++)
+          if (st->peers[p].socks[i].fd < 0) {
+            used += (size_t)snprintf(missing + used, sizeof missing - used,
+                                     "%s%d", used ? ", " : "", p);
+            break;
+          }
+      return xcoll_error(comm, XCOLL_ERR_TIMEOUT,
+                         "tcp: rank %d waited %.0f s for connections from "
+                         "rank(s) %s at %s; are they running?",
+                         st->rank, st->timeout_s, missing, st->my_addr);
+    }
+    struct sockaddr_in from;
+    socklen_t len = sizeof from;
+    int fd = accept4(st->listen_fd, (struct sockaddr *)&from, &len, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) {
+        accepted--;
+        continue;
+      }
+      return xcoll_error(comm, XCOLL_ERR_SYSTEM, "tcp: accept on %s failed: %s",
+                         st->my_addr, strerror(errno));
+    }
+    char who[TCP_ADDR_BYTES + 32], ip[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &from.sin_addr, ip, sizeof ip);
+    snprintf(who, sizeof who, "a connection from %s:%d", ip, ntohs(from.sin_port));
+    int peer = -1, index = -1;
+    s = recv_hello(st, fd, -1, -1, who, deadline, &peer, &index);
+    if (s == XCOLL_SUCCESS && st->peers[peer].socks[index].fd >= 0)
+      s = xcoll_error(comm, XCOLL_ERR_PROTOCOL,
+                      "tcp: rank %d got a second connection for socket %d "
+                      "from rank %d (%s)",
+                      st->rank, index, peer, who);
+    if (s == XCOLL_SUCCESS && send_hello(st, fd, peer, index) != 0)
+      s = xcoll_error(comm, XCOLL_ERR_REMOTE,
+                      "tcp: rank %d could not answer rank %d's HELLO: %s",
+                      st->rank, peer, strerror(errno));
+    if (s != XCOLL_SUCCESS) {
+      close(fd);
+      return s;
+    }
+    st->peers[peer].socks[index].fd = fd;
+  }
+  for (int p = st->rank + 1; p < st->world_size; p++) {
+    for (int i = 0; i < st->nsocks; i++) {
+      char who[TCP_ADDR_BYTES + 32];
+      snprintf(who, sizeof who, "rank %d (%s)", p, st->peers[p].addr);
+      int peer, index;
+      s = recv_hello(st, st->peers[p].socks[i].fd, p, i, who, deadline, &peer,
+                     &index);
+      if (s != XCOLL_SUCCESS) return s;
+    }
+  }
+  for (int k = 0; k < st->nsockets; k++) tune_socket(st->sockets[k].fd);
+  close(st->listen_fd);
+  st->listen_fd = -1;
+  if (xcoll_log_level_get() >= XCOLL_LOG_INFO) {
+    for (int p = 0; p < st->world_size; p++) {
+      if (p == st->rank) continue;
+      struct sockaddr_in local;
+      socklen_t len = sizeof local;
+      getsockname(st->peers[p].socks[0].fd, (struct sockaddr *)&local, &len);
+      XCOLL_INFO("tcp: comm %" PRIu64 " rank %d <-> rank %d at %s: %d "
+                 "socket(s), first local port %d, %s",
+                 st->comm_id, st->rank, p, st->peers[p].addr, st->nsocks,
+                 ntohs(local.sin_port),
+                 p > st->rank ? "we connected" : "it connected");
+    }
+  }
+  return XCOLL_SUCCESS;
+}
+
+void xcoll_tcp_close_sockets(tcp_state *st) {
+  if (!st->broken) {
+    /* BYE tells peers that the EOF which follows is a normal close, not a
+     * crash. Only at a message boundary: mid-message it would corrupt the
+     * stream, and then the EOF is an error anyway. */
+    uint8_t bytes[XCOLL_WIRE_HEADER_BYTES];
+    xcoll_wire_header h =
+        xcoll_wire_make(XCOLL_WIRE_BYE, st->comm_id, 0, 0, st->rank);
+    xcoll_wire_encode(&h, bytes);
+    for (int k = 0; k < st->nsockets; k++) {
+      tcp_socket *s = &st->sockets[k];
+      if (s->fd >= 0 && !s->tx_head && !s->tx_broken)
+        (void)send(s->fd, bytes, sizeof bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+  }
+  for (int k = 0; k < st->nsockets; k++) {
+    if (st->sockets[k].fd >= 0) close(st->sockets[k].fd);
+    st->sockets[k].fd = -1;
+  }
+  if (st->listen_fd >= 0) close(st->listen_fd);
+  st->listen_fd = -1;
+}

@@ -1,0 +1,435 @@
+/* ucx_backend.c - the "ucx" backend: core's p2p interface (core/p2p.h) over
+ * UCP tagged messages, so that every host-driven algorithm in core/algorithms
+ * runs on UCX unchanged. UCX picks the transport per peer (shared memory on
+ * one host, tcp or rdma across hosts); see docs/ucx.md. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm.h"
+#include "env.h"
+#include "error.h"
+#include "log.h"
+#include "ucx_wrap.h"
+
+/* The UCP tag: source rank (16 bits) | collective seq mod 2^24 (24 bits) |
+ * step (24 bits). UCP matches on the tag alone, so the source must be in it;
+ * each communicator has its own worker, so no communicator id is needed. */
+#define SOURCE_BITS 16
+#define SEQ_BITS 24
+#define STEP_BITS 24
+#define MAX_WORLD_SIZE (1 << SOURCE_BITS)
+#define FULL_TAG_MASK ((ucp_tag_t)-1)
+
+/* How often a blocked wait wakes up to look at abort and timeouts, ms. */
+#define WAKE_INTERVAL_MS 50
+/* Endpoints get this long to flush at destroy, seconds. */
+#define CLOSE_FLUSH_S 1.0
+/* UCX keepalive interval we ask for (the user's UCX_KEEPALIVE_INTERVAL wins):
+ * short enough that a peer killed on a transport without a kernel-reset
+ * connection (shared memory) is noticed within seconds. */
+#define KEEPALIVE_INTERVAL "1s"
+
+typedef struct ucx_state {
+  xcoll_comm *comm;
+  xcoll_ucx_worker *worker;
+  int rank;
+  int world_size;
+  double timeout_s;
+  double spin_s; /* XCOLL_UCX_SPIN_US: busy-poll this long before sleeping */
+  _Atomic int aborted;
+  /* First peer whose endpoint failed (-1: none), set by UCX's error callback
+   * during progress, on the thread that drives the communicator. */
+  int failed_peer;
+  ucs_status_t failed_status;
+} ucx_state;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void on_peer_error(void *arg, int peer, ucs_status_t status) {
+  ucx_state *state = arg;
+  if (state->failed_peer < 0) {
+    state->failed_peer = peer;
+    state->failed_status = status;
+  }
+}
+
+/* Fold core's 64-bit tag (seq << 32 | step) and the source rank into one UCP
+ * tag. Fails when the step does not fit in 24 bits. */
+static xcoll_status fold_tag(ucx_state *state, int source, uint64_t tag,
+                             ucp_tag_t *out) {
+  uint64_t step = tag & 0xffffffffu;
+  if (step >> STEP_BITS)
+    return xcoll_error(state->comm, XCOLL_ERR_INTERNAL,
+                       "ucx backend: tag step %llu of collective seq %llu "
+                       "does not fit in %d bits (core/algorithm.h xcoll_tag)",
+                       (unsigned long long)step,
+                       (unsigned long long)(tag >> 32), STEP_BITS);
+  uint64_t seq = (tag >> 32) & ((1u << SEQ_BITS) - 1);
+  *out = ((ucp_tag_t)source << (SEQ_BITS + STEP_BITS)) |
+         ((ucp_tag_t)seq << STEP_BITS) | (ucp_tag_t)step;
+  return XCOLL_SUCCESS;
+}
+
+static xcoll_status check_peer(ucx_state *state, int peer, const char *what) {
+  if (peer < 0 || peer >= state->world_size)
+    return xcoll_error(state->comm, XCOLL_ERR_INVALID_ARGUMENT,
+                       "ucx %s: peer %d is not a rank of this communicator "
+                       "(world_size %d)",
+                       what, peer, state->world_size);
+  return XCOLL_SUCCESS;
+}
+
+static xcoll_status remote_failure(ucx_state *state) {
+  return xcoll_error(state->comm, XCOLL_ERR_REMOTE,
+                     "rank %d (ucx endpoint error: %s) failed as seen by rank "
+                     "%d: the process died, aborted or lost its network; "
+                     "check its log",
+                     state->failed_peer,
+                     ucs_status_string(state->failed_status), state->rank);
+}
+
+static xcoll_status ucx_isend(void *opaque, int peer, uint64_t tag,
+                              const void *buf, size_t bytes,
+                              xcoll_p2p_request **out) {
+  ucx_state *state = opaque;
+  *out = NULL;
+  xcoll_status st = check_peer(state, peer, "isend");
+  if (st != XCOLL_SUCCESS)
+    return st;
+  if (state->failed_peer >= 0)
+    return remote_failure(state);
+  ucp_tag_t ucp_tag;
+  if ((st = fold_tag(state, state->rank, tag, &ucp_tag)) != XCOLL_SUCCESS)
+    return st;
+  xcoll_ucx_request *request = xcoll_ucx_request_get(state->worker);
+  if (request == NULL)
+    return xcoll_error(state->comm, XCOLL_ERR_NO_MEMORY,
+                       "ucx isend: no memory for a request to rank %d", peer);
+  ucs_status_t status =
+      xcoll_ucx_isend(state->worker, peer, ucp_tag, buf, bytes, request);
+  if (status != UCS_OK) {
+    xcoll_ucx_request_put(state->worker, request);
+    return xcoll_error(state->comm, XCOLL_ERR_REMOTE,
+                       "rank %d (ucx endpoint error: %s): sending %zu bytes "
+                       "from rank %d failed",
+                       peer, ucs_status_string(status), bytes, state->rank);
+  }
+  *out = (xcoll_p2p_request *)request;
+  return XCOLL_SUCCESS;
+}
+
+static xcoll_status ucx_irecv(void *opaque, int peer, uint64_t tag, void *buf,
+                              size_t bytes, xcoll_p2p_request **out) {
+  ucx_state *state = opaque;
+  *out = NULL;
+  xcoll_status st = check_peer(state, peer, "irecv");
+  if (st != XCOLL_SUCCESS)
+    return st;
+  if (state->failed_peer >= 0)
+    return remote_failure(state);
+  ucp_tag_t ucp_tag;
+  if ((st = fold_tag(state, peer, tag, &ucp_tag)) != XCOLL_SUCCESS)
+    return st;
+  xcoll_ucx_request *request = xcoll_ucx_request_get(state->worker);
+  if (request == NULL)
+    return xcoll_error(state->comm, XCOLL_ERR_NO_MEMORY,
+                       "ucx irecv: no memory for a request from rank %d", peer);
+  ucs_status_t status = xcoll_ucx_irecv(state->worker, peer, ucp_tag,
+                                        FULL_TAG_MASK, buf, bytes, request);
+  if (status != UCS_OK) {
+    xcoll_ucx_request_put(state->worker, request);
+    return xcoll_error(state->comm, XCOLL_ERR_SYSTEM,
+                       "ucx irecv: posting a receive of %zu bytes from rank "
+                       "%d failed: %s",
+                       bytes, peer, ucs_status_string(status));
+  }
+  *out = (xcoll_p2p_request *)request;
+  return XCOLL_SUCCESS;
+}
+
+/* The verdict on a completed request. */
+static xcoll_status check_completed(ucx_state *state,
+                                    const xcoll_ucx_request *request) {
+  unsigned long long seq =
+      (request->tag >> STEP_BITS) & ((1u << SEQ_BITS) - 1);
+  unsigned long long step = request->tag & ((1u << STEP_BITS) - 1);
+  if (request->status == UCS_ERR_MESSAGE_TRUNCATED)
+    return xcoll_error(state->comm, XCOLL_ERR_PROTOCOL,
+                       "rank %d sent more than the %zu bytes rank %d expected "
+                       "(collective seq %llu, step %llu): the ranks disagree "
+                       "on count or datatype",
+                       request->peer, request->bytes, state->rank, seq, step);
+  if (request->status == UCS_ERR_CANCELED && atomic_load(&state->aborted))
+    return xcoll_error(state->comm, XCOLL_ERR_ABORTED,
+                       "ucx: communicator aborted (rank %d)", state->rank);
+  if (request->status != UCS_OK)
+    return xcoll_error(state->comm, XCOLL_ERR_REMOTE,
+                       "rank %d (ucx endpoint error: %s): %s of %zu bytes at "
+                       "rank %d failed (collective seq %llu, step %llu)",
+                       request->peer, ucs_status_string(request->status),
+                       request->is_recv ? "receive" : "send", request->bytes,
+                       state->rank, seq, step);
+  if (request->is_recv && request->received != request->bytes)
+    return xcoll_error(state->comm, XCOLL_ERR_PROTOCOL,
+                       "rank %d sent %zu bytes where rank %d expected %zu "
+                       "(collective seq %llu, step %llu): the ranks disagree "
+                       "on count or datatype",
+                       request->peer, request->received, state->rank,
+                       request->bytes, seq, step);
+  return XCOLL_SUCCESS;
+}
+
+static xcoll_status timeout_failure(ucx_state *state,
+                                    xcoll_p2p_request **requests, int count) {
+  char pending[256];
+  size_t used = 0;
+  pending[0] = '\0';
+  for (int i = 0; i < count && used + 24 < sizeof pending; i++) {
+    const xcoll_ucx_request *request = (const xcoll_ucx_request *)requests[i];
+    if (request == NULL || request->done)
+      continue;
+    int n = snprintf(pending + used, sizeof pending - used, "%s%s rank %d",
+                     used == 0 ? "" : ", ", request->is_recv ? "from" : "to",
+                     request->peer);
+    if (n > 0)
+      used += (size_t)n;
+  }
+  return xcoll_error(state->comm, XCOLL_ERR_TIMEOUT,
+                     "ucx: rank %d made no progress for %.1f s waiting on "
+                     "messages %s; a peer may be stuck or slow (raise "
+                     "XCOLL_TIMEOUT_S if expected)",
+                     state->rank, state->timeout_s, pending);
+}
+
+static xcoll_status ucx_wait(void *opaque, xcoll_p2p_request **requests,
+                             int count) {
+  ucx_state *state = opaque;
+  xcoll_status result = XCOLL_SUCCESS;
+  double last_progress = now_s();
+  double spin_until = last_progress + state->spin_s;
+  for (;;) {
+    if (atomic_load(&state->aborted)) {
+      result = xcoll_error(state->comm, XCOLL_ERR_ABORTED,
+                           "ucx: communicator aborted while rank %d waited",
+                           state->rank);
+      break;
+    }
+    unsigned events = xcoll_ucx_progress(state->worker);
+    int pending = 0;
+    for (int i = 0; i < count; i++) {
+      xcoll_ucx_request *request = (xcoll_ucx_request *)requests[i];
+      if (request == NULL)
+        continue;
+      if (!request->done) {
+        pending++;
+        continue;
+      }
+      result = check_completed(state, request);
+      xcoll_ucx_request_put(state->worker, request);
+      requests[i] = NULL;
+      events++;
+      if (result != XCOLL_SUCCESS)
+        break;
+    }
+    if (result != XCOLL_SUCCESS)
+      break;
+    if (state->failed_peer >= 0) {
+      result = remote_failure(state);
+      break;
+    }
+    if (pending == 0)
+      return XCOLL_SUCCESS;
+    double t = now_s();
+    if (events > 0) {
+      last_progress = t;
+      spin_until = t + state->spin_s;
+    } else if (t - last_progress > state->timeout_s) {
+      result = timeout_failure(state, requests, count);
+      break;
+    } else if (t > spin_until) {
+      xcoll_ucx_wait_event(state->worker, WAKE_INTERVAL_MS);
+    }
+  }
+  for (int i = 0; i < count; i++) {
+    xcoll_ucx_request_put(state->worker, (xcoll_ucx_request *)requests[i]);
+    requests[i] = NULL;
+  }
+  return result;
+}
+
+static xcoll_status ucx_test(void *opaque, xcoll_p2p_request *opaque_request,
+                             int *done) {
+  ucx_state *state = opaque;
+  xcoll_ucx_request *request = (xcoll_ucx_request *)opaque_request;
+  *done = 0;
+  if (atomic_load(&state->aborted))
+    return xcoll_error(state->comm, XCOLL_ERR_ABORTED,
+                       "ucx: communicator aborted (rank %d)", state->rank);
+  xcoll_ucx_progress(state->worker);
+  if (request == NULL || request->done) {
+    xcoll_status result =
+        request == NULL ? XCOLL_SUCCESS : check_completed(state, request);
+    xcoll_ucx_request_put(state->worker, request);
+    *done = 1;
+    return result;
+  }
+  if (state->failed_peer >= 0)
+    return remote_failure(state);
+  return XCOLL_SUCCESS;
+}
+
+/* Log, at INFO, what UCX chose for each peer: NCCL_DEBUG=INFO's "Channel
+ * 00 : 0[0] -> 1[1] via P2P/IPC" in UCX's words. */
+static void log_endpoints(ucx_state *state) {
+  if (xcoll_log_level_get() < XCOLL_LOG_INFO)
+    return;
+  for (int peer = 0; peer < state->world_size; peer++) {
+    if (peer == state->rank)
+      continue;
+    char *info = xcoll_ucx_endpoint_info(state->worker, peer);
+    if (info == NULL)
+      continue;
+    /* ucp_ep_print_info writes a '#'-framed block; keep its lane lines. */
+    char *save = NULL;
+    for (char *line = strtok_r(info, "\n", &save); line != NULL;
+         line = strtok_r(NULL, "\n", &save)) {
+      while (*line == '#' || *line == ' ')
+        line++;
+      if (*line != '\0')
+        XCOLL_INFO("ucx: rank %d -> rank %d: %s", state->rank, peer, line);
+    }
+    free(info);
+  }
+}
+
+static void ucx_comm_destroy(xcoll_comm *comm, void *opaque) {
+  (void)comm;
+  ucx_state *state = opaque;
+  if (state == NULL)
+    return;
+  int broken = atomic_load(&state->aborted) || state->failed_peer >= 0;
+  xcoll_ucx_worker_destroy(state->worker, broken ? 0.0 : CLOSE_FLUSH_S);
+  free(state);
+}
+
+static xcoll_status ucx_comm_init(xcoll_comm *comm, void **out) {
+  *out = NULL;
+  if (comm->world_size > MAX_WORLD_SIZE)
+    return xcoll_error(comm, XCOLL_ERR_NOT_SUPPORTED,
+                       "ucx backend: world_size %d exceeds %d (the source rank "
+                       "has %d bits in the UCP tag); use the tcp backend",
+                       comm->world_size, MAX_WORLD_SIZE, SOURCE_BITS);
+  long spin_us = 0;
+  xcoll_status st =
+      xcoll_env_int("XCOLL_UCX_SPIN_US", 200, 0, 10 * 1000 * 1000, &spin_us);
+  if (st != XCOLL_SUCCESS)
+    return xcoll_error_adopt(comm, st);
+
+  ucx_state *state = calloc(1, sizeof *state);
+  if (state == NULL)
+    return xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
+                       "ucx backend: no memory for rank %d's state", comm->rank);
+  state->comm = comm;
+  state->rank = comm->rank;
+  state->world_size = comm->world_size;
+  state->timeout_s = comm->timeout_s > 0 ? comm->timeout_s : 1e9;
+  state->spin_s = 1e-6 * (double)spin_us;
+  state->failed_peer = -1;
+  atomic_init(&state->aborted, 0);
+
+  char err[256];
+  ucs_status_t status = xcoll_ucx_worker_create(
+      comm->world_size, KEEPALIVE_INTERVAL, &state->worker, err, sizeof err);
+  if (status != UCS_OK) {
+    free(state);
+    return xcoll_error(comm, XCOLL_ERR_SYSTEM,
+                       "ucx backend on rank %d: %s (check UCX_TLS / "
+                       "UCX_NET_DEVICES; ucx_info -d lists transports)",
+                       comm->rank, err);
+  }
+
+  const void *address;
+  size_t address_bytes;
+  xcoll_ucx_worker_address(state->worker, &address, &address_bytes);
+  char key[XCOLL_STORE_MAX_KEY];
+  snprintf(key, sizeof key, "%sucx/address/%d", comm->store_prefix, comm->rank);
+  st = xcoll_store_set(comm->store, key, address, address_bytes);
+  if (st != XCOLL_SUCCESS) {
+    xcoll_error(comm, st,
+                "ucx backend: rank %d could not publish its worker address "
+                "under store key %s: %s",
+                comm->rank, key, xcoll_last_error());
+    goto fail;
+  }
+  for (int peer = 0; peer < comm->world_size; peer++) {
+    void *peer_address = NULL;
+    size_t peer_bytes = 0;
+    snprintf(key, sizeof key, "%sucx/address/%d", comm->store_prefix, peer);
+    st = xcoll_store_get(comm->store, key, &peer_address, &peer_bytes);
+    if (st != XCOLL_SUCCESS) {
+      xcoll_error(comm, st,
+                  "ucx backend: rank %d did not get rank %d's worker address "
+                  "(store key %s): %s",
+                  comm->rank, peer, key, xcoll_last_error());
+      goto fail;
+    }
+    status = xcoll_ucx_connect(state->worker, peer, peer_address, on_peer_error,
+                               state, err, sizeof err);
+    free(peer_address);
+    if (status != UCS_OK) {
+      st = xcoll_error(comm, XCOLL_ERR_SYSTEM,
+                       "ucx backend: rank %d could not connect to rank %d: %s "
+                       "(is UCX_TLS the same on every rank?)",
+                       comm->rank, peer, err);
+      goto fail;
+    }
+  }
+  XCOLL_INFO("ucx: rank %d connected to %d ranks (UCX %s, spin %ld us, "
+             "keepalive %s)",
+             comm->rank, comm->world_size, ucp_get_version_string(), spin_us,
+             getenv("UCX_KEEPALIVE_INTERVAL") ? getenv("UCX_KEEPALIVE_INTERVAL")
+                                              : KEEPALIVE_INTERVAL);
+  log_endpoints(state);
+  *out = state;
+  return XCOLL_SUCCESS;
+
+fail:
+  xcoll_ucx_worker_destroy(state->worker, 0.0);
+  free(state);
+  return st;
+}
+
+static void ucx_comm_abort(xcoll_comm *comm, void *opaque) {
+  (void)comm;
+  ucx_state *state = opaque;
+  if (state == NULL)
+    return;
+  atomic_store(&state->aborted, 1);
+  xcoll_ucx_worker_signal(state->worker);
+}
+
+static const xcoll_p2p_ops ucx_p2p = {
+    .isend = ucx_isend,
+    .irecv = ucx_irecv,
+    .wait = ucx_wait,
+    .test = ucx_test,
+};
+
+const xcoll_backend xcoll_backend_ucx = {
+    .abi_version = XCOLL_BACKEND_ABI_VERSION,
+    .name = "ucx",
+    .description = "host-driven algorithms over UCX tagged messages (UCP): "
+                   "shared memory, cma, tcp or rdma as UCX picks",
+    .comm_init = ucx_comm_init,
+    .comm_destroy = ucx_comm_destroy,
+    .comm_abort = ucx_comm_abort,
+    .p2p = &ucx_p2p,
+    .collective = NULL,
+};

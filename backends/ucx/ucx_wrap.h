@@ -1,0 +1,100 @@
+/* ucx_wrap.h - a small layer over UCP tagged messages: one context and one
+ * worker, one endpoint per peer, tagged isend/irecv with completion records,
+ * progress and blocking wake-up.
+ *
+ * It knows nothing of communicators or the store, so that both the ucx backend
+ * (backends/ucx/ucx_backend.c) and a future nccl_like ucx net plugin can use it.
+ * Functions return ucs_status_t; err/err_bytes, where present, receive a
+ * sentence saying which UCX call failed. All functions except
+ * xcoll_ucx_worker_signal must be called by one thread at a time. */
+#ifndef XCOLL_BACKENDS_UCX_WRAP_H
+#define XCOLL_BACKENDS_UCX_WRAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <ucp/api/ucp.h>
+
+typedef struct xcoll_ucx_worker xcoll_ucx_worker;
+
+/* Called from ucp_worker_progress when the endpoint to peer fails (peer died,
+ * connection reset, keepalive timeout). */
+typedef void (*xcoll_ucx_peer_error_fn)(void *arg, int peer,
+                                        ucs_status_t status);
+
+/* One send or receive. The caller takes it with xcoll_ucx_request_get and
+ * gives it back with xcoll_ucx_request_put; UCX writes the completion fields
+ * from its callback during progress. */
+typedef struct xcoll_ucx_request {
+  void *handle;         /* UCX's request, NULL once released or if immediate */
+  int peer;             /* sends: destination; receives: expected source */
+  int is_recv;
+  size_t bytes;         /* bytes posted */
+  ucp_tag_t tag;        /* tag posted */
+  volatile int done;    /* set by the completion callback */
+  ucs_status_t status;  /* valid once done */
+  size_t received;      /* receives: length of the matched message, bytes */
+  ucp_tag_t sender_tag; /* receives: tag of the matched message */
+  struct xcoll_ucx_request *next; /* free list */
+} xcoll_ucx_request;
+
+/* Create a context (features TAG and WAKEUP) and one worker. UCX reads its
+ * UCX_* environment variables here (UCX_TLS, UCX_NET_DEVICES, ...).
+ * keepalive_interval, when non-NULL, is the UCX_KEEPALIVE_INTERVAL used
+ * unless the user set that variable (e.g. "1s"). */
+ucs_status_t xcoll_ucx_worker_create(int world_size,
+                                     const char *keepalive_interval,
+                                     xcoll_ucx_worker **worker, char *err,
+                                     size_t err_bytes);
+
+/* Close endpoints (flushing them for up to flush_timeout_s seconds, then
+ * forcibly), destroy the worker and context, free everything. NULL is fine. */
+void xcoll_ucx_worker_destroy(xcoll_ucx_worker *worker, double flush_timeout_s);
+
+/* This worker's address, valid until destroy: what peers need to connect. */
+void xcoll_ucx_worker_address(xcoll_ucx_worker *worker, const void **address,
+                              size_t *bytes);
+
+/* Create the endpoint to peer (0 <= peer < world_size) from its worker
+ * address, with peer error handling that calls on_error(arg, peer, status). */
+ucs_status_t xcoll_ucx_connect(xcoll_ucx_worker *worker, int peer,
+                               const void *address,
+                               xcoll_ucx_peer_error_fn on_error, void *arg,
+                               char *err, size_t err_bytes);
+
+/* Write what UCX chose for the endpoint to peer (lanes, transports, devices)
+ * into a malloc'd string (caller frees); NULL if unavailable. */
+char *xcoll_ucx_endpoint_info(xcoll_ucx_worker *worker, int peer);
+/* The context's transports and devices as UCX describes them (caller frees). */
+char *xcoll_ucx_context_info(xcoll_ucx_worker *worker);
+
+/* A free request record, or NULL when out of memory. */
+xcoll_ucx_request *xcoll_ucx_request_get(xcoll_ucx_worker *worker);
+/* Give request back. If it has not completed, a receive is cancelled and a
+ * send is left to UCX to finish; either way UCX calls back no more (UCP's
+ * ucp_request_free promise), so the record is reused at once. */
+void xcoll_ucx_request_put(xcoll_ucx_worker *worker, xcoll_ucx_request *request);
+
+/* Post a tagged send of bytes of buf to peer. On an immediate completion
+ * request->done is already set. */
+ucs_status_t xcoll_ucx_isend(xcoll_ucx_worker *worker, int peer, ucp_tag_t tag,
+                             const void *buf, size_t bytes,
+                             xcoll_ucx_request *request);
+/* Post a tagged receive of up to bytes into buf for a message whose tag
+ * matches tag under tag_mask; peer is recorded for error messages only. */
+ucs_status_t xcoll_ucx_irecv(xcoll_ucx_worker *worker, int peer, ucp_tag_t tag,
+                             ucp_tag_t tag_mask, void *buf, size_t bytes,
+                             xcoll_ucx_request *request);
+
+/* Drive communication; returns the number of events UCX processed. */
+unsigned xcoll_ucx_progress(xcoll_ucx_worker *worker);
+
+/* Block until UCX has something to do, xcoll_ucx_worker_signal is called, or
+ * timeout_ms (milliseconds) passes. Returns at once when events are already
+ * pending. Without wake-up support it sleeps a short while instead. */
+void xcoll_ucx_wait_event(xcoll_ucx_worker *worker, int timeout_ms);
+
+/* Wake a thread in xcoll_ucx_wait_event. Safe from any thread. */
+void xcoll_ucx_worker_signal(xcoll_ucx_worker *worker);
+
+#endif

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""torch.distributed (gloo) peer of bench/allreduce.sh.
+
+Times in-place float32 sum all_reduce exactly as xcoll-perf and
+bench/mpi_allreduce.c do: per size, WARMUP untimed calls, a barrier, ITERS
+timed calls (time.perf_counter, a monotonic clock); the time of the size is the
+mean per call on the slowest rank (an all_reduce MAX of the means). One more
+call on known small-integer inputs is then checked element by element.
+
+    python3 bench/torch_allreduce.py --nproc 4 --port 29600 4096:50:5 1048576:20:2
+
+Without RANK in the environment it starts --nproc copies of itself with
+torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT),
+so it also runs unchanged under `python3 -m torch.distributed.run`.
+Rank 0 prints one JSON object per size:
+    {"peer": "gloo", "world_size": N, "size": B, "iters": I, "time_us": T, "wrong": W}
+Exit status: 0; 1 on a wrong result or a failed rank; 2 on a bad argument.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+
+def parse_plan(text):
+    try:
+        size, iters, warmup = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad SIZE:ITERS:WARMUP '{text}'")
+    if size % 4 or iters < 1 or warmup < 0:
+        raise argparse.ArgumentTypeError(
+            f"bad SIZE:ITERS:WARMUP '{text}': SIZE a multiple of 4, ITERS >= 1")
+    return size, iters, warmup
+
+
+def launch(args, argv):
+    """Start one process per rank and wait for all of them (bounded)."""
+    procs = []
+    for rank in range(args.nproc):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(args.nproc),
+                   LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(args.nproc),
+                   MASTER_ADDR=args.master_addr, MASTER_PORT=str(args.port))
+        procs.append(subprocess.Popen([sys.executable, __file__] + argv, env=env))
+    deadline = time.monotonic() + args.timeout
+    status = 0
+    for proc in procs:
+        try:
+            code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            print(f"torch_allreduce: a rank ran past --timeout {args.timeout} s",
+                  file=sys.stderr)
+            for p in procs:
+                p.kill()
+            return 1
+        status = status or code
+    return status
+
+
+def run_rank(args):
+    import torch
+    import torch.distributed as dist
+
+    # One thread per rank: the host has few cores and every rank shares them.
+    torch.set_num_threads(1)
+    rank = int(os.environ["RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    max_count = max(size for size, _, _ in args.plans) // 4
+    buffer = torch.zeros(max(1, max_count), dtype=torch.float32)
+    wrong_total = 0
+    for size, iters, warmup in args.plans:
+        view = buffer[: size // 4]
+        for _ in range(warmup):
+            dist.all_reduce(view)
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(view)
+        mean = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64)
+        dist.all_reduce(mean, op=dist.ReduceOp.MAX)
+
+        index = torch.arange(view.numel(), dtype=torch.int64)
+        view.copy_(((index + 3 * rank) % 5).to(torch.float32))
+        dist.all_reduce(view)
+        want = torch.zeros_like(view)
+        for r in range(world_size):
+            want += ((index + 3 * r) % 5).to(torch.float32)
+        wrong = torch.tensor([int((view != want).sum())], dtype=torch.int64)
+        dist.all_reduce(wrong)
+        wrong_total += int(wrong)
+        if rank == 0:
+            print(json.dumps({"peer": "gloo", "world_size": world_size, "size": size,
+                              "iters": iters, "time_us": float(mean) * 1e6,
+                              "wrong": int(wrong)}), flush=True)
+    dist.destroy_process_group()
+    return 1 if wrong_total else 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("plans", nargs="+", type=parse_plan, metavar="SIZE:ITERS:WARMUP")
+    parser.add_argument("--nproc", type=int, default=2, help="ranks to start")
+    parser.add_argument("--port", type=int, default=29600, help="MASTER_PORT")
+    parser.add_argument("--master-addr", default="127.0.0.1")
+    parser.add_argument("--timeout", type=float, default=600.0,
+                        help="seconds before every rank is killed")
+    argv = sys.argv[1:]
+    args = parser.parse_args(argv)
+    if "RANK" in os.environ:
+        return run_rank(args)
+    return launch(args, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

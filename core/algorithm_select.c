@@ -1,0 +1,281 @@
+/* algorithm_select.c - the table of host-driven algorithms, XCOLL_ALGO, and
+ * the choice of an algorithm per call by message size and world size
+ * (algorithm.h; the thresholds and their reasons are in docs/algorithms.md).
+ *
+ * XCOLL_ALGO follows NCCL_ALGO's shape: a bare name ("ring") applies to
+ * every collective that has an algorithm of that name; "coll:name" entries,
+ * comma-separated, set one collective ("allreduce:rabenseifner,broadcast:chain").
+ * Later entries override earlier ones. Names are case-insensitive. */
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "algorithm.h"
+#include "comm.h"
+#include "env.h"
+#include "error.h"
+
+/* Allreduce: recursive doubling up to this many bytes (latency-bound). */
+#define ALLREDUCE_SMALL_BYTES ((size_t)16 * 1024)
+/* Allreduce: Rabenseifner up to this many bytes when P is a power of two; the
+ * ring above. Without a power of two the fold costs Rabenseifner one more
+ * full-vector exchange, so the ring takes over earlier. */
+#define ALLREDUCE_MEDIUM_BYTES_POW2 ((size_t)1024 * 1024)
+#define ALLREDUCE_MEDIUM_BYTES_OTHER ((size_t)256 * 1024)
+/* Broadcast: binomial tree below this many bytes, pipelined chain above. */
+#define BROADCAST_CHAIN_BYTES ((size_t)256 * 1024)
+
+static const xcoll_algorithm algorithms[] = {
+    {"ring", XCOLL_COLL_ALLREDUCE, xcoll_allreduce_ring},
+    {"recursive_doubling", XCOLL_COLL_ALLREDUCE,
+     xcoll_allreduce_recursive_doubling},
+    {"rabenseifner", XCOLL_COLL_ALLREDUCE, xcoll_allreduce_rabenseifner},
+    {"ring", XCOLL_COLL_ALLGATHER, xcoll_allgather_ring},
+    {"ring", XCOLL_COLL_REDUCE_SCATTER, xcoll_reduce_scatter_ring},
+    {"binomial", XCOLL_COLL_BROADCAST, xcoll_broadcast_binomial},
+    {"chain", XCOLL_COLL_BROADCAST, xcoll_broadcast_chain},
+    {"binomial", XCOLL_COLL_REDUCE, xcoll_reduce_binomial},
+    {"dissemination", XCOLL_COLL_BARRIER, xcoll_barrier_dissemination},
+};
+#define NUM_ALGORITHMS (sizeof algorithms / sizeof algorithms[0])
+
+static const char *const coll_names[XCOLL_NUM_COLLS] = {
+    "allreduce", "allgather", "reduce_scatter",
+    "broadcast", "reduce",    "barrier"};
+
+const char *xcoll_coll_name(xcoll_coll_kind kind) {
+  if ((int)kind < 0 || kind >= XCOLL_NUM_COLLS)
+    return "unknown";
+  return coll_names[kind];
+}
+
+static const xcoll_algorithm *find_algorithm(xcoll_coll_kind kind,
+                                             const char *name, size_t length) {
+  for (size_t i = 0; i < NUM_ALGORITHMS; i++)
+    if (algorithms[i].kind == kind && strlen(algorithms[i].name) == length &&
+        strncasecmp(algorithms[i].name, name, length) == 0)
+      return &algorithms[i];
+  return NULL;
+}
+
+/* Append text to out (out_bytes in all, used so far): truncates quietly. */
+static void append(char *out, size_t out_bytes, size_t *used, const char *text) {
+  int n = snprintf(out + *used, out_bytes - *used, "%s", text);
+  if (n > 0)
+    *used += (size_t)n < out_bytes - *used ? (size_t)n : out_bytes - *used - 1;
+}
+
+/* "allreduce: ring, recursive_doubling, rabenseifner; allgather: ring; ..." */
+static void list_valid_names(char *out, size_t out_bytes) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (int kind = 0; kind < XCOLL_NUM_COLLS; kind++) {
+    if (kind > 0)
+      append(out, out_bytes, &used, "; ");
+    append(out, out_bytes, &used, coll_names[kind]);
+    append(out, out_bytes, &used, ": ");
+    int first = 1;
+    for (size_t i = 0; i < NUM_ALGORITHMS; i++) {
+      if ((int)algorithms[i].kind != kind)
+        continue;
+      if (!first)
+        append(out, out_bytes, &used, ", ");
+      append(out, out_bytes, &used, algorithms[i].name);
+      first = 0;
+    }
+  }
+}
+
+/* Parse value into chosen[kind] (NULL: no choice). Errors name XCOLL_ALGO,
+ * the bad entry, and the valid names. */
+static xcoll_status parse_algo(struct xcoll_comm *comm, const char *value,
+                               const xcoll_algorithm *chosen[XCOLL_NUM_COLLS]) {
+  for (int kind = 0; kind < XCOLL_NUM_COLLS; kind++)
+    chosen[kind] = NULL;
+  char valid[512];
+  const char *cursor = value;
+  while (*cursor) {
+    const char *end = strchr(cursor, ',');
+    if (!end)
+      end = cursor + strlen(cursor);
+    const char *start = cursor;
+    const char *stop = end;
+    while (start < stop && isspace((unsigned char)*start))
+      start++;
+    while (stop > start && isspace((unsigned char)stop[-1]))
+      stop--;
+    cursor = *end ? end + 1 : end;
+    if (start == stop) {
+      list_valid_names(valid, sizeof valid);
+      return xcoll_error(comm, XCOLL_ERR_ENV,
+                         "XCOLL_ALGO=\"%s\" has an empty entry; use a name "
+                         "or coll:name entries separated by commas (%s)",
+                         value, valid);
+    }
+    const char *colon = memchr(start, ':', (size_t)(stop - start));
+    if (colon) {
+      int kind = -1;
+      size_t coll_length = (size_t)(colon - start);
+      for (int k = 0; k < XCOLL_NUM_COLLS; k++)
+        if (strlen(coll_names[k]) == coll_length &&
+            strncasecmp(coll_names[k], start, coll_length) == 0)
+          kind = k;
+      const char *name = colon + 1;
+      const xcoll_algorithm *algorithm =
+          kind < 0 ? NULL
+                   : find_algorithm((xcoll_coll_kind)kind, name,
+                                    (size_t)(stop - name));
+      if (!algorithm) {
+        list_valid_names(valid, sizeof valid);
+        return xcoll_error(
+            comm, XCOLL_ERR_ENV,
+            "XCOLL_ALGO=\"%s\": \"%.*s\" names no algorithm; valid names "
+            "per collective are %s",
+            value, (int)(stop - start), start, valid);
+      }
+      chosen[kind] = algorithm;
+    } else {
+      int matched = 0;
+      for (int k = 0; k < XCOLL_NUM_COLLS; k++) {
+        const xcoll_algorithm *algorithm = find_algorithm(
+            (xcoll_coll_kind)k, start, (size_t)(stop - start));
+        if (algorithm) {
+          chosen[k] = algorithm;
+          matched = 1;
+        }
+      }
+      if (!matched) {
+        list_valid_names(valid, sizeof valid);
+        return xcoll_error(
+            comm, XCOLL_ERR_ENV,
+            "XCOLL_ALGO=\"%s\": \"%.*s\" is not an algorithm of any "
+            "collective; valid names per collective are %s",
+            value, (int)(stop - start), start, valid);
+      }
+    }
+  }
+  return XCOLL_SUCCESS;
+}
+
+xcoll_status xcoll_algorithm_check_env(struct xcoll_comm *comm) {
+  const char *value = xcoll_env_str("XCOLL_ALGO");
+  if (!value)
+    return XCOLL_SUCCESS;
+  const xcoll_algorithm *chosen[XCOLL_NUM_COLLS];
+  return parse_algo(comm, value, chosen);
+}
+
+/* "512 B", "16 KiB", "1 MiB": exact for the thresholds used here. */
+static void format_bytes(size_t bytes, char *out, size_t out_bytes) {
+  if (bytes >= 1024 * 1024 && bytes % (1024 * 1024) == 0)
+    snprintf(out, out_bytes, "%zu MiB", bytes / (1024 * 1024));
+  else if (bytes >= 1024 && bytes % 1024 == 0)
+    snprintf(out, out_bytes, "%zu KiB", bytes / 1024);
+  else
+    snprintf(out, out_bytes, "%zu B", bytes);
+}
+
+static const xcoll_algorithm *by_name(xcoll_coll_kind kind, const char *name) {
+  return find_algorithm(kind, name, strlen(name));
+}
+
+xcoll_status xcoll_algorithm_select(struct xcoll_comm *comm,
+                                    const xcoll_coll_args *args,
+                                    const xcoll_algorithm **algorithm,
+                                    char *why, size_t why_bytes) {
+  const int P = comm->world_size;
+  const char *coll = xcoll_coll_name(args->kind);
+  char why_local[2];
+  if (!why || why_bytes == 0) {
+    why = why_local;
+    why_bytes = sizeof why_local;
+  }
+  *algorithm = NULL;
+  if ((int)args->kind < 0 || args->kind >= XCOLL_NUM_COLLS)
+    return xcoll_error(comm, XCOLL_ERR_INTERNAL,
+                       "algorithm selection got collective kind %d, which is "
+                       "not an xcoll_coll_kind",
+                       (int)args->kind);
+
+  const char *value = xcoll_env_str("XCOLL_ALGO");
+  if (value) {
+    const xcoll_algorithm *chosen[XCOLL_NUM_COLLS];
+    xcoll_status status = parse_algo(comm, value, chosen);
+    if (status != XCOLL_SUCCESS)
+      return status;
+    if (chosen[args->kind]) {
+      *algorithm = chosen[args->kind];
+      snprintf(why, why_bytes, "XCOLL_ALGO=\"%s\" sets %s to %s", value, coll,
+               (*algorithm)->name);
+      return XCOLL_SUCCESS;
+    }
+  }
+
+  /* bytes: of the vector being reduced or broadcast (allreduce, broadcast,
+   * reduce: count elements per rank). */
+  size_t bytes = args->count * xcoll_datatype_size(args->dtype);
+  char size_text[32], limit_text[32];
+  format_bytes(bytes, size_text, sizeof size_text);
+  switch (args->kind) {
+  case XCOLL_COLL_ALLREDUCE: {
+    int pow2 = (P & (P - 1)) == 0;
+    size_t medium =
+        pow2 ? ALLREDUCE_MEDIUM_BYTES_POW2 : ALLREDUCE_MEDIUM_BYTES_OTHER;
+    if (P == 1) {
+      *algorithm = by_name(args->kind, "ring");
+      snprintf(why, why_bytes, "P=1: allreduce is a copy (ring)");
+    } else if (bytes <= ALLREDUCE_SMALL_BYTES) {
+      *algorithm = by_name(args->kind, "recursive_doubling");
+      format_bytes(ALLREDUCE_SMALL_BYTES, limit_text, sizeof limit_text);
+      snprintf(why, why_bytes,
+               "%s <= %s at P=%d: recursive doubling (fewest steps, "
+               "latency-bound)",
+               size_text, limit_text, P);
+    } else if (bytes <= medium) {
+      *algorithm = by_name(args->kind, "rabenseifner");
+      format_bytes(medium, limit_text, sizeof limit_text);
+      snprintf(why, why_bytes,
+               "%s <= %s at P=%d (%s): rabenseifner (ring's bandwidth in "
+               "2*log2(P) steps)",
+               size_text, limit_text, P,
+               pow2 ? "a power of two" : "not a power of two");
+    } else {
+      *algorithm = by_name(args->kind, "ring");
+      format_bytes(medium, limit_text, sizeof limit_text);
+      snprintf(why, why_bytes,
+               "%s > %s at P=%d: ring (bandwidth-optimal, pipelined in "
+               "chunks)",
+               size_text, limit_text, P);
+    }
+    break;
+  }
+  case XCOLL_COLL_BROADCAST:
+    format_bytes(BROADCAST_CHAIN_BYTES, limit_text, sizeof limit_text);
+    if (bytes < BROADCAST_CHAIN_BYTES) {
+      *algorithm = by_name(args->kind, "binomial");
+      snprintf(why, why_bytes, "%s < %s at P=%d: binomial tree", size_text,
+               limit_text, P);
+    } else {
+      *algorithm = by_name(args->kind, "chain");
+      snprintf(why, why_bytes, "%s >= %s at P=%d: pipelined chain",
+               size_text, limit_text, P);
+    }
+    break;
+  case XCOLL_COLL_ALLGATHER:
+  case XCOLL_COLL_REDUCE_SCATTER:
+    *algorithm = by_name(args->kind, "ring");
+    snprintf(why, why_bytes, "%s: ring, the only %s algorithm", coll, coll);
+    break;
+  case XCOLL_COLL_REDUCE:
+    *algorithm = by_name(args->kind, "binomial");
+    snprintf(why, why_bytes, "reduce: binomial tree, the only one");
+    break;
+  case XCOLL_COLL_BARRIER:
+  default:
+    *algorithm = by_name(XCOLL_COLL_BARRIER, "dissemination");
+    snprintf(why, why_bytes, "barrier: dissemination, the only one");
+    break;
+  }
+  return XCOLL_SUCCESS;
+}

@@ -1,0 +1,733 @@
+/* comm.c - communicators: configuration from the environment (torchrun,
+ * Open MPI, Slurm), bootstrap through the rendezvous store, split, abort,
+ * destroy, getters. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "env.h"
+#include "error.h"
+#include "log.h"
+#include "request.h"
+#include "trace.h"
+
+#define DEFAULT_MASTER_ADDR "127.0.0.1"
+#define DEFAULT_MASTER_PORT 29500
+#define DEFAULT_TIMEOUT_S 300.0
+#define DEFAULT_CHUNK_BYTES ((size_t)512 << 10)
+/* Job-global store key handing out ids to split communicators (the world is 0).
+ */
+#define COMM_ID_COUNTER_KEY "xcoll/next_comm_id"
+
+void xcoll_config_init(xcoll_config *config) {
+  if (config == NULL)
+    return;
+  memset(config, 0, sizeof *config);
+  config->rank = 0;
+  config->world_size = 1;
+  config->local_rank = -1;
+  config->local_world_size = -1;
+  config->master_addr = NULL;
+  config->master_port = DEFAULT_MASTER_PORT;
+  config->backend = NULL;
+  config->timeout_s = 0.0;
+}
+
+/* ---- helpers ---- */
+
+static int comm_is_live(const xcoll_comm *comm) {
+  return comm != NULL && comm->magic == XCOLL_COMM_MAGIC;
+}
+
+/* Like xcoll_comm_check, but a broken communicator still passes: getters,
+ * abort and destroy must work on it. */
+static xcoll_status check_live(xcoll_comm *comm, const char *function) {
+  if (comm == NULL)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_USAGE,
+                       "%s: comm is NULL: create one with xcoll_comm_init or "
+                       "xcoll_comm_init_env",
+                       function);
+  if (comm->magic != XCOLL_COMM_MAGIC)
+    return xcoll_error(
+        NULL, XCOLL_ERR_INVALID_USAGE,
+        "%s: comm is not a live communicator (already destroyed, "
+        "or not made by xcoll_comm_init)",
+        function);
+  return XCOLL_SUCCESS;
+}
+
+xcoll_status xcoll_comm_check(xcoll_comm *comm) {
+  xcoll_status status = check_live(comm, "xcoll");
+  if (status != XCOLL_SUCCESS)
+    return status;
+  int broken = atomic_load(&comm->broken_status);
+  if (broken != XCOLL_SUCCESS) {
+    char reason[XCOLL_ERROR_BYTES];
+    pthread_mutex_lock(&comm->error_lock);
+    memcpy(reason, comm->broken_message, sizeof reason);
+    pthread_mutex_unlock(&comm->error_lock);
+    return xcoll_error(comm, (xcoll_status)broken,
+                       "communicator %llu is unusable after an earlier "
+                       "error; destroy it. The error was: %s",
+                       (unsigned long long)comm->comm_id, reason);
+  }
+  return XCOLL_SUCCESS;
+}
+
+void xcoll_comm_set_broken(xcoll_comm *comm, xcoll_status status,
+                           const char *message) {
+  int expected = XCOLL_SUCCESS;
+  pthread_mutex_lock(&comm->error_lock);
+  if (atomic_compare_exchange_strong(&comm->broken_status, &expected,
+                                     (int)status))
+    snprintf(comm->broken_message, sizeof comm->broken_message, "%s", message);
+  pthread_mutex_unlock(&comm->error_lock);
+}
+
+/* The options every communicator reads from XCOLL_* variables. socket_ifname
+ * is a copy that comm_free releases. */
+static xcoll_status read_options(xcoll_options *options) {
+  long nsocks = 1;
+  xcoll_status status =
+      xcoll_env_int("XCOLL_NSOCKS_PERPEER", 1, 1, 16, &nsocks);
+  if (status != XCOLL_SUCCESS)
+    return status;
+  size_t chunk_bytes = DEFAULT_CHUNK_BYTES;
+  status =
+      xcoll_env_size("XCOLL_CHUNK_SIZE", DEFAULT_CHUNK_BYTES, &chunk_bytes);
+  if (status != XCOLL_SUCCESS)
+    return status;
+  /* Below one 8-byte element a chunk could not carry any data; above 1 GiB
+   * pipelining stops making sense and the value is probably a typo. */
+  if (chunk_bytes < 8 || chunk_bytes > ((size_t)1 << 30))
+    return xcoll_error(NULL, XCOLL_ERR_ENV,
+                       "XCOLL_CHUNK_SIZE=%s is out of range: expected 8 bytes "
+                       "to 1G (default 512K)",
+                       xcoll_env_str("XCOLL_CHUNK_SIZE"));
+  options->nsocks_per_peer = (int)nsocks;
+  options->chunk_bytes = chunk_bytes;
+  options->socket_ifname = NULL;
+  const char *ifname = xcoll_env_str("XCOLL_SOCKET_IFNAME");
+  if (ifname != NULL) {
+    options->socket_ifname = strdup(ifname);
+    if (options->socket_ifname == NULL)
+      return xcoll_error(NULL, XCOLL_ERR_NO_MEMORY,
+                         "cannot copy XCOLL_SOCKET_IFNAME");
+  }
+  return XCOLL_SUCCESS;
+}
+
+static xcoll_status read_timeout(double configured, double *timeout_s) {
+  if (configured > 0.0) {
+    *timeout_s = configured;
+    return XCOLL_SUCCESS;
+  }
+  return xcoll_env_double("XCOLL_TIMEOUT_S", DEFAULT_TIMEOUT_S, 0.001, 1e7,
+                          timeout_s);
+}
+
+/* What one communicator holds, recorded so that one function can release a
+ * communicator whatever point its creation reached. */
+enum { HAVE_TRACE = 1, HAVE_BACKEND = 2 };
+
+static xcoll_comm *comm_new(void) {
+  xcoll_comm *comm = calloc(1, sizeof *comm);
+  if (comm == NULL) {
+    xcoll_error(NULL, XCOLL_ERR_NO_MEMORY,
+                "cannot allocate a communicator (%zu bytes)", sizeof *comm);
+    return NULL;
+  }
+  pthread_mutex_init(&comm->error_lock, NULL);
+  atomic_init(&comm->broken_status, XCOLL_SUCCESS);
+  atomic_init(&comm->aborted, 0);
+  comm->local_rank = -1;
+  comm->local_world_size = -1;
+  comm->magic = XCOLL_COMM_MAGIC;
+  return comm;
+}
+
+static void comm_free(xcoll_comm *comm, int held) {
+  xcoll_queue_destroy(comm);
+  if ((held & HAVE_BACKEND) && comm->backend->comm_destroy != NULL)
+    comm->backend->comm_destroy(comm, comm->backend_state);
+  xcoll_store_close(comm->store);
+  xcoll_store_server_stop(comm->store_server);
+  if (held & HAVE_TRACE)
+    xcoll_trace_close();
+  free((void *)comm->options.socket_ifname);
+  comm->magic = 0;
+  pthread_mutex_destroy(&comm->error_lock);
+  free(comm);
+}
+
+/* The part of creation shared by the world and split communicators: the
+ * queue, the trace, a store client, then the backend's connections.
+ * comm's identity, backend, options and master address are set. */
+static xcoll_status comm_connect(xcoll_comm *comm, int *held) {
+  xcoll_status status = xcoll_queue_create(comm);
+  if (status != XCOLL_SUCCESS)
+    return status;
+  status = xcoll_trace_open(comm->rank);
+  if (status != XCOLL_SUCCESS)
+    return xcoll_error_adopt(comm, status);
+  *held |= HAVE_TRACE;
+  snprintf(comm->store_prefix, sizeof comm->store_prefix, "c%llu/",
+           (unsigned long long)comm->comm_id);
+  status = xcoll_store_connect(comm->master_addr, comm->master_port,
+                               comm->timeout_s, &comm->store);
+  if (status != XCOLL_SUCCESS)
+    return xcoll_error(comm, status,
+                       "rank %d cannot reach the rendezvous store at %s:%d "
+                       "(MASTER_ADDR:MASTER_PORT; is rank 0 running?): %s",
+                       comm->rank, comm->master_addr, comm->master_port,
+                       xcoll_last_error());
+  status = comm->backend->comm_init(comm, &comm->backend_state);
+  if (status != XCOLL_SUCCESS)
+    return xcoll_error_adopt(comm, status);
+  *held |= HAVE_BACKEND;
+  return XCOLL_SUCCESS;
+}
+
+/* ---- world communicator ---- */
+
+xcoll_status xcoll_comm_init(xcoll_comm_t *out, const xcoll_config *config) {
+  if (out == NULL)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_comm_init: comm (the output pointer) is NULL");
+  *out = NULL;
+  if (config == NULL)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_comm_init: config is NULL (fill one with "
+                       "xcoll_config_init)");
+  xcoll_status status = (xcoll_status)xcoll_log_init();
+  if (status != XCOLL_SUCCESS)
+    return status;
+
+  if (config->world_size < 1)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "config.world_size=%d: must be at least 1",
+                       config->world_size);
+  if (config->rank < 0 || config->rank >= config->world_size)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "config.rank=%d is outside [0, world_size=%d)",
+                       config->rank, config->world_size);
+  if (config->local_world_size < -1 || config->local_world_size == 0)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "config.local_world_size=%d: must be >= 1, or -1 for "
+                       "unknown",
+                       config->local_world_size);
+  if (config->local_rank < -1 ||
+      (config->local_world_size > 0 &&
+       config->local_rank >= config->local_world_size))
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "config.local_rank=%d is outside [0, "
+                       "local_world_size=%d) (use -1 for unknown)",
+                       config->local_rank, config->local_world_size);
+  /* A world of one needs no agreed port, so 0 (any free port) is accepted. */
+  int min_port = config->world_size == 1 ? 0 : 1;
+  if (config->master_port < min_port || config->master_port > 65535)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "config.master_port=%d is outside [%d, 65535]",
+                       config->master_port, min_port);
+  const char *master_addr =
+      config->master_addr != NULL ? config->master_addr : DEFAULT_MASTER_ADDR;
+  if (master_addr[0] == '\0' || strlen(master_addr) >= 256)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "config.master_addr='%.64s' must be a host name or "
+                       "address of 1 to 255 characters",
+                       master_addr);
+
+  const char *backend_name = config->backend;
+  if (backend_name == NULL)
+    backend_name = xcoll_env_str("XCOLL_BACKEND");
+  if (backend_name == NULL)
+    backend_name = "tcp";
+  const xcoll_backend *backend = NULL;
+  status = xcoll_backend_find(backend_name, &backend);
+  if (status != XCOLL_SUCCESS)
+    return status;
+
+  double timeout_s = 0.0;
+  status = read_timeout(config->timeout_s, &timeout_s);
+  if (status != XCOLL_SUCCESS)
+    return status;
+  xcoll_options options;
+  status = read_options(&options);
+  if (status != XCOLL_SUCCESS)
+    return status;
+
+  xcoll_comm *comm = comm_new();
+  if (comm == NULL) {
+    free((void *)options.socket_ifname);
+    return XCOLL_ERR_NO_MEMORY;
+  }
+  comm->rank = config->rank;
+  comm->world_size = config->world_size;
+  comm->local_rank = config->local_rank;
+  comm->local_world_size = config->local_world_size;
+  comm->comm_id = 0;
+  comm->timeout_s = timeout_s;
+  comm->options = options;
+  comm->backend = backend;
+  snprintf(comm->master_addr, sizeof comm->master_addr, "%s", master_addr);
+  comm->master_port = config->master_port;
+  xcoll_log_set_rank(comm->rank);
+
+  int held = 0;
+  status = xcoll_algorithm_check_env(comm);
+  if (status != XCOLL_SUCCESS)
+    goto fail;
+
+  if (comm->rank == 0) {
+    /* A world of one has nobody to meet: a private loopback port avoids
+     * clashing with other single-process jobs on the default port. */
+    int single = comm->world_size == 1;
+    int bound_port = 0;
+    status = xcoll_store_server_start(single ? DEFAULT_MASTER_ADDR : NULL,
+                                      single ? 0 : comm->master_port,
+                                      &comm->store_server, &bound_port);
+    if (status != XCOLL_SUCCESS) {
+      status = xcoll_error(comm, status,
+                           "rank 0 cannot start the rendezvous store on port "
+                           "%d (MASTER_PORT; is another job using it?): %s",
+                           comm->master_port, xcoll_last_error());
+      goto fail;
+    }
+    if (single) {
+      snprintf(comm->master_addr, sizeof comm->master_addr, "%s",
+               DEFAULT_MASTER_ADDR);
+      comm->master_port = bound_port;
+    }
+  }
+  status = comm_connect(comm, &held);
+  if (status != XCOLL_SUCCESS)
+    goto fail;
+
+  XCOLL_INFO("comm %llu: rank %d of %d (local %d of %d), backend %s, store "
+             "%s:%d, timeout %.1f s, %d socket(s) per peer, chunk %zu B",
+             (unsigned long long)comm->comm_id, comm->rank, comm->world_size,
+             comm->local_rank, comm->local_world_size, backend->name,
+             comm->master_addr, comm->master_port, comm->timeout_s,
+             comm->options.nsocks_per_peer, comm->options.chunk_bytes);
+  *out = comm;
+  return XCOLL_SUCCESS;
+
+fail:
+  comm_free(comm, held);
+  return status;
+}
+
+/* One launcher's variable names. */
+typedef struct launcher_vars {
+  const char *launcher;
+  const char *rank, *world_size, *local_rank, *local_world_size;
+} launcher_vars;
+
+static const launcher_vars launchers[] = {
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL},
+};
+
+/* Fill config's identity from the first launcher whose rank or world size
+ * variable is set; none set is a world of one. */
+static xcoll_status config_from_launcher(xcoll_config *config) {
+  const launcher_vars *vars = NULL;
+  for (size_t i = 0; i < sizeof launchers / sizeof launchers[0]; i++) {
+    if (xcoll_env_str(launchers[i].rank) != NULL ||
+        xcoll_env_str(launchers[i].world_size) != NULL) {
+      vars = &launchers[i];
+      break;
+    }
+  }
+  if (vars == NULL)
+    return XCOLL_SUCCESS;
+
+  if (xcoll_env_str(vars->world_size) == NULL)
+    return xcoll_error(NULL, XCOLL_ERR_ENV,
+                       "%s=%s is set but %s is not: %s sets both; set %s to "
+                       "the number of ranks",
+                       vars->rank, xcoll_env_str(vars->rank), vars->world_size,
+                       vars->launcher, vars->world_size);
+  if (xcoll_env_str(vars->rank) == NULL)
+    return xcoll_error(NULL, XCOLL_ERR_ENV,
+                       "%s=%s is set but %s is not: %s sets both; set %s to "
+                       "this process's rank",
+                       vars->world_size, xcoll_env_str(vars->world_size),
+                       vars->rank, vars->launcher, vars->rank);
+  long world_size = 1, rank = 0, local_rank = -1, local_world_size = -1;
+  xcoll_status status =
+      xcoll_env_int(vars->world_size, 1, 1, INT_MAX, &world_size);
+  if (status == XCOLL_SUCCESS)
+    status = xcoll_env_int(vars->rank, 0, 0, INT_MAX, &rank);
+  if (status == XCOLL_SUCCESS)
+    status = xcoll_env_int(vars->local_rank, -1, 0, INT_MAX, &local_rank);
+  if (status == XCOLL_SUCCESS && vars->local_world_size != NULL)
+    status = xcoll_env_int(vars->local_world_size, -1, 1, INT_MAX,
+                           &local_world_size);
+  if (status != XCOLL_SUCCESS)
+    return status;
+  if (rank >= world_size)
+    return xcoll_error(
+        NULL, XCOLL_ERR_ENV, "%s=%ld is not below %s=%ld: ranks are 0 to %ld",
+        vars->rank, rank, vars->world_size, world_size, world_size - 1);
+  if (local_world_size > 0 && local_rank >= local_world_size)
+    return xcoll_error(NULL, XCOLL_ERR_ENV, "%s=%ld is not below %s=%ld",
+                       vars->local_rank, local_rank, vars->local_world_size,
+                       local_world_size);
+  config->rank = (int)rank;
+  config->world_size = (int)world_size;
+  config->local_rank = (int)local_rank;
+  config->local_world_size = (int)local_world_size;
+  return XCOLL_SUCCESS;
+}
+
+xcoll_status xcoll_comm_init_env(xcoll_comm_t *out) {
+  if (out == NULL)
+    return xcoll_error(
+        NULL, XCOLL_ERR_INVALID_ARGUMENT,
+        "xcoll_comm_init_env: comm (the output pointer) is NULL");
+  *out = NULL;
+  xcoll_status status = (xcoll_status)xcoll_log_init();
+  if (status != XCOLL_SUCCESS)
+    return status;
+  xcoll_config config;
+  xcoll_config_init(&config);
+  status = config_from_launcher(&config);
+  if (status != XCOLL_SUCCESS)
+    return status;
+  config.master_addr = xcoll_env_str("MASTER_ADDR");
+  long port = DEFAULT_MASTER_PORT;
+  status = xcoll_env_int("MASTER_PORT", DEFAULT_MASTER_PORT, 1, 65535, &port);
+  if (status != XCOLL_SUCCESS)
+    return status;
+  config.master_port = (int)port;
+  return xcoll_comm_init(out, &config);
+}
+
+/* ---- split ---- */
+
+/* What each rank publishes for a split. */
+typedef struct split_entry {
+  int color;
+  int key;
+  int old_rank;
+  char host[64];
+} split_entry;
+
+static int compare_by_key_then_rank(const void *a, const void *b) {
+  const split_entry *x = a, *y = b;
+  if (x->key != y->key)
+    return x->key < y->key ? -1 : 1;
+  return (x->old_rank > y->old_rank) - (x->old_rank < y->old_rank);
+}
+
+/* Publish (color, key, host) and read every rank's. entries has world_size
+ * slots. */
+static xcoll_status split_exchange(xcoll_comm *comm, const char *base,
+                                   int color, int key, split_entry *entries) {
+  char host[64];
+  if (gethostname(host, sizeof host) != 0 || host[0] == '\0')
+    snprintf(host, sizeof host, "unknown");
+  host[sizeof host - 1] = '\0';
+  for (char *c = host; *c != '\0'; c++)
+    if (*c == ' ')
+      *c = '_';
+
+  char store_key[160];
+  char value[128];
+  int len = snprintf(value, sizeof value, "%d %d %s", color, key, host);
+  snprintf(store_key, sizeof store_key, "%s%d", base, comm->rank);
+  xcoll_status status =
+      xcoll_store_set(comm->store, store_key, value, (size_t)len);
+  if (status != XCOLL_SUCCESS)
+    return xcoll_error_adopt(comm, status);
+
+  for (int r = 0; r < comm->world_size; r++) {
+    snprintf(store_key, sizeof store_key, "%s%d", base, r);
+    void *data = NULL;
+    size_t bytes = 0;
+    status = xcoll_store_get(comm->store, store_key, &data, &bytes);
+    if (status != XCOLL_SUCCESS)
+      return xcoll_error(comm, status,
+                         "xcoll_comm_split: waiting for rank %d's color and "
+                         "key (store key '%s'): %s",
+                         r, store_key, xcoll_last_error());
+    char text[128];
+    int fits = bytes < sizeof text;
+    if (fits) {
+      memcpy(text, data, bytes);
+      text[bytes] = '\0';
+    }
+    free(data);
+    split_entry *entry = &entries[r];
+    entry->old_rank = r;
+    if (!fits || sscanf(text, "%d %d %63s", &entry->color, &entry->key,
+                        entry->host) != 3)
+      return xcoll_error(comm, XCOLL_ERR_PROTOCOL,
+                         "xcoll_comm_split: rank %d published a malformed "
+                         "entry under '%s' (%zu bytes)",
+                         r, store_key, bytes);
+  }
+  return XCOLL_SUCCESS;
+}
+
+/* The new communicator's id: its rank 0 draws one from the job-global
+ * counter and publishes it for the others of its group. */
+static xcoll_status split_comm_id(xcoll_comm *comm, const char *base, int color,
+                                  int new_rank, uint64_t *comm_id) {
+  char store_key[160];
+  snprintf(store_key, sizeof store_key, "%scolor%d/id", base, color);
+  if (new_rank == 0) {
+    int64_t id = 0;
+    xcoll_status status =
+        xcoll_store_add(comm->store, COMM_ID_COUNTER_KEY, 1, &id);
+    if (status != XCOLL_SUCCESS)
+      return xcoll_error_adopt(comm, status);
+    char value[32];
+    int len = snprintf(value, sizeof value, "%lld", (long long)id);
+    status = xcoll_store_set(comm->store, store_key, value, (size_t)len);
+    if (status != XCOLL_SUCCESS)
+      return xcoll_error_adopt(comm, status);
+    *comm_id = (uint64_t)id;
+    return XCOLL_SUCCESS;
+  }
+  void *data = NULL;
+  size_t bytes = 0;
+  xcoll_status status = xcoll_store_get(comm->store, store_key, &data, &bytes);
+  if (status != XCOLL_SUCCESS)
+    return xcoll_error(comm, status,
+                       "xcoll_comm_split: waiting for the new communicator's "
+                       "id from its rank 0 (store key '%s'): %s",
+                       store_key, xcoll_last_error());
+  char text[32];
+  unsigned long long id = 0;
+  int ok = bytes < sizeof text;
+  if (ok) {
+    memcpy(text, data, bytes);
+    text[bytes] = '\0';
+    ok = sscanf(text, "%llu", &id) == 1 && id > 0;
+  }
+  free(data);
+  if (!ok)
+    return xcoll_error(comm, XCOLL_ERR_PROTOCOL,
+                       "xcoll_comm_split: malformed communicator id under "
+                       "'%s'",
+                       store_key);
+  *comm_id = id;
+  return XCOLL_SUCCESS;
+}
+
+xcoll_status xcoll_comm_split(xcoll_comm_t comm, int color, int key,
+                              xcoll_comm_t *newcomm) {
+  if (newcomm == NULL)
+    return xcoll_error(comm_is_live(comm) ? comm : NULL,
+                       XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_comm_split: newcomm is NULL");
+  *newcomm = NULL;
+  xcoll_status status = xcoll_comm_check(comm);
+  if (status != XCOLL_SUCCESS)
+    return status;
+  if (color < XCOLL_SPLIT_NOCOLOR)
+    return xcoll_error(comm, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_comm_split: color=%d must be >= 0, or "
+                       "XCOLL_SPLIT_NOCOLOR (-1) for no new communicator",
+                       color);
+
+  char base[96];
+  snprintf(base, sizeof base, "%ssplit%llu/", comm->store_prefix,
+           (unsigned long long)comm->split_count++);
+  split_entry *entries = calloc((size_t)comm->world_size, sizeof *entries);
+  if (entries == NULL)
+    return xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
+                       "xcoll_comm_split: cannot allocate %d entries",
+                       comm->world_size);
+  status = split_exchange(comm, base, color, key, entries);
+  if (status != XCOLL_SUCCESS || color == XCOLL_SPLIT_NOCOLOR) {
+    free(entries);
+    return status;
+  }
+
+  /* Keep this color's members, ordered by (key, old rank). */
+  int size = 0;
+  for (int r = 0; r < comm->world_size; r++)
+    if (entries[r].color == color)
+      entries[size++] = entries[r];
+  qsort(entries, (size_t)size, sizeof *entries, compare_by_key_then_rank);
+  int new_rank = -1, local_rank = 0, local_world_size = 0;
+  const char *my_host = NULL;
+  for (int i = 0; i < size; i++)
+    if (entries[i].old_rank == comm->rank) {
+      new_rank = i;
+      my_host = entries[i].host;
+    }
+  if (new_rank < 0) {
+    free(entries);
+    return xcoll_error(comm, XCOLL_ERR_INTERNAL,
+                       "xcoll_comm_split: rank %d missing from its own group",
+                       comm->rank);
+  }
+  for (int i = 0; i < size; i++) {
+    if (strcmp(entries[i].host, my_host) != 0)
+      continue;
+    if (i < new_rank)
+      local_rank++;
+    local_world_size++;
+  }
+  free(entries);
+
+  uint64_t comm_id = 0;
+  status = split_comm_id(comm, base, color, new_rank, &comm_id);
+  if (status != XCOLL_SUCCESS)
+    return status;
+
+  xcoll_comm *child = comm_new();
+  if (child == NULL)
+    return xcoll_error_adopt(comm, XCOLL_ERR_NO_MEMORY);
+  child->rank = new_rank;
+  child->world_size = size;
+  child->local_rank = local_rank;
+  child->local_world_size = local_world_size;
+  child->comm_id = comm_id;
+  child->timeout_s = comm->timeout_s;
+  child->options = comm->options;
+  child->options.socket_ifname = NULL;
+  child->backend = comm->backend;
+  memcpy(child->master_addr, comm->master_addr, sizeof child->master_addr);
+  child->master_port = comm->master_port;
+  int held = 0;
+  if (comm->options.socket_ifname != NULL) {
+    child->options.socket_ifname = strdup(comm->options.socket_ifname);
+    if (child->options.socket_ifname == NULL) {
+      status = xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
+                           "xcoll_comm_split: cannot copy the interface name");
+      goto fail;
+    }
+  }
+  status = comm_connect(child, &held);
+  if (status != XCOLL_SUCCESS) {
+    xcoll_error_adopt(comm, status);
+    goto fail;
+  }
+  XCOLL_INFO("comm %llu: split of comm %llu (color %d, key %d): rank %d of "
+             "%d, local %d of %d",
+             (unsigned long long)child->comm_id,
+             (unsigned long long)comm->comm_id, color, key, child->rank,
+             child->world_size, child->local_rank, child->local_world_size);
+  *newcomm = child;
+  return XCOLL_SUCCESS;
+
+fail:
+  comm_free(child, held);
+  return status;
+}
+
+/* ---- abort, destroy ---- */
+
+xcoll_status xcoll_comm_abort(xcoll_comm_t comm) {
+  xcoll_status status = check_live(comm, "xcoll_comm_abort");
+  if (status != XCOLL_SUCCESS)
+    return status;
+  if (atomic_exchange(&comm->aborted, 1))
+    return XCOLL_SUCCESS;
+  char message[XCOLL_ERROR_BYTES];
+  snprintf(message, sizeof message,
+           "xcoll_comm_abort() was called on rank %d of communicator %llu",
+           comm->rank, (unsigned long long)comm->comm_id);
+  /* Abort wins over an earlier failure: every later call must say ABORTED. */
+  pthread_mutex_lock(&comm->error_lock);
+  atomic_store(&comm->broken_status, XCOLL_ERR_ABORTED);
+  snprintf(comm->broken_message, sizeof comm->broken_message, "%s", message);
+  snprintf(comm->last_error, sizeof comm->last_error, "%s", message);
+  pthread_mutex_unlock(&comm->error_lock);
+  XCOLL_WARN("%s", message);
+  if (comm->backend->comm_abort != NULL)
+    comm->backend->comm_abort(comm, comm->backend_state);
+  xcoll_queue_abort(comm);
+  return XCOLL_SUCCESS;
+}
+
+/* Before rank 0 of the world stops the store, wait until every rank has
+ * reached destroy: a slower rank may still be reading rendezvous keys, and
+ * pulling the server from under it would fail its init or split. */
+static xcoll_status finalize_handshake(xcoll_comm *comm) {
+  char count_key[64], done_key[64];
+  snprintf(count_key, sizeof count_key, "%sfinalize", comm->store_prefix);
+  snprintf(done_key, sizeof done_key, "%sfinalize_done", comm->store_prefix);
+  int64_t arrived = 0;
+  xcoll_status status = xcoll_store_add(comm->store, count_key, 1, &arrived);
+  if (status == XCOLL_SUCCESS && arrived == comm->world_size)
+    status = xcoll_store_set(comm->store, done_key, "1", 1);
+  if (status == XCOLL_SUCCESS && comm->store_server != NULL) {
+    const char *keys[1] = {done_key};
+    status = xcoll_store_wait(comm->store, keys, 1);
+  }
+  if (status != XCOLL_SUCCESS)
+    return xcoll_error(NULL, status,
+                       "xcoll_comm_destroy: rank %d: not every rank reached "
+                       "xcoll_comm_destroy within %.1f s (XCOLL_TIMEOUT_S); "
+                       "stopping the store anyway: %s",
+                       comm->rank, comm->timeout_s, xcoll_last_error());
+  return XCOLL_SUCCESS;
+}
+
+xcoll_status xcoll_comm_destroy(xcoll_comm_t comm) {
+  if (comm == NULL)
+    return XCOLL_SUCCESS;
+  xcoll_status status = check_live(comm, "xcoll_comm_destroy");
+  if (status != XCOLL_SUCCESS)
+    return status;
+  xcoll_queue_destroy(comm);
+  comm->backend->comm_destroy(comm, comm->backend_state);
+  /* A broken world may have lost ranks for good: do not wait for them. */
+  if (comm->comm_id == 0 && comm->world_size > 1 &&
+      atomic_load(&comm->broken_status) == XCOLL_SUCCESS)
+    status = finalize_handshake(comm);
+  comm_free(comm, HAVE_TRACE);
+  return status;
+}
+
+/* ---- getters ---- */
+
+xcoll_status xcoll_comm_rank(xcoll_comm_t comm, int *rank) {
+  xcoll_status status = check_live(comm, "xcoll_comm_rank");
+  if (status != XCOLL_SUCCESS)
+    return status;
+  if (rank == NULL)
+    return xcoll_error(comm, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_comm_rank: rank is NULL");
+  *rank = comm->rank;
+  return XCOLL_SUCCESS;
+}
+
+xcoll_status xcoll_comm_size(xcoll_comm_t comm, int *world_size) {
+  xcoll_status status = check_live(comm, "xcoll_comm_size");
+  if (status != XCOLL_SUCCESS)
+    return status;
+  if (world_size == NULL)
+    return xcoll_error(comm, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_comm_size: world_size is NULL");
+  *world_size = comm->world_size;
+  return XCOLL_SUCCESS;
+}
+
+xcoll_status xcoll_comm_local_rank(xcoll_comm_t comm, int *local_rank) {
+  xcoll_status status = check_live(comm, "xcoll_comm_local_rank");
+  if (status != XCOLL_SUCCESS)
+    return status;
+  if (local_rank == NULL)
+    return xcoll_error(comm, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_comm_local_rank: local_rank is NULL");
+  *local_rank = comm->local_rank;
+  return XCOLL_SUCCESS;
+}
+
+const char *xcoll_comm_backend(xcoll_comm_t comm) {
+  if (!comm_is_live(comm))
+    return "";
+  return comm->backend->name;
+}

@@ -1,0 +1,1430 @@
+/* store.c - the rendezvous store (store.h): a key-value server that runs on
+ * rank 0 in a background thread, and the blocking client every rank uses to
+ * publish and fetch addresses during bootstrap.
+ *
+ * Server: one thread polls the listening socket, every client socket and a
+ * wake-up eventfd. A get or wait on a key that does not exist yet is parked
+ * on its connection and answered when a set or add creates the key, so
+ * clients never poll. Client: one request at a time, each a header plus key
+ * plus value, then one reply; every read and write waits with poll() against
+ * a deadline so that a dead or silent server is a timeout, not a hang.
+ *
+ * Wire format (all integers big-endian):
+ *   header  = magic u32 | version u16 | kind u16 | key_bytes u32 | value_bytes
+ * u32 payload = key (key_bytes) followed by value (value_bytes) wait and check
+ * carry their keys in the value as u32 count, then for each key u32 length and
+ * the bytes. add carries an i64 delta and is answered with the new i64; the
+ * stored value is the decimal text (as in TCPStore), so a get of a counter
+ * returns e.g. "12".
+ *
+ * A client whose request times out sends CANCEL: the server drops the parked
+ * request (if it is still parked) and answers CANCELLED, so the connection
+ * stays in step and can be reused. */
+#include "store.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "log.h"
+
+#define STORE_MAGIC 0x58435354u /* "XCST" */
+#define STORE_VERSION 1
+#define STORE_HEADER_BYTES 16
+/* A reply to CANCEL may follow the late reply it cancels: allow this long. */
+#define STORE_CANCEL_GRACE_S 10.0
+
+enum store_kind {
+  STORE_SET = 1,
+  STORE_GET = 2,
+  STORE_WAIT = 3,
+  STORE_ADD = 4,
+  STORE_CHECK = 5,
+  STORE_DELETE = 6,
+  STORE_CANCEL = 7,
+  STORE_REPLY_OK = 64,
+  STORE_REPLY_CANCELLED = 65,
+  STORE_REPLY_ERROR = 66
+};
+
+typedef struct store_header {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t kind;
+  uint32_t key_bytes;
+  uint32_t value_bytes;
+} store_header;
+
+static void put_u32(unsigned char *p, uint32_t v) {
+  p[0] = (unsigned char)(v >> 24);
+  p[1] = (unsigned char)(v >> 16);
+  p[2] = (unsigned char)(v >> 8);
+  p[3] = (unsigned char)v;
+}
+
+static uint32_t get_u32(const unsigned char *p) {
+  return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |
+         ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+static void put_i64(unsigned char *p, int64_t v) {
+  uint64_t u = (uint64_t)v;
+  put_u32(p, (uint32_t)(u >> 32));
+  put_u32(p + 4, (uint32_t)u);
+}
+
+static int64_t get_i64(const unsigned char *p) {
+  uint64_t u = ((uint64_t)get_u32(p) << 32) | get_u32(p + 4);
+  return (int64_t)u;
+}
+
+static void header_encode(const store_header *h,
+                          unsigned char out[STORE_HEADER_BYTES]) {
+  put_u32(out, h->magic);
+  out[4] = (unsigned char)(h->version >> 8);
+  out[5] = (unsigned char)h->version;
+  out[6] = (unsigned char)(h->kind >> 8);
+  out[7] = (unsigned char)h->kind;
+  put_u32(out + 8, h->key_bytes);
+  put_u32(out + 12, h->value_bytes);
+}
+
+static void header_decode(const unsigned char in[STORE_HEADER_BYTES],
+                          store_header *h) {
+  h->magic = get_u32(in);
+  h->version = (uint16_t)((in[4] << 8) | in[5]);
+  h->kind = (uint16_t)((in[6] << 8) | in[7]);
+  h->key_bytes = get_u32(in + 8);
+  h->value_bytes = get_u32(in + 12);
+}
+
+/* The checks shared by both directions, done before anything is allocated.
+ * Returns NULL when the header is acceptable, else why it is not. */
+static const char *header_check(const store_header *h) {
+  if (h->magic != STORE_MAGIC)
+    return "bad magic (not an xcoll store peer?)";
+  if (h->version != STORE_VERSION)
+    return "unsupported protocol version";
+  if (h->key_bytes > XCOLL_STORE_MAX_KEY)
+    return "key longer than XCOLL_STORE_MAX_KEY";
+  if (h->value_bytes > XCOLL_STORE_MAX_VALUE)
+    return "value longer than XCOLL_STORE_MAX_VALUE";
+  return NULL;
+}
+
+/* Request-specific shape: which parts must be present and how long. */
+static const char *request_check(const store_header *h) {
+  const char *why = header_check(h);
+  if (why)
+    return why;
+  switch (h->kind) {
+  case STORE_SET:
+    return h->key_bytes == 0 ? "set without a key" : NULL;
+  case STORE_GET:
+  case STORE_DELETE:
+    return (h->key_bytes == 0 || h->value_bytes != 0) ? "malformed get/delete"
+                                                      : NULL;
+  case STORE_ADD:
+    return (h->key_bytes == 0 || h->value_bytes != 8) ? "malformed add" : NULL;
+  case STORE_WAIT:
+  case STORE_CHECK:
+    return (h->key_bytes != 0 || h->value_bytes < 4) ? "malformed key list"
+                                                     : NULL;
+  case STORE_CANCEL:
+    return (h->key_bytes != 0 || h->value_bytes != 0) ? "malformed cancel"
+                                                      : NULL;
+  default:
+    return "unknown request kind";
+  }
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ------------------------------------------------------------------ */
+/* Server: the table                                                    */
+/* ------------------------------------------------------------------ */
+
+typedef struct store_entry {
+  unsigned char *key;
+  size_t key_bytes;
+  unsigned char *value;
+  size_t value_bytes;
+  uint64_t hash;
+  struct store_entry *next;
+} store_entry;
+
+typedef struct store_table {
+  store_entry **buckets;
+  size_t bucket_count; /* a power of two */
+  size_t entry_count;
+} store_table;
+
+static uint64_t key_hash(const unsigned char *key, size_t bytes) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (size_t i = 0; i < bytes; i++) {
+    h ^= key[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+static store_entry **table_slot(store_table *t, const unsigned char *key,
+                                size_t key_bytes, uint64_t hash) {
+  store_entry **slot = &t->buckets[hash & (t->bucket_count - 1)];
+  while (*slot && !((*slot)->hash == hash && (*slot)->key_bytes == key_bytes &&
+                    memcmp((*slot)->key, key, key_bytes) == 0))
+    slot = &(*slot)->next;
+  return slot;
+}
+
+static store_entry *table_find(store_table *t, const unsigned char *key,
+                               size_t key_bytes) {
+  return *table_slot(t, key, key_bytes, key_hash(key, key_bytes));
+}
+
+static void table_grow(store_table *t) {
+  size_t count = t->bucket_count * 2;
+  store_entry **buckets = calloc(count, sizeof *buckets);
+  if (!buckets)
+    return; /* longer chains, still correct */
+  for (size_t i = 0; i < t->bucket_count; i++) {
+    store_entry *e = t->buckets[i];
+    while (e) {
+      store_entry *next = e->next;
+      e->next = buckets[e->hash & (count - 1)];
+      buckets[e->hash & (count - 1)] = e;
+      e = next;
+    }
+  }
+  free(t->buckets);
+  t->buckets = buckets;
+  t->bucket_count = count;
+}
+
+/* Takes ownership of value (malloc'd, may be NULL when value_bytes is 0).
+ * Returns 0, or -1 when out of memory (value is freed). */
+static int table_put(store_table *t, const unsigned char *key, size_t key_bytes,
+                     unsigned char *value, size_t value_bytes) {
+  uint64_t hash = key_hash(key, key_bytes);
+  store_entry **slot = table_slot(t, key, key_bytes, hash);
+  if (*slot) {
+    free((*slot)->value);
+    (*slot)->value = value;
+    (*slot)->value_bytes = value_bytes;
+    return 0;
+  }
+  store_entry *e = calloc(1, sizeof *e);
+  unsigned char *key_copy = malloc(key_bytes);
+  if (!e || !key_copy) {
+    free(e);
+    free(key_copy);
+    free(value);
+    return -1;
+  }
+  memcpy(key_copy, key, key_bytes);
+  e->key = key_copy;
+  e->key_bytes = key_bytes;
+  e->value = value;
+  e->value_bytes = value_bytes;
+  e->hash = hash;
+  *slot = e;
+  if (++t->entry_count > 2 * t->bucket_count)
+    table_grow(t);
+  return 0;
+}
+
+static int table_remove(store_table *t, const unsigned char *key,
+                        size_t key_bytes) {
+  store_entry **slot = table_slot(t, key, key_bytes, key_hash(key, key_bytes));
+  store_entry *e = *slot;
+  if (!e)
+    return 0;
+  *slot = e->next;
+  free(e->key);
+  free(e->value);
+  free(e);
+  t->entry_count--;
+  return 1;
+}
+
+static void table_free(store_table *t) {
+  for (size_t i = 0; i < t->bucket_count; i++) {
+    store_entry *e = t->buckets[i];
+    while (e) {
+      store_entry *next = e->next;
+      free(e->key);
+      free(e->value);
+      free(e);
+      e = next;
+    }
+  }
+  free(t->buckets);
+  t->buckets = NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Server: connections                                                  */
+/* ------------------------------------------------------------------ */
+
+typedef struct store_client {
+  int fd;
+  char peer[64]; /* "addr:port", for log lines */
+  /* the message being read: header first, then key and value */
+  unsigned char header_buf[STORE_HEADER_BYTES];
+  size_t header_have;
+  store_header header;
+  unsigned char *payload;
+  size_t payload_bytes;
+  size_t payload_have;
+  /* a get or wait that waits for keys; its payload is kept here */
+  uint16_t parked_kind;
+  unsigned char *parked_payload;
+  size_t parked_key_bytes;
+  size_t parked_value_bytes;
+  /* replies not yet written */
+  unsigned char *out;
+  size_t out_bytes;
+  size_t out_sent;
+  size_t out_capacity;
+  int dead; /* close at the end of this poll round */
+} store_client;
+
+struct xcoll_store_server {
+  int listen_fd;
+  int wake_fd;
+  atomic_int stopping;
+  pthread_t thread;
+  char addr[128];
+  int port;
+  store_table table;
+  store_client **clients;
+  size_t client_count;
+  size_t client_capacity;
+  struct pollfd *pollfds;
+  size_t pollfd_capacity;
+};
+
+static void client_free(store_client *c) {
+  if (c->fd >= 0)
+    close(c->fd);
+  free(c->payload);
+  free(c->parked_payload);
+  free(c->out);
+  free(c);
+}
+
+static void client_drop(store_client *c, const char *why) {
+  if (!c->dead)
+    XCOLL_WARN("rendezvous store: closing the connection from %s: %s", c->peer,
+               why);
+  c->dead = 1;
+}
+
+/* Write what is queued without blocking; the rest goes when poll says
+ * POLLOUT. */
+static void client_flush(store_client *c) {
+  while (!c->dead && c->out_sent < c->out_bytes) {
+    ssize_t n = send(c->fd, c->out + c->out_sent, c->out_bytes - c->out_sent,
+                     MSG_NOSIGNAL);
+    if (n > 0) {
+      c->out_sent += (size_t)n;
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return;
+    } else {
+      client_drop(c, n < 0 ? strerror(errno) : "peer closed");
+      return;
+    }
+  }
+  if (c->out_sent == c->out_bytes) {
+    c->out_sent = 0;
+    c->out_bytes = 0;
+  }
+}
+
+static void client_reply(store_client *c, uint16_t kind, const void *value,
+                         size_t value_bytes) {
+  if (c->dead)
+    return;
+  size_t need = c->out_bytes + STORE_HEADER_BYTES + value_bytes;
+  if (need > c->out_capacity) {
+    size_t capacity = c->out_capacity ? c->out_capacity : 256;
+    while (capacity < need)
+      capacity *= 2;
+    unsigned char *out = realloc(c->out, capacity);
+    if (!out) {
+      client_drop(c, "out of memory for a reply");
+      return;
+    }
+    c->out = out;
+    c->out_capacity = capacity;
+  }
+  store_header h = {STORE_MAGIC, STORE_VERSION, kind, 0, (uint32_t)value_bytes};
+  header_encode(&h, c->out + c->out_bytes);
+  if (value_bytes)
+    memcpy(c->out + c->out_bytes + STORE_HEADER_BYTES, value, value_bytes);
+  c->out_bytes = need;
+  client_flush(c);
+}
+
+static void client_reply_error(store_client *c, const char *message) {
+  client_reply(c, STORE_REPLY_ERROR, message, strlen(message));
+}
+
+/* Walks a key list (u32 count, then u32 length + bytes per key). With
+ * table == NULL it only validates and returns 1 when well formed. With a
+ * table it returns 1 when every key exists. */
+static int key_list_scan(const unsigned char *list, size_t bytes,
+                         store_table *table) {
+  if (bytes < 4)
+    return 0;
+  uint32_t count = get_u32(list);
+  size_t at = 4;
+  if (count == 0)
+    return 0;
+  for (uint32_t i = 0; i < count; i++) {
+    if (bytes - at < 4)
+      return 0;
+    uint32_t len = get_u32(list + at);
+    at += 4;
+    if (len == 0 || len > XCOLL_STORE_MAX_KEY || len > bytes - at)
+      return 0;
+    if (table && !table_find(table, list + at, len))
+      return 0;
+    at += len;
+  }
+  return at == bytes;
+}
+
+/* Answer a parked get or wait if its keys now exist. */
+static void client_try_unpark(xcoll_store_server *s, store_client *c) {
+  if (!c->parked_kind || c->dead)
+    return;
+  if (c->parked_kind == STORE_GET) {
+    store_entry *e =
+        table_find(&s->table, c->parked_payload, c->parked_key_bytes);
+    if (!e)
+      return;
+    client_reply(c, STORE_REPLY_OK, e->value, e->value_bytes);
+  } else {
+    if (!key_list_scan(c->parked_payload, c->parked_value_bytes, &s->table))
+      return;
+    client_reply(c, STORE_REPLY_OK, NULL, 0);
+  }
+  free(c->parked_payload);
+  c->parked_payload = NULL;
+  c->parked_kind = 0;
+}
+
+static void server_wake_parked(xcoll_store_server *s) {
+  for (size_t i = 0; i < s->client_count; i++)
+    client_try_unpark(s, s->clients[i]);
+}
+
+/* Parses the decimal text a counter is stored as. */
+static int parse_counter(const unsigned char *text, size_t bytes,
+                         int64_t *out) {
+  char buf[32];
+  if (bytes == 0 || bytes >= sizeof buf)
+    return -1;
+  memcpy(buf, text, bytes);
+  buf[bytes] = '\0';
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(buf, &end, 10);
+  if (errno || *end != '\0')
+    return -1;
+  *out = (int64_t)v;
+  return 0;
+}
+
+/* Handles one complete request; payload is handed over (the function frees
+ * or keeps it). */
+static void server_handle(xcoll_store_server *s, store_client *c, uint16_t kind,
+                          unsigned char *payload, size_t key_bytes,
+                          size_t value_bytes) {
+  const unsigned char *key = payload;
+  const unsigned char *value = payload + key_bytes;
+
+  if (c->parked_kind && kind != STORE_CANCEL) {
+    free(payload);
+    client_drop(c, "a new request arrived while one was still waiting");
+    return;
+  }
+  switch (kind) {
+  case STORE_SET: {
+    unsigned char *copy = NULL;
+    if (value_bytes) {
+      copy = malloc(value_bytes);
+      if (!copy) {
+        client_reply_error(c, "the store server is out of memory");
+        break;
+      }
+      memcpy(copy, value, value_bytes);
+    }
+    if (table_put(&s->table, key, key_bytes, copy, value_bytes) != 0) {
+      client_reply_error(c, "the store server is out of memory");
+      break;
+    }
+    client_reply(c, STORE_REPLY_OK, NULL, 0);
+    server_wake_parked(s);
+    break;
+  }
+  case STORE_GET:
+  case STORE_WAIT:
+    if (kind == STORE_WAIT && !key_list_scan(value, value_bytes, NULL)) {
+      client_drop(c, "malformed key list in wait");
+      break;
+    }
+    c->parked_kind = kind;
+    c->parked_payload = payload;
+    c->parked_key_bytes = key_bytes;
+    c->parked_value_bytes = value_bytes;
+    payload = NULL;
+    client_try_unpark(s, c);
+    break;
+  case STORE_ADD: {
+    int64_t delta = get_i64(value), current = 0, result;
+    store_entry *e = table_find(&s->table, key, key_bytes);
+    if (e && parse_counter(e->value, e->value_bytes, &current) != 0) {
+      client_reply_error(c,
+                         "add on a key whose value is not a decimal integer");
+      break;
+    }
+    if (__builtin_add_overflow(current, delta, &result)) {
+      client_reply_error(c, "add would overflow a 64-bit counter");
+      break;
+    }
+    char text[32];
+    int len = snprintf(text, sizeof text, "%" PRId64, result);
+    unsigned char *copy = malloc((size_t)len);
+    if (copy)
+      memcpy(copy, text, (size_t)len);
+    if (!copy || table_put(&s->table, key, key_bytes, copy, (size_t)len)) {
+      client_reply_error(c, "the store server is out of memory");
+      break;
+    }
+    unsigned char reply[8];
+    put_i64(reply, result);
+    client_reply(c, STORE_REPLY_OK, reply, sizeof reply);
+    server_wake_parked(s);
+    break;
+  }
+  case STORE_CHECK: {
+    if (!key_list_scan(value, value_bytes, NULL)) {
+      client_drop(c, "malformed key list in check");
+      break;
+    }
+    unsigned char exists =
+        (unsigned char)key_list_scan(value, value_bytes, &s->table);
+    client_reply(c, STORE_REPLY_OK, &exists, 1);
+    break;
+  }
+  case STORE_DELETE: {
+    unsigned char deleted =
+        (unsigned char)table_remove(&s->table, key, key_bytes);
+    client_reply(c, STORE_REPLY_OK, &deleted, 1);
+    break;
+  }
+  case STORE_CANCEL:
+    free(c->parked_payload);
+    c->parked_payload = NULL;
+    c->parked_kind = 0;
+    client_reply(c, STORE_REPLY_CANCELLED, NULL, 0);
+    break;
+  default:
+    client_drop(c, "unknown request kind");
+    break;
+  }
+  free(payload);
+}
+
+/* Read what the socket has; handle every message completed. */
+static void client_read(xcoll_store_server *s, store_client *c) {
+  for (;;) {
+    if (c->dead)
+      return;
+    unsigned char *dst;
+    size_t want;
+    if (c->header_have < STORE_HEADER_BYTES) {
+      dst = c->header_buf + c->header_have;
+      want = STORE_HEADER_BYTES - c->header_have;
+    } else {
+      dst = c->payload + c->payload_have;
+      want = c->payload_bytes - c->payload_have;
+    }
+    ssize_t n = want ? recv(c->fd, dst, want, 0) : 0;
+    if (want && n < 0) {
+      if (errno == EINTR)
+        continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK)
+        return;
+      client_drop(c, strerror(errno));
+      return;
+    }
+    if (want && n == 0) {
+      c->dead = 1; /* an orderly close: nothing to warn about */
+      return;
+    }
+    if (c->header_have < STORE_HEADER_BYTES) {
+      c->header_have += (size_t)n;
+      if (c->header_have < STORE_HEADER_BYTES)
+        continue;
+      header_decode(c->header_buf, &c->header);
+      const char *why = request_check(&c->header);
+      if (why) {
+        client_drop(c, why);
+        return;
+      }
+      c->payload_bytes = (size_t)c->header.key_bytes + c->header.value_bytes;
+      c->payload_have = 0;
+      /* one spare byte so that an empty payload still gets a buffer */
+      c->payload = malloc(c->payload_bytes + 1);
+      if (!c->payload) {
+        client_drop(c, "out of memory for a request");
+        return;
+      }
+    } else {
+      c->payload_have += (size_t)n;
+    }
+    if (c->payload_have == c->payload_bytes) {
+      unsigned char *payload = c->payload;
+      c->payload = NULL;
+      c->header_have = 0;
+      server_handle(s, c, c->header.kind, payload, c->header.key_bytes,
+                    c->header.value_bytes);
+    }
+  }
+}
+
+static void server_accept(xcoll_store_server *s) {
+  for (;;) {
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof sa;
+    int fd = accept4(s->listen_fd, (struct sockaddr *)&sa, &len,
+                     SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED)
+        continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        XCOLL_WARN("rendezvous store: accept on port %d failed: %s", s->port,
+                   strerror(errno));
+      return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (s->client_count == s->client_capacity) {
+      size_t capacity = s->client_capacity ? 2 * s->client_capacity : 16;
+      store_client **grown = realloc(s->clients, capacity * sizeof *grown);
+      if (grown) {
+        s->clients = grown;
+        s->client_capacity = capacity;
+      }
+    }
+    store_client *c =
+        s->client_count < s->client_capacity ? calloc(1, sizeof *c) : NULL;
+    if (!c) {
+      XCOLL_WARN("rendezvous store: out of memory accepting a connection");
+      close(fd);
+      continue;
+    }
+    c->fd = fd;
+    char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?";
+    getnameinfo((struct sockaddr *)&sa, len, host, sizeof host, serv,
+                sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV);
+    snprintf(c->peer, sizeof c->peer, "%s:%s", host, serv);
+    s->clients[s->client_count++] = c;
+  }
+}
+
+static void *server_main(void *arg) {
+  xcoll_store_server *s = arg;
+  while (!atomic_load(&s->stopping)) {
+    size_t need = s->client_count + 2;
+    if (need > s->pollfd_capacity) {
+      struct pollfd *grown = realloc(s->pollfds, need * 2 * sizeof *grown);
+      if (!grown) {
+        XCOLL_WARN("rendezvous store: out of memory; dropping a connection");
+        s->clients[--s->client_count]->dead = 1;
+        client_free(s->clients[s->client_count]);
+        continue;
+      }
+      s->pollfds = grown;
+      s->pollfd_capacity = need * 2;
+    }
+    s->pollfds[0] = (struct pollfd){.fd = s->wake_fd, .events = POLLIN};
+    s->pollfds[1] = (struct pollfd){.fd = s->listen_fd, .events = POLLIN};
+    for (size_t i = 0; i < s->client_count; i++) {
+      store_client *c = s->clients[i];
+      s->pollfds[i + 2] = (struct pollfd){
+          .fd = c->fd,
+          .events =
+              (short)(POLLIN | (c->out_bytes > c->out_sent ? POLLOUT : 0))};
+    }
+    size_t polled = s->client_count;
+    int ready = poll(s->pollfds, (nfds_t)(polled + 2), -1);
+    if (ready < 0) {
+      if (errno == EINTR)
+        continue;
+      XCOLL_WARN("rendezvous store: poll failed: %s", strerror(errno));
+      break;
+    }
+    if (s->pollfds[0].revents)
+      break; /* only stop writes to the eventfd */
+    /* Clients accepted below are appended after the polled ones. */
+    for (size_t i = 0; i < polled; i++) {
+      store_client *c = s->clients[i];
+      short rev = s->pollfds[i + 2].revents;
+      if (rev & POLLOUT)
+        client_flush(c);
+      if (rev & (POLLIN | POLLHUP | POLLERR))
+        client_read(s, c);
+      if (rev & POLLNVAL)
+        c->dead = 1;
+    }
+    if (s->pollfds[1].revents & POLLIN)
+      server_accept(s);
+    size_t kept = 0;
+    for (size_t i = 0; i < s->client_count; i++) {
+      if (s->clients[i]->dead)
+        client_free(s->clients[i]);
+      else
+        s->clients[kept++] = s->clients[i];
+    }
+    s->client_count = kept;
+  }
+  return NULL;
+}
+
+/* Bind and listen on one address; returns the fd or -1 with errno set. */
+static int listen_on(int family, const struct sockaddr *sa, socklen_t len) {
+  int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return -1;
+  int one = 1, zero = 0;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (family == AF_INET6) /* "::" also takes IPv4 clients */
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+  if (bind(fd, sa, len) != 0 || listen(fd, 1024) != 0) {
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return -1;
+  }
+  return fd;
+}
+
+xcoll_status xcoll_store_server_start(const char *addr, int port,
+                                      xcoll_store_server **server,
+                                      int *bound_port) {
+  if (!server)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_store_server_start: server is NULL");
+  *server = NULL;
+  if (port < 0 || port > 65535)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "rendezvous store port %d is out of range: use 0..65535 "
+                       "(0 picks a free port)",
+                       port);
+  int wildcard = !addr || !*addr;
+  const char *shown = wildcard ? "*" : addr;
+  int fd = -1, err = 0;
+  if (wildcard) {
+    struct sockaddr_in6 sa6 = {.sin6_family = AF_INET6,
+                               .sin6_port = htons((uint16_t)port),
+                               .sin6_addr = IN6ADDR_ANY_INIT};
+    fd = listen_on(AF_INET6, (struct sockaddr *)&sa6, sizeof sa6);
+    if (fd < 0 && (errno == EAFNOSUPPORT || errno == EADDRNOTAVAIL)) {
+      struct sockaddr_in sa4 = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_ANY)};
+      fd = listen_on(AF_INET, (struct sockaddr *)&sa4, sizeof sa4);
+    }
+    err = errno;
+  } else {
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *list = NULL;
+    int rc = getaddrinfo(addr, service, &hints, &list);
+    if (rc != 0)
+      return xcoll_error(NULL, XCOLL_ERR_SYSTEM,
+                         "could not resolve the rendezvous store address '%s' "
+                         "(port %d): %s",
+                         addr, port, gai_strerror(rc));
+    err = EADDRNOTAVAIL;
+    for (struct addrinfo *ai = list; ai && fd < 0; ai = ai->ai_next) {
+      fd = listen_on(ai->ai_family, ai->ai_addr, ai->ai_addrlen);
+      if (fd < 0)
+        err = errno;
+    }
+    freeaddrinfo(list);
+  }
+  if (fd < 0)
+    return xcoll_error(NULL, XCOLL_ERR_SYSTEM,
+                       "could not listen on %s:%d for the rendezvous store: "
+                       "%s%s",
+                       shown, port, strerror(err),
+                       err == EADDRINUSE
+                           ? " (another process, perhaps an earlier run, holds "
+                             "this port: pick another MASTER_PORT, or 0 in "
+                             "xcollrun for a free one)"
+                           : "");
+
+  struct sockaddr_storage bound;
+  socklen_t bound_len = sizeof bound;
+  int actual_port = port;
+  if (getsockname(fd, (struct sockaddr *)&bound, &bound_len) == 0)
+    actual_port = ntohs(bound.ss_family == AF_INET6
+                            ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                            : ((struct sockaddr_in *)&bound)->sin_port);
+
+  xcoll_store_server *s = calloc(1, sizeof *s);
+  if (!s) {
+    close(fd);
+    return xcoll_error(NULL, XCOLL_ERR_NO_MEMORY,
+                       "out of memory starting the rendezvous store");
+  }
+  s->listen_fd = fd;
+  s->port = actual_port;
+  snprintf(s->addr, sizeof s->addr, "%s", shown);
+  s->table.bucket_count = 256;
+  s->table.buckets = calloc(s->table.bucket_count, sizeof *s->table.buckets);
+  s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (!s->table.buckets || s->wake_fd < 0) {
+    int saved = errno;
+    if (s->wake_fd >= 0)
+      close(s->wake_fd);
+    free(s->table.buckets);
+    free(s);
+    close(fd);
+    return xcoll_error(NULL, XCOLL_ERR_SYSTEM,
+                       "could not set up the rendezvous store on %s:%d: %s",
+                       shown, actual_port, strerror(saved));
+  }
+  /* The server thread takes no signals: they belong to the application. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int rc = pthread_create(&s->thread, NULL, server_main, s);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
+    close(s->wake_fd);
+    free(s->table.buckets);
+    free(s);
+    close(fd);
+    return xcoll_error(NULL, XCOLL_ERR_SYSTEM,
+                       "could not start the rendezvous store thread for "
+                       "%s:%d: %s",
+                       shown, actual_port, strerror(rc));
+  }
+  XCOLL_INFO("rendezvous store listening on %s:%d", shown, actual_port);
+  *server = s;
+  if (bound_port)
+    *bound_port = actual_port;
+  return XCOLL_SUCCESS;
+}
+
+void xcoll_store_server_stop(xcoll_store_server *s) {
+  if (!s)
+    return;
+  atomic_store(&s->stopping, 1);
+  uint64_t one = 1;
+  while (write(s->wake_fd, &one, sizeof one) < 0 && errno == EINTR) {
+  }
+  pthread_join(s->thread, NULL);
+  for (size_t i = 0; i < s->client_count; i++)
+    client_free(s->clients[i]);
+  free(s->clients);
+  free(s->pollfds);
+  table_free(&s->table);
+  close(s->listen_fd);
+  close(s->wake_fd);
+  free(s);
+}
+
+/* ------------------------------------------------------------------ */
+/* Client                                                               */
+/* ------------------------------------------------------------------ */
+
+struct xcoll_store {
+  int fd;
+  int broken; /* the byte stream is out of step: every call fails */
+  char host[256];
+  int port;
+  double timeout_s;
+};
+
+enum io_result { IO_OK = 0, IO_TIMEOUT, IO_CLOSED, IO_ERROR };
+
+/* Wait until fd is ready for events or the deadline passes. */
+static enum io_result io_wait(int fd, short events, double deadline) {
+  for (;;) {
+    double left = deadline - now_s();
+    if (left <= 0)
+      return IO_TIMEOUT;
+    int ms = left > 3600.0 ? 3600000 : (int)ceil(left * 1000.0);
+    struct pollfd p = {.fd = fd, .events = events};
+    int rc = poll(&p, 1, ms);
+    if (rc > 0)
+      return IO_OK;
+    if (rc < 0 && errno != EINTR)
+      return IO_ERROR;
+  }
+}
+
+static enum io_result send_all(int fd, const void *buf, size_t bytes,
+                               double deadline) {
+  const unsigned char *p = buf;
+  while (bytes) {
+    ssize_t n = send(fd, p, bytes, MSG_NOSIGNAL);
+    if (n > 0) {
+      p += n;
+      bytes -= (size_t)n;
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      enum io_result r = io_wait(fd, POLLOUT, deadline);
+      if (r != IO_OK)
+        return r;
+    } else {
+      return (n < 0 && errno != EPIPE && errno != ECONNRESET) ? IO_ERROR
+                                                              : IO_CLOSED;
+    }
+  }
+  return IO_OK;
+}
+
+static enum io_result recv_all(int fd, void *buf, size_t bytes,
+                               double deadline) {
+  unsigned char *p = buf;
+  while (bytes) {
+    ssize_t n = recv(fd, p, bytes, 0);
+    if (n > 0) {
+      p += n;
+      bytes -= (size_t)n;
+    } else if (n == 0) {
+      return IO_CLOSED;
+    } else if (errno == EINTR) {
+      continue;
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      enum io_result r = io_wait(fd, POLLIN, deadline);
+      if (r != IO_OK)
+        return r;
+    } else {
+      return errno == ECONNRESET ? IO_CLOSED : IO_ERROR;
+    }
+  }
+  return IO_OK;
+}
+
+static xcoll_status io_failure(xcoll_store *st, enum io_result r,
+                               const char *what) {
+  st->broken = 1;
+  if (r == IO_CLOSED)
+    return xcoll_error(NULL, XCOLL_ERR_REMOTE,
+                       "the rendezvous store at %s:%d closed the connection "
+                       "during %s: did rank 0 exit or crash?",
+                       st->host, st->port, what);
+  if (r == IO_TIMEOUT)
+    return xcoll_error(NULL, XCOLL_ERR_TIMEOUT,
+                       "the rendezvous store at %s:%d did not take or answer "
+                       "%s within %.1f s",
+                       st->host, st->port, what, st->timeout_s);
+  return xcoll_error(NULL, XCOLL_ERR_SYSTEM,
+                     "talking to the rendezvous store at %s:%d during %s: %s",
+                     st->host, st->port, what, strerror(errno));
+}
+
+/* Reads one reply, checking its header before allocating. On success
+ * *value is malloc'd (at least one byte) and the caller frees it. */
+static enum io_result read_reply(xcoll_store *st, double deadline,
+                                 store_header *h, unsigned char **value,
+                                 const char **bad) {
+  unsigned char raw[STORE_HEADER_BYTES];
+  *value = NULL;
+  *bad = NULL;
+  enum io_result r = recv_all(st->fd, raw, sizeof raw, deadline);
+  if (r != IO_OK)
+    return r;
+  header_decode(raw, h);
+  *bad = header_check(h);
+  if (!*bad && h->key_bytes != 0)
+    *bad = "reply with a key";
+  if (!*bad && h->kind != STORE_REPLY_OK && h->kind != STORE_REPLY_CANCELLED &&
+      h->kind != STORE_REPLY_ERROR)
+    *bad = "unknown reply kind";
+  if (*bad)
+    return IO_ERROR;
+  *value = malloc((size_t)h->value_bytes + 1);
+  if (!*value) {
+    *bad = "out of memory for the reply";
+    return IO_ERROR;
+  }
+  r = recv_all(st->fd, *value, h->value_bytes, deadline);
+  if (r != IO_OK) {
+    free(*value);
+    *value = NULL;
+    return r;
+  }
+  (*value)[h->value_bytes] = '\0';
+  return IO_OK;
+}
+
+/* Sends one request and waits for its reply. On success *reply (malloc'd,
+ * NUL-terminated) and *reply_bytes hold the reply's value. On a timeout it
+ * returns XCOLL_ERR_TIMEOUT with no message recorded, so that the caller can
+ * say what was missing; every other error is recorded here. what describes
+ * the request for messages ("get of key 'x'"). */
+static xcoll_status store_request(xcoll_store *st, uint16_t kind,
+                                  const char *key, const void *value,
+                                  size_t value_bytes, unsigned char **reply,
+                                  size_t *reply_bytes, const char *what) {
+  *reply = NULL;
+  if (st->broken)
+    return xcoll_error(NULL, XCOLL_ERR_REMOTE,
+                       "the connection to the rendezvous store at %s:%d "
+                       "failed earlier; connect again",
+                       st->host, st->port);
+  size_t key_bytes = key ? strlen(key) : 0;
+  double deadline = now_s() + st->timeout_s;
+  unsigned char raw[STORE_HEADER_BYTES];
+  store_header h = {STORE_MAGIC, STORE_VERSION, kind, (uint32_t)key_bytes,
+                    (uint32_t)value_bytes};
+  header_encode(&h, raw);
+  enum io_result r = send_all(st->fd, raw, sizeof raw, deadline);
+  if (r == IO_OK && key_bytes)
+    r = send_all(st->fd, key, key_bytes, deadline);
+  if (r == IO_OK && value_bytes)
+    r = send_all(st->fd, value, value_bytes, deadline);
+  if (r != IO_OK)
+    return io_failure(st, r, what);
+
+  const char *bad = NULL;
+  unsigned char *body = NULL;
+  r = read_reply(st, deadline, &h, &body, &bad);
+  int cancelled = 0;
+  if (r == IO_TIMEOUT) {
+    /* Withdraw the request so that the connection stays usable. The real
+     * reply may already be on its way: then it comes first and wins. */
+    unsigned char cancel[STORE_HEADER_BYTES];
+    store_header ch = {STORE_MAGIC, STORE_VERSION, STORE_CANCEL, 0, 0};
+    header_encode(&ch, cancel);
+    double grace = now_s() + STORE_CANCEL_GRACE_S;
+    r = send_all(st->fd, cancel, sizeof cancel, grace);
+    if (r == IO_OK)
+      r = read_reply(st, grace, &h, &body, &bad);
+    if (r == IO_OK && h.kind != STORE_REPLY_CANCELLED) {
+      unsigned char *ack = NULL;
+      store_header ah;
+      r = read_reply(st, grace, &ah, &ack, &bad);
+      if (r == IO_OK && ah.kind != STORE_REPLY_CANCELLED) {
+        r = IO_ERROR;
+        bad = "no acknowledgement of a cancelled request";
+      }
+      free(ack);
+    } else if (r == IO_OK) {
+      cancelled = 1;
+    }
+  }
+  if (r != IO_OK) {
+    free(body);
+    if (bad) {
+      st->broken = 1;
+      return xcoll_error(NULL, XCOLL_ERR_PROTOCOL,
+                         "malformed reply from the rendezvous store at %s:%d "
+                         "during %s: %s",
+                         st->host, st->port, what, bad);
+    }
+    return io_failure(st, r, what);
+  }
+  if (cancelled) {
+    free(body);
+    return XCOLL_ERR_TIMEOUT;
+  }
+  if (h.kind == STORE_REPLY_ERROR) {
+    xcoll_status status =
+        xcoll_error(NULL, XCOLL_ERR_INVALID_USAGE,
+                    "the rendezvous store at %s:%d refused "
+                    "%s: %s",
+                    st->host, st->port, what, (const char *)body);
+    free(body);
+    return status;
+  }
+  if (h.kind != STORE_REPLY_OK) {
+    free(body);
+    st->broken = 1;
+    return xcoll_error(NULL, XCOLL_ERR_PROTOCOL,
+                       "unexpected reply from the rendezvous store at %s:%d "
+                       "during %s",
+                       st->host, st->port, what);
+  }
+  *reply = body;
+  if (reply_bytes)
+    *reply_bytes = h.value_bytes;
+  return XCOLL_SUCCESS;
+}
+
+static xcoll_status check_key(const char *key, const char *function) {
+  if (!key || !*key)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "%s: the key is NULL or empty", function);
+  if (strlen(key) > XCOLL_STORE_MAX_KEY)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "%s: key '%.40s...' is %zu bytes, more than "
+                       "XCOLL_STORE_MAX_KEY (%d)",
+                       function, key, strlen(key), XCOLL_STORE_MAX_KEY);
+  return XCOLL_SUCCESS;
+}
+
+/* Encodes count keys as a key list (see the wire format above). */
+static xcoll_status encode_key_list(const char *const *keys, int count,
+                                    const char *function, unsigned char **list,
+                                    size_t *bytes) {
+  *list = NULL;
+  if (!keys || count <= 0)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "%s: keys is NULL or count %d is not positive", function,
+                       count);
+  size_t total = 4;
+  for (int i = 0; i < count; i++) {
+    xcoll_status status = check_key(keys[i], function);
+    if (status)
+      return status;
+    total += 4 + strlen(keys[i]);
+  }
+  if (total > XCOLL_STORE_MAX_VALUE)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "%s: %d keys take %zu bytes, more than "
+                       "XCOLL_STORE_MAX_VALUE",
+                       function, count, total);
+  unsigned char *p = malloc(total);
+  if (!p)
+    return xcoll_error(NULL, XCOLL_ERR_NO_MEMORY, "%s: out of memory",
+                       function);
+  put_u32(p, (uint32_t)count);
+  size_t at = 4;
+  for (int i = 0; i < count; i++) {
+    size_t len = strlen(keys[i]);
+    put_u32(p + at, (uint32_t)len);
+    memcpy(p + at + 4, keys[i], len);
+    at += 4 + len;
+  }
+  *list = p;
+  *bytes = total;
+  return XCOLL_SUCCESS;
+}
+
+xcoll_status xcoll_store_connect(const char *host, int port, double timeout_s,
+                                 xcoll_store **store) {
+  if (!store)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_store_connect: store is NULL");
+  *store = NULL;
+  if (!host || !*host || strlen(host) >= sizeof((xcoll_store *)0)->host)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_store_connect: the host is NULL, empty or too "
+                       "long (set MASTER_ADDR)");
+  if (port < 1 || port > 65535)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_store_connect: port %d is out of range 1..65535 "
+                       "(set MASTER_PORT)",
+                       port);
+  if (!(timeout_s > 0) || !isfinite(timeout_s))
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_store_connect: timeout_s %g must be a positive "
+                       "number of seconds",
+                       timeout_s);
+
+  char service[16];
+  snprintf(service, sizeof service, "%d", port);
+  double start = now_s(), deadline = start + timeout_s;
+  double backoff_s = 0.01;
+  int last_errno = 0, fd = -1;
+  while (fd < 0) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *list = NULL;
+    int rc = getaddrinfo(host, service, &hints, &list);
+    if (rc != 0 && rc != EAI_AGAIN)
+      return xcoll_error(NULL, XCOLL_ERR_SYSTEM,
+                         "could not resolve the rendezvous store host '%s': "
+                         "%s (check MASTER_ADDR)",
+                         host, gai_strerror(rc));
+    for (struct addrinfo *ai = rc == 0 ? list : NULL; ai && fd < 0;
+         ai = ai->ai_next) {
+      int s =
+          socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (s < 0) {
+        last_errno = errno;
+        continue;
+      }
+      int ok = connect(s, ai->ai_addr, ai->ai_addrlen) == 0;
+      if (!ok && errno == EINPROGRESS &&
+          io_wait(s, POLLOUT, deadline) == IO_OK) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len);
+        ok = err == 0;
+        errno = err ? err : ETIMEDOUT;
+      } else if (!ok && errno == EINPROGRESS) {
+        /* out of time: the earlier attempt's reason says more */
+        errno = last_errno ? last_errno : ETIMEDOUT;
+      }
+      if (ok) {
+        fd = s;
+      } else {
+        last_errno = errno;
+        close(s);
+      }
+    }
+    if (list)
+      freeaddrinfo(list);
+    if (fd >= 0)
+      break;
+    double left = deadline - now_s();
+    if (left <= 0)
+      return xcoll_error(NULL, XCOLL_ERR_TIMEOUT,
+                         "could not reach the rendezvous store at %s:%d after "
+                         "%.1f s (%s): is rank 0 running and "
+                         "MASTER_ADDR/MASTER_PORT right?",
+                         host, port, now_s() - start,
+                         strerror(last_errno ? last_errno : ETIMEDOUT));
+    /* Retry backoff while rank 0 starts its server; not synchronisation. */
+    double pause = backoff_s < left ? backoff_s : left;
+    struct timespec ts = {(time_t)pause,
+                          (long)((pause - (double)(time_t)pause) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+    backoff_s = backoff_s * 2 > 1.0 ? 1.0 : backoff_s * 2;
+  }
+
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  xcoll_store *st = calloc(1, sizeof *st);
+  if (!st) {
+    close(fd);
+    return xcoll_error(NULL, XCOLL_ERR_NO_MEMORY,
+                       "out of memory connecting to the rendezvous store");
+  }
+  st->fd = fd;
+  st->port = port;
+  st->timeout_s = timeout_s;
+  snprintf(st->host, sizeof st->host, "%s", host);
+  *store = st;
+  return XCOLL_SUCCESS;
+}
+
+void xcoll_store_close(xcoll_store *store) {
+  if (!store)
+    return;
+  close(store->fd);
+  free(store);
+}
+
+void xcoll_store_set_timeout(xcoll_store *store, double timeout_s) {
+  if (store && timeout_s > 0 && isfinite(timeout_s))
+    store->timeout_s = timeout_s;
+}
+
+xcoll_status xcoll_store_set(xcoll_store *store, const char *key,
+                             const void *value, size_t bytes) {
+  xcoll_status status = check_key(key, "xcoll_store_set");
+  if (status)
+    return status;
+  if (!store || (!value && bytes))
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_store_set: store is NULL, or value is NULL with "
+                       "%zu bytes",
+                       bytes);
+  if (bytes > XCOLL_STORE_MAX_VALUE)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_store_set: the value of key '%s' is %zu bytes, "
+                       "more than XCOLL_STORE_MAX_VALUE (%u)",
+                       key, bytes, XCOLL_STORE_MAX_VALUE);
+  char what[96];
+  snprintf(what, sizeof what, "set of key '%.60s'", key);
+  unsigned char *reply = NULL;
+  status =
+      store_request(store, STORE_SET, key, value, bytes, &reply, NULL, what);
+  free(reply);
+  if (status == XCOLL_ERR_TIMEOUT)
+    return io_failure(store, IO_TIMEOUT, what);
+  return status;
+}
+
+xcoll_status xcoll_store_get(xcoll_store *store, const char *key, void **value,
+                             size_t *bytes) {
+  xcoll_status status = check_key(key, "xcoll_store_get");
+  if (status)
+    return status;
+  if (!store || !value || !bytes)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_store_get: store, value or bytes is NULL");
+  *value = NULL;
+  *bytes = 0;
+  char what[96];
+  snprintf(what, sizeof what, "get of key '%.60s'", key);
+  unsigned char *reply = NULL;
+  size_t reply_bytes = 0;
+  status =
+      store_request(store, STORE_GET, key, NULL, 0, &reply, &reply_bytes, what);
+  if (status == XCOLL_ERR_TIMEOUT)
+    return xcoll_error(NULL, XCOLL_ERR_TIMEOUT,
+                       "key '%s' did not appear in the rendezvous store at "
+                       "%s:%d within %.1f s: did every rank reach this point?",
+                       key, store->host, store->port, store->timeout_s);
+  if (status)
+    return status;
+  *value = reply;
+  *bytes = reply_bytes;
+  return XCOLL_SUCCESS;
+}
+
+xcoll_status xcoll_store_check(xcoll_store *store, const char *const *keys,
+                               int count, int *exists) {
+  if (!store || !exists)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_store_check: store or exists is NULL");
+  unsigned char *list = NULL, *reply = NULL;
+  size_t list_bytes = 0, reply_bytes = 0;
+  xcoll_status status =
+      encode_key_list(keys, count, "xcoll_store_check", &list, &list_bytes);
+  if (status)
+    return status;
+  status = store_request(store, STORE_CHECK, NULL, list, list_bytes, &reply,
+                         &reply_bytes, "check");
+  free(list);
+  if (status == XCOLL_ERR_TIMEOUT)
+    return io_failure(store, IO_TIMEOUT, "check");
+  if (status == XCOLL_SUCCESS && reply_bytes != 1) {
+    store->broken = 1;
+    status = xcoll_error(NULL, XCOLL_ERR_PROTOCOL,
+                         "the rendezvous store at %s:%d answered check with "
+                         "%zu bytes instead of 1",
+                         store->host, store->port, reply_bytes);
+  }
+  if (status == XCOLL_SUCCESS)
+    *exists = reply[0] != 0;
+  free(reply);
+  return status;
+}
+
+xcoll_status xcoll_store_wait(xcoll_store *store, const char *const *keys,
+                              int count) {
+  if (!store)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_store_wait: store is NULL");
+  unsigned char *list = NULL, *reply = NULL;
+  size_t list_bytes = 0;
+  xcoll_status status =
+      encode_key_list(keys, count, "xcoll_store_wait", &list, &list_bytes);
+  if (status)
+    return status;
+  status = store_request(store, STORE_WAIT, NULL, list, list_bytes, &reply,
+                         NULL, "wait");
+  free(list);
+  free(reply);
+  if (status != XCOLL_ERR_TIMEOUT)
+    return status;
+  /* Name the first key still missing, for the message. */
+  const char *missing = keys[0];
+  for (int i = 0; i < count; i++) {
+    int exists = 0;
+    if (xcoll_store_check(store, &keys[i], 1, &exists) != XCOLL_SUCCESS)
+      break;
+    if (!exists) {
+      missing = keys[i];
+      break;
+    }
+  }
+  return xcoll_error(NULL, XCOLL_ERR_TIMEOUT,
+                     "waited %.1f s for %d key(s) in the rendezvous store at "
+                     "%s:%d; key '%s' is still missing: did every rank reach "
+                     "this point?",
+                     store->timeout_s, count, store->host, store->port,
+                     missing);
+}
+
+xcoll_status xcoll_store_add(xcoll_store *store, const char *key, int64_t delta,
+                             int64_t *result) {
+  xcoll_status status = check_key(key, "xcoll_store_add");
+  if (status)
+    return status;
+  if (!store)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_store_add: store is NULL");
+  unsigned char delta_bytes[8], *reply = NULL;
+  size_t reply_bytes = 0;
+  put_i64(delta_bytes, delta);
+  char what[96];
+  snprintf(what, sizeof what, "add on key '%.60s'", key);
+  status = store_request(store, STORE_ADD, key, delta_bytes, sizeof delta_bytes,
+                         &reply, &reply_bytes, what);
+  if (status == XCOLL_ERR_TIMEOUT)
+    return io_failure(store, IO_TIMEOUT, what);
+  if (status == XCOLL_SUCCESS && reply_bytes != 8) {
+    store->broken = 1;
+    status = xcoll_error(NULL, XCOLL_ERR_PROTOCOL,
+                         "the rendezvous store at %s:%d answered %s with %zu "
+                         "bytes instead of 8",
+                         store->host, store->port, what, reply_bytes);
+  }
+  if (status == XCOLL_SUCCESS && result)
+    *result = get_i64(reply);
+  free(reply);
+  return status;
+}
+
+xcoll_status xcoll_store_delete(xcoll_store *store, const char *key,
+                                int *deleted) {
+  xcoll_status status = check_key(key, "xcoll_store_delete");
+  if (status)
+    return status;
+  if (!store)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_store_delete: store is NULL");
+  unsigned char *reply = NULL;
+  size_t reply_bytes = 0;
+  char what[96];
+  snprintf(what, sizeof what, "delete of key '%.60s'", key);
+  status = store_request(store, STORE_DELETE, key, NULL, 0, &reply,
+                         &reply_bytes, what);
+  if (status == XCOLL_ERR_TIMEOUT)
+    return io_failure(store, IO_TIMEOUT, what);
+  if (status == XCOLL_SUCCESS && reply_bytes != 1) {
+    store->broken = 1;
+    status = xcoll_error(NULL, XCOLL_ERR_PROTOCOL,
+                         "the rendezvous store at %s:%d answered %s with %zu "
+                         "bytes instead of 1",
+                         store->host, store->port, what, reply_bytes);
+  }
+  if (status == XCOLL_SUCCESS && deleted)
+    *deleted = reply[0] != 0;
+  free(reply);
+  return status;
+}

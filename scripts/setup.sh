@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# setup.sh - install the Debian 12 packages xcoll needs to build and test.
+# Skips apt-get entirely when everything is already installed (fast, works
+# offline). Run as root, or as a user with sudo.
+#   bash scripts/setup.sh            required packages only
+#   bash scripts/setup.sh --peers    also the optional peers used by bench/
+#                                    (PyTorch, Open MPI, gnuplot)
+set -euo pipefail
+
+required=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev
+  zlib1g-dev libucx-dev ucx-utils libcjson-dev dataset-fashion-mnist)
+peers=(python3-torch openmpi-bin libopenmpi-dev gnuplot-nox)
+
+want=("${required[@]}")
+if [ "${1:-}" = "--peers" ]; then
+  want+=("${peers[@]}")
+fi
+
+missing=()
+for pkg in "${want[@]}"; do
+  if ! dpkg -s "$pkg" >/dev/null 2>&1 ||
+    ! dpkg -s "$pkg" 2>/dev/null | grep -q '^Status: install ok installed'; then
+    missing+=("$pkg")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#want[@]} packages already installed"
+  exit 0
+fi
+echo "setup: missing packages: ${missing[*]}"
+
+if [ "$(id -u)" -eq 0 ]; then
+  as_root=()
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+  as_root=(sudo)
+elif command -v sudo >/dev/null 2>&1 && [ -t 0 ]; then
+  as_root=(sudo) # sudo will ask for the password
+else
+  echo "setup: installing packages needs root. Run 'sudo bash scripts/setup.sh'" >&2
+  echo "       or ask an administrator to run: apt-get install ${missing[*]}" >&2
+  exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+"${as_root[@]}" apt-get update
+"${as_root[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
+echo "setup: installed ${missing[*]}"

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# test.sh - what CI runs (.ci/run): install what is missing, build with
+# warnings as errors, run every ctest entry, then build again with
+# AddressSanitizer + UndefinedBehaviorSanitizer and run the unit tests and a
+# quick conformance and fault pass under them.
+#   bash scripts/test.sh
+# Environment: JOBS (default 2) for the build and ctest parallelism;
+# XCOLL_SKIP_ASAN=1 skips the sanitizer pass.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+jobs=${JOBS:-2}
+
+bash "$root/scripts/setup.sh"
+
+echo "== build (build/)"
+bash "$root/scripts/build.sh" "$root/build"
+echo "== ctest (build/)"
+(cd "$root/build" && ctest --output-on-failure -j"$jobs")
+
+if [ "${XCOLL_SKIP_ASAN:-0}" != 1 ]; then
+  echo "== build with address,undefined sanitizers (build-asan/)"
+  bash "$root/scripts/build.sh" "$root/build-asan" \
+    -DXCOLL_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug \
+    -DXCOLL_BUILD_TRAINER=OFF
+  echo "== ctest under sanitizers (build-asan/): unit, conformance (quick), faults"
+  (cd "$root/build-asan" &&
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --output-on-failure -j"$jobs" -L 'unit|conformance|faults')
+fi
+echo "== all tests passed"

@@ -1,0 +1,1126 @@
+/* conformance.c - the multi-process conformance suite every backend must pass.
+ *
+ * Run one copy per rank under a launcher (xcollrun, torchrun-style env):
+ *   xcollrun --nproc-per-node 4 --master-port 0 conformance [options]
+ * It uses only the public header. Every rank builds its input from a
+ * deterministic function of (rank, index, dtype, op), so every rank can
+ * compute the expected output of a collective LOCALLY for all ranks' inputs
+ * and compare what the library returned with it, element by element.
+ *
+ * Options:
+ *   --quick          fewer combinations (in-place and the blocking modes are
+ *                    rotated over the combinations instead of all crossed)
+ *   --coll NAME      only this collective (allreduce, allgather,
+ *                    reduce_scatter, broadcast, reduce, barrier, errors);
+ *                    may be repeated
+ *   --max-count N    skip element counts above N (default 131072 + a bit:
+ *                    the 4M count only runs when N >= 4194304)
+ *   --min-count N    skip element counts below N
+ *   --backend NAME   set XCOLL_BACKEND and check that the communicator got it
+ * Exit status 0 when every rank saw every result it expected. */
+#include <errno.h>
+#include <math.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "xcoll.h"
+
+#define BIG_COUNT ((size_t)4 * 1024 * 1024)
+#define GUARD_ELEMS 16      /* sentinel elements after every output buffer */
+#define SENTINEL_BYTE 0xA5  /* fill of bytes that must not be written */
+#define MAX_PRINTED_PER_CASE 3
+#define MAX_PRINTED_TOTAL 30
+
+enum coll_kind {
+  COLL_ALLREDUCE,
+  COLL_ALLGATHER,
+  COLL_REDUCE_SCATTER,
+  COLL_BROADCAST,
+  COLL_REDUCE,
+  COLL_BARRIER,
+  COLL_ERRORS,
+  NUM_COLLS
+};
+static const char *const coll_names[NUM_COLLS] = {
+    "allreduce", "allgather", "reduce_scatter", "broadcast",
+    "reduce",    "barrier",   "errors"};
+
+/* How a collective is completed: blocking call, i-call + wait, i-call +
+ * xcoll_test polling + wait. */
+enum mode { MODE_BLOCKING, MODE_WAIT, MODE_TEST, NUM_MODES };
+static const char *const mode_names[NUM_MODES] = {"blocking", "wait", "test"};
+
+static struct {
+  xcoll_comm_t comm;
+  int rank;
+  int world_size;
+  int quick;
+  int coll_enabled[NUM_COLLS];
+  size_t max_count;
+  size_t min_count;
+  long cases;
+  long failed_cases;
+  long printed;
+  long combo; /* rotates mode/in-place choices in --quick */
+} g;
+
+/* ---- deterministic inputs ---- */
+
+static uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+static uint64_t hash4(uint64_t r, uint64_t i, uint64_t dtype, uint64_t salt) {
+  return mix64(mix64(mix64(r * 1000003ULL + salt) ^ i) + dtype);
+}
+
+static int is_float(xcoll_datatype dt) {
+  return dt == XCOLL_FLOAT16 || dt == XCOLL_BFLOAT16 || dt == XCOLL_FLOAT32 ||
+         dt == XCOLL_FLOAT64;
+}
+static int is_signed_int(xcoll_datatype dt) {
+  return dt == XCOLL_INT8 || dt == XCOLL_INT32 || dt == XCOLL_INT64;
+}
+static int int_bits(xcoll_datatype dt) {
+  return (int)(8 * xcoll_datatype_size(dt));
+}
+static uint64_t int_mask(xcoll_datatype dt) {
+  int bits = int_bits(dt);
+  return bits == 64 ? ~0ULL : ((1ULL << bits) - 1);
+}
+/* Sign-extend the low bits of v as a two's complement number of dt's width. */
+static int64_t sign_extend(uint64_t v, xcoll_datatype dt) {
+  int bits = int_bits(dt);
+  if (bits == 64)
+    return (int64_t)v;
+  uint64_t m = 1ULL << (bits - 1);
+  v &= int_mask(dt);
+  return (int64_t)((v ^ m) - m);
+}
+
+/* Integer input of rank r, element i, as dt's bits in the low end of a
+ * uint64 (sign-extended for signed types). Chosen per op so that results are
+ * meaningful: SUM mixes carries and (for 8-bit and unsigned types) wraps;
+ * PROD uses factors in {1,2,3} / {-1,1,2}; MIN/MAX use the full range. */
+static uint64_t int_input(int r, size_t i, xcoll_datatype dt, int op) {
+  uint64_t h = hash4((uint64_t)r, i, (uint64_t)dt, 17);
+  int sgn = is_signed_int(dt);
+  switch (op) {
+  case XCOLL_PROD: {
+    unsigned k = (unsigned)(h % 8);
+    int64_t f = k == 0 ? 2 : (k == 1 ? (sgn ? -1 : 3) : 1);
+    return (uint64_t)f;
+  }
+  case XCOLL_MIN:
+  case XCOLL_MAX:
+  case -1: /* copies: any bits */
+    return sgn ? (uint64_t)sign_extend(h, dt) : (h & int_mask(dt));
+  default: { /* SUM */
+    int64_t small = (int64_t)(h % 201) - 100; /* [-100, 100] */
+    switch (dt) {
+    case XCOLL_INT8:
+      return (uint64_t)small; /* wraps when 8 ranks add up past 127 */
+    case XCOLL_INT32:
+      return (uint64_t)(small * (1LL << 20)); /* |sum| < 2^30: no overflow */
+    case XCOLL_INT64:
+      return (uint64_t)(small * (1LL << 40)); /* |sum| < 2^50 */
+    case XCOLL_UINT8:
+      return h % 256; /* wraps */
+    case XCOLL_UINT32:
+      return 0xFFFFFF00ULL + (h % 256); /* every sum of >= 2 wraps */
+    default: /* UINT64 */
+      return 0xFFFFFFFFFFFFFF00ULL + (h % 256);
+    }
+  }
+  }
+}
+
+/* Float input, exactly representable in dt. For SUM/AVG the values are
+ * dyadic with few significant bits, so that any sum of up to 8 of them is
+ * exact in dt whatever the reduction order: an exact comparison is then
+ * valid. PROD uses {1, 2, -1, 0.5} (exact products). MIN/MAX any value. */
+static double float_input(int r, size_t i, xcoll_datatype dt, int op) {
+  uint64_t h = hash4((uint64_t)r, i, (uint64_t)dt, 29);
+  int narrow = dt == XCOLL_FLOAT16 || dt == XCOLL_BFLOAT16;
+  switch (op) {
+  case XCOLL_PROD: {
+    unsigned k = (unsigned)(h % 8);
+    return k == 0 ? 2.0 : k == 1 ? -1.0 : k == 2 ? 0.5 : 1.0;
+  }
+  case XCOLL_MIN:
+  case XCOLL_MAX:
+  case -1:
+    if (narrow) /* integers in [-200, 200]: exact in both 16-bit types */
+      return (double)((int64_t)(h % 401) - 200);
+    /* 24 significant bits at most: exact in float32 */
+    return ldexp((double)((int64_t)(h % (1u << 24)) - (1 << 23)),
+                 (int)((h >> 40) % 41) - 20);
+  default: /* SUM, AVG */
+    if (narrow) /* halves in [-8, 8]: sums of 8 are <= 64 with 1 bit
+                   after the point, 8 significant bits: exact in bfloat16 */
+      return (double)((int64_t)(h % 33) - 16) / 2.0;
+    if (dt == XCOLL_FLOAT32) /* k/64, |k| <= 1000: 14 significant bits */
+      return (double)((int64_t)(h % 2001) - 1000) / 64.0;
+    /* float64: k * 2^-20 with |k| < 2^30: sums of 8 fit 34 bits */
+    return ldexp((double)((int64_t)(h % (1u << 31)) - (1LL << 30)), -20);
+  }
+}
+
+/* ---- float16 / bfloat16 encodings, written here independently of the
+ * library so that the reference does not share its bugs ---- */
+
+static uint16_t double_to_half(double d) {
+  /* Via float32 is exact for the values generated here; rounding is RNE. */
+  float f = (float)d;
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
+  uint32_t mant = x & 0x7fffffu;
+  if (((x >> 23) & 0xff) == 0xff) /* inf, nan */
+    return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0));
+  if (exp >= 31)
+    return (uint16_t)(sign | 0x7c00u);
+  if (exp <= 0) { /* subnormal or zero */
+    if (exp < -10)
+      return (uint16_t)sign;
+    mant |= 0x800000u;
+    int shift = 14 - exp;
+    uint32_t half = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1);
+    uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1)))
+      half++;
+    return (uint16_t)(sign | half);
+  }
+  uint32_t half = sign | ((uint32_t)exp << 10) | (mant >> 13);
+  uint32_t rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (half & 1)))
+    half++; /* may carry into the exponent: that is correct rounding */
+  return (uint16_t)half;
+}
+
+static double half_to_double(uint16_t h) {
+  int sign = h >> 15;
+  int exp = (h >> 10) & 0x1f;
+  int mant = h & 0x3ff;
+  double v;
+  if (exp == 0)
+    v = ldexp(mant, -24);
+  else if (exp == 31)
+    v = mant ? NAN : INFINITY;
+  else
+    v = ldexp(mant + 1024, exp - 25);
+  return sign ? -v : v;
+}
+
+static uint16_t double_to_bf16(double d) {
+  float f = (float)d;
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u)
+    return (uint16_t)((x >> 16) | 0x40);
+  x += 0x7fffu + ((x >> 16) & 1);
+  return (uint16_t)(x >> 16);
+}
+
+static double bf16_to_double(uint16_t b) {
+  uint32_t x = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+
+/* Store a value (uint64 bits for integers, double for floats) at elem. */
+static void store_elem(void *buf, size_t idx, xcoll_datatype dt, uint64_t iv,
+                       double fv) {
+  char *p = (char *)buf + idx * xcoll_datatype_size(dt);
+  switch (dt) {
+  case XCOLL_INT8:
+  case XCOLL_UINT8: {
+    uint8_t v = (uint8_t)iv;
+    memcpy(p, &v, 1);
+    break;
+  }
+  case XCOLL_INT32:
+  case XCOLL_UINT32: {
+    uint32_t v = (uint32_t)iv;
+    memcpy(p, &v, 4);
+    break;
+  }
+  case XCOLL_INT64:
+  case XCOLL_UINT64:
+    memcpy(p, &iv, 8);
+    break;
+  case XCOLL_FLOAT16: {
+    uint16_t v = double_to_half(fv);
+    memcpy(p, &v, 2);
+    break;
+  }
+  case XCOLL_BFLOAT16: {
+    uint16_t v = double_to_bf16(fv);
+    memcpy(p, &v, 2);
+    break;
+  }
+  case XCOLL_FLOAT32: {
+    float v = (float)fv;
+    memcpy(p, &v, 4);
+    break;
+  }
+  default:
+    memcpy(p, &fv, 8);
+    break;
+  }
+}
+
+/* Read an element: integers as bits (masked to the type's width), floats as
+ * double (exact widening). */
+static void load_elem(const void *buf, size_t idx, xcoll_datatype dt,
+                      uint64_t *iv, double *fv) {
+  const char *p = (const char *)buf + idx * xcoll_datatype_size(dt);
+  *iv = 0;
+  *fv = 0;
+  switch (dt) {
+  case XCOLL_INT8:
+  case XCOLL_UINT8: {
+    uint8_t v;
+    memcpy(&v, p, 1);
+    *iv = v;
+    break;
+  }
+  case XCOLL_INT32:
+  case XCOLL_UINT32: {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    *iv = v;
+    break;
+  }
+  case XCOLL_INT64:
+  case XCOLL_UINT64:
+    memcpy(iv, p, 8);
+    break;
+  case XCOLL_FLOAT16: {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    *fv = half_to_double(v);
+    break;
+  }
+  case XCOLL_BFLOAT16: {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    *fv = bf16_to_double(v);
+    break;
+  }
+  case XCOLL_FLOAT32: {
+    float v;
+    memcpy(&v, p, 4);
+    *fv = v;
+    break;
+  }
+  default:
+    memcpy(fv, p, 8);
+    break;
+  }
+}
+
+/* Fill buf[0..count) with rank r's input for elements [first, first+count). */
+static void fill_input(void *buf, size_t first, size_t count, int r,
+                       xcoll_datatype dt, int op) {
+  for (size_t k = 0; k < count; k++) {
+    if (is_float(dt))
+      store_elem(buf, k, dt, 0, float_input(r, first + k, dt, op));
+    else
+      store_elem(buf, k, dt, int_input(r, first + k, dt, op), 0);
+  }
+}
+
+/* The value rank r contributes at element i, read back through the dtype so
+ * that the reference uses exactly what was sent. */
+static void input_value(int r, size_t i, xcoll_datatype dt, int op,
+                        uint64_t *iv, double *fv) {
+  unsigned char tmp[8];
+  fill_input(tmp, i, 1, r, dt, op);
+  load_elem(tmp, 0, dt, iv, fv);
+}
+
+static double unit_roundoff(xcoll_datatype dt) {
+  switch (dt) {
+  case XCOLL_FLOAT16:
+    return ldexp(1, -11);
+  case XCOLL_BFLOAT16:
+    return ldexp(1, -8);
+  case XCOLL_FLOAT32:
+    return ldexp(1, -24);
+  default:
+    return ldexp(1, -53);
+  }
+}
+
+/* Expected result of reducing element i over all ranks with op.
+ * Integers: computed in uint64 arithmetic, which agrees with the type's own
+ * wrapping arithmetic modulo 2^bits. Floats: in double; for SUM/PROD/MIN/MAX
+ * the inputs make the result exact (*tol = 0). For AVG the division by P is
+ * not exact. A sum of P terms computed in any order, with every partial
+ * result rounded (the ring rounds each hop for 16-bit types) and with the
+ * division by P done either once at the end or as a premultiplication of each
+ * input by 1/P, is within (P-1)*u*sum|x_i|/P of the exact value, plus one
+ * rounding (u*sum|x_i|/P) for the final division or the premultiplication:
+ * |error| <= (P+1) * u * sum|x_i| / P, with u the unit roundoff of dt. */
+static void reference(size_t i, xcoll_datatype dt, int op, uint64_t *iv,
+                      double *fv, double *tol) {
+  int P = g.world_size;
+  *tol = 0;
+  if (!is_float(dt)) {
+    uint64_t acc = 0;
+    for (int r = 0; r < P; r++) {
+      uint64_t v;
+      double unused;
+      input_value(r, i, dt, op, &v, &unused);
+      if (r == 0) {
+        acc = v;
+        continue;
+      }
+      switch (op) {
+      case XCOLL_SUM:
+        acc += v;
+        break;
+      case XCOLL_PROD:
+        acc *= v;
+        break;
+      case XCOLL_MIN:
+      case XCOLL_MAX: {
+        int less = is_signed_int(dt) ? sign_extend(v, dt) < sign_extend(acc, dt)
+                                     : (v & int_mask(dt)) < (acc & int_mask(dt));
+        int greater = is_signed_int(dt)
+                          ? sign_extend(v, dt) > sign_extend(acc, dt)
+                          : (v & int_mask(dt)) > (acc & int_mask(dt));
+        if ((op == XCOLL_MIN && less) || (op == XCOLL_MAX && greater))
+          acc = v;
+        break;
+      }
+      }
+    }
+    *iv = acc & int_mask(dt);
+    return;
+  }
+  double acc = 0, sum_abs = 0;
+  for (int r = 0; r < P; r++) {
+    uint64_t unused;
+    double v;
+    input_value(r, i, dt, op, &unused, &v);
+    sum_abs += fabs(v);
+    if (r == 0) {
+      acc = v;
+      continue;
+    }
+    switch (op) {
+    case XCOLL_SUM:
+    case XCOLL_AVG:
+      acc += v;
+      break;
+    case XCOLL_PROD:
+      acc *= v;
+      break;
+    case XCOLL_MIN:
+      acc = v < acc ? v : acc;
+      break;
+    case XCOLL_MAX:
+      acc = v > acc ? v : acc;
+      break;
+    }
+  }
+  if (op == XCOLL_AVG) {
+    acc /= P;
+    *tol = (P + 1) * unit_roundoff(dt) * sum_abs / P;
+  }
+  *fv = acc;
+}
+
+/* ---- comparing and reporting ---- */
+
+static void format_value(char *out, size_t n, xcoll_datatype dt, uint64_t iv,
+                         double fv) {
+  if (is_float(dt))
+    snprintf(out, n, "%.17g", fv);
+  else if (is_signed_int(dt))
+    snprintf(out, n, "%lld", (long long)sign_extend(iv, dt));
+  else
+    snprintf(out, n, "%llu", (unsigned long long)iv);
+}
+
+typedef struct case_desc {
+  int coll;
+  xcoll_datatype dt;
+  int op; /* -1 for copies */
+  size_t count;
+  int in_place;
+  int mode;
+  int root; /* -1 when not rooted */
+} case_desc;
+
+static void describe(char *out, size_t n, const case_desc *c) {
+  snprintf(out, n, "%s %s%s%s count=%zu %s %s root=%d", coll_names[c->coll],
+           xcoll_datatype_name(c->dt), c->op >= 0 ? " " : "",
+           c->op >= 0 ? xcoll_op_name((xcoll_op)c->op) : "", c->count,
+           c->in_place ? "in-place" : "out-of-place", mode_names[c->mode],
+           c->root);
+}
+
+static long case_mismatches; /* mismatches in the current case */
+
+static void report(const case_desc *c, const char *what, size_t index,
+                   const char *expected, const char *got) {
+  case_mismatches++;
+  if (case_mismatches > MAX_PRINTED_PER_CASE || g.printed >= MAX_PRINTED_TOTAL)
+    return;
+  g.printed++;
+  char desc[256];
+  describe(desc, sizeof desc, c);
+  printf("MISMATCH rank %d: %s: %s index %zu expected %s got %s\n", g.rank,
+         desc, what, index, expected, got);
+  fflush(stdout);
+}
+
+/* Compare element idx of buf with the expected value. */
+static void check_elem(const case_desc *c, const char *what, const void *buf,
+                       size_t idx, uint64_t eiv, double efv, double tol) {
+  uint64_t giv;
+  double gfv;
+  load_elem(buf, idx, c->dt, &giv, &gfv);
+  int ok;
+  if (is_float(c->dt))
+    ok = tol == 0 ? gfv == efv : fabs(gfv - efv) <= tol;
+  else
+    ok = giv == (eiv & int_mask(c->dt));
+  if (!ok) {
+    char e[64], gs[64];
+    format_value(e, sizeof e, c->dt, eiv & int_mask(c->dt), efv);
+    format_value(gs, sizeof gs, c->dt, giv, gfv);
+    report(c, what, idx, e, gs);
+  }
+}
+
+/* Bytes [from, to) of buf must still hold the sentinel. */
+static void check_sentinel(const case_desc *c, const char *what,
+                           const void *buf, size_t from, size_t to) {
+  const unsigned char *p = buf;
+  for (size_t b = from; b < to; b++) {
+    if (p[b] != SENTINEL_BYTE) {
+      char got[16];
+      snprintf(got, sizeof got, "0x%02x", p[b]);
+      report(c, what, b, "sentinel 0xa5", got);
+      return;
+    }
+  }
+}
+
+/* ---- running one case ---- */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void fatal(const char *what, xcoll_status st) {
+  printf("FATAL rank %d: %s returned %d (%s): %s\n", g.rank, what, (int)st,
+         xcoll_strerror(st), xcoll_comm_last_error(g.comm));
+  fflush(stdout);
+  exit(2);
+}
+
+/* Complete a non-blocking request according to mode. */
+static xcoll_status finish(xcoll_status st, xcoll_request_t req, int mode) {
+  if (st != XCOLL_SUCCESS)
+    return st;
+  if (req == NULL) {
+    printf("FATAL rank %d: a non-blocking call returned XCOLL_SUCCESS and a "
+           "NULL request (a request must be passed to xcoll_wait)\n",
+           g.rank);
+    exit(2);
+  }
+  if (mode == MODE_TEST) {
+    int done = 0;
+    long polls = 0;
+    while (!done) {
+      xcoll_status ts = xcoll_test(req, &done);
+      if (ts != XCOLL_SUCCESS && !done) {
+        printf("FATAL rank %d: xcoll_test returned %s before done\n", g.rank,
+               xcoll_strerror(ts));
+        exit(2);
+      }
+      /* Give the CPU to the peers we wait for: 8 ranks share 2 cores. */
+      if (!done && ++polls % 4 == 0)
+        sched_yield();
+    }
+  }
+  return xcoll_wait(req);
+}
+
+static xcoll_status run_coll(const case_desc *c, const void *send, void *recv) {
+  xcoll_request_t req = NULL;
+  xcoll_op op = (xcoll_op)(c->op < 0 ? 0 : c->op);
+  int blocking = c->mode == MODE_BLOCKING;
+  xcoll_status st;
+  /* The i-call must return before req is read: finish() gets it after. */
+  switch (c->coll) {
+  case COLL_ALLREDUCE:
+    if (blocking)
+      return xcoll_allreduce(send, recv, c->count, c->dt, op, g.comm);
+    st = xcoll_iallreduce(send, recv, c->count, c->dt, op, g.comm, NULL, &req);
+    break;
+  case COLL_ALLGATHER:
+    if (blocking)
+      return xcoll_allgather(send, recv, c->count, c->dt, g.comm);
+    st = xcoll_iallgather(send, recv, c->count, c->dt, g.comm, NULL, &req);
+    break;
+  case COLL_REDUCE_SCATTER:
+    if (blocking)
+      return xcoll_reduce_scatter(send, recv, c->count, c->dt, op, g.comm);
+    st = xcoll_ireduce_scatter(send, recv, c->count, c->dt, op, g.comm, NULL,
+                               &req);
+    break;
+  case COLL_BROADCAST:
+    if (blocking)
+      return xcoll_broadcast(send, recv, c->count, c->dt, c->root, g.comm);
+    st = xcoll_ibroadcast(send, recv, c->count, c->dt, c->root, g.comm, NULL,
+                          &req);
+    break;
+  case COLL_REDUCE:
+    if (blocking)
+      return xcoll_reduce(send, recv, c->count, c->dt, op, c->root, g.comm);
+    st = xcoll_ireduce(send, recv, c->count, c->dt, op, c->root, g.comm, NULL,
+                       &req);
+    break;
+  default:
+    return XCOLL_ERR_INTERNAL;
+  }
+  return finish(st, req, c->mode);
+}
+
+static void *alloc_or_die(size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p) {
+    printf("FATAL rank %d: out of memory (%zu bytes)\n", g.rank, bytes);
+    exit(2);
+  }
+  return p;
+}
+
+static void run_case(const case_desc *c) {
+  const int P = g.world_size, me = g.rank;
+  const size_t es = xcoll_datatype_size(c->dt);
+  const size_t n = c->count;
+  /* Elements of the send and receive buffers, by collective. */
+  size_t send_elems = n, recv_elems = n;
+  if (c->coll == COLL_ALLGATHER)
+    recv_elems = n * P;
+  if (c->coll == COLL_REDUCE_SCATTER)
+    send_elems = n * P;
+  const size_t guard = GUARD_ELEMS * es;
+  size_t in_elems = send_elems > recv_elems ? send_elems : recv_elems;
+  unsigned char *sendbuf = alloc_or_die(send_elems * es + guard);
+  unsigned char *recvbuf = alloc_or_die(in_elems * es + guard);
+  memset(sendbuf, SENTINEL_BYTE, send_elems * es + guard);
+  memset(recvbuf, SENTINEL_BYTE, in_elems * es + guard);
+  const int op = c->op;
+  const int is_root = c->root < 0 || c->root == me;
+
+  /* Build the inputs and pick the pointers the call gets. */
+  const void *send = sendbuf;
+  void *recv = recvbuf;
+  switch (c->coll) {
+  case COLL_ALLREDUCE:
+  case COLL_REDUCE:
+  case COLL_BROADCAST:
+    if (c->coll == COLL_BROADCAST && me != c->root && c->in_place) {
+      /* non-root in-place: the buffer is output only, keep the sentinel */
+    } else {
+      fill_input(c->in_place ? recvbuf : sendbuf, 0, n, me, c->dt, op);
+    }
+    if (c->in_place)
+      send = recvbuf;
+    /* A non-root may pass NULL as reduce's recvbuf: try it in one mode. */
+    if (c->coll == COLL_REDUCE && !c->in_place && me != c->root &&
+        c->mode == MODE_WAIT)
+      recv = NULL;
+    break;
+  case COLL_ALLGATHER:
+    if (c->in_place) {
+      fill_input(recvbuf + (size_t)me * n * es, 0, n, me, c->dt, op);
+      send = recvbuf + (size_t)me * n * es;
+    } else {
+      fill_input(sendbuf, 0, n, me, c->dt, op);
+    }
+    break;
+  case COLL_REDUCE_SCATTER:
+    if (c->in_place) {
+      fill_input(recvbuf, 0, n * P, me, c->dt, op);
+      send = recvbuf;
+      recv = recvbuf + (size_t)me * n * es;
+    } else {
+      fill_input(sendbuf, 0, n * P, me, c->dt, op);
+    }
+    break;
+  }
+
+  case_mismatches = 0;
+  xcoll_status st = run_coll(c, send, recv);
+  if (st != XCOLL_SUCCESS) {
+    char desc[256];
+    describe(desc, sizeof desc, c);
+    fatal(desc, st);
+  }
+
+  /* Check the output against the locally computed reference. */
+  uint64_t eiv = 0;
+  double efv = 0, tol = 0;
+  switch (c->coll) {
+  case COLL_ALLREDUCE:
+    for (size_t i = 0; i < n; i++) {
+      reference(i, c->dt, op, &eiv, &efv, &tol);
+      check_elem(c, "recvbuf", recvbuf, i, eiv, efv, tol);
+    }
+    check_sentinel(c, "recvbuf guard", recvbuf, n * es, n * es + guard);
+    break;
+  case COLL_REDUCE:
+    if (is_root) {
+      for (size_t i = 0; i < n; i++) {
+        reference(i, c->dt, op, &eiv, &efv, &tol);
+        check_elem(c, "recvbuf", recvbuf, i, eiv, efv, tol);
+      }
+    } else if (c->in_place) {
+      /* recvbuf is written on root only; here it is also the const input */
+      for (size_t i = 0; i < n; i++) {
+        input_value(me, i, c->dt, op, &eiv, &efv);
+        check_elem(c, "non-root in-place buffer", recvbuf, i, eiv, efv, 0);
+      }
+    } else {
+      check_sentinel(c, "non-root recvbuf (written on root only)", recvbuf, 0,
+                     n * es);
+    }
+    check_sentinel(c, "recvbuf guard", recvbuf, n * es, n * es + guard);
+    break;
+  case COLL_BROADCAST:
+    for (size_t i = 0; i < n; i++) {
+      input_value(c->root, i, c->dt, op, &eiv, &efv);
+      check_elem(c, "recvbuf", recvbuf, i, eiv, efv, 0);
+    }
+    check_sentinel(c, "recvbuf guard", recvbuf, n * es, n * es + guard);
+    break;
+  case COLL_ALLGATHER:
+    for (int r = 0; r < P; r++)
+      for (size_t i = 0; i < n; i++) {
+        input_value(r, i, c->dt, op, &eiv, &efv);
+        check_elem(c, "recvbuf", recvbuf, (size_t)r * n + i, eiv, efv, 0);
+      }
+    check_sentinel(c, "recvbuf guard", recvbuf, P * n * es,
+                   P * n * es + guard);
+    break;
+  case COLL_REDUCE_SCATTER: {
+    const unsigned char *out = c->in_place ? recvbuf + (size_t)me * n * es
+                                           : recvbuf;
+    for (size_t i = 0; i < n; i++) {
+      reference((size_t)me * n + i, c->dt, op, &eiv, &efv, &tol);
+      check_elem(c, "recvbuf", out, i, eiv, efv, tol);
+    }
+    if (!c->in_place)
+      check_sentinel(c, "recvbuf guard", recvbuf, n * es, n * es + guard);
+    else
+      check_sentinel(c, "buffer guard", recvbuf, P * n * es,
+                     P * n * es + guard);
+    break;
+  }
+  }
+  /* sendbuf is const: an out-of-place call must leave it as it was. */
+  if (!c->in_place && (c->coll != COLL_BROADCAST || me == c->root)) {
+    for (size_t i = 0; i < send_elems; i++) {
+      input_value(me, i, c->dt, op, &eiv, &efv);
+      check_elem(c, "sendbuf (must not change)", sendbuf, i, eiv, efv, 0);
+    }
+  }
+  g.cases++;
+  if (case_mismatches)
+    g.failed_cases++;
+  free(sendbuf);
+  free(recvbuf);
+}
+
+/* ---- the sweep ---- */
+
+static int dtype_in_big_subset(xcoll_datatype dt, int op) {
+  if (dt == XCOLL_FLOAT32 || dt == XCOLL_INT64)
+    return op == XCOLL_SUM || op == XCOLL_MAX || op < 0;
+  if (dt == XCOLL_BFLOAT16)
+    return op == XCOLL_SUM || op < 0;
+  return 0;
+}
+
+static int check_invalid(const char *what, xcoll_status st,
+                         xcoll_status want) {
+  g.cases++;
+  if (st == want && xcoll_comm_last_error(g.comm)[0] != '\0')
+    return 1;
+  if (g.printed++ < MAX_PRINTED_TOTAL) {
+    printf("MISMATCH rank %d: %s returned %d (%s), expected %d (%s) with a "
+           "message; message: \"%s\"\n",
+           g.rank, what, (int)st, xcoll_strerror(st), (int)want,
+           xcoll_strerror(want), xcoll_comm_last_error(g.comm));
+    fflush(stdout);
+  }
+  g.failed_cases++;
+  return 0;
+}
+
+/* XCOLL_AVG on an integer type is XCOLL_ERR_INVALID_ARGUMENT, blocking or
+ * not, and a non-blocking call then sets *request to NULL. Every rank makes
+ * the same mistake, so the communicator stays usable. */
+static void check_avg_on_integers(xcoll_datatype dt) {
+  int64_t buf[8 * 16] = {0}, out[8 * 16] = {0};
+  char what[128];
+  const int root = g.world_size - 1;
+  xcoll_request_t req = (xcoll_request_t)(uintptr_t)1;
+  snprintf(what, sizeof what, "allreduce %s avg", xcoll_datatype_name(dt));
+  check_invalid(what, xcoll_allreduce(buf, out, 7, dt, XCOLL_AVG, g.comm),
+                XCOLL_ERR_INVALID_ARGUMENT);
+  snprintf(what, sizeof what, "iallreduce %s avg (in place)",
+           xcoll_datatype_name(dt));
+  check_invalid(what,
+                xcoll_iallreduce(buf, buf, 7, dt, XCOLL_AVG, g.comm, NULL, &req),
+                XCOLL_ERR_INVALID_ARGUMENT);
+  if (req != NULL) {
+    printf("MISMATCH rank %d: %s left *request non-NULL\n", g.rank, what);
+    g.failed_cases++;
+  }
+  snprintf(what, sizeof what, "reduce_scatter %s avg", xcoll_datatype_name(dt));
+  check_invalid(what,
+                xcoll_reduce_scatter(buf, out, 1, dt, XCOLL_AVG, g.comm),
+                XCOLL_ERR_INVALID_ARGUMENT);
+  snprintf(what, sizeof what, "reduce %s avg", xcoll_datatype_name(dt));
+  check_invalid(what, xcoll_reduce(buf, out, 7, dt, XCOLL_AVG, root, g.comm),
+                XCOLL_ERR_INVALID_ARGUMENT);
+}
+
+static void sweep_collective(int coll) {
+  const int P = g.world_size;
+  size_t nondiv = 131072 + 1;
+  while (P > 1 && nondiv % (size_t)P == 0)
+    nondiv++;
+  const size_t counts[] = {0, 1, 7, 1021, nondiv, BIG_COUNT};
+  const int ncounts = (int)(sizeof counts / sizeof counts[0]);
+  int roots[3] = {0, P - 1, P / 2};
+  int nroots = 1;
+  if (coll == COLL_BROADCAST || coll == COLL_REDUCE) {
+    nroots = P == 1 ? 1 : (P == 2 ? 2 : 3);
+  } else {
+    roots[0] = -1;
+  }
+  const int reduces = coll == COLL_ALLREDUCE || coll == COLL_REDUCE ||
+                      coll == COLL_REDUCE_SCATTER;
+  for (int dt = 0; dt < XCOLL_NUM_DATATYPES; dt++) {
+    for (int op = reduces ? 0 : -1; op < (reduces ? XCOLL_NUM_OPS : 0); op++) {
+      if (op == XCOLL_AVG && !is_float((xcoll_datatype)dt)) {
+        if (coll == COLL_ALLREDUCE)
+          check_avg_on_integers((xcoll_datatype)dt);
+        continue;
+      }
+      for (int ci = 0; ci < ncounts; ci++) {
+        size_t count = counts[ci];
+        if (count > g.max_count || count < g.min_count)
+          continue;
+        int big = count == BIG_COUNT;
+        if (big && !dtype_in_big_subset((xcoll_datatype)dt, op))
+          continue;
+        /* allgather/reduce_scatter counts are per rank: keep the total at 4M */
+        if (big && (coll == COLL_ALLGATHER || coll == COLL_REDUCE_SCATTER))
+          count = BIG_COUNT / (size_t)P;
+        for (int ri = 0; ri < nroots; ri++) {
+          for (int in_place = 0; in_place < 2; in_place++) {
+            for (int mode = 0; mode < NUM_MODES; mode++) {
+              /* Big counts and --quick: one mode per (in-place) choice,
+               * rotating so that all modes are still exercised. */
+              if (g.quick || big) {
+                long pick = g.combo;
+                if (mode != (int)(pick % NUM_MODES))
+                  continue;
+                if (g.quick && in_place != (int)((pick / NUM_MODES) % 2))
+                  continue;
+              }
+              case_desc c = {coll,     (xcoll_datatype)dt, op,
+                             count,    in_place,           mode,
+                             roots[ri]};
+              run_case(&c);
+            }
+            if (g.quick || big)
+              g.combo++;
+          }
+        }
+      }
+    }
+  }
+}
+
+/* Barrier: each rank publishes "I reached barrier k" in a file before the
+ * barrier; after it, every rank must see every other rank's mark >= k. The
+ * files are the independent witness; no sleep is involved. Only meaningful
+ * when all ranks share a file system (one host), which xcollrun gives. */
+static void sweep_barrier(void) {
+  const char *tmp = getenv("TMPDIR");
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/xcoll-conformance-%d-%s", tmp ? tmp : "/tmp",
+           (int)getppid(), getenv("MASTER_PORT") ? getenv("MASTER_PORT") : "0");
+  if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+    printf("rank %d: cannot create %s (%s): barrier witness skipped\n", g.rank,
+           dir, strerror(errno));
+    dir[0] = '\0';
+  }
+  /* Make sure the directory exists for all before anyone writes. */
+  xcoll_status st = xcoll_barrier(g.comm);
+  if (st != XCOLL_SUCCESS)
+    fatal("barrier", st);
+  const int rounds = g.quick ? 6 : 30;
+  for (int k = 1; k <= rounds; k++) {
+    if (dir[0]) {
+      char path[600], tmpname[640];
+      snprintf(path, sizeof path, "%s/rank%d", dir, g.rank);
+      snprintf(tmpname, sizeof tmpname, "%s.tmp", path);
+      FILE *f = fopen(tmpname, "w");
+      if (f) {
+        fprintf(f, "%d\n", k);
+        fclose(f);
+        rename(tmpname, path); /* atomic: readers see k-1 or k, never half */
+      }
+    }
+    int mode = k % NUM_MODES;
+    xcoll_request_t req = NULL;
+    if (mode == MODE_BLOCKING)
+      st = xcoll_barrier(g.comm);
+    else {
+      st = xcoll_ibarrier(g.comm, &req);
+      st = finish(st, req, mode);
+    }
+    if (st != XCOLL_SUCCESS)
+      fatal("barrier", st);
+    g.cases++;
+    if (!dir[0])
+      continue;
+    for (int r = 0; r < g.world_size; r++) {
+      char path[600];
+      snprintf(path, sizeof path, "%s/rank%d", dir, r);
+      FILE *f = fopen(path, "r");
+      int seen = -1;
+      if (f) {
+        if (fscanf(f, "%d", &seen) != 1)
+          seen = -1;
+        fclose(f);
+      }
+      if (seen < k) {
+        printf("MISMATCH rank %d: barrier %d (%s) returned before rank %d "
+               "entered it (its mark is %d)\n",
+               g.rank, k, mode_names[mode], r, seen);
+        g.failed_cases++;
+      }
+    }
+  }
+  /* Nobody reads the files after this barrier: clean up. */
+  st = xcoll_barrier(g.comm);
+  if (st != XCOLL_SUCCESS)
+    fatal("barrier", st);
+  if (dir[0]) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/rank%d", dir, g.rank);
+    unlink(path);
+    st = xcoll_barrier(g.comm);
+    if (st != XCOLL_SUCCESS)
+      fatal("barrier", st);
+    if (g.rank == 0)
+      rmdir(dir);
+  }
+}
+
+/* Argument errors that every rank makes alike: each must be
+ * XCOLL_ERR_INVALID_ARGUMENT with a message, and must leave the communicator
+ * usable (checked by a correct allreduce afterwards). */
+static void sweep_errors(void) {
+  float a[8] = {0}, b[8 * 16] = {0};
+  int stream_dummy;
+  xcoll_request_t req = NULL;
+  const int P = g.world_size;
+  check_invalid("allreduce with an unknown dtype",
+                xcoll_allreduce(a, b, 4, XCOLL_NUM_DATATYPES, XCOLL_SUM, g.comm),
+                XCOLL_ERR_INVALID_ARGUMENT);
+  check_invalid("allreduce with an unknown op",
+                xcoll_allreduce(a, b, 4, XCOLL_FLOAT32, XCOLL_NUM_OPS, g.comm),
+                XCOLL_ERR_INVALID_ARGUMENT);
+  check_invalid("allreduce with a NULL sendbuf and count 4",
+                xcoll_allreduce(NULL, b, 4, XCOLL_FLOAT32, XCOLL_SUM, g.comm),
+                XCOLL_ERR_INVALID_ARGUMENT);
+  check_invalid("allgather with a NULL recvbuf and count 4",
+                xcoll_allgather(a, NULL, 4, XCOLL_FLOAT32, g.comm),
+                XCOLL_ERR_INVALID_ARGUMENT);
+  check_invalid("broadcast with root == world_size",
+                xcoll_broadcast(a, a, 4, XCOLL_FLOAT32, P, g.comm),
+                XCOLL_ERR_INVALID_ARGUMENT);
+  check_invalid("reduce with root -1",
+                xcoll_reduce(a, b, 4, XCOLL_FLOAT32, XCOLL_SUM, -1, g.comm),
+                XCOLL_ERR_INVALID_ARGUMENT);
+  check_invalid("allreduce with count * size overflowing size_t",
+                xcoll_allreduce(a, b, SIZE_MAX / 2, XCOLL_FLOAT32, XCOLL_SUM,
+                                g.comm),
+                XCOLL_ERR_INVALID_ARGUMENT);
+  req = (xcoll_request_t)(uintptr_t)1;
+  check_invalid("iallreduce with a non-NULL stream on a host backend",
+                xcoll_iallreduce(a, b, 4, XCOLL_FLOAT32, XCOLL_SUM, g.comm,
+                                 &stream_dummy, &req),
+                XCOLL_ERR_INVALID_ARGUMENT);
+  if (req != NULL) {
+    printf("MISMATCH rank %d: iallreduce argument error left *request "
+           "non-NULL\n",
+           g.rank);
+    g.failed_cases++;
+  }
+  check_invalid("xcoll_wait(NULL)", xcoll_wait(NULL),
+                XCOLL_ERR_INVALID_ARGUMENT);
+  g.cases++;
+  xcoll_status st = xcoll_allreduce(NULL, NULL, 0, XCOLL_FLOAT32, XCOLL_SUM,
+                                    g.comm);
+  if (st != XCOLL_SUCCESS) {
+    printf("MISMATCH rank %d: allreduce with NULL buffers and count 0 returned "
+           "%s: %s\n",
+           g.rank, xcoll_strerror(st), xcoll_comm_last_error(g.comm));
+    g.failed_cases++;
+  }
+  /* Still usable: a real allreduce gives the right answer. */
+  for (int i = 0; i < 8; i++)
+    a[i] = (float)(g.rank + i);
+  st = xcoll_allreduce(a, b, 8, XCOLL_FLOAT32, XCOLL_SUM, g.comm);
+  if (st != XCOLL_SUCCESS)
+    fatal("allreduce after argument errors", st);
+  g.cases++;
+  for (int i = 0; i < 8; i++) {
+    float want = (float)(P * (P - 1) / 2 + P * i);
+    if (b[i] != want) {
+      printf("MISMATCH rank %d: allreduce after argument errors: index %d "
+             "expected %g got %g\n",
+             g.rank, i, want, b[i]);
+      g.failed_cases++;
+      break;
+    }
+  }
+  /* The getters agree with the launcher's environment. */
+  int r = -1, s = -1;
+  g.cases++;
+  if (xcoll_comm_rank(g.comm, &r) != XCOLL_SUCCESS ||
+      xcoll_comm_size(g.comm, &s) != XCOLL_SUCCESS || r != g.rank ||
+      s != g.world_size ||
+      xcoll_comm_rank(g.comm, NULL) != XCOLL_ERR_INVALID_ARGUMENT) {
+    printf("MISMATCH rank %d: getters disagree (rank %d size %d)\n", g.rank, r,
+           s);
+    g.failed_cases++;
+  }
+}
+
+static void usage(const char *argv0) {
+  fprintf(stderr,
+          "usage: %s [--quick] [--coll NAME]... [--max-count N] "
+          "[--min-count N] [--backend NAME]\n",
+          argv0);
+  exit(2);
+}
+
+int main(int argc, char **argv) {
+  const char *want_backend = NULL;
+  int any_coll = 0;
+  g.max_count = 131072 + 64;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--quick")) {
+      g.quick = 1;
+    } else if (!strcmp(argv[i], "--coll") && i + 1 < argc) {
+      const char *name = argv[++i];
+      int found = 0;
+      for (int c = 0; c < NUM_COLLS; c++)
+        if (!strcmp(name, coll_names[c])) {
+          g.coll_enabled[c] = found = any_coll = 1;
+        }
+      if (!found) {
+        fprintf(stderr, "unknown collective '%s'\n", name);
+        usage(argv[0]);
+      }
+    } else if (!strcmp(argv[i], "--max-count") && i + 1 < argc) {
+      g.max_count = strtoull(argv[++i], NULL, 10);
+    } else if (!strcmp(argv[i], "--min-count") && i + 1 < argc) {
+      g.min_count = strtoull(argv[++i], NULL, 10);
+    } else if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
+      want_backend = argv[++i];
+      setenv("XCOLL_BACKEND", want_backend, 1);
+    } else {
+      usage(argv[0]);
+    }
+  }
+  if (!any_coll)
+    for (int c = 0; c < NUM_COLLS; c++)
+      g.coll_enabled[c] = 1;
+
+  /* Line-buffered so that ranks' lines do not interleave mid-line. */
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  double t0 = now_s();
+  xcoll_status st = xcoll_comm_init_env(&g.comm);
+  if (st != XCOLL_SUCCESS) {
+    printf("FATAL: xcoll_comm_init_env returned %s: %s\n", xcoll_strerror(st),
+           xcoll_last_error());
+    return 2;
+  }
+  if (xcoll_comm_rank(g.comm, &g.rank) != XCOLL_SUCCESS ||
+      xcoll_comm_size(g.comm, &g.world_size) != XCOLL_SUCCESS)
+    fatal("comm_rank/comm_size", XCOLL_ERR_INTERNAL);
+  const char *backend = xcoll_comm_backend(g.comm);
+  if (want_backend && strcmp(backend, want_backend) != 0) {
+    printf("FATAL rank %d: asked for backend %s, got %s\n", g.rank,
+           want_backend, backend);
+    return 2;
+  }
+
+  if (g.coll_enabled[COLL_ERRORS])
+    sweep_errors();
+  for (int c = 0; c < COLL_BARRIER; c++) {
+    if (!g.coll_enabled[c])
+      continue;
+    double tc = now_s();
+    long before = g.cases;
+    sweep_collective(c);
+    if (g.rank == 0)
+      printf("rank 0: %-14s %5ld cases in %6.2f s\n", coll_names[c],
+             g.cases - before, now_s() - tc);
+  }
+  if (g.coll_enabled[COLL_BARRIER])
+    sweep_barrier();
+
+  /* Every rank learns the total, so that rank 0's verdict covers all. */
+  int64_t mine[2] = {g.failed_cases, g.cases}, total[2] = {0, 0};
+  st = xcoll_allreduce(mine, total, 2, XCOLL_INT64, XCOLL_SUM, g.comm);
+  if (st != XCOLL_SUCCESS)
+    fatal("final allreduce of the failure counts", st);
+  printf("rank %d/%d backend %s: %ld cases, %ld failed, %.2f s\n", g.rank,
+         g.world_size, backend, g.cases, g.failed_cases, now_s() - t0);
+  if (g.rank == 0)
+    printf("conformance %s: backend %s, %d ranks, %lld cases, %lld failed\n",
+           total[0] ? "FAILED" : "PASSED", backend, g.world_size,
+           (long long)total[1], (long long)total[0]);
+  st = xcoll_comm_destroy(g.comm);
+  if (st != XCOLL_SUCCESS) {
+    printf("rank %d: xcoll_comm_destroy returned %s\n", g.rank,
+           xcoll_strerror(st));
+    return 1;
+  }
+  return (total[0] || g.failed_cases) ? 1 : 0;
+}

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# fault_peer.sh - a peer dies (or hangs) during an allreduce loop on 4 ranks;
+# the survivors must return an error in bounded time.
+#   fault_peer.sh XCOLLRUN FAULT_PEER_BINARY kill
+#   fault_peer.sh XCOLLRUN FAULT_PEER_BINARY stop
+# kill: rank 2 SIGKILLs itself; each of ranks 0, 1, 3 must report an error
+#       naming rank 2 less than 5 s after the failing allreduce started.
+# stop: rank 2 SIGSTOPs itself; with XCOLL_TIMEOUT_S=3 each survivor must
+#       fail (TIMEOUT, or REMOTE once another survivor killed rank 2) within
+#       8 s. The verdict of each survivor is its SURVIVOR-OK/BAD line
+#       (tests/faults/fault_peer.c); this script checks there are three OKs.
+set -u
+xcollrun=$1
+prog=$2
+mode=$3
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+if [ "$mode" = kill ]; then
+  # A long timeout: the failure must be noticed from the dead connection,
+  # not from XCOLL_TIMEOUT_S.
+  export XCOLL_TIMEOUT_S=60
+  args=(--kill)
+else
+  export XCOLL_TIMEOUT_S=3
+  args=(--stop 3)
+fi
+# xcollrun SIGTERMs the group when rank 2 dies; fault_peer ignores it and
+# xcollrun's SIGKILL comes only after this grace period, well after the 5 s
+# (or 8 s) bound the survivors are held to.
+export XCOLLRUN_GRACE_S=30
+start=$(date +%s.%N)
+timeout -k 5 60 "$xcollrun" --nproc-per-node 4 --master-port 0 "$prog" \
+  "${args[@]}" >"$out" 2>&1
+rc=$?
+end=$(date +%s.%N)
+cat "$out"
+echo "xcollrun exited with $rc after $(awk -v a="$start" -v b="$end" 'BEGIN{printf "%.2f", b-a}') s"
+if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+  echo "FAIL: the job did not finish within 60 s (a survivor hung?)"
+  exit 1
+fi
+fail=0
+grep -q "VICTIM rank 2" "$out" || { echo "FAIL: rank 2 never reached the fault"; fail=1; }
+for r in 0 1 3; do
+  if ! grep -q "SURVIVOR-OK rank $r:" "$out"; then
+    echo "FAIL: rank $r did not report the expected error in time"
+    fail=1
+  fi
+done
+if grep -q "SURVIVOR-BAD" "$out"; then
+  echo "FAIL: a survivor reported a bad outcome (see above)"
+  fail=1
+fi
+[ $fail -eq 0 ] && echo "PASS: 3 survivors failed in bounded time ($mode)"
+exit $fail

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# test_xcollrun.sh - the launcher (tools/xcollrun.c) end to end: output
+# prefixing, torchrun's environment per rank, failure handling (a failing
+# rank stops the others, signals are named, SIGKILL after the grace period),
+# signal forwarding, --max-restarts, bad flags. Every run is bounded by
+# `timeout`, so a launcher that hangs fails the test instead of blocking it.
+#
+# usage: test_xcollrun.sh path/to/xcollrun [path/to/xcoll-trace-merge]
+set -u
+XCOLLRUN=${1:?usage: test_xcollrun.sh path/to/xcollrun}
+HERE=$(cd "$(dirname "$0")" && pwd)
+MERGE=${2:-$HERE/../../tools/xcoll-trace-merge}
+WORK=$(mktemp -d /tmp/xcollrun_test.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+failures=0
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+# expect_eq what expected actual
+expect_eq() { if [ "$2" == "$3" ]; then pass "$1"; else fail "$1: expected '$2', got '$3'"; fi; }
+expect_grep() { if grep -q -- "$2" "$3"; then pass "$1"; else fail "$1: '$2' not in $3:"; cat "$3"; fi; }
+
+run() { # run SECONDS args... : xcollrun with stdout/stderr in $WORK/out, $WORK/err
+  local limit=$1; shift
+  timeout "$limit" "$XCOLLRUN" "$@" >"$WORK/out" 2>"$WORK/err"
+}
+
+# ---- prefixing and environment ----
+unset OMP_NUM_THREADS OPENBLAS_NUM_THREADS
+run 20 --nproc-per-node 3 sh -c 'echo "env $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_ADDR $MASTER_PORT $OMP_NUM_THREADS $OPENBLAS_NUM_THREADS"; echo "to stderr" >&2; printf "no newline"'
+expect_eq "clean run exits 0" 0 $?
+for r in 0 1 2; do
+  expect_eq "rank $r env" "[rank $r] env $r 3 $r 3 0 127.0.0.1 29500 1 1" "$(grep "^\[rank $r\] env" "$WORK/out")"
+  expect_eq "rank $r partial last line" "[rank $r] no newline" "$(grep "^\[rank $r\] no" "$WORK/out")"
+  expect_eq "rank $r stderr stays on stderr" "[rank $r] to stderr" "$(grep "^\[rank $r\] to" "$WORK/err")"
+done
+expect_eq "stdout holds only prefixed lines" 6 "$(grep -c '^\[rank [0-2]\] ' "$WORK/out")"
+expect_eq "stdout has 6 lines" 6 "$(wc -l <"$WORK/out")"
+
+# second node of two, underscore flags, =value forms, preset OMP_NUM_THREADS kept
+OMP_NUM_THREADS=4 run 20 --nnodes=2 --node_rank 1 --nproc_per_node=2 --master_addr=localhost --master-port 1234 \
+  sh -c 'echo "env $RANK $WORLD_SIZE $LOCAL_RANK $GROUP_RANK $MASTER_ADDR $MASTER_PORT $OMP_NUM_THREADS"'
+expect_eq "node 1 exits 0" 0 $?
+expect_eq "node 1 local rank 0" "[rank 2] env 2 4 0 1 localhost 1234 4" "$(grep '^\[rank 2\]' "$WORK/out")"
+expect_eq "node 1 local rank 1" "[rank 3] env 3 4 1 1 localhost 1234 4" "$(grep '^\[rank 3\]' "$WORK/out")"
+
+# port 0: one free port, the same for every rank
+run 20 --nproc-per-node 2 --master-port 0 sh -c 'echo "$MASTER_PORT"'
+ports=$(sed 's/^\[rank .\] //' "$WORK/out" | sort -u)
+if [ "$(echo "$ports" | wc -l)" = 1 ] && [ "$ports" -gt 0 ]; then pass "port 0 picks one port ($ports)"; else fail "port 0 gave '$ports'"; fi
+
+# ---- failures ----
+start=$SECONDS
+run 20 --nproc-per-node 3 sh -c 'if [ "$RANK" = 1 ]; then echo "last words"; exit 3; fi; exec sleep 1000'
+rc=$?
+expect_eq "failing rank's status is the exit status" 3 $rc
+if [ $((SECONDS - start)) -le 4 ]; then pass "failure stops the group quickly"; else fail "failure took $((SECONDS - start)) s"; fi
+expect_grep "failure names rank and pid" 'xcollrun: rank 1 (pid [0-9]*) exited with status 3' "$WORK/err"
+expect_grep "output before the failure is kept" '^\[rank 1\] last words' "$WORK/out"
+
+run 20 --nproc-per-node 2 sh -c 'if [ "$RANK" = 0 ]; then kill -SEGV $$; fi; exec sleep 1000'
+expect_eq "killed rank gives 128+signal" 139 $?
+expect_grep "signal is named" 'rank 0 (pid [0-9]*) was killed by signal SIGSEGV' "$WORK/err"
+
+# a rank that ignores SIGTERM (its sleep too) is killed after the grace period
+start=$SECONDS
+XCOLLRUN_GRACE_S=0.5 run 20 --nproc-per-node 2 sh -c 'trap "" TERM; if [ "$RANK" = 1 ]; then exit 1; fi; sleep 1000'
+expect_eq "SIGTERM-proof rank: exit status" 1 $?
+if [ $((SECONDS - start)) -le 4 ]; then pass "SIGKILL after the grace period"; else fail "grace took $((SECONDS - start)) s"; fi
+expect_grep "SIGKILL is reported" 'rank 0 (pid [0-9]*) did not exit 0.5 s after SIGTERM' "$WORK/err"
+
+run 20 --nproc-per-node 1 "$WORK/does-not-exist"
+expect_eq "missing program exits 127" 127 $?
+expect_grep "missing program is named" "cannot run '$WORK/does-not-exist'" "$WORK/err"
+
+# ---- SIGINT is passed to every rank ----
+mkfifo "$WORK/fifo"
+timeout 20 "$XCOLLRUN" --nproc-per-node 2 sh -c 'trap "echo got INT; exit 0" INT; echo ready; while :; do sleep 0.05; done' \
+  >"$WORK/fifo" 2>"$WORK/err" &
+launcher=$!
+exec 3<"$WORK/fifo"
+# both ranks have installed their trap once they print "ready"
+read -r -t 10 line1 <&3; read -r -t 10 line2 <&3
+kill -INT $launcher
+cat <&3 >"$WORK/out"
+exec 3<&-
+wait $launcher
+expect_eq "interrupted launcher exits 128+SIGINT" 130 $?
+expect_eq "every rank got SIGINT" 2 "$(grep -c 'got INT' "$WORK/out")"
+
+# ---- restarts ----
+counter="$WORK/attempts"
+: >"$counter"
+run 30 --nproc-per-node 2 --max-restarts 2 --master-port 0 sh -c '
+  echo "$TORCHELASTIC_RESTART_COUNT $MASTER_PORT"
+  [ "$RANK" = 0 ] && echo x >>'"$counter"'
+  if [ "$TORCHELASTIC_RESTART_COUNT" -lt 2 ]; then
+    if [ "$RANK" = 0 ]; then exit 5; fi
+    exec sleep 1000
+  fi'
+expect_eq "third attempt succeeds" 0 $?
+expect_eq "group started three times" 3 "$(wc -l <"$counter")"
+expect_eq "restarts get fresh ports" 3 "$(grep '^\[rank 0\]' "$WORK/out" | awk '{print $4}' | sort -u | wc -l)"
+expect_grep "restart is announced" 'restarting the local group (restart 2 of 2)' "$WORK/err"
+run 30 --nproc-per-node 1 --max-restarts 1 sh -c 'exit 6'
+expect_eq "restarts exhausted: failure status" 6 $?
+expect_eq "two failures reported" 2 "$(grep -c 'exited with status 6' "$WORK/err")"
+
+# ---- bad flags ----
+for args in "--bogus 1 true" "--nproc-per-node 0 true" "--nproc-per-node x true" "--nproc-per-node=3x true" \
+  "--nnodes 2 --node-rank 2 true" "--node_rank -1 true" "--master-port 70000 true" "--nproc-per-node" \
+  "--nproc-per-node 2" "--nnodes 2 --master-port 0 true" "-x true"; do
+  # shellcheck disable=SC2086
+  run 10 $args
+  expect_eq "bad flags '$args' exit 2" 2 $?
+  expect_grep "bad flags '$args' print usage" 'usage: xcollrun' "$WORK/err"
+done
+run 10 --help
+expect_eq "--help exits 0" 0 $?
+expect_grep "--help prints usage" 'usage: xcollrun' "$WORK/out"
+run 10 -- sh -c 'echo "$WORLD_SIZE"'
+expect_eq "-- ends options; default one rank" "[rank 0] 1" "$(cat "$WORK/out")"
+
+# ---- xcoll-trace-merge ----
+if [ -x "$MERGE" ] && command -v python3 >/dev/null; then
+  printf '[\n{"name":"process_name","ph":"M","pid":0,"tid":0,"args":{"name":"rank 0"}},\n{"name":"a","cat":"c","ph":"X","ts":1,"dur":2,"pid":0,"tid":1,"args":{}}\n]\n' >"$WORK/t.rank0.json"
+  # rank 1 died: no closing bracket
+  printf '[\n{"name":"process_name","ph":"M","pid":1,"tid":0,"args":{"name":"rank 1"}},\n{"name":"b","cat":"c","ph":"X","ts":3,"dur":1,"pid":1,"tid":1,"args":{}}' >"$WORK/t.rank1.json"
+  timeout 20 "$MERGE" -o "$WORK/merged.json" "$WORK/t.rank0.json" "$WORK/t.rank1.json" 2>"$WORK/err"
+  expect_eq "trace merge exits 0" 0 $?
+  expect_eq "merged trace has both ranks' events" "4 [0, 1]" "$(python3 -c '
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+print(len(events), sorted({e["pid"] for e in events}))' "$WORK/merged.json")"
+else
+  echo "skip: xcoll-trace-merge or python3 not found"
+fi
+
+if [ $failures -ne 0 ]; then echo "$failures check(s) failed"; exit 1; fi
+echo "all launcher checks passed"

@@ -1,0 +1,916 @@
+/*
+ * xcoll-perf - measure the time, algorithm bandwidth and bus bandwidth of one
+ * xcoll collective over a range of message sizes, with the command line and
+ * the output columns of nccl-tests (all_reduce_perf and friends), so that
+ * figures from xcoll and from NCCL can be read side by side.
+ *
+ * Run one process per rank under a launcher that sets torchrun's variables
+ * (tools/xcollrun, torchrun, mpirun): the communicator comes from
+ * xcoll_comm_init_env. Only rank 0 prints. This program uses the public API
+ * (include/xcoll.h) and nothing else of the library.
+ *
+ * Size convention (nccl-tests): the size of a row is the whole buffer in bytes
+ * (for allgather the receive buffer, for reduce_scatter the send buffer), so
+ * each rank contributes size / world_size bytes to those two.
+ *   algbw = size / time
+ *   busbw = algbw * factor, factor = 2(P-1)/P for allreduce, (P-1)/P for
+ *   allgather and reduce_scatter, 1 for broadcast and reduce (P ranks);
+ * see docs/benchmarks.md for why.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "xcoll.h"
+
+/* The collectives this tool measures, in the order of the usage text. */
+typedef enum perf_coll {
+  PERF_ALLREDUCE = 0,
+  PERF_ALLGATHER,
+  PERF_REDUCE_SCATTER,
+  PERF_BROADCAST,
+  PERF_REDUCE,
+  PERF_NUM_COLLS
+} perf_coll;
+
+static const char *const coll_names[PERF_NUM_COLLS] = {
+    "allreduce", "allgather", "reduce_scatter", "broadcast", "reduce"};
+
+/* Everything the command line decides. */
+typedef struct perf_options {
+  size_t min_bytes;
+  size_t max_bytes;
+  double step_factor;
+  int iters;
+  int warmup_iters;
+  xcoll_datatype dtype;
+  xcoll_op op;
+  int check;
+  int root;
+  perf_coll coll;
+  int blocking;
+  const char *json_path;
+} perf_options;
+
+/* One measured half-row (out-of-place or in-place). */
+typedef struct perf_result {
+  double time_us; /* mean time per operation, max over ranks */
+  double algbw;   /* GB/s, 1e9 bytes */
+  double busbw;   /* GB/s */
+  int64_t wrong;  /* wrong elements summed over ranks; -1 when not checked */
+} perf_result;
+
+/* Why a run stopped early: the failing call's status and the comm to ask. */
+typedef struct perf_failure {
+  xcoll_status status;
+  const char *what;
+} perf_failure;
+
+static void usage(FILE *out, const char *argv0) {
+  fprintf(out,
+          "usage: %s [options]\n"
+          "  -b, --minbytes SIZE      smallest message, bytes, K/M/G suffix (default 32M)\n"
+          "  -e, --maxbytes SIZE      largest message (default 32M)\n"
+          "  -f, --stepfactor F       multiply the size by F between rows (default 2)\n"
+          "  -n, --iters N            timed iterations per size (default 20)\n"
+          "  -w, --warmup_iters N     untimed iterations per size (default 5)\n"
+          "  -d, --datatype TYPE      int8 uint8 int32 uint32 int64 uint64 float16\n"
+          "                           bfloat16 float32 float64 (nccl-tests names such as\n"
+          "                           float, half, double, int also work; default float32)\n"
+          "  -o, --op OP              reduction: sum prod min max avg (default sum);\n"
+          "                           a collective name here is taken as --coll\n"
+          "      --coll NAME          allreduce allgather reduce_scatter broadcast reduce\n"
+          "                           (default allreduce; --collective is the same)\n"
+          "  -c, --check 0|1          check results against a local reference (default 1)\n"
+          "  -r, --root R             root of broadcast and reduce (default 0)\n"
+          "  -N, --blocking 0|1       1: blocking calls; 0: issue all N iterations as\n"
+          "                           non-blocking calls, then wait (default 1)\n"
+          "  -J, --json FILE          also write one JSON object per row to FILE (rank 0)\n"
+          "  -h, --help               this text\n"
+          "Run one process per rank with torchrun-style variables, e.g.\n"
+          "  xcollrun -n 4 %s -b 8 -e 64M -f 2\n",
+          argv0, argv0);
+}
+
+/* ---- parsing ---- */
+
+/* Bytes with an optional K/M/G suffix (powers of 1024), like nccl-tests. */
+static int parse_size(const char *text, size_t *out) {
+  char *end = NULL;
+  errno = 0;
+  unsigned long long value = strtoull(text, &end, 10);
+  if (errno != 0 || end == text || text[0] == '-')
+    return -1;
+  unsigned long long scale = 1;
+  switch (*end) {
+  case '\0': break;
+  case 'k': case 'K': scale = 1ull << 10; end++; break;
+  case 'm': case 'M': scale = 1ull << 20; end++; break;
+  case 'g': case 'G': scale = 1ull << 30; end++; break;
+  default: return -1;
+  }
+  if (*end == 'B' || *end == 'b')
+    end++;
+  if (*end != '\0' || value > SIZE_MAX / scale)
+    return -1;
+  *out = (size_t)(value * scale);
+  return 0;
+}
+
+static int parse_int(const char *text, long min, long max, int *out) {
+  char *end = NULL;
+  errno = 0;
+  long value = strtol(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || value < min || value > max)
+    return -1;
+  *out = (int)value;
+  return 0;
+}
+
+static int parse_dtype(const char *text, xcoll_datatype *out) {
+  static const struct {
+    const char *alias;
+    xcoll_datatype dtype;
+  } aliases[] = {{"char", XCOLL_INT8},     {"int", XCOLL_INT32},
+                 {"half", XCOLL_FLOAT16},  {"float", XCOLL_FLOAT32},
+                 {"double", XCOLL_FLOAT64}, {"bf16", XCOLL_BFLOAT16},
+                 {"fp16", XCOLL_FLOAT16},  {"fp32", XCOLL_FLOAT32},
+                 {"fp64", XCOLL_FLOAT64}};
+  for (int t = 0; t < XCOLL_NUM_DATATYPES; t++) {
+    if (strcmp(text, xcoll_datatype_name((xcoll_datatype)t)) == 0) {
+      *out = (xcoll_datatype)t;
+      return 0;
+    }
+  }
+  for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++) {
+    if (strcmp(text, aliases[i].alias) == 0) {
+      *out = aliases[i].dtype;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+static int parse_redop(const char *text, xcoll_op *out) {
+  for (int o = 0; o < XCOLL_NUM_OPS; o++) {
+    if (strcmp(text, xcoll_op_name((xcoll_op)o)) == 0) {
+      *out = (xcoll_op)o;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+static int parse_coll(const char *text, perf_coll *out) {
+  /* nccl-tests' binary names (all_reduce, reduce_scatter...) also work. */
+  static const struct {
+    const char *alias;
+    perf_coll coll;
+  } aliases[] = {{"all_reduce", PERF_ALLREDUCE},
+                 {"all_gather", PERF_ALLGATHER},
+                 {"reducescatter", PERF_REDUCE_SCATTER},
+                 {"bcast", PERF_BROADCAST}};
+  for (int c = 0; c < PERF_NUM_COLLS; c++) {
+    if (strcmp(text, coll_names[c]) == 0) {
+      *out = (perf_coll)c;
+      return 0;
+    }
+  }
+  for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++) {
+    if (strcmp(text, aliases[i].alias) == 0) {
+      *out = aliases[i].coll;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+/* Returns 0 to run, 1 after --help, 2 on a bad command line (message printed). */
+static int parse_options(int argc, char **argv, perf_options *opt) {
+  enum { OPT_COLL = 1000 };
+  static const struct option long_options[] = {
+      {"minbytes", required_argument, NULL, 'b'},
+      {"maxbytes", required_argument, NULL, 'e'},
+      {"stepfactor", required_argument, NULL, 'f'},
+      {"iters", required_argument, NULL, 'n'},
+      {"warmup_iters", required_argument, NULL, 'w'},
+      {"datatype", required_argument, NULL, 'd'},
+      {"op", required_argument, NULL, 'o'},
+      {"check", required_argument, NULL, 'c'},
+      {"root", required_argument, NULL, 'r'},
+      {"blocking", required_argument, NULL, 'N'},
+      {"json", required_argument, NULL, 'J'},
+      {"coll", required_argument, NULL, OPT_COLL},
+      {"collective", required_argument, NULL, OPT_COLL},
+      {"op-kind", required_argument, NULL, OPT_COLL},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
+  const char *argv0 = argv[0];
+  opt->min_bytes = 32u << 20;
+  opt->max_bytes = 32u << 20;
+  opt->step_factor = 2.0;
+  opt->iters = 20;
+  opt->warmup_iters = 5;
+  opt->dtype = XCOLL_FLOAT32;
+  opt->op = XCOLL_SUM;
+  opt->check = 1;
+  opt->root = 0;
+  opt->coll = PERF_ALLREDUCE;
+  opt->blocking = 1;
+  opt->json_path = NULL;
+
+  int c;
+  while ((c = getopt_long(argc, argv, "b:e:f:n:w:d:o:c:r:N:J:h", long_options,
+                          NULL)) != -1) {
+    int bad = 0;
+    switch (c) {
+    case 'b': bad = parse_size(optarg, &opt->min_bytes); break;
+    case 'e': bad = parse_size(optarg, &opt->max_bytes); break;
+    case 'f': {
+      char *end = NULL;
+      opt->step_factor = strtod(optarg, &end);
+      bad = end == optarg || *end != '\0' || !(opt->step_factor > 1.0) ||
+            !isfinite(opt->step_factor);
+      break;
+    }
+    case 'n': bad = parse_int(optarg, 1, 1000000000L, &opt->iters); break;
+    case 'w': bad = parse_int(optarg, 0, 1000000000L, &opt->warmup_iters); break;
+    case 'd': bad = parse_dtype(optarg, &opt->dtype); break;
+    case 'o':
+      /* One flag, two meanings: a reduction, or (as the issue spells it) the
+       * collective. The names do not overlap except "reduce", which is the
+       * collective: no reduction operator is called that. */
+      if (parse_redop(optarg, &opt->op) != 0)
+        bad = parse_coll(optarg, &opt->coll);
+      break;
+    case 'c': bad = parse_int(optarg, 0, 1, &opt->check); break;
+    case 'r': bad = parse_int(optarg, 0, 1 << 30, &opt->root); break;
+    case 'N': bad = parse_int(optarg, 0, 1, &opt->blocking); break;
+    case 'J': opt->json_path = optarg; break;
+    case OPT_COLL: bad = parse_coll(optarg, &opt->coll); break;
+    case 'h': usage(stdout, argv0); return 1;
+    default: usage(stderr, argv0); return 2;
+    }
+    if (bad) {
+      char name[3] = {'-', (char)c, '\0'};
+      fprintf(stderr, "xcoll-perf: bad value '%s' for option %s\n", optarg,
+              c == OPT_COLL ? "--coll" : name);
+      usage(stderr, argv0);
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "xcoll-perf: unexpected argument '%s'\n", argv[optind]);
+    usage(stderr, argv0);
+    return 2;
+  }
+  if (opt->min_bytes > opt->max_bytes) {
+    fprintf(stderr, "xcoll-perf: --minbytes (%zu) is larger than --maxbytes (%zu)\n",
+            opt->min_bytes, opt->max_bytes);
+    usage(stderr, argv0);
+    return 2;
+  }
+  return 0;
+}
+
+/* ---- element access: values are small integers, exact in every type ---- */
+
+/* float <-> binary16 with round-to-nearest-even; written here because this
+ * tool only uses the public header. Inputs are small integers and 99, all
+ * exactly representable, but the rounding is right for any finite float. */
+static uint16_t float_to_half(float value) {
+  uint32_t bits;
+  memcpy(&bits, &value, sizeof bits);
+  uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
+  uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude >= 0x7f800000u) /* inf or NaN */
+    return (uint16_t)(sign | 0x7c00u | (magnitude > 0x7f800000u ? 0x200u : 0u));
+  if (magnitude >= 0x477ff000u) /* rounds to >= 65520: overflow */
+    return (uint16_t)(sign | 0x7c00u);
+  if (magnitude < 0x38800000u) { /* subnormal half (or zero) */
+    float scaled = fabsf(value) * 16777216.0f; /* 2^24: units of 2^-24 */
+    return (uint16_t)(sign | (uint16_t)nearbyintf(scaled));
+  }
+  uint32_t mantissa = magnitude + 0xfffu + ((magnitude >> 13) & 1u);
+  return (uint16_t)(sign | ((mantissa - 0x38000000u) >> 13));
+}
+
+static float half_to_float(uint16_t half) {
+  uint32_t sign = (uint32_t)(half & 0x8000u) << 16;
+  uint32_t exponent = (half >> 10) & 0x1fu;
+  uint32_t mantissa = half & 0x3ffu;
+  float magnitude;
+  if (exponent == 0)
+    magnitude = ldexpf((float)mantissa, -24);
+  else if (exponent == 31)
+    magnitude = mantissa ? NAN : INFINITY;
+  else
+    magnitude = ldexpf((float)(mantissa | 0x400u), (int)exponent - 25);
+  uint32_t bits;
+  memcpy(&bits, &magnitude, sizeof bits);
+  bits |= sign;
+  memcpy(&magnitude, &bits, sizeof bits);
+  return magnitude;
+}
+
+static uint16_t float_to_bfloat16(float value) {
+  uint32_t bits;
+  memcpy(&bits, &value, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return (uint16_t)((bits >> 16) | 0x40u);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return (uint16_t)(bits >> 16);
+}
+
+static float bfloat16_to_float(uint16_t value) {
+  uint32_t bits = (uint32_t)value << 16;
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+static void store_element(void *buf, size_t i, xcoll_datatype dtype, double v) {
+  switch (dtype) {
+  case XCOLL_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
+  case XCOLL_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+  case XCOLL_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+  case XCOLL_UINT32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
+  case XCOLL_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+  case XCOLL_UINT64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
+  case XCOLL_FLOAT16: ((uint16_t *)buf)[i] = float_to_half((float)v); break;
+  case XCOLL_BFLOAT16: ((uint16_t *)buf)[i] = float_to_bfloat16((float)v); break;
+  case XCOLL_FLOAT32: ((float *)buf)[i] = (float)v; break;
+  case XCOLL_FLOAT64: ((double *)buf)[i] = v; break;
+  default: break;
+  }
+}
+
+static double load_element(const void *buf, size_t i, xcoll_datatype dtype) {
+  switch (dtype) {
+  case XCOLL_INT8: return ((const int8_t *)buf)[i];
+  case XCOLL_UINT8: return ((const uint8_t *)buf)[i];
+  case XCOLL_INT32: return ((const int32_t *)buf)[i];
+  case XCOLL_UINT32: return ((const uint32_t *)buf)[i];
+  case XCOLL_INT64: return (double)((const int64_t *)buf)[i];
+  case XCOLL_UINT64: return (double)((const uint64_t *)buf)[i];
+  case XCOLL_FLOAT16: return half_to_float(((const uint16_t *)buf)[i]);
+  case XCOLL_BFLOAT16: return bfloat16_to_float(((const uint16_t *)buf)[i]);
+  case XCOLL_FLOAT32: return ((const float *)buf)[i];
+  case XCOLL_FLOAT64: return ((const double *)buf)[i];
+  default: return NAN;
+  }
+}
+
+/* What a receive buffer holds before the operation, so that an element the
+ * collective forgot to write is counted wrong. No input value equals it. */
+#define PERF_SENTINEL 99.0
+
+/* Rank's input value at element index i. Sums over up to a few hundred ranks
+ * stay exact even in float16 and int8 (values 0..4); for prod exactly one rank
+ * contributes 2 per element and the others 1, so products never overflow. */
+static double input_value(int rank, int world_size, size_t i, xcoll_op op) {
+  if (op == XCOLL_PROD)
+    return ((i + (size_t)rank) % (size_t)world_size) == 0 ? 2.0 : 1.0;
+  return (double)((i + 3u * (size_t)rank) % 5u);
+}
+
+/* The reduction over all ranks of input_value at index i. */
+static double reduced_value(int world_size, size_t i, xcoll_op op) {
+  double acc = input_value(0, world_size, i, op);
+  for (int r = 1; r < world_size; r++) {
+    double v = input_value(r, world_size, i, op);
+    switch (op) {
+    case XCOLL_SUM: case XCOLL_AVG: acc += v; break;
+    case XCOLL_PROD: acc *= v; break;
+    case XCOLL_MIN: acc = v < acc ? v : acc; break;
+    case XCOLL_MAX: acc = v > acc ? v : acc; break;
+    default: break;
+    }
+  }
+  if (op == XCOLL_AVG)
+    acc /= world_size;
+  return acc;
+}
+
+/* avg divides, so it may round differently from our reference; every other
+ * case in this tool is exact. Tolerances are a few units in the last place. */
+static int element_matches(double got, double want, xcoll_datatype dtype,
+                           xcoll_op op) {
+  if (op != XCOLL_AVG)
+    return got == want;
+  double ulp = dtype == XCOLL_FLOAT16    ? 1e-3
+               : dtype == XCOLL_BFLOAT16 ? 8e-3
+               : dtype == XCOLL_FLOAT32  ? 1e-6
+                                         : 1e-14;
+  return fabs(got - want) <= 4.0 * ulp * (fabs(want) > 1.0 ? fabs(want) : 1.0);
+}
+
+/* ---- one benchmark ---- */
+
+typedef struct perf_run {
+  const perf_options *opt;
+  xcoll_comm_t comm;
+  int rank;
+  int world_size;
+  size_t elem_bytes;
+  char *sendbuf; /* max_bytes, 64-byte aligned */
+  char *recvbuf;
+  xcoll_request_t *requests; /* opt->iters + warmup slots, for --blocking 0 */
+} perf_run;
+
+/* Per-rank element counts and buffer sizes for one row of size total_bytes,
+ * following the NCCL argument conventions. */
+typedef struct perf_shape {
+  size_t bytes;      /* total buffer bytes, rounded down to a whole shape */
+  size_t count;      /* elements of the whole buffer (printed) */
+  size_t call_count; /* count argument of the call */
+  size_t send_elems; /* elements in the send buffer */
+  size_t recv_elems; /* elements in the receive buffer */
+} perf_shape;
+
+static perf_shape shape_for(const perf_run *run, size_t total_bytes) {
+  perf_shape s;
+  size_t P = (size_t)run->world_size;
+  size_t elems = total_bytes / run->elem_bytes;
+  switch (run->opt->coll) {
+  case PERF_ALLGATHER:
+    s.call_count = elems / P;
+    s.send_elems = s.call_count;
+    s.recv_elems = s.call_count * P;
+    s.count = s.recv_elems;
+    break;
+  case PERF_REDUCE_SCATTER:
+    s.call_count = elems / P;
+    s.send_elems = s.call_count * P;
+    s.recv_elems = s.call_count;
+    s.count = s.send_elems;
+    break;
+  default:
+    s.call_count = elems;
+    s.send_elems = elems;
+    s.recv_elems = elems;
+    s.count = elems;
+    break;
+  }
+  s.bytes = s.count * run->elem_bytes;
+  return s;
+}
+
+/* The pointers one call uses. In place follows xcoll.h: allgather reads its
+ * input from its slot of the receive buffer, reduce_scatter writes its output
+ * into its block of the send buffer (which lives in recvbuf here). */
+typedef struct perf_buffers {
+  void *send; /* what the call reads */
+  void *recv; /* what the call writes */
+  void *input;  /* where to write this rank's input (== send) */
+  void *output; /* where to check the result (== recv) */
+} perf_buffers;
+
+static perf_buffers buffers_for(const perf_run *run, const perf_shape *s,
+                                int in_place) {
+  perf_buffers b;
+  if (!in_place) {
+    b.send = run->sendbuf;
+    b.recv = run->recvbuf;
+  } else if (run->opt->coll == PERF_ALLGATHER) {
+    b.recv = run->recvbuf;
+    b.send = run->recvbuf + (size_t)run->rank * s->call_count * run->elem_bytes;
+  } else if (run->opt->coll == PERF_REDUCE_SCATTER) {
+    b.send = run->recvbuf;
+    b.recv = run->recvbuf + (size_t)run->rank * s->call_count * run->elem_bytes;
+  } else {
+    b.send = run->recvbuf;
+    b.recv = run->recvbuf;
+  }
+  b.input = b.send;
+  b.output = b.recv;
+  return b;
+}
+
+/* Issue one operation; with request non-NULL, its non-blocking form. */
+static xcoll_status issue(const perf_run *run, const perf_shape *s,
+                          const perf_buffers *b, xcoll_request_t *request) {
+  const perf_options *o = run->opt;
+  size_t n = s->call_count;
+  switch (o->coll) {
+  case PERF_ALLREDUCE:
+    return request ? xcoll_iallreduce(b->send, b->recv, n, o->dtype, o->op,
+                                      run->comm, NULL, request)
+                   : xcoll_allreduce(b->send, b->recv, n, o->dtype, o->op, run->comm);
+  case PERF_ALLGATHER:
+    return request ? xcoll_iallgather(b->send, b->recv, n, o->dtype, run->comm,
+                                      NULL, request)
+                   : xcoll_allgather(b->send, b->recv, n, o->dtype, run->comm);
+  case PERF_REDUCE_SCATTER:
+    return request ? xcoll_ireduce_scatter(b->send, b->recv, n, o->dtype, o->op,
+                                           run->comm, NULL, request)
+                   : xcoll_reduce_scatter(b->send, b->recv, n, o->dtype, o->op,
+                                          run->comm);
+  case PERF_BROADCAST:
+    return request ? xcoll_ibroadcast(b->send, b->recv, n, o->dtype, o->root,
+                                      run->comm, NULL, request)
+                   : xcoll_broadcast(b->send, b->recv, n, o->dtype, o->root,
+                                     run->comm);
+  case PERF_REDUCE:
+    return request ? xcoll_ireduce(b->send, b->recv, n, o->dtype, o->op, o->root,
+                                   run->comm, NULL, request)
+                   : xcoll_reduce(b->send, b->recv, n, o->dtype, o->op, o->root,
+                                  run->comm);
+  default:
+    return XCOLL_ERR_INVALID_ARGUMENT;
+  }
+}
+
+/* Run iterations operations back to back. Non-blocking mode issues all of
+ * them first so the library may overlap them, then waits in order. */
+static xcoll_status run_iterations(perf_run *run, const perf_shape *s,
+                                   const perf_buffers *b, int iterations,
+                                   perf_failure *failure) {
+  if (run->opt->blocking) {
+    for (int it = 0; it < iterations; it++) {
+      xcoll_status st = issue(run, s, b, NULL);
+      if (st != XCOLL_SUCCESS) {
+        failure->status = st;
+        failure->what = coll_names[run->opt->coll];
+        return st;
+      }
+    }
+    return XCOLL_SUCCESS;
+  }
+  int issued = 0;
+  xcoll_status first = XCOLL_SUCCESS;
+  for (; issued < iterations; issued++) {
+    first = issue(run, s, b, &run->requests[issued]);
+    if (first != XCOLL_SUCCESS)
+      break;
+  }
+  /* Wait for every issued request even after a failure: each must be
+   * released exactly once. */
+  for (int it = 0; it < issued; it++) {
+    xcoll_status st = xcoll_wait(run->requests[it]);
+    if (first == XCOLL_SUCCESS)
+      first = st;
+  }
+  if (first != XCOLL_SUCCESS) {
+    failure->status = first;
+    failure->what = "xcoll_wait";
+  }
+  return first;
+}
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Fill this rank's input and poison the part of the output that the
+ * operation must write (for in-place operations they overlap: the output
+ * slot of an in-place allgather/broadcast/reduce holds the input). */
+static void prepare_check(const perf_run *run, const perf_shape *s,
+                          const perf_buffers *b, int in_place) {
+  const perf_options *o = run->opt;
+  xcoll_datatype t = o->dtype;
+  if (!in_place) {
+    for (size_t i = 0; i < s->recv_elems; i++)
+      store_element(b->output, i, t, PERF_SENTINEL);
+  } else if (o->coll == PERF_ALLGATHER) {
+    for (size_t i = 0; i < s->recv_elems; i++)
+      store_element(b->output, i, t, PERF_SENTINEL);
+  } else if (o->coll == PERF_BROADCAST && run->rank != o->root) {
+    for (size_t i = 0; i < s->recv_elems; i++)
+      store_element(b->output, i, t, PERF_SENTINEL);
+    return; /* a non-root's in-place input is not read */
+  }
+  /* Allgather's input is this rank's slot: element j of the input is element
+   * rank * call_count + j of the gathered buffer, so value it by that index. */
+  size_t offset = o->coll == PERF_ALLGATHER ? (size_t)run->rank * s->call_count : 0;
+  for (size_t i = 0; i < s->send_elems; i++)
+    store_element(b->input, i, t,
+                  input_value(run->rank, run->world_size, offset + i, o->op));
+}
+
+/* Elements of the output that differ from the reference, on this rank. */
+static int64_t count_wrong(const perf_run *run, const perf_shape *s,
+                           const perf_buffers *b) {
+  const perf_options *o = run->opt;
+  xcoll_datatype t = o->dtype;
+  int P = run->world_size;
+  int64_t wrong = 0;
+  for (size_t i = 0; i < s->recv_elems; i++) {
+    double want;
+    switch (o->coll) {
+    case PERF_ALLREDUCE:
+      want = reduced_value(P, i, o->op);
+      break;
+    case PERF_ALLGATHER:
+      want = input_value((int)(i / (s->call_count ? s->call_count : 1)), P, i, o->op);
+      break;
+    case PERF_REDUCE_SCATTER:
+      want = reduced_value(P, (size_t)run->rank * s->call_count + i, o->op);
+      break;
+    case PERF_BROADCAST:
+      want = input_value(o->root, P, i, o->op);
+      break;
+    case PERF_REDUCE:
+      if (run->rank != o->root)
+        return 0; /* only root's buffer is defined */
+      want = reduced_value(P, i, o->op);
+      break;
+    default:
+      return -1;
+    }
+    if (!element_matches(load_element(b->output, i, t), want, t, o->op))
+      wrong++;
+  }
+  return wrong;
+}
+
+static double bus_factor(perf_coll coll, int world_size) {
+  double P = world_size;
+  switch (coll) {
+  case PERF_ALLREDUCE: return 2.0 * (P - 1.0) / P;
+  case PERF_ALLGATHER:
+  case PERF_REDUCE_SCATTER: return (P - 1.0) / P;
+  default: return 1.0;
+  }
+}
+
+/* Measure one half-row. */
+static xcoll_status measure(perf_run *run, const perf_shape *s, int in_place,
+                            perf_result *result, perf_failure *failure) {
+  const perf_options *o = run->opt;
+  perf_buffers b = buffers_for(run, s, in_place);
+  xcoll_status st;
+
+  if (o->check)
+    prepare_check(run, s, &b, in_place);
+  if (o->warmup_iters > 0 &&
+      (st = run_iterations(run, s, &b, o->warmup_iters, failure)) != XCOLL_SUCCESS)
+    return st;
+  if ((st = xcoll_barrier(run->comm)) != XCOLL_SUCCESS) {
+    failure->status = st;
+    failure->what = "xcoll_barrier";
+    return st;
+  }
+  double start = now_seconds();
+  if ((st = run_iterations(run, s, &b, o->iters, failure)) != XCOLL_SUCCESS)
+    return st;
+  double mean_seconds = (now_seconds() - start) / o->iters;
+
+  /* The slowest rank sets the time of a collective. */
+  double slowest = 0.0;
+  if ((st = xcoll_allreduce(&mean_seconds, &slowest, 1, XCOLL_FLOAT64, XCOLL_MAX,
+                            run->comm)) != XCOLL_SUCCESS) {
+    failure->status = st;
+    failure->what = "xcoll_allreduce (timing)";
+    return st;
+  }
+  result->time_us = slowest * 1e6;
+  result->algbw = slowest > 0.0 ? (double)s->bytes / slowest / 1e9 : 0.0;
+  result->busbw = result->algbw * bus_factor(o->coll, run->world_size);
+  result->wrong = -1;
+
+  if (o->check) {
+    /* The timed iterations fed in-place results back as inputs: start again
+     * from known data and check a single operation. */
+    prepare_check(run, s, &b, in_place);
+    if ((st = run_iterations(run, s, &b, 1, failure)) != XCOLL_SUCCESS)
+      return st;
+    int64_t wrong = count_wrong(run, s, &b), total = 0;
+    if ((st = xcoll_allreduce(&wrong, &total, 1, XCOLL_INT64, XCOLL_SUM,
+                              run->comm)) != XCOLL_SUCCESS) {
+      failure->status = st;
+      failure->what = "xcoll_allreduce (check)";
+      return st;
+    }
+    result->wrong = total;
+  }
+  return XCOLL_SUCCESS;
+}
+
+/* ---- output ---- */
+
+static void print_header(const perf_run *run) {
+  const perf_options *o = run->opt;
+  printf("# xcoll-perf %d.%d.%d: %s, backend %s, world_size %d, %s mode\n",
+         xcoll_version() / 10000, xcoll_version() / 100 % 100,
+         xcoll_version() % 100, coll_names[o->coll], xcoll_comm_backend(run->comm),
+         run->world_size, o->blocking ? "blocking" : "non-blocking");
+  printf("# minbytes %zu maxbytes %zu stepfactor %g iters %d warmup_iters %d "
+         "check %d\n#\n",
+         o->min_bytes, o->max_bytes, o->step_factor, o->iters, o->warmup_iters,
+         o->check);
+  printf("# %10s %12s %8s %6s %6s   %-30s   %-30s\n", "", "", "", "", "",
+         "            out-of-place", "              in-place");
+  printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size",
+         "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
+         "time", "algbw", "busbw", "#wrong");
+  printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "(B)",
+         "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)",
+         "(GB/s)", "(GB/s)", "");
+}
+
+static void format_wrong(char *out, size_t out_bytes, int64_t wrong) {
+  if (wrong < 0)
+    snprintf(out, out_bytes, "N/A");
+  else
+    snprintf(out, out_bytes, "%" PRId64, wrong);
+}
+
+static const char *redop_column(const perf_options *o) {
+  if (o->coll == PERF_ALLGATHER || o->coll == PERF_BROADCAST)
+    return "none";
+  return xcoll_op_name(o->op);
+}
+
+static int root_column(const perf_options *o) {
+  return o->coll == PERF_BROADCAST || o->coll == PERF_REDUCE ? o->root : -1;
+}
+
+static void print_row(const perf_run *run, const perf_shape *s,
+                      const perf_result *oop, const perf_result *ip) {
+  const perf_options *o = run->opt;
+  char wrong_oop[24], wrong_ip[24];
+  format_wrong(wrong_oop, sizeof wrong_oop, oop->wrong);
+  format_wrong(wrong_ip, sizeof wrong_ip, ip->wrong);
+  printf("  %10zu %12zu %8s %6s %6d %9.2f %7.3f %7.3f %6s %9.2f %7.3f %7.3f %6s\n",
+         s->bytes, s->count, xcoll_datatype_name(o->dtype), redop_column(o),
+         root_column(o), oop->time_us, oop->algbw, oop->busbw, wrong_oop,
+         ip->time_us, ip->algbw, ip->busbw, wrong_ip);
+  fflush(stdout);
+}
+
+/* JSON Lines: every string written here is a fixed name from this program or
+ * the library (no user text), and numbers are finite, so no escaping is
+ * needed. */
+static void json_number(FILE *f, const char *key, double value) {
+  fprintf(f, "\"%s\":%.6g", key, isfinite(value) ? value : 0.0);
+}
+
+static void write_json_row(FILE *f, const perf_run *run, const perf_shape *s,
+                           const perf_result *oop, const perf_result *ip) {
+  const perf_options *o = run->opt;
+  fprintf(f,
+          "{\"tool\":\"xcoll-perf\",\"collective\":\"%s\",\"backend\":\"%s\","
+          "\"world_size\":%d,\"blocking\":%d,\"size\":%zu,\"count\":%zu,"
+          "\"type\":\"%s\",\"redop\":\"%s\",\"root\":%d,\"iters\":%d,"
+          "\"warmup_iters\":%d,",
+          coll_names[o->coll], xcoll_comm_backend(run->comm), run->world_size,
+          o->blocking, s->bytes, s->count, xcoll_datatype_name(o->dtype),
+          redop_column(o), root_column(o), o->iters, o->warmup_iters);
+  const perf_result *halves[2] = {oop, ip};
+  const char *prefixes[2] = {"oop", "ip"};
+  for (int h = 0; h < 2; h++) {
+    char key[32];
+    snprintf(key, sizeof key, "%s_time_us", prefixes[h]);
+    json_number(f, key, halves[h]->time_us);
+    snprintf(key, sizeof key, "%s_algbw", prefixes[h]);
+    fputc(',', f);
+    json_number(f, key, halves[h]->algbw);
+    snprintf(key, sizeof key, "%s_busbw", prefixes[h]);
+    fputc(',', f);
+    json_number(f, key, halves[h]->busbw);
+    if (halves[h]->wrong < 0)
+      fprintf(f, ",\"%s_wrong\":null", prefixes[h]);
+    else
+      fprintf(f, ",\"%s_wrong\":%" PRId64, prefixes[h], halves[h]->wrong);
+    fputc(h == 0 ? ',' : '}', f);
+  }
+  fputc('\n', f);
+  fflush(f);
+}
+
+/* ---- main ---- */
+
+static int fail(xcoll_comm_t comm, int rank, const perf_failure *failure) {
+  fprintf(stderr, "xcoll-perf: rank %d: %s failed: %s: %s\n", rank,
+          failure->what, xcoll_strerror(failure->status),
+          comm ? xcoll_comm_last_error(comm) : xcoll_last_error());
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  perf_options opt;
+  int parsed = parse_options(argc, argv, &opt);
+  if (parsed == 1)
+    return 0;
+  if (parsed != 0)
+    return 2;
+
+  perf_run run;
+  memset(&run, 0, sizeof run);
+  run.opt = &opt;
+  run.elem_bytes = xcoll_datatype_size(opt.dtype);
+  perf_failure failure = {XCOLL_SUCCESS, "xcoll_comm_init_env"};
+
+  xcoll_status st = xcoll_comm_init_env(&run.comm);
+  if (st != XCOLL_SUCCESS) {
+    failure.status = st;
+    fprintf(stderr, "xcoll-perf: xcoll_comm_init_env failed: %s: %s\n",
+            xcoll_strerror(st), xcoll_last_error());
+    return 1;
+  }
+  if ((st = xcoll_comm_rank(run.comm, &run.rank)) != XCOLL_SUCCESS ||
+      (st = xcoll_comm_size(run.comm, &run.world_size)) != XCOLL_SUCCESS) {
+    failure.status = st;
+    failure.what = "xcoll_comm_rank/size";
+    int code = fail(run.comm, run.rank, &failure);
+    xcoll_comm_destroy(run.comm);
+    return code;
+  }
+  int exit_code = 0;
+  FILE *json = NULL;
+  if ((opt.coll == PERF_BROADCAST || opt.coll == PERF_REDUCE) &&
+      opt.root >= run.world_size) {
+    if (run.rank == 0)
+      fprintf(stderr, "xcoll-perf: --root %d is outside [0, %d): pass a rank "
+              "below the world size\n", opt.root, run.world_size);
+    xcoll_comm_destroy(run.comm);
+    return 2;
+  }
+
+  /* Round the buffer up to a whole cache line so aligned_alloc accepts it. */
+  size_t buffer_bytes = (opt.max_bytes + 63u) / 64u * 64u;
+  if (buffer_bytes == 0)
+    buffer_bytes = 64;
+  run.sendbuf = aligned_alloc(64, buffer_bytes);
+  run.recvbuf = aligned_alloc(64, buffer_bytes);
+  size_t max_requests = (size_t)(opt.iters > opt.warmup_iters ? opt.iters
+                                                              : opt.warmup_iters);
+  run.requests = calloc(max_requests, sizeof *run.requests);
+  if (!run.sendbuf || !run.recvbuf || !run.requests) {
+    fprintf(stderr, "xcoll-perf: rank %d: cannot allocate 2 x %zu bytes of "
+            "buffers: lower --maxbytes\n", run.rank, buffer_bytes);
+    exit_code = 1;
+    goto done;
+  }
+  /* Touch every page now, so first-touch faults do not land in a timing. */
+  memset(run.sendbuf, 0, buffer_bytes);
+  memset(run.recvbuf, 0, buffer_bytes);
+
+  if (run.rank == 0 && opt.json_path) {
+    json = fopen(opt.json_path, "w");
+    if (!json) {
+      fprintf(stderr, "xcoll-perf: cannot open --json file %s: %s\n",
+              opt.json_path, strerror(errno));
+      /* Keep going in step with the other ranks; the text output is whole. */
+      exit_code = 1;
+    }
+  }
+  if (run.rank == 0)
+    print_header(&run);
+
+  double busbw_sum = 0.0;
+  int busbw_rows = 0;
+  int64_t wrong_total = 0;
+  for (double size = (double)opt.min_bytes; size <= (double)opt.max_bytes;
+       size *= opt.step_factor) {
+    perf_shape shape = shape_for(&run, (size_t)size);
+    perf_result oop, ip;
+    if (measure(&run, &shape, 0, &oop, &failure) != XCOLL_SUCCESS ||
+        measure(&run, &shape, 1, &ip, &failure) != XCOLL_SUCCESS) {
+      exit_code = fail(run.comm, run.rank, &failure);
+      goto done;
+    }
+    if (run.rank == 0) {
+      print_row(&run, &shape, &oop, &ip);
+      if (json)
+        write_json_row(json, &run, &shape, &oop, &ip);
+    }
+    busbw_sum += oop.busbw + ip.busbw;
+    busbw_rows += 2;
+    wrong_total += (oop.wrong > 0 ? oop.wrong : 0) + (ip.wrong > 0 ? ip.wrong : 0);
+    if (size == 0.0)
+      break; /* -b 0: a zero-byte row, then nothing grows */
+  }
+  if (run.rank == 0) {
+    if (opt.check)
+      printf("# Out of bounds values : %" PRId64 " %s\n", wrong_total,
+             wrong_total ? "FAILED" : "OK");
+    printf("# Avg bus bandwidth : %g\n",
+           busbw_rows ? busbw_sum / busbw_rows : 0.0);
+  }
+  if (wrong_total > 0)
+    exit_code = 1;
+
+done:
+  if (json)
+    fclose(json);
+  free(run.requests);
+  free(run.sendbuf);
+  free(run.recvbuf);
+  st = xcoll_comm_destroy(run.comm);
+  if (st != XCOLL_SUCCESS && exit_code == 0) {
+    fprintf(stderr, "xcoll-perf: rank %d: xcoll_comm_destroy failed: %s\n",
+            run.rank, xcoll_strerror(st));
+    exit_code = 1;
+  }
+  return exit_code;
+}

@@ -1,0 +1,633 @@
+/* xcollrun - start the local ranks of a job, the way torchrun does.
+ *
+ *   xcollrun --nproc-per-node 4 ./train --epochs 2
+ *
+ * For each local rank it sets torchrun's environment (RANK, WORLD_SIZE,
+ * LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, ...),
+ * runs the program with its output piped back and every line prefixed with
+ * "[rank N] ", and watches the group: when one rank fails, the others are
+ * sent SIGTERM, then SIGKILL after a grace period, so that a job never hangs
+ * on a dead peer. SIGINT and SIGTERM sent to xcollrun go to every rank.
+ * --max-restarts restarts the whole local group after a failure.
+ *
+ * One thread, one poll() loop over the ranks' pipes and a signalfd that
+ * delivers SIGCHLD, SIGINT, SIGTERM and SIGHUP. xcollrun's own messages go to
+ * stderr; stdout carries only the ranks' output. See docs/launcher.md. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXIT_USAGE 2
+/* A line longer than this is split, so that one rank cannot hold the others'
+ * output back indefinitely. */
+#define LINE_BUFFER_BYTES 65536
+
+typedef struct options {
+  int nproc_per_node;
+  int nnodes;
+  int node_rank;
+  const char *master_addr;
+  int master_port; /* 0: pick a free one for each attempt */
+  int max_restarts;
+  double grace_s;
+  char **program; /* argv of the program, NULL-terminated */
+} options;
+
+/* One of a rank's output streams: a pipe read end and the line it holds. */
+typedef struct rank_stream {
+  int fd; /* -1 once closed */
+  int to; /* 1 (stdout) or 2 (stderr) */
+  char buffer[LINE_BUFFER_BYTES];
+  size_t used;
+} rank_stream;
+
+typedef struct rank_process {
+  int rank;
+  int local_rank;
+  pid_t pid;   /* also its process group id */
+  int running; /* not yet reaped */
+  int status;  /* from waitpid */
+  rank_stream streams[2];
+} rank_process;
+
+static void message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void message(const char *fmt, ...) {
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(line, sizeof line - 1, fmt, ap);
+  va_end(ap);
+  if (n < 0)
+    return;
+  if ((size_t)n > sizeof line - 2)
+    n = (int)sizeof line - 2;
+  line[n++] = '\n';
+  /* one write, so that it does not interleave with a rank's line */
+  ssize_t ignored = write(STDERR_FILENO, line, (size_t)n);
+  (void)ignored;
+}
+
+static void usage(FILE *to) {
+  fputs(
+      "usage: xcollrun [options] program [args...]\n"
+      "\n"
+      "Start nproc-per-node ranks of program on this node with torchrun's\n"
+      "environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
+      "GROUP_RANK, MASTER_ADDR, MASTER_PORT); prefix their output with\n"
+      "\"[rank N] \"; when one fails, stop the others.\n"
+      "\n"
+      "options (also with '_' for '-', and as --flag=value):\n"
+      "  --nproc-per-node N   ranks on this node (default 1)\n"
+      "  --nnodes N           nodes in the job (default 1)\n"
+      "  --node-rank R        this node's index, 0..nnodes-1 (default 0)\n"
+      "  --master-addr HOST   host of rank 0's rendezvous store (default "
+      "127.0.0.1)\n"
+      "  --master-port PORT   its port (default 29500; 0 picks a free port,\n"
+      "                       single node only)\n"
+      "  --max-restarts N     restart the local group up to N times after a\n"
+      "                       failure (default 0)\n"
+      "  -h, --help           this text\n"
+      "\n"
+      "environment: XCOLLRUN_GRACE_S (default 5) seconds between SIGTERM and\n"
+      "SIGKILL when the group is stopped.\n"
+      "exit status: 0 when every rank exits 0; else the first failed rank's\n"
+      "exit status, or 128+signal if it was killed; 2 for bad options.\n",
+      to);
+}
+
+static void usage_error(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2), noreturn));
+static void usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("xcollrun: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputs("\n\n", stderr);
+  va_end(ap);
+  usage(stderr);
+  exit(EXIT_USAGE);
+}
+
+static int parse_int(const char *flag, const char *text, int min, int max) {
+  char *end = NULL;
+  errno = 0;
+  long value = strtol(text, &end, 10);
+  if (!*text || *end || errno || value < min || value > max)
+    usage_error("%s wants an integer in %d..%d, got '%s'", flag, min, max,
+                text);
+  return (int)value;
+}
+
+/* Parses the options before the program. Exits 2 on a bad one. */
+static void parse_options(int argc, char **argv, options *o) {
+  *o = (options){.nproc_per_node = 1,
+                 .nnodes = 1,
+                 .node_rank = 0,
+                 .master_addr = "127.0.0.1",
+                 .master_port = 29500,
+                 .max_restarts = 0,
+                 .grace_s = 5.0};
+  int i = 1;
+  for (; i < argc; i++) {
+    const char *arg = argv[i];
+    if (strcmp(arg, "--") == 0) {
+      i++;
+      break;
+    }
+    if (arg[0] != '-')
+      break;
+    if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+      usage(stdout);
+      exit(0);
+    }
+    if (strncmp(arg, "--", 2) != 0)
+      usage_error("unknown option '%s'", arg);
+    /* --flag_name=value and --flag-name value are the same */
+    char name[64];
+    const char *equals = strchr(arg, '=');
+    size_t len = equals ? (size_t)(equals - arg) : strlen(arg);
+    if (len >= sizeof name)
+      usage_error("unknown option '%s'", arg);
+    for (size_t k = 0; k < len; k++)
+      name[k] = arg[k] == '_' ? '-' : arg[k];
+    name[len] = '\0';
+    static const char *const known[] = {"--nproc-per-node", "--nnodes",
+                                        "--node-rank",      "--master-addr",
+                                        "--master-port",    "--max-restarts"};
+    int which = -1;
+    for (int k = 0; k < (int)(sizeof known / sizeof known[0]); k++)
+      if (strcmp(name, known[k]) == 0)
+        which = k;
+    if (which < 0)
+      usage_error("unknown option '%s'", arg);
+    const char *value = equals ? equals + 1 : NULL;
+    if (!value) {
+      if (i + 1 >= argc)
+        usage_error("%s needs a value", name);
+      value = argv[++i];
+    }
+    switch (which) {
+    case 0:
+      o->nproc_per_node = parse_int(name, value, 1, 4096);
+      break;
+    case 1:
+      o->nnodes = parse_int(name, value, 1, 65536);
+      break;
+    case 2:
+      o->node_rank = parse_int(name, value, 0, 65535);
+      break;
+    case 3:
+      if (!*value)
+        usage_error("--master-addr is empty");
+      o->master_addr = value;
+      break;
+    case 4:
+      o->master_port = parse_int(name, value, 0, 65535);
+      break;
+    case 5:
+      o->max_restarts = parse_int(name, value, 0, 1000000);
+      break;
+    }
+  }
+  if (i >= argc)
+    usage_error("no program to run");
+  o->program = &argv[i];
+  if (o->node_rank >= o->nnodes)
+    usage_error("--node-rank %d must be less than --nnodes %d", o->node_rank,
+                o->nnodes);
+  if ((long)o->nnodes * o->nproc_per_node > INT_MAX / 2)
+    usage_error("--nnodes %d times --nproc-per-node %d is too many ranks",
+                o->nnodes, o->nproc_per_node);
+  if (o->master_port == 0 && o->nnodes > 1)
+    usage_error("--master-port 0 (pick a free port) only works with one node: "
+                "the other nodes could not know the port");
+  const char *grace = getenv("XCOLLRUN_GRACE_S");
+  if (grace && *grace) {
+    char *end = NULL;
+    errno = 0;
+    o->grace_s = strtod(grace, &end);
+    if (*end || errno || !(o->grace_s >= 0) || !isfinite(o->grace_s))
+      usage_error("XCOLLRUN_GRACE_S='%s' is not a number of seconds >= 0",
+                  grace);
+  }
+}
+
+/* Asks the kernel for a free port on the master address: bind to port 0,
+ * read the port, close. Another process may take it before rank 0 binds
+ * it; a restart then gets a new one. Returns the port or -1. */
+static int pick_free_port(const char *host) {
+  struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                           .ai_socktype = SOCK_STREAM,
+                           .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+  struct addrinfo *list = NULL;
+  int rc = getaddrinfo(host, "0", &hints, &list);
+  if (rc != 0) {
+    message("xcollrun: cannot resolve --master-addr '%s': %s", host,
+            gai_strerror(rc));
+    return -1;
+  }
+  int port = -1;
+  for (struct addrinfo *ai = list; ai && port < 0; ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+      continue;
+    struct sockaddr_storage bound;
+    socklen_t len = sizeof bound;
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+        getsockname(fd, (struct sockaddr *)&bound, &len) == 0)
+      port = ntohs(bound.ss_family == AF_INET6
+                       ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                       : ((struct sockaddr_in *)&bound)->sin_port);
+    close(fd);
+  }
+  freeaddrinfo(list);
+  if (port < 0)
+    message("xcollrun: cannot find a free port on --master-addr '%s'", host);
+  return port;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void write_all(int fd, const char *data, size_t bytes) {
+  while (bytes) {
+    ssize_t n = write(fd, data, bytes);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return; /* the reader went away (EPIPE): drop the output */
+    data += n;
+    bytes -= (size_t)n;
+  }
+}
+
+/* Writes the complete lines held by s, each with the rank's prefix, in one
+ * write so that lines of different ranks never mix. With flush_partial the
+ * unterminated tail is written too, ended with a newline. */
+static void emit_lines(const rank_process *r, rank_stream *s,
+                       int flush_partial) {
+  char prefix[32];
+  int prefix_len = snprintf(prefix, sizeof prefix, "[rank %d] ", r->rank);
+  size_t lines = 0;
+  for (size_t k = 0; k < s->used; k++)
+    lines += s->buffer[k] == '\n';
+  int partial = flush_partial && s->used > 0 && s->buffer[s->used - 1] != '\n';
+  if (lines == 0 && !partial)
+    return;
+  size_t out_bytes = s->used + (lines + 1) * ((size_t)prefix_len + 1);
+  char *out = malloc(out_bytes);
+  size_t at = 0, start = 0, consumed = 0;
+  for (size_t k = 0; k < s->used; k++) {
+    if (s->buffer[k] != '\n' && !(partial && k == s->used - 1))
+      continue;
+    size_t len = k + 1 - start;
+    if (out) {
+      memcpy(out + at, prefix, (size_t)prefix_len);
+      memcpy(out + at + prefix_len, s->buffer + start, len);
+      at += (size_t)prefix_len + len;
+      if (s->buffer[k] != '\n')
+        out[at++] = '\n';
+    } else { /* no memory: still deliver, in pieces */
+      write_all(s->to, prefix, (size_t)prefix_len);
+      write_all(s->to, s->buffer + start, len);
+      if (s->buffer[k] != '\n')
+        write_all(s->to, "\n", 1);
+    }
+    start = consumed = k + 1;
+  }
+  if (out) {
+    write_all(s->to, out, at);
+    free(out);
+  }
+  memmove(s->buffer, s->buffer + consumed, s->used - consumed);
+  s->used -= consumed;
+}
+
+/* Reads what the pipe has (without blocking). At EOF or error the stream's
+ * partial line is written and the pipe closed. */
+static void read_stream(const rank_process *r, rank_stream *s) {
+  while (s->fd >= 0) {
+    if (s->used == sizeof s->buffer) {
+      /* a line longer than the buffer: pass it on in pieces */
+      emit_lines(r, s, 1);
+    }
+    ssize_t n = read(s->fd, s->buffer + s->used, sizeof s->buffer - s->used);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      break;
+    if (n <= 0) {
+      emit_lines(r, s, 1);
+      close(s->fd);
+      s->fd = -1;
+      return;
+    }
+    s->used += (size_t)n;
+    emit_lines(r, s, 0);
+  }
+}
+
+static void set_env_int(const char *name, long value) {
+  char text[32];
+  snprintf(text, sizeof text, "%ld", value);
+  setenv(name, text, 1);
+}
+
+/* In the child, after fork: environment, pipes, signals, exec. */
+static void __attribute__((noreturn))
+exec_rank(const options *o, int port, int attempt, const rank_process *r,
+          int out_fd, int err_fd, const sigset_t *original_mask) {
+  setpgid(0, 0);
+  if (dup2(out_fd, STDOUT_FILENO) < 0 || dup2(err_fd, STDERR_FILENO) < 0)
+    _exit(127);
+  /* SIGPIPE was ignored in xcollrun; the program gets the defaults back */
+  signal(SIGPIPE, SIG_DFL);
+  sigprocmask(SIG_SETMASK, original_mask, NULL);
+
+  int world_size = o->nnodes * o->nproc_per_node;
+  set_env_int("RANK", r->rank);
+  set_env_int("WORLD_SIZE", world_size);
+  set_env_int("LOCAL_RANK", r->local_rank);
+  set_env_int("LOCAL_WORLD_SIZE", o->nproc_per_node);
+  set_env_int("GROUP_RANK", o->node_rank);
+  set_env_int("GROUP_WORLD_SIZE", o->nnodes);
+  set_env_int("NODE_RANK", o->node_rank);
+  set_env_int("ROLE_RANK", r->rank);
+  set_env_int("ROLE_WORLD_SIZE", world_size);
+  setenv("MASTER_ADDR", o->master_addr, 1);
+  set_env_int("MASTER_PORT", port);
+  set_env_int("TORCHELASTIC_RESTART_COUNT", attempt);
+  set_env_int("TORCHELASTIC_MAX_RESTARTS", o->max_restarts);
+  /* N ranks each with a thread per core would oversubscribe the machine */
+  setenv("OMP_NUM_THREADS", "1", 0);
+  setenv("OPENBLAS_NUM_THREADS", "1", 0);
+
+  execvp(o->program[0], o->program);
+  fprintf(stderr, "xcollrun: cannot run '%s': %s\n", o->program[0],
+          strerror(errno));
+  _exit(127);
+}
+
+static void signal_group(rank_process *ranks, int count, int sig) {
+  for (int k = 0; k < count; k++)
+    if (ranks[k].running && ranks[k].pid > 0)
+      kill(-ranks[k].pid, sig); /* the rank and whatever it started */
+}
+
+static const char *signal_name(int sig, char *buffer, size_t bytes) {
+  const char *abbrev = sigabbrev_np(sig);
+  if (abbrev)
+    snprintf(buffer, bytes, "SIG%s", abbrev);
+  else
+    snprintf(buffer, bytes, "signal %d", sig);
+  return buffer;
+}
+
+/* How the job ends when this status is the first failure. */
+static int exit_code_of(int status) {
+  if (WIFSIGNALED(status))
+    return 128 + WTERMSIG(status);
+  if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
+    return WEXITSTATUS(status);
+  return 1;
+}
+
+enum group_result { GROUP_OK, GROUP_FAILED, GROUP_INTERRUPTED };
+
+/* Runs one attempt of the local group until every rank has exited.
+ * *exit_code is what xcollrun should exit with if this is the end. */
+static enum group_result run_group(const options *o, int port, int attempt,
+                                   int signal_fd, const sigset_t *original_mask,
+                                   int *exit_code) {
+  int count = o->nproc_per_node;
+  rank_process *ranks = calloc((size_t)count, sizeof *ranks);
+  struct pollfd *fds = calloc((size_t)(2 * count + 1), sizeof *fds);
+  if (!ranks || !fds) {
+    message("xcollrun: out of memory for %d ranks", count);
+    free(ranks);
+    free(fds);
+    *exit_code = 1;
+    return GROUP_FAILED;
+  }
+  enum group_result result = GROUP_OK;
+  int stopping = 0; /* SIGTERM sent to the group */
+  double kill_deadline = 0;
+  int killed = 0;
+  int live = 0;
+
+  for (int k = 0; k < count && !stopping; k++) {
+    rank_process *r = &ranks[k];
+    r->local_rank = k;
+    r->rank = o->node_rank * o->nproc_per_node + k;
+    r->streams[0].fd = r->streams[1].fd = -1;
+    int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+    if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
+      message("xcollrun: cannot create pipes for rank %d: %s", r->rank,
+              strerror(errno));
+      for (int p = 0; p < 2; p++) {
+        if (out_pipe[p] >= 0)
+          close(out_pipe[p]);
+        if (err_pipe[p] >= 0)
+          close(err_pipe[p]);
+      }
+      stopping = 1;
+      break;
+    }
+    pid_t pid = fork();
+    if (pid == 0)
+      exec_rank(o, port, attempt, r, out_pipe[1], err_pipe[1], original_mask);
+    close(out_pipe[1]);
+    close(err_pipe[1]);
+    if (pid < 0) {
+      message("xcollrun: cannot start rank %d: %s", r->rank, strerror(errno));
+      close(out_pipe[0]);
+      close(err_pipe[0]);
+      stopping = 1;
+      break;
+    }
+    /* also here, so that a signal sent before the child runs setpgid
+     * still reaches its group */
+    setpgid(pid, pid);
+    r->pid = pid;
+    r->running = 1;
+    live++;
+    r->streams[0] = (rank_stream){.fd = out_pipe[0], .to = STDOUT_FILENO};
+    r->streams[1] = (rank_stream){.fd = err_pipe[0], .to = STDERR_FILENO};
+    fcntl(out_pipe[0], F_SETFL, O_NONBLOCK);
+    fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
+  }
+  if (stopping) {
+    result = GROUP_FAILED;
+    *exit_code = 1;
+    signal_group(ranks, count, SIGTERM);
+    kill_deadline = now_s() + o->grace_s;
+  }
+
+  while (live > 0) {
+    int nfds = 0;
+    fds[nfds++] = (struct pollfd){.fd = signal_fd, .events = POLLIN};
+    for (int k = 0; k < count; k++)
+      for (int s = 0; s < 2; s++)
+        if (ranks[k].streams[s].fd >= 0)
+          fds[nfds++] =
+              (struct pollfd){.fd = ranks[k].streams[s].fd, .events = POLLIN};
+    int timeout_ms = -1;
+    if (stopping && !killed) {
+      double left = kill_deadline - now_s();
+      timeout_ms = left <= 0 ? 0 : (int)ceil(left * 1000.0);
+    }
+    int ready = poll(fds, (nfds_t)nfds, timeout_ms);
+    if (ready < 0 && errno != EINTR) {
+      message("xcollrun: poll failed: %s", strerror(errno));
+      signal_group(ranks, count, SIGKILL);
+      killed = 1;
+    }
+
+    /* output first, so that a rank's last words come before its obituary */
+    for (int k = 0; k < count; k++)
+      for (int s = 0; s < 2; s++)
+        if (ranks[k].streams[s].fd >= 0)
+          read_stream(&ranks[k], &ranks[k].streams[s]);
+
+    struct signalfd_siginfo info;
+    while (read(signal_fd, &info, sizeof info) == (ssize_t)sizeof info) {
+      int sig = (int)info.ssi_signo;
+      if (sig == SIGCHLD)
+        continue; /* reaped below */
+      char name[32];
+      message("xcollrun: got %s: passing it to every rank",
+              signal_name(sig, name, sizeof name));
+      signal_group(ranks, count, sig);
+      if (result != GROUP_FAILED) {
+        result = GROUP_INTERRUPTED;
+        *exit_code = 128 + sig;
+      }
+      if (!stopping) {
+        stopping = 1;
+        kill_deadline = now_s() + o->grace_s;
+      }
+    }
+
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+      rank_process *r = NULL;
+      for (int k = 0; k < count; k++)
+        if (ranks[k].pid == pid && ranks[k].running)
+          r = &ranks[k];
+      if (!r)
+        continue; /* not one of ours (an orphan adopted by nobody) */
+      r->running = 0;
+      r->status = status;
+      live--;
+      for (int s = 0; s < 2; s++)
+        if (r->streams[s].fd >= 0)
+          read_stream(r, &r->streams[s]);
+      int failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+      if (!failed || stopping)
+        continue; /* a clean exit, or a rank we are stopping anyway */
+      char name[32];
+      if (WIFSIGNALED(status))
+        message("xcollrun: rank %d (pid %d) was killed by signal %s (%s)",
+                r->rank, (int)pid,
+                signal_name(WTERMSIG(status), name, sizeof name),
+                strsignal(WTERMSIG(status)));
+      else
+        message("xcollrun: rank %d (pid %d) exited with status %d", r->rank,
+                (int)pid, WEXITSTATUS(status));
+      result = GROUP_FAILED;
+      *exit_code = exit_code_of(status);
+      if (live > 0)
+        message("xcollrun: stopping the other %d rank(s) (SIGTERM, then "
+                "SIGKILL after %.3g s)",
+                live, o->grace_s);
+      stopping = 1;
+      kill_deadline = now_s() + o->grace_s;
+      signal_group(ranks, count, SIGTERM);
+    }
+
+    if (stopping && !killed && live > 0 && now_s() >= kill_deadline) {
+      for (int k = 0; k < count; k++)
+        if (ranks[k].running)
+          message("xcollrun: rank %d (pid %d) did not exit %.3g s after "
+                  "SIGTERM: sending SIGKILL",
+                  ranks[k].rank, (int)ranks[k].pid, o->grace_s);
+      signal_group(ranks, count, SIGKILL);
+      killed = 1;
+    }
+  }
+
+  /* Every rank has exited. What they wrote is in the pipes; a process they
+   * left behind may keep a pipe open, so read without waiting for EOF. */
+  for (int k = 0; k < count; k++)
+    for (int s = 0; s < 2; s++) {
+      rank_stream *st = &ranks[k].streams[s];
+      if (st->fd >= 0) {
+        read_stream(&ranks[k], st);
+        emit_lines(&ranks[k], st, 1);
+        if (st->fd >= 0)
+          close(st->fd);
+        st->fd = -1;
+      }
+    }
+  free(ranks);
+  free(fds);
+  if (result == GROUP_OK)
+    *exit_code = 0;
+  return result;
+}
+
+int main(int argc, char **argv) {
+  options o;
+  parse_options(argc, argv, &o);
+
+  /* Signals arrive through the signalfd, in the poll loop. */
+  sigset_t handled, original_mask;
+  sigemptyset(&handled);
+  sigaddset(&handled, SIGCHLD);
+  sigaddset(&handled, SIGINT);
+  sigaddset(&handled, SIGTERM);
+  sigaddset(&handled, SIGHUP);
+  sigprocmask(SIG_BLOCK, &handled, &original_mask);
+  int signal_fd = signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (signal_fd < 0) {
+    message("xcollrun: signalfd failed: %s", strerror(errno));
+    return 1;
+  }
+  signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill the launcher */
+
+  int exit_code = 1;
+  for (int attempt = 0; attempt <= o.max_restarts; attempt++) {
+    int port = o.master_port ? o.master_port : pick_free_port(o.master_addr);
+    if (port < 0)
+      return 1;
+    enum group_result result =
+        run_group(&o, port, attempt, signal_fd, &original_mask, &exit_code);
+    if (result != GROUP_FAILED)
+      break;
+    if (attempt < o.max_restarts)
+      message("xcollrun: restarting the local group (restart %d of %d)%s",
+              attempt + 1, o.max_restarts,
+              o.master_port ? "" : " on a new port");
+  }
+  close(signal_fd);
+  return exit_code;
+}

@@ -1,0 +1,80 @@
+/*
+ * ddp.h - DistributedDataParallel over xcoll (Li et al., "PyTorch
+ * Distributed: Experiences on Accelerating Data Parallel Training", VLDB
+ * 2020).
+ *
+ * Gradients are grouped into buckets of about bucket_cap_mb, filled in
+ * REVERSE registration order because backward produces gradients from the
+ * last layer to the first. Parameters are registered in forward order in one
+ * buffer, so a run of consecutive tensors in reverse order is still one
+ * contiguous range of model.grads: a bucket is a view, never a copy.
+ * Backward reports each tensor as ready (model.grad_ready); when the last
+ * tensor of a bucket is ready, the bucket's in-place XCOLL_AVG all-reduce is
+ * started with xcoll_iallreduce and runs on xcoll's progress thread while
+ * backward goes on with earlier layers. ddp_finish_backward waits for all
+ * buckets before the optimizer step.
+ *
+ * Gradient accumulation uses no_sync semantics: ddp_begin_backward(d, 0)
+ * turns the hooks off, so micro-batches only accumulate locally; the last
+ * micro-batch, with sync on, all-reduces the accumulated sums.
+ */
+#ifndef XTRAIN_DDP_H
+#define XTRAIN_DDP_H
+
+#include <stddef.h>
+
+#include "model.h"
+#include "xcoll.h"
+
+#define DDP_MAX_BUCKETS MODEL_MAX_PARAMS
+
+typedef struct ddp_bucket {
+  size_t offset;   /* first element in model.grads */
+  size_t count;    /* elements */
+  int first_param; /* lowest registration index in the bucket */
+  int last_param;  /* highest */
+  int pending;     /* tensors not yet ready in this backward */
+  xcoll_request_t request;
+  int launched, done;
+  double launch_time, done_time; /* seconds, monotonic clock */
+} ddp_bucket;
+
+/* Communication statistics of one synchronised backward pass, seconds. */
+typedef struct ddp_stats {
+  double comm_time;    /* time all-reduces were running (see ddp.c) */
+  double blocked_time; /* time waiting after backward ended */
+} ddp_stats;
+
+typedef struct ddp {
+  xcoll_comm_t comm;
+  model *m;
+  int num_buckets;
+  ddp_bucket buckets[DDP_MAX_BUCKETS];
+  int bucket_of_param[MODEL_MAX_PARAMS];
+  int sync;          /* hooks on for the current backward */
+  double backward_start;
+  xcoll_status status; /* first error raised inside a hook */
+  ddp_stats last;      /* of the last synchronised backward */
+} ddp;
+
+/* Build buckets for m over comm and install the backward hook. A bucket
+ * closes once it holds at least bucket_cap_mb MiB (the last one may hold
+ * less). */
+void ddp_init(ddp *d, xcoll_comm_t comm, model *m, double bucket_cap_mb);
+
+/* Make every rank start from rank 0's parameters (xcoll_broadcast). */
+xcoll_status ddp_broadcast_params(ddp *d);
+
+/* Call before model_backward. sync = 0 is no_sync: gradients only
+ * accumulate locally. */
+void ddp_begin_backward(ddp *d, int sync);
+
+/* Call after model_backward: waits for every bucket's all-reduce. On return
+ * model.grads holds the mean over ranks. Returns the first error of the pass
+ * (message in xcoll_comm_last_error). A no-op with sync off. */
+xcoll_status ddp_finish_backward(ddp *d);
+
+/* Monotonic clock in seconds. */
+double ddp_now(void);
+
+#endif /* XTRAIN_DDP_H */

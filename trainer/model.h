@@ -1,0 +1,97 @@
+/*
+ * model.h - xtrain's models (an MLP and a LeNet-5-like CNN) over one
+ * contiguous parameter buffer.
+ *
+ * All parameters live in ONE float32 allocation (model.params) and their
+ * gradients in another of the same layout (model.grads). Each tensor is a
+ * view (name, offset, shape) registered in forward order, so that DDP buckets
+ * are contiguous ranges of model.grads, FSDP shards are ranges of
+ * model.params, optimizers run over one flat array, and a checkpoint is a few
+ * large writes.
+ *
+ * Backward calls model.grad_ready(ctx, param_index) as soon as a tensor's
+ * gradient is final for this backward pass: this is the hook DDP uses to
+ * start bucket all-reduces while the remaining layers are still computing.
+ */
+#ifndef XTRAIN_MODEL_H
+#define XTRAIN_MODEL_H
+
+#include <stddef.h>
+
+#include "rng.h"
+
+#define MODEL_MAX_PARAMS 16
+#define MODEL_MAX_DIMS 4
+#define MODEL_IMAGE_SIDE 28
+#define MODEL_IMAGE_PIXELS 784
+#define MODEL_CLASSES 10
+
+typedef enum model_kind { MODEL_MLP = 0, MODEL_CNN = 1 } model_kind;
+
+/* One parameter tensor inside the flat buffers. offset and numel are in
+ * elements (floats), not bytes. fan_in drives PyTorch's default init. */
+typedef struct param_view {
+  char name[32];
+  size_t offset;
+  size_t numel;
+  int ndim;
+  int shape[MODEL_MAX_DIMS];
+  int fan_in;
+} param_view;
+
+typedef void (*grad_ready_fn)(void *ctx, int param_index);
+
+typedef struct model {
+  model_kind kind;
+  int conv1_channels, conv2_channels; /* CNN only */
+  int max_batch;                      /* activations are sized for this */
+  int num_params;
+  param_view views[MODEL_MAX_PARAMS];
+  size_t num_elements; /* length of params and grads, in floats */
+  float *params;
+  float *grads;
+  grad_ready_fn grad_ready; /* may be NULL */
+  void *grad_ready_ctx;
+  /* Activations and their gradients, owned by the model (see model.c). */
+  float *act[12];
+  float *dact[12];
+  int *pool_argmax[2];
+  float *col, *dcol; /* im2col scratch, one sample */
+  float *probs;
+  const float *input; /* last forward's input, kept for backward */
+  const unsigned char *targets;
+} model;
+
+/* Build the tensor layout and allocate buffers for batches of up to
+ * max_batch samples. conv1_channels/conv2_channels are used for MODEL_CNN.
+ * Returns 0, or -1 when an allocation fails (nothing is left allocated). */
+int model_create(model *m, model_kind kind, int conv1_channels,
+                 int conv2_channels, int max_batch);
+void model_free(model *m);
+
+/* PyTorch's default initialisation of nn.Linear and nn.Conv2d:
+ * kaiming_uniform_(a=sqrt(5)) reduces to weight ~ U(-1/sqrt(fan_in),
+ * 1/sqrt(fan_in)), and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)). Tensors are
+ * filled in registration order from r. */
+void model_init_params(model *m, rng *r);
+
+/* Forward on x (B, 784) normalised pixels (viewed as (B, 1, 28, 28) by the
+ * CNN) with targets (B); returns the summed cross-entropy over the batch,
+ * and adds the number of correct predictions to *correct if not NULL.
+ * B <= max_batch. */
+double model_forward(model *m, const float *x, const unsigned char *targets,
+                     int B, int *correct);
+
+/* Backward of the last forward: ACCUMULATES into m->grads the gradient of
+ * loss_scale * (summed cross-entropy). For a mean over the B samples of
+ * this batch, loss_scale = 1/B. Calls grad_ready for every tensor, in
+ * reverse registration order, once its gradient is final. */
+void model_backward(model *m, int B, float loss_scale);
+
+void model_zero_grad(model *m);
+
+/* "mlp" / "cnn" to a kind; -1 if unknown. */
+int model_kind_parse(const char *name);
+const char *model_kind_name(model_kind kind);
+
+#endif /* XTRAIN_MODEL_H */

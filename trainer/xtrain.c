@@ -1,0 +1,681 @@
+/*
+ * xtrain.c - the xtrain program: trains an MLP or a CNN on Fashion-MNIST with
+ * one process (--strategy none) or data-parallel over xcoll (--strategy ddp,
+ * launched by xcollrun or any torchrun-style launcher). Uses only the public
+ * API in xcoll.h. See docs/trainer.md.
+ */
+#include <cblas.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "data.h"
+#include "ddp.h"
+#include "model.h"
+#include "optim.h"
+#include "xcoll.h"
+
+typedef enum strategy { STRATEGY_NONE = 0, STRATEGY_DDP = 1 } strategy;
+
+typedef struct config {
+  model_kind model;
+  strategy strategy;
+  int epochs;
+  int batch_size; /* per rank, per micro-batch */
+  float lr;
+  optim_kind optimizer;
+  float momentum;
+  float weight_decay;
+  int nesterov;
+  schedule_kind schedule;
+  int64_t warmup_steps;
+  double clip_grad_norm;
+  double bucket_cap_mb;
+  int grad_accum;
+  uint64_t seed;
+  const char *data_dir;
+  const char *checkpoint_dir;
+  int resume;
+  int64_t log_every;
+  const char *log_json;
+  int drop_last;
+  int64_t max_steps;
+  int threads;
+  size_t train_limit, test_limit;
+  int conv1_channels, conv2_channels;
+  const char *dump_params;
+} config;
+
+static void usage(FILE *out) {
+  fprintf(out,
+"usage: xtrain [options]   (multi-rank: xcollrun --nproc-per-node N xtrain --strategy ddp ...)\n"
+"  --model mlp|cnn          model (mlp: 784-256-256-10; cnn: LeNet-5-like) [mlp]\n"
+"  --cnn-channels C1,C2     channels of the CNN's two convolutions [16,32]\n"
+"  --strategy none|ddp      one process, or DistributedDataParallel over xcoll [none]\n"
+"  --epochs E               passes over the training set [5]\n"
+"  --batch-size B           samples per rank per micro-batch [64]\n"
+"  --lr LR                  base learning rate [0.02 sgd, 0.001 adamw]\n"
+"  --optimizer sgd|adamw    [sgd]\n"
+"  --momentum M             SGD momentum [0.9]\n"
+"  --weight-decay WD        SGD: L2 on the gradient; AdamW: decoupled [0]\n"
+"  --nesterov               Nesterov momentum (SGD)\n"
+"  --schedule constant|cosine  cosine = linear warmup then cosine decay [constant]\n"
+"  --warmup-steps N         warmup updates for --schedule cosine [0]\n"
+"  --clip-grad-norm X       clip gradients to global L2 norm X; 0 = off [0]\n"
+"  --bucket-cap-mb X        DDP bucket size in MiB [25]\n"
+"  --grad-accum K           micro-batches per update (no_sync on the first K-1) [1]\n"
+"  --seed S                 seed of init and sampler [0]\n"
+"  --data-dir DIR           IDX .gz files [" DATA_DEFAULT_DIR "]\n"
+"  --checkpoint-dir DIR     write checkpoint_latest/best.safetensors there [none]\n"
+"  --resume                 continue from DIR/checkpoint_latest.safetensors\n"
+"  --log-every N            log every N updates; 0 = per epoch only [0]\n"
+"  --log-json FILE          also write JSON lines to FILE (rank 0)\n"
+"  --drop-last              drop the tail instead of padding / partial batches\n"
+"  --max-steps N            stop after N updates in total; 0 = no limit [0]\n"
+"  --threads T              OpenBLAS threads per rank [1]\n"
+"  --train-limit N          use the first N training samples; 0 = all [0]\n"
+"  --test-limit N           use the first N test samples; 0 = all [0]\n"
+"  --dump-params FILE       at the end, each rank writes FILE.rank<r> (raw float32)\n"
+"  --help\n");
+}
+
+static void die_usage(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "xtrain: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  usage(stderr);
+  exit(2);
+}
+
+static double parse_double(const char *flag, const char *s, double lo,
+                           double hi) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !(v >= lo && v <= hi))
+    die_usage("%s expects a number in [%g, %g], got '%s'", flag, lo, hi, s);
+  return v;
+}
+
+static int64_t parse_int(const char *flag, const char *s, int64_t lo,
+                         int64_t hi) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi)
+    die_usage("%s expects an integer in [%" PRId64 ", %" PRId64 "], got '%s'",
+              flag, lo, hi, s);
+  return v;
+}
+
+enum {
+  OPT_MODEL = 256, OPT_STRATEGY, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_OPTIM,
+  OPT_MOMENTUM, OPT_WD, OPT_NESTEROV, OPT_SCHEDULE, OPT_WARMUP, OPT_CLIP,
+  OPT_BUCKET, OPT_ACCUM, OPT_SEED, OPT_DATA, OPT_CKPT, OPT_RESUME, OPT_LOG_EVERY,
+  OPT_LOG_JSON, OPT_DROP_LAST, OPT_MAX_STEPS, OPT_THREADS, OPT_TRAIN_LIMIT,
+  OPT_TEST_LIMIT, OPT_CHANNELS, OPT_DUMP, OPT_HELP
+};
+
+static void parse_args(config *c, int argc, char **argv) {
+  static const struct option options[] = {
+      {"model", required_argument, 0, OPT_MODEL},
+      {"strategy", required_argument, 0, OPT_STRATEGY},
+      {"epochs", required_argument, 0, OPT_EPOCHS},
+      {"batch-size", required_argument, 0, OPT_BATCH},
+      {"lr", required_argument, 0, OPT_LR},
+      {"optimizer", required_argument, 0, OPT_OPTIM},
+      {"momentum", required_argument, 0, OPT_MOMENTUM},
+      {"weight-decay", required_argument, 0, OPT_WD},
+      {"nesterov", no_argument, 0, OPT_NESTEROV},
+      {"schedule", required_argument, 0, OPT_SCHEDULE},
+      {"warmup-steps", required_argument, 0, OPT_WARMUP},
+      {"clip-grad-norm", required_argument, 0, OPT_CLIP},
+      {"bucket-cap-mb", required_argument, 0, OPT_BUCKET},
+      {"grad-accum", required_argument, 0, OPT_ACCUM},
+      {"seed", required_argument, 0, OPT_SEED},
+      {"data-dir", required_argument, 0, OPT_DATA},
+      {"checkpoint-dir", required_argument, 0, OPT_CKPT},
+      {"resume", no_argument, 0, OPT_RESUME},
+      {"log-every", required_argument, 0, OPT_LOG_EVERY},
+      {"log-json", required_argument, 0, OPT_LOG_JSON},
+      {"drop-last", no_argument, 0, OPT_DROP_LAST},
+      {"max-steps", required_argument, 0, OPT_MAX_STEPS},
+      {"threads", required_argument, 0, OPT_THREADS},
+      {"train-limit", required_argument, 0, OPT_TRAIN_LIMIT},
+      {"test-limit", required_argument, 0, OPT_TEST_LIMIT},
+      {"cnn-channels", required_argument, 0, OPT_CHANNELS},
+      {"dump-params", required_argument, 0, OPT_DUMP},
+      {"help", no_argument, 0, OPT_HELP},
+      {0, 0, 0, 0}};
+  memset(c, 0, sizeof *c);
+  c->model = MODEL_MLP;
+  c->epochs = 5;
+  c->batch_size = 64;
+  c->lr = -1.0f;
+  c->momentum = 0.9f;
+  c->bucket_cap_mb = 25.0;
+  c->grad_accum = 1;
+  c->data_dir = DATA_DEFAULT_DIR;
+  c->threads = 1;
+  c->conv1_channels = 16;
+  c->conv2_channels = 32;
+  opterr = 0;
+  int opt;
+  while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+    switch (opt) {
+    case OPT_MODEL: {
+      int k = model_kind_parse(optarg);
+      if (k < 0)
+        die_usage("--model must be mlp or cnn, got '%s'", optarg);
+      c->model = (model_kind)k;
+      break;
+    }
+    case OPT_STRATEGY:
+      if (strcmp(optarg, "none") == 0)
+        c->strategy = STRATEGY_NONE;
+      else if (strcmp(optarg, "ddp") == 0)
+        c->strategy = STRATEGY_DDP;
+      else
+        die_usage("--strategy must be none or ddp, got '%s'", optarg);
+      break;
+    case OPT_EPOCHS: c->epochs = (int)parse_int("--epochs", optarg, 1, 100000); break;
+    case OPT_BATCH: c->batch_size = (int)parse_int("--batch-size", optarg, 1, 65536); break;
+    case OPT_LR: c->lr = (float)parse_double("--lr", optarg, 0.0, 1e3); break;
+    case OPT_OPTIM:
+      if (strcmp(optarg, "sgd") == 0)
+        c->optimizer = OPTIM_SGD;
+      else if (strcmp(optarg, "adamw") == 0)
+        c->optimizer = OPTIM_ADAMW;
+      else
+        die_usage("--optimizer must be sgd or adamw, got '%s'", optarg);
+      break;
+    case OPT_MOMENTUM: c->momentum = (float)parse_double("--momentum", optarg, 0.0, 1.0); break;
+    case OPT_WD: c->weight_decay = (float)parse_double("--weight-decay", optarg, 0.0, 10.0); break;
+    case OPT_NESTEROV: c->nesterov = 1; break;
+    case OPT_SCHEDULE:
+      if (strcmp(optarg, "constant") == 0)
+        c->schedule = SCHEDULE_CONSTANT;
+      else if (strcmp(optarg, "cosine") == 0)
+        c->schedule = SCHEDULE_COSINE;
+      else
+        die_usage("--schedule must be constant or cosine, got '%s'", optarg);
+      break;
+    case OPT_WARMUP: c->warmup_steps = parse_int("--warmup-steps", optarg, 0, INT64_MAX / 2); break;
+    case OPT_CLIP: c->clip_grad_norm = parse_double("--clip-grad-norm", optarg, 0.0, 1e30); break;
+    case OPT_BUCKET: c->bucket_cap_mb = parse_double("--bucket-cap-mb", optarg, 1e-6, 1e6); break;
+    case OPT_ACCUM: c->grad_accum = (int)parse_int("--grad-accum", optarg, 1, 65536); break;
+    case OPT_SEED: c->seed = (uint64_t)parse_int("--seed", optarg, 0, INT64_MAX); break;
+    case OPT_DATA: c->data_dir = optarg; break;
+    case OPT_CKPT: c->checkpoint_dir = optarg; break;
+    case OPT_RESUME: c->resume = 1; break;
+    case OPT_LOG_EVERY: c->log_every = parse_int("--log-every", optarg, 0, INT64_MAX / 2); break;
+    case OPT_LOG_JSON: c->log_json = optarg; break;
+    case OPT_DROP_LAST: c->drop_last = 1; break;
+    case OPT_MAX_STEPS: c->max_steps = parse_int("--max-steps", optarg, 0, INT64_MAX / 2); break;
+    case OPT_THREADS: c->threads = (int)parse_int("--threads", optarg, 1, 1024); break;
+    case OPT_TRAIN_LIMIT: c->train_limit = (size_t)parse_int("--train-limit", optarg, 0, INT32_MAX); break;
+    case OPT_TEST_LIMIT: c->test_limit = (size_t)parse_int("--test-limit", optarg, 0, INT32_MAX); break;
+    case OPT_CHANNELS: {
+      int a, b;
+      char tail;
+      if (sscanf(optarg, "%d,%d%c", &a, &b, &tail) != 2 || a < 1 || b < 1 ||
+          a > 1024 || b > 1024)
+        die_usage("--cnn-channels expects C1,C2 (e.g. 16,32), got '%s'", optarg);
+      c->conv1_channels = a;
+      c->conv2_channels = b;
+      break;
+    }
+    case OPT_DUMP: c->dump_params = optarg; break;
+    case OPT_HELP: usage(stdout); exit(0);
+    default:
+      die_usage("unknown option, or option without its value: '%s'",
+                argv[optind - 1]);
+    }
+  }
+  if (optind < argc)
+    die_usage("unexpected argument '%s'", argv[optind]);
+  if (c->lr < 0.0f)
+    c->lr = c->optimizer == OPTIM_ADAMW ? 0.001f : 0.02f;
+  if (c->resume && !c->checkpoint_dir)
+    die_usage("--resume needs --checkpoint-dir");
+}
+
+static char *config_json(const config *c) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "model", model_kind_name(c->model));
+  cJSON_AddNumberToObject(o, "conv1_channels", c->conv1_channels);
+  cJSON_AddNumberToObject(o, "conv2_channels", c->conv2_channels);
+  cJSON_AddStringToObject(o, "strategy", c->strategy == STRATEGY_DDP ? "ddp" : "none");
+  cJSON_AddNumberToObject(o, "epochs", c->epochs);
+  cJSON_AddNumberToObject(o, "batch_size", c->batch_size);
+  cJSON_AddNumberToObject(o, "lr", c->lr);
+  cJSON_AddStringToObject(o, "optimizer", c->optimizer == OPTIM_ADAMW ? "adamw" : "sgd");
+  cJSON_AddNumberToObject(o, "momentum", c->momentum);
+  cJSON_AddNumberToObject(o, "weight_decay", c->weight_decay);
+  cJSON_AddBoolToObject(o, "nesterov", c->nesterov);
+  cJSON_AddStringToObject(o, "schedule", c->schedule == SCHEDULE_COSINE ? "cosine" : "constant");
+  cJSON_AddNumberToObject(o, "warmup_steps", (double)c->warmup_steps);
+  cJSON_AddNumberToObject(o, "clip_grad_norm", c->clip_grad_norm);
+  cJSON_AddNumberToObject(o, "bucket_cap_mb", c->bucket_cap_mb);
+  cJSON_AddNumberToObject(o, "grad_accum", c->grad_accum);
+  cJSON_AddNumberToObject(o, "seed", (double)c->seed);
+  cJSON_AddBoolToObject(o, "drop_last", c->drop_last);
+  cJSON_AddNumberToObject(o, "train_limit", (double)c->train_limit);
+  char *s = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return s;
+}
+
+/* ---- process-wide state of one run ---- */
+typedef struct run {
+  config cfg;
+  xcoll_comm_t comm; /* NULL with --strategy none */
+  int rank, world_size;
+  FILE *json;
+  int tty;
+} run;
+
+static void fail(run *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "xtrain[rank %d]: error: ", r->rank);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  if (r->comm) {
+    /* Tell peers, so they fail fast instead of waiting for a timeout. */
+    xcoll_comm_abort(r->comm);
+    xcoll_comm_destroy(r->comm);
+  }
+  exit(1);
+}
+
+static void check_xcoll(run *r, xcoll_status st, const char *what) {
+  if (st != XCOLL_SUCCESS)
+    fail(r, "%s failed: %s: %s", what, xcoll_strerror(st),
+         xcoll_comm_last_error(r->comm));
+}
+
+/* In-place sum over ranks of n doubles; nothing to do with one process. */
+static void sum_over_ranks(run *r, double *v, size_t n) {
+  if (r->comm)
+    check_xcoll(r, xcoll_allreduce(v, v, n, XCOLL_FLOAT64, XCOLL_SUM, r->comm),
+                "xcoll_allreduce of statistics");
+}
+
+/* Accuracy and mean loss on this rank's shard (r, r+W, ...) of ds, combined
+ * over ranks. x and y hold max_batch samples. */
+static void evaluate(run *r, model *m, const dataset *ds, float mean,
+                     float std, float *x, unsigned char *y, double *acc,
+                     double *loss) {
+  size_t idx[65536];
+  double totals[3] = {0, 0, 0}; /* correct, count, loss sum */
+  int B = m->max_batch > 65536 ? 65536 : m->max_batch;
+  size_t i = (size_t)r->rank;
+  while (i < ds->count) {
+    int n = 0;
+    for (; n < B && i < ds->count; n++, i += (size_t)r->world_size)
+      idx[n] = i;
+    data_fill_batch(ds, idx, n, mean, std, x, y);
+    int correct = 0;
+    totals[2] += model_forward(m, x, y, n, &correct);
+    totals[0] += correct;
+    totals[1] += n;
+  }
+  sum_over_ranks(r, totals, 3);
+  *acc = totals[1] > 0 ? totals[0] / totals[1] : 0.0;
+  *loss = totals[1] > 0 ? totals[2] / totals[1] : 0.0;
+}
+
+static void json_line(run *r, cJSON *o) {
+  if (r->json) {
+    char *s = cJSON_PrintUnformatted(o);
+    fprintf(r->json, "%s\n", s);
+    fflush(r->json);
+    free(s);
+  }
+  cJSON_Delete(o);
+}
+
+static void progress(run *r, int epoch, int64_t step, int64_t steps,
+                     double loss) {
+  if (!r->tty || r->rank != 0)
+    return;
+  int width = 30, filled = (int)(width * (double)step / (double)steps);
+  char bar[64];
+  for (int i = 0; i < width; i++)
+    bar[i] = i < filled ? '=' : ' ';
+  bar[width] = '\0';
+  printf("\repoch %d [%s] %" PRId64 "/%" PRId64 " loss %.4f", epoch, bar, step,
+         steps, loss);
+  fflush(stdout);
+}
+
+static void save_checkpoint(run *r, const char *name, const model *m,
+                            const optimizer *o, const checkpoint_meta *meta) {
+  char err[1024];
+  if (checkpoint_save(r->cfg.checkpoint_dir, name, m, o, meta, err,
+                      sizeof err) != 0)
+    fail(r, "%s", err);
+}
+
+static void dump_params(run *r, const model *m) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s.rank%d", r->cfg.dump_params, r->rank);
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(m->params, sizeof(float), m->num_elements, f) !=
+                m->num_elements || fclose(f) != 0)
+    fail(r, "cannot write --dump-params file %s: %s", path, strerror(errno));
+}
+
+int main(int argc, char **argv) {
+  run r;
+  memset(&r, 0, sizeof r);
+  parse_args(&r.cfg, argc, argv);
+  config *c = &r.cfg;
+  openblas_set_num_threads(c->threads);
+  r.world_size = 1;
+  if (c->strategy == STRATEGY_DDP) {
+    xcoll_status st = xcoll_comm_init_env(&r.comm);
+    if (st != XCOLL_SUCCESS) {
+      fprintf(stderr, "xtrain: error: xcoll_comm_init_env failed: %s: %s\n",
+              xcoll_strerror(st), xcoll_last_error());
+      return 1;
+    }
+    xcoll_comm_rank(r.comm, &r.rank);
+    xcoll_comm_size(r.comm, &r.world_size);
+  }
+  r.tty = isatty(STDOUT_FILENO);
+  if (r.rank == 0 && c->log_json) {
+    r.json = fopen(c->log_json, c->resume ? "a" : "w");
+    if (!r.json)
+      fail(&r, "cannot open --log-json file %s: %s", c->log_json,
+           strerror(errno));
+  }
+
+  /* ---- data ---- */
+  dataset train, test;
+  char err[1024];
+  if (data_load(&train, c->data_dir, "train", err, sizeof err) != 0)
+    fail(&r, "%s", err);
+  if (data_load(&test, c->data_dir, "t10k", err, sizeof err) != 0)
+    fail(&r, "%s", err);
+  float mean, std;
+  data_stats(&train, &mean, &std); /* of the whole training set */
+  data_truncate(&train, c->train_limit);
+  data_truncate(&test, c->test_limit);
+
+  /* ---- model, optimizer, strategy ---- */
+  model m;
+  if (model_create(&m, c->model, c->conv1_channels, c->conv2_channels,
+                   c->batch_size) != 0)
+    fail(&r, "out of memory creating the %s model for batch %d",
+         model_kind_name(c->model), c->batch_size);
+  rng init_rng;
+  rng_seed(&init_rng, c->seed);
+  model_init_params(&m, &init_rng);
+  optimizer opt;
+  if (optim_create(&opt, c->optimizer, m.num_elements, c->lr, c->momentum,
+                   c->weight_decay, c->nesterov) != 0)
+    fail(&r, "out of memory creating the optimizer state");
+
+  checkpoint_meta meta;
+  memset(&meta, 0, sizeof meta);
+  char *cfg_json = config_json(c);
+  snprintf(meta.config, sizeof meta.config, "%s", cfg_json ? cfg_json : "{}");
+  free(cfg_json);
+  meta.rng_state = init_rng;
+  if (c->resume) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/checkpoint_latest.safetensors",
+             c->checkpoint_dir);
+    if (access(path, F_OK) != 0) {
+      if (r.rank == 0)
+        fprintf(stderr, "xtrain: --resume: no %s yet, starting from scratch\n",
+                path);
+    } else {
+      char saved_config[sizeof meta.config];
+      memcpy(saved_config, meta.config, sizeof saved_config);
+      if (checkpoint_load(path, &m, &opt, &meta, err, sizeof err) != 0)
+        fail(&r, "%s", err);
+      memcpy(meta.config, saved_config, sizeof saved_config);
+      init_rng = meta.rng_state;
+      if (r.rank == 0)
+        printf("resumed from %s: epoch %d, step %" PRId64 "\n", path,
+               meta.epoch, meta.step);
+    }
+  }
+  if (c->checkpoint_dir && r.rank == 0)
+    mkdir(c->checkpoint_dir, 0777); /* an existing directory is fine */
+
+  ddp dp;
+  if (r.comm) {
+    ddp_init(&dp, r.comm, &m, c->bucket_cap_mb);
+    check_xcoll(&r, ddp_broadcast_params(&dp), "broadcast of parameters");
+    if (r.rank == 0) {
+      printf("ddp: %d ranks on backend %s, %d bucket(s) of up to %.3g MiB:",
+             r.world_size, xcoll_comm_backend(r.comm), dp.num_buckets,
+             c->bucket_cap_mb);
+      for (int i = 0; i < dp.num_buckets; i++)
+        printf(" [%s..%s %zu floats]", m.views[dp.buckets[i].first_param].name,
+               m.views[dp.buckets[i].last_param].name, dp.buckets[i].count);
+      printf("\n");
+    }
+  }
+
+  sampler smp;
+  if (sampler_init(&smp, train.count, r.rank, r.world_size, c->drop_last,
+                   c->seed) != 0)
+    fail(&r, "out of memory creating the sampler");
+  int B = c->batch_size, K = c->grad_accum;
+  int64_t micro_per_epoch = c->drop_last ? (int64_t)(smp.num_samples / B)
+                                         : (int64_t)((smp.num_samples + B - 1) / B);
+  int64_t steps_per_epoch = (micro_per_epoch + K - 1) / K;
+  if (steps_per_epoch == 0)
+    fail(&r, "no complete batch: %zu samples per rank, batch size %d",
+         smp.num_samples, B);
+  int64_t total_steps = steps_per_epoch * c->epochs;
+  if (c->max_steps > 0 && c->max_steps < total_steps)
+    total_steps = c->max_steps;
+
+  float *x = malloc((size_t)B * MODEL_IMAGE_PIXELS * sizeof(float));
+  unsigned char *y = malloc((size_t)B);
+  if (!x || !y)
+    fail(&r, "out of memory for a batch of %d", B);
+
+  if (r.rank == 0)
+    printf("xtrain: %s, %zu parameters, %d rank(s), batch %d x %d rank(s) x "
+           "%d accum = %d per update, %" PRId64 " updates/epoch, "
+           "train %zu test %zu, mean %.4f std %.4f\n",
+           model_kind_name(c->model), m.num_elements, r.world_size, B,
+           r.world_size, K, B * r.world_size * K, steps_per_epoch, train.count,
+           test.count, mean, std);
+
+  int64_t global_step = meta.step;
+  double best = meta.best_test_acc;
+  double run_train_time = 0.0, run_samples = 0.0;
+  double run_comm = 0.0, run_blocked = 0.0;
+  for (int epoch = meta.epoch; epoch < c->epochs && global_step < total_steps;
+       epoch++) {
+    if (sampler_set_epoch(&smp, epoch) != 0)
+      fail(&r, "out of memory shuffling epoch %d", epoch);
+    int64_t first = epoch == meta.epoch ? meta.step_in_epoch : 0;
+    double ep_loss = 0.0, ep_correct = 0.0, ep_count = 0.0;
+    double ep_time = 0.0, ep_comm = 0.0, ep_blocked = 0.0;
+    double iv_loss = 0.0, iv_count = 0.0, iv_time = 0.0, iv_comm = 0.0,
+           iv_blocked = 0.0;
+    int64_t s;
+    for (s = first; s < steps_per_epoch; s++) {
+      if (global_step >= total_steps)
+        break;
+      double t0 = ddp_now();
+      int64_t m0 = s * K, m1 = m0 + K;
+      if (m1 > micro_per_epoch)
+        m1 = micro_per_epoch;
+      /* Samples in this update on this rank, so that the accumulated
+       * gradient is the mean over all of them. */
+      size_t step_samples = 0;
+      for (int64_t mb = m0; mb < m1; mb++) {
+        size_t lo = (size_t)mb * B, hi = lo + B;
+        step_samples += (hi > smp.num_samples ? smp.num_samples : hi) - lo;
+      }
+      for (int64_t mb = m0; mb < m1; mb++) {
+        size_t lo = (size_t)mb * B;
+        int n = (int)((lo + B > smp.num_samples) ? smp.num_samples - lo : (size_t)B);
+        data_fill_batch(&train, smp.indices + lo, n, mean, std, x, y);
+        int correct = 0;
+        double loss = model_forward(&m, x, y, n, &correct);
+        ep_loss += loss;
+        iv_loss += loss;
+        ep_correct += correct;
+        ep_count += n;
+        iv_count += n;
+        int sync = (mb == m1 - 1);
+        if (r.comm)
+          ddp_begin_backward(&dp, sync);
+        model_backward(&m, n, 1.0f / (float)step_samples);
+        if (r.comm && sync) {
+          check_xcoll(&r, ddp_finish_backward(&dp), "gradient all-reduce");
+          ep_comm += dp.last.comm_time;
+          ep_blocked += dp.last.blocked_time;
+          iv_comm += dp.last.comm_time;
+          iv_blocked += dp.last.blocked_time;
+        }
+      }
+      if (c->clip_grad_norm > 0.0)
+        clip_grad_norm(m.grads, m.num_elements, c->clip_grad_norm);
+      float lr = schedule_lr(c->schedule, c->lr, global_step, c->warmup_steps,
+                             total_steps);
+      optim_step(&opt, m.params, m.grads, lr);
+      model_zero_grad(&m);
+      global_step++;
+      double dt = ddp_now() - t0;
+      ep_time += dt;
+      iv_time += dt;
+      run_samples += (double)step_samples * r.world_size;
+      progress(&r, epoch, s + 1, steps_per_epoch, iv_count > 0 ? iv_loss / iv_count : 0.0);
+      if (c->log_every > 0 && global_step % c->log_every == 0) {
+        double v[2] = {iv_loss, iv_count};
+        sum_over_ranks(&r, v, 2);
+        if (r.rank == 0) {
+          double steps_in = (double)c->log_every;
+          double share = iv_comm > 0 ? 1.0 - iv_blocked / iv_comm : 0.0;
+          if (r.tty)
+            printf("\n");
+          printf("step %" PRId64 " epoch %d loss %.4f lr %.5f step_time %.2f ms "
+                 "samples/s %.0f comm %.2f ms overlap %.0f%%\n",
+                 global_step, epoch, v[0] / v[1], lr, 1e3 * iv_time / steps_in,
+                 v[1] / iv_time, 1e3 * iv_comm / steps_in, 100.0 * share);
+          cJSON *o = cJSON_CreateObject();
+          cJSON_AddStringToObject(o, "event", "step");
+          cJSON_AddNumberToObject(o, "step", (double)global_step);
+          cJSON_AddNumberToObject(o, "epoch", epoch);
+          cJSON_AddNumberToObject(o, "loss", v[0] / v[1]);
+          cJSON_AddNumberToObject(o, "lr", lr);
+          cJSON_AddNumberToObject(o, "step_time_s", iv_time / steps_in);
+          cJSON_AddNumberToObject(o, "samples_per_s", v[1] / iv_time);
+          cJSON_AddNumberToObject(o, "comm_time_s", iv_comm / steps_in);
+          cJSON_AddNumberToObject(o, "overlap", share);
+          json_line(&r, o);
+        }
+        iv_loss = iv_count = iv_time = iv_comm = iv_blocked = 0.0;
+      }
+    }
+    int64_t done_in_epoch = s;
+    int64_t updates = done_in_epoch - first;
+    run_train_time += ep_time;
+    run_comm += ep_comm;
+    run_blocked += ep_blocked;
+    double sums[3] = {ep_loss, ep_correct, ep_count};
+    sum_over_ranks(&r, sums, 3);
+    double test_acc, test_loss;
+    evaluate(&r, &m, &test, mean, std, x, y, &test_acc, &test_loss);
+    int finished = done_in_epoch >= steps_per_epoch;
+    meta.step = global_step;
+    meta.epoch = finished ? epoch + 1 : epoch;
+    meta.step_in_epoch = finished ? 0 : done_in_epoch;
+    if (r.rank == 0) {
+      double share = ep_comm > 0 ? 1.0 - ep_blocked / ep_comm : 0.0;
+      double sps = ep_time > 0 ? sums[2] / ep_time : 0.0;
+      if (r.tty)
+        printf("\n");
+      printf("epoch %d%s: loss %.4f train_acc %.4f test_loss %.4f test_acc "
+             "%.4f samples/s %.0f step_time %.2f ms comm %.2f ms/step "
+             "overlap %.0f%%\n",
+             epoch, finished ? "" : " (partial)",
+             sums[2] > 0 ? sums[0] / sums[2] : 0.0,
+             sums[2] > 0 ? sums[1] / sums[2] : 0.0, test_loss, test_acc, sps,
+             updates > 0 ? 1e3 * ep_time / updates : 0.0,
+             updates > 0 ? 1e3 * ep_comm / updates : 0.0, 100.0 * share);
+      fflush(stdout);
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddStringToObject(o, "event", "epoch");
+      cJSON_AddNumberToObject(o, "epoch", epoch);
+      cJSON_AddNumberToObject(o, "step", (double)global_step);
+      cJSON_AddNumberToObject(o, "loss", sums[2] > 0 ? sums[0] / sums[2] : 0.0);
+      cJSON_AddNumberToObject(o, "train_acc", sums[2] > 0 ? sums[1] / sums[2] : 0.0);
+      cJSON_AddNumberToObject(o, "test_loss", test_loss);
+      cJSON_AddNumberToObject(o, "test_acc", test_acc);
+      cJSON_AddNumberToObject(o, "samples_per_s", sps);
+      cJSON_AddNumberToObject(o, "step_time_s", updates > 0 ? ep_time / updates : 0.0);
+      cJSON_AddNumberToObject(o, "comm_time_s", updates > 0 ? ep_comm / updates : 0.0);
+      cJSON_AddNumberToObject(o, "overlap", share);
+      json_line(&r, o);
+      if (c->checkpoint_dir) {
+        if (test_acc > best) {
+          best = test_acc;
+          meta.best_test_acc = best;
+          save_checkpoint(&r, "checkpoint_best.safetensors", &m, &opt, &meta);
+        }
+        meta.best_test_acc = best;
+        save_checkpoint(&r, "checkpoint_latest.safetensors", &m, &opt, &meta);
+      }
+    }
+  }
+  if (r.rank == 0) {
+    double share = run_comm > 0 ? 1.0 - run_blocked / run_comm : 0.0;
+    double sps = run_train_time > 0 ? run_samples / run_train_time : 0.0;
+    printf("done: %" PRId64 " updates, %.0f samples/s (training only), "
+           "comm %.1f s, overlap %.0f%%\n",
+           global_step, sps, run_comm, 100.0 * share);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "event", "summary");
+    cJSON_AddNumberToObject(o, "step", (double)global_step);
+    cJSON_AddNumberToObject(o, "world_size", r.world_size);
+    cJSON_AddNumberToObject(o, "samples_per_s", sps);
+    cJSON_AddNumberToObject(o, "train_time_s", run_train_time);
+    cJSON_AddNumberToObject(o, "comm_time_s", run_comm);
+    cJSON_AddNumberToObject(o, "overlap", share);
+    json_line(&r, o);
+  }
+  if (c->dump_params)
+    dump_params(&r, &m);
+  if (r.json)
+    fclose(r.json);
+  free(x);
+  free(y);
+  sampler_free(&smp);
+  optim_free(&opt);
+  model_free(&m);
+  data_free(&train);
+  data_free(&test);
+  if (r.comm) {
+    xcoll_status st = xcoll_comm_destroy(r.comm);
+    if (st != XCOLL_SUCCESS)
+      fprintf(stderr, "xtrain: xcoll_comm_destroy: %s\n", xcoll_strerror(st));
+  }
+  return 0;
+}
