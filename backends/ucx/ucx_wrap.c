@@ -200,7 +200,7 @@ static void endpoint_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
 }
 
 ucs_status_t xcoll_ucx_connect(xcoll_ucx_worker *w, int peer,
-                               const void *address,
+                               const void *address, int peer_failure_handling,
                                xcoll_ucx_peer_error_fn on_error, void *arg,
                                char *err, size_t err_bytes) {
   peer_slot *slot = &w->peers[peer];
@@ -214,7 +214,8 @@ ucs_status_t xcoll_ucx_connect(xcoll_ucx_worker *w, int peer,
                       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
   params.address = address;
-  params.err_mode = getenv("TMP_NONE") ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+  params.err_mode = peer_failure_handling ? UCP_ERR_HANDLING_MODE_PEER
+                                          : UCP_ERR_HANDLING_MODE_NONE;
   params.err_handler.cb = endpoint_error;
   params.err_handler.arg = slot;
   ucs_status_t status = ucp_ep_create(w->worker, &params, &slot->ep);

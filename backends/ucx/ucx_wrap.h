@@ -56,9 +56,13 @@ void xcoll_ucx_worker_address(xcoll_ucx_worker *worker, const void **address,
                               size_t *bytes);
 
 /* Create the endpoint to peer (0 <= peer < world_size) from its worker
- * address, with peer error handling that calls on_error(arg, peer, status). */
+ * address. With peer_failure_handling (UCP_ERR_HANDLING_MODE_PEER) a failure
+ * calls on_error(arg, peer, status); UCX 1.13 then uses only transports that
+ * can detect a dead peer, which excludes shared memory (sysv, posix, cma):
+ * a peer on the same host is better connected without it and watched by
+ * other means (see ucx_backend.c). */
 ucs_status_t xcoll_ucx_connect(xcoll_ucx_worker *worker, int peer,
-                               const void *address,
+                               const void *address, int peer_failure_handling,
                                xcoll_ucx_peer_error_fn on_error, void *arg,
                                char *err, size_t err_bytes);
 
