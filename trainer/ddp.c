@@ -7,7 +7,9 @@
  * bucket is observed with xcoll_test at every later hook call, and with
  * xcoll_wait at the end, so done_i may be late by at most one layer's
  * backward: the comm time is an upper bound. The share hidden under backward
- * is 1 - blocked_time / comm_time.
+ * is 1 - blocked_time / comm_time, where blocked_time counts the wait after
+ * backward and the time spent inside xcoll_iallreduce and xcoll_test calls
+ * during backward (compute is stalled there too).
  */
 #include "ddp.h"
 
@@ -21,6 +23,7 @@ double ddp_now(void) {
 }
 
 static void poll_buckets(ddp *d) {
+  double t0 = ddp_now();
   for (int i = 0; i < d->num_buckets; i++) {
     ddp_bucket *b = &d->buckets[i];
     if (!b->launched || b->done)
@@ -36,6 +39,7 @@ static void poll_buckets(ddp *d) {
       break; /* later buckets are queued behind this one */
     }
   }
+  d->blocked_in_calls += ddp_now() - t0;
 }
 
 static void on_grad_ready(void *ctx, int param_index) {
@@ -50,6 +54,8 @@ static void on_grad_ready(void *ctx, int param_index) {
   b->launch_time = ddp_now();
   xcoll_status st = xcoll_iallreduce(range, range, b->count, XCOLL_FLOAT32,
                                      XCOLL_AVG, d->comm, NULL, &b->request);
+  /* Time inside the call is time backward could not compute. */
+  d->blocked_in_calls += ddp_now() - b->launch_time;
   if (st != XCOLL_SUCCESS) {
     d->status = st;
     return;
@@ -88,6 +94,7 @@ xcoll_status ddp_broadcast_params(ddp *d) {
 void ddp_begin_backward(ddp *d, int sync) {
   d->sync = sync;
   d->backward_start = ddp_now();
+  d->blocked_in_calls = 0.0;
   for (int i = 0; i < d->num_buckets; i++) {
     ddp_bucket *b = &d->buckets[i];
     b->pending = b->last_param - b->first_param + 1;
@@ -131,7 +138,7 @@ xcoll_status ddp_finish_backward(ddp *d) {
     prev_done = b->done_time;
   }
   d->last.comm_time = comm;
-  d->last.blocked_time = end - backward_end;
+  d->last.blocked_time = end - backward_end + d->blocked_in_calls;
   d->status = XCOLL_SUCCESS;
   d->sync = 0;
   return result;

@@ -42,7 +42,8 @@ typedef struct ddp_bucket {
 /* Communication statistics of one synchronised backward pass, seconds. */
 typedef struct ddp_stats {
   double comm_time;    /* time all-reduces were running (see ddp.c) */
-  double blocked_time; /* time waiting after backward ended */
+  double blocked_time; /* time compute was stalled by communication: in
+                        * xcoll calls during backward and waiting after it */
 } ddp_stats;
 
 typedef struct ddp {
@@ -53,6 +54,7 @@ typedef struct ddp {
   int bucket_of_param[MODEL_MAX_PARAMS];
   int sync;          /* hooks on for the current backward */
   double backward_start;
+  double blocked_in_calls; /* seconds inside xcoll calls during backward */
   xcoll_status status; /* first error raised inside a hook */
   ddp_stats last;      /* of the last synchronised backward */
 } ddp;

@@ -81,7 +81,8 @@ static void usage(FILE *out) {
 "  --log-every N            log every N updates; 0 = per epoch only [0]\n"
 "  --log-json FILE          also write JSON lines to FILE (rank 0)\n"
 "  --drop-last              drop the tail instead of padding / partial batches\n"
-"  --max-steps N            stop after N updates in total; 0 = no limit [0]\n"
+"  --max-steps N            stop after N updates in total (the schedule still\n"
+"                           spans --epochs); 0 = no limit [0]\n"
 "  --threads T              OpenBLAS threads per rank [1]\n"
 "  --train-limit N          use the first N training samples; 0 = all [0]\n"
 "  --test-limit N           use the first N test samples; 0 = all [0]\n"
@@ -487,7 +488,10 @@ int main(int argc, char **argv) {
   if (steps_per_epoch == 0)
     fail(&r, "no complete batch: %zu samples per rank, batch size %d",
          smp.num_samples, B);
-  int64_t total_steps = steps_per_epoch * c->epochs;
+  /* The schedule spans the configured epochs; --max-steps only stops early,
+   * so a run cut by it and resumed follows the same learning rates. */
+  int64_t schedule_steps = steps_per_epoch * c->epochs;
+  int64_t total_steps = schedule_steps;
   if (c->max_steps > 0 && c->max_steps < total_steps)
     total_steps = c->max_steps;
 
@@ -558,7 +562,7 @@ int main(int argc, char **argv) {
       if (c->clip_grad_norm > 0.0)
         clip_grad_norm(m.grads, m.num_elements, c->clip_grad_norm);
       float lr = schedule_lr(c->schedule, c->lr, global_step, c->warmup_steps,
-                             total_steps);
+                             schedule_steps);
       optim_step(&opt, m.params, m.grads, lr);
       model_zero_grad(&m);
       global_step++;

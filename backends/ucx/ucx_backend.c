@@ -2,11 +2,15 @@
  * UCP tagged messages, so that every host-driven algorithm in core/algorithms
  * runs on UCX unchanged. UCX picks the transport per peer (shared memory on
  * one host, tcp or rdma across hosts); see docs/ucx.md. */
+#include <errno.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "env.h"
@@ -31,6 +35,33 @@
  * short enough that a peer killed on a transport without a kernel-reset
  * connection (shared memory) is noticed within seconds. */
 #define KEEPALIVE_INTERVAL "1s"
+/* How often a wait looks whether same-host peer processes are alive, s. */
+#define LIVENESS_INTERVAL_S 0.02
+/* The step reserved for the goodbye message a rank sends at destroy: a peer
+ * process that exits after saying goodbye left cleanly; one that exits
+ * without it died. */
+#define GOODBYE_STEP ((1u << STEP_BITS) - 1)
+#define GOODBYE_SEQ ((1u << SEQ_BITS) - 1)
+#define HELLO_MAGIC 0x78756378u /* "xucx" */
+#define HOST_ID_BYTES 192
+
+/* What each rank publishes in the store: who and where it is, then its UCP
+ * worker address. */
+typedef struct hello {
+  uint32_t magic;
+  int32_t pid;
+  uint32_t address_bytes;
+  char host_id[HOST_ID_BYTES]; /* host name and pid namespace */
+} hello;
+
+typedef struct peer_watch {
+  int same_host;       /* connected without UCX peer failure handling */
+  int pidfd;           /* same-host peers: readable once the process exits */
+  int departed;        /* said goodbye and left: not a failure */
+  int suspect;         /* UCX reported an endpoint error, not yet judged */
+  ucs_status_t suspect_status;
+  xcoll_ucx_request *goodbye; /* the posted receive of its goodbye */
+} peer_watch;
 
 typedef struct ucx_state {
   xcoll_comm *comm;
@@ -44,6 +75,10 @@ typedef struct ucx_state {
    * during progress, on the thread that drives the communicator. */
   int failed_peer;
   ucs_status_t failed_status;
+  const char *failed_reason; /* a few words on how the failure was seen */
+  peer_watch *peers;         /* world_size entries */
+  double next_liveness_check;
+  int goodbye_sent;
 } ucx_state;
 
 static double now_s(void) {
@@ -52,11 +87,67 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* UCX calls this during progress; judged in check_peers, because a peer
+ * that closed after its goodbye also looks like an endpoint error. */
 static void on_peer_error(void *arg, int peer, ucs_status_t status) {
   ucx_state *state = arg;
+  if (!state->peers[peer].suspect) {
+    state->peers[peer].suspect = 1;
+    state->peers[peer].suspect_status = status;
+  }
+}
+
+static void mark_failed(ucx_state *state, int peer, ucs_status_t status,
+                        const char *reason) {
   if (state->failed_peer < 0) {
     state->failed_peer = peer;
     state->failed_status = status;
+    state->failed_reason = reason;
+  }
+}
+
+/* Did peer's goodbye arrive? Progress once more first: it was sent before
+ * the peer closed, so it is at most one progress call behind. */
+static int peer_said_goodbye(ucx_state *state, int peer) {
+  peer_watch *watch = &state->peers[peer];
+  if (watch->goodbye == NULL)
+    return 0;
+  if (!watch->goodbye->done)
+    xcoll_ucx_progress(state->worker);
+  return watch->goodbye->done && watch->goodbye->status == UCS_OK;
+}
+
+/* Judge endpoint errors, and every LIVENESS_INTERVAL_S look whether the
+ * same-host peer processes still exist (pidfd becomes readable at exit). */
+static void check_peers(ucx_state *state, double now) {
+  int look = now >= state->next_liveness_check;
+  if (look)
+    state->next_liveness_check = now + LIVENESS_INTERVAL_S;
+  for (int peer = 0; peer < state->world_size; peer++) {
+    peer_watch *watch = &state->peers[peer];
+    if (watch->departed || peer == state->rank)
+      continue;
+    int gone = 0;
+    ucs_status_t status = UCS_ERR_CONNECTION_RESET;
+    const char *reason = NULL;
+    if (watch->suspect) {
+      gone = 1;
+      status = watch->suspect_status;
+      reason = "reported by UCX";
+    } else if (look && watch->pidfd >= 0) {
+      struct pollfd pfd = {.fd = watch->pidfd, .events = POLLIN};
+      if (poll(&pfd, 1, 0) > 0) {
+        gone = 1;
+        reason = "its process on this host exited";
+      }
+    }
+    if (!gone)
+      continue;
+    if (peer_said_goodbye(state, peer)) {
+      watch->departed = 1;
+      continue;
+    }
+    mark_failed(state, peer, status, reason);
   }
 }
 
@@ -72,6 +163,11 @@ static xcoll_status fold_tag(ucx_state *state, int source, uint64_t tag,
                        (unsigned long long)step,
                        (unsigned long long)(tag >> 32), STEP_BITS);
   uint64_t seq = (tag >> 32) & ((1u << SEQ_BITS) - 1);
+  if (step == GOODBYE_STEP && seq == GOODBYE_SEQ)
+    return xcoll_error(state->comm, XCOLL_ERR_INTERNAL,
+                       "ucx backend: step %u of a collective whose seq is "
+                       "%u mod 2^%d is reserved for the goodbye message",
+                       GOODBYE_STEP, GOODBYE_SEQ, SEQ_BITS);
   *out = ((ucp_tag_t)source << (SEQ_BITS + STEP_BITS)) |
          ((ucp_tag_t)seq << STEP_BITS) | (ucp_tag_t)step;
   return XCOLL_SUCCESS;
@@ -88,11 +184,12 @@ static xcoll_status check_peer(ucx_state *state, int peer, const char *what) {
 
 static xcoll_status remote_failure(ucx_state *state) {
   return xcoll_error(state->comm, XCOLL_ERR_REMOTE,
-                     "rank %d (ucx endpoint error: %s) failed as seen by rank "
-                     "%d: the process died, aborted or lost its network; "
+                     "rank %d (ucx endpoint error: %s; %s) failed as seen by "
+                     "rank %d: the process died, aborted or lost its network; "
                      "check its log",
                      state->failed_peer,
-                     ucs_status_string(state->failed_status), state->rank);
+                     ucs_status_string(state->failed_status),
+                     state->failed_reason, state->rank);
 }
 
 static xcoll_status ucx_isend(void *opaque, int peer, uint64_t tag,
@@ -240,13 +337,14 @@ static xcoll_status ucx_wait(void *opaque, xcoll_p2p_request **requests,
     }
     if (result != XCOLL_SUCCESS)
       break;
+    double t = now_s();
+    check_peers(state, t);
     if (state->failed_peer >= 0) {
       result = remote_failure(state);
       break;
     }
     if (pending == 0)
       return XCOLL_SUCCESS;
-    double t = now_s();
     if (events > 0) {
       last_progress = t;
       spin_until = t + state->spin_s;
@@ -273,6 +371,7 @@ static xcoll_status ucx_test(void *opaque, xcoll_p2p_request *opaque_request,
     return xcoll_error(state->comm, XCOLL_ERR_ABORTED,
                        "ucx: communicator aborted (rank %d)", state->rank);
   xcoll_ucx_progress(state->worker);
+  check_peers(state, now_s());
   if (request == NULL || request->done) {
     xcoll_status result =
         request == NULL ? XCOLL_SUCCESS : check_completed(state, request);
@@ -309,14 +408,195 @@ static void log_endpoints(ucx_state *state) {
   }
 }
 
+/* Tell every peer that this rank leaves cleanly, so that its exit is not
+ * taken for a crash by a peer still finishing its last collective. The
+ * sends are flushed by the endpoint close that follows. */
+static void send_goodbyes(ucx_state *state) {
+  static const char goodbye = 0;
+  for (int peer = 0; peer < state->world_size; peer++) {
+    if (peer == state->rank || state->peers[peer].departed)
+      continue;
+    ucp_tag_t tag = ((ucp_tag_t)state->rank << (SEQ_BITS + STEP_BITS)) |
+                    ((ucp_tag_t)GOODBYE_SEQ << STEP_BITS) | GOODBYE_STEP;
+    xcoll_ucx_request *request = xcoll_ucx_request_get(state->worker);
+    if (request == NULL)
+      break;
+    if (xcoll_ucx_isend(state->worker, peer, tag, &goodbye, 1, request) !=
+        UCS_OK)
+      xcoll_ucx_request_put(state->worker, request);
+    else if (request->done)
+      xcoll_ucx_request_put(state->worker, request);
+    /* else: released with the worker; ep close flushes it. */
+  }
+}
+
+static void free_state(ucx_state *state, int flush) {
+  if (state->peers != NULL) {
+    for (int peer = 0; peer < state->world_size; peer++) {
+      if (state->peers[peer].pidfd >= 0)
+        close(state->peers[peer].pidfd);
+      if (state->worker != NULL)
+        xcoll_ucx_request_put(state->worker, state->peers[peer].goodbye);
+    }
+  }
+  xcoll_ucx_worker_destroy(state->worker, flush ? CLOSE_FLUSH_S : 0.0);
+  free(state->peers);
+  free(state);
+}
+
 static void ucx_comm_destroy(xcoll_comm *comm, void *opaque) {
   (void)comm;
   ucx_state *state = opaque;
   if (state == NULL)
     return;
-  int broken = atomic_load(&state->aborted) || state->failed_peer >= 0;
-  xcoll_ucx_worker_destroy(state->worker, broken ? 0.0 : CLOSE_FLUSH_S);
-  free(state);
+  int broken = atomic_load(&state->aborted);
+  if (!broken)
+    send_goodbyes(state);
+  free_state(state, !broken);
+}
+
+/* "host:pid-namespace": two ranks with the same one can watch each other's
+ * process (pidfd) and share memory. */
+static void host_identity(char *out, size_t out_bytes) {
+  char host[128] = "unknown-host";
+  char pidns[64] = "";
+  gethostname(host, sizeof host - 1);
+  ssize_t n = readlink("/proc/self/ns/pid", pidns, sizeof pidns - 1);
+  pidns[n > 0 ? n : 0] = '\0';
+  snprintf(out, out_bytes, "%s|%s", host, pidns);
+}
+
+/* A pidfd for pid, or -1 where the kernel has none (before Linux 5.3). */
+static int open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  long fd = syscall(SYS_pidfd_open, pid, 0);
+  return fd < 0 ? -1 : (int)fd;
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
+/* Post the receive of each peer's goodbye message. */
+static xcoll_status post_goodbye_receives(ucx_state *state) {
+  static char sink[1];
+  for (int peer = 0; peer < state->world_size; peer++) {
+    if (peer == state->rank)
+      continue;
+    ucp_tag_t tag = ((ucp_tag_t)peer << (SEQ_BITS + STEP_BITS)) |
+                    ((ucp_tag_t)GOODBYE_SEQ << STEP_BITS) | GOODBYE_STEP;
+    xcoll_ucx_request *request = xcoll_ucx_request_get(state->worker);
+    if (request == NULL)
+      return xcoll_error(state->comm, XCOLL_ERR_NO_MEMORY,
+                         "ucx backend: no memory for rank %d's requests",
+                         state->rank);
+    /* All goodbyes are one byte of nothing: one shared sink will do. */
+    ucs_status_t status = xcoll_ucx_irecv(state->worker, peer, tag,
+                                          FULL_TAG_MASK, sink, 1, request);
+    if (status != UCS_OK) {
+      xcoll_ucx_request_put(state->worker, request);
+      return xcoll_error(state->comm, XCOLL_ERR_SYSTEM,
+                         "ucx backend: rank %d could not post a receive: %s",
+                         state->rank, ucs_status_string(status));
+    }
+    state->peers[peer].goodbye = request;
+  }
+  return XCOLL_SUCCESS;
+}
+
+/* Read and check a peer's hello; *address points into value. */
+static xcoll_status parse_hello(ucx_state *state, int peer, const void *value,
+                                size_t bytes, hello *out,
+                                const void **address) {
+  if (bytes < sizeof *out)
+    goto bad;
+  memcpy(out, value, sizeof *out);
+  if (out->magic != HELLO_MAGIC ||
+      out->address_bytes != bytes - sizeof *out ||
+      memchr(out->host_id, '\0', sizeof out->host_id) == NULL)
+    goto bad;
+  *address = (const char *)value + sizeof *out;
+  return XCOLL_SUCCESS;
+bad:
+  return xcoll_error(state->comm, XCOLL_ERR_PROTOCOL,
+                     "ucx backend: rank %d's entry in the store (%zu bytes) "
+                     "is not a ucx worker address: do all ranks run the same "
+                     "xcoll with XCOLL_BACKEND=ucx?",
+                     peer, bytes);
+}
+
+static xcoll_status publish_hello(ucx_state *state, const char *host_id) {
+  xcoll_comm *comm = state->comm;
+  const void *address;
+  size_t address_bytes;
+  xcoll_ucx_worker_address(state->worker, &address, &address_bytes);
+  size_t bytes = sizeof(hello) + address_bytes;
+  char *value = malloc(bytes);
+  if (value == NULL)
+    return xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
+                       "ucx backend: no memory for rank %d's address",
+                       comm->rank);
+  hello mine;
+  memset(&mine, 0, sizeof mine);
+  mine.magic = HELLO_MAGIC;
+  mine.pid = (int32_t)getpid();
+  mine.address_bytes = (uint32_t)address_bytes;
+  snprintf(mine.host_id, sizeof mine.host_id, "%s", host_id);
+  memcpy(value, &mine, sizeof mine);
+  memcpy(value + sizeof mine, address, address_bytes);
+  char key[XCOLL_STORE_MAX_KEY];
+  snprintf(key, sizeof key, "%sucx/address/%d", comm->store_prefix, comm->rank);
+  xcoll_status st = xcoll_store_set(comm->store, key, value, bytes);
+  free(value);
+  if (st != XCOLL_SUCCESS)
+    return xcoll_error(comm, st,
+                       "ucx backend: rank %d could not publish its worker "
+                       "address under store key %s: %s",
+                       comm->rank, key, xcoll_last_error());
+  return XCOLL_SUCCESS;
+}
+
+/* Connect to peer. A peer on this host is connected without UCX's peer
+ * failure handling, which in UCX 1.13 would rule out shared memory and cma,
+ * and is watched through a pidfd instead; a remote peer (or every peer with
+ * XCOLL_UCX_ERR_MODE=peer) gets UCP_ERR_HANDLING_MODE_PEER. */
+static xcoll_status connect_peer(ucx_state *state, int peer,
+                                 const char *host_id, int force_peer_mode) {
+  xcoll_comm *comm = state->comm;
+  char key[XCOLL_STORE_MAX_KEY];
+  void *value = NULL;
+  size_t bytes = 0;
+  snprintf(key, sizeof key, "%sucx/address/%d", comm->store_prefix, peer);
+  xcoll_status st = xcoll_store_get(comm->store, key, &value, &bytes);
+  if (st != XCOLL_SUCCESS)
+    return xcoll_error(comm, st,
+                       "ucx backend: rank %d did not get rank %d's worker "
+                       "address (store key %s): %s",
+                       comm->rank, peer, key, xcoll_last_error());
+  hello theirs;
+  const void *address = NULL;
+  st = parse_hello(state, peer, value, bytes, &theirs, &address);
+  if (st != XCOLL_SUCCESS) {
+    free(value);
+    return st;
+  }
+  peer_watch *watch = &state->peers[peer];
+  if (peer != comm->rank && !force_peer_mode &&
+      strcmp(theirs.host_id, host_id) == 0) {
+    watch->pidfd = open_pidfd((pid_t)theirs.pid);
+    watch->same_host = watch->pidfd >= 0;
+  }
+  char err[256];
+  ucs_status_t status =
+      xcoll_ucx_connect(state->worker, peer, address, !watch->same_host,
+                        on_peer_error, state, err, sizeof err);
+  free(value);
+  if (status != UCS_OK)
+    return xcoll_error(comm, XCOLL_ERR_SYSTEM,
+                       "ucx backend: rank %d could not connect to rank %d: %s "
+                       "(is UCX_TLS the same on every rank?)",
+                       comm->rank, peer, err);
+  return XCOLL_SUCCESS;
 }
 
 static xcoll_status ucx_comm_init(xcoll_comm *comm, void **out) {
@@ -331,11 +611,24 @@ static xcoll_status ucx_comm_init(xcoll_comm *comm, void **out) {
       xcoll_env_int("XCOLL_UCX_SPIN_US", 200, 0, 10 * 1000 * 1000, &spin_us);
   if (st != XCOLL_SUCCESS)
     return xcoll_error_adopt(comm, st);
+  static const char *const err_modes[] = {"auto", "peer", NULL};
+  int err_mode = -1;
+  st = xcoll_env_choice("XCOLL_UCX_ERR_MODE", err_modes, &err_mode);
+  if (st != XCOLL_SUCCESS)
+    return xcoll_error_adopt(comm, st);
+  int force_peer_mode = err_mode == 1;
 
   ucx_state *state = calloc(1, sizeof *state);
-  if (state == NULL)
+  peer_watch *peers = calloc((size_t)comm->world_size, sizeof *peers);
+  if (state == NULL || peers == NULL) {
+    free(state);
+    free(peers);
     return xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
                        "ucx backend: no memory for rank %d's state", comm->rank);
+  }
+  for (int peer = 0; peer < comm->world_size; peer++)
+    peers[peer].pidfd = -1;
+  state->peers = peers;
   state->comm = comm;
   state->rank = comm->rank;
   state->world_size = comm->world_size;
@@ -348,61 +641,37 @@ static xcoll_status ucx_comm_init(xcoll_comm *comm, void **out) {
   ucs_status_t status = xcoll_ucx_worker_create(
       comm->world_size, KEEPALIVE_INTERVAL, &state->worker, err, sizeof err);
   if (status != UCS_OK) {
-    free(state);
-    return xcoll_error(comm, XCOLL_ERR_SYSTEM,
-                       "ucx backend on rank %d: %s (check UCX_TLS / "
-                       "UCX_NET_DEVICES; ucx_info -d lists transports)",
-                       comm->rank, err);
-  }
-
-  const void *address;
-  size_t address_bytes;
-  xcoll_ucx_worker_address(state->worker, &address, &address_bytes);
-  char key[XCOLL_STORE_MAX_KEY];
-  snprintf(key, sizeof key, "%sucx/address/%d", comm->store_prefix, comm->rank);
-  st = xcoll_store_set(comm->store, key, address, address_bytes);
-  if (st != XCOLL_SUCCESS) {
-    xcoll_error(comm, st,
-                "ucx backend: rank %d could not publish its worker address "
-                "under store key %s: %s",
-                comm->rank, key, xcoll_last_error());
+    st = xcoll_error(comm, XCOLL_ERR_SYSTEM,
+                     "ucx backend on rank %d: %s (check UCX_TLS / "
+                     "UCX_NET_DEVICES; ucx_info -d lists transports)",
+                     comm->rank, err);
     goto fail;
   }
+  char host_id[HOST_ID_BYTES];
+  host_identity(host_id, sizeof host_id);
+  if ((st = publish_hello(state, host_id)) != XCOLL_SUCCESS)
+    goto fail;
+  int same_host = 0;
   for (int peer = 0; peer < comm->world_size; peer++) {
-    void *peer_address = NULL;
-    size_t peer_bytes = 0;
-    snprintf(key, sizeof key, "%sucx/address/%d", comm->store_prefix, peer);
-    st = xcoll_store_get(comm->store, key, &peer_address, &peer_bytes);
-    if (st != XCOLL_SUCCESS) {
-      xcoll_error(comm, st,
-                  "ucx backend: rank %d did not get rank %d's worker address "
-                  "(store key %s): %s",
-                  comm->rank, peer, key, xcoll_last_error());
+    if ((st = connect_peer(state, peer, host_id, force_peer_mode)) !=
+        XCOLL_SUCCESS)
       goto fail;
-    }
-    status = xcoll_ucx_connect(state->worker, peer, peer_address, on_peer_error,
-                               state, err, sizeof err);
-    free(peer_address);
-    if (status != UCS_OK) {
-      st = xcoll_error(comm, XCOLL_ERR_SYSTEM,
-                       "ucx backend: rank %d could not connect to rank %d: %s "
-                       "(is UCX_TLS the same on every rank?)",
-                       comm->rank, peer, err);
-      goto fail;
-    }
+    same_host += state->peers[peer].same_host;
   }
-  XCOLL_INFO("ucx: rank %d connected to %d ranks (UCX %s, spin %ld us, "
-             "keepalive %s)",
-             comm->rank, comm->world_size, ucp_get_version_string(), spin_us,
-             getenv("UCX_KEEPALIVE_INTERVAL") ? getenv("UCX_KEEPALIVE_INTERVAL")
-                                              : KEEPALIVE_INTERVAL);
+  if ((st = post_goodbye_receives(state)) != XCOLL_SUCCESS)
+    goto fail;
+  XCOLL_INFO("ucx: rank %d connected to %d ranks, %d on this host watched by "
+             "pidfd, %d with UCX peer failure handling (UCX %s, spin %ld us, "
+             "XCOLL_UCX_ERR_MODE=%s)",
+             comm->rank, comm->world_size, same_host,
+             comm->world_size - 1 - same_host, ucp_get_version_string(),
+             spin_us, force_peer_mode ? "peer" : "auto");
   log_endpoints(state);
   *out = state;
   return XCOLL_SUCCESS;
 
 fail:
-  xcoll_ucx_worker_destroy(state->worker, 0.0);
-  free(state);
+  free_state(state, 0);
   return st;
 }
 

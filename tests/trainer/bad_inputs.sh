@@ -1,0 +1,80 @@
+#!/bin/sh
+# bad_inputs.sh XTRAIN DATA_DIR
+# Missing, truncated and corrupt data files, a missing directory and bad
+# flags must each fail with the documented exit status and a message that
+# names the file (or the Debian package, or the flag).
+set -u
+xtrain=$1 data=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+# expect STATUS PATTERN -- command...
+expect() {
+  want=$1 pattern=$2
+  shift 3
+  "$@" > "$tmp/out" 2> "$tmp/err"
+  got=$?
+  if [ "$got" -ne "$want" ] || ! grep -q -- "$pattern" "$tmp/err"; then
+    echo "FAIL: $* -> status $got (want $want), stderr:"
+    cat "$tmp/err"
+    echo "(wanted a message matching '$pattern')"
+    failures=$((failures + 1))
+  else
+    echo "ok: $* -> $got: $(head -n 1 "$tmp/err")"
+  fi
+}
+
+run() { "$xtrain" --max-steps 1 --test-limit 10 "$@"; }
+
+expect 1 "dataset-fashion-mnist" -- run --data-dir "$tmp/nonexistent"
+
+mkdir "$tmp/missing"
+cp "$data"/train-*.gz "$tmp/missing/"
+expect 1 "missing/t10k-images-idx3-ubyte.gz" -- run --data-dir "$tmp/missing"
+
+mkdir "$tmp/truncated"
+cp "$data"/*.gz "$tmp/truncated/"
+head -c 100000 "$data/train-images-idx3-ubyte.gz" > "$tmp/truncated/train-images-idx3-ubyte.gz"
+expect 1 "truncated/train-images-idx3-ubyte.gz" -- run --data-dir "$tmp/truncated"
+
+# Valid gzip, wrong content: labels where images are expected (bad magic).
+mkdir "$tmp/magic"
+cp "$data"/*.gz "$tmp/magic/"
+cp "$data/train-labels-idx1-ubyte.gz" "$tmp/magic/train-images-idx3-ubyte.gz"
+expect 1 "magic/train-images-idx3-ubyte.gz.*magic" -- run --data-dir "$tmp/magic"
+
+# Bytes flipped in the middle of the compressed stream: a CRC/inflate error.
+mkdir "$tmp/corrupt"
+cp "$data"/*.gz "$tmp/corrupt/"
+f="$tmp/corrupt/t10k-labels-idx1-ubyte.gz"
+size=$(wc -c < "$f")
+printf '\377\377\377\377\377\377\377\377' | dd of="$f" bs=1 seek=$((size / 2)) conv=notrunc 2> /dev/null
+expect 1 "corrupt/t10k-labels-idx1-ubyte.gz" -- run --data-dir "$tmp/corrupt"
+
+# Image and label counts that disagree: a label file of another split.
+mkdir "$tmp/count"
+cp "$data"/*.gz "$tmp/count/"
+cp "$data/train-labels-idx1-ubyte.gz" "$tmp/count/t10k-labels-idx1-ubyte.gz"
+expect 1 "t10k-labels-idx1-ubyte.gz.*60000 labels.*10000 images" -- run --data-dir "$tmp/count"
+
+# Not a gzip file at all, too short for a header.
+mkdir "$tmp/garbage"
+cp "$data"/*.gz "$tmp/garbage/"
+printf 'hello' > "$tmp/garbage/train-labels-idx1-ubyte.gz"
+expect 1 "garbage/train-labels-idx1-ubyte.gz" -- run --data-dir "$tmp/garbage"
+
+expect 2 "usage:" -- "$xtrain" --model resnet
+expect 2 "usage:" -- "$xtrain" --strategy fsdp2
+expect 2 "usage:" -- "$xtrain" --epochs 0
+expect 2 "usage:" -- "$xtrain" --batch-size x
+expect 2 "usage:" -- "$xtrain" --lr
+expect 2 "usage:" -- "$xtrain" --no-such-flag
+expect 2 "usage:" -- "$xtrain" --resume
+expect 2 "usage:" -- "$xtrain" --cnn-channels 6
+expect 2 "usage:" -- "$xtrain" extra-argument
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures case(s) failed"
+  exit 1
+fi
