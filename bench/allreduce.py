@@ -362,6 +362,9 @@ def main():
                             + (" (apt-get install libucx-dev, configure with -DXCOLL_WITH_UCX=ON)"
                                if backend == "ucx" else ""))
     wanted = args.peers.split()
+    unknown = [name for name in wanted if name not in ("gloo", "ompi-sm", "ompi-tcp")]
+    if unknown:
+        parser.error(f"unknown peer {unknown[0]}: --peers takes gloo, ompi-sm, ompi-tcp")
     python = torch_python() if "gloo" in wanted else None
     mpi_program, mpi_error = (build_mpi_program(build, logdir)
                               if any(p.startswith("ompi") for p in wanted) else (None, None))
@@ -372,8 +375,6 @@ def main():
             peer.missing = "apt-get install python3-torch (no python3 with torch.distributed gloo)"
         elif name.startswith("ompi") and not mpi_program:
             peer.missing = mpi_error
-        elif name not in ("gloo", "ompi-sm", "ompi-tcp"):
-            peer.missing = "unknown peer: use gloo, ompi-sm, ompi-tcp"
     reference = next((p for p in peers if p.name.startswith("xcoll-") and not p.missing), None)
 
     started = time.monotonic()

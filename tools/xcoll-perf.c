@@ -94,7 +94,7 @@ static void usage(FILE *out, const char *argv0) {
           "  -J, --json FILE          also write one JSON object per row to FILE (rank 0)\n"
           "  -h, --help               this text\n"
           "Run one process per rank with torchrun-style variables, e.g.\n"
-          "  xcollrun -n 4 %s -b 8 -e 64M -f 2\n",
+          "  xcollrun --nproc-per-node 4 --master-port 0 %s -b 8 -e 64M -f 2\n",
           argv0, argv0);
 }
 

@@ -280,6 +280,15 @@ static char *config_json(const config *c) {
   return s;
 }
 
+/* Share of communication hidden under backward, in [0, 1]; 0 when there
+ * was none. Clamped because both times are measured independently. */
+static double hidden_share(double comm, double blocked) {
+  if (comm <= 0.0)
+    return 0.0;
+  double share = 1.0 - blocked / comm;
+  return share < 0.0 ? 0.0 : share;
+}
+
 /* ---- process-wide state of one run ---- */
 typedef struct run {
   config cfg;
@@ -576,7 +585,7 @@ int main(int argc, char **argv) {
         sum_over_ranks(&r, v, 2);
         if (r.rank == 0) {
           double steps_in = (double)c->log_every;
-          double share = iv_comm > 0 ? 1.0 - iv_blocked / iv_comm : 0.0;
+          double share = hidden_share(iv_comm, iv_blocked);
           if (r.tty)
             printf("\n");
           printf("step %" PRId64 " epoch %d loss %.4f lr %.5f step_time %.2f ms "
@@ -612,7 +621,7 @@ int main(int argc, char **argv) {
     meta.epoch = finished ? epoch + 1 : epoch;
     meta.step_in_epoch = finished ? 0 : done_in_epoch;
     if (r.rank == 0) {
-      double share = ep_comm > 0 ? 1.0 - ep_blocked / ep_comm : 0.0;
+      double share = hidden_share(ep_comm, ep_blocked);
       double sps = ep_time > 0 ? sums[2] / ep_time : 0.0;
       if (r.tty)
         printf("\n");
@@ -650,7 +659,7 @@ int main(int argc, char **argv) {
     }
   }
   if (r.rank == 0) {
-    double share = run_comm > 0 ? 1.0 - run_blocked / run_comm : 0.0;
+    double share = hidden_share(run_comm, run_blocked);
     double sps = run_train_time > 0 ? run_samples / run_train_time : 0.0;
     printf("done: %" PRId64 " updates, %.0f samples/s (training only), "
            "comm %.1f s, overlap %.0f%%\n",

@@ -4,6 +4,7 @@
  * one host, tcp or rdma across hosts); see docs/ucx.md. */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,7 +203,7 @@ static xcoll_status ucx_isend(void *opaque, int peer, uint64_t tag,
     return st;
   if (state->failed_peer >= 0)
     return remote_failure(state);
-  ucp_tag_t ucp_tag;
+  ucp_tag_t ucp_tag = 0;
   if ((st = fold_tag(state, state->rank, tag, &ucp_tag)) != XCOLL_SUCCESS)
     return st;
   xcoll_ucx_request *request = xcoll_ucx_request_get(state->worker);
@@ -231,7 +232,7 @@ static xcoll_status ucx_irecv(void *opaque, int peer, uint64_t tag, void *buf,
     return st;
   if (state->failed_peer >= 0)
     return remote_failure(state);
-  ucp_tag_t ucp_tag;
+  ucp_tag_t ucp_tag = 0;
   if ((st = fold_tag(state, peer, tag, &ucp_tag)) != XCOLL_SUCCESS)
     return st;
   xcoll_ucx_request *request = xcoll_ucx_request_get(state->worker);
@@ -353,6 +354,9 @@ static xcoll_status ucx_wait(void *opaque, xcoll_p2p_request **requests,
       break;
     } else if (t > spin_until) {
       xcoll_ucx_wait_event(state->worker, WAKE_INTERVAL_MS);
+    } else {
+      /* Ranks often outnumber cores: let the peer we wait for run. */
+      sched_yield();
     }
   }
   for (int i = 0; i < count; i++) {
@@ -430,6 +434,29 @@ static void send_goodbyes(ucx_state *state) {
   }
 }
 
+/* Wait (up to CLOSE_FLUSH_S) for the goodbye of every peer still alive, so
+ * that no peer's goodbye reaches a worker that no longer expects it (UCX
+ * would warn about an unmatched message), and so that destroy is a soft
+ * barrier: a rank leaves once its peers are done with it. */
+static void await_goodbyes(ucx_state *state) {
+  double deadline = now_s() + CLOSE_FLUSH_S;
+  for (;;) {
+    xcoll_ucx_progress(state->worker);
+    double t = now_s();
+    check_peers(state, t);
+    int waiting = 0;
+    for (int peer = 0; peer < state->world_size; peer++) {
+      const peer_watch *watch = &state->peers[peer];
+      if (peer != state->rank && peer != state->failed_peer &&
+          watch->goodbye != NULL && !watch->goodbye->done)
+        waiting++;
+    }
+    if (waiting == 0 || state->failed_peer >= 0 || t > deadline)
+      return;
+    sched_yield();
+  }
+}
+
 static void free_state(ucx_state *state, int flush) {
   if (state->peers != NULL) {
     for (int peer = 0; peer < state->world_size; peer++) {
@@ -450,8 +477,10 @@ static void ucx_comm_destroy(xcoll_comm *comm, void *opaque) {
   if (state == NULL)
     return;
   int broken = atomic_load(&state->aborted);
-  if (!broken)
+  if (!broken) {
     send_goodbyes(state);
+    await_goodbyes(state);
+  }
   free_state(state, !broken);
 }
 
@@ -608,7 +637,7 @@ static xcoll_status ucx_comm_init(xcoll_comm *comm, void **out) {
                        comm->world_size, MAX_WORLD_SIZE, SOURCE_BITS);
   long spin_us = 0;
   xcoll_status st =
-      xcoll_env_int("XCOLL_UCX_SPIN_US", 200, 0, 10 * 1000 * 1000, &spin_us);
+      xcoll_env_int("XCOLL_UCX_SPIN_US", 1000, 0, 10 * 1000 * 1000, &spin_us);
   if (st != XCOLL_SUCCESS)
     return xcoll_error_adopt(comm, st);
   static const char *const err_modes[] = {"auto", "peer", NULL};

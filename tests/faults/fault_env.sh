@@ -57,7 +57,8 @@ master_port_70000)
     --expect $ENV --contains MASTER_PORT --max-s 3 ;;
 backend_nope)
   run "${base[@]}" "${one[@]}" XCOLL_BACKEND=nope -- \
-    --collective --expect $ENV,$NOT_SUPPORTED --contains nope --contains tcp \
+    --collective --expect $ENV,$NOT_SUPPORTED --contains XCOLL_BACKEND \
+    --contains nope --contains tcp \
     --max-s 3 ;;
 timeout_negative)
   run "${base[@]}" "${one[@]}" XCOLL_TIMEOUT_S=-1 -- \
