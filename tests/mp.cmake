@@ -37,45 +37,35 @@ function(xcoll_add_conformance name backend nproc timeout extra_env)
     LABELS "conformance;${backend}" ENVIRONMENT "${env}" PROCESSORS ${procs})
 endfunction()
 
-# xcoll_add_conformance_set(PREFIX BACKEND EXTRA_ENV NPROCS...)
-# The standard split for one backend: small world sizes run everything, the
-# larger ones run --quick (rotating the in-place and blocking-mode choices),
-# and np4 is split by collective so that no single entry runs long.
-function(xcoll_add_conformance_set prefix backend extra_env)
-  foreach(np ${ARGN})
-    if(XCOLL_SANITIZE)
-      # Sanitized builds are slow: a quick pass over small counts.
-      xcoll_add_conformance(${prefix}.np${np} ${backend} ${np} 300
-        "${extra_env}" --quick --max-count 1021)
-    elseif(np EQUAL 4)
-      xcoll_add_conformance(${prefix}.np4.allreduce ${backend} 4 240
-        "${extra_env}" --coll allreduce --coll errors)
-      xcoll_add_conformance(${prefix}.np4.reduce_scatter ${backend} 4 240
-        "${extra_env}" --coll reduce_scatter --coll barrier)
-      xcoll_add_conformance(${prefix}.np4.allgather_broadcast ${backend} 4 240
-        "${extra_env}" --coll allgather --coll broadcast)
-      xcoll_add_conformance(${prefix}.np4.reduce ${backend} 4 240
-        "${extra_env}" --coll reduce)
-      xcoll_add_conformance(${prefix}.np4.big ${backend} 4 240
-        "${extra_env}" --min-count 4194304 --max-count 4194304
-        --coll allreduce --coll reduce_scatter --coll allgather
-        --coll broadcast)
-    elseif(np EQUAL 2)
-      xcoll_add_conformance(${prefix}.np2 ${backend} 2 240 "${extra_env}")
-      xcoll_add_conformance(${prefix}.np2.big ${backend} 2 240
-        "${extra_env}" --min-count 4194304 --max-count 4194304)
-    elseif(np LESS 4)
-      xcoll_add_conformance(${prefix}.np${np} ${backend} ${np} 240
-        "${extra_env}")
-    else()
-      xcoll_add_conformance(${prefix}.np${np} ${backend} ${np} 240
-        "${extra_env}" --quick)
-    endif()
-  endforeach()
-endfunction()
+set(XCOLL_BIG --min-count 4194304 --max-count 4194304)
 
 if(TARGET xcollrun)
-  xcoll_add_conformance_set(tcp tcp "" 1 2 3 4 5 8)
+  if(XCOLL_SANITIZE)
+    # Sanitized builds are several times slower: a quick pass, small counts.
+    foreach(np 1 2 3 4)
+      xcoll_add_conformance(tcp.np${np} tcp ${np} 300 ""
+        --quick --max-count 1021)
+    endforeach()
+  else()
+    # tcp: everything at 1 to 4 ranks (np4 split by collective so that no
+    # entry runs long), --quick at 5 and 8 ranks.
+    xcoll_add_conformance(tcp.np1 tcp 1 120 "")
+    xcoll_add_conformance(tcp.np2 tcp 2 180 "")
+    xcoll_add_conformance(tcp.np2.big tcp 2 180 "" ${XCOLL_BIG}
+      --coll allreduce --coll reduce_scatter --coll reduce)
+    xcoll_add_conformance(tcp.np3 tcp 3 240 "")
+    xcoll_add_conformance(tcp.np4.allreduce tcp 4 180 ""
+      --coll allreduce --coll errors)
+    xcoll_add_conformance(tcp.np4.reduce_scatter tcp 4 180 ""
+      --coll reduce_scatter --coll barrier)
+    xcoll_add_conformance(tcp.np4.allgather_broadcast tcp 4 180 ""
+      --coll allgather --coll broadcast)
+    xcoll_add_conformance(tcp.np4.reduce tcp 4 180 "" --coll reduce)
+    xcoll_add_conformance(tcp.np4.big tcp 4 180 "" ${XCOLL_BIG}
+      --coll allreduce --coll allgather --coll broadcast)
+    xcoll_add_conformance(tcp.np5 tcp 5 180 "" --quick)
+    xcoll_add_conformance(tcp.np8 tcp 8 240 "" --quick)
+  endif()
   # Each algorithm forced, since the size-based choice leaves some of them
   # out at some world sizes (e.g. the allreduce ring only above 1 MiB when P
   # is a power of two). 3 ranks: not a power of two (Rabenseifner's fold);
@@ -93,11 +83,26 @@ if(TARGET xcollrun)
     endforeach()
   endif()
   if(XCOLL_HAVE_UCX)
-    xcoll_add_conformance_set(ucx ucx "" 1 2 3 4 5 8)
-    # UCX restricted to its TCP transport: the path used between hosts.
-    xcoll_add_conformance(ucx_tcp.np3 ucx 3 240 "UCX_TLS=tcp" --quick)
-    xcoll_add_conformance(ucx_tcp.np4 ucx 4 240 "UCX_TLS=tcp" --quick
-      --max-count 1021)
+    # ucx: the same algorithms as tcp (core/algorithms), so a full pass at 2
+    # ranks and --quick elsewhere cover what differs: the transport.
+    if(XCOLL_SANITIZE)
+      foreach(np 2 3)
+        xcoll_add_conformance(ucx.np${np} ucx ${np} 300 ""
+          --quick --max-count 1021)
+      endforeach()
+    else()
+      xcoll_add_conformance(ucx.np1 ucx 1 120 "" --quick)
+      xcoll_add_conformance(ucx.np2 ucx 2 180 "")
+      xcoll_add_conformance(ucx.np2.big ucx 2 180 "" ${XCOLL_BIG}
+        --coll allreduce)
+      foreach(np 3 4 5 8)
+        xcoll_add_conformance(ucx.np${np} ucx ${np} 180 "" --quick)
+      endforeach()
+      # UCX restricted to its TCP transport: the path used between hosts.
+      xcoll_add_conformance(ucx_tcp.np3 ucx 3 180 "UCX_TLS=tcp" --quick)
+      xcoll_add_conformance(ucx_tcp.np4 ucx 4 180 "UCX_TLS=tcp" --quick
+        --max-count 1021)
+    endif()
   endif()
 
   # A peer dies (SIGKILL) or hangs (SIGSTOP) during an allreduce loop.

@@ -405,7 +405,9 @@ static void log_endpoints(ucx_state *state) {
          line = strtok_r(NULL, "\n", &save)) {
       while (*line == '#' || *line == ' ')
         line++;
-      if (*line != '\0')
+      /* The header and "peer: <no debug data>" say nothing useful. */
+      if (*line != '\0' && strncmp(line, "UCP endpoint", 12) != 0 &&
+          strncmp(line, "peer:", 5) != 0)
         XCOLL_INFO("ucx: rank %d -> rank %d: %s", state->rank, peer, line);
     }
     free(info);
