@@ -33,8 +33,8 @@
 #include "xcoll.h"
 
 #define BIG_COUNT ((size_t)4 * 1024 * 1024)
-#define GUARD_ELEMS 16      /* sentinel elements after every output buffer */
-#define SENTINEL_BYTE 0xA5  /* fill of bytes that must not be written */
+#define GUARD_ELEMS 16     /* sentinel elements after every output buffer */
+#define SENTINEL_BYTE 0xA5 /* fill of bytes that must not be written */
 #define MAX_PRINTED_PER_CASE 3
 #define MAX_PRINTED_TOTAL 30
 
@@ -125,7 +125,7 @@ static uint64_t int_input(int r, size_t i, xcoll_datatype dt, int op) {
   case XCOLL_MAX:
   case -1: /* copies: any bits */
     return sgn ? (uint64_t)sign_extend(h, dt) : (h & int_mask(dt));
-  default: { /* SUM */
+  default: {                                  /* SUM */
     int64_t small = (int64_t)(h % 201) - 100; /* [-100, 100] */
     switch (dt) {
     case XCOLL_INT8:
@@ -138,7 +138,7 @@ static uint64_t int_input(int r, size_t i, xcoll_datatype dt, int op) {
       return h % 256; /* wraps */
     case XCOLL_UINT32:
       return 0xFFFFFF00ULL + (h % 256); /* every sum of >= 2 wraps */
-    default: /* UINT64 */
+    default:                            /* UINT64 */
       return 0xFFFFFFFFFFFFFF00ULL + (h % 256);
     }
   }
@@ -165,7 +165,7 @@ static double float_input(int r, size_t i, xcoll_datatype dt, int op) {
     /* 24 significant bits at most: exact in float32 */
     return ldexp((double)((int64_t)(h % (1u << 24)) - (1 << 23)),
                  (int)((h >> 40) % 41) - 20);
-  default: /* SUM, AVG */
+  default:      /* SUM, AVG */
     if (narrow) /* halves in [-8, 8]: sums of 8 are <= 64 with 1 bit
                    after the point, 8 significant bits: exact in bfloat16 */
       return (double)((int64_t)(h % 33) - 16) / 2.0;
@@ -399,8 +399,9 @@ static void reference(size_t i, xcoll_datatype dt, int op, uint64_t *iv,
         break;
       case XCOLL_MIN:
       case XCOLL_MAX: {
-        int less = is_signed_int(dt) ? sign_extend(v, dt) < sign_extend(acc, dt)
-                                     : (v & int_mask(dt)) < (acc & int_mask(dt));
+        int less = is_signed_int(dt)
+                       ? sign_extend(v, dt) < sign_extend(acc, dt)
+                       : (v & int_mask(dt)) < (acc & int_mask(dt));
         int greater = is_signed_int(dt)
                           ? sign_extend(v, dt) > sign_extend(acc, dt)
                           : (v & int_mask(dt)) > (acc & int_mask(dt));
@@ -724,12 +725,11 @@ static void run_case(const case_desc *c) {
         input_value(r, i, c->dt, op, &eiv, &efv);
         check_elem(c, "recvbuf", recvbuf, (size_t)r * n + i, eiv, efv, 0);
       }
-    check_sentinel(c, "recvbuf guard", recvbuf, P * n * es,
-                   P * n * es + guard);
+    check_sentinel(c, "recvbuf guard", recvbuf, P * n * es, P * n * es + guard);
     break;
   case COLL_REDUCE_SCATTER: {
-    const unsigned char *out = c->in_place ? recvbuf + (size_t)me * n * es
-                                           : recvbuf;
+    const unsigned char *out =
+        c->in_place ? recvbuf + (size_t)me * n * es : recvbuf;
     for (size_t i = 0; i < n; i++) {
       reference((size_t)me * n + i, c->dt, op, &eiv, &efv, &tol);
       check_elem(c, "recvbuf", out, i, eiv, efv, tol);
@@ -766,8 +766,7 @@ static int dtype_in_big_subset(xcoll_datatype dt, int op) {
   return 0;
 }
 
-static int check_invalid(const char *what, xcoll_status st,
-                         xcoll_status want) {
+static int check_invalid(const char *what, xcoll_status st, xcoll_status want) {
   g.cases++;
   if (st == want && xcoll_comm_last_error(g.comm)[0] != '\0')
     return 1;
@@ -795,16 +794,15 @@ static void check_avg_on_integers(xcoll_datatype dt) {
                 XCOLL_ERR_INVALID_ARGUMENT);
   snprintf(what, sizeof what, "iallreduce %s avg (in place)",
            xcoll_datatype_name(dt));
-  check_invalid(what,
-                xcoll_iallreduce(buf, buf, 7, dt, XCOLL_AVG, g.comm, NULL, &req),
-                XCOLL_ERR_INVALID_ARGUMENT);
+  check_invalid(
+      what, xcoll_iallreduce(buf, buf, 7, dt, XCOLL_AVG, g.comm, NULL, &req),
+      XCOLL_ERR_INVALID_ARGUMENT);
   if (req != NULL) {
     printf("MISMATCH rank %d: %s left *request non-NULL\n", g.rank, what);
     g.failed_cases++;
   }
   snprintf(what, sizeof what, "reduce_scatter %s avg", xcoll_datatype_name(dt));
-  check_invalid(what,
-                xcoll_reduce_scatter(buf, out, 1, dt, XCOLL_AVG, g.comm),
+  check_invalid(what, xcoll_reduce_scatter(buf, out, 1, dt, XCOLL_AVG, g.comm),
                 XCOLL_ERR_INVALID_ARGUMENT);
   snprintf(what, sizeof what, "reduce %s avg", xcoll_datatype_name(dt));
   check_invalid(what, xcoll_reduce(buf, out, 7, dt, XCOLL_AVG, root, g.comm),
@@ -856,9 +854,8 @@ static void sweep_collective(int coll) {
                 if (g.quick && in_place != (int)((pick / NUM_MODES) % 2))
                   continue;
               }
-              case_desc c = {coll,     (xcoll_datatype)dt, op,
-                             count,    in_place,           mode,
-                             roots[ri]};
+              case_desc c = {coll, (xcoll_datatype)dt, op, count, in_place,
+                             mode, roots[ri]};
               run_case(&c);
             }
             if (g.quick || big)
@@ -956,9 +953,10 @@ static void sweep_errors(void) {
   int stream_dummy;
   xcoll_request_t req = NULL;
   const int P = g.world_size;
-  check_invalid("allreduce with an unknown dtype",
-                xcoll_allreduce(a, b, 4, XCOLL_NUM_DATATYPES, XCOLL_SUM, g.comm),
-                XCOLL_ERR_INVALID_ARGUMENT);
+  check_invalid(
+      "allreduce with an unknown dtype",
+      xcoll_allreduce(a, b, 4, XCOLL_NUM_DATATYPES, XCOLL_SUM, g.comm),
+      XCOLL_ERR_INVALID_ARGUMENT);
   check_invalid("allreduce with an unknown op",
                 xcoll_allreduce(a, b, 4, XCOLL_FLOAT32, XCOLL_NUM_OPS, g.comm),
                 XCOLL_ERR_INVALID_ARGUMENT);
@@ -974,10 +972,10 @@ static void sweep_errors(void) {
   check_invalid("reduce with root -1",
                 xcoll_reduce(a, b, 4, XCOLL_FLOAT32, XCOLL_SUM, -1, g.comm),
                 XCOLL_ERR_INVALID_ARGUMENT);
-  check_invalid("allreduce with count * size overflowing size_t",
-                xcoll_allreduce(a, b, SIZE_MAX / 2, XCOLL_FLOAT32, XCOLL_SUM,
-                                g.comm),
-                XCOLL_ERR_INVALID_ARGUMENT);
+  check_invalid(
+      "allreduce with count * size overflowing size_t",
+      xcoll_allreduce(a, b, SIZE_MAX / 2, XCOLL_FLOAT32, XCOLL_SUM, g.comm),
+      XCOLL_ERR_INVALID_ARGUMENT);
   req = (xcoll_request_t)(uintptr_t)1;
   check_invalid("iallreduce with a non-NULL stream on a host backend",
                 xcoll_iallreduce(a, b, 4, XCOLL_FLOAT32, XCOLL_SUM, g.comm,
@@ -992,8 +990,8 @@ static void sweep_errors(void) {
   check_invalid("xcoll_wait(NULL)", xcoll_wait(NULL),
                 XCOLL_ERR_INVALID_ARGUMENT);
   g.cases++;
-  xcoll_status st = xcoll_allreduce(NULL, NULL, 0, XCOLL_FLOAT32, XCOLL_SUM,
-                                    g.comm);
+  xcoll_status st =
+      xcoll_allreduce(NULL, NULL, 0, XCOLL_FLOAT32, XCOLL_SUM, g.comm);
   if (st != XCOLL_SUCCESS) {
     printf("MISMATCH rank %d: allreduce with NULL buffers and count 0 returned "
            "%s: %s\n",
