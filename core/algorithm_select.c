@@ -4,8 +4,9 @@
  *
  * XCOLL_ALGO follows NCCL_ALGO's shape: a bare name ("ring") applies to
  * every collective that has an algorithm of that name; "coll:name" entries,
- * comma-separated, set one collective ("allreduce:rabenseifner,broadcast:chain").
- * Later entries override earlier ones. Names are case-insensitive. */
+ * comma-separated, set one collective
+ * ("allreduce:rabenseifner,broadcast:chain"). Later entries override earlier
+ * ones. Names are case-insensitive. */
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
@@ -60,7 +61,8 @@ static const xcoll_algorithm *find_algorithm(xcoll_coll_kind kind,
 }
 
 /* Append text to out (out_bytes in all, used so far): truncates quietly. */
-static void append(char *out, size_t out_bytes, size_t *used, const char *text) {
+static void append(char *out, size_t out_bytes, size_t *used,
+                   const char *text) {
   int n = snprintf(out + *used, out_bytes - *used, "%s", text);
   if (n > 0)
     *used += (size_t)n < out_bytes - *used ? (size_t)n : out_bytes - *used - 1;
@@ -138,8 +140,8 @@ static xcoll_status parse_algo(struct xcoll_comm *comm, const char *value,
     } else {
       int matched = 0;
       for (int k = 0; k < XCOLL_NUM_COLLS; k++) {
-        const xcoll_algorithm *algorithm = find_algorithm(
-            (xcoll_coll_kind)k, start, (size_t)(stop - start));
+        const xcoll_algorithm *algorithm =
+            find_algorithm((xcoll_coll_kind)k, start, (size_t)(stop - start));
         if (algorithm) {
           chosen[k] = algorithm;
           matched = 1;
@@ -258,8 +260,8 @@ xcoll_status xcoll_algorithm_select(struct xcoll_comm *comm,
                limit_text, P);
     } else {
       *algorithm = by_name(args->kind, "chain");
-      snprintf(why, why_bytes, "%s >= %s at P=%d: pipelined chain",
-               size_text, limit_text, P);
+      snprintf(why, why_bytes, "%s >= %s at P=%d: pipelined chain", size_text,
+               limit_text, P);
     }
     break;
   case XCOLL_COLL_ALLGATHER:

@@ -88,7 +88,8 @@ uint16_t xcoll_float_to_half(float f) {
   uint32_t result = ((uint32_t)half_exponent << 10) | (mantissa >> 13);
   uint32_t rest = mantissa & 0x1fffu;
   if (rest > 0x1000u || (rest == 0x1000u && (result & 1u)))
-    result++; /* a carry out of the mantissa bumps the exponent; 0x7c00 is inf */
+    result++; /* a carry out of the mantissa bumps the exponent; 0x7c00 is inf
+               */
   return (uint16_t)(sign | result);
 }
 

@@ -35,11 +35,11 @@ xcoll_status xcoll_allgather_ring(struct xcoll_comm *comm,
   for (int step = 0; step < P - 1 && status == XCOLL_SUCCESS; step++) {
     size_t send_block = (size_t)xcoll_rank_mod(rank - step, P);
     size_t recv_block = (size_t)xcoll_rank_mod(rank - step - 1, P);
-    status = xcoll_exchange(
-        comm, xcoll_tag(args, (uint32_t)step), right,
-        recvbuf + send_block * block * elem_size, block, left,
-        recvbuf + recv_block * block * elem_size, block, XCOLL_EXCHANGE_COPY,
-        NULL, NULL, chunk_elems, args->dtype, XCOLL_SUM);
+    status = xcoll_exchange(comm, xcoll_tag(args, (uint32_t)step), right,
+                            recvbuf + send_block * block * elem_size, block,
+                            left, recvbuf + recv_block * block * elem_size,
+                            block, XCOLL_EXCHANGE_COPY, NULL, NULL, chunk_elems,
+                            args->dtype, XCOLL_SUM);
   }
   return status;
 }

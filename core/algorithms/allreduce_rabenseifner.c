@@ -24,8 +24,8 @@
 #include "pipeline.h"
 
 #define STEP_FOLD_IN 0
-#define STEP_HALVING 1    /* + level, level < 31 */
-#define STEP_DOUBLING 32  /* + level */
+#define STEP_HALVING 1   /* + level, level < 31 */
+#define STEP_DOUBLING 32 /* + level */
 #define STEP_FOLD_OUT 63
 #define MAX_LEVELS 31
 
@@ -49,8 +49,8 @@ xcoll_status xcoll_allreduce_rabenseifner(struct xcoll_comm *comm,
 
   xcoll_fold fold = xcoll_fold_plan(rank, P);
   xcoll_status status = xcoll_fold_in(
-      comm, &fold, xcoll_tag(args, STEP_FOLD_IN), args->sendbuf, recvbuf,
-      count, scratch, chunk_elems, args->dtype, args->op);
+      comm, &fold, xcoll_tag(args, STEP_FOLD_IN), args->sendbuf, recvbuf, count,
+      scratch, chunk_elems, args->dtype, args->op);
 
   if (fold.newrank >= 0 && status == XCOLL_SUCCESS) {
     /* The window [lo, lo + length) this rank is responsible for, before each

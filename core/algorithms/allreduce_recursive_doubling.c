@@ -37,16 +37,16 @@ xcoll_status xcoll_allreduce_recursive_doubling(struct xcoll_comm *comm,
   size_t chunk_elems = xcoll_chunk_elems(comm, elem_size);
   if (chunk_elems > count)
     chunk_elems = count;
-  char *scratch = xcoll_scratch_alloc(
-      comm, 2 * chunk_elems * elem_size,
-      "the recursive-doubling allreduce's receive chunks");
+  char *scratch =
+      xcoll_scratch_alloc(comm, 2 * chunk_elems * elem_size,
+                          "the recursive-doubling allreduce's receive chunks");
   if (!scratch)
     return XCOLL_ERR_NO_MEMORY;
 
   xcoll_fold fold = xcoll_fold_plan(rank, P);
   xcoll_status status = xcoll_fold_in(
-      comm, &fold, xcoll_tag(args, STEP_FOLD_IN), args->sendbuf, recvbuf,
-      count, scratch, chunk_elems, args->dtype, args->op);
+      comm, &fold, xcoll_tag(args, STEP_FOLD_IN), args->sendbuf, recvbuf, count,
+      scratch, chunk_elems, args->dtype, args->op);
   if (fold.newrank >= 0) {
     uint32_t step = 1;
     for (int mask = 1; mask < fold.pow2 && status == XCOLL_SUCCESS;

@@ -62,12 +62,12 @@ xcoll_status xcoll_allreduce_ring(struct xcoll_comm *comm,
     xcoll_block_range(count, P, xcoll_rank_mod(rank - step - 1, P),
                       &recv_offset, &recv_length);
     const char *send_from = step == 0 ? sendbuf : recvbuf;
-    status = xcoll_exchange(
-        comm, xcoll_tag(args, (uint32_t)step), right,
-        send_from + send_offset * elem_size, send_length, left,
-        recvbuf + recv_offset * elem_size, recv_length, XCOLL_EXCHANGE_REDUCE,
-        sendbuf + recv_offset * elem_size, scratch, chunk_elems, args->dtype,
-        args->op);
+    status =
+        xcoll_exchange(comm, xcoll_tag(args, (uint32_t)step), right,
+                       send_from + send_offset * elem_size, send_length, left,
+                       recvbuf + recv_offset * elem_size, recv_length,
+                       XCOLL_EXCHANGE_REDUCE, sendbuf + recv_offset * elem_size,
+                       scratch, chunk_elems, args->dtype, args->op);
   }
   /* Allgather: at step s send block rank+1-s (complete here), receive block
    * rank-s straight into place. */
@@ -77,11 +77,11 @@ xcoll_status xcoll_allreduce_ring(struct xcoll_comm *comm,
                       &send_offset, &send_length);
     xcoll_block_range(count, P, xcoll_rank_mod(rank - step, P), &recv_offset,
                       &recv_length);
-    status = xcoll_exchange(
-        comm, xcoll_tag(args, (uint32_t)(P + step)), right,
-        recvbuf + send_offset * elem_size, send_length, left,
-        recvbuf + recv_offset * elem_size, recv_length, XCOLL_EXCHANGE_COPY,
-        NULL, NULL, chunk_elems, args->dtype, args->op);
+    status = xcoll_exchange(comm, xcoll_tag(args, (uint32_t)(P + step)), right,
+                            recvbuf + send_offset * elem_size, send_length,
+                            left, recvbuf + recv_offset * elem_size,
+                            recv_length, XCOLL_EXCHANGE_COPY, NULL, NULL,
+                            chunk_elems, args->dtype, args->op);
   }
   free(scratch);
   if (status == XCOLL_SUCCESS && args->op == XCOLL_AVG)

@@ -24,11 +24,11 @@ xcoll_status xcoll_barrier_dissemination(struct xcoll_comm *comm,
     xcoll_p2p_request *requests[2] = {NULL, NULL};
     int to = (rank + distance) % P, from = xcoll_rank_mod(rank - distance, P);
     double start = xcoll_trace_clock();
-    status = xcoll_irecv(comm, from, xcoll_tag(args, step), &sink, 0,
-                         &requests[0]);
+    status =
+        xcoll_irecv(comm, from, xcoll_tag(args, step), &sink, 0, &requests[0]);
     if (status == XCOLL_SUCCESS)
-      status = xcoll_isend(comm, to, xcoll_tag(args, step), &token, 0,
-                           &requests[1]);
+      status =
+          xcoll_isend(comm, to, xcoll_tag(args, step), &token, 0, &requests[1]);
     if (requests[0] || requests[1]) {
       xcoll_status wait_status = xcoll_p2p_wait(comm, requests, 2);
       if (status == XCOLL_SUCCESS)

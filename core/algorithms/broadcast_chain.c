@@ -44,13 +44,14 @@ xcoll_status xcoll_broadcast_chain(struct xcoll_comm *comm,
   /* Two receives and two sends in flight, by slot k % 2. */
   xcoll_p2p_request *recv_req[2] = {NULL, NULL}, *send_req[2] = {NULL, NULL};
   xcoll_status status = XCOLL_SUCCESS;
-#define CHUNK_FIRST(k) ((k) * chunk_elems)
+#define CHUNK_FIRST(k) ((k)*chunk_elems)
 #define CHUNK_LENGTH(k)                                                        \
   (count - CHUNK_FIRST(k) < chunk_elems ? count - CHUNK_FIRST(k) : chunk_elems)
   for (size_t k = 0; receives && k < 2 && k < chunks; k++)
     if (status == XCOLL_SUCCESS)
-      status = xcoll_irecv(comm, prev, tag, recvbuf + CHUNK_FIRST(k) * elem_size,
-                           CHUNK_LENGTH(k) * elem_size, &recv_req[k]);
+      status =
+          xcoll_irecv(comm, prev, tag, recvbuf + CHUNK_FIRST(k) * elem_size,
+                      CHUNK_LENGTH(k) * elem_size, &recv_req[k]);
 
   for (size_t k = 0; k < chunks && status == XCOLL_SUCCESS; k++) {
     int slot = (int)(k & 1);
@@ -69,9 +70,9 @@ xcoll_status xcoll_broadcast_chain(struct xcoll_comm *comm,
       status = xcoll_isend(comm, next, tag, data + CHUNK_FIRST(k) * elem_size,
                            CHUNK_LENGTH(k) * elem_size, &send_req[slot]);
     if (status == XCOLL_SUCCESS && receives && k + 2 < chunks)
-      status = xcoll_irecv(comm, prev, tag,
-                           recvbuf + CHUNK_FIRST(k + 2) * elem_size,
-                           CHUNK_LENGTH(k + 2) * elem_size, &recv_req[slot]);
+      status =
+          xcoll_irecv(comm, prev, tag, recvbuf + CHUNK_FIRST(k + 2) * elem_size,
+                      CHUNK_LENGTH(k + 2) * elem_size, &recv_req[slot]);
   }
 #undef CHUNK_FIRST
 #undef CHUNK_LENGTH

@@ -71,10 +71,10 @@ xcoll_status xcoll_exchange(struct xcoll_comm *comm, uint64_t tag,
   do {                                                                         \
     size_t first_, length_;                                                    \
     chunk_range(recv_count, chunk_elems, (k), &first_, &length_);              \
-    int slot_ = (int)((k) & 1);                                                \
-    char *into_ = reduce ? scratch_bytes + (size_t)slot_ * chunk_elems *       \
-                                               elem_size                       \
-                         : recv_bytes + first_ * elem_size;                    \
+    int slot_ = (int)((k)&1);                                                  \
+    char *into_ =                                                              \
+        reduce ? scratch_bytes + (size_t)slot_ * chunk_elems * elem_size       \
+               : recv_bytes + first_ * elem_size;                              \
     recv_start[slot_] = xcoll_trace_clock();                                   \
     status = xcoll_irecv(comm, recv_peer, tag, into_, length_ * elem_size,     \
                          &recv_req[slot_]);                                    \
@@ -84,10 +84,11 @@ xcoll_status xcoll_exchange(struct xcoll_comm *comm, uint64_t tag,
   do {                                                                         \
     size_t first_, length_;                                                    \
     chunk_range(send_count, chunk_elems, (k), &first_, &length_);              \
-    int slot_ = (int)((k) & 1);                                                \
+    int slot_ = (int)((k)&1);                                                  \
     send_start[slot_] = xcoll_trace_clock();                                   \
-    status = xcoll_isend(comm, send_peer, tag, send_bytes + first_ * elem_size, \
-                         length_ * elem_size, &send_req[slot_]);               \
+    status =                                                                   \
+        xcoll_isend(comm, send_peer, tag, send_bytes + first_ * elem_size,     \
+                    length_ * elem_size, &send_req[slot_]);                    \
   } while (0)
 
   for (size_t k = 0; k < recv_chunks && k < 2 && status == XCOLL_SUCCESS; k++)

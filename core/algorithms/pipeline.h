@@ -25,7 +25,9 @@ static inline void xcoll_block_range(size_t count, int parts, int index,
 }
 
 /* (a mod p) for a possibly negative a, as a rank. */
-static inline int xcoll_rank_mod(int a, int p) { return ((a % p) + p) % p; }
+static inline int xcoll_rank_mod(int a, int p) {
+  return ((a % p) + p) % p;
+}
 
 /* Elements per chunk from comm->options.chunk_bytes (at least one element;
  * 512 KiB when the option is 0). Every rank must compute the same value:
@@ -39,8 +41,8 @@ void *xcoll_scratch_alloc(struct xcoll_comm *comm, size_t bytes,
 
 /* How a received chunk combines with local data in xcoll_exchange. */
 typedef enum xcoll_exchange_mode {
-  XCOLL_EXCHANGE_COPY = 0,    /* received data lands in recv_ptr as is */
-  XCOLL_EXCHANGE_REDUCE,      /* recv_ptr = local op received */
+  XCOLL_EXCHANGE_COPY = 0,         /* received data lands in recv_ptr as is */
+  XCOLL_EXCHANGE_REDUCE,           /* recv_ptr = local op received */
   XCOLL_EXCHANGE_REDUCE_RECV_FIRST /* recv_ptr = received op local */
 } xcoll_exchange_mode;
 

@@ -43,9 +43,9 @@ xcoll_status xcoll_reduce_scatter_ring(struct xcoll_comm *comm,
   if (chunk_elems > block)
     chunk_elems = block;
   /* One allocation: two accumulators, then two receive chunks. */
-  char *memory = xcoll_scratch_alloc(
-      comm, 2 * block_bytes + 2 * chunk_elems * elem_size,
-      "the ring reduce-scatter's accumulators");
+  char *memory =
+      xcoll_scratch_alloc(comm, 2 * block_bytes + 2 * chunk_elems * elem_size,
+                          "the ring reduce-scatter's accumulators");
   if (!memory)
     return XCOLL_ERR_NO_MEMORY;
   char *accumulator[2] = {memory, memory + block_bytes};
@@ -61,11 +61,11 @@ xcoll_status xcoll_reduce_scatter_ring(struct xcoll_comm *comm,
     const char *send_from = step == 0 ? sendbuf + send_block * block_bytes
                                       : accumulator[(step - 1) & 1];
     char *reduce_to = step == P - 2 ? recvbuf : accumulator[step & 1];
-    status = xcoll_exchange(
-        comm, xcoll_tag(args, (uint32_t)step), right, send_from, block, left,
-        reduce_to, block, XCOLL_EXCHANGE_REDUCE,
-        sendbuf + recv_block * block_bytes, scratch, chunk_elems, args->dtype,
-        args->op);
+    status =
+        xcoll_exchange(comm, xcoll_tag(args, (uint32_t)step), right, send_from,
+                       block, left, reduce_to, block, XCOLL_EXCHANGE_REDUCE,
+                       sendbuf + recv_block * block_bytes, scratch, chunk_elems,
+                       args->dtype, args->op);
   }
   free(memory);
   if (status == XCOLL_SUCCESS && args->op == XCOLL_AVG)

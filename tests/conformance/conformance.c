@@ -867,6 +867,61 @@ static void sweep_collective(int coll) {
   }
 }
 
+/* Several non-blocking operations in flight at once, completed in reverse
+ * order: they must run in issue order and each must land in its own buffer.
+ * Mixes sizes (so that algorithms differ) and a broadcast between them. */
+static void check_inflight(void) {
+  enum { NOPS = 5 };
+  const size_t counts[NOPS] = {1021, 7, 131072 + 3, 1, 4096};
+  const xcoll_datatype dts[NOPS] = {XCOLL_FLOAT32, XCOLL_INT32, XCOLL_FLOAT64,
+                                    XCOLL_UINT8, XCOLL_BFLOAT16};
+  void *bufs[NOPS];
+  xcoll_request_t reqs[NOPS];
+  const int root = g.world_size - 1;
+  for (int k = 0; k < NOPS; k++) {
+    size_t es = xcoll_datatype_size(dts[k]);
+    bufs[k] = alloc_or_die(counts[k] * es);
+    fill_input(bufs[k], 0, counts[k], g.rank, dts[k], XCOLL_SUM);
+    xcoll_status st;
+    if (k == 3) /* a broadcast among the allreduces */
+      st = xcoll_ibroadcast(bufs[k], bufs[k], counts[k], dts[k], root, g.comm,
+                            NULL, &reqs[k]);
+    else
+      st = xcoll_iallreduce(bufs[k], bufs[k], counts[k], dts[k], XCOLL_SUM,
+                            g.comm, NULL, &reqs[k]);
+    if (st != XCOLL_SUCCESS)
+      fatal("issuing non-blocking operations in flight together", st);
+  }
+  for (int k = NOPS - 1; k >= 0; k--) {
+    xcoll_status st = xcoll_wait(reqs[k]);
+    if (st != XCOLL_SUCCESS)
+      fatal("waiting (in reverse order) on operations in flight together", st);
+  }
+  for (int k = 0; k < NOPS; k++) {
+    case_desc c = {k == 3 ? COLL_BROADCAST : COLL_ALLREDUCE,
+                   dts[k],
+                   XCOLL_SUM,
+                   counts[k],
+                   1,
+                   MODE_WAIT,
+                   k == 3 ? root : -1};
+    case_mismatches = 0;
+    for (size_t i = 0; i < counts[k]; i++) {
+      uint64_t eiv;
+      double efv, tol = 0;
+      if (k == 3)
+        input_value(root, i, dts[k], XCOLL_SUM, &eiv, &efv);
+      else
+        reference(i, dts[k], XCOLL_SUM, &eiv, &efv, &tol);
+      check_elem(&c, "in flight with 4 others", bufs[k], i, eiv, efv, tol);
+    }
+    g.cases++;
+    if (case_mismatches)
+      g.failed_cases++;
+    free(bufs[k]);
+  }
+}
+
 /* Barrier: each rank publishes "I reached barrier k" in a file before the
  * barrier; after it, every rank must see every other rank's mark >= k. The
  * files are the independent witness; no sleep is involved. Only meaningful
@@ -1096,6 +1151,8 @@ int main(int argc, char **argv) {
     double tc = now_s();
     long before = g.cases;
     sweep_collective(c);
+    if (c == COLL_ALLREDUCE)
+      check_inflight();
     if (g.rank == 0)
       printf("rank 0: %-14s %5ld cases in %6.2f s\n", coll_names[c],
              g.cases - before, now_s() - tc);

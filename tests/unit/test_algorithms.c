@@ -19,10 +19,11 @@
  * full-range values, so they wrap, and the reference wraps modulo 2^n too.
  * test_float_error_bounds checks random inputs against the error bounds the
  * algorithm files state. */
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <setjmp.h>
 #include <stdint.h>
+
 #include <cmocka.h>
 
 #include <errno.h>
@@ -52,10 +53,10 @@ struct xcoll_p2p_request {
   int src, dst;
   uint64_t tag;
   size_t bytes;
-  void *recv_buf;         /* receives */
-  const void *send_data;  /* sends: the sender's buffer or an eager copy */
-  void *eager_copy;       /* owned copy in eager mode */
-  int matched;            /* sends: consumed by a receive */
+  void *recv_buf;        /* receives */
+  const void *send_data; /* sends: the sender's buffer or an eager copy */
+  void *eager_copy;      /* owned copy in eager mode */
+  int matched;           /* sends: consumed by a receive */
   struct xcoll_p2p_request *next;
 };
 
@@ -150,7 +151,8 @@ static xcoll_status check_post(fake_rank *self, int peer, uint64_t tag,
     world_fail(w, "rank %d posted a NULL buffer (%zu B)", self->rank, bytes);
     return XCOLL_ERR_INVALID_ARGUMENT;
   }
-  if ((tag >> 32) != (w->seq & 0xffffffffu) || (tag & 0xffffffffu) >= (1u << 24)) {
+  if ((tag >> 32) != (w->seq & 0xffffffffu) ||
+      (tag & 0xffffffffu) >= (1u << 24)) {
     world_fail(w, "rank %d used tag %#llx for seq %llu", self->rank,
                (unsigned long long)tag, (unsigned long long)w->seq);
     return XCOLL_ERR_INVALID_ARGUMENT;
@@ -260,9 +262,14 @@ static xcoll_status fake_test(void *state, xcoll_p2p_request *request,
 
 static const xcoll_p2p_ops fake_p2p = {fake_isend, fake_irecv, fake_wait,
                                        fake_test};
-static const xcoll_backend fake_backend = {
-    XCOLL_BACKEND_ABI_VERSION, "fake", "in-memory mailbox for tests", NULL,
-    NULL, NULL, &fake_p2p, NULL};
+static const xcoll_backend fake_backend = {XCOLL_BACKEND_ABI_VERSION,
+                                           "fake",
+                                           "in-memory mailbox for tests",
+                                           NULL,
+                                           NULL,
+                                           NULL,
+                                           &fake_p2p,
+                                           NULL};
 
 /* ---- running one collective on P threads ---- */
 
@@ -310,7 +317,8 @@ static void world_reset(int P, int synchronous, uint64_t seq) {
 }
 
 /* Run fn on P threads with per-rank args; returns 1 when every rank returned
- * XCOLL_SUCCESS, no protocol error occurred and no message is left unmatched. */
+ * XCOLL_SUCCESS, no protocol error occurred and no message is left unmatched.
+ */
 static int run_ranks(int P, xcoll_algorithm_fn fn, xcoll_coll_args *args,
                      size_t chunk_bytes, int synchronous, rank_run *runs,
                      char *why, size_t why_bytes) {
@@ -363,8 +371,8 @@ static int run_ranks(int P, xcoll_algorithm_fn fn, xcoll_coll_args *args,
 /* ---- inputs and the reference ---- */
 
 static const xcoll_datatype test_dtypes[] = {
-    XCOLL_INT32,   XCOLL_FLOAT32, XCOLL_FLOAT64, XCOLL_FLOAT16,
-    XCOLL_BFLOAT16, XCOLL_INT8,   XCOLL_UINT64};
+    XCOLL_INT32,    XCOLL_FLOAT32, XCOLL_FLOAT64, XCOLL_FLOAT16,
+    XCOLL_BFLOAT16, XCOLL_INT8,    XCOLL_UINT64};
 #define NUM_TEST_DTYPES (sizeof test_dtypes / sizeof test_dtypes[0])
 static const int test_sizes[] = {1, 2, 3, 4, 5, 7, 8};
 #define NUM_TEST_SIZES (sizeof test_sizes / sizeof test_sizes[0])
@@ -415,7 +423,9 @@ static uint64_t input_bits(xcoll_datatype d, xcoll_op op, int r, size_t i) {
   return (uint64_t)(int64_t)(v * 1024.0); /* decoded by input_value */
 }
 
-static double float_input(uint64_t bits) { return (double)(int64_t)bits / 1024.0; }
+static double float_input(uint64_t bits) {
+  return (double)(int64_t)bits / 1024.0;
+}
 
 static void store_float(xcoll_datatype d, void *buf, size_t i, double v) {
   switch (d) {
@@ -688,8 +698,10 @@ static void run_case(const test_case *c) {
       while (memcmp((const char *)result + bad * es,
                     (char *)expected + bad * es, es) == 0)
         bad++;
-      snprintf(why, sizeof why, "rank %d differs from the reference at "
-               "element %zu of %zu", r, bad, elems);
+      snprintf(why, sizeof why,
+               "rank %d differs from the reference at "
+               "element %zu of %zu",
+               r, bad, elems);
       ok = 0;
     }
   }
@@ -703,7 +715,8 @@ static void run_case(const test_case *c) {
       ok = 0;
     }
     /* Out of place, the input must be left as it was. */
-    if (ok && !c->in_place && send_alloc[r] && c->kind != XCOLL_COLL_BROADCAST) {
+    if (ok && !c->in_place && send_alloc[r] &&
+        c->kind != XCOLL_COLL_BROADCAST) {
       size_t first = c->kind == XCOLL_COLL_ALLGATHER ? (size_t)r * n : 0;
       fill_input(c->dtype, c->op, r, expected, first, send_elems);
       if (memcmp(send_alloc[r], expected, send_elems * es) != 0) {
@@ -802,8 +815,7 @@ static void test_broadcast_binomial(void **state) {
 }
 static void test_broadcast_chain(void **state) {
   (void)state;
-  run_matrix(XCOLL_COLL_BROADCAST, xcoll_broadcast_chain, "broadcast_chain",
-             0);
+  run_matrix(XCOLL_COLL_BROADCAST, xcoll_broadcast_chain, "broadcast_chain", 0);
 }
 static void test_reduce_binomial(void **state) {
   (void)state;
@@ -852,20 +864,24 @@ static void check_float_bounds(xcoll_algorithm_fn fn, const char *name,
   xcoll_coll_args args[MAX_RANKS];
   rank_run runs[MAX_RANKS];
   void *send[MAX_RANKS], *recv[MAX_RANKS];
-  double *exact = calloc(n, sizeof *exact), *magnitude = calloc(n, sizeof *magnitude);
+  double *exact = calloc(n, sizeof *exact),
+         *magnitude = calloc(n, sizeof *magnitude);
   char why[256] = "";
   uint64_t seq = next_seq++;
   for (int r = 0; r < P; r++) {
     send[r] = malloc(n * es);
     recv[r] = malloc(n * es);
     for (size_t i = 0; i < n; i++) {
-      double v = (double)(mix((uint64_t)r * 1000003u + i) >> 11) * 0x1p-53 * 2.0 - 1.0;
+      double v =
+          (double)(mix((uint64_t)r * 1000003u + i) >> 11) * 0x1p-53 * 2.0 - 1.0;
       store_float(dtype, send[r], i, v);
       /* The exact sum of what was stored (after rounding to dtype). */
-      double stored = dtype == XCOLL_FLOAT16    ? xcoll_half_to_float(((uint16_t *)send[r])[i])
-                      : dtype == XCOLL_BFLOAT16 ? xcoll_bfloat16_to_float(((uint16_t *)send[r])[i])
-                      : dtype == XCOLL_FLOAT32  ? ((float *)send[r])[i]
-                                                : ((double *)send[r])[i];
+      double stored = dtype == XCOLL_FLOAT16
+                          ? xcoll_half_to_float(((uint16_t *)send[r])[i])
+                      : dtype == XCOLL_BFLOAT16
+                          ? xcoll_bfloat16_to_float(((uint16_t *)send[r])[i])
+                      : dtype == XCOLL_FLOAT32 ? ((float *)send[r])[i]
+                                               : ((double *)send[r])[i];
       exact[i] += stored;
       magnitude[i] += fabs(stored);
     }
@@ -880,10 +896,12 @@ static void check_float_bounds(xcoll_algorithm_fn fn, const char *name,
     print_error("%s float bounds P=%d: %s\n", name, P, why);
   assert_true(ok);
   for (size_t i = 0; i < n; i++) {
-    double got = dtype == XCOLL_FLOAT16    ? xcoll_half_to_float(((uint16_t *)recv[0])[i])
-                 : dtype == XCOLL_BFLOAT16 ? xcoll_bfloat16_to_float(((uint16_t *)recv[0])[i])
-                 : dtype == XCOLL_FLOAT32  ? ((float *)recv[0])[i]
-                                           : ((double *)recv[0])[i];
+    double got = dtype == XCOLL_FLOAT16
+                     ? xcoll_half_to_float(((uint16_t *)recv[0])[i])
+                 : dtype == XCOLL_BFLOAT16
+                     ? xcoll_bfloat16_to_float(((uint16_t *)recv[0])[i])
+                 : dtype == XCOLL_FLOAT32 ? ((float *)recv[0])[i]
+                                          : ((double *)recv[0])[i];
     /* depth roundings of a partial sum, each <= unit * sum|x|. */
     double bound = depth * unit * magnitude[i];
     if (fabs(got - exact[i]) > bound) {
@@ -913,9 +931,12 @@ static void test_float_error_bounds(void **state) {
     int log_depth = 0;
     while ((1 << log_depth) < P)
       log_depth++;
-    check_float_bounds(xcoll_allreduce_ring, "ring", XCOLL_FLOAT32, P, 0x1p-24, P - 1);
-    check_float_bounds(xcoll_allreduce_ring, "ring", XCOLL_BFLOAT16, P, 0x1p-8, P - 1);
-    check_float_bounds(xcoll_allreduce_ring, "ring", XCOLL_FLOAT16, P, 0x1p-11, P - 1);
+    check_float_bounds(xcoll_allreduce_ring, "ring", XCOLL_FLOAT32, P, 0x1p-24,
+                       P - 1);
+    check_float_bounds(xcoll_allreduce_ring, "ring", XCOLL_BFLOAT16, P, 0x1p-8,
+                       P - 1);
+    check_float_bounds(xcoll_allreduce_ring, "ring", XCOLL_FLOAT16, P, 0x1p-11,
+                       P - 1);
     check_float_bounds(xcoll_allreduce_recursive_doubling, "recursive_doubling",
                        XCOLL_FLOAT32, P, 0x1p-24, log_depth);
     check_float_bounds(xcoll_allreduce_recursive_doubling, "recursive_doubling",
@@ -985,8 +1006,75 @@ static void test_fake_detects_mismatch(void **state) {
   char why[256] = "";
   memset(args, 0, sizeof args);
   args[0].seq = args[1].seq = next_seq++;
-  assert_false(run_ranks(2, mismatched_sizes, args, 0, 1, runs, why, sizeof why));
+  assert_false(
+      run_ranks(2, mismatched_sizes, args, 0, 1, runs, why, sizeof why));
   assert_non_null(strstr(why, "protocol"));
+}
+
+/* Selection by size and P, and XCOLL_ALGO overrides and errors. */
+static const char *selected(xcoll_comm *comm, xcoll_coll_kind kind,
+                            size_t bytes, xcoll_status *status) {
+  xcoll_coll_args args;
+  memset(&args, 0, sizeof args);
+  args.kind = kind, args.count = bytes, args.dtype = XCOLL_UINT8;
+  const xcoll_algorithm *algorithm = NULL;
+  char why[256] = "";
+  *status = xcoll_algorithm_select(comm, &args, &algorithm, why, sizeof why);
+  if (*status != XCOLL_SUCCESS)
+    return "";
+  assert_non_null(algorithm);
+  assert_int_equal(algorithm->kind, kind);
+  assert_true(strlen(why) > 0);
+  return algorithm->name;
+}
+
+static void test_algorithm_select(void **state) {
+  (void)state;
+  xcoll_comm comm;
+  memset(&comm, 0, sizeof comm);
+  pthread_mutex_init(&comm.error_lock, NULL);
+  comm.world_size = 4;
+  xcoll_status st;
+  unsetenv("XCOLL_ALGO");
+  assert_string_equal(selected(&comm, XCOLL_COLL_ALLREDUCE, 4096, &st),
+                      "recursive_doubling");
+  assert_string_equal(selected(&comm, XCOLL_COLL_ALLREDUCE, 256 * 1024, &st),
+                      "rabenseifner");
+  assert_string_equal(selected(&comm, XCOLL_COLL_ALLREDUCE, 8 << 20, &st),
+                      "ring");
+  assert_string_equal(selected(&comm, XCOLL_COLL_BROADCAST, 1024, &st),
+                      "binomial");
+  assert_string_equal(selected(&comm, XCOLL_COLL_BROADCAST, 1 << 20, &st),
+                      "chain");
+  assert_string_equal(selected(&comm, XCOLL_COLL_BARRIER, 0, &st),
+                      "dissemination");
+  comm.world_size = 1;
+  assert_string_equal(selected(&comm, XCOLL_COLL_ALLREDUCE, 4096, &st), "ring");
+  comm.world_size = 5; /* not a power of two: ring earlier */
+  assert_string_equal(selected(&comm, XCOLL_COLL_ALLREDUCE, 512 * 1024, &st),
+                      "ring");
+
+  setenv("XCOLL_ALGO", "ring", 1);
+  assert_int_equal(xcoll_algorithm_check_env(&comm), XCOLL_SUCCESS);
+  assert_string_equal(selected(&comm, XCOLL_COLL_ALLREDUCE, 16, &st), "ring");
+  assert_string_equal(selected(&comm, XCOLL_COLL_BROADCAST, 16, &st),
+                      "binomial");
+  setenv("XCOLL_ALGO", " allreduce:Rabenseifner , broadcast:chain", 1);
+  assert_string_equal(selected(&comm, XCOLL_COLL_ALLREDUCE, 16, &st),
+                      "rabenseifner");
+  assert_string_equal(selected(&comm, XCOLL_COLL_BROADCAST, 16, &st), "chain");
+  static const char *const bad[] = {"bogus", "allreduce:chain", "nocoll:ring",
+                                    "ring,,chain"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("XCOLL_ALGO", bad[i], 1);
+    assert_int_equal(xcoll_algorithm_check_env(&comm), XCOLL_ERR_ENV);
+    assert_non_null(strstr(xcoll_last_error(), "XCOLL_ALGO"));
+    assert_non_null(strstr(xcoll_last_error(), "recursive_doubling"));
+    selected(&comm, XCOLL_COLL_ALLREDUCE, 16, &st);
+    assert_int_equal(st, XCOLL_ERR_ENV);
+  }
+  unsetenv("XCOLL_ALGO");
+  pthread_mutex_destroy(&comm.error_lock);
 }
 
 int main(void) {
@@ -1003,6 +1091,7 @@ int main(void) {
       cmocka_unit_test(test_barrier_dissemination),
       cmocka_unit_test(test_float_error_bounds),
       cmocka_unit_test(test_nan_propagates),
+      cmocka_unit_test(test_algorithm_select),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,10 +2,11 @@
  * float16 and bfloat16 conversions against tables of known encodings
  * (including subnormals, overflow, NaN and ties to even), xcoll_scale_avg,
  * and xcoll_check_dtype_op's errors. */
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <setjmp.h>
 #include <stdint.h>
+
 #include <cmocka.h>
 
 #include <math.h>
@@ -29,22 +30,22 @@ static void test_float_to_half_table(void **state) {
       {1.0f, 0x3C00},
       {-2.0f, 0xC000},
       {0.5f, 0x3800},
-      {65504.0f, 0x7BFF},      /* largest finite */
-      {65519.0f, 0x7BFF},      /* below the halfway point to 65536 */
-      {65520.0f, 0x7C00},      /* halfway: ties to even, which is inf */
-      {1e10f, 0x7C00},         /* overflow */
+      {65504.0f, 0x7BFF}, /* largest finite */
+      {65519.0f, 0x7BFF}, /* below the halfway point to 65536 */
+      {65520.0f, 0x7C00}, /* halfway: ties to even, which is inf */
+      {1e10f, 0x7C00},    /* overflow */
       {-1e10f, 0xFC00},
-      {0x1p-24f, 0x0001},      /* smallest subnormal */
-      {0x1p-25f, 0x0000},      /* half of it: tie to even 0 */
-      {0x1.8p-25f, 0x0001},    /* above the tie: rounds up */
-      {0x3p-24f, 0x0003},      /* subnormal, exact */
-      {0x1p-14f, 0x0400},      /* smallest normal */
-      {0x1.ff8p-15f, 0x03FF},  /* largest subnormal */
-      {0x1.ffcp-15f, 0x0400},  /* it + half an ulp: ties to even, the normal */
+      {0x1p-24f, 0x0001},     /* smallest subnormal */
+      {0x1p-25f, 0x0000},     /* half of it: tie to even 0 */
+      {0x1.8p-25f, 0x0001},   /* above the tie: rounds up */
+      {0x3p-24f, 0x0003},     /* subnormal, exact */
+      {0x1p-14f, 0x0400},     /* smallest normal */
+      {0x1.ff8p-15f, 0x03FF}, /* largest subnormal */
+      {0x1.ffcp-15f, 0x0400}, /* it + half an ulp: ties to even, the normal */
       {0.1f, 0x2E66},
       {0.333333333f, 0x3555},
-      {2049.0f, 0x6800},       /* tie between 2048 and 2050: even is 2048 */
-      {2051.0f, 0x6802},       /* tie between 2050 and 2052: even is 2052 */
+      {2049.0f, 0x6800}, /* tie between 2048 and 2050: even is 2048 */
+      {2051.0f, 0x6802}, /* tie between 2050 and 2052: even is 2052 */
       {2050.0f, 0x6801},
       {1.0f + 0x1p-11f, 0x3C00}, /* tie at 1: even is 1.0 */
       {1.0f + 0x3p-11f, 0x3C02}, /* tie between 1+2^-10 and 1+2^-9: even up */
@@ -242,16 +243,20 @@ static void check_floats(xcoll_datatype dtype, xcoll_op op) {
     }
     /* 16-bit: widen, reduce in float32, round back. */
     int half = dtype == XCOLL_FLOAT16;
-    uint16_t a = half ? xcoll_float_to_half((float)x) : xcoll_float_to_bfloat16((float)x);
-    uint16_t b = half ? xcoll_float_to_half((float)y) : xcoll_float_to_bfloat16((float)y);
+    uint16_t a = half ? xcoll_float_to_half((float)x)
+                      : xcoll_float_to_bfloat16((float)x);
+    uint16_t b = half ? xcoll_float_to_half((float)y)
+                      : xcoll_float_to_bfloat16((float)y);
     float wa = half ? xcoll_half_to_float(a) : xcoll_bfloat16_to_float(a);
     float wb = half ? xcoll_half_to_float(b) : xcoll_bfloat16_to_float(b);
     float wide = (float)float_op(op, wa, wb);
-    uint16_t expect = half ? xcoll_float_to_half(wide) : xcoll_float_to_bfloat16(wide);
+    uint16_t expect =
+        half ? xcoll_float_to_half(wide) : xcoll_float_to_bfloat16(wide);
     uint16_t out;
     xcoll_reduce_into(&out, &a, &b, 1, dtype, op);
     if (isnan(wide)) {
-      float back = half ? xcoll_half_to_float(out) : xcoll_bfloat16_to_float(out);
+      float back =
+          half ? xcoll_half_to_float(out) : xcoll_bfloat16_to_float(out);
       assert_true(isnan(back));
     } else {
       assert_int_equal(out, expect);
@@ -325,12 +330,13 @@ static void test_check_dtype_op(void **state) {
       xcoll_status want = (op == XCOLL_AVG && !is_float)
                               ? XCOLL_ERR_INVALID_ARGUMENT
                               : XCOLL_SUCCESS;
-      assert_int_equal(xcoll_check_dtype_op(NULL, (xcoll_datatype)d, (xcoll_op)op),
-                       want);
+      assert_int_equal(
+          xcoll_check_dtype_op(NULL, (xcoll_datatype)d, (xcoll_op)op), want);
     }
   assert_int_equal(xcoll_check_dtype_op(NULL, XCOLL_INT32, XCOLL_AVG),
                    XCOLL_ERR_INVALID_ARGUMENT);
-  assert_non_null(strstr(xcoll_last_error(), "avg is defined only for floating-point types"));
+  assert_non_null(strstr(xcoll_last_error(),
+                         "avg is defined only for floating-point types"));
   assert_non_null(strstr(xcoll_last_error(), "int32"));
   assert_int_equal(xcoll_check_dtype_op(NULL, (xcoll_datatype)42, XCOLL_SUM),
                    XCOLL_ERR_INVALID_ARGUMENT);
