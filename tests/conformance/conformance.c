@@ -907,8 +907,8 @@ static void check_inflight(void) {
                    k == 3 ? root : -1};
     case_mismatches = 0;
     for (size_t i = 0; i < counts[k]; i++) {
-      uint64_t eiv;
-      double efv, tol = 0;
+      uint64_t eiv = 0;
+      double efv = 0, tol = 0;
       if (k == 3)
         input_value(root, i, dts[k], XCOLL_SUM, &eiv, &efv);
       else

@@ -15,6 +15,7 @@
  *                          nothing is left stopped.
  * Every survivor prints one line "SURVIVOR-OK rank R ..." or
  * "SURVIVOR-BAD rank R ..." and exits 0 or 1 accordingly. */
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -55,6 +56,20 @@ int main(int argc, char **argv) {
    * is about what xcoll reports to the survivors, so they outlive that (the
    * driver gives them XCOLLRUN_GRACE_S before SIGKILL). */
   signal(SIGTERM, SIG_IGN);
+
+  /* Tell the driver who to clean up if the job hangs and xcollrun is killed
+   * before it can reap us (a stopped rank 2 would otherwise stay behind). */
+  const char *pid_file = getenv("FAULT_PEER_PIDS");
+  if (pid_file != NULL) {
+    int fd = open(pid_file, O_WRONLY | O_APPEND | O_CREAT, 0600);
+    if (fd >= 0) {
+      char line[32];
+      int n = snprintf(line, sizeof line, "%d\n", (int)getpid());
+      if (write(fd, line, (size_t)n) != n)
+        perror("fault_peer: writing the pid file");
+      close(fd);
+    }
+  }
 
   xcoll_comm_t comm = NULL;
   xcoll_status st = xcoll_comm_init_env(&comm);
