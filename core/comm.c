@@ -241,14 +241,21 @@ xcoll_status xcoll_comm_init(xcoll_comm_t *out, const xcoll_config *config) {
                        master_addr);
 
   const char *backend_name = config->backend;
-  if (backend_name == NULL)
+  const char *backend_source = "xcoll_config.backend";
+  if (backend_name == NULL) {
     backend_name = xcoll_env_str("XCOLL_BACKEND");
+    backend_source = "XCOLL_BACKEND";
+  }
   if (backend_name == NULL)
     backend_name = "tcp";
   const xcoll_backend *backend = NULL;
   status = xcoll_backend_find(backend_name, &backend);
-  if (status != XCOLL_SUCCESS)
-    return status;
+  if (status != XCOLL_SUCCESS) {
+    /* Say where the name came from: the user must know what to change. */
+    char reason[XCOLL_ERROR_BYTES];
+    snprintf(reason, sizeof reason, "%s", xcoll_last_error());
+    return xcoll_error(NULL, status, "%s: %s", backend_source, reason);
+  }
 
   double timeout_s = 0.0;
   status = read_timeout(config->timeout_s, &timeout_s);

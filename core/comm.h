@@ -11,6 +11,7 @@
 
 #include "algorithm.h"
 #include "backend.h"
+#include "log.h"
 #include "store.h"
 #include "xcoll.h"
 
@@ -87,12 +88,18 @@ void xcoll_comm_set_broken(xcoll_comm *comm, xcoll_status status,
 static inline xcoll_status xcoll_isend(xcoll_comm *comm, int peer, uint64_t tag,
                                        const void *buf, size_t bytes,
                                        xcoll_p2p_request **request) {
+  XCOLL_TRACE("comm %llu: rank %d sends %zu B to rank %d (seq %u step %u)",
+              (unsigned long long)comm->comm_id, comm->rank, bytes, peer,
+              (unsigned)(tag >> 32), (unsigned)(tag & 0xffffffu));
   return comm->backend->p2p->isend(comm->backend_state, peer, tag, buf, bytes,
                                    request);
 }
 static inline xcoll_status xcoll_irecv(xcoll_comm *comm, int peer, uint64_t tag,
                                        void *buf, size_t bytes,
                                        xcoll_p2p_request **request) {
+  XCOLL_TRACE("comm %llu: rank %d receives %zu B from rank %d (seq %u step %u)",
+              (unsigned long long)comm->comm_id, comm->rank, bytes, peer,
+              (unsigned)(tag >> 32), (unsigned)(tag & 0xffffffu));
   return comm->backend->p2p->irecv(comm->backend_state, peer, tag, buf, bytes,
                                    request);
 }

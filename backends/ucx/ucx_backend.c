@@ -320,6 +320,9 @@ static xcoll_status ucx_wait(void *opaque, xcoll_p2p_request **requests,
       break;
     }
     unsigned events = xcoll_ucx_progress(state->worker);
+    /* UCX reports internal activity (keepalive, wireup) as progress too, so
+     * only a completed request counts as progress for the timeout. */
+    int completed = 0;
     int pending = 0;
     for (int i = 0; i < count; i++) {
       xcoll_ucx_request *request = (xcoll_ucx_request *)requests[i];
@@ -333,6 +336,7 @@ static xcoll_status ucx_wait(void *opaque, xcoll_p2p_request **requests,
       xcoll_ucx_request_put(state->worker, request);
       requests[i] = NULL;
       events++;
+      completed++;
       if (result != XCOLL_SUCCESS)
         break;
     }
@@ -346,12 +350,14 @@ static xcoll_status ucx_wait(void *opaque, xcoll_p2p_request **requests,
     }
     if (pending == 0)
       return XCOLL_SUCCESS;
-    if (events > 0) {
+    if (completed > 0)
       last_progress = t;
-      spin_until = t + state->spin_s;
-    } else if (t - last_progress > state->timeout_s) {
+    if (t - last_progress > state->timeout_s) {
       result = timeout_failure(state, requests, count);
       break;
+    }
+    if (events > 0) {
+      spin_until = t + state->spin_s;
     } else if (t > spin_until) {
       xcoll_ucx_wait_event(state->worker, WAKE_INTERVAL_MS);
     } else {
