@@ -17,9 +17,20 @@ if [ -n "${SUDO_UID:-}" ] && [ "$(id -u)" -eq 0 ]; then
 fi
 
 if [ -x "$build/trainer/xtrain" ]; then
-  echo "== training an MLP on Fashion-MNIST with 4 ranks (DDP)"
-  exec "$build/tools/xcollrun" --nproc-per-node 4 --master-port 0 \
-    "$build/trainer/xtrain" --strategy ddp --model mlp --epochs 2
+  # 8 epochs of per-rank batch 32 (128 per update) with SGD at 0.05 and a
+  # warmup + cosine schedule end at 89.3-89.4% test accuracy (seeds 0, 1, 2);
+  # 20-31 s of training measured on a shared 2-core machine.
+  echo "== training an MLP on Fashion-MNIST with 4 ranks (DDP, 8 epochs)"
+  log=$(mktemp)
+  trap 'rm -f "$log"' EXIT
+  "$build/tools/xcollrun" --nproc-per-node 4 --master-port 0 \
+    "$build/trainer/xtrain" --strategy ddp --model mlp --batch-size 32 \
+    --lr 0.05 --schedule cosine --warmup-steps 100 --epochs 8 | tee "$log"
+  # the last epoch line: "... test_acc 0.8928 ..."
+  awk '{ for (i = 1; i < NF; i++) if ($i == "test_acc") acc = $(i + 1) }
+       END { if (acc == "") exit 1;
+             printf "== final test accuracy: %.2f%%\n", 100 * acc }' "$log"
+  exit
 fi
 echo "== 4-rank allreduce benchmark (tcp backend)"
 exec "$build/tools/xcollrun" --nproc-per-node 4 --master-port 0 \

@@ -1,6 +1,7 @@
 # Trainer tests (included from tests/CMakeLists.txt): gradient checks and
 # optimizer/sampler unit tests (cmocka), DDP equivalence with 2, 3 and 4
-# ranks, gradient accumulation, checkpoint resume, and bad data and flags.
+# ranks, gradient accumulation, checkpoint resume, bad data and flags, the
+# --trace output, and (when UCX is built) tcp vs ucx giving equal parameters.
 # Multi-process tests run through xcollrun with --master-port 0.
 if(TARGET xtrain)
   add_executable(test_trainer_layers ${CMAKE_CURRENT_LIST_DIR}/trainer/test_layers.c)
@@ -49,6 +50,20 @@ if(TARGET xtrain)
     set_tests_properties(trainer.resume.${opt} PROPERTIES TIMEOUT 60
       LABELS "trainer;mp")
   endforeach()
+
+  # Same run over XCOLL_BACKEND=tcp and ucx: bitwise equal parameters.
+  if(XCOLL_HAVE_UCX)
+    add_test(NAME trainer.backend_equivalence.ucx_tcp
+      COMMAND sh ${XTRAIN_TEST_DIR}/backend_equivalence.sh $<TARGET_FILE:xtrain>
+        $<TARGET_FILE:xcollrun> $<TARGET_FILE:xtrain_compare_params>)
+    set_tests_properties(trainer.backend_equivalence.ucx_tcp PROPERTIES
+      TIMEOUT 120 LABELS "trainer;mp")
+  endif()
+
+  add_test(NAME trainer.trace
+    COMMAND sh ${XTRAIN_TEST_DIR}/trace.sh $<TARGET_FILE:xtrain>
+      $<TARGET_FILE:xcollrun> ${PROJECT_SOURCE_DIR}/tools/xcoll-trace-merge)
+  set_tests_properties(trainer.trace PROPERTIES TIMEOUT 60 LABELS "trainer;mp")
 
   add_test(NAME trainer.bad_inputs
     COMMAND sh ${XTRAIN_TEST_DIR}/bad_inputs.sh $<TARGET_FILE:xtrain> ${XTRAIN_DATA_DIR})

@@ -63,24 +63,50 @@ static void on_grad_ready(void *ctx, int param_index) {
   b->launched = 1;
 }
 
-void ddp_init(ddp *d, xcoll_comm_t comm, model *m, double bucket_cap_mb) {
+/* 1 when tensors a and b belong to one layer: the same name before the
+ * first '.' ("fc1.weight", "fc1.bias"). */
+static int same_layer(const model *m, int a, int b) {
+  const char *x = m->views[a].name, *y = m->views[b].name;
+  size_t n = strcspn(x, ".");
+  return n == strcspn(y, ".") && strncmp(x, y, n) == 0;
+}
+
+void ddp_init(ddp *d, xcoll_comm_t comm, model *m, double first_bucket_mb,
+              double bucket_cap_mb) {
   memset(d, 0, sizeof *d);
   d->comm = comm;
   d->m = m;
-  double cap_bytes = bucket_cap_mb * 1024.0 * 1024.0;
   ddp_bucket *b = NULL;
-  for (int p = m->num_params - 1; p >= 0; p--) {
+  /* The unit of placement is a layer: backward reports a layer's tensors
+   * ready together, so splitting one across buckets gains nothing, and the
+   * part left in the earlier bucket would hold that bucket back until the
+   * layer's backward is over (fc1.bias would delay the MLP's first bucket
+   * past fc1's backward, leaving nothing to overlap). */
+  int p = m->num_params - 1;
+  while (p >= 0) {
+    int low = p;
+    size_t numel = m->views[p].numel;
+    while (low > 0 && same_layer(m, low - 1, p)) {
+      low--;
+      numel += m->views[low].numel;
+    }
+    if (b) {
+      double cap_mb = d->num_buckets == 1 ? first_bucket_mb : bucket_cap_mb;
+      double bytes = (double)(b->count + numel) * sizeof(float);
+      if (bytes > cap_mb * 1024.0 * 1024.0)
+        b = NULL; /* this layer would overflow the bucket: start the next */
+    }
     if (!b) {
       b = &d->buckets[d->num_buckets++];
       b->last_param = p;
+      b->count = 0;
     }
-    b->first_param = p;
-    d->bucket_of_param[p] = (int)(b - d->buckets);
-    b->offset = m->views[p].offset;
-    const param_view *last = &m->views[b->last_param];
-    b->count = last->offset + last->numel - b->offset;
-    if ((double)b->count * sizeof(float) >= cap_bytes)
-      b = NULL;
+    for (int q = p; q >= low; q--)
+      d->bucket_of_param[q] = (int)(b - d->buckets);
+    b->first_param = low;
+    b->offset = m->views[low].offset;
+    b->count += numel;
+    p = low - 1;
   }
   m->grad_ready = on_grad_ready;
   m->grad_ready_ctx = d;
@@ -98,7 +124,7 @@ void ddp_begin_backward(ddp *d, int sync) {
   for (int i = 0; i < d->num_buckets; i++) {
     ddp_bucket *b = &d->buckets[i];
     b->pending = b->last_param - b->first_param + 1;
-    b->launched = b->done = 0;
+    b->launched = b->done = b->done_at_wait = 0;
     b->request = NULL;
   }
 }
@@ -115,6 +141,7 @@ xcoll_status ddp_finish_backward(ddp *d) {
     xcoll_status st = xcoll_wait(b->request); /* also releases done ones */
     if (!b->done) {
       b->done = 1;
+      b->done_at_wait = 1;
       b->done_time = ddp_now();
     }
     if (st != XCOLL_SUCCESS && result == XCOLL_SUCCESS)

@@ -3,8 +3,10 @@
  * Distributed: Experiences on Accelerating Data Parallel Training", VLDB
  * 2020).
  *
- * Gradients are grouped into buckets of about bucket_cap_mb, filled in
- * REVERSE registration order because backward produces gradients from the
+ * Gradients are grouped into buckets of at most first_bucket_mb (the first
+ * bucket, 1 MiB by default like PyTorch's _DEFAULT_FIRST_BUCKET_BYTES) and
+ * bucket_cap_mb (the others, 25 MiB by default), filled in REVERSE
+ * registration order because backward produces gradients from the
  * last layer to the first. Parameters are registered in forward order in one
  * buffer, so a run of consecutive tensors in reverse order is still one
  * contiguous range of model.grads: a bucket is a view, never a copy.
@@ -36,6 +38,8 @@ typedef struct ddp_bucket {
   int pending;     /* tensors not yet ready in this backward */
   xcoll_request_t request;
   int launched, done;
+  int done_at_wait; /* completion first seen by ddp_finish_backward's wait,
+                     * not by an xcoll_test between layers */
   double launch_time, done_time; /* seconds, monotonic clock */
 } ddp_bucket;
 
@@ -59,10 +63,15 @@ typedef struct ddp {
   ddp_stats last;      /* of the last synchronised backward */
 } ddp;
 
-/* Build buckets for m over comm and install the backward hook. A bucket
- * closes once it holds at least bucket_cap_mb MiB (the last one may hold
- * less). */
-void ddp_init(ddp *d, xcoll_comm_t comm, model *m, double bucket_cap_mb);
+/* Build buckets for m over comm and install the backward hook. Buckets fill
+ * in reverse registration order, one layer (tensors whose names share the
+ * part before the first '.') at a time, never splitting a layer. The first
+ * bucket (the last layers, whose gradients are ready first) holds at most
+ * first_bucket_mb MiB, the others at most bucket_cap_mb MiB: a layer that
+ * would overflow a bucket starts the next one, and a layer larger than the
+ * cap gets a bucket of its own. comm is only stored: nothing is sent. */
+void ddp_init(ddp *d, xcoll_comm_t comm, model *m, double first_bucket_mb,
+              double bucket_cap_mb);
 
 /* Make every rank start from rank 0's parameters (xcoll_broadcast). */
 xcoll_status ddp_broadcast_params(ddp *d);

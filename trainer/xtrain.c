@@ -23,6 +23,7 @@
 #include "ddp.h"
 #include "model.h"
 #include "optim.h"
+#include "timeline.h"
 #include "xcoll.h"
 
 typedef enum strategy { STRATEGY_NONE = 0, STRATEGY_DDP = 1 } strategy;
@@ -40,6 +41,7 @@ typedef struct config {
   schedule_kind schedule;
   int64_t warmup_steps;
   double clip_grad_norm;
+  double first_bucket_mb;
   double bucket_cap_mb;
   int grad_accum;
   uint64_t seed;
@@ -54,6 +56,7 @@ typedef struct config {
   size_t train_limit, test_limit;
   int conv1_channels, conv2_channels;
   const char *dump_params;
+  const char *trace;
 } config;
 
 static void usage(FILE *out) {
@@ -72,7 +75,8 @@ static void usage(FILE *out) {
 "  --schedule constant|cosine  cosine = linear warmup then cosine decay [constant]\n"
 "  --warmup-steps N         warmup updates for --schedule cosine [0]\n"
 "  --clip-grad-norm X       clip gradients to global L2 norm X; 0 = off [0]\n"
-"  --bucket-cap-mb X        DDP bucket size in MiB [25]\n"
+"  --first-bucket-mb X      DDP: most MiB in the first bucket (last layers) [1]\n"
+"  --bucket-cap-mb X        DDP: most MiB in each later bucket [25]\n"
 "  --grad-accum K           micro-batches per update (no_sync on the first K-1) [1]\n"
 "  --seed S                 seed of init and sampler [0]\n"
 "  --data-dir DIR           IDX .gz files [" DATA_DEFAULT_DIR "]\n"
@@ -87,6 +91,9 @@ static void usage(FILE *out) {
 "  --train-limit N          use the first N training samples; 0 = all [0]\n"
 "  --test-limit N           use the first N test samples; 0 = all [0]\n"
 "  --dump-params FILE       at the end, each rank writes FILE.rank<r> (raw float32)\n"
+"  --trace FILE             Chrome trace of steps, layers and bucket all-reduces;\n"
+"                           each rank writes FILE with .rank<r> before the\n"
+"                           extension (or %%r replaced by the rank)\n"
 "  --help\n");
 }
 
@@ -127,7 +134,7 @@ enum {
   OPT_MOMENTUM, OPT_WD, OPT_NESTEROV, OPT_SCHEDULE, OPT_WARMUP, OPT_CLIP,
   OPT_BUCKET, OPT_ACCUM, OPT_SEED, OPT_DATA, OPT_CKPT, OPT_RESUME, OPT_LOG_EVERY,
   OPT_LOG_JSON, OPT_DROP_LAST, OPT_MAX_STEPS, OPT_THREADS, OPT_TRAIN_LIMIT,
-  OPT_TEST_LIMIT, OPT_CHANNELS, OPT_DUMP, OPT_HELP
+  OPT_TEST_LIMIT, OPT_CHANNELS, OPT_DUMP, OPT_FIRST_BUCKET, OPT_TRACE, OPT_HELP
 };
 
 static void parse_args(config *c, int argc, char **argv) {
@@ -144,6 +151,7 @@ static void parse_args(config *c, int argc, char **argv) {
       {"schedule", required_argument, 0, OPT_SCHEDULE},
       {"warmup-steps", required_argument, 0, OPT_WARMUP},
       {"clip-grad-norm", required_argument, 0, OPT_CLIP},
+      {"first-bucket-mb", required_argument, 0, OPT_FIRST_BUCKET},
       {"bucket-cap-mb", required_argument, 0, OPT_BUCKET},
       {"grad-accum", required_argument, 0, OPT_ACCUM},
       {"seed", required_argument, 0, OPT_SEED},
@@ -159,6 +167,7 @@ static void parse_args(config *c, int argc, char **argv) {
       {"test-limit", required_argument, 0, OPT_TEST_LIMIT},
       {"cnn-channels", required_argument, 0, OPT_CHANNELS},
       {"dump-params", required_argument, 0, OPT_DUMP},
+      {"trace", required_argument, 0, OPT_TRACE},
       {"help", no_argument, 0, OPT_HELP},
       {0, 0, 0, 0}};
   memset(c, 0, sizeof *c);
@@ -167,6 +176,7 @@ static void parse_args(config *c, int argc, char **argv) {
   c->batch_size = 64;
   c->lr = -1.0f;
   c->momentum = 0.9f;
+  c->first_bucket_mb = 1.0;
   c->bucket_cap_mb = 25.0;
   c->grad_accum = 1;
   c->data_dir = DATA_DEFAULT_DIR;
@@ -216,6 +226,7 @@ static void parse_args(config *c, int argc, char **argv) {
       break;
     case OPT_WARMUP: c->warmup_steps = parse_int("--warmup-steps", optarg, 0, INT64_MAX / 2); break;
     case OPT_CLIP: c->clip_grad_norm = parse_double("--clip-grad-norm", optarg, 0.0, 1e30); break;
+    case OPT_FIRST_BUCKET: c->first_bucket_mb = parse_double("--first-bucket-mb", optarg, 1e-6, 1e6); break;
     case OPT_BUCKET: c->bucket_cap_mb = parse_double("--bucket-cap-mb", optarg, 1e-6, 1e6); break;
     case OPT_ACCUM: c->grad_accum = (int)parse_int("--grad-accum", optarg, 1, 65536); break;
     case OPT_SEED: c->seed = (uint64_t)parse_int("--seed", optarg, 0, INT64_MAX); break;
@@ -240,6 +251,7 @@ static void parse_args(config *c, int argc, char **argv) {
       break;
     }
     case OPT_DUMP: c->dump_params = optarg; break;
+    case OPT_TRACE: c->trace = optarg; break;
     case OPT_HELP: usage(stdout); exit(0);
     default:
       die_usage("unknown option, or option without its value: '%s'",
@@ -270,6 +282,7 @@ static char *config_json(const config *c) {
   cJSON_AddStringToObject(o, "schedule", c->schedule == SCHEDULE_COSINE ? "cosine" : "constant");
   cJSON_AddNumberToObject(o, "warmup_steps", (double)c->warmup_steps);
   cJSON_AddNumberToObject(o, "clip_grad_norm", c->clip_grad_norm);
+  cJSON_AddNumberToObject(o, "first_bucket_mb", c->first_bucket_mb);
   cJSON_AddNumberToObject(o, "bucket_cap_mb", c->bucket_cap_mb);
   cJSON_AddNumberToObject(o, "grad_accum", c->grad_accum);
   cJSON_AddNumberToObject(o, "seed", (double)c->seed);
@@ -296,6 +309,7 @@ typedef struct run {
   int rank, world_size;
   FILE *json;
   int tty;
+  timeline trace; /* --trace; file NULL when off */
 } run;
 
 static void fail(run *r, const char *fmt, ...) {
@@ -305,6 +319,8 @@ static void fail(run *r, const char *fmt, ...) {
   vfprintf(stderr, fmt, ap);
   fprintf(stderr, "\n");
   va_end(ap);
+  if (r->trace.file)
+    fflush(r->trace.file); /* xcoll-trace-merge reads an unclosed file */
   if (r->comm) {
     /* Tell peers, so they fail fast instead of waiting for a timeout. */
     xcoll_comm_abort(r->comm);
@@ -391,6 +407,66 @@ static void dump_params(run *r, const model *m) {
     fail(r, "cannot write --dump-params file %s: %s", path, strerror(errno));
 }
 
+/* ---- --trace ---- */
+
+/* Wraps the backward hook to time each layer's backward: the span of a
+ * layer runs from the end of the previous layer's hook calls (or the start
+ * of backward) to the first hook call for one of its tensors, so it includes
+ * the activation backward (ReLU, pooling) just below the next layer and, for
+ * the last layer, the loss. Time in DDP's hook (polling and issuing
+ * all-reduces) falls between layer spans. */
+typedef struct layer_tracer {
+  timeline *trace;
+  const model *m;
+  grad_ready_fn inner; /* DDP's hook, or NULL */
+  void *inner_ctx;
+  double mark;  /* seconds: end of the previous hook call or start of backward */
+  int previous; /* tensor of the previous hook call; -1 at start of backward */
+} layer_tracer;
+
+static size_t layer_name_length(const char *tensor) {
+  return strcspn(tensor, ".");
+}
+
+static void traced_grad_ready(void *ctx, int param_index) {
+  layer_tracer *lt = ctx;
+  double now = ddp_now();
+  const char *name = lt->m->views[param_index].name;
+  size_t len = layer_name_length(name);
+  const char *prev = lt->previous >= 0 ? lt->m->views[lt->previous].name : "";
+  if (lt->previous < 0 || layer_name_length(prev) != len ||
+      strncmp(prev, name, len) != 0) {
+    char span[64];
+    snprintf(span, sizeof span, "backward %.*s", (int)len, name);
+    timeline_span(lt->trace, span, "compute", TIMELINE_TID_STEPS, lt->mark, now,
+                  NULL);
+  }
+  if (lt->inner)
+    lt->inner(lt->inner_ctx, param_index);
+  lt->previous = param_index;
+  lt->mark = ddp_now();
+}
+
+/* One span per bucket of the last synchronised backward, from the
+ * xcoll_iallreduce call to the first time completion was seen. */
+static void trace_buckets(run *r, const ddp *d, const model *m) {
+  for (int i = 0; i < d->num_buckets; i++) {
+    const ddp_bucket *b = &d->buckets[i];
+    if (!b->launched)
+      continue;
+    char name[48], args[256];
+    snprintf(name, sizeof name, "allreduce bucket %d", i);
+    snprintf(args, sizeof args,
+             "\"bucket\":%d,\"bytes\":%zu,\"tensors\":\"%s..%s\","
+             "\"completion_seen_by\":\"%s\"",
+             i, b->count * sizeof(float), m->views[b->first_param].name,
+             m->views[b->last_param].name,
+             b->done_at_wait ? "xcoll_wait" : "xcoll_test");
+    timeline_span(&r->trace, name, "ddp", TIMELINE_TID_STEPS + 1 + i,
+                  b->launch_time, b->done_time, args);
+  }
+}
+
 int main(int argc, char **argv) {
   run r;
   memset(&r, 0, sizeof r);
@@ -409,6 +485,12 @@ int main(int argc, char **argv) {
     xcoll_comm_size(r.comm, &r.world_size);
   }
   r.tty = isatty(STDOUT_FILENO);
+  if (c->trace) {
+    char trace_err[4200];
+    if (timeline_open(&r.trace, c->trace, r.rank, trace_err,
+                      sizeof trace_err) != 0)
+      fail(&r, "%s", trace_err);
+  }
   if (r.rank == 0 && c->log_json) {
     r.json = fopen(c->log_json, c->resume ? "a" : "w");
     if (!r.json)
@@ -473,16 +555,38 @@ int main(int argc, char **argv) {
 
   ddp dp;
   if (r.comm) {
-    ddp_init(&dp, r.comm, &m, c->bucket_cap_mb);
+    ddp_init(&dp, r.comm, &m, c->first_bucket_mb, c->bucket_cap_mb);
     check_xcoll(&r, ddp_broadcast_params(&dp), "broadcast of parameters");
     if (r.rank == 0) {
-      printf("ddp: %d ranks on backend %s, %d bucket(s) of up to %.3g MiB:",
+      printf("ddp: %d ranks on backend %s, %d bucket(s), the first of at most "
+             "%.3g MiB, the others of at most %.3g MiB\n",
              r.world_size, xcoll_comm_backend(r.comm), dp.num_buckets,
-             c->bucket_cap_mb);
-      for (int i = 0; i < dp.num_buckets; i++)
-        printf(" [%s..%s %zu floats]", m.views[dp.buckets[i].first_param].name,
-               m.views[dp.buckets[i].last_param].name, dp.buckets[i].count);
-      printf("\n");
+             c->first_bucket_mb, c->bucket_cap_mb);
+      for (int i = 0; i < dp.num_buckets; i++) {
+        const ddp_bucket *b = &dp.buckets[i];
+        printf("ddp: bucket %d: %d tensors (", i,
+               b->last_param - b->first_param + 1);
+        for (int p = b->last_param; p >= b->first_param; p--)
+          printf("%s%s", m.views[p].name, p > b->first_param ? ", " : "");
+        printf("), %zu bytes (%.3f MiB)\n", b->count * sizeof(float),
+               (double)(b->count * sizeof(float)) / (1024.0 * 1024.0));
+      }
+    }
+  }
+  layer_tracer tracer;
+  memset(&tracer, 0, sizeof tracer);
+  if (r.trace.file) {
+    tracer.trace = &r.trace;
+    tracer.m = &m;
+    tracer.inner = m.grad_ready;
+    tracer.inner_ctx = m.grad_ready_ctx;
+    m.grad_ready = traced_grad_ready;
+    m.grad_ready_ctx = &tracer;
+    timeline_name_track(&r.trace, TIMELINE_TID_STEPS, "xtrain steps");
+    for (int i = 0; r.comm && i < dp.num_buckets; i++) {
+      char track[48];
+      snprintf(track, sizeof track, "xtrain allreduce bucket %d", i);
+      timeline_name_track(&r.trace, TIMELINE_TID_STEPS + 1 + i, track);
     }
   }
 
@@ -548,7 +652,11 @@ int main(int argc, char **argv) {
       for (int64_t mb = m0; mb < m1; mb++) {
         size_t lo = (size_t)mb * B;
         int n = (int)((lo + B > smp.num_samples) ? smp.num_samples - lo : (size_t)B);
+        double t_load = ddp_now();
         data_fill_batch(&train, smp.indices + lo, n, mean, std, x, y);
+        double t_forward = ddp_now();
+        timeline_span(&r.trace, "load batch", "data", TIMELINE_TID_STEPS,
+                      t_load, t_forward, NULL);
         int correct = 0;
         double loss = model_forward(&m, x, y, n, &correct);
         ep_loss += loss;
@@ -557,17 +665,34 @@ int main(int argc, char **argv) {
         ep_count += n;
         iv_count += n;
         int sync = (mb == m1 - 1);
+        double t_backward = ddp_now();
+        timeline_span(&r.trace, "forward", "compute", TIMELINE_TID_STEPS,
+                      t_forward, t_backward, NULL);
         if (r.comm)
           ddp_begin_backward(&dp, sync);
+        tracer.mark = t_backward;
+        tracer.previous = -1;
         model_backward(&m, n, 1.0f / (float)step_samples);
+        double t_wait = ddp_now();
+        if (r.trace.file) {
+          char args[64];
+          snprintf(args, sizeof args, "\"micro_batch\":%" PRId64 ",\"sync\":%d",
+                   mb - m0, r.comm ? sync : 0);
+          timeline_span(&r.trace, "backward", "compute", TIMELINE_TID_STEPS,
+                        t_backward, t_wait, args);
+        }
         if (r.comm && sync) {
           check_xcoll(&r, ddp_finish_backward(&dp), "gradient all-reduce");
+          timeline_span(&r.trace, "ddp wait", "ddp", TIMELINE_TID_STEPS, t_wait,
+                        ddp_now(), NULL);
+          trace_buckets(&r, &dp, &m);
           ep_comm += dp.last.comm_time;
           ep_blocked += dp.last.blocked_time;
           iv_comm += dp.last.comm_time;
           iv_blocked += dp.last.blocked_time;
         }
       }
+      double t_optim = ddp_now();
       if (c->clip_grad_norm > 0.0)
         clip_grad_norm(m.grads, m.num_elements, c->clip_grad_norm);
       float lr = schedule_lr(c->schedule, c->lr, global_step, c->warmup_steps,
@@ -575,7 +700,18 @@ int main(int argc, char **argv) {
       optim_step(&opt, m.params, m.grads, lr);
       model_zero_grad(&m);
       global_step++;
-      double dt = ddp_now() - t0;
+      double t_end = ddp_now();
+      double dt = t_end - t0;
+      if (r.trace.file) {
+        char name[48], args[64];
+        timeline_span(&r.trace, "optimizer step", "compute", TIMELINE_TID_STEPS,
+                      t_optim, t_end, NULL);
+        snprintf(name, sizeof name, "step %" PRId64, global_step);
+        snprintf(args, sizeof args, "\"step\":%" PRId64 ",\"epoch\":%d",
+                 global_step, epoch);
+        timeline_span(&r.trace, name, "step", TIMELINE_TID_STEPS, t0, t_end,
+                      args);
+      }
       ep_time += dt;
       iv_time += dt;
       run_samples += (double)step_samples * r.world_size;
@@ -615,7 +751,14 @@ int main(int argc, char **argv) {
     double sums[3] = {ep_loss, ep_correct, ep_count};
     sum_over_ranks(&r, sums, 3);
     double test_acc, test_loss;
+    double t_eval = ddp_now();
     evaluate(&r, &m, &test, mean, std, x, y, &test_acc, &test_loss);
+    if (r.trace.file) {
+      char args[32];
+      snprintf(args, sizeof args, "\"epoch\":%d", epoch);
+      timeline_span(&r.trace, "evaluate", "eval", TIMELINE_TID_STEPS, t_eval,
+                    ddp_now(), args);
+    }
     int finished = done_in_epoch >= steps_per_epoch;
     meta.step = global_step;
     meta.epoch = finished ? epoch + 1 : epoch;
@@ -676,6 +819,11 @@ int main(int argc, char **argv) {
   }
   if (c->dump_params)
     dump_params(&r, &m);
+  if (r.trace.file) {
+    char trace_err[4200];
+    if (timeline_close(&r.trace, trace_err, sizeof trace_err) != 0)
+      fail(&r, "%s", trace_err);
+  }
   if (r.json)
     fclose(r.json);
   free(x);

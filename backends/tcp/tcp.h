@@ -21,6 +21,12 @@
 /* Messages of at least this many bytes are striped over all of a peer's
  * sockets when there are several; smaller ones ride one socket. */
 #define TCP_STRIPE_MIN_BYTES (128u << 10)
+/* Pipelining chunk (bytes) the tcp backend asks core's algorithms for when
+ * XCOLL_CHUNK_SIZE is unset. Measured on 2 cores over loopback (float32 sum,
+ * P=2, 2-16 MiB): 128 KiB ran 1.5-2x faster than core's 512 KiB default and
+ * than 32 or 64 KiB; with 512 KiB a chunk's socket copy, peer copy and
+ * reduction no longer share the cache. docs/tcp.md has the table. */
+#define TCP_DEFAULT_CHUNK_BYTES ((size_t)128 << 10)
 /* Text form of an address: "host:port". */
 #define TCP_ADDR_BYTES 80
 

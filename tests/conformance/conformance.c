@@ -55,6 +55,11 @@ static const char *const coll_names[NUM_COLLS] = {
 /* How a collective is completed: blocking call, i-call + wait, i-call +
  * xcoll_test polling + wait. */
 enum mode { MODE_BLOCKING, MODE_WAIT, MODE_TEST, NUM_MODES };
+
+/* A pseudo-op of this suite, after the real ones: XCOLL_SUM on inputs whose
+ * exact sum is NOT representable in the dtype (float16, bfloat16, float32),
+ * so that the result shows the rounding mode; see ties_input(). */
+#define OP_SUM_TIES XCOLL_NUM_OPS
 static const char *const mode_names[NUM_MODES] = {"blocking", "wait", "test"};
 
 static struct {
@@ -145,6 +150,8 @@ static uint64_t int_input(int r, size_t i, xcoll_datatype dt, int op) {
   }
 }
 
+static double ties_input(int r, size_t i, xcoll_datatype dt, int P);
+
 /* Float input, exactly representable in dt. For SUM/AVG the values are
  * dyadic with few significant bits, so that any sum of up to 8 of them is
  * exact in dt whatever the reduction order: an exact comparison is then
@@ -165,6 +172,8 @@ static double float_input(int r, size_t i, xcoll_datatype dt, int op) {
     /* 24 significant bits at most: exact in float32 */
     return ldexp((double)((int64_t)(h % (1u << 24)) - (1 << 23)),
                  (int)((h >> 40) % 41) - 20);
+  case OP_SUM_TIES:
+    return ties_input(r, i, dt, g.world_size);
   default:      /* SUM, AVG */
     if (narrow) /* halves in [-8, 8]: sums of 8 are <= 64 with 1 bit
                    after the point, 8 significant bits: exact in bfloat16 */
@@ -174,6 +183,53 @@ static double float_input(int r, size_t i, xcoll_datatype dt, int op) {
     /* float64: k * 2^-20 with |k| < 2^30: sums of 8 fit 34 bits */
     return ldexp((double)((int64_t)(h % (1u << 31)) - (1LL << 30)), -20);
   }
+}
+
+/* Significant bits of a float dtype (with the implicit one). */
+static int precision_bits(xcoll_datatype dt) {
+  return dt == XCOLL_FLOAT16 ? 11 : dt == XCOLL_BFLOAT16 ? 8 : 24;
+}
+
+/* Input of rank r at element i for OP_SUM_TIES (world size P >= 2).
+ *
+ * Why these values give an exact reference whatever the reduction order:
+ * with p the precision of dt and g = 2^(1-p) (the spacing of dt in [1, 2)),
+ * every input is x_r = k_r * g * 2^s * sign with integers k_r > 0, and
+ *   K = sum_r k_r = 2^p + t,  t odd,  0 < t < min_r k_r.
+ * Any sum of fewer than P inputs leaves out some k_r > t, so its k-sum is
+ * below 2^p: it is a multiple of g below 2 (times 2^s), which needs at most
+ * p significant bits, so every partial sum that any algorithm forms (ring,
+ * recursive doubling, Rabenseifner's halving, a binomial tree, the extra
+ * rank folded in when P is not a power of two, in any association and
+ * whether partial sums are kept in float32 or rounded to dt at each hop) is
+ * exact. Only the last addition, of two disjoint partial sums covering all
+ * P ranks, gives K * g * 2^s, which lies in [2, 4) * 2^s where the spacing
+ * is 2g: K is odd, so the exact sum sits exactly halfway between two
+ * neighbours and must be rounded once. The correct result is therefore
+ * round-to-nearest-even of the exact sum, with no error bound to argue
+ * about: tol = 0. A library that truncates, rounds halves up or away from
+ * zero, or rounds twice through a coarser type gets about half of these
+ * elements wrong (the sign and the scale 2^s vary by element, so rounding
+ * towards +inf or -inf is caught too). */
+static double ties_input(int r, size_t i, xcoll_datatype dt, int P) {
+  const int p = precision_bits(dt);
+  const int64_t base = ((int64_t)1 << p) / P;
+  const int64_t spread = base / (4 * P); /* |d_r| <= base / (4P) */
+  uint64_t h0 = hash4(0, i, (uint64_t)dt, 41);
+  /* t odd in [1, base / 2]: below every k_r, which are >= 3/4 base. */
+  int64_t t = 2 * (int64_t)(h0 % (uint64_t)(base / 4 > 1 ? base / 4 : 1)) + 1;
+  int s = (int)((h0 >> 32) % 7) - 3;
+  double sign = (h0 >> 40) & 1 ? -1.0 : 1.0;
+  int64_t k, others = 0;
+  for (int q = 1; q < P; q++) {
+    uint64_t h = hash4((uint64_t)q, i, (uint64_t)dt, 43);
+    int64_t kq = base + (int64_t)(h % (uint64_t)(2 * spread + 1)) - spread;
+    others += kq;
+    if (q == r)
+      return sign * ldexp((double)kq, 1 - p + s);
+  }
+  k = ((int64_t)1 << p) + t - others; /* rank 0 completes K */
+  return sign * ldexp((double)k, 1 - p + s);
 }
 
 /* ---- float16 / bfloat16 encodings, written here independently of the
@@ -427,7 +483,8 @@ static void reference(size_t i, xcoll_datatype dt, int op, uint64_t *iv,
     switch (op) {
     case XCOLL_SUM:
     case XCOLL_AVG:
-      acc += v;
+    case OP_SUM_TIES:
+      acc += v; /* exact: see ties_input() and float_input() */
       break;
     case XCOLL_PROD:
       acc *= v;
@@ -439,6 +496,14 @@ static void reference(size_t i, xcoll_datatype dt, int op, uint64_t *iv,
       acc = v > acc ? v : acc;
       break;
     }
+  }
+  if (op == OP_SUM_TIES) {
+    /* The exact sum, rounded once to nearest even by this file's own
+     * conversions (C's double-to-float for float32). */
+    unsigned char tmp[8];
+    uint64_t unused;
+    store_elem(tmp, 0, dt, 0, acc);
+    load_elem(tmp, 0, dt, &unused, &acc);
   }
   if (op == XCOLL_AVG) {
     acc /= P;
@@ -472,7 +537,10 @@ typedef struct case_desc {
 static void describe(char *out, size_t n, const case_desc *c) {
   snprintf(out, n, "%s %s%s%s count=%zu %s %s root=%d", coll_names[c->coll],
            xcoll_datatype_name(c->dt), c->op >= 0 ? " " : "",
-           c->op >= 0 ? xcoll_op_name((xcoll_op)c->op) : "", c->count,
+           c->op == OP_SUM_TIES ? "sum (rounding ties)"
+           : c->op >= 0      ? xcoll_op_name((xcoll_op)c->op)
+                             : "",
+           c->count,
            c->in_place ? "in-place" : "out-of-place", mode_names[c->mode],
            c->root);
 }
@@ -570,7 +638,7 @@ static xcoll_status finish(xcoll_status st, xcoll_request_t req, int mode) {
 
 static xcoll_status run_coll(const case_desc *c, const void *send, void *recv) {
   xcoll_request_t req = NULL;
-  xcoll_op op = (xcoll_op)(c->op < 0 ? 0 : c->op);
+  xcoll_op op = (xcoll_op)(c->op < 0 || c->op == OP_SUM_TIES ? 0 : c->op);
   int blocking = c->mode == MODE_BLOCKING;
   xcoll_status st;
   /* The i-call must return before req is read: finish() gets it after. */
@@ -826,7 +894,13 @@ static void sweep_collective(int coll) {
   const int reduces = coll == COLL_ALLREDUCE || coll == COLL_REDUCE ||
                       coll == COLL_REDUCE_SCATTER;
   for (int dt = 0; dt < XCOLL_NUM_DATATYPES; dt++) {
-    for (int op = reduces ? 0 : -1; op < (reduces ? XCOLL_NUM_OPS : 0); op++) {
+    for (int op = reduces ? 0 : -1; op < (reduces ? OP_SUM_TIES + 1 : 0);
+         op++) {
+      /* Rounding ties: for the three float types that round, once the sum
+       * has at least two terms. */
+      if (op == OP_SUM_TIES &&
+          (!is_float((xcoll_datatype)dt) || dt == XCOLL_FLOAT64 || P < 2))
+        continue;
       if (op == XCOLL_AVG && !is_float((xcoll_datatype)dt)) {
         if (coll == COLL_ALLREDUCE)
           check_avg_on_integers((xcoll_datatype)dt);

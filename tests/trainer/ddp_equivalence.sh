@@ -13,7 +13,7 @@ trap 'rm -rf "$tmp"' EXIT
 # padding or partial batch differs between the runs.
 common="--model mlp --optimizer $optimizer --epochs 1 --max-steps 10 \
   --train-limit 960 --test-limit 200 --seed 3 --weight-decay 0.01 \
-  --momentum 0.9 --nesterov --bucket-cap-mb 0.2"
+  --momentum 0.9 --nesterov --first-bucket-mb 0.01 --bucket-cap-mb 0.2"
 big=$((n * b * accum))
 "$xtrain" --strategy none --batch-size $big $common \
   --dump-params "$tmp/single" > "$tmp/single.log"

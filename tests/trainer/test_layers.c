@@ -26,6 +26,7 @@
 #include <cmocka.h>
 
 #include "data.h"
+#include "ddp.h"
 #include "layers.h"
 #include "model.h"
 #include "optim.h"
@@ -403,6 +404,49 @@ static void test_sampler(void **state) {
   sampler_free(&b);
 }
 
+/* Bucket layout (no communicator needed: ddp_init only plans). MLP tensors
+ * in reverse order, floats: fc3.bias 10, fc3.weight 2560, fc2.bias 256,
+ * fc2.weight 65536, fc1.bias 256, fc1.weight 200704 (1.027 MiB in all). */
+static void test_ddp_buckets(void **state) {
+  (void)state;
+  model m;
+  assert_int_equal(model_create(&m, MODEL_MLP, 0, 0, 4), 0);
+  static ddp d;
+  /* Default caps (1 MiB first, 25 MiB then): fc3 and fc2 make 0.261 MiB,
+   * fc1 (0.767 MiB) would overflow the first bucket, so it opens the second
+   * whole: its bias is not left behind in the first. */
+  ddp_init(&d, NULL, &m, 1.0, 25.0);
+  assert_int_equal(d.num_buckets, 2);
+  assert_int_equal(d.buckets[0].first_param, 2);
+  assert_int_equal(d.buckets[0].last_param, 5);
+  assert_int_equal(d.buckets[0].count, 10 + 2560 + 256 + 65536);
+  assert_int_equal(d.buckets[0].offset, m.views[2].offset);
+  assert_int_equal(d.buckets[1].first_param, 0);
+  assert_int_equal(d.buckets[1].last_param, 1);
+  assert_int_equal(d.buckets[1].count, 200704 + 256);
+  assert_int_equal(d.buckets[1].offset, 0);
+  for (int p = 0; p < m.num_params; p++)
+    assert_int_equal(d.bucket_of_param[p], p < 2 ? 1 : 0);
+  /* A first bucket large enough for everything: one bucket. */
+  ddp_init(&d, NULL, &m, 2.0, 25.0);
+  assert_int_equal(d.num_buckets, 1);
+  assert_int_equal(d.buckets[0].count, m.num_elements);
+  /* 0.25 MiB = 65536 floats: fc2 (65792) and fc1 are larger than the cap
+   * and get a bucket each; the buckets tile grads from the end. */
+  ddp_init(&d, NULL, &m, 0.25, 0.25);
+  assert_int_equal(d.num_buckets, 3);
+  assert_int_equal(d.buckets[0].count, 10 + 2560);
+  assert_int_equal(d.buckets[1].count, 65536 + 256);
+  assert_int_equal(d.buckets[2].count, 200704 + 256);
+  size_t end = m.num_elements;
+  for (int i = 0; i < d.num_buckets; i++) {
+    assert_int_equal(d.buckets[i].offset + d.buckets[i].count, end);
+    end = d.buckets[i].offset;
+  }
+  assert_int_equal(end, 0);
+  model_free(&m);
+}
+
 int main(void) {
   rng_seed(&R, 12345);
   const struct CMUnitTest tests[] = {
@@ -418,6 +462,7 @@ int main(void) {
       cmocka_unit_test(test_optimizers_match_torch),
       cmocka_unit_test(test_schedule_and_clip),
       cmocka_unit_test(test_sampler),
+      cmocka_unit_test(test_ddp_buckets),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,144 @@
+/*
+ * timeline.c - xtrain's Chrome trace writer (see timeline.h). Events are
+ * written as they come through a large stdio buffer: one rank writes from
+ * one thread, and a step adds about a dozen events, so the cost is a few
+ * formatted writes per step.
+ */
+#include "timeline.h"
+
+#include <errno.h>
+#include <string.h>
+
+static int expand_path(const char *pattern, int rank, char *out, size_t bytes) {
+  size_t used = 0;
+  int expanded = 0;
+  for (const char *p = pattern; *p; p++) {
+    char piece[32];
+    if (p[0] == '%' && p[1] == 'r') {
+      snprintf(piece, sizeof piece, "%d", rank);
+      p++;
+      expanded = 1;
+    } else {
+      piece[0] = *p;
+      piece[1] = '\0';
+    }
+    size_t len = strlen(piece);
+    if (used + len >= bytes)
+      return -1;
+    memcpy(out + used, piece, len + 1);
+    used += len;
+  }
+  out[used] = '\0';
+  if (expanded)
+    return 0;
+  /* insert .rank<N> before the extension of the last path component */
+  const char *slash = strrchr(out, '/');
+  char *dot = strrchr(out, '.');
+  char extension[256] = "";
+  if (dot && (!slash || dot > slash + 1)) {
+    if (strlen(dot) >= sizeof extension)
+      return -1;
+    strcpy(extension, dot);
+    *dot = '\0';
+  }
+  size_t base = strlen(out);
+  int n = snprintf(out + base, bytes - base, ".rank%d%s", rank, extension);
+  return (n < 0 || (size_t)n >= bytes - base) ? -1 : 0;
+}
+
+static void separator(timeline *t) {
+  fputs(t->events++ ? ",\n" : "\n", t->file);
+}
+
+static void put_string(FILE *f, const char *s) {
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\')
+      fprintf(f, "\\%c", *p);
+    else if (*p < 0x20)
+      fprintf(f, "\\u%04x", *p);
+    else
+      fputc(*p, f);
+  }
+}
+
+int timeline_open(timeline *t, const char *pattern, int rank, char *err,
+                  size_t err_bytes) {
+  memset(t, 0, sizeof *t);
+  t->rank = rank;
+  if (expand_path(pattern, rank, t->path, sizeof t->path) != 0) {
+    snprintf(err, err_bytes,
+             "--trace '%s' expands to a path longer than %zu bytes: use a "
+             "shorter one", pattern, sizeof t->path);
+    return -1;
+  }
+  t->file = fopen(t->path, "w");
+  if (!t->file) {
+    snprintf(err, err_bytes, "cannot open the --trace file %s: %s", t->path,
+             strerror(errno));
+    return -1;
+  }
+  /* full buffering in large blocks: a step's events cost no system call */
+  setvbuf(t->file, NULL, _IOFBF, 1 << 20);
+  fputc('[', t->file);
+  separator(t);
+  fprintf(t->file,
+          "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+          "\"args\":{\"name\":\"rank %d\"}}",
+          rank, rank);
+  separator(t);
+  fprintf(t->file,
+          "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,"
+          "\"tid\":0,\"args\":{\"sort_index\":%d}}",
+          rank, rank);
+  return 0;
+}
+
+void timeline_name_track(timeline *t, int tid, const char *name) {
+  if (!t->file)
+    return;
+  separator(t);
+  fprintf(t->file,
+          "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+          "\"args\":{\"name\":\"",
+          t->rank, tid);
+  put_string(t->file, name);
+  fputs("\"}}", t->file);
+  separator(t);
+  fprintf(t->file,
+          "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+          "\"args\":{\"sort_index\":%d}}",
+          t->rank, tid, tid);
+}
+
+void timeline_span(timeline *t, const char *name, const char *cat, int tid,
+                   double start_s, double end_s, const char *args_json) {
+  if (!t->file)
+    return;
+  double start_us = start_s * 1e6;
+  double duration_us = end_s > start_s ? (end_s - start_s) * 1e6 : 0.0;
+  separator(t);
+  fputs("{\"name\":\"", t->file);
+  put_string(t->file, name);
+  fputs("\",\"cat\":\"", t->file);
+  put_string(t->file, cat);
+  fprintf(t->file,
+          "\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,"
+          "\"args\":{%s}}",
+          start_us, duration_us, t->rank, tid, args_json ? args_json : "");
+}
+
+int timeline_close(timeline *t, char *err, size_t err_bytes) {
+  if (!t->file)
+    return 0;
+  fputs("\n]\n", t->file);
+  int failed = ferror(t->file);
+  if (fclose(t->file) != 0)
+    failed = 1;
+  t->file = NULL;
+  if (failed) {
+    snprintf(err, err_bytes, "writing the --trace file %s failed: %s",
+             t->path, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
