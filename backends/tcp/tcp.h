@@ -27,6 +27,8 @@
  * than 32 or 64 KiB; with 512 KiB a chunk's socket copy, peer copy and
  * reduction no longer share the cache. docs/tcp.md has the table. */
 #define TCP_DEFAULT_CHUNK_BYTES ((size_t)128 << 10)
+/* SO_SNDBUF and SO_RCVBUF asked for on every data socket (bytes). */
+#define TCP_SOCKET_BUFFER_BYTES (4 << 20)
 /* Text form of an address: "host:port". */
 #define TCP_ADDR_BYTES 80
 
