@@ -34,6 +34,9 @@ typedef struct xcoll_backend {
   /* Device-driven: run one collective. NULL for host-driven backends. */
   xcoll_status (*collective)(struct xcoll_comm *comm, void *state,
                              const struct xcoll_coll_args *args);
+  /* The pipelining chunk (bytes) the algorithms use on this backend when
+   * XCOLL_CHUNK_SIZE is unset; 0 means core's default (512 KiB). */
+  size_t default_chunk_bytes;
 } xcoll_backend;
 
 /* The backend called name, or NULL with XCOLL_ERR_NOT_SUPPORTED set (the

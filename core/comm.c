@@ -89,15 +89,19 @@ void xcoll_comm_set_broken(xcoll_comm *comm, xcoll_status status,
 
 /* The options every communicator reads from XCOLL_* variables. socket_ifname
  * is a copy that comm_free releases. */
-static xcoll_status read_options(xcoll_options *options) {
+static xcoll_status read_options(const xcoll_backend *backend,
+                                 xcoll_options *options) {
   long nsocks = 1;
   xcoll_status status =
       xcoll_env_int("XCOLL_NSOCKS_PERPEER", 1, 1, 16, &nsocks);
   if (status != XCOLL_SUCCESS)
     return status;
-  size_t chunk_bytes = DEFAULT_CHUNK_BYTES;
-  status =
-      xcoll_env_size("XCOLL_CHUNK_SIZE", DEFAULT_CHUNK_BYTES, &chunk_bytes);
+  /* Each backend knows the chunk its transport moves best (tcp: 128 KiB). */
+  size_t default_chunk = backend->default_chunk_bytes
+                             ? backend->default_chunk_bytes
+                             : DEFAULT_CHUNK_BYTES;
+  size_t chunk_bytes = default_chunk;
+  status = xcoll_env_size("XCOLL_CHUNK_SIZE", default_chunk, &chunk_bytes);
   if (status != XCOLL_SUCCESS)
     return status;
   /* Below one 8-byte element a chunk could not carry any data; above 1 GiB
@@ -105,8 +109,9 @@ static xcoll_status read_options(xcoll_options *options) {
   if (chunk_bytes < 8 || chunk_bytes > ((size_t)1 << 30))
     return xcoll_error(NULL, XCOLL_ERR_ENV,
                        "XCOLL_CHUNK_SIZE=%s is out of range: expected 8 bytes "
-                       "to 1G (default 512K)",
-                       xcoll_env_str("XCOLL_CHUNK_SIZE"));
+                       "to 1G (default %zu for backend %s)",
+                       xcoll_env_str("XCOLL_CHUNK_SIZE"), default_chunk,
+                       backend->name);
   options->nsocks_per_peer = (int)nsocks;
   options->chunk_bytes = chunk_bytes;
   options->socket_ifname = NULL;
@@ -262,7 +267,7 @@ xcoll_status xcoll_comm_init(xcoll_comm_t *out, const xcoll_config *config) {
   if (status != XCOLL_SUCCESS)
     return status;
   xcoll_options options;
-  status = read_options(&options);
+  status = read_options(backend, &options);
   if (status != XCOLL_SUCCESS)
     return status;
 

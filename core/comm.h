@@ -22,7 +22,7 @@
 typedef struct xcoll_options {
   int nsocks_per_peer;     /* XCOLL_NSOCKS_PERPEER, default 1, 1..16 */
   const char *socket_ifname; /* XCOLL_SOCKET_IFNAME or NULL */
-  size_t chunk_bytes;      /* XCOLL_CHUNK_SIZE: pipelining unit, default 512 KiB */
+  size_t chunk_bytes;      /* XCOLL_CHUNK_SIZE, else the backend's default_chunk_bytes, else 512 KiB */
 } xcoll_options;
 
 typedef struct xcoll_comm {

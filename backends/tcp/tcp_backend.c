@@ -41,11 +41,6 @@ static xcoll_status tcp_comm_init(xcoll_comm *comm, void **state) {
   st->nsocks = comm->options.nsocks_per_peer;
   if (st->nsocks < 1) st->nsocks = 1;
   if (st->nsocks > TCP_MAX_SOCKS) st->nsocks = TCP_MAX_SOCKS;
-  /* Without XCOLL_CHUNK_SIZE, chunks sized for loopback and LAN TCP: small
-   * enough that a chunk is still in cache when the peer copies it out of
-   * the socket and reduces it (see TCP_DEFAULT_CHUNK_BYTES). */
-  if (!xcoll_env_str("XCOLL_CHUNK_SIZE"))
-    comm->options.chunk_bytes = TCP_DEFAULT_CHUNK_BYTES;
   st->listen_fd = -1;
   st->wake_fd = -1;
   pthread_mutex_init(&st->io_lock, NULL);
@@ -132,4 +127,7 @@ const xcoll_backend xcoll_backend_tcp = {
     .comm_abort = tcp_comm_abort,
     .p2p = &xcoll_tcp_p2p_ops,
     .collective = NULL,
+    /* Small enough that a chunk is still in cache when the peer copies it
+     * out of the socket and reduces it (measurements in tcp.h). */
+    .default_chunk_bytes = TCP_DEFAULT_CHUNK_BYTES,
 };

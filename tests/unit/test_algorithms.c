@@ -269,7 +269,8 @@ static const xcoll_backend fake_backend = {XCOLL_BACKEND_ABI_VERSION,
                                            NULL,
                                            NULL,
                                            &fake_p2p,
-                                           NULL};
+                                           NULL,
+                                           0};
 
 /* ---- running one collective on P threads ---- */
 
