@@ -121,7 +121,9 @@ typedef struct xcoll_config {
   int local_rank;       /* rank among the processes on this host; -1: unknown */
   int local_world_size; /* processes on this host; -1: unknown */
   const char *master_addr; /* host of rank 0's rendezvous store; NULL: "127.0.0.1" */
-  int master_port;      /* port of the store, 1..65535 */
+  int master_port;      /* port of the store, 1..65535; a world of one rank
+                           ignores it (its store takes a free port on
+                           127.0.0.1) and also accepts 0 */
   const char *backend;  /* "tcp", "ucx", "nccl_like"; NULL: XCOLL_BACKEND or "tcp" */
   double timeout_s;     /* how long any wait may last; <= 0: XCOLL_TIMEOUT_S or 300 */
 } xcoll_config;
