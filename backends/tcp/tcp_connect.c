@@ -485,6 +485,43 @@ xcoll_status xcoll_tcp_connect_mesh(tcp_state *st) {
   return XCOLL_SUCCESS;
 }
 
+/* close() on a socket with unread bytes sends RST instead of FIN, and a RST
+ * makes the peer's kernel drop what it has not read yet: the ABORT or BYE we
+ * just sent would be lost, and the peer would blame this rank for a failure
+ * that started elsewhere. So: send FIN first (SHUT_WR), then read and discard
+ * until each peer closes too. A broken communicator waits for that up to
+ * TCP_CLOSE_DRAIN_S (peers stop sending once they read our ABORT); a clean
+ * one only discards what is already there. */
+#define TCP_CLOSE_DRAIN_S 1.0
+static void drain_before_close(tcp_state *st) {
+  struct pollfd *pfds = calloc((size_t)st->nsockets, sizeof *pfds);
+  if (!pfds) return;
+  for (int k = 0; k < st->nsockets; k++) {
+    pfds[k].fd = st->sockets[k].fd;
+    pfds[k].events = POLLIN;
+    if (pfds[k].fd >= 0) (void)shutdown(pfds[k].fd, SHUT_WR);
+  }
+  double deadline = xcoll_tcp_now() + (st->broken ? TCP_CLOSE_DRAIN_S : 0.0);
+  char sink[65536];
+  for (;;) {
+    int open_sockets = 0;
+    for (int k = 0; k < st->nsockets; k++) {
+      if (pfds[k].fd < 0) continue;
+      ssize_t r;
+      while ((r = recv(pfds[k].fd, sink, sizeof sink, MSG_DONTWAIT)) > 0) {
+      }
+      if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+        pfds[k].fd = -1; /* EOF or reset: nothing more will come */
+      else
+        open_sockets++;
+    }
+    double left = deadline - xcoll_tcp_now();
+    if (open_sockets == 0 || left <= 0) break;
+    (void)poll(pfds, (nfds_t)st->nsockets, (int)(left * 1000.0) + 1);
+  }
+  free(pfds);
+}
+
 void xcoll_tcp_close_sockets(tcp_state *st) {
   if (!st->broken) {
     /* BYE tells peers that the EOF which follows is a normal close, not a
@@ -500,6 +537,7 @@ void xcoll_tcp_close_sockets(tcp_state *st) {
         (void)send(s->fd, bytes, sizeof bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
     }
   }
+  drain_before_close(st);
   for (int k = 0; k < st->nsockets; k++) {
     if (st->sockets[k].fd >= 0) close(st->sockets[k].fd);
     st->sockets[k].fd = -1;

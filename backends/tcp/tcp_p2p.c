@@ -98,10 +98,53 @@ static const char *peer_addr(tcp_state *st, int rank) {
   return st->peers[rank].addr;
 }
 
-/* Tell every peer we give up, without blocking: ABORT goes on a socket whose
- * outgoing stream is at a message boundary; a peer that can't take it now
- * will see the connection close instead. */
+/* How long send_aborts may spend finishing messages cut in the middle, so
+ * that the ABORT behind them can be read (seconds, for all sockets). */
+#define TCP_ABORT_FLUSH_S 0.5
+
+/* Send the rest of the message at the head of s's queue, blocking up to
+ * deadline: a peer can read an ABORT only at a message boundary. The buffer
+ * is still the caller's (we are inside its wait), so the bytes are valid.
+ * Returns 1 when the stream is at a boundary. */
+static int finish_started_message(tcp_socket *s, double deadline) {
+  tcp_part *p = s->tx_head;
+  while (p->header_done < HDR || p->done < p->bytes) {
+    struct iovec iov[2];
+    int n = 0;
+    if (p->header_done < HDR)
+      iov[n++] = (struct iovec){p->header + p->header_done,
+                                HDR - p->header_done};
+    if (p->done < p->bytes)
+      iov[n++] = (struct iovec){p->buf + p->done, p->bytes - p->done};
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = iov;
+    msg.msg_iovlen = (size_t)n;
+    ssize_t sent = sendmsg(s->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)
+      return 0;
+    if (sent > 0) {
+      size_t left = (size_t)sent, take = HDR - p->header_done;
+      if (take > left) take = left;
+      p->header_done += (uint32_t)take;
+      p->done += left - take;
+      continue;
+    }
+    double wait_s = deadline - xcoll_tcp_now();
+    if (wait_s <= 0) return 0;
+    struct pollfd pfd = {.fd = s->fd, .events = POLLOUT};
+    if (poll(&pfd, 1, (int)(wait_s * 1000.0) + 1) < 0 && errno != EINTR)
+      return 0;
+  }
+  return 1;
+}
+
+/* Tell every peer we give up: ABORT goes on one socket per peer, at a
+ * message boundary. A message cut in the middle is finished first (bounded
+ * by TCP_ABORT_FLUSH_S), or the peer would only see the connection close
+ * and blame this rank for a failure that started elsewhere. */
 static void send_aborts(tcp_state *st, int origin) {
+  double deadline = xcoll_tcp_now() + TCP_ABORT_FLUSH_S;
   size_t len = strlen(st->broken_message);
   if (len > XCOLL_WIRE_MAX_ABORT_BYTES) len = XCOLL_WIRE_MAX_ABORT_BYTES;
   uint8_t bytes[HDR];
@@ -113,7 +156,11 @@ static void send_aborts(tcp_state *st, int origin) {
     for (int i = 0; i < st->nsocks; i++) {
       tcp_socket *s = &st->peers[p].socks[i];
       if (s->fd < 0 || s->closed || s->tx_broken) continue;
-      if (s->tx_head && (s->tx_head->header_done || s->tx_head->done)) continue;
+      if (s->tx_head && (s->tx_head->header_done || s->tx_head->done) &&
+          !finish_started_message(s, deadline)) {
+        s->tx_broken = 1;
+        continue;
+      }
       struct iovec iov[2] = {{bytes, HDR}, {st->broken_message, len}};
       struct msghdr msg;
       memset(&msg, 0, sizeof msg);
