@@ -43,6 +43,8 @@
  * without it died. */
 #define GOODBYE_STEP ((1u << STEP_BITS) - 1)
 #define GOODBYE_SEQ ((1u << SEQ_BITS) - 1)
+/* UCX_TLS when every rank runs on this host (the user's UCX_TLS wins). */
+#define LOCAL_TLS "sm,self"
 #define HELLO_MAGIC 0x78756378u /* "xucx" */
 #define HOST_ID_BYTES 192
 
@@ -623,9 +625,12 @@ static xcoll_status connect_peer(ucx_state *state, int peer,
     watch->pidfd = open_pidfd((pid_t)theirs.pid);
     watch->same_host = watch->pidfd >= 0;
   }
+  /* A rank cannot lose itself: its own endpoint (transport self) needs no
+   * peer failure handling, which would otherwise drag in tcp. */
+  int peer_mode = !watch->same_host && peer != comm->rank;
   char err[256];
   ucs_status_t status =
-      xcoll_ucx_connect(state->worker, peer, address, !watch->same_host,
+      xcoll_ucx_connect(state->worker, peer, address, peer_mode,
                         on_peer_error, state, err, sizeof err);
   free(value);
   if (status != UCS_OK)
@@ -675,8 +680,15 @@ static xcoll_status ucx_comm_init(xcoll_comm *comm, void **out) {
   atomic_init(&state->aborted, 0);
 
   char err[256];
-  ucs_status_t status = xcoll_ucx_worker_create(
-      comm->world_size, KEEPALIVE_INTERVAL, &state->worker, err, sizeof err);
+  /* When the launcher says every rank is on this host, only shared memory
+   * and self can be used (peer failure handling would need tcp): leave the
+   * network interfaces closed so that progress does not poll them. */
+  const char *default_tls = NULL;
+  if (!force_peer_mode && comm->local_world_size == comm->world_size)
+    default_tls = LOCAL_TLS;
+  ucs_status_t status =
+      xcoll_ucx_worker_create(comm->world_size, KEEPALIVE_INTERVAL,
+                              default_tls, &state->worker, err, sizeof err);
   if (status != UCS_OK) {
     st = xcoll_error(comm, XCOLL_ERR_SYSTEM,
                      "ucx backend on rank %d: %s (check UCX_TLS / "

@@ -47,6 +47,7 @@ static void set_err(char *err, size_t err_bytes, const char *what,
 
 ucs_status_t xcoll_ucx_worker_create(int world_size,
                                      const char *keepalive_interval,
+                                     const char *default_tls,
                                      xcoll_ucx_worker **out, char *err,
                                      size_t err_bytes) {
   *out = NULL;
@@ -72,6 +73,10 @@ ucs_status_t xcoll_ucx_worker_create(int world_size,
    * UCX_KEEPALIVE_INTERVAL wins. */
   if (keepalive_interval != NULL && getenv("UCX_KEEPALIVE_INTERVAL") == NULL)
     (void)ucp_config_modify(config, "KEEPALIVE_INTERVAL", keepalive_interval);
+  /* Every interface UCX opens is polled by each ucp_worker_progress, used or
+   * not: an idle tcp interface costs an epoll_wait per poll. */
+  if (default_tls != NULL && getenv("UCX_TLS") == NULL)
+    (void)ucp_config_modify(config, "TLS", default_tls);
 
   ucp_params_t params;
   memset(&params, 0, sizeof params);

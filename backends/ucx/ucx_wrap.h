@@ -41,9 +41,11 @@ typedef struct xcoll_ucx_request {
 /* Create a context (features TAG and WAKEUP) and one worker. UCX reads its
  * UCX_* environment variables here (UCX_TLS, UCX_NET_DEVICES, ...).
  * keepalive_interval, when non-NULL, is the UCX_KEEPALIVE_INTERVAL used
- * unless the user set that variable (e.g. "1s"). */
+ * unless the user set that variable (e.g. "1s"). default_tls, when
+ * non-NULL, is the UCX_TLS used unless the user set that variable. */
 ucs_status_t xcoll_ucx_worker_create(int world_size,
                                      const char *keepalive_interval,
+                                     const char *default_tls,
                                      xcoll_ucx_worker **worker, char *err,
                                      size_t err_bytes);
 
