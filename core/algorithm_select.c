@@ -220,11 +220,14 @@ xcoll_status xcoll_algorithm_select(struct xcoll_comm *comm,
                                     char *why, size_t why_bytes) {
   const int P = comm->world_size;
   const char *coll = xcoll_coll_name(args->kind);
-  char why_local[2];
-  if (!why || why_bytes == 0) {
-    why = why_local;
-    why_bytes = sizeof why_local;
-  }
+  /* The reason is text for XCOLL_DEBUG=INFO; without a buffer for it, no
+   * time goes into formatting it (this runs on every collective). */
+  const int explain = why != NULL && why_bytes > 0;
+#define EXPLAIN(...)                                                           \
+  do {                                                                         \
+    if (explain)                                                               \
+      snprintf(why, why_bytes, __VA_ARGS__);                                   \
+  } while (0)
   *algorithm = NULL;
   if ((int)args->kind < 0 || args->kind >= XCOLL_NUM_COLLS)
     return xcoll_error(comm, XCOLL_ERR_INTERNAL,
@@ -240,8 +243,8 @@ xcoll_status xcoll_algorithm_select(struct xcoll_comm *comm,
       return status;
     if (chosen[args->kind]) {
       *algorithm = chosen[args->kind];
-      snprintf(why, why_bytes, "XCOLL_ALGO=\"%s\" sets %s to %s", value, coll,
-               (*algorithm)->name);
+      EXPLAIN("XCOLL_ALGO=\"%s\" sets %s to %s", value, coll,
+              (*algorithm)->name);
       return XCOLL_SUCCESS;
     }
   }
@@ -250,7 +253,8 @@ xcoll_status xcoll_algorithm_select(struct xcoll_comm *comm,
    * reduce: count elements per rank). */
   size_t bytes = args->count * xcoll_datatype_size(args->dtype);
   char size_text[32], limit_text[32];
-  format_bytes(bytes, size_text, sizeof size_text);
+  if (explain)
+    format_bytes(bytes, size_text, sizeof size_text);
   switch (args->kind) {
   case XCOLL_COLL_ALLREDUCE: {
     int pow2 = (P & (P - 1)) == 0;
@@ -259,66 +263,66 @@ xcoll_status xcoll_algorithm_select(struct xcoll_comm *comm,
         pow2 ? ALLREDUCE_MEDIUM_BYTES_POW2 : ALLREDUCE_MEDIUM_BYTES_OTHER;
     if (P == 1) {
       *algorithm = by_name(args->kind, "ring");
-      snprintf(why, why_bytes, "P=1: allreduce is a copy (ring)");
+      EXPLAIN("P=1: allreduce is a copy (ring)");
     } else if (bytes <= ALLREDUCE_SMALL_BYTES) {
       *algorithm = by_name(args->kind, "recursive_doubling");
-      format_bytes(ALLREDUCE_SMALL_BYTES, limit_text, sizeof limit_text);
-      snprintf(why, why_bytes,
-               "%s <= %s at P=%d: recursive doubling (fewest steps, "
-               "latency-bound)",
-               size_text, limit_text, P);
+      if (explain)
+        format_bytes(ALLREDUCE_SMALL_BYTES, limit_text, sizeof limit_text);
+      EXPLAIN("%s <= %s at P=%d: recursive doubling (fewest steps, "
+              "latency-bound)",
+              size_text, limit_text, P);
     } else if (rabenseifner_always) {
       *algorithm = by_name(args->kind, "rabenseifner");
-      format_bytes(ALLREDUCE_SMALL_BYTES, limit_text, sizeof limit_text);
-      snprintf(why, why_bytes,
-               "%s > %s at P=%d (a power of two), %d local ranks on %d "
-               "cores: rabenseifner (ring's bandwidth in 2*log2(P) pairwise "
-               "steps)",
-               size_text, limit_text, P, comm->local_world_size, cpu_count());
+      if (explain)
+        format_bytes(ALLREDUCE_SMALL_BYTES, limit_text, sizeof limit_text);
+      EXPLAIN("%s > %s at P=%d (a power of two), %d local ranks on %d "
+              "cores: rabenseifner (ring's bandwidth in 2*log2(P) pairwise "
+              "steps)",
+              size_text, limit_text, P, comm->local_world_size, cpu_count());
     } else if (bytes <= medium) {
       *algorithm = by_name(args->kind, "rabenseifner");
-      format_bytes(medium, limit_text, sizeof limit_text);
-      snprintf(why, why_bytes,
-               "%s <= %s at P=%d (%s): rabenseifner (ring's bandwidth in "
-               "2*log2(P) steps)",
-               size_text, limit_text, P,
-               pow2 ? "a power of two" : "not a power of two");
+      if (explain)
+        format_bytes(medium, limit_text, sizeof limit_text);
+      EXPLAIN("%s <= %s at P=%d (%s): rabenseifner (ring's bandwidth in "
+              "2*log2(P) steps)",
+              size_text, limit_text, P,
+              pow2 ? "a power of two" : "not a power of two");
     } else {
       *algorithm = by_name(args->kind, "ring");
-      format_bytes(medium, limit_text, sizeof limit_text);
-      snprintf(why, why_bytes,
-               "%s > %s at P=%d: ring (bandwidth-optimal, pipelined in "
-               "chunks)",
-               size_text, limit_text, P);
+      if (explain)
+        format_bytes(medium, limit_text, sizeof limit_text);
+      EXPLAIN("%s > %s at P=%d: ring (bandwidth-optimal, pipelined in "
+              "chunks)",
+              size_text, limit_text, P);
     }
     break;
   }
   case XCOLL_COLL_BROADCAST:
-    format_bytes(BROADCAST_CHAIN_BYTES, limit_text, sizeof limit_text);
+    if (explain)
+      format_bytes(BROADCAST_CHAIN_BYTES, limit_text, sizeof limit_text);
     if (bytes < BROADCAST_CHAIN_BYTES) {
       *algorithm = by_name(args->kind, "binomial");
-      snprintf(why, why_bytes, "%s < %s at P=%d: binomial tree", size_text,
-               limit_text, P);
+      EXPLAIN("%s < %s at P=%d: binomial tree", size_text, limit_text, P);
     } else {
       *algorithm = by_name(args->kind, "chain");
-      snprintf(why, why_bytes, "%s >= %s at P=%d: pipelined chain", size_text,
-               limit_text, P);
+      EXPLAIN("%s >= %s at P=%d: pipelined chain", size_text, limit_text, P);
     }
     break;
   case XCOLL_COLL_ALLGATHER:
   case XCOLL_COLL_REDUCE_SCATTER:
     *algorithm = by_name(args->kind, "ring");
-    snprintf(why, why_bytes, "%s: ring, the only %s algorithm", coll, coll);
+    EXPLAIN("%s: ring, the only %s algorithm", coll, coll);
     break;
   case XCOLL_COLL_REDUCE:
     *algorithm = by_name(args->kind, "binomial");
-    snprintf(why, why_bytes, "reduce: binomial tree, the only one");
+    EXPLAIN("reduce: binomial tree, the only one");
     break;
   case XCOLL_COLL_BARRIER:
   default:
     *algorithm = by_name(XCOLL_COLL_BARRIER, "dissemination");
-    snprintf(why, why_bytes, "barrier: dissemination, the only one");
+    EXPLAIN("barrier: dissemination, the only one");
     break;
   }
   return XCOLL_SUCCESS;
+#undef EXPLAIN
 }

@@ -233,8 +233,10 @@ xcoll_status xcoll_coll_run(xcoll_comm *comm, const xcoll_coll_args *args) {
     return status;
 
   const char *name = xcoll_coll_name(args->kind);
-  char what[128];
-  describe(comm, args, what, sizeof what);
+  /* The description and the reason are formatted only when INFO logging
+   * will print them (or an error needs them): this runs on every call. */
+  const int explain = xcoll_log_level_get() >= XCOLL_LOG_INFO;
+  char what[128] = "";
   char why[256] = "";
   const char *algorithm_name = NULL;
   const xcoll_algorithm *algorithm = NULL;
@@ -246,13 +248,17 @@ xcoll_status xcoll_coll_run(xcoll_comm *comm, const xcoll_coll_args *args) {
     algorithm_name = "local_copy";
     snprintf(why, sizeof why, "a world of one rank needs no communication");
   } else {
-    status = xcoll_algorithm_select(comm, args, &algorithm, why, sizeof why);
+    status = xcoll_algorithm_select(comm, args, &algorithm,
+                                    explain ? why : NULL, sizeof why);
     if (status != XCOLL_SUCCESS)
       return xcoll_error_adopt(comm, status);
     algorithm_name = algorithm->name;
   }
-  XCOLL_INFO("%s seq %" PRIu64 ": %s -> %s (%s)", name, args->seq, what,
-             algorithm_name, why);
+  if (explain) {
+    describe(comm, args, what, sizeof what);
+    XCOLL_INFO("%s seq %" PRIu64 ": %s -> %s (%s)", name, args->seq, what,
+               algorithm_name, why);
+  }
 
   int tracing = xcoll_trace_enabled();
   double start_us = tracing ? xcoll_time_us() : 0.0;
@@ -284,6 +290,8 @@ xcoll_status xcoll_coll_run(xcoll_comm *comm, const xcoll_coll_args *args) {
     /* Keep the algorithm's message (it names the peer) and say which call. */
     char cause[XCOLL_ERROR_BYTES];
     snprintf(cause, sizeof cause, "%s", xcoll_last_error());
+    if (!explain)
+      describe(comm, args, what, sizeof what);
     status = xcoll_error(comm, status, "%s seq %" PRIu64 " (%s, %s) failed: %s",
                          name, args->seq, what, algorithm_name, cause);
     if (is_fatal(status))
