@@ -29,7 +29,7 @@ xcoll_status xcoll_allgather_ring(struct xcoll_comm *comm,
     memcpy(mine, args->sendbuf, block * elem_size);
 
   const int right = (rank + 1) % P, left = (rank - 1 + P) % P;
-  size_t chunk_elems = xcoll_chunk_elems(comm, elem_size);
+  size_t chunk_elems = xcoll_chunk_elems(comm, elem_size, SIZE_MAX);
   xcoll_status status = XCOLL_SUCCESS;
   /* Step s: send block rank-s (own at s = 0), receive block rank-s-1. */
   for (int step = 0; step < P - 1 && status == XCOLL_SUCCESS; step++) {

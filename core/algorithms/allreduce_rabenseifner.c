@@ -38,9 +38,7 @@ xcoll_status xcoll_allreduce_rabenseifner(struct xcoll_comm *comm,
   if (count == 0)
     return XCOLL_SUCCESS;
 
-  size_t chunk_elems = xcoll_chunk_elems(comm, elem_size);
-  if (chunk_elems > count)
-    chunk_elems = count;
+  size_t chunk_elems = xcoll_chunk_elems(comm, elem_size, count);
   char *scratch =
       xcoll_scratch_alloc(comm, 2 * chunk_elems * elem_size,
                           "the Rabenseifner allreduce's receive chunks");

@@ -42,9 +42,7 @@ xcoll_status xcoll_allreduce_ring(struct xcoll_comm *comm,
   const int right = (rank + 1) % P, left = (rank - 1 + P) % P;
   size_t largest_block, unused_offset;
   xcoll_block_range(count, P, 0, &unused_offset, &largest_block);
-  size_t chunk_elems = xcoll_chunk_elems(comm, elem_size);
-  if (chunk_elems > largest_block)
-    chunk_elems = largest_block;
+  size_t chunk_elems = xcoll_chunk_elems(comm, elem_size, largest_block);
   char *scratch = xcoll_scratch_alloc(comm, 2 * chunk_elems * elem_size,
                                       "the ring allreduce's receive chunks");
   if (!scratch)

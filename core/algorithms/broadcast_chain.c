@@ -38,7 +38,7 @@ xcoll_status xcoll_broadcast_chain(struct xcoll_comm *comm,
     return XCOLL_SUCCESS;
   const int receives = vrank != 0, sends = vrank != P - 1;
   const int prev = xcoll_rank_mod(rank - 1, P), next = (rank + 1) % P;
-  const size_t chunk_elems = xcoll_chunk_elems(comm, elem_size);
+  const size_t chunk_elems = xcoll_chunk_elems(comm, elem_size, SIZE_MAX);
   const size_t chunks = (count + chunk_elems - 1) / chunk_elems;
 
   /* Two receives and two sends in flight, by slot k % 2. */

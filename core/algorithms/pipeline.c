@@ -12,11 +12,14 @@
 
 #define DEFAULT_CHUNK_BYTES ((size_t)512 * 1024)
 
-size_t xcoll_chunk_elems(const struct xcoll_comm *comm, size_t elem_size) {
+size_t xcoll_chunk_elems(const struct xcoll_comm *comm, size_t elem_size,
+                         size_t largest) {
   size_t bytes = comm->options.chunk_bytes ? comm->options.chunk_bytes
                                            : DEFAULT_CHUNK_BYTES;
   size_t elems = elem_size ? bytes / elem_size : bytes;
-  return elems ? elems : 1;
+  if (elems == 0)
+    elems = 1;
+  return elems < largest ? elems : largest;
 }
 
 void *xcoll_scratch_alloc(struct xcoll_comm *comm, size_t bytes,

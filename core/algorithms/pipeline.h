@@ -30,9 +30,12 @@ static inline int xcoll_rank_mod(int a, int p) {
 }
 
 /* Elements per chunk from comm->options.chunk_bytes (at least one element;
- * 512 KiB when the option is 0). Every rank must compute the same value:
- * chunking changes the message sizes that p2p matching checks. */
-size_t xcoll_chunk_elems(const struct xcoll_comm *comm, size_t elem_size);
+ * 512 KiB when the option is 0), but no more than largest: the biggest piece
+ * the caller will cut into chunks, so that receive scratch is never larger
+ * than a message (SIZE_MAX: no limit). Every rank must compute the same
+ * value: chunking changes the message sizes that p2p matching checks. */
+size_t xcoll_chunk_elems(const struct xcoll_comm *comm, size_t elem_size,
+                         size_t largest);
 
 /* malloc(bytes) or NULL with XCOLL_ERR_NO_MEMORY set, naming what for.
  * bytes == 0 allocates one byte, so that NULL always means failure. */

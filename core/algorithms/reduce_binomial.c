@@ -40,9 +40,7 @@ xcoll_status xcoll_reduce_binomial(struct xcoll_comm *comm,
   /* A rank with children needs an accumulator: the root's recvbuf, or a
    * temporary buffer elsewhere (recvbuf may be NULL off the root). */
   const int has_children = vrank % 2 == 0 && vrank + 1 < P;
-  size_t chunk_elems = xcoll_chunk_elems(comm, elem_size);
-  if (chunk_elems > count)
-    chunk_elems = count;
+  size_t chunk_elems = xcoll_chunk_elems(comm, elem_size, count);
   char *memory = NULL, *accumulator = NULL, *scratch = NULL;
   if (has_children) {
     size_t accumulator_bytes = vrank == 0 ? 0 : count * elem_size;

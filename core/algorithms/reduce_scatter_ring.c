@@ -39,9 +39,7 @@ xcoll_status xcoll_reduce_scatter_ring(struct xcoll_comm *comm,
   }
 
   const int right = (rank + 1) % P, left = (rank - 1 + P) % P;
-  size_t chunk_elems = xcoll_chunk_elems(comm, elem_size);
-  if (chunk_elems > block)
-    chunk_elems = block;
+  size_t chunk_elems = xcoll_chunk_elems(comm, elem_size, block);
   /* One allocation: two accumulators, then two receive chunks. */
   char *memory =
       xcoll_scratch_alloc(comm, 2 * block_bytes + 2 * chunk_elems * elem_size,
