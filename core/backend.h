@@ -1,9 +1,10 @@
 /* backend.h - the backend interface: one versioned struct of function
  * pointers per backend (NCCL's net-plugin model), registered in registry.c.
  *
- * A host-driven backend (tcp, ucx) fills p2p and leaves collective NULL: core's
+ * A host-driven backend (tcp, ucx) fills p2p and leaves coll NULL: core's
  * algorithms run over its p2p interface. A device-driven backend (nccl_like)
- * fills collective and runs the whole operation itself. */
+ * fills coll: core starts each collective it supports on the issuing thread
+ * and completes it later (ABI 2; core/dispatch.c). */
 #ifndef XCOLL_CORE_BACKEND_H
 #define XCOLL_CORE_BACKEND_H
 
@@ -13,15 +14,54 @@
 struct xcoll_comm;
 struct xcoll_coll_args;
 
-#define XCOLL_BACKEND_ABI_VERSION 1
+#define XCOLL_BACKEND_ABI_VERSION 2
+
+/* A collective a backend has started and not yet completed (ABI 2). The
+ * backend defines it. */
+typedef struct xcoll_backend_op xcoll_backend_op;
+
+/* Collective ops of a device-driven backend (ABI 2).
+ *
+ * core/dispatch.c calls supports() then start() on the thread that issued the
+ * collective, in issue order, right after the arguments were validated and
+ * the sequence number given: so a backend that enqueues work on a stream or
+ * on its own worker threads keeps the caller's order, as NCCL's enqueue does.
+ * Calls the backend does not support run on core's host algorithms over the
+ * backend's p2p interface (p2p must then be non-NULL); core waits for every
+ * started backend op before it runs a host algorithm and vice versa, so the
+ * two never interleave on the wire. */
+typedef struct xcoll_backend_coll_ops {
+  /* 1 if the backend runs args itself, 0 to leave it to core. Cheap; no
+   * side effects. */
+  int (*supports)(void *state, const struct xcoll_coll_args *args);
+  /* Start args and return at once: never blocks waiting on a peer (it may
+   * wait for room in a bounded queue of its own work). On success *op is the
+   * handle to test or wait. Errors: XCOLL_ERR_NO_MEMORY, and the comm's
+   * broken status when earlier work failed; the message is set. */
+  xcoll_status (*start)(struct xcoll_comm *comm, void *state,
+                        const struct xcoll_coll_args *args,
+                        xcoll_backend_op **op);
+  /* Progress without blocking. *done = 1 when op has completed: op is then
+   * released and the return value is its status. */
+  xcoll_status (*test)(void *state, xcoll_backend_op *op, int *done);
+  /* Block until op completes, release it, return its status (REMOTE,
+   * TIMEOUT after comm->timeout_s without progress, PROTOCOL, ABORTED, with
+   * the message set and naming the peer where one is at fault). */
+  xcoll_status (*wait)(void *state, xcoll_backend_op *op);
+} xcoll_backend_coll_ops;
 
 typedef struct xcoll_backend {
   int abi_version; /* XCOLL_BACKEND_ABI_VERSION */
   const char *name;
   const char *description;
+  /* Once per process before the first comm_init of this backend (NULL: none
+   * needed). Errors are returned to that comm_init's caller, and every later
+   * comm_init of the backend returns the same status. */
+  xcoll_status (*init)(void);
   /* Connect comm's ranks: exchange addresses through comm->store under keys
-   * prefixed by comm->store_prefix, then build the backend's state. Collective
-   * over comm. On error, free what was taken and set a message. */
+   * prefixed by comm->store_prefix (core/bootstrap.h), then build the
+   * backend's state. Collective over comm. On error, free what was taken and
+   * set a message. */
   xcoll_status (*comm_init)(struct xcoll_comm *comm, void **state);
   /* Close connections and free state. Never fails. */
   void (*comm_destroy)(struct xcoll_comm *comm, void *state);
@@ -29,11 +69,12 @@ typedef struct xcoll_backend {
    * soon, and tell peers if possible. Must be async-safe with respect to the
    * thread running a collective. */
   void (*comm_abort)(struct xcoll_comm *comm, void *state);
-  /* Host-driven: the p2p interface. */
+  /* Host-driven: the p2p interface core's algorithms run over (NULL when
+   * coll supports every call). */
   const xcoll_p2p_ops *p2p;
-  /* Device-driven: run one collective. NULL for host-driven backends. */
-  xcoll_status (*collective)(struct xcoll_comm *comm, void *state,
-                             const struct xcoll_coll_args *args);
+  /* Device-driven: collectives started on the issuing thread (NULL for
+   * host-driven backends). */
+  const xcoll_backend_coll_ops *coll;
   /* The pipelining chunk (bytes) the algorithms use on this backend when
    * XCOLL_CHUNK_SIZE is unset; 0 means core's default (512 KiB). */
   size_t default_chunk_bytes;
@@ -50,6 +91,9 @@ const xcoll_backend *const *xcoll_backend_list(void);
 extern const xcoll_backend xcoll_backend_tcp;
 #ifdef XCOLL_HAVE_UCX
 extern const xcoll_backend xcoll_backend_ucx;
+#endif
+#ifdef XCOLL_HAVE_NCCL_LIKE
+extern const xcoll_backend xcoll_backend_nccl_like;
 #endif
 
 #endif

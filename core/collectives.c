@@ -127,7 +127,7 @@ static xcoll_status validate(xcoll_comm *comm, const xcoll_coll_args *args,
                        "xcoll_i%s: request is NULL: pass the address of an "
                        "xcoll_request_t",
                        name);
-  if (args->stream != NULL && comm->backend->collective == NULL)
+  if (args->stream != NULL && comm->backend->coll == NULL)
     return xcoll_error(comm, XCOLL_ERR_INVALID_ARGUMENT,
                        "xcoll_i%s: stream is not NULL, but backend '%s' works "
                        "on host buffers only: pass NULL",
@@ -240,11 +240,7 @@ xcoll_status xcoll_coll_run(xcoll_comm *comm, const xcoll_coll_args *args) {
   char why[256] = "";
   const char *algorithm_name = NULL;
   const xcoll_algorithm *algorithm = NULL;
-  if (comm->backend->collective != NULL) {
-    algorithm_name = comm->backend->name;
-    snprintf(why, sizeof why, "backend %s runs collectives itself",
-             comm->backend->name);
-  } else if (comm->world_size == 1) {
+  if (comm->world_size == 1) {
     algorithm_name = "local_copy";
     snprintf(why, sizeof why, "a world of one rank needs no communication");
   } else {
@@ -262,9 +258,7 @@ xcoll_status xcoll_coll_run(xcoll_comm *comm, const xcoll_coll_args *args) {
 
   int tracing = xcoll_trace_enabled();
   double start_us = tracing ? xcoll_time_us() : 0.0;
-  if (comm->backend->collective != NULL)
-    status = comm->backend->collective(comm, comm->backend_state, args);
-  else if (algorithm == NULL)
+  if (algorithm == NULL)
     run_local(comm, args);
   else
     status = algorithm->run(comm, args);

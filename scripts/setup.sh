@@ -8,7 +8,8 @@
 set -euo pipefail
 
 required=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev
-  zlib1g-dev libucx-dev ucx-utils libcjson-dev dataset-fashion-mnist)
+  zlib1g-dev libucx-dev ucx-utils libcjson-dev dataset-fashion-mnist
+  libsodium-dev clang libclang-rt-14-dev)
 peers=(python3-torch openmpi-bin libopenmpi-dev gnuplot-nox)
 
 want=("${required[@]}")

@@ -126,7 +126,7 @@ const xcoll_backend xcoll_backend_tcp = {
     .comm_destroy = tcp_comm_destroy,
     .comm_abort = tcp_comm_abort,
     .p2p = &xcoll_tcp_p2p_ops,
-    .collective = NULL,
+    .coll = NULL,
     /* Small enough that a chunk is still in cache when the peer copies it
      * out of the socket and reduces it (measurements in tcp.h). */
     .default_chunk_bytes = TCP_DEFAULT_CHUNK_BYTES,

@@ -749,5 +749,5 @@ const xcoll_backend xcoll_backend_ucx = {
     .comm_destroy = ucx_comm_destroy,
     .comm_abort = ucx_comm_abort,
     .p2p = &ucx_p2p,
-    .collective = NULL,
+    .coll = NULL,
 };
