@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bootstrap.h"
 #include "error.h"
 #include "log.h"
 #include "store.h"
@@ -353,28 +354,26 @@ xcoll_status xcoll_tcp_connect_mesh(tcp_state *st) {
   if (s != XCOLL_SUCCESS) return s;
   if (st->world_size == 1) return XCOLL_SUCCESS;
 
-  char key[XCOLL_STORE_MAX_KEY];
-  snprintf(key, sizeof key, "%stcp/addr/%d", comm->store_prefix, st->rank);
-  s = xcoll_store_set(comm->store, key, st->my_addr, strlen(st->my_addr) + 1);
-  if (s != XCOLL_SUCCESS) return xcoll_error_adopt(comm, s);
-  for (int p = 0; p < st->world_size; p++) {
+  /* Every rank's "host:port", NUL-padded to TCP_ADDR_BYTES, in rank order. */
+  char(*addrs)[TCP_ADDR_BYTES] = calloc((size_t)st->world_size, TCP_ADDR_BYTES);
+  if (addrs == NULL)
+    return xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
+                       "tcp: no memory for %d addresses", st->world_size);
+  snprintf(addrs[st->rank], TCP_ADDR_BYTES, "%s", st->my_addr);
+  s = xcoll_bootstrap_allgather(comm, "tcp-addr", addrs[st->rank],
+                                TCP_ADDR_BYTES, addrs);
+  for (int p = 0; p < st->world_size && s == XCOLL_SUCCESS; p++) {
     if (p == st->rank) continue;
-    snprintf(key, sizeof key, "%stcp/addr/%d", comm->store_prefix, p);
-    void *value = NULL;
-    size_t bytes = 0;
-    s = xcoll_store_get(comm->store, key, &value, &bytes);
-    if (s != XCOLL_SUCCESS) return xcoll_error_adopt(comm, s);
-    if (bytes == 0 || bytes > TCP_ADDR_BYTES ||
-        ((char *)value)[bytes - 1] != '\0') {
-      free(value);
-      return xcoll_error(comm, XCOLL_ERR_PROTOCOL,
-                         "tcp: the store key %s (rank %d's address) holds %zu "
-                         "bytes that are not a host:port string",
-                         key, p, bytes);
-    }
-    memcpy(st->peers[p].addr, value, bytes);
-    free(value);
+    if (memchr(addrs[p], '\0', TCP_ADDR_BYTES) == NULL || addrs[p][0] == '\0')
+      s = xcoll_error(comm, XCOLL_ERR_PROTOCOL,
+                      "tcp: rank %d's published address is not a host:port "
+                      "string",
+                      p);
+    else
+      memcpy(st->peers[p].addr, addrs[p], TCP_ADDR_BYTES);
   }
+  free(addrs);
+  if (s != XCOLL_SUCCESS) return s;
 
   double deadline = xcoll_tcp_now() + st->timeout_s;
   /* Lower rank connects to higher: our connects complete in the peers'
