@@ -12,9 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#ifdef XCOLL_HAVE_UCX
 #include "net_plugin_checks.h"
 
-#ifdef XCOLL_HAVE_UCX
 static int setup(void **state) {
   (void)state;
   setenv("XCOLL_SOCKET_IFNAME", "lo", 1);
