@@ -282,6 +282,8 @@ XC_INLINE XC_HD xcoll_status xc_ring_run(const xc_work *w, xc_conn *send,
   size_t base, n;
   xc_channel_share(w->count, p->elem_bytes, w->channel, w->nchannels, &base,
                    &n);
+  if (n == 0) /* every rank computes the same empty share: nothing to do */
+    return XCOLL_SUCCESS;
   xcoll_status status = XCOLL_SUCCESS;
   int divide = 0; /* AVG: divide this rank's output share at the end */
   switch (w->kind) {
