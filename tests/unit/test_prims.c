@@ -699,6 +699,137 @@ static void test_allreduce_every_dtype_op(void **state) {
       }
 }
 
+/* ---- the documented reduction order, with inexact floats ---- */
+
+/* Random float32 values of mixed magnitudes: sums round at every hop. */
+static float random_float(int rank, size_t i) {
+  uint64_t h = mix(((uint64_t)rank << 40) ^ i ^ 0xabcdef);
+  double unit = (double)(h >> 11) * 0x1p-53 * 2 - 1; /* [-1, 1) */
+  return (float)ldexp(unit, (int)((h >> 3) % 20) - 10);
+}
+
+static float to_bf16_value(float f) { return (float)round_bits(f, 8); }
+
+/* Chunk index of element i of an allreduce, per ring.h's partition: channel
+ * shares aligned to 16 bytes, loops of k chunks, the last loop's chunk
+ * alignUp(divUp(rest, k), 16 bytes). */
+static int allreduce_chunk_of(size_t i, size_t count, size_t e, int k,
+                              int nchannels, size_t chunk) {
+  size_t unit = 16 / e;
+  size_t units = (count + unit - 1) / unit;
+  size_t per = (units + (size_t)nchannels - 1) / (size_t)nchannels * unit;
+  size_t base = i / per * per;
+  size_t n = count - base < per ? count - base : per;
+  size_t j = i - base, loop = (size_t)k * chunk;
+  size_t grid = j / loop * loop, rest = n - grid;
+  size_t real = ((rest + (size_t)k - 1) / (size_t)k + unit - 1) / unit * unit;
+  if (real > chunk)
+    real = chunk;
+  return (int)((j - grid) / real);
+}
+
+/* result[c] = (((x[c+1] + x[c+2]) + ...) + x[c]), rounded to the dtype at
+ * every hop (bfloat16: each partial travels as bfloat16), bitwise. */
+static void test_allreduce_reduction_order(void **state) {
+  (void)state;
+  enum { N = 1021 };
+  for (int variant = 0; variant < 4; variant++) {
+    int bf16 = variant & 1, proto = variant >> 1;
+    int k = 5 - (variant & 1), nch = 3;
+    xcoll_datatype d = bf16 ? XCOLL_BFLOAT16 : XCOLL_FLOAT32;
+    size_t e = esize(d), step_bytes = 64;
+    int chunk_steps = 4;
+    size_t step_elems =
+        (proto ? step_bytes / 2 : step_bytes) / e; /* LL: half payload */
+    ring_fixture *rf = malloc(sizeof *rf);
+    assert_non_null(rf);
+    ring_init(rf, k, nch, step_bytes, 9);
+    uint8_t *buf[MAX_RANKS];
+    for (int r = 0; r < k; r++) {
+      buf[r] = malloc(N * e);
+      assert_non_null(buf[r]);
+      for (size_t i = 0; i < N; i++) {
+        float f = random_float(r, i);
+        if (bf16)
+          encode_float(to_bf16_value(f), d, buf[r] + i * e);
+        else
+          memcpy(buf[r] + i * e, &f, 4);
+      }
+    }
+    /* Expected, from the inputs before they are overwritten in place. */
+    uint8_t *expect = malloc(N * e);
+    assert_non_null(expect);
+    for (size_t i = 0; i < N; i++) {
+      int c = allreduce_chunk_of(i, N, e, k, nch,
+                                 (size_t)chunk_steps * step_elems);
+      float x[MAX_RANKS];
+      for (int r = 0; r < k; r++) {
+        if (bf16) {
+          uint16_t b;
+          memcpy(&b, buf[r] + i * e, 2);
+          uint32_t u = (uint32_t)b << 16;
+          memcpy(&x[r], &u, 4);
+        } else {
+          memcpy(&x[r], buf[r] + i * e, 4);
+        }
+      }
+      float acc = x[(c + 1) % k];
+      for (int m = 2; m <= k; m++) {
+        acc = acc + x[(c + m) % k];
+        if (bf16)
+          acc = to_bf16_value(acc);
+      }
+      if (bf16)
+        encode_float(acc, d, expect + i * e);
+      else
+        memcpy(expect + i * e, &acc, 4);
+    }
+    worker workers[MAX_RANKS][MAX_CHANNELS];
+    pthread_t threads[MAX_RANKS][MAX_CHANNELS], mover;
+    assert_int_equal(pthread_create(&mover, NULL, mover_main, rf), 0);
+    for (int r = 0; r < k; r++)
+      for (int c = 0; c < nch; c++) {
+        worker *wk = &workers[r][c];
+        memset(wk, 0, sizeof *wk);
+        wk->rf = rf;
+        wk->position = r;
+        wk->work = (xc_work){.kind = XC_COLL_ALLREDUCE,
+                             .dtype = d,
+                             .op = XCOLL_SUM,
+                             .sendbuf = buf[r],
+                             .recvbuf = buf[r],
+                             .count = N,
+                             .nranks = k,
+                             .ring_index = r,
+                             .channel = c,
+                             .nchannels = nch,
+                             .proto = proto ? XC_PROTO_LL : XC_PROTO_SIMPLE,
+                             .chunk_steps = chunk_steps,
+                             .slice_steps = 2};
+        assert_int_equal(
+            pthread_create(&threads[r][c], NULL, worker_main, wk), 0);
+      }
+    for (int r = 0; r < k; r++)
+      for (int c = 0; c < nch; c++) {
+        pthread_join(threads[r][c], NULL);
+        assert_int_equal(workers[r][c].status, XCOLL_SUCCESS);
+      }
+    atomic_store(&rf->stop, 1);
+    pthread_join(mover, NULL);
+    for (int r = 0; r < k; r++)
+      for (size_t i = 0; i < N; i++)
+        if (memcmp(buf[r] + i * e, expect + i * e, e) != 0)
+          fail_msg("%s %s k=%d: rank %d element %zu differs from the "
+                   "documented order",
+                   xcoll_datatype_name(d), proto ? "LL" : "SIMPLE", k, r, i);
+    for (int r = 0; r < k; r++)
+      free(buf[r]);
+    free(expect);
+    ring_free(rf);
+    free(rf);
+  }
+}
+
 /* ---- abort ---- */
 
 typedef struct abort_case {
@@ -921,6 +1052,7 @@ int main(void) {
       cmocka_unit_test(test_allgather),
       cmocka_unit_test(test_broadcast),
       cmocka_unit_test(test_reduce),
+      cmocka_unit_test(test_allreduce_reduction_order),
       cmocka_unit_test(test_nan_and_trace),
       cmocka_unit_test(test_abort),
   };
