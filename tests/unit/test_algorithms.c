@@ -262,15 +262,12 @@ static xcoll_status fake_test(void *state, xcoll_p2p_request *request,
 
 static const xcoll_p2p_ops fake_p2p = {fake_isend, fake_irecv, fake_wait,
                                        fake_test};
-static const xcoll_backend fake_backend = {XCOLL_BACKEND_ABI_VERSION,
-                                           "fake",
-                                           "in-memory mailbox for tests",
-                                           NULL,
-                                           NULL,
-                                           NULL,
-                                           &fake_p2p,
-                                           NULL,
-                                           0};
+static const xcoll_backend fake_backend = {
+    .abi_version = XCOLL_BACKEND_ABI_VERSION,
+    .name = "fake",
+    .description = "in-memory mailbox for tests",
+    .p2p = &fake_p2p,
+};
 
 /* ---- running one collective on P threads ---- */
 
