@@ -7,12 +7,16 @@
  * does second half first, as a socket recv() may land bytes in any order).
  *
  * Every collective x dtype x op x count (0, 1, 7, 1021, 100003) x in place or
- * not x SIMPLE / LL x 1 or 3 channels x 1..5 ranks, with 64-byte slots (so
- * the FIFO wraps many times) and connections whose step counters start
- * mid-stream. Results are compared bitwise with a reference computed here in
- * double or in exact integer arithmetic (not with kernels/reduce.h); inputs
- * are chosen so that every float result is exact or a single correctly
- * rounded division. Inputs of out-of-place calls and buffers a collective
+ * not x SIMPLE / LL x 1 or 3 channels x 1..5 ranks, with 16- and 64-byte
+ * slots (4 KiB for 100003 elements; the FIFO wraps many times either way),
+ * chunk/slice shapes 4/2, 1/1, 8/8, 3/1, permuted ring orders, and
+ * connections whose step counters start mid-stream; dtype and op rotate
+ * with the case number, and allreduce also runs every (dtype, op) pair.
+ * Results are compared bitwise with a reference computed here in double or
+ * in exact integer arithmetic (not with kernels/reduce.h); inputs are chosen
+ * so that every float result is exact or a single correctly rounded
+ * division. With inexact floats, allreduce must match the reduction order
+ * ring.h documents, bitwise, on every rank. Inputs of out-of-place calls and buffers a collective
  * must not write are checked unchanged. An abort raised while ranks wait
  * must make xc_ring_run return XCOLL_ERR_ABORTED.
  *
