@@ -41,6 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "error.h"
 #include "log.h"
 
@@ -49,6 +50,15 @@
 #define STORE_HEADER_BYTES 16
 /* A reply to CANCEL may follow the late reply it cancels: allow this long. */
 #define STORE_CANCEL_GRACE_S 10.0
+/* What client and server prove the job's secret for (auth.h). */
+#define STORE_AUTH_CONTEXT "xcoll rendezvous store"
+
+/* Where a server-side connection is in the authentication exchange. */
+enum store_auth_stage {
+  AUTH_WAIT_OFFER = 0, /* reading the client's offer */
+  AUTH_WAIT_PROOF,     /* answered; reading the client's proof */
+  AUTH_DONE            /* requests may follow */
+};
 
 enum store_kind {
   STORE_SET = 1,
@@ -289,6 +299,12 @@ static void table_free(store_table *t) {
 typedef struct store_client {
   int fd;
   char peer[64]; /* "addr:port", for log lines */
+  /* authentication (auth.h) before any request is read */
+  int auth_stage; /* store_auth_stage */
+  uint8_t auth_buf[XCOLL_AUTH_OFFER_BYTES];
+  size_t auth_have;
+  uint8_t client_nonce[XCOLL_AUTH_NONCE_BYTES];
+  uint8_t server_nonce[XCOLL_AUTH_NONCE_BYTES];
   /* the message being read: header first, then key and value */
   unsigned char header_buf[STORE_HEADER_BYTES];
   size_t header_have;
@@ -560,8 +576,81 @@ static void server_handle(xcoll_store_server *s, store_client *c, uint16_t kind,
   free(payload);
 }
 
+/* A whole offer or proof is in c->auth_buf: answer or verify it. A client
+ * that fails is dropped with a WARN naming its address; the server goes on. */
+static void client_auth_step(store_client *c) {
+  char why[256];
+  if (c->auth_stage == AUTH_WAIT_OFFER) {
+    int bad = xcoll_auth_parse_offer(c->auth_buf, c->client_nonce, why,
+                                     sizeof why) != 0;
+    /* A foreign offer gets nothing; a mismatched one (secret against none)
+     * gets our offer first, so that the client can say what is wrong. */
+    if (bad && memcmp(c->auth_buf, "XCA1", 4) != 0) {
+      client_drop(c, why);
+      return;
+    }
+    unsigned char answer[XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES];
+    xcoll_auth_offer(answer, c->server_nonce);
+    xcoll_auth_prove("server", STORE_AUTH_CONTEXT, c->client_nonce,
+                     c->server_nonce, answer + XCOLL_AUTH_OFFER_BYTES);
+    /* queued raw: the reply path adds store headers, this is not a reply */
+    c->auth_stage = xcoll_auth_enabled() ? AUTH_WAIT_PROOF : AUTH_DONE;
+    c->auth_have = 0;
+    if (c->out_capacity < sizeof answer) {
+      unsigned char *out = realloc(c->out, 256);
+      if (!out) {
+        client_drop(c, "out of memory for the authentication answer");
+        return;
+      }
+      c->out = out;
+      c->out_capacity = 256;
+    }
+    memcpy(c->out, answer, sizeof answer);
+    c->out_bytes = sizeof answer;
+    c->out_sent = 0;
+    client_flush(c);
+    if (bad)
+      client_drop(c, why);
+    return;
+  }
+  if (!xcoll_auth_verify("client", STORE_AUTH_CONTEXT, c->client_nonce,
+                         c->server_nonce, c->auth_buf)) {
+    client_drop(c, "authentication failed: it does not know this job's "
+                   "secret (XCOLL_AUTH_TOKEN / XCOLL_AUTH_FILE)");
+    return;
+  }
+  c->auth_stage = AUTH_DONE;
+}
+
+/* Read the authentication exchange's bytes. 1 when requests may follow. */
+static int client_read_auth(store_client *c) {
+  while (!c->dead && c->auth_stage != AUTH_DONE) {
+    size_t need = c->auth_stage == AUTH_WAIT_OFFER ? XCOLL_AUTH_OFFER_BYTES
+                                                   : XCOLL_AUTH_PROOF_BYTES;
+    ssize_t n = recv(c->fd, c->auth_buf + c->auth_have, need - c->auth_have, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return 0;
+    if (n <= 0) {
+      /* connect+close (a port scan) is not worth a warning */
+      if (c->auth_have || c->auth_stage != AUTH_WAIT_OFFER)
+        client_drop(c, n < 0 ? strerror(errno)
+                             : "closed during authentication");
+      c->dead = 1;
+      return 0;
+    }
+    c->auth_have += (size_t)n;
+    if (c->auth_have == need)
+      client_auth_step(c);
+  }
+  return !c->dead;
+}
+
 /* Read what the socket has; handle every message completed. */
 static void client_read(xcoll_store_server *s, store_client *c) {
+  if (!client_read_auth(c))
+    return;
   for (;;) {
     if (c->dead)
       return;
@@ -742,6 +831,9 @@ xcoll_status xcoll_store_server_start(const char *addr, int port,
     return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
                        "xcoll_store_server_start: server is NULL");
   *server = NULL;
+  xcoll_status auth_status = xcoll_auth_init();
+  if (auth_status != XCOLL_SUCCESS)
+    return auth_status;
   if (port < 0 || port > 65535)
     return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
                        "rendezvous store port %d is out of range: use 0..65535 "
@@ -1161,6 +1253,9 @@ xcoll_status xcoll_store_connect(const char *host, int port, double timeout_s,
 
   char service[16];
   snprintf(service, sizeof service, "%d", port);
+  xcoll_status auth_status = xcoll_auth_init();
+  if (auth_status != XCOLL_SUCCESS)
+    return auth_status;
   double start = now_s(), deadline = start + timeout_s;
   double backoff_s = 0.01;
   int last_errno = 0, fd = -1;
@@ -1225,6 +1320,15 @@ xcoll_status xcoll_store_connect(const char *host, int port, double timeout_s,
 
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  char who[300];
+  snprintf(who, sizeof who, "the rendezvous store at %s:%d", host, port);
+  xcoll_status handshake =
+      xcoll_auth_client(fd, STORE_AUTH_CONTEXT, who, deadline);
+  if (handshake != XCOLL_SUCCESS) {
+    close(fd);
+    return handshake;
+  }
+  xcoll_auth_warn_if_exposed(host);
   xcoll_store *st = calloc(1, sizeof *st);
   if (!st) {
     close(fd);

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "error.h"
 #include "log.h"
 #include "store.h"
@@ -246,16 +247,28 @@ static int connect_until(const struct sockaddr_in *sa, double deadline) {
   }
 }
 
-static int send_hello(tcp_state *st, int fd, int to_rank, int index) {
-  uint8_t bytes[XCOLL_WIRE_HEADER_BYTES];
+/* What a connection's peers prove the job's secret for (auth.h): binds the
+ * proof to this communicator, these two ranks and this socket. */
+static void auth_context(const tcp_state *st, int connector, int acceptor,
+                         int index, char *out, size_t bytes) {
+  snprintf(out, bytes, "xcoll tcp comm=%" PRIu64 " ranks=%d>%d socket=%d",
+           st->comm_id, connector, acceptor, index);
+}
+
+/* Send a HELLO for to_rank's socket index followed by extra (an
+ * authentication offer, and for a reply the server's proof). */
+static int send_hello(tcp_state *st, int fd, int to_rank, int index,
+                      const uint8_t *extra, size_t extra_bytes) {
+  uint8_t bytes[XCOLL_WIRE_HEADER_BYTES + XCOLL_AUTH_OFFER_BYTES +
+                XCOLL_AUTH_PROOF_BYTES];
   xcoll_wire_header h =
       xcoll_wire_make(XCOLL_WIRE_HELLO, st->comm_id,
                       ((uint64_t)(uint32_t)to_rank << 32) | (uint32_t)index, 0,
                       st->rank);
   xcoll_wire_encode(&h, bytes);
-  return send(fd, bytes, sizeof bytes, MSG_NOSIGNAL) == (ssize_t)sizeof bytes
-             ? 0
-             : -1;
+  memcpy(bytes + XCOLL_WIRE_HEADER_BYTES, extra, extra_bytes);
+  size_t total = XCOLL_WIRE_HEADER_BYTES + extra_bytes;
+  return send(fd, bytes, total, MSG_NOSIGNAL) == (ssize_t)total ? 0 : -1;
 }
 
 /* Check a HELLO read from the network. Every field is compared as the
@@ -338,11 +351,27 @@ static void tune_socket(int fd) {
 
 typedef enum { LINK_CONNECTOR = 1, LINK_ACCEPTOR = 2 } link_role;
 
+/* Bytes of each step: the caller's HELLO + offer; the reply HELLO + offer +
+ * proof; the caller's proof (only with a job secret). */
+#define MESH_CALL_BYTES (XCOLL_WIRE_HEADER_BYTES + XCOLL_AUTH_OFFER_BYTES)
+#define MESH_REPLY_BYTES (MESH_CALL_BYTES + XCOLL_AUTH_PROOF_BYTES)
+
+/* What an accepted connection waits for. Its HELLO header is judged before
+ * anything else is read, so a stranger learns nothing and costs little. */
+typedef enum {
+  STAGE_HELLO = 0, /* the wire header of its HELLO */
+  STAGE_OFFER,     /* the authentication offer after it */
+  STAGE_PROOF      /* answered; its proof of the job's secret */
+} link_stage;
+
 typedef struct mesh_link {
   int fd; /* -1: slot free */
   link_role role;
   int peer, index; /* connector: whom we called; acceptor: from its HELLO */
-  uint8_t buf[XCOLL_WIRE_HEADER_BYTES];
+  int stage;      /* acceptor: link_stage */
+  uint8_t nonce_mine[XCOLL_AUTH_NONCE_BYTES];
+  uint8_t nonce_peer[XCOLL_AUTH_NONCE_BYTES];
+  uint8_t buf[MESH_REPLY_BYTES];
   size_t have, need;
   char who[TCP_ADDR_BYTES + 48];
 } mesh_link;
@@ -364,7 +393,8 @@ static mesh_link *mesh_add(mesh *m, int fd, link_role role) {
       l->fd = fd;
       l->role = role;
       l->peer = l->index = -1;
-      l->need = XCOLL_WIRE_HEADER_BYTES;
+      l->need = role == LINK_CONNECTOR ? MESH_REPLY_BYTES
+                                       : XCOLL_WIRE_HEADER_BYTES;
       return l;
     }
   return NULL;
@@ -388,8 +418,9 @@ static void link_install(mesh *m, mesh_link *l) {
   l->fd = -1; /* owned by the mesh now */
 }
 
-/* An incoming connection sent its whole HELLO. */
-static void acceptor_hello(mesh *m, mesh_link *l) {
+/* An incoming connection sent its HELLO header: judge it before reading
+ * on. */
+static void acceptor_header(mesh *m, mesh_link *l) {
   tcp_state *st = m->st;
   char why[XCOLL_WIRE_WHY_BYTES];
   int peer = -1, index = -1;
@@ -405,7 +436,29 @@ static void acceptor_hello(mesh *m, mesh_link *l) {
     link_reject(m, l, why);
     return;
   }
-  if (send_hello(st, l->fd, peer, index) != 0) {
+  l->peer = peer;
+  l->index = index;
+  l->stage = STAGE_OFFER;
+  l->need = MESH_CALL_BYTES;
+}
+
+/* An incoming connection sent its HELLO and its authentication offer. */
+static void acceptor_hello(mesh *m, mesh_link *l) {
+  tcp_state *st = m->st;
+  char why[XCOLL_WIRE_WHY_BYTES];
+  int peer = l->peer, index = l->index;
+  if (xcoll_auth_parse_offer(l->buf + XCOLL_WIRE_HEADER_BYTES, l->nonce_peer,
+                             why, sizeof why) != 0) {
+    link_reject(m, l, why);
+    return;
+  }
+  char context[XCOLL_AUTH_CONTEXT_BYTES];
+  auth_context(st, peer, st->rank, index, context, sizeof context);
+  uint8_t answer[XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES];
+  xcoll_auth_offer(answer, l->nonce_mine);
+  xcoll_auth_prove("server", context, l->nonce_peer, l->nonce_mine,
+                   answer + XCOLL_AUTH_OFFER_BYTES);
+  if (send_hello(st, l->fd, peer, index, answer, sizeof answer) != 0) {
     snprintf(why, sizeof why, "could not answer its HELLO: %s",
              strerror(errno));
     link_reject(m, l, why);
@@ -413,6 +466,35 @@ static void acceptor_hello(mesh *m, mesh_link *l) {
   }
   l->peer = peer;
   l->index = index;
+  if (!xcoll_auth_enabled()) {
+    link_install(m, l);
+    return;
+  }
+  l->stage = STAGE_PROOF;
+  l->have = 0;
+  l->need = XCOLL_AUTH_PROOF_BYTES;
+}
+
+/* An incoming connection sent its proof of the job's secret. */
+static void acceptor_proof(mesh *m, mesh_link *l) {
+  tcp_state *st = m->st;
+  char context[XCOLL_AUTH_CONTEXT_BYTES], why[XCOLL_WIRE_WHY_BYTES];
+  auth_context(st, l->peer, st->rank, l->index, context, sizeof context);
+  if (!xcoll_auth_verify("client", context, l->nonce_peer, l->nonce_mine,
+                         l->buf)) {
+    snprintf(why, sizeof why,
+             "it claims to be rank %d but failed authentication (it does not "
+             "know this job's secret)",
+             l->peer);
+    link_reject(m, l, why);
+    return;
+  }
+  if (st->peers[l->peer].socks[l->index].fd >= 0) {
+    snprintf(why, sizeof why, "a second connection for socket %d of rank %d",
+             l->index, l->peer);
+    link_reject(m, l, why);
+    return;
+  }
   link_install(m, l);
 }
 
@@ -423,10 +505,31 @@ static xcoll_status connector_reply(mesh *m, mesh_link *l) {
   char why[XCOLL_WIRE_WHY_BYTES];
   int peer = -1, index = -1;
   if (check_hello(st, l->buf, l->peer, l->index, &peer, &index, why,
-                  sizeof why) != 0)
+                  sizeof why) != 0 ||
+      xcoll_auth_parse_offer(l->buf + XCOLL_WIRE_HEADER_BYTES, l->nonce_peer,
+                             why, sizeof why) != 0)
     return xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
                        "tcp: rank %d got a bad HELLO reply from %s: %s",
                        st->rank, l->who, why);
+  char context[XCOLL_AUTH_CONTEXT_BYTES];
+  auth_context(st, st->rank, l->peer, l->index, context, sizeof context);
+  if (!xcoll_auth_verify("server", context, l->nonce_mine, l->nonce_peer,
+                         l->buf + MESH_CALL_BYTES))
+    return xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
+                       "tcp: rank %d: %s failed authentication: whoever "
+                       "listens there does not know this job's secret "
+                       "(XCOLL_AUTH_TOKEN / XCOLL_AUTH_FILE differ between "
+                       "ranks?)",
+                       st->rank, l->who);
+  if (xcoll_auth_enabled()) {
+    uint8_t proof[XCOLL_AUTH_PROOF_BYTES];
+    xcoll_auth_prove("client", context, l->nonce_mine, l->nonce_peer, proof);
+    if (send(l->fd, proof, sizeof proof, MSG_NOSIGNAL) !=
+        (ssize_t)sizeof proof)
+      return xcoll_error(st->comm, XCOLL_ERR_REMOTE,
+                         "tcp: rank %d could not send its proof to %s: %s",
+                         st->rank, l->who, strerror(errno));
+  }
   link_install(m, l);
   return XCOLL_SUCCESS;
 }
@@ -442,12 +545,13 @@ static xcoll_status link_read(mesh *m, mesh_link *l) {
     const char *why = r == 0 ? "connection closed" : strerror(errno);
     if (l->role == LINK_ACCEPTOR) {
       /* A port scan or a connect+close: nothing of ours was lost. */
-      if (l->have == 0)
+      if (l->have == 0 && l->stage == STAGE_HELLO)
         XCOLL_INFO("tcp: rank %d: %s closed before saying anything", st->rank,
                    l->who);
       else
-        XCOLL_WARN("tcp: rank %d drops %s: %s in the middle of its HELLO",
-                   st->rank, l->who, why);
+        XCOLL_WARN("tcp: rank %d drops %s: %s in the middle of its %s",
+                   st->rank, l->who, why,
+                   l->stage == STAGE_PROOF ? "authentication" : "HELLO");
       link_drop(l);
       return XCOLL_SUCCESS;
     }
@@ -459,7 +563,12 @@ static xcoll_status link_read(mesh *m, mesh_link *l) {
   l->have += (size_t)r;
   if (l->have < l->need) return XCOLL_SUCCESS;
   if (l->role == LINK_ACCEPTOR) {
-    acceptor_hello(m, l);
+    if (l->stage == STAGE_HELLO)
+      acceptor_header(m, l);
+    else if (l->stage == STAGE_OFFER)
+      acceptor_hello(m, l);
+    else
+      acceptor_proof(m, l);
     return XCOLL_SUCCESS;
   }
   return connector_reply(m, l);
@@ -525,8 +634,10 @@ static xcoll_status mesh_connect_up(mesh *m) {
                          "not IPv4 host:port",
                          p, st->peers[p].addr);
     for (int i = 0; i < st->nsocks; i++) {
+      uint8_t offer[XCOLL_AUTH_OFFER_BYTES], nonce[XCOLL_AUTH_NONCE_BYTES];
+      xcoll_auth_offer(offer, nonce);
       int fd = connect_until(&sa, m->deadline);
-      if (fd < 0 || send_hello(st, fd, p, i) != 0) {
+      if (fd < 0 || send_hello(st, fd, p, i, offer, sizeof offer) != 0) {
         int err = errno;
         if (fd >= 0) close(fd);
         return xcoll_error(st->comm,
@@ -540,6 +651,7 @@ static xcoll_status mesh_connect_up(mesh *m) {
       mesh_link *l = mesh_add(m, fd, LINK_CONNECTOR);
       l->peer = p;
       l->index = i;
+      memcpy(l->nonce_mine, nonce, sizeof nonce);
       snprintf(l->who, sizeof l->who, "rank %d (%s)", p, st->peers[p].addr);
     }
   }
@@ -617,7 +729,9 @@ static xcoll_status mesh_run(mesh *m) {
 
 xcoll_status xcoll_tcp_connect_mesh(tcp_state *st) {
   xcoll_comm *comm = st->comm;
-  xcoll_status s = start_listening(st);
+  xcoll_status s = xcoll_auth_init();
+  if (s != XCOLL_SUCCESS) return xcoll_error_adopt(comm, s);
+  s = start_listening(st);
   if (s != XCOLL_SUCCESS) return s;
   if (st->world_size == 1) return XCOLL_SUCCESS;
 

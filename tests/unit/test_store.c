@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "store.h"
 
 typedef struct fixture {
@@ -60,6 +61,10 @@ static int raw_connect(int port) {
   assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
   struct timeval tv = {10, 0}; /* bound the test if the server misbehaves */
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  /* the server reads requests only after the authentication exchange */
+  assert_int_equal(xcoll_auth_client(fd, "xcoll rendezvous store",
+                                     "the test's store", xcoll_auth_now() + 10),
+                   XCOLL_SUCCESS);
   return fd;
 }
 
