@@ -298,7 +298,8 @@ xcoll_status xcoll_comm_init(xcoll_comm_t *out, const xcoll_config *config) {
      * clashing with other single-process jobs on the default port. */
     int single = comm->world_size == 1;
     int bound_port = 0;
-    status = xcoll_store_server_start(single ? DEFAULT_MASTER_ADDR : NULL,
+    status = xcoll_store_server_start(single ? DEFAULT_MASTER_ADDR
+                                             : comm->master_addr,
                                       single ? 0 : comm->master_port,
                                       &comm->store_server, &bound_port);
     if (status != XCOLL_SUCCESS) {

@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "env.h"
 #include "error.h"
 #include "log.h"
 
@@ -52,6 +53,13 @@
 #define STORE_CANCEL_GRACE_S 10.0
 /* What client and server prove the job's secret for (auth.h). */
 #define STORE_AUTH_CONTEXT "xcoll rendezvous store"
+/* Default of XCOLL_STORE_MAX_BYTES: keys and values held plus requests being
+ * read. Bootstrap needs kilobytes per rank; this leaves room for thousands
+ * of ranks and user keys while a runaway or hostile client cannot take the
+ * host's memory. */
+#define STORE_DEFAULT_MAX_BYTES ((size_t)256 << 20)
+/* How long accept() rests after EMFILE/ENFILE before it tries again. */
+#define STORE_ACCEPT_BACKOFF_S 0.1
 
 /* Where a server-side connection is in the authentication exchange. */
 enum store_auth_stage {
@@ -187,6 +195,7 @@ typedef struct store_table {
   store_entry **buckets;
   size_t bucket_count; /* a power of two */
   size_t entry_count;
+  size_t bytes; /* keys + values held */
 } store_table;
 
 static uint64_t key_hash(const unsigned char *key, size_t bytes) {
@@ -238,6 +247,7 @@ static int table_put(store_table *t, const unsigned char *key, size_t key_bytes,
   uint64_t hash = key_hash(key, key_bytes);
   store_entry **slot = table_slot(t, key, key_bytes, hash);
   if (*slot) {
+    t->bytes = t->bytes - (*slot)->value_bytes + value_bytes;
     free((*slot)->value);
     (*slot)->value = value;
     (*slot)->value_bytes = value_bytes;
@@ -258,6 +268,7 @@ static int table_put(store_table *t, const unsigned char *key, size_t key_bytes,
   e->value_bytes = value_bytes;
   e->hash = hash;
   *slot = e;
+  t->bytes += key_bytes + value_bytes;
   if (++t->entry_count > 2 * t->bucket_count)
     table_grow(t);
   return 0;
@@ -270,6 +281,7 @@ static int table_remove(store_table *t, const unsigned char *key,
   if (!e)
     return 0;
   *slot = e->next;
+  t->bytes -= e->key_bytes + e->value_bytes;
   free(e->key);
   free(e->value);
   free(e);
@@ -312,6 +324,10 @@ typedef struct store_client {
   unsigned char *payload;
   size_t payload_bytes;
   size_t payload_have;
+  /* a request over XCOLL_STORE_MAX_BYTES: its payload is read and thrown
+   * away, then it is refused with this reason (keeps the stream in step) */
+  size_t discard_left;
+  char *discard_why;
   /* a get or wait that waits for keys; its payload is kept here */
   uint16_t parked_kind;
   unsigned char *parked_payload;
@@ -338,11 +354,17 @@ struct xcoll_store_server {
   size_t client_capacity;
   struct pollfd *pollfds;
   size_t pollfd_capacity;
+  size_t max_bytes;     /* XCOLL_STORE_MAX_BYTES */
+  size_t reading_bytes; /* payload buffers of requests being read */
+  double accept_resume; /* accept() rests until then after EMFILE */
 };
 
-static void client_free(store_client *c) {
+static void client_free(xcoll_store_server *s, store_client *c) {
   if (c->fd >= 0)
     close(c->fd);
+  if (c->payload)
+    s->reading_bytes -= c->payload_bytes;
+  free(c->discard_why);
   free(c->payload);
   free(c->parked_payload);
   free(c->out);
@@ -656,7 +678,11 @@ static void client_read(xcoll_store_server *s, store_client *c) {
       return;
     unsigned char *dst;
     size_t want;
-    if (c->header_have < STORE_HEADER_BYTES) {
+    unsigned char sink[4096];
+    if (c->discard_left) {
+      dst = sink;
+      want = c->discard_left < sizeof sink ? c->discard_left : sizeof sink;
+    } else if (c->header_have < STORE_HEADER_BYTES) {
       dst = c->header_buf + c->header_have;
       want = STORE_HEADER_BYTES - c->header_have;
     } else {
@@ -676,6 +702,16 @@ static void client_read(xcoll_store_server *s, store_client *c) {
       c->dead = 1; /* an orderly close: nothing to warn about */
       return;
     }
+    if (c->discard_left) {
+      c->discard_left -= (size_t)n;
+      if (c->discard_left == 0) {
+        c->header_have = 0;
+        client_reply_error(c, c->discard_why);
+        free(c->discard_why);
+        c->discard_why = NULL;
+      }
+      continue;
+    }
     if (c->header_have < STORE_HEADER_BYTES) {
       c->header_have += (size_t)n;
       if (c->header_have < STORE_HEADER_BYTES)
@@ -688,6 +724,30 @@ static void client_read(xcoll_store_server *s, store_client *c) {
       }
       c->payload_bytes = (size_t)c->header.key_bytes + c->header.value_bytes;
       c->payload_have = 0;
+      if (s->table.bytes + s->reading_bytes + c->payload_bytes > s->max_bytes) {
+        char reason[256];
+        snprintf(reason, sizeof reason,
+                 "the store holds %zu bytes and this request carries %zu "
+                 "more, over XCOLL_STORE_MAX_BYTES=%zu (set it higher on "
+                 "rank 0 if the job needs more)",
+                 s->table.bytes, c->payload_bytes, s->max_bytes);
+        XCOLL_WARN("rendezvous store: refusing a request from %s: %s",
+                   c->peer, reason);
+        c->discard_why = strdup(reason);
+        c->discard_left = c->payload_bytes;
+        if (!c->discard_why) {
+          client_drop(c, "out of memory");
+          return;
+        }
+        if (c->discard_left == 0) {
+          c->header_have = 0;
+          client_reply_error(c, c->discard_why);
+          free(c->discard_why);
+          c->discard_why = NULL;
+        }
+        continue;
+      }
+      s->reading_bytes += c->payload_bytes;
       /* one spare byte so that an empty payload still gets a buffer */
       c->payload = malloc(c->payload_bytes + 1);
       if (!c->payload) {
@@ -700,6 +760,7 @@ static void client_read(xcoll_store_server *s, store_client *c) {
     if (c->payload_have == c->payload_bytes) {
       unsigned char *payload = c->payload;
       c->payload = NULL;
+      s->reading_bytes -= c->payload_bytes;
       c->header_have = 0;
       server_handle(s, c, c->header.kind, payload, c->header.key_bytes,
                     c->header.value_bytes);
@@ -716,6 +777,18 @@ static void server_accept(xcoll_store_server *s) {
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED)
         continue;
+      if (errno == EMFILE || errno == ENFILE) {
+        /* Out of descriptors: the pending connection stays in the backlog
+         * and poll() would report it again at once. Rest instead of
+         * spinning; closing connections frees descriptors meanwhile. */
+        if (s->accept_resume == 0)
+          XCOLL_WARN("rendezvous store: accept on port %d: %s; pausing "
+                     "accepts for %.0f ms at a time (raise ulimit -n?)",
+                     s->port, strerror(errno), STORE_ACCEPT_BACKOFF_S * 1e3);
+        s->accept_resume = now_s() + STORE_ACCEPT_BACKOFF_S;
+        return;
+      }
+      s->accept_resume = 0;
       if (errno != EAGAIN && errno != EWOULDBLOCK)
         XCOLL_WARN("rendezvous store: accept on port %d failed: %s", s->port,
                    strerror(errno));
@@ -756,14 +829,20 @@ static void *server_main(void *arg) {
       if (!grown) {
         XCOLL_WARN("rendezvous store: out of memory; dropping a connection");
         s->clients[--s->client_count]->dead = 1;
-        client_free(s->clients[s->client_count]);
+        client_free(s, s->clients[s->client_count]);
         continue;
       }
       s->pollfds = grown;
       s->pollfd_capacity = need * 2;
     }
     s->pollfds[0] = (struct pollfd){.fd = s->wake_fd, .events = POLLIN};
-    s->pollfds[1] = (struct pollfd){.fd = s->listen_fd, .events = POLLIN};
+    int timeout_ms = -1;
+    int resting = s->accept_resume > 0 && now_s() < s->accept_resume;
+    if (resting)
+      timeout_ms = (int)((s->accept_resume - now_s()) * 1000.0) + 1;
+    /* fd -1: poll skips the listener while accept() rests */
+    s->pollfds[1] = (struct pollfd){.fd = resting ? -1 : s->listen_fd,
+                                    .events = POLLIN};
     for (size_t i = 0; i < s->client_count; i++) {
       store_client *c = s->clients[i];
       s->pollfds[i + 2] = (struct pollfd){
@@ -772,7 +851,7 @@ static void *server_main(void *arg) {
               (short)(POLLIN | (c->out_bytes > c->out_sent ? POLLOUT : 0))};
     }
     size_t polled = s->client_count;
-    int ready = poll(s->pollfds, (nfds_t)(polled + 2), -1);
+    int ready = poll(s->pollfds, (nfds_t)(polled + 2), timeout_ms);
     if (ready < 0) {
       if (errno == EINTR)
         continue;
@@ -794,10 +873,12 @@ static void *server_main(void *arg) {
     }
     if (s->pollfds[1].revents & POLLIN)
       server_accept(s);
+    else if (s->accept_resume > 0 && now_s() >= s->accept_resume)
+      server_accept(s); /* rested: try the backlog again */
     size_t kept = 0;
     for (size_t i = 0; i < s->client_count; i++) {
       if (s->clients[i]->dead)
-        client_free(s->clients[i]);
+        client_free(s, s->clients[i]);
       else
         s->clients[kept++] = s->clients[i];
     }
@@ -834,6 +915,25 @@ xcoll_status xcoll_store_server_start(const char *addr, int port,
   xcoll_status auth_status = xcoll_auth_init();
   if (auth_status != XCOLL_SUCCESS)
     return auth_status;
+  size_t max_bytes = STORE_DEFAULT_MAX_BYTES;
+  auth_status =
+      xcoll_env_size("XCOLL_STORE_MAX_BYTES", STORE_DEFAULT_MAX_BYTES, &max_bytes);
+  if (auth_status != XCOLL_SUCCESS)
+    return auth_status;
+  if (max_bytes < ((size_t)1 << 20))
+    return xcoll_error(NULL, XCOLL_ERR_ENV,
+                       "XCOLL_STORE_MAX_BYTES=%s is below 1M: the job's own "
+                       "rendezvous keys would not fit",
+                       xcoll_env_str("XCOLL_STORE_MAX_BYTES"));
+  /* XCOLL_STORE_BIND overrides where the server listens ("0.0.0.0", "::" or
+   * "*" for every interface). */
+  const char *bind_override = xcoll_env_str("XCOLL_STORE_BIND");
+  if (bind_override) {
+    int any = strcmp(bind_override, "*") == 0 ||
+              strcmp(bind_override, "0.0.0.0") == 0 ||
+              strcmp(bind_override, "::") == 0;
+    addr = any ? NULL : bind_override;
+  }
   if (port < 0 || port > 65535)
     return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
                        "rendezvous store port %d is out of range: use 0..65535 "
@@ -884,6 +984,11 @@ xcoll_status xcoll_store_server_start(const char *addr, int port,
                            ? " (another process, perhaps an earlier run, holds "
                              "this port: pick another MASTER_PORT, or 0 in "
                              "xcollrun for a free one)"
+                       : err == EADDRNOTAVAIL
+                           ? " (the store binds to the address MASTER_ADDR "
+                             "resolves to, and it is not one of this host's: "
+                             "set XCOLL_STORE_BIND to a local address, or "
+                             "0.0.0.0 for every interface)"
                            : "");
 
   struct sockaddr_storage bound;
@@ -902,6 +1007,7 @@ xcoll_status xcoll_store_server_start(const char *addr, int port,
   }
   s->listen_fd = fd;
   s->port = actual_port;
+  s->max_bytes = max_bytes;
   snprintf(s->addr, sizeof s->addr, "%s", shown);
   s->table.bucket_count = 256;
   s->table.buckets = calloc(s->table.bucket_count, sizeof *s->table.buckets);
@@ -949,7 +1055,7 @@ void xcoll_store_server_stop(xcoll_store_server *s) {
   }
   pthread_join(s->thread, NULL);
   for (size_t i = 0; i < s->client_count; i++)
-    client_free(s->clients[i]);
+    client_free(s, s->clients[i]);
   free(s->clients);
   free(s->pollfds);
   table_free(&s->table);

@@ -10,6 +10,15 @@
  * closes that connection with an error, never a crash or an allocation sized
  * by an unchecked field.
  *
+ * Caps: a key is at most XCOLL_STORE_MAX_KEY bytes and a value at most
+ * XCOLL_STORE_MAX_VALUE bytes (protocol limits); the server holds at most
+ * XCOLL_STORE_MAX_BYTES (environment, default 256 MiB) of keys, values and
+ * requests being read, and refuses a request over it with a message naming
+ * the variable. accept() rests 100 ms after EMFILE/ENFILE instead of
+ * spinning.
+ * Every connection starts with the job secret's challenge-response (auth.h);
+ * a client that fails it is dropped with a WARN naming its address.
+ *
  * Errors are recorded with xcoll_error(NULL, ...) (thread-local). One client
  * is used by one thread at a time. */
 #ifndef XCOLL_CORE_STORE_H
@@ -26,10 +35,12 @@
 typedef struct xcoll_store_server xcoll_store_server;
 typedef struct xcoll_store xcoll_store;
 
-/* Listen on addr:port (addr NULL or "" = all interfaces) and serve requests
- * from a background thread until stopped. port 0 picks a free port; the chosen
- * one is in *bound_port (may be NULL). Errors: XCOLL_ERR_SYSTEM naming
- * address and port (e.g. port already in use). */
+/* Listen on addr:port (addr NULL or "" = all interfaces; XCOLL_STORE_BIND,
+ * when set, replaces addr) and serve requests from a background thread until
+ * stopped. port 0 picks a free port; the chosen one is in *bound_port (may be
+ * NULL). Errors: XCOLL_ERR_SYSTEM naming address and port (port already in
+ * use, address not of this host); XCOLL_ERR_ENV (XCOLL_STORE_MAX_BYTES or the
+ * secret's variables malformed). */
 xcoll_status xcoll_store_server_start(const char *addr, int port,
                                       xcoll_store_server **server,
                                       int *bound_port);
