@@ -189,6 +189,11 @@ static xcoll_status comm_connect(xcoll_comm *comm, int *held) {
                        "(MASTER_ADDR:MASTER_PORT; is rank 0 running?): %s",
                        comm->rank, comm->master_addr, comm->master_port,
                        xcoll_last_error());
+  if (comm->comm_id == 0) {
+    status = xcoll_store_join(comm->store, comm->world_size, comm->rank);
+    if (status != XCOLL_SUCCESS)
+      return xcoll_error_adopt(comm, status);
+  }
   status = comm->backend->comm_init(comm, &comm->backend_state);
   if (status != XCOLL_SUCCESS)
     return xcoll_error_adopt(comm, status);

@@ -76,9 +76,13 @@ enum store_kind {
   STORE_CHECK = 5,
   STORE_DELETE = 6,
   STORE_CANCEL = 7,
+  STORE_JOIN = 8,   /* key: job id; value: u32 world_size, u32 rank */
+  STORE_LEAVE = 9,  /* this rank closes normally; no reply */
+  STORE_HEALTH = 10, /* has a rank of the job failed? */
   STORE_REPLY_OK = 64,
   STORE_REPLY_CANCELLED = 65,
-  STORE_REPLY_ERROR = 66
+  STORE_REPLY_ERROR = 66,
+  STORE_REPLY_FAILED = 67 /* the job lost a rank: value is why */
 };
 
 typedef struct store_header {
@@ -165,8 +169,16 @@ static const char *request_check(const store_header *h) {
     return (h->key_bytes != 0 || h->value_bytes < 4) ? "malformed key list"
                                                      : NULL;
   case STORE_CANCEL:
-    return (h->key_bytes != 0 || h->value_bytes != 0) ? "malformed cancel"
+  case STORE_LEAVE:
+  case STORE_HEALTH:
+    return (h->key_bytes != 0 || h->value_bytes != 0) ? "malformed cancel, "
+                                                        "leave or health"
                                                       : NULL;
+  case STORE_JOIN:
+    return (h->key_bytes == 0 || h->key_bytes > XCOLL_STORE_MAX_JOB_ID ||
+            h->value_bytes != 8)
+               ? "malformed join"
+               : NULL;
   default:
     return "unknown request kind";
   }
@@ -339,6 +351,8 @@ typedef struct store_client {
   size_t out_sent;
   size_t out_capacity;
   int dead; /* close at the end of this poll round */
+  int joined_rank; /* rank of the world it joined as, or -1 */
+  int left;        /* it said LEAVE: its close is normal */
 } store_client;
 
 struct xcoll_store_server {
@@ -357,6 +371,11 @@ struct xcoll_store_server {
   size_t max_bytes;     /* XCOLL_STORE_MAX_BYTES */
   size_t reading_bytes; /* payload buffers of requests being read */
   double accept_resume; /* accept() rests until then after EMFILE */
+  /* the job, fixed by the first JOIN */
+  char job_id[XCOLL_STORE_MAX_JOB_ID + 1];
+  uint32_t world_size;   /* 0 until the first JOIN */
+  uint32_t world_set_by; /* the rank whose JOIN fixed it */
+  char failure[512];     /* why the job failed (a rank vanished), or "" */
 };
 
 static void client_free(xcoll_store_server *s, store_client *c) {
@@ -497,6 +516,88 @@ static int parse_counter(const unsigned char *text, size_t bytes,
   return 0;
 }
 
+/* Answer every parked get and wait with the job's failure. */
+static void server_fail_parked(xcoll_store_server *s) {
+  for (size_t i = 0; i < s->client_count; i++) {
+    store_client *c = s->clients[i];
+    if (!c->parked_kind || c->dead)
+      continue;
+    client_reply(c, STORE_REPLY_FAILED, s->failure, strlen(s->failure));
+    free(c->parked_payload);
+    c->parked_payload = NULL;
+    c->parked_kind = 0;
+  }
+}
+
+/* A connection is about to be closed. A rank that joined and goes without
+ * LEAVE died (or was killed): everyone waiting in the store hears it now
+ * instead of at their timeout. */
+static void server_note_departure(xcoll_store_server *s, store_client *c) {
+  if (c->joined_rank < 0 || c->left || s->failure[0])
+    return;
+  snprintf(s->failure, sizeof s->failure,
+           "rank %d (%s) lost its connection to the rendezvous store without "
+           "closing its communicator: it died or was killed; see its log",
+           c->joined_rank, c->peer);
+  XCOLL_WARN("rendezvous store: %s", s->failure);
+  server_fail_parked(s);
+}
+
+/* JOIN: check the caller's job id, world size and rank against the job's. */
+static void server_join(xcoll_store_server *s, store_client *c,
+                        const unsigned char *job, size_t job_bytes,
+                        const unsigned char *value) {
+  uint32_t world_size = get_u32(value), rank = get_u32(value + 4);
+  char job_id[XCOLL_STORE_MAX_JOB_ID + 1], why[768];
+  memcpy(job_id, job, job_bytes);
+  job_id[job_bytes] = '\0';
+  for (size_t i = 0; i < job_bytes; i++)
+    if (job_id[i] < 0x20 || job_id[i] > 0x7e)
+      job_id[i] = '?'; /* it goes into messages */
+  if (world_size == 0 || world_size > INT32_MAX || rank >= world_size) {
+    snprintf(why, sizeof why, "rank %u of WORLD_SIZE=%u is not a valid rank",
+             rank, world_size);
+    client_reply_error(c, why);
+    return;
+  }
+  if (s->world_size == 0) {
+    snprintf(s->job_id, sizeof s->job_id, "%s", job_id);
+    s->world_size = world_size;
+    s->world_set_by = rank;
+  } else if (strcmp(job_id, s->job_id) != 0) {
+    snprintf(why, sizeof why,
+             "a second job on this port: this store on port %d serves job "
+             "'%s', but rank %u (%s) says job '%s'; give each job its own "
+             "MASTER_PORT",
+             s->port, s->job_id, rank, c->peer, job_id);
+    XCOLL_WARN("rendezvous store: %s", why);
+    client_reply_error(c, why);
+    return;
+  } else if (world_size != s->world_size) {
+    snprintf(why, sizeof why,
+             "rank %u says WORLD_SIZE=%u but rank %u says %u: every rank must "
+             "be started with the same WORLD_SIZE",
+             rank, world_size, s->world_set_by, s->world_size);
+    XCOLL_WARN("rendezvous store: %s", why);
+    client_reply_error(c, why);
+    return;
+  }
+  for (size_t i = 0; i < s->client_count; i++) {
+    store_client *o = s->clients[i];
+    if (o != c && !o->dead && !o->left && o->joined_rank == (int)rank) {
+      snprintf(why, sizeof why,
+               "rank %u is already registered from %s; this process (%s) "
+               "says RANK=%u too: every rank needs its own RANK",
+               rank, o->peer, c->peer, rank);
+      XCOLL_WARN("rendezvous store: %s", why);
+      client_reply_error(c, why);
+      return;
+    }
+  }
+  c->joined_rank = (int)rank;
+  client_reply(c, STORE_REPLY_OK, NULL, 0);
+}
+
 /* Handles one complete request; payload is handed over (the function frees
  * or keeps it). */
 static void server_handle(xcoll_store_server *s, store_client *c, uint16_t kind,
@@ -541,6 +642,8 @@ static void server_handle(xcoll_store_server *s, store_client *c, uint16_t kind,
     c->parked_value_bytes = value_bytes;
     payload = NULL;
     client_try_unpark(s, c);
+    if (c->parked_kind && s->failure[0]) /* it would wait for the dead */
+      server_fail_parked(s);
     break;
   case STORE_ADD: {
     int64_t delta = get_i64(value), current = 0, result;
@@ -585,6 +688,18 @@ static void server_handle(xcoll_store_server *s, store_client *c, uint16_t kind,
     client_reply(c, STORE_REPLY_OK, &deleted, 1);
     break;
   }
+  case STORE_JOIN:
+    server_join(s, c, key, key_bytes, value);
+    break;
+  case STORE_LEAVE:
+    c->left = 1;
+    break;
+  case STORE_HEALTH:
+    if (s->failure[0])
+      client_reply(c, STORE_REPLY_FAILED, s->failure, strlen(s->failure));
+    else
+      client_reply(c, STORE_REPLY_OK, NULL, 0);
+    break;
   case STORE_CANCEL:
     free(c->parked_payload);
     c->parked_payload = NULL;
@@ -812,6 +927,7 @@ static void server_accept(xcoll_store_server *s) {
       continue;
     }
     c->fd = fd;
+    c->joined_rank = -1;
     char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?";
     getnameinfo((struct sockaddr *)&sa, len, host, sizeof host, serv,
                 sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV);
@@ -876,6 +992,9 @@ static void *server_main(void *arg) {
     else if (s->accept_resume > 0 && now_s() >= s->accept_resume)
       server_accept(s); /* rested: try the backlog again */
     size_t kept = 0;
+    for (size_t i = 0; i < s->client_count; i++)
+      if (s->clients[i]->dead)
+        server_note_departure(s, s->clients[i]);
     for (size_t i = 0; i < s->client_count; i++) {
       if (s->clients[i]->dead)
         client_free(s, s->clients[i]);
@@ -1173,7 +1292,7 @@ static enum io_result read_reply(xcoll_store *st, double deadline,
   if (!*bad && h->key_bytes != 0)
     *bad = "reply with a key";
   if (!*bad && h->kind != STORE_REPLY_OK && h->kind != STORE_REPLY_CANCELLED &&
-      h->kind != STORE_REPLY_ERROR)
+      h->kind != STORE_REPLY_ERROR && h->kind != STORE_REPLY_FAILED)
     *bad = "unknown reply kind";
   if (*bad)
     return IO_ERROR;
@@ -1262,6 +1381,14 @@ static xcoll_status store_request(xcoll_store *st, uint16_t kind,
   if (cancelled) {
     free(body);
     return XCOLL_ERR_TIMEOUT;
+  }
+  if (h.kind == STORE_REPLY_FAILED) {
+    xcoll_status status =
+        xcoll_error(NULL, XCOLL_ERR_REMOTE, "%s (reported by the rendezvous "
+                    "store at %s:%d during %s)",
+                    (const char *)body, st->host, st->port, what);
+    free(body);
+    return status;
   }
   if (h.kind == STORE_REPLY_ERROR) {
     xcoll_status status =
@@ -1452,6 +1579,14 @@ xcoll_status xcoll_store_connect(const char *host, int port, double timeout_s,
 void xcoll_store_close(xcoll_store *store) {
   if (!store)
     return;
+  /* A normal close: the server must not report this rank as dead. Best
+   * effort and without a reply; a broken stream cannot carry it. */
+  if (!store->broken) {
+    unsigned char leave[STORE_HEADER_BYTES];
+    store_header h = {STORE_MAGIC, STORE_VERSION, STORE_LEAVE, 0, 0};
+    header_encode(&h, leave);
+    (void)send(store->fd, leave, sizeof leave, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
   close(store->fd);
   free(store);
 }
@@ -1636,5 +1771,47 @@ xcoll_status xcoll_store_delete(xcoll_store *store, const char *key,
   if (status == XCOLL_SUCCESS && deleted)
     *deleted = reply[0] != 0;
   free(reply);
+  return status;
+}
+
+xcoll_status xcoll_store_join(xcoll_store *store, int world_size, int rank) {
+  if (!store || world_size < 1 || rank < 0 || rank >= world_size)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_store_join: store is NULL or rank %d is not in "
+                       "[0, world_size=%d)",
+                       rank, world_size);
+  char job_id[XCOLL_STORE_MAX_JOB_ID + 1];
+  const char *named = xcoll_env_str("XCOLL_JOB_ID");
+  if (!named)
+    named = xcoll_env_str("TORCHELASTIC_RUN_ID");
+  if (named)
+    snprintf(job_id, sizeof job_id, "%s", named);
+  else
+    snprintf(job_id, sizeof job_id, "%.240s:%d", store->host, store->port);
+  unsigned char value[8];
+  put_u32(value, (uint32_t)world_size);
+  put_u32(value + 4, (uint32_t)rank);
+  unsigned char *reply = NULL;
+  xcoll_status status = store_request(store, STORE_JOIN, job_id, value,
+                                      sizeof value, &reply, NULL, "join");
+  free(reply);
+  if (status == XCOLL_ERR_TIMEOUT)
+    return io_failure(store, IO_TIMEOUT, "join");
+  if (status == XCOLL_ERR_INVALID_USAGE) /* refused: the launch is wrong */
+    return xcoll_error(NULL, XCOLL_ERR_ENV, "rank %d: %s", rank,
+                       xcoll_last_error());
+  return status;
+}
+
+xcoll_status xcoll_store_health(xcoll_store *store) {
+  if (!store)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_store_health: store is NULL");
+  unsigned char *reply = NULL;
+  xcoll_status status = store_request(store, STORE_HEALTH, NULL, NULL, 0,
+                                      &reply, NULL, "health check");
+  free(reply);
+  if (status == XCOLL_ERR_TIMEOUT)
+    return io_failure(store, IO_TIMEOUT, "health check");
   return status;
 }

@@ -31,6 +31,8 @@
 
 #define XCOLL_STORE_MAX_KEY 1024
 #define XCOLL_STORE_MAX_VALUE (64u << 20)
+/* Longest job id (XCOLL_JOB_ID) in bytes. */
+#define XCOLL_STORE_MAX_JOB_ID 256
 
 typedef struct xcoll_store_server xcoll_store_server;
 typedef struct xcoll_store xcoll_store;
@@ -70,6 +72,19 @@ xcoll_status xcoll_store_check(xcoll_store *store, const char *const *keys,
 /* *deleted = 1 if the key existed. deleted may be NULL. */
 xcoll_status xcoll_store_delete(xcoll_store *store, const char *key,
                                 int *deleted);
+/* Register this connection as rank of a world of world_size ranks, of the
+ * job named by XCOLL_JOB_ID, else TORCHELASTIC_RUN_ID, else "host:port" of
+ * the store. The server checks them against the ranks already registered.
+ * Errors: XCOLL_ERR_ENV naming what disagrees ("rank 3 says WORLD_SIZE=5 but
+ * rank 0 says 4"; a rank already registered from another address; a second
+ * job on the port); the ranks already registered are not affected.
+ * Once joined, a connection that drops without xcoll_store_close (the
+ * process died) fails every pending and later get and wait of the job with
+ * XCOLL_ERR_REMOTE naming that rank. */
+xcoll_status xcoll_store_join(xcoll_store *store, int world_size, int rank);
+/* XCOLL_SUCCESS while no joined rank has died; else XCOLL_ERR_REMOTE naming
+ * it (for loops that wait on something other than the store). */
+xcoll_status xcoll_store_health(xcoll_store *store);
 /* Change the timeout (seconds) used by get, wait and replies. */
 void xcoll_store_set_timeout(xcoll_store *store, double timeout_s);
 

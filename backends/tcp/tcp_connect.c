@@ -214,9 +214,29 @@ static int parse_addr(const char *text, struct sockaddr_in *sa) {
   return inet_pton(AF_INET, host, &sa->sin_addr) == 1 ? 0 : -1;
 }
 
+/* Seconds between asks to the store whether a rank died, while startup
+ * waits on sockets (a dead rank is reported within about this long). */
+#define TCP_HEALTH_PERIOD_S 0.5
+
+/* Ask the store (at most every TCP_HEALTH_PERIOD_S) whether a rank of the
+ * job died; *last holds the time of the last ask. */
+static xcoll_status check_job_health(tcp_state *st, double *last) {
+  double now = xcoll_tcp_now();
+  if (now - *last < TCP_HEALTH_PERIOD_S || !st->comm->store)
+    return XCOLL_SUCCESS;
+  *last = now;
+  xcoll_status s = xcoll_store_health(st->comm->store);
+  if (s == XCOLL_SUCCESS) return s;
+  return xcoll_error(st->comm, s, "tcp: rank %d stops connecting: %s",
+                     st->rank, xcoll_last_error());
+}
+
 /* Connect to addr, retrying refused connections until deadline. Returns the
- * fd (blocking, CLOEXEC) or -1 with errno set (ETIMEDOUT at the deadline). */
-static int connect_until(const struct sockaddr_in *sa, double deadline) {
+ * fd (blocking, CLOEXEC) or -1 with errno set (ETIMEDOUT at the deadline;
+ * ECANCELED when the store reports a dead rank, message already set). */
+static int connect_until(tcp_state *st, const struct sockaddr_in *sa,
+                         double deadline) {
+  double last_health = xcoll_tcp_now();
   for (;;) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return -1;
@@ -239,6 +259,11 @@ static int connect_until(const struct sockaddr_in *sa, double deadline) {
          err != ECONNRESET) ||
         xcoll_tcp_now() >= deadline) {
       errno = xcoll_tcp_now() >= deadline ? ETIMEDOUT : err;
+      return -1;
+    }
+    /* A refused connect to a published address may mean the rank died. */
+    if (check_job_health(st, &last_health) != XCOLL_SUCCESS) {
+      errno = ECANCELED;
       return -1;
     }
     /* Back off before retrying: the peer's listener may not exist yet. */
@@ -636,7 +661,8 @@ static xcoll_status mesh_connect_up(mesh *m) {
     for (int i = 0; i < st->nsocks; i++) {
       uint8_t offer[XCOLL_AUTH_OFFER_BYTES], nonce[XCOLL_AUTH_NONCE_BYTES];
       xcoll_auth_offer(offer, nonce);
-      int fd = connect_until(&sa, m->deadline);
+      int fd = connect_until(st, &sa, m->deadline);
+      if (fd < 0 && errno == ECANCELED) return XCOLL_ERR_REMOTE;
       if (fd < 0 || send_hello(st, fd, p, i, offer, sizeof offer) != 0) {
         int err = errno;
         if (fd >= 0) close(fd);
@@ -690,6 +716,7 @@ static xcoll_status mesh_run(mesh *m) {
     s = xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
                     "tcp: out of memory for %d startup connections",
                     m->capacity);
+  double last_health = xcoll_tcp_now();
   while (s == XCOLL_SUCCESS && m->installed < m->expected) {
     int n = 0;
     if (accepting) {
@@ -706,6 +733,9 @@ static xcoll_status mesh_run(mesh *m) {
       s = mesh_timeout(m);
       break;
     }
+    s = check_job_health(st, &last_health);
+    if (s != XCOLL_SUCCESS) break;
+    if (ms > (int)(TCP_HEALTH_PERIOD_S * 1000)) ms = (int)(TCP_HEALTH_PERIOD_S * 1000);
     int ready = poll(pfds, (nfds_t)n, ms);
     if (ready < 0 && errno == EINTR) continue;
     if (ready < 0) {
