@@ -45,10 +45,8 @@
 #include "env.h"
 #include "error.h"
 #include "log.h"
+#include "store_codec.h"
 
-#define STORE_MAGIC 0x58435354u /* "XCST" */
-#define STORE_VERSION 1
-#define STORE_HEADER_BYTES 16
 /* A reply to CANCEL may follow the late reply it cancels: allow this long. */
 #define STORE_CANCEL_GRACE_S 10.0
 /* What client and server prove the job's secret for (auth.h). */
@@ -67,122 +65,6 @@ enum store_auth_stage {
   AUTH_WAIT_PROOF,     /* answered; reading the client's proof */
   AUTH_DONE            /* requests may follow */
 };
-
-enum store_kind {
-  STORE_SET = 1,
-  STORE_GET = 2,
-  STORE_WAIT = 3,
-  STORE_ADD = 4,
-  STORE_CHECK = 5,
-  STORE_DELETE = 6,
-  STORE_CANCEL = 7,
-  STORE_JOIN = 8,   /* key: job id; value: u32 world_size, u32 rank */
-  STORE_LEAVE = 9,  /* this rank closes normally; no reply */
-  STORE_HEALTH = 10, /* has a rank of the job failed? */
-  STORE_REPLY_OK = 64,
-  STORE_REPLY_CANCELLED = 65,
-  STORE_REPLY_ERROR = 66,
-  STORE_REPLY_FAILED = 67 /* the job lost a rank: value is why */
-};
-
-typedef struct store_header {
-  uint32_t magic;
-  uint16_t version;
-  uint16_t kind;
-  uint32_t key_bytes;
-  uint32_t value_bytes;
-} store_header;
-
-static void put_u32(unsigned char *p, uint32_t v) {
-  p[0] = (unsigned char)(v >> 24);
-  p[1] = (unsigned char)(v >> 16);
-  p[2] = (unsigned char)(v >> 8);
-  p[3] = (unsigned char)v;
-}
-
-static uint32_t get_u32(const unsigned char *p) {
-  return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |
-         ((uint32_t)p[2] << 8) | (uint32_t)p[3];
-}
-
-static void put_i64(unsigned char *p, int64_t v) {
-  uint64_t u = (uint64_t)v;
-  put_u32(p, (uint32_t)(u >> 32));
-  put_u32(p + 4, (uint32_t)u);
-}
-
-static int64_t get_i64(const unsigned char *p) {
-  uint64_t u = ((uint64_t)get_u32(p) << 32) | get_u32(p + 4);
-  return (int64_t)u;
-}
-
-static void header_encode(const store_header *h,
-                          unsigned char out[STORE_HEADER_BYTES]) {
-  put_u32(out, h->magic);
-  out[4] = (unsigned char)(h->version >> 8);
-  out[5] = (unsigned char)h->version;
-  out[6] = (unsigned char)(h->kind >> 8);
-  out[7] = (unsigned char)h->kind;
-  put_u32(out + 8, h->key_bytes);
-  put_u32(out + 12, h->value_bytes);
-}
-
-static void header_decode(const unsigned char in[STORE_HEADER_BYTES],
-                          store_header *h) {
-  h->magic = get_u32(in);
-  h->version = (uint16_t)((in[4] << 8) | in[5]);
-  h->kind = (uint16_t)((in[6] << 8) | in[7]);
-  h->key_bytes = get_u32(in + 8);
-  h->value_bytes = get_u32(in + 12);
-}
-
-/* The checks shared by both directions, done before anything is allocated.
- * Returns NULL when the header is acceptable, else why it is not. */
-static const char *header_check(const store_header *h) {
-  if (h->magic != STORE_MAGIC)
-    return "bad magic (not an xcoll store peer?)";
-  if (h->version != STORE_VERSION)
-    return "unsupported protocol version";
-  if (h->key_bytes > XCOLL_STORE_MAX_KEY)
-    return "key longer than XCOLL_STORE_MAX_KEY";
-  if (h->value_bytes > XCOLL_STORE_MAX_VALUE)
-    return "value longer than XCOLL_STORE_MAX_VALUE";
-  return NULL;
-}
-
-/* Request-specific shape: which parts must be present and how long. */
-static const char *request_check(const store_header *h) {
-  const char *why = header_check(h);
-  if (why)
-    return why;
-  switch (h->kind) {
-  case STORE_SET:
-    return h->key_bytes == 0 ? "set without a key" : NULL;
-  case STORE_GET:
-  case STORE_DELETE:
-    return (h->key_bytes == 0 || h->value_bytes != 0) ? "malformed get/delete"
-                                                      : NULL;
-  case STORE_ADD:
-    return (h->key_bytes == 0 || h->value_bytes != 8) ? "malformed add" : NULL;
-  case STORE_WAIT:
-  case STORE_CHECK:
-    return (h->key_bytes != 0 || h->value_bytes < 4) ? "malformed key list"
-                                                     : NULL;
-  case STORE_CANCEL:
-  case STORE_LEAVE:
-  case STORE_HEALTH:
-    return (h->key_bytes != 0 || h->value_bytes != 0) ? "malformed cancel, "
-                                                        "leave or health"
-                                                      : NULL;
-  case STORE_JOIN:
-    return (h->key_bytes == 0 || h->key_bytes > XCOLL_STORE_MAX_JOB_ID ||
-            h->value_bytes != 8)
-               ? "malformed join"
-               : NULL;
-  default:
-    return "unknown request kind";
-  }
-}
 
 static double now_s(void) {
   struct timespec ts;
@@ -438,7 +320,7 @@ static void client_reply(store_client *c, uint16_t kind, const void *value,
     c->out_capacity = capacity;
   }
   store_header h = {STORE_MAGIC, STORE_VERSION, kind, 0, (uint32_t)value_bytes};
-  header_encode(&h, c->out + c->out_bytes);
+  store_header_encode(&h, c->out + c->out_bytes);
   if (value_bytes)
     memcpy(c->out + c->out_bytes + STORE_HEADER_BYTES, value, value_bytes);
   c->out_bytes = need;
@@ -831,8 +713,8 @@ static void client_read(xcoll_store_server *s, store_client *c) {
       c->header_have += (size_t)n;
       if (c->header_have < STORE_HEADER_BYTES)
         continue;
-      header_decode(c->header_buf, &c->header);
-      const char *why = request_check(&c->header);
+      store_header_decode(c->header_buf, &c->header);
+      const char *why = store_request_check(&c->header);
       if (why) {
         client_drop(c, why);
         return;
@@ -1287,8 +1169,8 @@ static enum io_result read_reply(xcoll_store *st, double deadline,
   enum io_result r = recv_all(st->fd, raw, sizeof raw, deadline);
   if (r != IO_OK)
     return r;
-  header_decode(raw, h);
-  *bad = header_check(h);
+  store_header_decode(raw, h);
+  *bad = store_header_check(h);
   if (!*bad && h->key_bytes != 0)
     *bad = "reply with a key";
   if (!*bad && h->kind != STORE_REPLY_OK && h->kind != STORE_REPLY_CANCELLED &&
@@ -1331,7 +1213,7 @@ static xcoll_status store_request(xcoll_store *st, uint16_t kind,
   unsigned char raw[STORE_HEADER_BYTES];
   store_header h = {STORE_MAGIC, STORE_VERSION, kind, (uint32_t)key_bytes,
                     (uint32_t)value_bytes};
-  header_encode(&h, raw);
+  store_header_encode(&h, raw);
   enum io_result r = send_all(st->fd, raw, sizeof raw, deadline);
   if (r == IO_OK && key_bytes)
     r = send_all(st->fd, key, key_bytes, deadline);
@@ -1349,7 +1231,7 @@ static xcoll_status store_request(xcoll_store *st, uint16_t kind,
      * reply may already be on its way: then it comes first and wins. */
     unsigned char cancel[STORE_HEADER_BYTES];
     store_header ch = {STORE_MAGIC, STORE_VERSION, STORE_CANCEL, 0, 0};
-    header_encode(&ch, cancel);
+    store_header_encode(&ch, cancel);
     double grace = now_s() + STORE_CANCEL_GRACE_S;
     r = send_all(st->fd, cancel, sizeof cancel, grace);
     if (r == IO_OK)
@@ -1584,7 +1466,7 @@ void xcoll_store_close(xcoll_store *store) {
   if (!store->broken) {
     unsigned char leave[STORE_HEADER_BYTES];
     store_header h = {STORE_MAGIC, STORE_VERSION, STORE_LEAVE, 0, 0};
-    header_encode(&h, leave);
+    store_header_encode(&h, leave);
     (void)send(store->fd, leave, sizeof leave, MSG_NOSIGNAL | MSG_DONTWAIT);
   }
   close(store->fd);
