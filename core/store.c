@@ -45,6 +45,7 @@
 #include "env.h"
 #include "error.h"
 #include "log.h"
+#include "socket.h"
 #include "store_codec.h"
 
 /* A reply to CANCEL may follow the late reply it cancels: allow this long. */
@@ -888,23 +889,6 @@ static void *server_main(void *arg) {
   return NULL;
 }
 
-/* Bind and listen on one address; returns the fd or -1 with errno set. */
-static int listen_on(int family, const struct sockaddr *sa, socklen_t len) {
-  int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return -1;
-  int one = 1, zero = 0;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (family == AF_INET6) /* "::" also takes IPv4 clients */
-    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-  if (bind(fd, sa, len) != 0 || listen(fd, 1024) != 0) {
-    int saved = errno;
-    close(fd);
-    errno = saved;
-    return -1;
-  }
-  return fd;
-}
 
 xcoll_status xcoll_store_server_start(const char *addr, int port,
                                       xcoll_store_server **server,
@@ -947,12 +931,12 @@ xcoll_status xcoll_store_server_start(const char *addr, int port,
     struct sockaddr_in6 sa6 = {.sin6_family = AF_INET6,
                                .sin6_port = htons((uint16_t)port),
                                .sin6_addr = IN6ADDR_ANY_INIT};
-    fd = listen_on(AF_INET6, (struct sockaddr *)&sa6, sizeof sa6);
+    fd = xcoll_socket_listen((struct sockaddr *)&sa6, sizeof sa6, 1024);
     if (fd < 0 && (errno == EAFNOSUPPORT || errno == EADDRNOTAVAIL)) {
       struct sockaddr_in sa4 = {.sin_family = AF_INET,
                                 .sin_port = htons((uint16_t)port),
                                 .sin_addr.s_addr = htonl(INADDR_ANY)};
-      fd = listen_on(AF_INET, (struct sockaddr *)&sa4, sizeof sa4);
+      fd = xcoll_socket_listen((struct sockaddr *)&sa4, sizeof sa4, 1024);
     }
     err = errno;
   } else {
@@ -970,7 +954,7 @@ xcoll_status xcoll_store_server_start(const char *addr, int port,
                          addr, port, gai_strerror(rc));
     err = EADDRNOTAVAIL;
     for (struct addrinfo *ai = list; ai && fd < 0; ai = ai->ai_next) {
-      fd = listen_on(ai->ai_family, ai->ai_addr, ai->ai_addrlen);
+      fd = xcoll_socket_listen(ai->ai_addr, ai->ai_addrlen, 1024);
       if (fd < 0)
         err = errno;
     }
@@ -1387,30 +1371,10 @@ xcoll_status xcoll_store_connect(const char *host, int port, double timeout_s,
                          host, gai_strerror(rc));
     for (struct addrinfo *ai = rc == 0 ? list : NULL; ai && fd < 0;
          ai = ai->ai_next) {
-      int s =
-          socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-      if (s < 0) {
+      fd = xcoll_socket_connect_once(ai->ai_addr, ai->ai_addrlen, deadline);
+      /* out of time: the earlier attempt's reason says more */
+      if (fd < 0 && !(errno == ETIMEDOUT && last_errno))
         last_errno = errno;
-        continue;
-      }
-      int ok = connect(s, ai->ai_addr, ai->ai_addrlen) == 0;
-      if (!ok && errno == EINPROGRESS &&
-          io_wait(s, POLLOUT, deadline) == IO_OK) {
-        int err = 0;
-        socklen_t len = sizeof err;
-        getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len);
-        ok = err == 0;
-        errno = err ? err : ETIMEDOUT;
-      } else if (!ok && errno == EINPROGRESS) {
-        /* out of time: the earlier attempt's reason says more */
-        errno = last_errno ? last_errno : ETIMEDOUT;
-      }
-      if (ok) {
-        fd = s;
-      } else {
-        last_errno = errno;
-        close(s);
-      }
     }
     if (list)
       freeaddrinfo(list);
@@ -1425,12 +1389,7 @@ xcoll_status xcoll_store_connect(const char *host, int port, double timeout_s,
                          host, port, now_s() - start,
                          strerror(last_errno ? last_errno : ETIMEDOUT));
     /* Retry backoff while rank 0 starts its server; not synchronisation. */
-    double pause = backoff_s < left ? backoff_s : left;
-    struct timespec ts = {(time_t)pause,
-                          (long)((pause - (double)(time_t)pause) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-    backoff_s = backoff_s * 2 > 1.0 ? 1.0 : backoff_s * 2;
+    (void)xcoll_socket_backoff(&backoff_s, deadline);
   }
 
   int one = 1;

@@ -24,6 +24,7 @@
 #include "auth.h"
 #include "error.h"
 #include "log.h"
+#include "socket.h"
 #include "store.h"
 #include "tcp.h"
 
@@ -168,11 +169,6 @@ static xcoll_status start_listening(tcp_state *st) {
   char ip[INET_ADDRSTRLEN];
   inet_ntop(AF_INET, &bind_addr, ip, sizeof ip);
 
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return xcoll_error(st->comm, XCOLL_ERR_SYSTEM,
-                       "tcp: socket() for the listener failed: %s",
-                       strerror(errno));
   struct sockaddr_in sa;
   memset(&sa, 0, sizeof sa);
   sa.sin_family = AF_INET;
@@ -180,10 +176,10 @@ static xcoll_status start_listening(tcp_state *st) {
   sa.sin_port = 0;
   socklen_t len = sizeof sa;
   /* The backlog holds every lower rank's connections until we accept. */
-  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-      listen(fd, 4096) != 0 || getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+  int fd = xcoll_socket_listen((struct sockaddr *)&sa, sizeof sa, 4096);
+  if (fd < 0 || getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
     int err = errno;
-    close(fd);
+    if (fd >= 0) close(fd);
     return xcoll_error(st->comm, XCOLL_ERR_SYSTEM,
                        "tcp: cannot listen on %s (an ephemeral port): %s; set "
                        "XCOLL_SOCKET_IFNAME to another interface",
@@ -237,27 +233,16 @@ static xcoll_status check_job_health(tcp_state *st, double *last) {
 static int connect_until(tcp_state *st, const struct sockaddr_in *sa,
                          double deadline) {
   double last_health = xcoll_tcp_now();
+  double backoff_s = 0.01;
   for (;;) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) return -1;
-    int rc = connect(fd, (const struct sockaddr *)sa, sizeof *sa);
-    int err = rc == 0 ? 0 : errno;
-    if (err == EINPROGRESS) {
-      struct pollfd p = {.fd = fd, .events = POLLOUT};
-      int n = poll(&p, 1, ms_left(deadline));
-      socklen_t len = sizeof err;
-      if (n <= 0) err = n == 0 ? ETIMEDOUT : errno;
-      else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
-        err = errno;
-    }
-    if (err == 0) {
+    int fd = xcoll_socket_connect_once((const struct sockaddr *)sa, sizeof *sa,
+                                       deadline);
+    if (fd >= 0) {
       fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
       return fd;
     }
-    close(fd);
-    if ((err != ECONNREFUSED && err != EAGAIN && err != ETIMEDOUT &&
-         err != ECONNRESET) ||
-        xcoll_tcp_now() >= deadline) {
+    int err = errno;
+    if (!xcoll_socket_retryable(err) || xcoll_tcp_now() >= deadline) {
       errno = xcoll_tcp_now() >= deadline ? ETIMEDOUT : err;
       return -1;
     }
@@ -266,9 +251,10 @@ static int connect_until(tcp_state *st, const struct sockaddr_in *sa,
       errno = ECANCELED;
       return -1;
     }
-    /* Back off before retrying: the peer's listener may not exist yet. */
-    struct timespec pause = {0, 20 * 1000 * 1000};
-    nanosleep(&pause, NULL);
+    if (xcoll_socket_backoff(&backoff_s, deadline) != 0) {
+      errno = ETIMEDOUT;
+      return -1;
+    }
   }
 }
 

@@ -142,9 +142,9 @@ def child_pids(pid):
         return []
 
 
-def run_job_with_attacker(env, attack, late_rank=None):
+def run_job_with_attacker(env, attack, late_rank=None, iters=20):
     port = free_port()
-    prog = [PERF, "-b", "8", "-e", "64K", "-f", "4", "-n", "20"]
+    prog = [PERF, "-b", "8", "-e", "64K", "-f", "4", "-n", str(iters)]
     if late_rank is not None:
         # The late rank's start is held back so that the others sit in their
         # startup with listeners open; not synchronisation, only a window.
@@ -185,7 +185,8 @@ def mode_stranger():
                              % len(got))
         return hits
 
-    hits, out = run_job_with_attacker(env, attack)
+    # enough iterations that the job is still running while it is attacked
+    hits, out = run_job_with_attacker(env, attack, iters=300)
     if hits == 0:
         fail("the stranger never reached the store")
     if "rendezvous store: closing the connection from" not in out:
