@@ -155,11 +155,13 @@ static void test_crafted_hellos(void **unused) {
   xcoll_store *store = NULL;
   assert_int_equal(xcoll_store_connect("127.0.0.1", port, 60.0, &store),
                    XCOLL_SUCCESS);
-  assert_int_equal(xcoll_store_set(store, "c7/tcp/addr/0", "127.0.0.1:1", 12),
+  char placeholder[TCP_ADDR_BYTES] = "127.0.0.1:1";
+  assert_int_equal(xcoll_store_set(store, "c7/bootstrap/tcp-addr/0",
+                                   placeholder, sizeof placeholder),
                    XCOLL_SUCCESS);
   void *value = NULL;
   size_t bytes = 0;
-  assert_int_equal(xcoll_store_get(store, "c7/tcp/addr/1", &value, &bytes),
+  assert_int_equal(xcoll_store_get(store, "c7/bootstrap/tcp-addr/1", &value, &bytes),
                    XCOLL_SUCCESS);
   char addr[TCP_ADDR_BYTES];
   snprintf(addr, sizeof addr, "%s", (char *)value);
