@@ -20,6 +20,8 @@
 #define STORE_MAGIC 0x58435354u /* "XCST" */
 #define STORE_VERSION 1
 #define STORE_HEADER_BYTES 16
+/* What client and server prove the job's secret for (auth.h). */
+#define STORE_AUTH_CONTEXT "xcoll rendezvous store"
 
 enum store_kind {
   STORE_SET = 1,
