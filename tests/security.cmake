@@ -7,7 +7,7 @@
 # HELLO fields). Included by tests/CMakeLists.txt.
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND AND TARGET xcollrun AND TARGET xcoll-perf)
-  foreach(mode stranger scan dying worldsize duprank)
+  foreach(mode stranger scan dying worldsize duprank orphans)
     add_test(NAME security.${mode}
       COMMAND ${Python3_EXECUTABLE}
               ${CMAKE_CURRENT_SOURCE_DIR}/security/attack.py ${mode}

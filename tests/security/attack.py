@@ -18,6 +18,8 @@ only when the job behaved as it must:
             naming both values.
   duprank   two processes say RANK=1: the second fails at once naming the
             first one's address.
+  orphans   xcollrun is killed with SIGKILL while its 2 ranks run: the ranks
+            must be gone within seconds (PR_SET_PDEATHSIG), not left behind.
 
 usage: attack.py MODE BUILD_DIR"""
 import os
@@ -327,6 +329,44 @@ def mode_duprank():
           % took)
 
 
-{"stranger": mode_stranger, "scan": mode_scan, "dying": mode_dying,
+def alive(pid):
+    """True while pid runs (a zombie waiting for its reaper is dead)."""
+    try:
+        for line in open("/proc/%d/status" % pid):
+            if line.startswith("State:"):
+                return "Z" not in line.split()[1]
+    except OSError:
+        return False
+    return False
+
+
+def mode_orphans():
+    job = subprocess.Popen([XCOLLRUN, "--nproc-per-node", "2", "--master-port",
+                            "0", "sh", "-c", "echo pid $$; exec sleep 1000"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    job.seen = ""
+    text = wait_line(job, "pid", 60)
+    deadline = time.time() + 60
+    while text.count("pid ") < 2 and time.time() < deadline:
+        text += wait_line(job, "pid", 60)
+    pids = [int(w.split()[1]) for w in text.splitlines() if "pid " in w
+            for w in [w[w.index("pid "):]]]
+    if len(pids) != 2:
+        fail("expected 2 rank pids, got %r" % text)
+    job.send_signal(signal.SIGKILL)
+    job.wait()
+    killed_at = time.time()
+    while any(alive(p) for p in pids) and time.time() - killed_at < 20:
+        time.sleep(0.05)
+    left = [p for p in pids if alive(p)]
+    for p in left:
+        os.kill(p, signal.SIGKILL)
+    if left:
+        fail("ranks %r outlived xcollrun by 20 s" % left)
+    print("orphans: both ranks gone %.2f s after xcollrun was killed"
+          % (time.time() - killed_at))
+
+
+{"orphans": mode_orphans, "stranger": mode_stranger, "scan": mode_scan, "dying": mode_dying,
  "worldsize": mode_worldsize, "duprank": mode_duprank}[MODE]()
 print("PASS " + MODE)
