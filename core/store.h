@@ -80,7 +80,9 @@ xcoll_status xcoll_store_delete(xcoll_store *store, const char *key,
  * job on the port); the ranks already registered are not affected.
  * Once joined, a connection that drops without xcoll_store_close (the
  * process died) fails every pending and later get and wait of the job with
- * XCOLL_ERR_REMOTE naming that rank. */
+ * XCOLL_ERR_REMOTE naming that rank; a server stopped after such a failure
+ * keeps answering up to 2 s, until the joined ranks have gone, so that they
+ * hear why rather than see the store vanish. */
 xcoll_status xcoll_store_join(xcoll_store *store, int world_size, int rank);
 /* XCOLL_SUCCESS while no joined rank has died; else XCOLL_ERR_REMOTE naming
  * it (for loops that wait on something other than the store). */

@@ -47,6 +47,11 @@
 #define STORE_DEFAULT_MAX_BYTES ((size_t)256 << 20)
 /* How long accept() rests after EMFILE/ENFILE before it tries again. */
 #define STORE_ACCEPT_BACKOFF_S 0.1
+/* When the job has failed (a rank vanished) and rank 0 stops its server,
+ * the server stays this long, or until every joined rank has gone, so that
+ * ranks whose requests are still on their way hear why instead of seeing
+ * the store vanish. */
+#define STORE_FAILURE_LINGER_S 2.0
 
 /* Where a server-side connection is in the authentication exchange. */
 enum store_auth_stage {
@@ -243,6 +248,7 @@ struct xcoll_store_server {
   uint32_t world_size;   /* 0 until the first JOIN */
   uint32_t world_set_by; /* the rank whose JOIN fixed it */
   char failure[512];     /* why the job failed (a rank vanished), or "" */
+  double linger_until;   /* stop asked after a failure: serve until then */
 };
 
 static void client_free(xcoll_store_server *s, store_client *c) {
@@ -805,7 +811,15 @@ static void server_accept(xcoll_store_server *s) {
 
 static void *server_main(void *arg) {
   xcoll_store_server *s = arg;
-  while (!atomic_load(&s->stopping)) {
+  for (;;) {
+    if (s->linger_until > 0) {
+      int joined = 0;
+      for (size_t i = 0; i < s->client_count; i++)
+        joined += s->clients[i]->joined_rank >= 0 && !s->clients[i]->left &&
+                  !s->clients[i]->dead;
+      if (joined == 0 || now_s() >= s->linger_until)
+        break;
+    }
     size_t need = s->client_count + 2;
     if (need > s->pollfd_capacity) {
       struct pollfd *grown = realloc(s->pollfds, need * 2 * sizeof *grown);
@@ -834,6 +848,8 @@ static void *server_main(void *arg) {
               (short)(POLLIN | (c->out_bytes > c->out_sent ? POLLOUT : 0))};
     }
     size_t polled = s->client_count;
+    if (s->linger_until > 0 && (timeout_ms < 0 || timeout_ms > 100))
+      timeout_ms = 100;
     int ready = poll(s->pollfds, (nfds_t)(polled + 2), timeout_ms);
     if (ready < 0) {
       if (errno == EINTR)
@@ -841,8 +857,15 @@ static void *server_main(void *arg) {
       XCOLL_WARN("rendezvous store: poll failed: %s", strerror(errno));
       break;
     }
-    if (s->pollfds[0].revents)
-      break; /* only stop writes to the eventfd */
+    if (s->pollfds[0].revents) { /* only stop writes to the eventfd */
+      if (!s->failure[0])
+        break;
+      uint64_t drained;
+      if (read(s->wake_fd, &drained, sizeof drained) < 0) { /* empty */
+      }
+      if (s->linger_until == 0)
+        s->linger_until = now_s() + STORE_FAILURE_LINGER_S;
+    }
     /* Clients accepted below are appended after the polled ones. */
     for (size_t i = 0; i < polled; i++) {
       store_client *c = s->clients[i];
