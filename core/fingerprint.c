@@ -77,6 +77,24 @@ int xcoll_fingerprint_equal(const xcoll_fingerprint *a,
          a->kind == b->kind && a->dtype == b->dtype && a->op == b->op;
 }
 
+xcoll_fingerprint_verdict xcoll_fingerprint_judge(
+    const xcoll_fingerprint *current, const xcoll_fingerprint *previous,
+    const xcoll_fingerprint *theirs, int answers_receive,
+    const xcoll_fingerprint **ours) {
+  *ours = current;
+  if (!current->valid || !theirs->valid)
+    return XCOLL_FINGERPRINT_MATCH;
+  if (theirs->seq < current->seq) {
+    if (previous->valid && previous->seq == theirs->seq)
+      *ours = previous;
+    return XCOLL_FINGERPRINT_MISMATCH;
+  }
+  if (answers_receive || theirs->seq == current->seq)
+    return xcoll_fingerprint_equal(current, theirs) ? XCOLL_FINGERPRINT_MATCH
+                                                    : XCOLL_FINGERPRINT_MISMATCH;
+  return XCOLL_FINGERPRINT_AHEAD;
+}
+
 char *xcoll_fingerprint_describe(const xcoll_fingerprint *fp, char *out,
                                  size_t out_bytes) {
   if (out_bytes == 0)
@@ -114,7 +132,12 @@ char *xcoll_fingerprint_mismatch(int rank_a, const xcoll_fingerprint *a,
   char call_a[XCOLL_FINGERPRINT_TEXT_BYTES], call_b[XCOLL_FINGERPRINT_TEXT_BYTES];
   xcoll_fingerprint_describe(a, call_a, sizeof call_a);
   xcoll_fingerprint_describe(b, call_b, sizeof call_b);
-  if (a->seq == b->seq)
+  if (a->seq == b->seq && xcoll_fingerprint_equal(a, b))
+    snprintf(out, out_bytes,
+             "rank %d called %s and rank %d called the same, but rank %d "
+             "sent a message that rank %d never received in it",
+             rank_a, call_a, rank_b, rank_b, rank_a);
+  else if (a->seq == b->seq)
     snprintf(out, out_bytes, "rank %d called %s but rank %d called %s", rank_a,
              call_a, rank_b, call_b);
   else

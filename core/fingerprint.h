@@ -57,6 +57,26 @@ int xcoll_fingerprint_decode(const uint8_t *in, xcoll_fingerprint *fp);
 int xcoll_fingerprint_equal(const xcoll_fingerprint *a,
                             const xcoll_fingerprint *b);
 
+typedef enum xcoll_fingerprint_verdict {
+  XCOLL_FINGERPRINT_MATCH = 0, /* same call, or nothing to compare */
+  XCOLL_FINGERPRINT_AHEAD,     /* from a later collective of the peer's */
+  XCOLL_FINGERPRINT_MISMATCH   /* the ranks called different collectives */
+} xcoll_fingerprint_verdict;
+
+/* Judge theirs, a peer's fingerprint that arrived while this rank runs
+ * current (previous: this rank's collective before it, valid 0 if none).
+ * An earlier seq is a message this rank never received in that collective:
+ * a MISMATCH. answers_receive: 1 when the message is the one a receive posted
+ * in current waits for: then it must be current exactly. Otherwise (a message
+ * no receive waits for yet) the same seq must match current and a later seq
+ * is AHEAD (keep it until this rank gets there). On MISMATCH *ours is the
+ * call of this rank's to name in the error (previous when theirs.seq is
+ * previous's, else current). */
+xcoll_fingerprint_verdict xcoll_fingerprint_judge(
+    const xcoll_fingerprint *current, const xcoll_fingerprint *previous,
+    const xcoll_fingerprint *theirs, int answers_receive,
+    const xcoll_fingerprint **ours);
+
 /* The call in words, into out (out_bytes long): "allreduce(sum, float32,
  * 1000)", "broadcast(root 1, float32, 1000)", "reduce(max, root 0, int32,
  * 4)", "allgather(float32, 1000)", "barrier()"; "no collective" when not

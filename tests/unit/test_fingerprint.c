@@ -131,6 +131,37 @@ static void test_describe_and_mismatch(void **unused) {
   assert_non_null(strstr(text, "#3"));
 }
 
+static void test_judge(void **unused) {
+  (void)unused;
+  xcoll_coll_args a = call(XCOLL_COLL_ALLREDUCE, XCOLL_FLOAT32, XCOLL_SUM, 10, 0, 5);
+  xcoll_coll_args p = call(XCOLL_COLL_BROADCAST, XCOLL_FLOAT32, XCOLL_SUM, 10, 1, 4);
+  xcoll_fingerprint cur = xcoll_fingerprint_of(&a), prev = xcoll_fingerprint_of(&p);
+  const xcoll_fingerprint *ours = NULL;
+  xcoll_fingerprint t = cur;
+  assert_int_equal(xcoll_fingerprint_judge(&cur, &prev, &t, 1, &ours),
+                   XCOLL_FINGERPRINT_MATCH);
+  t.seq = 6; /* the peer is one collective ahead */
+  assert_int_equal(xcoll_fingerprint_judge(&cur, &prev, &t, 0, &ours),
+                   XCOLL_FINGERPRINT_AHEAD);
+  assert_int_equal(xcoll_fingerprint_judge(&cur, &prev, &t, 1, &ours),
+                   XCOLL_FINGERPRINT_MISMATCH);
+  t = cur;
+  t.op = XCOLL_MAX;
+  assert_int_equal(xcoll_fingerprint_judge(&cur, &prev, &t, 0, &ours),
+                   XCOLL_FINGERPRINT_MISMATCH);
+  assert_ptr_equal(ours, &cur);
+  /* A message of the previous collective that was never received there. */
+  xcoll_coll_args q = call(XCOLL_COLL_BROADCAST, XCOLL_FLOAT32, XCOLL_SUM, 10, 0, 4);
+  t = xcoll_fingerprint_of(&q);
+  assert_int_equal(xcoll_fingerprint_judge(&cur, &prev, &t, 0, &ours),
+                   XCOLL_FINGERPRINT_MISMATCH);
+  assert_ptr_equal(ours, &prev);
+  char text[256];
+  xcoll_fingerprint_mismatch(0, ours, 1, &t, text, sizeof text);
+  assert_string_equal(text, "rank 0 called broadcast(root 1, float32, 10) but "
+                            "rank 1 called broadcast(root 0, float32, 10)");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_layout_and_roundtrip),
@@ -138,6 +169,7 @@ int main(void) {
       cmocka_unit_test(test_each_field_differs),
       cmocka_unit_test(test_decode_rejects_garbage),
       cmocka_unit_test(test_describe_and_mismatch),
+      cmocka_unit_test(test_judge),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
