@@ -25,3 +25,12 @@ if(TARGET xcollrun)
     endforeach()
   endforeach()
 endif()
+
+# Checkpoint header validation and stale temporary files (trainer/checkpoint.c).
+if(TARGET xtrain_core)
+  add_executable(test_trainer_checkpoint ${CMAKE_CURRENT_SOURCE_DIR}/trainer/test_checkpoint.c)
+  target_include_directories(test_trainer_checkpoint PRIVATE ${CMOCKA_INCLUDE_DIR})
+  target_link_libraries(test_trainer_checkpoint PRIVATE xtrain_core ${CMOCKA_LIBRARY} m)
+  add_test(NAME trainer.checkpoint COMMAND test_trainer_checkpoint)
+  set_tests_properties(trainer.checkpoint PROPERTIES TIMEOUT 60 LABELS trainer)
+endif()
