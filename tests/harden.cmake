@@ -34,3 +34,29 @@ if(TARGET xtrain_core)
   add_test(NAME trainer.checkpoint COMMAND test_trainer_checkpoint)
   set_tests_properties(trainer.checkpoint PROPERTIES TIMEOUT 60 LABELS trainer)
 endif()
+
+# Four hosts as network namespaces on a bridge (tests/netns/netns.sh): a host
+# cut off mid-run, and exact results under packet loss. Skipped (77) without
+# root, namespaces or tc netem.
+if(TARGET xcollrun)
+  add_executable(netns_loop ${CMAKE_CURRENT_SOURCE_DIR}/netns/netns_loop.c)
+  target_link_libraries(netns_loop PRIVATE xcoll_static m)
+  set(netns_backends tcp)
+  if(XCOLL_HAVE_UCX)
+    list(APPEND netns_backends ucx)
+  endif()
+  foreach(backend ${netns_backends})
+    add_test(NAME netns.cut.${backend}
+      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/netns/netns.sh
+              $<TARGET_FILE:netns_loop> ${backend} cut)
+    foreach(loss 1 5)
+      add_test(NAME netns.loss${loss}.${backend}
+        COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/netns/netns.sh
+                $<TARGET_FILE:netns_loop> ${backend} loss ${loss})
+      set_tests_properties(netns.loss${loss}.${backend} PROPERTIES TIMEOUT 240
+        LABELS "netns;${backend}" SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+    endforeach()
+    set_tests_properties(netns.cut.${backend} PROPERTIES TIMEOUT 180
+      LABELS "netns;${backend}" SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+  endforeach()
+endif()
