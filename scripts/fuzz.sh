@@ -19,9 +19,10 @@ if ! command -v clang >/dev/null; then
   echo "fuzz.sh: clang not found: apt-get install clang libclang-rt-14-dev" >&2
   exit 2
 fi
+mkdir -p "$build"
 CC=clang cmake -S "$root" -B "$build" -DXCOLL_FUZZ=ON -DXCOLL_BUILD_TESTS=OFF \
-  -DXCOLL_BUILD_TRAINER=OFF -DCMAKE_BUILD_TYPE=Debug >"$build.configure.log" 2>&1 \
-  || { cat "$build.configure.log"; echo "fuzz.sh: configure failed" >&2; exit 2; }
+  -DXCOLL_BUILD_TRAINER=OFF -DCMAKE_BUILD_TYPE=Debug >"$build/configure.log" 2>&1 \
+  || { cat "$build/configure.log"; echo "fuzz.sh: configure failed" >&2; exit 2; }
 
 if [ $# -gt 0 ]; then
   targets=("$@")
