@@ -11,9 +11,11 @@
  *   6      2    kind       xcoll_wire_kind
  *   8      8    comm_id    the communicator's id (xcoll_comm.comm_id)
  *   16     8    tag        DATA: the p2p tag; HELLO: (receiver rank << 32) |
- *                          socket index; ABORT: (xcoll_status the origin
- *                          failed with << 32) | the rank at the origin of the
- *                          failure; BYE: 0
+ *                          socket index; ABORT: (status << 32) | the rank
+ *                          at the origin of the failure, status being
+ *                          XCOLL_ERR_PROTOCOL for a collective mismatch
+ *                          (every rank fails with it), else XCOLL_ERR_REMOTE;
+ *                          BYE: 0
  *   24     8    length     payload bytes that follow this header on the same
  *                          connection
  *   32     4    sender     the sending rank

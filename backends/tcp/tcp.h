@@ -121,6 +121,10 @@ typedef struct tcp_state {
    * saw comm->fingerprint: incoming fingerprints are judged against them. */
   xcoll_fingerprint fp_current;
   xcoll_fingerprint fp_previous;
+  /* The communicator broke on a collective mismatch: its ABORT carries
+   * XCOLL_ERR_PROTOCOL, so that every rank fails with it (other failures
+   * reach the peers as XCOLL_ERR_REMOTE). */
+  int broken_by_desync;
   char broken_message[XCOLL_ERROR_BYTES];
 } tcp_state;
 

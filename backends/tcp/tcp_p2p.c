@@ -148,9 +148,12 @@ static void send_aborts(tcp_state *st, int origin) {
   size_t len = strlen(st->broken_message);
   if (len > XCOLL_WIRE_MAX_ABORT_BYTES) len = XCOLL_WIRE_MAX_ABORT_BYTES;
   uint8_t bytes[HDR];
-  /* The status rides in the tag's high half, so that a desync
-   * (XCOLL_ERR_PROTOCOL) stays a protocol error on every rank. */
-  uint64_t tag = ((uint64_t)(uint32_t)st->broken << 32) | (uint32_t)origin;
+  /* A desync rides in the tag's high half as XCOLL_ERR_PROTOCOL, so that it
+   * stays a protocol error on every rank; any other failure is REMOTE to the
+   * peers. */
+  xcoll_status told = st->broken_by_desync ? XCOLL_ERR_PROTOCOL
+                                           : XCOLL_ERR_REMOTE;
+  uint64_t tag = ((uint64_t)(uint32_t)told << 32) | (uint32_t)origin;
   xcoll_wire_header h = xcoll_wire_make(XCOLL_WIRE_ABORT, st->comm_id, tag,
                                         len, st->rank);
   xcoll_wire_encode(&h, bytes);
@@ -353,6 +356,7 @@ static xcoll_status on_abort(tcp_state *st, tcp_socket *s, size_t extra) {
   xcoll_status status = (h->tag >> 32) == (uint64_t)XCOLL_ERR_PROTOCOL
                             ? XCOLL_ERR_PROTOCOL
                             : XCOLL_ERR_REMOTE;
+  if (status == XCOLL_ERR_PROTOCOL && !st->broken) st->broken_by_desync = 1;
   if (origin == s->peer)
     return xcoll_tcp_fail(st, status, origin,
                           "tcp: rank %d (%s) aborted: %s", s->peer,
@@ -422,6 +426,7 @@ static xcoll_status on_header(tcp_state *st, tcp_socket *s, size_t extra) {
     char sentence[2 * XCOLL_FINGERPRINT_TEXT_BYTES + 160];
     xcoll_fingerprint_mismatch(st->rank, ours, s->peer, &theirs, sentence,
                                sizeof sentence);
+    if (!st->broken) st->broken_by_desync = 1;
     return xcoll_tcp_fail(st, XCOLL_ERR_PROTOCOL, st->rank,
                           "tcp: collective mismatch: %s (found by rank %d in "
                           "a message from rank %d, %s): every rank must call "

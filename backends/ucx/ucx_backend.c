@@ -138,6 +138,10 @@ typedef struct ucx_state {
   /* This rank's collective now and the one before (judging fingerprints). */
   xcoll_fingerprint fp_current;
   xcoll_fingerprint fp_previous;
+  int in_grace; /* state_fail is looking for a peer's abort */
+  /* Broken on a collective mismatch: the abort tells peers
+   * XCOLL_ERR_PROTOCOL (other failures reach them as XCOLL_ERR_REMOTE). */
+  int broken_by_desync;
 } ucx_state;
 
 static double now_s(void) {
@@ -280,7 +284,10 @@ static void send_aborts(ucx_state *state, xcoll_status status, int origin) {
   size_t len = strlen(state->broken_message);
   if (len > ABORT_TEXT_BYTES)
     len = ABORT_TEXT_BYTES;
-  uint32_t fields[2] = {(uint32_t)status, (uint32_t)origin};
+  (void)status;
+  uint32_t told = state->broken_by_desync ? (uint32_t)XCOLL_ERR_PROTOCOL
+                                          : (uint32_t)XCOLL_ERR_REMOTE;
+  uint32_t fields[2] = {told, (uint32_t)origin};
   for (int i = 0; i < 2; i++)
     for (int b = 0; b < 4; b++)
       state->abort_out[4 * i + b] = (uint8_t)(fields[i] >> (8 * b));
@@ -292,8 +299,17 @@ static void send_aborts(ucx_state *state, xcoll_status status, int origin) {
                    ABORT_HEADER_BYTES + len);
 }
 
+static xcoll_status service_control(ucx_state *state);
+
+/* How long a rank that sees a peer fail looks for that peer's abort message,
+ * seconds: a peer that found a desync or a timeout sends its abort and may
+ * exit at once, and its exit must not hide the reason it gave. */
+#define ABORT_GRACE_S 0.2
+
 /* Break the communicator (first failure wins): record and log the message
- * once, send the abort to the peers. Returns status (or the earlier one). */
+ * once, send the abort to the peers. Returns status (or the earlier one). A
+ * peer failure (REMOTE) first gives the peers' aborts ABORT_GRACE_S to
+ * arrive: one that does is the failure reported. */
 static xcoll_status state_fail(ucx_state *state, xcoll_status status,
                                int origin, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -301,6 +317,20 @@ static xcoll_status state_fail(ucx_state *state, xcoll_status status,
                                int origin, const char *fmt, ...) {
   if (state->broken)
     return state->broken;
+  if (status == XCOLL_ERR_REMOTE && !state->in_grace) {
+    state->in_grace = 1;
+    double until = now_s() + ABORT_GRACE_S;
+    xcoll_status explained = XCOLL_SUCCESS;
+    while (explained == XCOLL_SUCCESS && now_s() < until) {
+      xcoll_ucx_progress(state->worker);
+      explained = service_control(state);
+      if (explained == XCOLL_SUCCESS)
+        sched_yield();
+    }
+    state->in_grace = 0;
+    if (explained != XCOLL_SUCCESS)
+      return explained;
+  }
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(state->broken_message, sizeof state->broken_message, fmt, ap);
@@ -350,7 +380,9 @@ static xcoll_status on_abort(ucx_state *state, int peer,
   xcoll_status status = fields[0] == (uint32_t)XCOLL_ERR_PROTOCOL
                             ? XCOLL_ERR_PROTOCOL
                             : XCOLL_ERR_REMOTE;
-  const char *reason = strncmp(text, "ucx: ", 5) == 0 ? text + 5 : text;
+  if (status == XCOLL_ERR_PROTOCOL && !state->broken)
+    state->broken_by_desync = 1;
+  const char *reason = strstr(text, "ucx: ") == text ? text + 5 : text;
   if (origin == peer)
     return state_fail(state, status, origin, "ucx: rank %d aborted: %s", peer,
                       reason);
@@ -436,6 +468,8 @@ static xcoll_status check_fingerprints(ucx_state *state) {
       xcoll_fingerprint_mismatch(state->rank, ours, peer,
                                  &watch->fp_held_value, sentence,
                                  sizeof sentence);
+      if (!state->broken)
+        state->broken_by_desync = 1;
       return state_fail(state, XCOLL_ERR_PROTOCOL, state->rank,
                         "ucx: collective mismatch: %s (found by rank %d in a "
                         "message from rank %d): every rank must call the same "
@@ -553,10 +587,10 @@ static xcoll_status ucx_isend(void *opaque, int peer, uint64_t tag,
       xcoll_ucx_isend(state->worker, peer, ucp_tag, buf, bytes, request);
   if (status != UCS_OK) {
     xcoll_ucx_request_put(state->worker, request);
-    return xcoll_error(state->comm, XCOLL_ERR_REMOTE,
-                       "rank %d (ucx endpoint error: %s): sending %zu bytes "
-                       "from rank %d failed",
-                       peer, ucs_status_string(status), bytes, state->rank);
+    return state_fail(state, XCOLL_ERR_REMOTE, peer,
+                      "rank %d (ucx endpoint error: %s): sending %zu bytes "
+                      "from rank %d failed",
+                      peer, ucs_status_string(status), bytes, state->rank);
   }
   *out = (xcoll_p2p_request *)request;
   return XCOLL_SUCCESS;
@@ -576,6 +610,11 @@ static xcoll_status ucx_irecv(void *opaque, int peer, uint64_t tag, void *buf,
   ucp_tag_t ucp_tag = 0;
   if ((st = fold_tag(state, peer, tag, &ucp_tag)) != XCOLL_SUCCESS)
     return st;
+  /* The posted receive may match a message that is already here: judge the
+   * fingerprint that came before it first, so that a desync is named as
+   * one rather than as a truncated message. */
+  if ((st = service_control(state)) != XCOLL_SUCCESS)
+    return st;
   xcoll_ucx_request *request = xcoll_ucx_request_get(state->worker);
   if (request == NULL)
     return xcoll_error(state->comm, XCOLL_ERR_NO_MEMORY,
@@ -584,10 +623,17 @@ static xcoll_status ucx_irecv(void *opaque, int peer, uint64_t tag, void *buf,
                                         FULL_TAG_MASK, buf, bytes, request);
   if (status != UCS_OK) {
     xcoll_ucx_request_put(state->worker, request);
-    return xcoll_error(state->comm, XCOLL_ERR_SYSTEM,
-                       "ucx irecv: posting a receive of %zu bytes from rank "
-                       "%d failed: %s",
-                       bytes, peer, ucs_status_string(status));
+    if (status == UCS_ERR_MESSAGE_TRUNCATED)
+      return state_fail(state, XCOLL_ERR_PROTOCOL, state->rank,
+                        "ucx: rank %d sent more than the %zu bytes rank %d "
+                        "expected (collective seq %llu): the ranks disagree "
+                        "on count or datatype",
+                        peer, bytes, state->rank,
+                        (unsigned long long)(tag >> 32));
+    return state_fail(state, XCOLL_ERR_SYSTEM, state->rank,
+                      "ucx irecv: posting a receive of %zu bytes from rank "
+                      "%d failed: %s",
+                      bytes, peer, ucs_status_string(status));
   }
   *out = (xcoll_p2p_request *)request;
   return XCOLL_SUCCESS;
