@@ -12,6 +12,9 @@ static const xcoll_backend *const compiled_backends[] = {
 #ifdef XCOLL_HAVE_UCX
     &xcoll_backend_ucx,
 #endif
+#ifdef XCOLL_HAVE_NCCL_LIKE
+    &xcoll_backend_nccl_like,
+#endif
     NULL,
 };
 
@@ -63,11 +66,13 @@ xcoll_status xcoll_backend_find(const char *name, const xcoll_backend **out) {
                        "-DXCOLL_WITH_UCX=ON (compiled in: %s)",
                        available);
 #endif
+#ifndef XCOLL_HAVE_NCCL_LIKE
   if (strcmp(name, "nccl_like") == 0)
     return xcoll_error(NULL, XCOLL_ERR_NOT_SUPPORTED,
                        "backend 'nccl_like' is not built in this version of "
                        "xcoll (compiled in: %s)",
                        available);
+#endif
   return xcoll_error(NULL, XCOLL_ERR_NOT_SUPPORTED,
                      "unknown backend '%.100s': compiled-in backends are %s",
                      name, available);
