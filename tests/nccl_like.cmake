@@ -97,3 +97,17 @@ foreach(case nchannels_0 nchannels_17 buffsize_12q buffsize_100 proto_fast)
   set_tests_properties(faults.env.nccl_like.${case} PROPERTIES TIMEOUT 30
     LABELS "faults;nccl_like")
 endforeach()
+
+# The engine with ranks as threads and an in-memory net plugin (no sockets,
+# no core dispatch): every collective, both protocols, 1 and 3 channels, a
+# FIFO wrapped many times, ops in flight, a death, an abort.
+add_executable(test_nl_engine ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/test_nl_engine.c)
+target_include_directories(test_nl_engine PRIVATE ${CMOCKA_INCLUDE_DIR}
+  ${PROJECT_SOURCE_DIR}/backends/nccl_like ${PROJECT_SOURCE_DIR}/kernels
+  ${PROJECT_SOURCE_DIR}/net)
+target_link_libraries(test_nl_engine PRIVATE xcoll_static xcoll_internal
+  ${CMOCKA_LIBRARY} Threads::Threads m)
+target_compile_definitions(test_nl_engine PRIVATE XCOLL_HAVE_NCCL_LIKE)
+add_test(NAME unit.nl_engine COMMAND test_nl_engine)
+set_tests_properties(unit.nl_engine PROPERTIES TIMEOUT 120
+  LABELS "unit;nccl_like" PROCESSORS 2)

@@ -18,6 +18,13 @@
 #include "nccl_like.h"
 #include "trace.h"
 
+_Static_assert(XC_COLL_ALLREDUCE == (int)XCOLL_COLL_ALLREDUCE &&
+                   XC_COLL_ALLGATHER == (int)XCOLL_COLL_ALLGATHER &&
+                   XC_COLL_REDUCE_SCATTER == (int)XCOLL_COLL_REDUCE_SCATTER &&
+                   XC_COLL_BROADCAST == (int)XCOLL_COLL_BROADCAST &&
+                   XC_COLL_REDUCE == (int)XCOLL_COLL_REDUCE,
+               "kernels/ring.h's collective kinds match core/algorithm.h's");
+
 /* ---- ops ---- */
 
 static size_t op_bytes(const nl_state *st, const xcoll_coll_args *args) {
@@ -39,13 +46,24 @@ static int choose_proto(const nl_state *st, size_t bytes) {
   return bytes < NL_LL_THRESHOLD_BYTES ? XC_PROTO_LL : XC_PROTO_SIMPLE;
 }
 
+/* The kernels' trace hook: one span per primitive call on the channel's
+ * track, so that a trace shows the ring pipeline fill and drain. */
+static void trace_primitive(void *ctx, int channel, const char *primitive,
+                            size_t bytes, uint64_t start_ns, uint64_t end_ns) {
+  nl_state *st = ctx;
+  char args[64];
+  snprintf(args, sizeof args, "\"channel\":%d,\"bytes\":%zu", channel, bytes);
+  xcoll_trace_span(primitive, "primitive", st->trace_base + (unsigned)channel,
+                   (double)start_ns * 1e-3, (double)end_ns * 1e-3, args);
+}
+
 static void fill_work(nl_state *st, nl_op *op) {
   const xcoll_coll_args *a = &op->args;
   xc_work *w = &op->work;
   memset(w, 0, sizeof *w);
   w->kind = (int)a->kind;
-  w->dtype = (int)a->dtype;
-  w->op = (int)a->op;
+  w->dtype = a->dtype;
+  w->op = a->op;
   w->sendbuf = a->sendbuf;
   w->recvbuf = a->recvbuf;
   w->count = a->count;
@@ -59,6 +77,17 @@ static void fill_work(nl_state *st, nl_op *op) {
     w->sendbuf = &op->barrier_value;
     w->recvbuf = &op->barrier_value;
     w->count = 1;
+  }
+  /* NCCL's ALLREDUCE_CHUNKSTEPS / SLICESTEPS (src/include/collectives.h):
+   * a chunk of half the FIFO in slices of a quarter, so that two slices are
+   * in flight while the kernel fills the next; broadcast and reduce move one
+   * slot per chunk (BROADCAST_CHUNKSTEPS 1). */
+  int rooted = w->kind == XCOLL_COLL_BROADCAST || w->kind == XCOLL_COLL_REDUCE;
+  w->chunk_steps = rooted ? 1 : XCOLL_STEPS / 2;
+  w->slice_steps = rooted ? 1 : XCOLL_STEPS / 4;
+  if (xcoll_trace_enabled()) {
+    w->trace = trace_primitive;
+    w->trace_ctx = st;
   }
   w->nranks = st->world_size;
   w->ring_index = st->rank; /* ring = rank order */

@@ -153,6 +153,10 @@ typedef struct nl_state {
 } nl_state;
 
 /* ---- nccl_like.c ---- */
+/* Tests only (tests/nccl_like/test_nl_engine.c): when non-NULL, comm_init
+ * uses this plugin instead of xcoll_net_select's. */
+extern const xcoll_net_v1 *nl_net_override;
+
 /* Mark the backend failed with status (REMOTE, TIMEOUT, PROTOCOL, ABORTED)
  * and a message (first failure wins), raise the kernels' abort flag and wake
  * every waiter. dead_rank >= 0 names a rank this rank saw die (a closed
