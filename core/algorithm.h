@@ -24,8 +24,8 @@ typedef enum xcoll_coll_kind {
   XCOLL_NUM_COLLS
 } xcoll_coll_kind;
 
-/* One collective call, validated by core/collectives.c before it reaches an
- * algorithm. count means: allreduce, broadcast, reduce: elements per rank;
+/* One collective call, validated by core/collectives.c before it reaches
+ * core/dispatch.c and then an algorithm or a backend. count means: allreduce, broadcast, reduce: elements per rank;
  * allgather: sendcount; reduce_scatter: recvcount (NCCL's convention). */
 typedef struct xcoll_coll_args {
   xcoll_coll_kind kind;
@@ -56,6 +56,15 @@ typedef struct xcoll_algorithm {
 } xcoll_algorithm;
 
 const char *xcoll_coll_name(xcoll_coll_kind kind); /* "allreduce", ... */
+
+/* Whether a collective takes a reduction op, and a root. */
+static inline int xcoll_coll_has_op(xcoll_coll_kind kind) {
+  return kind == XCOLL_COLL_ALLREDUCE || kind == XCOLL_COLL_REDUCE_SCATTER ||
+         kind == XCOLL_COLL_REDUCE;
+}
+static inline int xcoll_coll_has_root(xcoll_coll_kind kind) {
+  return kind == XCOLL_COLL_BROADCAST || kind == XCOLL_COLL_REDUCE;
+}
 
 /* Pick the algorithm for args on comm: XCOLL_ALGO if it names one for this
  * collective, else by message size and world size. why receives a sentence

@@ -85,6 +85,10 @@ typedef struct xcoll_backend {
  * says which CMake option builds it in). */
 xcoll_status xcoll_backend_find(const char *name, const xcoll_backend **out);
 
+/* Run backend->init once per process (thread-safe); later calls repeat its
+ * status and message. */
+xcoll_status xcoll_backend_init_once(const xcoll_backend *backend);
+
 /* Compiled-in backends, NULL-terminated. */
 const xcoll_backend *const *xcoll_backend_list(void);
 

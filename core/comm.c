@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "dispatch.h"
 #include "env.h"
 #include "error.h"
 #include "log.h"
@@ -172,7 +173,7 @@ static void comm_free(xcoll_comm *comm, int held) {
  * queue, the trace, a store client, then the backend's connections.
  * comm's identity, backend, options and master address are set. */
 static xcoll_status comm_connect(xcoll_comm *comm, int *held) {
-  xcoll_status status = xcoll_queue_create(comm);
+  xcoll_status status = xcoll_queue_create(comm, xcoll_coll_run);
   if (status != XCOLL_SUCCESS)
     return status;
   status = xcoll_trace_open(comm->rank);
@@ -189,6 +190,9 @@ static xcoll_status comm_connect(xcoll_comm *comm, int *held) {
                        "(MASTER_ADDR:MASTER_PORT; is rank 0 running?): %s",
                        comm->rank, comm->master_addr, comm->master_port,
                        xcoll_last_error());
+  status = xcoll_backend_init_once(comm->backend);
+  if (status != XCOLL_SUCCESS)
+    return xcoll_error_adopt(comm, status);
   status = comm->backend->comm_init(comm, &comm->backend_state);
   if (status != XCOLL_SUCCESS)
     return xcoll_error_adopt(comm, status);
@@ -207,9 +211,10 @@ xcoll_status xcoll_comm_init(xcoll_comm_t *out, const xcoll_config *config) {
     return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
                        "xcoll_comm_init: config is NULL (fill one with "
                        "xcoll_config_init)");
-  xcoll_status status = (xcoll_status)xcoll_log_init();
+  char log_why[512];
+  xcoll_status status = xcoll_log_init(log_why, sizeof log_why);
   if (status != XCOLL_SUCCESS)
-    return status;
+    return xcoll_error(NULL, status, "%s", log_why);
 
   if (config->world_size < 1)
     return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
@@ -404,9 +409,10 @@ xcoll_status xcoll_comm_init_env(xcoll_comm_t *out) {
         NULL, XCOLL_ERR_INVALID_ARGUMENT,
         "xcoll_comm_init_env: comm (the output pointer) is NULL");
   *out = NULL;
-  xcoll_status status = (xcoll_status)xcoll_log_init();
+  char log_why[512];
+  xcoll_status status = xcoll_log_init(log_why, sizeof log_why);
   if (status != XCOLL_SUCCESS)
-    return status;
+    return xcoll_error(NULL, status, "%s", log_why);
   xcoll_config config;
   xcoll_config_init(&config);
   status = config_from_launcher(&config);
@@ -693,6 +699,7 @@ xcoll_status xcoll_comm_destroy(xcoll_comm_t comm) {
   xcoll_status status = check_live(comm, "xcoll_comm_destroy");
   if (status != XCOLL_SUCCESS)
     return status;
+  xcoll_dispatch_quiesce(comm);
   xcoll_queue_destroy(comm);
   comm->backend->comm_destroy(comm, comm->backend_state);
   /* A broken world may have lost ranks for good: do not wait for them. */

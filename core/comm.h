@@ -109,10 +109,4 @@ static inline xcoll_status xcoll_p2p_wait(xcoll_comm *comm,
   return comm->backend->p2p->wait(comm->backend_state, requests, count);
 }
 
-/* Run one validated collective now, on the calling thread: select the
- * algorithm (or the backend's collective), log the choice at INFO, trace it,
- * mark comm broken on a fatal error. Used by the progress thread and by the
- * blocking path when the queue is idle. */
-xcoll_status xcoll_coll_run(xcoll_comm *comm, const xcoll_coll_args *args);
-
 #endif

@@ -315,3 +315,73 @@ xcoll_status xcoll_check_dtype_op(struct xcoll_comm *comm, xcoll_datatype dtype,
                        xcoll_datatype_name(dtype));
   return XCOLL_SUCCESS;
 }
+
+/* ---- names and sizes (public API, xcoll.h) ---- */
+
+size_t xcoll_datatype_size(xcoll_datatype dtype) {
+  switch (dtype) {
+  case XCOLL_INT8:
+  case XCOLL_UINT8:
+    return 1;
+  case XCOLL_FLOAT16:
+  case XCOLL_BFLOAT16:
+    return 2;
+  case XCOLL_INT32:
+  case XCOLL_UINT32:
+  case XCOLL_FLOAT32:
+    return 4;
+  case XCOLL_INT64:
+  case XCOLL_UINT64:
+  case XCOLL_FLOAT64:
+    return 8;
+  case XCOLL_NUM_DATATYPES:
+    break;
+  }
+  return 0;
+}
+
+const char *xcoll_datatype_name(xcoll_datatype dtype) {
+  switch (dtype) {
+  case XCOLL_INT8:
+    return "int8";
+  case XCOLL_UINT8:
+    return "uint8";
+  case XCOLL_INT32:
+    return "int32";
+  case XCOLL_UINT32:
+    return "uint32";
+  case XCOLL_INT64:
+    return "int64";
+  case XCOLL_UINT64:
+    return "uint64";
+  case XCOLL_FLOAT16:
+    return "float16";
+  case XCOLL_BFLOAT16:
+    return "bfloat16";
+  case XCOLL_FLOAT32:
+    return "float32";
+  case XCOLL_FLOAT64:
+    return "float64";
+  case XCOLL_NUM_DATATYPES:
+    break;
+  }
+  return "unknown";
+}
+
+const char *xcoll_op_name(xcoll_op op) {
+  switch (op) {
+  case XCOLL_SUM:
+    return "sum";
+  case XCOLL_PROD:
+    return "prod";
+  case XCOLL_MIN:
+    return "min";
+  case XCOLL_MAX:
+    return "max";
+  case XCOLL_AVG:
+    return "avg";
+  case XCOLL_NUM_OPS:
+    break;
+  }
+  return "unknown";
+}

@@ -11,7 +11,6 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "error.h"
 #include "log.h"
 #include "xcoll.h"
 
@@ -119,15 +118,15 @@ xcoll_log_level xcoll_log_level_get(void) {
   return log_level;
 }
 
-int xcoll_log_init(void) {
+int xcoll_log_init(char *why, size_t why_bytes) {
   pthread_once(&log_once, log_setup);
   static atomic_flag version_printed = ATOMIC_FLAG_INIT;
   if (log_print_version && !atomic_flag_test_and_set(&version_printed))
     xcoll_log(XCOLL_LOG_WARN, "xcoll version %d.%d.%d", XCOLL_VERSION_MAJOR,
               XCOLL_VERSION_MINOR, XCOLL_VERSION_PATCH);
-  if (parse_status != XCOLL_SUCCESS)
-    return xcoll_error(NULL, parse_status, "%s", parse_message);
-  return XCOLL_SUCCESS;
+  if (parse_status != XCOLL_SUCCESS && why != NULL && why_bytes > 0)
+    snprintf(why, why_bytes, "%s", parse_message);
+  return parse_status;
 }
 
 void xcoll_log_set_rank(int rank) {

@@ -6,6 +6,8 @@
 #ifndef XCOLL_CORE_LOG_H
 #define XCOLL_CORE_LOG_H
 
+#include <stddef.h>
+
 typedef enum xcoll_log_level {
   XCOLL_LOG_NONE = 0,
   XCOLL_LOG_WARN = 1,
@@ -17,8 +19,11 @@ typedef enum xcoll_log_level {
  * makes xcoll_log_init() return XCOLL_ERR_ENV through comm init. */
 xcoll_log_level xcoll_log_level_get(void);
 
-/* Parse XCOLL_DEBUG / XCOLL_DEBUG_FILE. Returns 0 or an xcoll_status. */
-int xcoll_log_init(void);
+/* Parse XCOLL_DEBUG / XCOLL_DEBUG_FILE. Returns 0 (XCOLL_SUCCESS), or an
+ * xcoll_status (XCOLL_ERR_ENV) with the sentence naming the variable written
+ * to why (why_bytes long; may be NULL). Logging never records errors itself,
+ * so that errors.c can log without a cycle. */
+int xcoll_log_init(char *why, size_t why_bytes);
 
 /* Set the rank shown in the line prefix (-1 before it is known). */
 void xcoll_log_set_rank(int rank);

@@ -1,11 +1,13 @@
 /* registry.c - the compiled-in backends and lookup by name (XCOLL_BACKEND).
  * A backend that exists in xcoll but was left out of this build gets a
  * message saying how to build it in, rather than "unknown backend". */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "backend.h"
 #include "error.h"
+#include "log.h"
 
 static const xcoll_backend *const compiled_backends[] = {
     &xcoll_backend_tcp,
@@ -17,6 +19,15 @@ static const xcoll_backend *const compiled_backends[] = {
 #endif
     NULL,
 };
+
+enum { MAX_BACKENDS = sizeof compiled_backends / sizeof compiled_backends[0] };
+
+/* Per-process init state of each backend, by its index in compiled_backends:
+ * 0 not yet run, 1 done; with the status every later call repeats. */
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static int init_done[MAX_BACKENDS];
+static xcoll_status init_status[MAX_BACKENDS];
+static char init_message[MAX_BACKENDS][256];
 
 const xcoll_backend *const *xcoll_backend_list(void) {
   return compiled_backends;
@@ -69,11 +80,36 @@ xcoll_status xcoll_backend_find(const char *name, const xcoll_backend **out) {
 #ifndef XCOLL_HAVE_NCCL_LIKE
   if (strcmp(name, "nccl_like") == 0)
     return xcoll_error(NULL, XCOLL_ERR_NOT_SUPPORTED,
-                       "backend 'nccl_like' is not built in this version of "
-                       "xcoll (compiled in: %s)",
+                       "backend 'nccl_like' is not compiled into this build "
+                       "(compiled in: %s)",
                        available);
 #endif
   return xcoll_error(NULL, XCOLL_ERR_NOT_SUPPORTED,
                      "unknown backend '%.100s': compiled-in backends are %s",
                      name, available);
+}
+
+xcoll_status xcoll_backend_init_once(const xcoll_backend *backend) {
+  int index = -1;
+  for (int i = 0; compiled_backends[i] != NULL; i++)
+    if (compiled_backends[i] == backend)
+      index = i;
+  if (backend->init == NULL || index < 0)
+    return XCOLL_SUCCESS;
+  pthread_mutex_lock(&init_lock);
+  if (!init_done[index]) {
+    init_status[index] = backend->init();
+    if (init_status[index] != XCOLL_SUCCESS)
+      snprintf(init_message[index], sizeof init_message[index], "%s",
+               xcoll_last_error());
+    else
+      XCOLL_INFO("backend %s initialised for this process", backend->name);
+    init_done[index] = 1;
+  }
+  xcoll_status status = init_status[index];
+  pthread_mutex_unlock(&init_lock);
+  if (status != XCOLL_SUCCESS)
+    return xcoll_error(NULL, status, "backend '%s' failed to initialise: %s",
+                       backend->name, init_message[index]);
+  return XCOLL_SUCCESS;
 }

@@ -1,6 +1,7 @@
-/* request.c - requests of non-blocking collectives and the per-communicator
- * queue that runs all collectives in issue order on one progress thread
- * (the same ordering contract as a CUDA stream or Gloo's work queue). */
+/* request.c - requests, and the per-communicator queue that runs host-driven
+ * collectives in issue order on one progress thread (the same ordering
+ * contract as a CUDA stream or Gloo's work queue), plus the in-flight list of
+ * device-driven requests. xcoll_wait and xcoll_test are in core/dispatch.c. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,15 +10,6 @@
 #include "error.h"
 #include "log.h"
 #include "request.h"
-
-struct xcoll_request {
-  pthread_mutex_t lock;
-  pthread_cond_t completed;
-  int done;
-  xcoll_status status;
-  xcoll_coll_args args;
-  struct xcoll_request *next; /* in the queue, while queued */
-};
 
 struct xcoll_queue {
   pthread_mutex_t lock;
@@ -30,9 +22,12 @@ struct xcoll_queue {
   int stop;
   int thread_started;
   pthread_t thread;
+  xcoll_queue_run_fn run;
+  /* Device-driven requests started and not yet seen complete, oldest first. */
+  struct xcoll_request *inflight_head, *inflight_tail;
 };
 
-static struct xcoll_request *request_new(xcoll_comm *comm) {
+struct xcoll_request *xcoll_request_new(xcoll_comm *comm) {
   struct xcoll_request *request = calloc(1, sizeof *request);
   if (request == NULL) {
     xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
@@ -42,18 +37,24 @@ static struct xcoll_request *request_new(xcoll_comm *comm) {
   pthread_mutex_init(&request->lock, NULL);
   pthread_cond_init(&request->completed, NULL);
   request->status = XCOLL_IN_PROGRESS;
+  request->comm = comm;
+  request->refs = 1;
   return request;
 }
 
-static void request_free(struct xcoll_request *request) {
+void xcoll_request_release(struct xcoll_request *request) {
+  pthread_mutex_lock(&request->lock);
+  int last = --request->refs == 0;
+  pthread_mutex_unlock(&request->lock);
+  if (!last)
+    return;
   pthread_cond_destroy(&request->completed);
   pthread_mutex_destroy(&request->lock);
   free(request);
 }
 
-/* After this, the waiter may free request at any moment: touch nothing. */
-static void request_complete(struct xcoll_request *request,
-                             xcoll_status status) {
+void xcoll_request_complete(struct xcoll_request *request,
+                            xcoll_status status) {
   pthread_mutex_lock(&request->lock);
   request->status = status;
   request->done = 1;
@@ -61,8 +62,17 @@ static void request_complete(struct xcoll_request *request,
   pthread_mutex_unlock(&request->lock);
 }
 
+xcoll_status xcoll_request_wait_done(struct xcoll_request *request) {
+  pthread_mutex_lock(&request->lock);
+  while (!request->done)
+    pthread_cond_wait(&request->completed, &request->lock);
+  xcoll_status status = request->status;
+  pthread_mutex_unlock(&request->lock);
+  return status;
+}
+
 xcoll_request_t xcoll_request_completed(xcoll_comm *comm, xcoll_status status) {
-  struct xcoll_request *request = request_new(comm);
+  struct xcoll_request *request = xcoll_request_new(comm);
   if (request != NULL) {
     request->status = status;
     request->done = 1;
@@ -70,7 +80,7 @@ xcoll_request_t xcoll_request_completed(xcoll_comm *comm, xcoll_status status) {
   return request;
 }
 
-xcoll_status xcoll_queue_create(xcoll_comm *comm) {
+xcoll_status xcoll_queue_create(xcoll_comm *comm, xcoll_queue_run_fn run) {
   struct xcoll_queue *queue = calloc(1, sizeof *queue);
   if (queue == NULL)
     return xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
@@ -79,6 +89,7 @@ xcoll_status xcoll_queue_create(xcoll_comm *comm) {
   pthread_mutex_init(&queue->lock, NULL);
   pthread_cond_init(&queue->work, NULL);
   pthread_cond_init(&queue->idle, NULL);
+  queue->run = run;
   comm->queue = queue;
   return XCOLL_SUCCESS;
 }
@@ -100,8 +111,8 @@ static void *progress_main(void *arg) {
     queue->busy = 1;
     pthread_mutex_unlock(&queue->lock);
 
-    xcoll_status status = xcoll_coll_run(comm, &request->args);
-    request_complete(request, status);
+    xcoll_status status = queue->run(comm, &request->args);
+    xcoll_request_complete(request, status);
 
     pthread_mutex_lock(&queue->lock);
     queue->busy = 0;
@@ -138,7 +149,7 @@ static xcoll_status enqueue_locked(xcoll_comm *comm,
 xcoll_status xcoll_queue_submit(xcoll_comm *comm, const xcoll_coll_args *args,
                                 xcoll_request_t *out) {
   *out = NULL;
-  struct xcoll_request *request = request_new(comm);
+  struct xcoll_request *request = xcoll_request_new(comm);
   if (request == NULL)
     return XCOLL_ERR_NO_MEMORY;
   request->args = *args;
@@ -146,7 +157,7 @@ xcoll_status xcoll_queue_submit(xcoll_comm *comm, const xcoll_coll_args *args,
   xcoll_status status = enqueue_locked(comm, request);
   pthread_mutex_unlock(&comm->queue->lock);
   if (status != XCOLL_SUCCESS) {
-    request_free(request);
+    xcoll_request_release(request);
     return status;
   }
   *out = request;
@@ -161,7 +172,7 @@ xcoll_status xcoll_queue_run(xcoll_comm *comm, const xcoll_coll_args *args) {
      * hand-offs, which dominate the latency of small collectives. */
     queue->busy = 1;
     pthread_mutex_unlock(&queue->lock);
-    xcoll_status status = xcoll_coll_run(comm, args);
+    xcoll_status status = queue->run(comm, args);
     pthread_mutex_lock(&queue->lock);
     queue->busy = 0;
     pthread_cond_broadcast(&queue->idle);
@@ -175,7 +186,70 @@ xcoll_status xcoll_queue_run(xcoll_comm *comm, const xcoll_coll_args *args) {
   xcoll_status status = xcoll_queue_submit(comm, args, &request);
   if (status != XCOLL_SUCCESS)
     return status;
-  return xcoll_wait(request);
+  status = xcoll_request_wait_done(request);
+  xcoll_request_release(request);
+  return status;
+}
+
+void xcoll_queue_drain(xcoll_comm *comm) {
+  struct xcoll_queue *queue = comm->queue;
+  pthread_mutex_lock(&queue->lock);
+  while (queue->head != NULL || queue->busy)
+    pthread_cond_wait(&queue->idle, &queue->lock);
+  pthread_mutex_unlock(&queue->lock);
+}
+
+void xcoll_inflight_add(xcoll_comm *comm, struct xcoll_request *request) {
+  struct xcoll_queue *queue = comm->queue;
+  pthread_mutex_lock(&request->lock);
+  request->refs++;
+  request->inflight = 1;
+  pthread_mutex_unlock(&request->lock);
+  pthread_mutex_lock(&queue->lock);
+  request->inflight_next = NULL;
+  if (queue->inflight_tail != NULL)
+    queue->inflight_tail->inflight_next = request;
+  else
+    queue->inflight_head = request;
+  queue->inflight_tail = request;
+  pthread_mutex_unlock(&queue->lock);
+}
+
+void xcoll_inflight_remove(xcoll_comm *comm, struct xcoll_request *request) {
+  struct xcoll_queue *queue = comm->queue;
+  int removed = 0;
+  pthread_mutex_lock(&queue->lock);
+  struct xcoll_request **link = &queue->inflight_head, *prev = NULL;
+  while (*link != NULL && *link != request) {
+    prev = *link;
+    link = &(*link)->inflight_next;
+  }
+  if (*link == request) {
+    *link = request->inflight_next;
+    if (queue->inflight_tail == request)
+      queue->inflight_tail = prev;
+    request->inflight = 0;
+    removed = 1;
+  }
+  pthread_mutex_unlock(&queue->lock);
+  if (removed)
+    xcoll_request_release(request);
+}
+
+int xcoll_inflight_snapshot(xcoll_comm *comm, struct xcoll_request **out,
+                            int max) {
+  struct xcoll_queue *queue = comm->queue;
+  int n = 0;
+  pthread_mutex_lock(&queue->lock);
+  for (struct xcoll_request *r = queue->inflight_head; r != NULL && n < max;
+       r = r->inflight_next) {
+    pthread_mutex_lock(&r->lock);
+    r->refs++;
+    pthread_mutex_unlock(&r->lock);
+    out[n++] = r;
+  }
+  pthread_mutex_unlock(&queue->lock);
+  return n;
 }
 
 void xcoll_queue_abort(xcoll_comm *comm) {
@@ -187,7 +261,7 @@ void xcoll_queue_abort(xcoll_comm *comm) {
   queue->head = queue->tail = NULL;
   while (request != NULL) {
     struct xcoll_request *next = request->next;
-    request_complete(request, XCOLL_ERR_ABORTED);
+    xcoll_request_complete(request, XCOLL_ERR_ABORTED);
     request = next;
   }
   pthread_cond_broadcast(&queue->idle);
@@ -211,32 +285,4 @@ void xcoll_queue_destroy(xcoll_comm *comm) {
   pthread_mutex_destroy(&queue->lock);
   free(queue);
   comm->queue = NULL;
-}
-
-xcoll_status xcoll_wait(xcoll_request_t request) {
-  if (request == NULL)
-    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
-                       "xcoll_wait: request is NULL (a failed non-blocking "
-                       "call sets *request to NULL; check its status)");
-  pthread_mutex_lock(&request->lock);
-  while (!request->done)
-    pthread_cond_wait(&request->completed, &request->lock);
-  xcoll_status status = request->status;
-  pthread_mutex_unlock(&request->lock);
-  request_free(request);
-  return status;
-}
-
-xcoll_status xcoll_test(xcoll_request_t request, int *done) {
-  if (request == NULL)
-    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
-                       "xcoll_test: request is NULL");
-  if (done == NULL)
-    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
-                       "xcoll_test: done is NULL");
-  pthread_mutex_lock(&request->lock);
-  *done = request->done;
-  xcoll_status status = request->done ? request->status : XCOLL_SUCCESS;
-  pthread_mutex_unlock(&request->lock);
-  return status;
 }

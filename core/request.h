@@ -1,21 +1,48 @@
-/* request.h - the per-communicator queue of collectives and its progress
- * thread (core/request.c), used by collectives.c and comm.c.
+/* request.h - requests, and the per-communicator queue that runs host-driven
+ * collectives in issue order on one progress thread (core/request.c).
  *
  * Every collective of a communicator, blocking or not, runs in the order it
- * was issued: non-blocking ones on one progress thread per communicator,
- * started on the first non-blocking call; a blocking one inline on the
- * caller's thread when nothing is queued or running, else behind the queue. */
+ * was issued. Host-driven ones (core's algorithms over p2p) run on one
+ * progress thread per communicator, started on the first non-blocking call,
+ * or inline on the caller's thread when nothing is queued or running.
+ * Device-driven ones (a backend's coll ops) are started by core/dispatch.c on
+ * the issuing thread; their requests hold the backend's op handle and sit on
+ * the queue's in-flight list until someone has seen them complete. */
 #ifndef XCOLL_CORE_REQUEST_H
 #define XCOLL_CORE_REQUEST_H
 
+#include <pthread.h>
+
 #include "algorithm.h"
+#include "backend.h"
 #include "xcoll.h"
 
 struct xcoll_comm;
 
-/* Allocate comm->queue (no thread yet). Errors: XCOLL_ERR_NO_MEMORY,
- * XCOLL_ERR_SYSTEM. */
-xcoll_status xcoll_queue_create(struct xcoll_comm *comm);
+struct xcoll_request {
+  pthread_mutex_t lock;
+  pthread_cond_t completed;
+  int done;
+  xcoll_status status;
+  xcoll_coll_args args;
+  struct xcoll_request *next; /* in the queue, while queued */
+  /* Device-driven requests only (NULL op otherwise). */
+  struct xcoll_comm *comm;
+  int on_backend;       /* set before the request is published; never changes */
+  xcoll_backend_op *op; /* the backend's handle until it completes */
+  double start_us;      /* when start() was called, for the trace span */
+  struct xcoll_request *inflight_next; /* on the in-flight list */
+  int inflight;                        /* 1 while on that list */
+  int refs; /* the caller's reference + the in-flight list's; under lock */
+};
+
+/* The function the progress thread runs each queued collective with
+ * (xcoll_coll_run in core/dispatch.c). */
+typedef xcoll_status (*xcoll_queue_run_fn)(struct xcoll_comm *comm,
+                                           const xcoll_coll_args *args);
+
+/* Allocate comm->queue (no thread yet). Errors: XCOLL_ERR_NO_MEMORY. */
+xcoll_status xcoll_queue_create(struct xcoll_comm *comm, xcoll_queue_run_fn run);
 
 /* Queue args (copied) behind what is pending and return a request for
  * xcoll_wait. Starts the progress thread if needed. Errors:
@@ -29,10 +56,36 @@ xcoll_status xcoll_queue_submit(struct xcoll_comm *comm,
 xcoll_status xcoll_queue_run(struct xcoll_comm *comm,
                              const xcoll_coll_args *args);
 
+/* Block until nothing is queued or running on the progress thread. */
+void xcoll_queue_drain(struct xcoll_comm *comm);
+
+/* A new request with one reference (the caller's), not done. NULL with
+ * XCOLL_ERR_NO_MEMORY set. */
+struct xcoll_request *xcoll_request_new(struct xcoll_comm *comm);
+
 /* A request that is already complete with status (count 0 collectives), or
  * NULL with XCOLL_ERR_NO_MEMORY set. */
 xcoll_request_t xcoll_request_completed(struct xcoll_comm *comm,
                                         xcoll_status status);
+
+/* Mark request done with status and wake its waiters. */
+void xcoll_request_complete(struct xcoll_request *request, xcoll_status status);
+
+/* Block until request is done; return its status. Does not release it. */
+xcoll_status xcoll_request_wait_done(struct xcoll_request *request);
+
+/* Drop one reference; the last one frees request. */
+void xcoll_request_release(struct xcoll_request *request);
+
+/* In-flight list of device-driven requests (under the queue's lock):
+ * add takes a reference for the list; remove drops it if request is still
+ * on the list. snapshot returns up to max requests (oldest first), each with
+ * a reference the caller releases; returns how many. */
+void xcoll_inflight_add(struct xcoll_comm *comm, struct xcoll_request *request);
+void xcoll_inflight_remove(struct xcoll_comm *comm,
+                           struct xcoll_request *request);
+int xcoll_inflight_snapshot(struct xcoll_comm *comm,
+                            struct xcoll_request **out, int max);
 
 /* Complete every queued, not yet started collective with
  * XCOLL_ERR_ABORTED and wake their waiters. Any thread. */

@@ -2,6 +2,8 @@
  * xcoll.h - the whole public C API of xcoll, a collective communication
  * library with pluggable backends (tcp, ucx, nccl_like).
  *
+ * Copyright (c) 2026, the xcoll authors. BSD 3-Clause License (see LICENSE).
+ *
  * Conventions (they follow NCCL's and torch.distributed's):
  * - Every function returns an xcoll_status. XCOLL_SUCCESS is 0. On any other
  *   status, xcoll_comm_last_error(comm) (or xcoll_last_error() when there is

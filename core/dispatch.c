@@ -1,0 +1,298 @@
+/* dispatch.c - where a validated collective goes: to the backend's
+ * collective ops (device-driven: started on the issuing thread, completed
+ * through the request), or to core's host algorithms over the backend's p2p
+ * interface (through the request queue); and xcoll_coll_run, which runs one
+ * host-driven collective. Also xcoll_wait and xcoll_test, which complete
+ * both kinds of request. See dispatch.h for the ordering rule. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "comm.h"
+#include "dispatch.h"
+#include "dtype.h"
+#include "error.h"
+#include "log.h"
+#include "request.h"
+#include "trace.h"
+
+/* Bytes of the larger of the two buffers (the size NCCL's tests report):
+ * world_size * count elements for allgather's output and reduce_scatter's
+ * input, count elements otherwise. Validated not to overflow. */
+static size_t total_bytes(const xcoll_comm *comm, const xcoll_coll_args *args) {
+  size_t bytes = args->count * xcoll_datatype_size(args->dtype);
+  if (args->kind == XCOLL_COLL_ALLGATHER ||
+      args->kind == XCOLL_COLL_REDUCE_SCATTER)
+    bytes *= (size_t)comm->world_size;
+  return bytes;
+}
+
+/* A world of one: the result is the input (AVG divides by 1). */
+static void run_local(const xcoll_comm *comm, const xcoll_coll_args *args) {
+  (void)comm;
+  if (args->kind == XCOLL_COLL_BARRIER || args->recvbuf == NULL ||
+      args->sendbuf == NULL || args->sendbuf == args->recvbuf)
+    return;
+  memmove(args->recvbuf, args->sendbuf,
+          args->count * xcoll_datatype_size(args->dtype));
+}
+
+static int is_fatal(xcoll_status status) {
+  return status == XCOLL_ERR_REMOTE || status == XCOLL_ERR_TIMEOUT ||
+         status == XCOLL_ERR_PROTOCOL || status == XCOLL_ERR_ABORTED;
+}
+
+/* "4096 B float32 sum" or "0 B" for a barrier: the shared part of the log
+ * line and of failure messages. */
+static void describe(const xcoll_comm *comm, const xcoll_coll_args *args,
+                     char *out, size_t out_bytes) {
+  if (args->kind == XCOLL_COLL_BARRIER)
+    snprintf(out, out_bytes, "P=%d", comm->world_size);
+  else if (xcoll_coll_has_op(args->kind))
+    snprintf(out, out_bytes, "%zu B %s %s P=%d", total_bytes(comm, args),
+             xcoll_datatype_name(args->dtype), xcoll_op_name(args->op),
+             comm->world_size);
+  else
+    snprintf(out, out_bytes, "%zu B %s P=%d", total_bytes(comm, args),
+             xcoll_datatype_name(args->dtype), comm->world_size);
+}
+
+/* Log the choice at INFO: "allreduce seq 3: 4096 B float32 sum P=4 ->
+ * ring (why)". Formatting is skipped unless INFO prints: this runs on every
+ * call. */
+static void explain(const xcoll_comm *comm, const xcoll_coll_args *args,
+                    const char *engine, const char *why) {
+  if (xcoll_log_level_get() < XCOLL_LOG_INFO)
+    return;
+  char what[128];
+  describe(comm, args, what, sizeof what);
+  XCOLL_INFO("%s seq %" PRIu64 ": %s -> %s (%s)", xcoll_coll_name(args->kind),
+             args->seq, what, engine, why);
+}
+
+/* One "collective" span per call, from start to completion. */
+static void trace_collective(const xcoll_comm *comm, const xcoll_coll_args *args,
+                             const char *engine, double start_us,
+                             xcoll_status status) {
+  char trace_args[256];
+  if (args->kind == XCOLL_COLL_BARRIER)
+    snprintf(trace_args, sizeof trace_args,
+             "\"seq\":%" PRIu64 ",\"algorithm\":\"%s\",\"status\":%d",
+             args->seq, engine, (int)status);
+  else
+    snprintf(trace_args, sizeof trace_args,
+             "\"seq\":%" PRIu64 ",\"op\":\"%s\",\"bytes\":%zu,"
+             "\"dtype\":\"%s\",\"algorithm\":\"%s\",\"status\":%d",
+             args->seq,
+             xcoll_coll_has_op(args->kind) ? xcoll_op_name(args->op) : "none",
+             total_bytes(comm, args), xcoll_datatype_name(args->dtype), engine,
+             (int)status);
+  xcoll_trace_span(xcoll_coll_name(args->kind), "collective", comm->comm_id,
+                   start_us, xcoll_time_us(), trace_args);
+}
+
+/* Say which call failed around the engine's own message (which names the
+ * peer), and mark comm broken when the failure is fatal. */
+static xcoll_status fail(xcoll_comm *comm, const xcoll_coll_args *args,
+                         const char *engine, xcoll_status status) {
+  char cause[XCOLL_ERROR_BYTES];
+  char what[128];
+  snprintf(cause, sizeof cause, "%s", xcoll_last_error());
+  describe(comm, args, what, sizeof what);
+  status = xcoll_error(comm, status, "%s seq %" PRIu64 " (%s, %s) failed: %s",
+                       xcoll_coll_name(args->kind), args->seq, what, engine,
+                       cause);
+  if (is_fatal(status))
+    xcoll_comm_set_broken(comm, status, xcoll_last_error());
+  return status;
+}
+
+/* ---- host-driven: core's algorithms over the backend's p2p ---- */
+
+xcoll_status xcoll_coll_run(xcoll_comm *comm, const xcoll_coll_args *args) {
+  xcoll_status status = xcoll_comm_check(comm);
+  if (status != XCOLL_SUCCESS)
+    return status;
+
+  const int explaining = xcoll_log_level_get() >= XCOLL_LOG_INFO;
+  char why[256] = "";
+  const char *algorithm_name = NULL;
+  const xcoll_algorithm *algorithm = NULL;
+  if (comm->world_size == 1) {
+    algorithm_name = "local_copy";
+    if (explaining)
+      snprintf(why, sizeof why, "a world of one rank needs no communication");
+  } else {
+    status = xcoll_algorithm_select(comm, args, &algorithm,
+                                    explaining ? why : NULL, sizeof why);
+    if (status != XCOLL_SUCCESS)
+      return xcoll_error_adopt(comm, status);
+    algorithm_name = algorithm->name;
+  }
+  explain(comm, args, algorithm_name, why);
+
+  const int tracing = xcoll_trace_enabled();
+  double start_us = tracing ? xcoll_time_us() : 0.0;
+  if (algorithm == NULL)
+    run_local(comm, args);
+  else
+    status = algorithm->run(comm, args);
+  if (tracing)
+    trace_collective(comm, args, algorithm_name, start_us, status);
+  if (status != XCOLL_SUCCESS)
+    status = fail(comm, args, algorithm_name, status);
+  return status;
+}
+
+/* ---- device-driven: the backend's collective ops ---- */
+
+/* Complete a device-driven request that is not done yet: wait for the
+ * backend op, trace, wrap the error, record the status in the request. */
+static void finish_backend_request(struct xcoll_request *request) {
+  pthread_mutex_lock(&request->lock);
+  if (request->done) {
+    pthread_mutex_unlock(&request->lock);
+    return;
+  }
+  xcoll_comm *comm = request->comm;
+  xcoll_status status =
+      comm->backend->coll->wait(comm->backend_state, request->op);
+  request->op = NULL;
+  if (xcoll_trace_enabled())
+    trace_collective(comm, &request->args, comm->backend->name,
+                     request->start_us, status);
+  if (status != XCOLL_SUCCESS)
+    status = fail(comm, &request->args, comm->backend->name, status);
+  request->status = status;
+  request->done = 1;
+  pthread_cond_broadcast(&request->completed);
+  pthread_mutex_unlock(&request->lock);
+}
+
+/* Test without blocking; 1 when the request is done (status recorded). */
+static int test_backend_request(struct xcoll_request *request) {
+  pthread_mutex_lock(&request->lock);
+  if (!request->done) {
+    xcoll_comm *comm = request->comm;
+    int done = 0;
+    xcoll_status status =
+        comm->backend->coll->test(comm->backend_state, request->op, &done);
+    if (done || status != XCOLL_SUCCESS) {
+      request->op = NULL;
+      if (xcoll_trace_enabled())
+        trace_collective(comm, &request->args, comm->backend->name,
+                         request->start_us, status);
+      if (status != XCOLL_SUCCESS)
+        status = fail(comm, &request->args, comm->backend->name, status);
+      request->status = status;
+      request->done = 1;
+      pthread_cond_broadcast(&request->completed);
+    }
+  }
+  int done = request->done;
+  pthread_mutex_unlock(&request->lock);
+  return done;
+}
+
+void xcoll_dispatch_quiesce(xcoll_comm *comm) {
+  if (comm->backend->coll == NULL || comm->queue == NULL)
+    return;
+  enum { BATCH = 64 };
+  struct xcoll_request *batch[BATCH];
+  int n;
+  while ((n = xcoll_inflight_snapshot(comm, batch, BATCH)) > 0) {
+    for (int i = 0; i < n; i++) {
+      finish_backend_request(batch[i]);
+      xcoll_inflight_remove(comm, batch[i]);
+      xcoll_request_release(batch[i]);
+    }
+  }
+}
+
+static xcoll_status dispatch_backend(xcoll_comm *comm,
+                                     const xcoll_coll_args *args,
+                                     xcoll_request_t *out) {
+  const xcoll_backend_coll_ops *coll = comm->backend->coll;
+  /* Host collectives issued earlier must be on the wire first. */
+  xcoll_queue_drain(comm);
+  explain(comm, args, comm->backend->name, "the backend runs it (device-driven)");
+
+  struct xcoll_request *request = xcoll_request_new(comm);
+  if (request == NULL)
+    return XCOLL_ERR_NO_MEMORY;
+  request->args = *args;
+  request->on_backend = 1;
+  request->start_us = xcoll_trace_enabled() ? xcoll_time_us() : 0.0;
+  xcoll_status status =
+      coll->start(comm, comm->backend_state, args, &request->op);
+  if (status != XCOLL_SUCCESS) {
+    xcoll_request_release(request);
+    return fail(comm, args, comm->backend->name, status);
+  }
+  if (out == NULL) {
+    finish_backend_request(request);
+    status = request->status;
+    xcoll_request_release(request);
+    return status;
+  }
+  xcoll_inflight_add(comm, request);
+  *out = request;
+  return XCOLL_SUCCESS;
+}
+
+xcoll_status xcoll_dispatch(xcoll_comm *comm, const xcoll_coll_args *args,
+                            xcoll_request_t *request) {
+  const xcoll_backend_coll_ops *coll = comm->backend->coll;
+  const char *name = xcoll_coll_name(args->kind);
+  if (coll != NULL && coll->supports(comm->backend_state, args))
+    return dispatch_backend(comm, args, request);
+  if (args->stream != NULL)
+    return xcoll_error(comm, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_i%s: stream is not NULL, but backend '%s' runs "
+                       "this call on host buffers only: pass NULL",
+                       name, comm->backend->name);
+  if (comm->backend->p2p == NULL && comm->world_size > 1)
+    return xcoll_error(comm, XCOLL_ERR_NOT_SUPPORTED,
+                       "xcoll_%s: backend '%s' does not run this call and has "
+                       "no p2p interface for core's algorithms",
+                       name, comm->backend->name);
+  /* Backend collectives issued earlier must be off the wire first. */
+  xcoll_dispatch_quiesce(comm);
+  if (request != NULL)
+    return xcoll_queue_submit(comm, args, request);
+  return xcoll_queue_run(comm, args);
+}
+
+/* ---- completing requests (public API) ---- */
+
+xcoll_status xcoll_wait(xcoll_request_t request) {
+  if (request == NULL)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_wait: request is NULL (a failed non-blocking "
+                       "call sets *request to NULL; check its status)");
+  if (request->on_backend) {
+    finish_backend_request(request);
+    xcoll_inflight_remove(request->comm, request);
+  }
+  xcoll_status status = xcoll_request_wait_done(request);
+  xcoll_request_release(request);
+  return status;
+}
+
+xcoll_status xcoll_test(xcoll_request_t request, int *done) {
+  if (request == NULL)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_test: request is NULL");
+  if (done == NULL)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_test: done is NULL");
+  if (request->on_backend && test_backend_request(request)) {
+    *done = 1;
+    return request->status;
+  }
+  pthread_mutex_lock(&request->lock);
+  *done = request->done;
+  xcoll_status status = request->done ? request->status : XCOLL_SUCCESS;
+  pthread_mutex_unlock(&request->lock);
+  return status;
+}
