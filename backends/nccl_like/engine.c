@@ -131,8 +131,10 @@ static xcoll_status broken_status(nl_state *st) {
 
 static int nl_supports(void *state, const xcoll_coll_args *args) {
   (void)state;
-  (void)args;
-  return 1; /* every collective runs as a ring kernel; no p2p interface */
+  /* Every collective runs as a ring kernel (there is no p2p interface). A
+   * stream is declined: this engine runs on the host, so core answers
+   * INVALID_ARGUMENT for it ("pass NULL") as for any host backend. */
+  return args->stream == NULL;
 }
 
 static xcoll_status nl_start(xcoll_comm *comm, void *state,

@@ -68,7 +68,8 @@ int main(void) {
   if (rank == 0) {
     float y[1024] = {0};
     xcoll_request_t request = NULL;
-    st = xcoll_iallreduce(y, y, 1024, XCOLL_FLOAT32, XCOLL_SUM, comm, &request);
+    st = xcoll_iallreduce(y, y, 1024, XCOLL_FLOAT32, XCOLL_SUM, comm, NULL,
+                          &request);
     if (st != XCOLL_SUCCESS) {
       printf("ABORT-BAD rank 0: iallreduce: %s\n", xcoll_comm_last_error(comm));
       return 1;
