@@ -306,7 +306,10 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
 
 static void nl_comm_destroy(xcoll_comm *comm, void *state) {
   (void)comm;
-  free_state(state);
+  nl_state *st = state;
+  if (st)
+    nl_proxy_drain(st);
+  free_state(st);
 }
 
 static void nl_comm_abort(xcoll_comm *comm, void *state) {

@@ -133,6 +133,9 @@ typedef struct nl_state {
 
   pthread_t proxy;
   int proxy_started;
+  /* The proxy sleeps: no op in flight and every filled slot sent (set under
+   * lock, with done_cond broadcast, so comm_destroy can wait for it). */
+  int proxy_idle;
   /* Nonzero stops every kernel (kernels/conn.h's abort flag), raised by
    * nl_fail and comm_abort. */
   xc_abort abort_flag;
@@ -181,10 +184,13 @@ void nl_channels_free(nl_state *st);
 xcoll_status nl_proxy_start(nl_state *st);
 /* Stop and join (st->stopping must be set and proxy_cond signalled). */
 void nl_proxy_join(nl_state *st);
-/* The log function given to the plugin's init: keeps the last ERROR
- * sentence per thread, read by nl_net_last_error. */
-void nl_net_log(xcoll_net_log_level level, const char *message);
+/* The sentence explaining the calling thread's last failed plugin call
+ * (net.h's xcoll_net_last_error, or a placeholder when it gave none). */
 const char *nl_net_last_error(void);
+/* Before a normal comm_destroy: wait (up to timeout_s) until every slot a
+ * kernel filled has been sent, so that the last collective's data reaches
+ * the next rank before the connections close. */
+void nl_proxy_drain(nl_state *st);
 
 /* ---- engine.c ---- */
 xcoll_status nl_workers_start(nl_state *st);

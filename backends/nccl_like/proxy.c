@@ -19,6 +19,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "error.h"
 #include "log.h"
@@ -29,24 +30,17 @@
  * this long (seconds): long enough for a kernel that already holds its last
  * slot to return. */
 #define NL_RECV_BROKEN_GRACE_S 0.1
-
-static _Thread_local char net_last_error[512];
-
-void nl_net_log(xcoll_net_log_level level, const char *message) {
-  if (level == XCOLL_NET_LOG_ERROR) {
-    snprintf(net_last_error, sizeof net_last_error, "%s", message);
-    XCOLL_TRACE("net: %s", message);
-  } else if (level == XCOLL_NET_LOG_WARN) {
-    XCOLL_WARN("net: %s", message);
-  } else if (level == XCOLL_NET_LOG_INFO) {
-    XCOLL_INFO("net: %s", message);
-  } else {
-    XCOLL_TRACE("net: %s", message);
-  }
-}
+/* Receives posted ahead per connection. One: a plugin may fail every
+ * request of a comm once the peer closes (net/socket does), which would
+ * hide that an earlier posted receive had completed; with one receive
+ * outstanding, a peer that closes after its last message is seen only by a
+ * receive no kernel needs. The socket buffers keep the sender streaming
+ * meanwhile, so the pipeline does not stall on it. */
+#define NL_RECVS_AHEAD 1
 
 const char *nl_net_last_error(void) {
-  return net_last_error[0] ? net_last_error : "(the plugin gave no reason)";
+  const char *message = xcoll_net_last_error();
+  return message && message[0] ? message : "(the plugin gave no reason)";
 }
 
 static void trace_slot(nl_state *st, nl_channel *ch, int is_send,
@@ -138,7 +132,8 @@ static xcoll_status progress_recv(nl_state *st, nl_channel *ch,
     return XCOLL_SUCCESS;
   }
   uint64_t head = atomic_load_explicit(&mem->head, memory_order_acquire);
-  while (pc->posted < head + XCOLL_STEPS) {
+  while (pc->posted < head + XCOLL_STEPS &&
+         pc->posted - pc->completed < NL_RECVS_AHEAD) {
     int slot = (int)(pc->posted % XCOLL_STEPS);
     xcoll_net_request *request = NULL;
     pc->started_us[slot] = xcoll_trace_enabled() ? xcoll_time_us() : 0;
@@ -241,13 +236,34 @@ static void fail_timeout(nl_state *st, double idle_s) {
  * exit. */
 static int wait_for_work(nl_state *st) {
   pthread_mutex_lock(&st->lock);
+  st->proxy_idle = 1;
+  pthread_cond_broadcast(&st->done_cond);
   while (!st->stopping && (atomic_load(&st->failed) ||
                            (atomic_load(&st->ops_in_flight) == 0 &&
                             !sends_pending(st))))
     pthread_cond_wait(&st->proxy_cond, &st->lock);
+  st->proxy_idle = 0;
   int go = !st->stopping;
   pthread_mutex_unlock(&st->lock);
   return go;
+}
+
+void nl_proxy_drain(nl_state *st) {
+  if (!st->proxy_started)
+    return;
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += (time_t)st->timeout_s + 1;
+  pthread_mutex_lock(&st->lock);
+  /* A kernel may have published its last slot after the proxy went to
+   * sleep only if an op was in flight, which wakes it: so proxy_idle with
+   * no op in flight means everything was sent. */
+  while (!atomic_load(&st->failed) &&
+         (!st->proxy_idle || atomic_load(&st->ops_in_flight) > 0)) {
+    if (pthread_cond_timedwait(&st->done_cond, &st->lock, &deadline) != 0)
+      break;
+  }
+  pthread_mutex_unlock(&st->lock);
 }
 
 static void *proxy_main(void *arg) {
