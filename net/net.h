@@ -150,6 +150,19 @@ typedef struct xcoll_net_v1 {
 xcoll_status xcoll_net_select(const xcoll_net_v1 **net, char *why,
                               size_t why_bytes);
 
+/* A log function for plugins (pass it to init): WARN, INFO and TRACE go to
+ * core's log (XCOLL_DEBUG); ERROR goes to the log at WARN level and is also
+ * kept, per thread, for xcoll_net_last_error. xcoll_net_select initialises
+ * the plugin it returns with it; a caller that wants another log calls the
+ * plugin's init again with its own (init is idempotent and takes the latest
+ * log function). */
+void xcoll_net_log_bridge(xcoll_net_log_level level, const char *message);
+
+/* The last sentence the calling thread's plugin calls logged at
+ * XCOLL_NET_LOG_ERROR through xcoll_net_log_bridge ("" when none). Valid until
+ * the next such call on this thread. */
+const char *xcoll_net_last_error(void);
+
 /* Built-in plugins. */
 extern const xcoll_net_v1 xcoll_net_socket;
 #ifdef XCOLL_HAVE_UCX

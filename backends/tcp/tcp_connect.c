@@ -6,7 +6,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <inttypes.h>
 #include <net/if.h>
 #include <netdb.h>
@@ -19,8 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bootstrap.h"
 #include "error.h"
 #include "log.h"
+#include "netaddr.h"
 #include "store.h"
 #include "tcp.h"
 
@@ -38,122 +39,21 @@ static int ms_left(double deadline) {
   return (int)(left * 1000.0) + 1;
 }
 
-/* Interfaces with an IPv4 address, comma separated, for error messages. */
-static void list_interfaces(char *out, size_t out_bytes) {
-  struct ifaddrs *ifs = NULL;
-  out[0] = '\0';
-  if (getifaddrs(&ifs) != 0) {
-    snprintf(out, out_bytes, "(getifaddrs failed: %s)", strerror(errno));
-    return;
-  }
-  size_t used = 0;
-  for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
-    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
-    char ip[INET_ADDRSTRLEN];
-    inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, ip,
-              sizeof ip);
-    int n = snprintf(out + used, out_bytes - used, "%s%s (%s)",
-                     used ? ", " : "", i->ifa_name, ip);
-    if (n < 0 || (size_t)n >= out_bytes - used) break;
-    used += (size_t)n;
-  }
-  freeifaddrs(ifs);
-}
-
-/* The IPv4 address of the interface called ifname, or of the first whose
- * name starts with ifname (NCCL_SOCKET_IFNAME's prefix rule). */
-static xcoll_status address_of_interface(tcp_state *st, const char *ifname,
-                                         struct in_addr *addr) {
-  struct ifaddrs *ifs = NULL;
-  if (getifaddrs(&ifs) != 0)
-    return xcoll_error(st->comm, XCOLL_ERR_SYSTEM,
-                       "tcp: getifaddrs failed while looking for "
-                       "XCOLL_SOCKET_IFNAME=%s: %s",
-                       ifname, strerror(errno));
-  int found = 0;
-  for (int pass = 0; pass < 2 && !found; pass++) {
-    for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next) {
-      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
-      if (!(i->ifa_flags & IFF_UP)) continue;
-      int match = pass == 0 ? strcmp(i->ifa_name, ifname) == 0
-                            : strncmp(i->ifa_name, ifname, strlen(ifname)) == 0;
-      if (match) {
-        *addr = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
-        found = 1;
-      }
-    }
-  }
-  freeifaddrs(ifs);
-  if (!found) {
-    char list[512];
-    list_interfaces(list, sizeof list);
-    return xcoll_error(st->comm, XCOLL_ERR_ENV,
-                       "tcp: XCOLL_SOCKET_IFNAME=%s names no interface that is "
-                       "up with an IPv4 address; interfaces here: %s",
-                       ifname, list);
-  }
-  return XCOLL_SUCCESS;
-}
-
-/* The local address the kernel would use to reach host: a UDP "connect"
- * sends nothing but picks the route. Returns 0 on success. */
-static int address_towards(const char *host, int port, struct in_addr *addr) {
-  struct addrinfo hints, *res = NULL;
-  memset(&hints, 0, sizeof hints);
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res) return -1;
-  struct sockaddr_in to = *(struct sockaddr_in *)res->ai_addr;
-  freeaddrinfo(res);
-  to.sin_port = htons((uint16_t)(port > 0 ? port : 9));
-  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  struct sockaddr_in local;
-  socklen_t len = sizeof local;
-  int ok = connect(fd, (struct sockaddr *)&to, sizeof to) == 0 &&
-           getsockname(fd, (struct sockaddr *)&local, &len) == 0;
-  close(fd);
-  if (!ok) return -1;
-  *addr = local.sin_addr;
-  return 0;
-}
-
-/* First non-loopback IPv4 address that is up, else 127.0.0.1. */
-static struct in_addr default_address(void) {
-  struct in_addr out;
-  out.s_addr = htonl(INADDR_LOOPBACK);
-  struct ifaddrs *ifs = NULL;
-  if (getifaddrs(&ifs) != 0) return out;
-  for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
-    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
-    if (!(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK)) continue;
-    out = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
-    break;
-  }
-  freeifaddrs(ifs);
-  return out;
-}
-
+/* The interface rule lives in core/netaddr.c, shared with the socket net
+ * plugin. */
 static xcoll_status choose_address(tcp_state *st, struct in_addr *bind_addr,
                                    struct in_addr *publish_addr,
                                    const char **why) {
   xcoll_comm *comm = st->comm;
-  const char *ifname = comm->options.socket_ifname;
-  if (ifname && ifname[0]) {
-    xcoll_status s = address_of_interface(st, ifname, bind_addr);
-    *publish_addr = *bind_addr;
-    *why = "XCOLL_SOCKET_IFNAME";
-    return s;
-  }
-  if (comm->master_addr[0] &&
-      address_towards(comm->master_addr, comm->master_port, bind_addr) == 0) {
-    *publish_addr = *bind_addr;
-    *why = "the route to the master";
-    return XCOLL_SUCCESS;
-  }
-  bind_addr->s_addr = htonl(INADDR_ANY);
-  *publish_addr = default_address();
-  *why = "the first interface that is up (master address unknown)";
+  xcoll_netaddr chosen;
+  char err[768];
+  xcoll_status s = xcoll_netaddr_choose(
+      comm->options.socket_ifname, comm->master_addr, comm->master_port, "tcp",
+      &chosen, err, sizeof err);
+  if (s != XCOLL_SUCCESS) return xcoll_error(comm, s, "%s", err);
+  *bind_addr = chosen.bind_addr;
+  *publish_addr = chosen.publish_addr;
+  *why = chosen.why;
   return XCOLL_SUCCESS;
 }
 
@@ -353,28 +253,26 @@ xcoll_status xcoll_tcp_connect_mesh(tcp_state *st) {
   if (s != XCOLL_SUCCESS) return s;
   if (st->world_size == 1) return XCOLL_SUCCESS;
 
-  char key[XCOLL_STORE_MAX_KEY];
-  snprintf(key, sizeof key, "%stcp/addr/%d", comm->store_prefix, st->rank);
-  s = xcoll_store_set(comm->store, key, st->my_addr, strlen(st->my_addr) + 1);
-  if (s != XCOLL_SUCCESS) return xcoll_error_adopt(comm, s);
-  for (int p = 0; p < st->world_size; p++) {
+  /* Every rank's "host:port", NUL-padded to TCP_ADDR_BYTES, in rank order. */
+  char(*addrs)[TCP_ADDR_BYTES] = calloc((size_t)st->world_size, TCP_ADDR_BYTES);
+  if (addrs == NULL)
+    return xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
+                       "tcp: no memory for %d addresses", st->world_size);
+  snprintf(addrs[st->rank], TCP_ADDR_BYTES, "%s", st->my_addr);
+  s = xcoll_bootstrap_allgather(comm, "tcp-addr", addrs[st->rank],
+                                TCP_ADDR_BYTES, addrs);
+  for (int p = 0; p < st->world_size && s == XCOLL_SUCCESS; p++) {
     if (p == st->rank) continue;
-    snprintf(key, sizeof key, "%stcp/addr/%d", comm->store_prefix, p);
-    void *value = NULL;
-    size_t bytes = 0;
-    s = xcoll_store_get(comm->store, key, &value, &bytes);
-    if (s != XCOLL_SUCCESS) return xcoll_error_adopt(comm, s);
-    if (bytes == 0 || bytes > TCP_ADDR_BYTES ||
-        ((char *)value)[bytes - 1] != '\0') {
-      free(value);
-      return xcoll_error(comm, XCOLL_ERR_PROTOCOL,
-                         "tcp: the store key %s (rank %d's address) holds %zu "
-                         "bytes that are not a host:port string",
-                         key, p, bytes);
-    }
-    memcpy(st->peers[p].addr, value, bytes);
-    free(value);
+    if (memchr(addrs[p], '\0', TCP_ADDR_BYTES) == NULL || addrs[p][0] == '\0')
+      s = xcoll_error(comm, XCOLL_ERR_PROTOCOL,
+                      "tcp: rank %d's published address is not a host:port "
+                      "string",
+                      p);
+    else
+      memcpy(st->peers[p].addr, addrs[p], TCP_ADDR_BYTES);
   }
+  free(addrs);
+  if (s != XCOLL_SUCCESS) return s;
 
   double deadline = xcoll_tcp_now() + st->timeout_s;
   /* Lower rank connects to higher: our connects complete in the peers'

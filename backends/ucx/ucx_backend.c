@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bootstrap.h"
 #include "comm.h"
 #include "env.h"
 #include "error.h"
@@ -564,7 +565,15 @@ bad:
                      peer, bytes);
 }
 
-static xcoll_status publish_hello(ucx_state *state, const char *host_id) {
+/* Longest record a peer may publish (hello + worker address), bytes: UCX
+ * worker addresses are some hundreds of bytes; this only bounds what a
+ * malformed record can make a rank allocate. */
+#define MAX_HELLO_BYTES (1u << 20)
+
+/* Publish this rank's hello and worker address and collect every rank's
+ * (xcoll_bootstrap_allgatherv; free with xcoll_bootstrap_free). */
+static xcoll_status exchange_hellos(ucx_state *state, const char *host_id,
+                                    void ***values, size_t **sizes) {
   xcoll_comm *comm = state->comm;
   const void *address;
   size_t address_bytes;
@@ -583,42 +592,25 @@ static xcoll_status publish_hello(ucx_state *state, const char *host_id) {
   snprintf(mine.host_id, sizeof mine.host_id, "%s", host_id);
   memcpy(value, &mine, sizeof mine);
   memcpy(value + sizeof mine, address, address_bytes);
-  char key[XCOLL_STORE_MAX_KEY];
-  snprintf(key, sizeof key, "%sucx/address/%d", comm->store_prefix, comm->rank);
-  xcoll_status st = xcoll_store_set(comm->store, key, value, bytes);
+  xcoll_status st = xcoll_bootstrap_allgatherv(
+      comm, "ucx-address", value, bytes, MAX_HELLO_BYTES, values, sizes);
   free(value);
-  if (st != XCOLL_SUCCESS)
-    return xcoll_error(comm, st,
-                       "ucx backend: rank %d could not publish its worker "
-                       "address under store key %s: %s",
-                       comm->rank, key, xcoll_last_error());
-  return XCOLL_SUCCESS;
+  return st;
 }
 
-/* Connect to peer. A peer on this host is connected without UCX's peer
+/* Connect to peer, whose record (hello + worker address, bytes long) is
+ * value. A peer on this host is connected without UCX's peer
  * failure handling, which in UCX 1.13 would rule out shared memory and cma,
  * and is watched through a pidfd instead; a remote peer (or every peer with
  * XCOLL_UCX_ERR_MODE=peer) gets UCP_ERR_HANDLING_MODE_PEER. */
-static xcoll_status connect_peer(ucx_state *state, int peer,
-                                 const char *host_id, int force_peer_mode) {
+static xcoll_status connect_peer(ucx_state *state, int peer, const void *value,
+                                 size_t bytes, const char *host_id,
+                                 int force_peer_mode) {
   xcoll_comm *comm = state->comm;
-  char key[XCOLL_STORE_MAX_KEY];
-  void *value = NULL;
-  size_t bytes = 0;
-  snprintf(key, sizeof key, "%sucx/address/%d", comm->store_prefix, peer);
-  xcoll_status st = xcoll_store_get(comm->store, key, &value, &bytes);
-  if (st != XCOLL_SUCCESS)
-    return xcoll_error(comm, st,
-                       "ucx backend: rank %d did not get rank %d's worker "
-                       "address (store key %s): %s",
-                       comm->rank, peer, key, xcoll_last_error());
   hello theirs;
   const void *address = NULL;
-  st = parse_hello(state, peer, value, bytes, &theirs, &address);
-  if (st != XCOLL_SUCCESS) {
-    free(value);
-    return st;
-  }
+  xcoll_status st = parse_hello(state, peer, value, bytes, &theirs, &address);
+  if (st != XCOLL_SUCCESS) return st;
   peer_watch *watch = &state->peers[peer];
   if (peer != comm->rank && !force_peer_mode &&
       strcmp(theirs.host_id, host_id) == 0) {
@@ -632,7 +624,6 @@ static xcoll_status connect_peer(ucx_state *state, int peer,
   ucs_status_t status =
       xcoll_ucx_connect(state->worker, peer, address, peer_mode,
                         on_peer_error, state, err, sizeof err);
-  free(value);
   if (status != UCS_OK)
     return xcoll_error(comm, XCOLL_ERR_SYSTEM,
                        "ucx backend: rank %d could not connect to rank %d: %s "
@@ -698,15 +689,20 @@ static xcoll_status ucx_comm_init(xcoll_comm *comm, void **out) {
   }
   char host_id[HOST_ID_BYTES];
   host_identity(host_id, sizeof host_id);
-  if ((st = publish_hello(state, host_id)) != XCOLL_SUCCESS)
+  void **records = NULL;
+  size_t *record_bytes = NULL;
+  if ((st = exchange_hellos(state, host_id, &records, &record_bytes)) !=
+      XCOLL_SUCCESS)
     goto fail;
   int same_host = 0;
-  for (int peer = 0; peer < comm->world_size; peer++) {
-    if ((st = connect_peer(state, peer, host_id, force_peer_mode)) !=
-        XCOLL_SUCCESS)
-      goto fail;
+  for (int peer = 0; peer < comm->world_size && st == XCOLL_SUCCESS; peer++) {
+    st = connect_peer(state, peer, records[peer], record_bytes[peer], host_id,
+                      force_peer_mode);
     same_host += state->peers[peer].same_host;
   }
+  xcoll_bootstrap_free(comm->world_size, records, record_bytes);
+  if (st != XCOLL_SUCCESS)
+    goto fail;
   if ((st = post_goodbye_receives(state)) != XCOLL_SUCCESS)
     goto fail;
   XCOLL_INFO("ucx: rank %d connected to %d ranks, %d on this host watched by "

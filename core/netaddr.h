@@ -1,0 +1,42 @@
+/* netaddr.h - which local IPv4 address a rank listens on and publishes to
+ * its peers: shared by the tcp backend and the socket net plugin so that both
+ * pick the same interface for the same settings.
+ *
+ * The rule (NCCL_SOCKET_IFNAME's model):
+ *   1. ifname given (XCOLL_SOCKET_IFNAME): the interface of that name, else
+ *      the first whose name starts with it, that is up with an IPv4 address;
+ *   2. else, when the master's address is known: the local address the
+ *      kernel's routing table uses to reach it;
+ *   3. else bind to every interface and publish the first non-loopback
+ *      address that is up (127.0.0.1 when there is none). */
+#ifndef XCOLL_CORE_NETADDR_H
+#define XCOLL_CORE_NETADDR_H
+
+#include <net/if.h>
+#include <netinet/in.h>
+#include <stddef.h>
+
+#include "xcoll.h"
+
+typedef struct xcoll_netaddr {
+  struct in_addr bind_addr;    /* what to bind (INADDR_ANY in case 3) */
+  struct in_addr publish_addr; /* what peers should connect to */
+  const char *why;             /* which rule chose it, for INFO logs */
+} xcoll_netaddr;
+
+/* Choose as described above. ifname and master_addr may be NULL or "";
+ * master_port only picks the route (any port gives the same). who prefixes
+ * error messages ("tcp", "net socket").
+ * Errors (a sentence in err, err_bytes long): XCOLL_ERR_ENV when ifname
+ * names no interface that is up with an IPv4 address (the interfaces found
+ * are listed); XCOLL_ERR_SYSTEM when getifaddrs fails. */
+xcoll_status xcoll_netaddr_choose(const char *ifname, const char *master_addr,
+                                  int master_port, const char *who,
+                                  xcoll_netaddr *out, char *err,
+                                  size_t err_bytes);
+
+/* The name of the interface that holds addr into name (IF_NAMESIZE bytes),
+ * "any" for INADDR_ANY, or "" when none does. */
+void xcoll_netaddr_ifname(struct in_addr addr, char *name);
+
+#endif

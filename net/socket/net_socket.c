@@ -1,0 +1,1198 @@
+/* net_socket.c - the "socket" net plugin (xcoll_net_socket): the net API of
+ * net/net.h over TCP sockets, host memory only. It plays the part of NCCL's
+ * net_socket transport (src/transport/net_socket.cc): one-way connections,
+ * a message >= SOCK_STRIPE_MIN bytes striped over XCOLL_NSOCKS_PERPEER
+ * sockets, all progress inside isend/irecv/test, no thread of its own.
+ *
+ * Connection set-up:
+ *   listen  binds an ephemeral port on the address the tcp backend would use
+ *           (core/netaddr.h) and writes the handle: address, port, the number
+ *           of data sockets, and a random 64-bit nonce.
+ *   connect opens that many sockets (non-blocking; refused connections are
+ *           retried until config->timeout_s) and sends on each a hello:
+ *           magic, version, socket index, socket count, rank, comm_id, nonce.
+ *   accept  takes every incoming connection, reads its hello without
+ *           blocking and keeps it only when comm_id, nonce, rank and socket
+ *           count match; anything else (a port scanner, a connect+close, a
+ *           late connection of another job) is dropped with a WARN naming
+ *           its address, and the accept goes on.
+ *
+ * Wire format of one message (every field little-endian):
+ *   socket 0: header (magic u32 "XNSM", tag u32, size u64), then part 0
+ *   socket i: part i
+ * where a message below SOCK_STRIPE_MIN bytes is one part on socket 0 and a
+ * longer one is cut into nsocks parts of ceil(size / nsocks) bytes (the last
+ * ones shorter or empty). Each socket carries its parts in message order, so
+ * socket i never needs more than the sizes socket 0 already delivered.
+ *
+ * Errors are logged with the log function given to init (ERROR level, one
+ * sentence naming the peer) and break the comm: every later call on it
+ * returns the same status. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "net.h"
+#include "netaddr.h"
+
+#define SOCK_HANDLE_MAGIC 0x48534e58u /* bytes "XNSH" */
+#define SOCK_HELLO_MAGIC 0x43534e58u  /* bytes "XNSC" */
+#define SOCK_MSG_MAGIC 0x4d534e58u    /* bytes "XNSM" */
+#define SOCK_VERSION 1
+#define SOCK_HANDLE_BYTES 32
+#define SOCK_HELLO_BYTES 32
+#define SOCK_HEADER_BYTES 16
+#define SOCK_MAX_NSOCKS 16
+/* NCCL_SOCKET_MIN_TASKSIZE: below this a message is not worth cutting. */
+#define SOCK_STRIPE_MIN (64u * 1024u)
+/* Incoming connections whose hello has not arrived yet, per listen comm. */
+#define SOCK_MAX_PENDING 32
+/* Pause between refused connection attempts (the listener may be slow to
+ * drain its backlog), seconds. */
+#define SOCK_RETRY_S 0.02
+#define SOCK_ADDR_BYTES 64
+#define SOCK_MESSAGE_BYTES 512
+#define SOCK_MR_MAGIC 0x524d534eu
+
+static _Atomic(xcoll_net_log_fn) log_fn;
+
+/* ---- logging ---- */
+
+static void say(xcoll_net_log_level level, const char *fmt, va_list ap) {
+  xcoll_net_log_fn fn = atomic_load(&log_fn);
+  if (fn == NULL) return;
+  char message[SOCK_MESSAGE_BYTES];
+  vsnprintf(message, sizeof message, fmt, ap);
+  fn(level, message);
+}
+
+static xcoll_status fail(xcoll_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static xcoll_status fail(xcoll_status status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  say(XCOLL_NET_LOG_ERROR, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+static void warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void warn(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  say(XCOLL_NET_LOG_WARN, fmt, ap);
+  va_end(ap);
+}
+
+static void info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void info(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  say(XCOLL_NET_LOG_INFO, fmt, ap);
+  va_end(ap);
+}
+
+/* ---- small helpers ---- */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void put_u16(uint8_t *p, uint16_t v) {
+  p[0] = (uint8_t)v;
+  p[1] = (uint8_t)(v >> 8);
+}
+static void put_u32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put_u64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint16_t get_u16(const uint8_t *p) {
+  return (uint16_t)(p[0] | (p[1] << 8));
+}
+static uint32_t get_u32(const uint8_t *p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+static uint64_t get_u64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+
+static void format_addr(const struct sockaddr_in *sa, char *out) {
+  char ip[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &sa->sin_addr, ip, sizeof ip);
+  snprintf(out, SOCK_ADDR_BYTES, "%s:%d", ip, ntohs(sa->sin_port));
+}
+
+static void tune_socket(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+/* XCOLL_NSOCKS_PERPEER: data sockets per connection, 1..16 (default 1). */
+static xcoll_status read_nsocks(int *nsocks) {
+  const char *text = getenv("XCOLL_NSOCKS_PERPEER");
+  *nsocks = 1;
+  if (text == NULL || text[0] == '\0') return XCOLL_SUCCESS;
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || v < 1 ||
+      v > SOCK_MAX_NSOCKS)
+    return fail(XCOLL_ERR_ENV,
+                "net socket: XCOLL_NSOCKS_PERPEER=%s is not an integer from 1 "
+                "to %d (data sockets per connection)",
+                text, SOCK_MAX_NSOCKS);
+  *nsocks = (int)v;
+  return XCOLL_SUCCESS;
+}
+
+/* ---- the device: one, the interface core/netaddr.h picks ---- */
+
+static pthread_once_t device_once = PTHREAD_ONCE_INIT;
+static xcoll_status device_status;
+static char device_error[SOCK_MESSAGE_BYTES];
+static xcoll_netaddr device_addr;
+static char device_name[IF_NAMESIZE];
+static int device_speed_mbps;
+
+static void device_init(void) {
+  const char *port_text = getenv("MASTER_PORT");
+  int port = port_text ? atoi(port_text) : 0;
+  device_status = xcoll_netaddr_choose(getenv("XCOLL_SOCKET_IFNAME"),
+                                       getenv("MASTER_ADDR"), port,
+                                       "net socket", &device_addr,
+                                       device_error, sizeof device_error);
+  if (device_status != XCOLL_SUCCESS) return;
+  xcoll_netaddr_ifname(device_addr.publish_addr, device_name);
+  if (device_name[0] == '\0') snprintf(device_name, sizeof device_name, "?");
+  char path[128];
+  snprintf(path, sizeof path, "/sys/class/net/%s/speed", device_name);
+  FILE *f = fopen(path, "r");
+  int speed = 0;
+  if (f != NULL) {
+    if (fscanf(f, "%d", &speed) != 1 || speed < 0) speed = 0;
+    fclose(f);
+  }
+  device_speed_mbps = speed;
+}
+
+static xcoll_status socket_init(xcoll_net_log_fn log) {
+  if (log != NULL) atomic_store(&log_fn, log);
+  pthread_once(&device_once, device_init);
+  if (device_status != XCOLL_SUCCESS)
+    return fail(device_status, "%s", device_error);
+  char ip[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &device_addr.publish_addr, ip, sizeof ip);
+  info("net socket: device 0 is %s (%s), chosen by %s", device_name, ip,
+       device_addr.why);
+  return XCOLL_SUCCESS;
+}
+
+static xcoll_status socket_devices(int *count) {
+  if (count == NULL)
+    return fail(XCOLL_ERR_INVALID_ARGUMENT, "net socket: devices(NULL)");
+  *count = 1;
+  return XCOLL_SUCCESS;
+}
+
+static xcoll_status check_device(int device) {
+  pthread_once(&device_once, device_init);
+  if (device != 0)
+    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+                "net socket: device %d does not exist (there is 1: 0)", device);
+  if (device_status != XCOLL_SUCCESS)
+    return fail(device_status, "%s", device_error);
+  return XCOLL_SUCCESS;
+}
+
+static xcoll_status socket_get_properties(int device,
+                                          xcoll_net_properties *props) {
+  xcoll_status s = check_device(device);
+  if (s != XCOLL_SUCCESS) return s;
+  if (props == NULL)
+    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+                "net socket: get_properties with NULL properties");
+  memset(props, 0, sizeof *props);
+  snprintf(props->name, sizeof props->name, "%s", device_name);
+  props->ptr_support = XCOLL_NET_PTR_HOST;
+  props->speed_mbps = device_speed_mbps;
+  props->latency_us = 0;
+  props->max_comms = 65536;
+  props->max_requests = XCOLL_NET_MAX_REQUESTS;
+  return XCOLL_SUCCESS;
+}
+
+/* ---- authentication: the one call site for the shared secret ---- */
+
+/* AUTH CALL SITE. Called once per data socket, on the connecting side after
+ * its hello is sent (connector = 1) and on the accepting side after the hello
+ * passed its checks (connector = 0). The auth helper replaces this with the
+ * shared HMAC handshake (core/auth.h); until then a configured secret is
+ * refused rather than silently ignored.
+ * Returns XCOLL_SUCCESS when config->secret is NULL, else
+ * XCOLL_ERR_NOT_SUPPORTED. */
+static xcoll_status socket_authenticate(const xcoll_net_config *config, int fd,
+                                        int connector, const char *peer) {
+  (void)fd;
+  (void)connector;
+  if (config->secret == NULL) return XCOLL_SUCCESS;
+  return fail(XCOLL_ERR_NOT_SUPPORTED,
+              "net socket: a per-job secret is set but this build of the "
+              "socket plugin cannot authenticate connections yet (peer %s); "
+              "unset the secret or use a build with authentication",
+              peer);
+}
+
+/* ---- handle and hello ---- */
+
+typedef struct sock_handle {
+  struct sockaddr_in addr;
+  int nsocks;
+  uint64_t nonce;
+} sock_handle;
+
+static void encode_handle(const sock_handle *h, uint8_t *out) {
+  memset(out, 0, XCOLL_NET_HANDLE_MAXSIZE);
+  put_u32(out, SOCK_HANDLE_MAGIC);
+  put_u16(out + 4, SOCK_VERSION);
+  put_u16(out + 6, (uint16_t)h->nsocks);
+  memcpy(out + 8, &h->addr.sin_addr.s_addr, 4); /* network order as is */
+  memcpy(out + 12, &h->addr.sin_port, 2);
+  put_u64(out + 16, h->nonce);
+}
+
+static xcoll_status decode_handle(const uint8_t *in, sock_handle *h) {
+  if (get_u32(in) != SOCK_HANDLE_MAGIC || get_u16(in + 4) != SOCK_VERSION)
+    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+                "net socket: the handle given to connect is not a socket "
+                "plugin handle of version %d (magic %08x): do both ranks use "
+                "the same XCOLL_NET?",
+                SOCK_VERSION, get_u32(in));
+  memset(h, 0, sizeof *h);
+  h->nsocks = get_u16(in + 6);
+  h->addr.sin_family = AF_INET;
+  memcpy(&h->addr.sin_addr.s_addr, in + 8, 4);
+  memcpy(&h->addr.sin_port, in + 12, 2);
+  h->nonce = get_u64(in + 16);
+  if (h->nsocks < 1 || h->nsocks > SOCK_MAX_NSOCKS || h->addr.sin_port == 0)
+    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+                "net socket: the handle given to connect is corrupt (%d "
+                "sockets, port %d)",
+                h->nsocks, ntohs(h->addr.sin_port));
+  return XCOLL_SUCCESS;
+}
+
+typedef struct sock_hello {
+  int index, nsocks, rank;
+  uint64_t comm_id, nonce;
+} sock_hello;
+
+static void encode_hello(const sock_hello *h, uint8_t *out) {
+  memset(out, 0, SOCK_HELLO_BYTES);
+  put_u32(out, SOCK_HELLO_MAGIC);
+  put_u16(out + 4, SOCK_VERSION);
+  put_u16(out + 6, (uint16_t)h->index);
+  put_u16(out + 8, (uint16_t)h->nsocks);
+  put_u32(out + 12, (uint32_t)h->rank);
+  put_u64(out + 16, h->comm_id);
+  put_u64(out + 24, h->nonce);
+}
+
+/* ---- data comms and requests ---- */
+
+typedef struct sock_comm sock_comm;
+
+/* One isend or irecv; lives in its comm's ring of XCOLL_NET_MAX_REQUESTS. */
+typedef struct sock_request {
+  sock_comm *comm;
+  int used;
+  uint64_t seq;      /* position in the comm's message order */
+  char *data;
+  size_t bytes;      /* posted: send size, or receive capacity */
+  uint32_t tag;
+  size_t size;       /* the message's size (receives: once header_known) */
+  int header_known;  /* receives: socket 0 has read this message's header */
+  int parts_left;    /* sockets still moving a part of this message */
+  size_t part_done[SOCK_MAX_NSOCKS]; /* bytes of each socket's part moved */
+  uint8_t header[SOCK_HEADER_BYTES]; /* sends: the encoded header */
+} sock_request;
+
+struct sock_comm {
+  int is_send;
+  int nsocks;
+  int fds[SOCK_MAX_NSOCKS];
+  int peer_rank;
+  char peer[SOCK_ADDR_BYTES]; /* the peer's address, for messages */
+  uint64_t posted;            /* messages posted so far */
+  uint64_t cursor[SOCK_MAX_NSOCKS]; /* message each socket works on */
+  size_t header_done;         /* header bytes of socket 0's message moved */
+  uint8_t header_in[SOCK_HEADER_BYTES];
+  xcoll_status error;         /* first failure; sticks */
+  char error_text[SOCK_MESSAGE_BYTES];
+  sock_request requests[XCOLL_NET_MAX_REQUESTS];
+};
+
+/* Socket i's part of a size-byte message: [*offset, *offset + *length). */
+static void part_of(size_t size, int nsocks, int i, size_t *offset,
+                    size_t *length) {
+  if (size < SOCK_STRIPE_MIN || nsocks == 1) {
+    *offset = 0;
+    *length = i == 0 ? size : 0;
+    return;
+  }
+  size_t per = (size + (size_t)nsocks - 1) / (size_t)nsocks;
+  size_t start = per * (size_t)i;
+  if (start > size) start = size;
+  size_t end = start + per > size ? size : start + per;
+  *offset = start;
+  *length = end - start;
+}
+
+/* Sockets that carry something of a size-byte message (socket 0 always
+ * carries the header). */
+static int parts_of(size_t size, int nsocks) {
+  int n = 1;
+  for (int i = 1; i < nsocks; i++) {
+    size_t offset, length;
+    part_of(size, nsocks, i, &offset, &length);
+    if (length > 0) n++;
+  }
+  return n;
+}
+
+static sock_comm *comm_new(int is_send, int nsocks, const int *fds,
+                           int peer_rank, const char *peer) {
+  sock_comm *c = calloc(1, sizeof *c);
+  if (c == NULL) return NULL;
+  c->is_send = is_send;
+  c->nsocks = nsocks;
+  for (int i = 0; i < nsocks; i++) {
+    c->fds[i] = fds[i];
+    tune_socket(fds[i]);
+  }
+  c->peer_rank = peer_rank;
+  snprintf(c->peer, sizeof c->peer, "%s", peer);
+  for (int i = 0; i < XCOLL_NET_MAX_REQUESTS; i++)
+    c->requests[i].comm = c;
+  return c;
+}
+
+static void comm_free(sock_comm *c) {
+  if (c == NULL) return;
+  for (int i = 0; i < c->nsocks; i++)
+    if (c->fds[i] >= 0) close(c->fds[i]);
+  free(c);
+}
+
+/* Break c with status and a sentence; later calls repeat it. */
+static xcoll_status comm_fail(sock_comm *c, xcoll_status status,
+                              const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static xcoll_status comm_fail(sock_comm *c, xcoll_status status,
+                              const char *fmt, ...) {
+  if (c->error == XCOLL_SUCCESS) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->error_text, sizeof c->error_text, fmt, ap);
+    va_end(ap);
+    c->error = status;
+  }
+  return fail(c->error, "%s", c->error_text);
+}
+
+/* A failed send() or recv() on socket i (r = its return value). */
+static xcoll_status io_error(sock_comm *c, int i, ssize_t r, int err) {
+  const char *what = c->is_send ? "send to" : "receive from";
+  if (r == 0 || err == ECONNRESET || err == EPIPE || err == ENOTCONN)
+    return comm_fail(c, XCOLL_ERR_REMOTE,
+                     "net socket: rank %d (%s) closed the connection (socket "
+                     "%d of %d) during a %s; see that rank's log for why",
+                     c->peer_rank, c->peer, i, c->nsocks,
+                     c->is_send ? "send" : "receive");
+  return comm_fail(c, XCOLL_ERR_SYSTEM,
+                   "net socket: %s rank %d (%s) failed on socket %d: %s", what,
+                   c->peer_rank, c->peer, i, strerror(err));
+}
+
+/* Move what socket i of a send comm can move now. Returns bytes moved (>0),
+ * 0 when it would block or has nothing to do, -1 on error. */
+static ssize_t send_progress(sock_comm *c, int i) {
+  ssize_t moved = 0;
+  while (c->cursor[i] < c->posted) {
+    sock_request *r = &c->requests[c->cursor[i] % XCOLL_NET_MAX_REQUESTS];
+    if (!r->used || r->seq != c->cursor[i]) {
+      /* That message completed (and its slot may hold a newer one) without
+       * a part on this socket. */
+      c->cursor[i]++;
+      continue;
+    }
+    size_t offset, length;
+    part_of(r->size, c->nsocks, i, &offset, &length);
+    if (i > 0 && length == 0) {
+      c->cursor[i]++;
+      continue;
+    }
+    struct iovec iov[2];
+    int n = 0;
+    if (i == 0 && c->header_done < SOCK_HEADER_BYTES) {
+      iov[n].iov_base = r->header + c->header_done;
+      iov[n].iov_len = SOCK_HEADER_BYTES - c->header_done;
+      n++;
+    }
+    if (r->part_done[i] < length) {
+      iov[n].iov_base = r->data + offset + r->part_done[i];
+      iov[n].iov_len = length - r->part_done[i];
+      n++;
+    }
+    if (n > 0) {
+      struct msghdr msg;
+      memset(&msg, 0, sizeof msg);
+      msg.msg_iov = iov;
+      msg.msg_iovlen = (size_t)n;
+      ssize_t sent = sendmsg(c->fds[i], &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (sent < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+          return moved;
+        io_error(c, i, sent, errno);
+        return -1;
+      }
+      moved += sent;
+      size_t left = (size_t)sent;
+      if (i == 0 && c->header_done < SOCK_HEADER_BYTES) {
+        size_t h = SOCK_HEADER_BYTES - c->header_done;
+        if (left < h) h = left;
+        c->header_done += h;
+        left -= h;
+      }
+      r->part_done[i] += left;
+      if (c->header_done < (i == 0 ? SOCK_HEADER_BYTES : 0) ||
+          r->part_done[i] < length)
+        return moved; /* the kernel took less: its buffer is full */
+    }
+    r->parts_left--;
+    c->cursor[i]++;
+    if (i == 0) c->header_done = 0;
+  }
+  return moved;
+}
+
+/* Socket 0 of a recv comm has read message r's header: check it. */
+static int check_header(sock_comm *c, sock_request *r) {
+  uint32_t magic = get_u32(c->header_in);
+  uint32_t tag = get_u32(c->header_in + 4);
+  uint64_t size = get_u64(c->header_in + 8);
+  if (magic != SOCK_MSG_MAGIC) {
+    comm_fail(c, XCOLL_ERR_PROTOCOL,
+              "net socket: rank %d (%s) sent a message header with magic "
+              "%08x instead of %08x: the stream is out of step (mismatched "
+              "XCOLL_NSOCKS_PERPEER or plugin versions?)",
+              c->peer_rank, c->peer, magic, SOCK_MSG_MAGIC);
+    return -1;
+  }
+  if (tag != r->tag) {
+    comm_fail(c, XCOLL_ERR_PROTOCOL,
+              "net socket: rank %d (%s) sent message %" PRIu64 " with tag %" PRIu32
+              " where the posted receive expects tag %" PRIu32
+              ": the two ranks disagree on the order of messages",
+              c->peer_rank, c->peer, r->seq, tag, r->tag);
+    return -1;
+  }
+  if (size > r->bytes) {
+    comm_fail(c, XCOLL_ERR_PROTOCOL,
+              "net socket: message truncated: rank %d (%s) sent %" PRIu64
+              " bytes (tag %" PRIu32 ") to a receive of %zu bytes",
+              c->peer_rank, c->peer, size, tag, r->bytes);
+    return -1;
+  }
+  r->size = (size_t)size;
+  r->header_known = 1;
+  r->parts_left = parts_of(r->size, c->nsocks);
+  return 0;
+}
+
+/* Receive what socket i of a recv comm can receive now; as send_progress. */
+static ssize_t recv_progress(sock_comm *c, int i) {
+  ssize_t moved = 0;
+  while (c->cursor[i] < c->posted) {
+    sock_request *r = &c->requests[c->cursor[i] % XCOLL_NET_MAX_REQUESTS];
+    if (!r->used || r->seq != c->cursor[i]) {
+      /* That message completed (and its slot may hold a newer one) without
+       * a part on this socket. */
+      c->cursor[i]++;
+      continue;
+    }
+    if (i == 0 && !r->header_known) {
+      ssize_t got = recv(c->fds[0], c->header_in + c->header_done,
+                         SOCK_HEADER_BYTES - c->header_done, MSG_DONTWAIT);
+      if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return moved;
+      if (got <= 0) {
+        io_error(c, 0, got, got == 0 ? 0 : errno);
+        return -1;
+      }
+      moved += got;
+      c->header_done += (size_t)got;
+      if (c->header_done < SOCK_HEADER_BYTES) return moved;
+      c->header_done = 0;
+      if (check_header(c, r) != 0) return -1;
+    }
+    if (!r->header_known) return moved; /* socket 0 has not got there yet */
+    size_t offset, length;
+    part_of(r->size, c->nsocks, i, &offset, &length);
+    if (i > 0 && length == 0) {
+      c->cursor[i]++;
+      continue;
+    }
+    while (r->part_done[i] < length) {
+      ssize_t got = recv(c->fds[i], r->data + offset + r->part_done[i],
+                         length - r->part_done[i], MSG_DONTWAIT);
+      if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return moved;
+      if (got <= 0) {
+        io_error(c, i, got, got == 0 ? 0 : errno);
+        return -1;
+      }
+      moved += got;
+      r->part_done[i] += (size_t)got;
+    }
+    r->parts_left--;
+    c->cursor[i]++;
+  }
+  return moved;
+}
+
+/* Progress every socket of c until none moves a byte. */
+static xcoll_status comm_progress(sock_comm *c) {
+  if (c->error != XCOLL_SUCCESS) return c->error;
+  for (;;) {
+    ssize_t total = 0;
+    for (int i = 0; i < c->nsocks; i++) {
+      ssize_t moved = c->is_send ? send_progress(c, i) : recv_progress(c, i);
+      if (moved < 0) return c->error;
+      total += moved;
+    }
+    if (total == 0) return XCOLL_SUCCESS;
+  }
+}
+
+/* ---- listen / connect / accept ---- */
+
+typedef struct pending {
+  int fd;
+  size_t got;
+  uint8_t hello[SOCK_HELLO_BYTES];
+  double deadline;
+  char who[SOCK_ADDR_BYTES];
+} pending;
+
+typedef struct sock_listen {
+  int fd;
+  xcoll_net_config config;
+  int nsocks;
+  uint64_t nonce;
+  char addr[SOCK_ADDR_BYTES]; /* as published */
+  pending pending[SOCK_MAX_PENDING];
+  int npending;
+  /* The connection being assembled: its sockets by index. */
+  int forming[SOCK_MAX_NSOCKS];
+  int formed;
+  char forming_who[SOCK_ADDR_BYTES];
+} sock_listen;
+
+static double timeout_of(const xcoll_net_config *config) {
+  return config->timeout_s > 0 ? config->timeout_s : 1e9;
+}
+
+static xcoll_status socket_listen(int device, const xcoll_net_config *config,
+                                  void *handle,
+                                  xcoll_net_listen_comm **listen_comm) {
+  if (listen_comm != NULL) *listen_comm = NULL;
+  xcoll_status s = check_device(device);
+  if (s != XCOLL_SUCCESS) return s;
+  if (config == NULL || handle == NULL || listen_comm == NULL)
+    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+                "net socket: listen with a NULL config, handle or listen_comm");
+  int nsocks;
+  if ((s = read_nsocks(&nsocks)) != XCOLL_SUCCESS) return s;
+  sock_listen *l = calloc(1, sizeof *l);
+  if (l == NULL)
+    return fail(XCOLL_ERR_NO_MEMORY, "net socket: no memory for a listen comm");
+  l->config = *config;
+  l->nsocks = nsocks;
+  for (int i = 0; i < SOCK_MAX_NSOCKS; i++) l->forming[i] = -1;
+  if (getrandom(&l->nonce, sizeof l->nonce, 0) != (ssize_t)sizeof l->nonce) {
+    /* getrandom cannot fail for 8 bytes once the pool is ready; a clock
+     * mix is still unique enough to tell jobs apart (not a secret). */
+    l->nonce = (uint64_t)(now_s() * 1e9) ^ ((uint64_t)getpid() << 32);
+  }
+  l->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_addr = device_addr.bind_addr;
+  socklen_t len = sizeof sa;
+  if (l->fd < 0 || bind(l->fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+      listen(l->fd, 256) != 0 ||
+      getsockname(l->fd, (struct sockaddr *)&sa, &len) != 0) {
+    int err = errno;
+    char ip[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &device_addr.bind_addr, ip, sizeof ip);
+    if (l->fd >= 0) close(l->fd);
+    free(l);
+    return fail(XCOLL_ERR_SYSTEM,
+                "net socket: cannot listen on %s (an ephemeral port): %s; set "
+                "XCOLL_SOCKET_IFNAME to another interface",
+                ip, strerror(err));
+  }
+  sock_handle h;
+  memset(&h, 0, sizeof h);
+  h.addr.sin_family = AF_INET;
+  h.addr.sin_addr = device_addr.publish_addr;
+  h.addr.sin_port = sa.sin_port;
+  h.nsocks = nsocks;
+  h.nonce = l->nonce;
+  format_addr(&h.addr, l->addr);
+  encode_handle(&h, handle);
+  info("net socket: rank %d listens on %s for comm %" PRIu64 " (%d socket(s))",
+       config->rank, l->addr, config->comm_id, nsocks);
+  *listen_comm = (xcoll_net_listen_comm *)l;
+  return XCOLL_SUCCESS;
+}
+
+/* A connect in progress: connect() is called again and again with the same
+ * handle until it is done, and the const handle cannot hold state, so the
+ * state lives here, keyed by what identifies the connection. */
+typedef struct connecting {
+  uint64_t comm_id, nonce;
+  int rank, peer_rank;
+  sock_handle target;
+  char who[SOCK_ADDR_BYTES];
+  int fds[SOCK_MAX_NSOCKS];
+  int stage[SOCK_MAX_NSOCKS]; /* 0 idle, 1 connecting, 2 hello, 3 done */
+  size_t hello_sent[SOCK_MAX_NSOCKS];
+  double retry_at[SOCK_MAX_NSOCKS];
+  double deadline;
+  struct connecting *next;
+} connecting;
+
+static pthread_mutex_t connecting_lock = PTHREAD_MUTEX_INITIALIZER;
+static connecting *connecting_list;
+
+static void connecting_free(connecting *k) {
+  for (int i = 0; i < k->target.nsocks; i++)
+    if (k->fds[i] >= 0) close(k->fds[i]);
+  free(k);
+}
+
+/* Take k out of the list (caller holds nothing; k is owned by the caller
+ * while it is being progressed: one thread per connection). */
+static void connecting_remove(connecting *k) {
+  pthread_mutex_lock(&connecting_lock);
+  for (connecting **p = &connecting_list; *p; p = &(*p)->next)
+    if (*p == k) {
+      *p = k->next;
+      break;
+    }
+  pthread_mutex_unlock(&connecting_lock);
+}
+
+/* Advance socket i of k. Returns 0 (maybe progressed), or an error status. */
+static xcoll_status connect_step(connecting *k, const xcoll_net_config *config,
+                                 int i, double now) {
+  if (k->stage[i] == 0) {
+    if (now < k->retry_at[i]) return XCOLL_SUCCESS;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+      return fail(XCOLL_ERR_SYSTEM, "net socket: socket() failed: %s",
+                  strerror(errno));
+    k->fds[i] = fd;
+    k->hello_sent[i] = 0;
+    if (connect(fd, (struct sockaddr *)&k->target.addr, sizeof k->target.addr) ==
+        0)
+      k->stage[i] = 2;
+    else if (errno == EINPROGRESS)
+      k->stage[i] = 1;
+    else
+      goto refused;
+  }
+  if (k->stage[i] == 1) {
+    struct pollfd p = {.fd = k->fds[i], .events = POLLOUT};
+    if (poll(&p, 1, 0) <= 0) return XCOLL_SUCCESS;
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (getsockopt(k->fds[i], SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+    if (err != 0) {
+      errno = err;
+      goto refused;
+    }
+    k->stage[i] = 2;
+  }
+  if (k->stage[i] == 2) {
+    uint8_t hello[SOCK_HELLO_BYTES];
+    sock_hello h = {.index = i,
+                    .nsocks = k->target.nsocks,
+                    .rank = config->rank,
+                    .comm_id = config->comm_id,
+                    .nonce = k->target.nonce};
+    encode_hello(&h, hello);
+    ssize_t sent = send(k->fds[i], hello + k->hello_sent[i],
+                        SOCK_HELLO_BYTES - k->hello_sent[i],
+                        MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+      return XCOLL_SUCCESS;
+    if (sent < 0) goto refused;
+    k->hello_sent[i] += (size_t)sent;
+    if (k->hello_sent[i] < SOCK_HELLO_BYTES) return XCOLL_SUCCESS;
+    xcoll_status s = socket_authenticate(config, k->fds[i], 1, k->who);
+    if (s != XCOLL_SUCCESS) return s;
+    k->stage[i] = 3;
+  }
+  return XCOLL_SUCCESS;
+
+refused : {
+  int err = errno;
+  close(k->fds[i]);
+  k->fds[i] = -1;
+  k->stage[i] = 0;
+  /* The listener exists before its handle is published, so a refusal means
+   * a full backlog or a peer that is going away: retry until the deadline. */
+  if (err != ECONNREFUSED && err != ECONNRESET && err != ETIMEDOUT &&
+      err != EAGAIN && err != EPIPE)
+    return fail(XCOLL_ERR_SYSTEM,
+                "net socket: rank %d cannot connect to rank %d at %s: %s "
+                "(check XCOLL_SOCKET_IFNAME and firewalls)",
+                config->rank, k->peer_rank, k->who, strerror(err));
+  if (now >= k->deadline)
+    return fail(XCOLL_ERR_TIMEOUT,
+                "net socket: rank %d could not connect to rank %d at %s within "
+                "%.1f s: %s; is rank %d alive and listening?",
+                config->rank, k->peer_rank, k->who, timeout_of(config),
+                strerror(err), k->peer_rank);
+  k->retry_at[i] = now + SOCK_RETRY_S;
+  return XCOLL_SUCCESS;
+}
+}
+
+static xcoll_status socket_connect(int device, const xcoll_net_config *config,
+                                   const void *handle, int peer_rank,
+                                   xcoll_net_send_comm **send_comm) {
+  if (send_comm != NULL) *send_comm = NULL;
+  xcoll_status s = check_device(device);
+  if (s != XCOLL_SUCCESS) return s;
+  if (config == NULL || handle == NULL || send_comm == NULL)
+    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+                "net socket: connect with a NULL config, handle or send_comm");
+  sock_handle target;
+  if ((s = decode_handle(handle, &target)) != XCOLL_SUCCESS) return s;
+
+  pthread_mutex_lock(&connecting_lock);
+  connecting *k = connecting_list;
+  while (k != NULL &&
+         !(k->nonce == target.nonce && k->comm_id == config->comm_id &&
+           k->rank == config->rank && k->peer_rank == peer_rank))
+    k = k->next;
+  if (k == NULL) {
+    k = calloc(1, sizeof *k);
+    if (k == NULL) {
+      pthread_mutex_unlock(&connecting_lock);
+      return fail(XCOLL_ERR_NO_MEMORY, "net socket: no memory for a connect");
+    }
+    k->comm_id = config->comm_id;
+    k->nonce = target.nonce;
+    k->rank = config->rank;
+    k->peer_rank = peer_rank;
+    k->target = target;
+    format_addr(&target.addr, k->who);
+    for (int i = 0; i < SOCK_MAX_NSOCKS; i++) k->fds[i] = -1;
+    k->deadline = now_s() + timeout_of(config);
+    k->next = connecting_list;
+    connecting_list = k;
+  }
+  pthread_mutex_unlock(&connecting_lock);
+
+  double now = now_s();
+  int done = 0;
+  for (int i = 0; i < target.nsocks && s == XCOLL_SUCCESS; i++) {
+    s = connect_step(k, config, i, now);
+    done += k->stage[i] == 3;
+  }
+  if (s == XCOLL_SUCCESS && done < target.nsocks && now >= k->deadline)
+    s = fail(XCOLL_ERR_TIMEOUT,
+             "net socket: rank %d's connection to rank %d at %s made no "
+             "progress in %.1f s",
+             config->rank, peer_rank, k->who, timeout_of(config));
+  if (s != XCOLL_SUCCESS) {
+    connecting_remove(k);
+    connecting_free(k);
+    return s;
+  }
+  if (done < target.nsocks) return XCOLL_SUCCESS; /* call again */
+  sock_comm *c = comm_new(1, target.nsocks, k->fds, peer_rank, k->who);
+  if (c == NULL) {
+    connecting_remove(k);
+    connecting_free(k);
+    return fail(XCOLL_ERR_NO_MEMORY, "net socket: no memory for a send comm");
+  }
+  for (int i = 0; i < target.nsocks; i++) k->fds[i] = -1; /* now c's */
+  connecting_remove(k);
+  connecting_free(k);
+  info("net socket: rank %d connected to rank %d at %s (%d socket(s))",
+       config->rank, peer_rank, c->peer, c->nsocks);
+  *send_comm = (xcoll_net_send_comm *)c;
+  return XCOLL_SUCCESS;
+}
+
+static void drop_pending(sock_listen *l, int j, const char *why) {
+  warn("net socket: rank %d dropped a connection from %s to %s: %s",
+       l->config.rank, l->pending[j].who, l->addr, why);
+  close(l->pending[j].fd);
+  l->pending[j] = l->pending[--l->npending];
+}
+
+/* Judge a complete hello; returns NULL when it is acceptable (and *index is
+ * its socket), else a reason. */
+static const char *judge_hello(const sock_listen *l, const uint8_t *in,
+                               int expected_rank, int *index, char *why,
+                               size_t why_bytes) {
+  if (get_u32(in) != SOCK_HELLO_MAGIC) {
+    snprintf(why, why_bytes, "its first bytes are not a socket plugin hello");
+    return why;
+  }
+  if (get_u16(in + 4) != SOCK_VERSION) {
+    snprintf(why, why_bytes, "hello version %u, expected %d", get_u16(in + 4),
+             SOCK_VERSION);
+    return why;
+  }
+  int idx = get_u16(in + 6), nsocks = get_u16(in + 8);
+  int rank = (int)get_u32(in + 12);
+  uint64_t comm_id = get_u64(in + 16), nonce = get_u64(in + 24);
+  if (nonce != l->nonce) {
+    snprintf(why, why_bytes,
+             "its nonce does not match this listener's (a connection meant "
+             "for another listener or job)");
+    return why;
+  }
+  if (comm_id != l->config.comm_id) {
+    snprintf(why, why_bytes, "comm id %" PRIu64 ", expected %" PRIu64, comm_id,
+             l->config.comm_id);
+    return why;
+  }
+  if (rank != expected_rank) {
+    snprintf(why, why_bytes, "it says it is rank %d, expected rank %d", rank,
+             expected_rank);
+    return why;
+  }
+  if (nsocks != l->nsocks || idx >= nsocks) {
+    snprintf(why, why_bytes, "socket %d of %d, expected %d socket(s)", idx,
+             nsocks, l->nsocks);
+    return why;
+  }
+  if (l->forming[idx] >= 0) {
+    snprintf(why, why_bytes, "a second connection for socket %d", idx);
+    return why;
+  }
+  *index = idx;
+  return NULL;
+}
+
+static xcoll_status socket_accept(xcoll_net_listen_comm *listen_comm,
+                                  int expected_rank,
+                                  xcoll_net_recv_comm **recv_comm) {
+  if (recv_comm != NULL) *recv_comm = NULL;
+  sock_listen *l = (sock_listen *)listen_comm;
+  if (l == NULL || recv_comm == NULL)
+    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+                "net socket: accept with a NULL listen_comm or recv_comm");
+  double now = now_s();
+  /* Take every connection waiting in the backlog. */
+  for (;;) {
+    struct sockaddr_in from;
+    socklen_t len = sizeof from;
+    int fd = accept4(l->fd, (struct sockaddr *)&from, &len,
+                     SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
+          errno == ECONNABORTED)
+        break;
+      return fail(XCOLL_ERR_SYSTEM, "net socket: accept on %s failed: %s",
+                  l->addr, strerror(errno));
+    }
+    char who[SOCK_ADDR_BYTES];
+    format_addr(&from, who);
+    if (l->npending == SOCK_MAX_PENDING) {
+      warn("net socket: rank %d dropped a connection from %s to %s: %d "
+           "connections are already waiting for their hello",
+           l->config.rank, who, l->addr, SOCK_MAX_PENDING);
+      close(fd);
+      continue;
+    }
+    pending *p = &l->pending[l->npending++];
+    memset(p, 0, sizeof *p);
+    p->fd = fd;
+    p->deadline = now + timeout_of(&l->config);
+    snprintf(p->who, sizeof p->who, "%s", who);
+  }
+  /* Read hellos; keep the good, drop the rest. */
+  for (int j = 0; j < l->npending;) {
+    pending *p = &l->pending[j];
+    ssize_t got = recv(p->fd, p->hello + p->got, SOCK_HELLO_BYTES - p->got,
+                       MSG_DONTWAIT);
+    if (got == 0) {
+      drop_pending(l, j, "it closed before sending a complete hello");
+      continue;
+    }
+    if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      drop_pending(l, j, strerror(errno));
+      continue;
+    }
+    if (got > 0) p->got += (size_t)got;
+    if (p->got < SOCK_HELLO_BYTES) {
+      if (now >= p->deadline) {
+        drop_pending(l, j, "no complete hello within the timeout");
+        continue;
+      }
+      j++;
+      continue;
+    }
+    char why[160];
+    int index = -1;
+    if (judge_hello(l, p->hello, expected_rank, &index, why, sizeof why)) {
+      drop_pending(l, j, why);
+      continue;
+    }
+    xcoll_status s = socket_authenticate(&l->config, p->fd, 0, p->who);
+    if (s != XCOLL_SUCCESS) return s;
+    l->forming[index] = p->fd;
+    l->formed++;
+    snprintf(l->forming_who, sizeof l->forming_who, "%s", p->who);
+    l->pending[j] = l->pending[--l->npending]; /* the fd is forming's now */
+  }
+  if (l->formed < l->nsocks) return XCOLL_SUCCESS; /* call again */
+  sock_comm *c =
+      comm_new(0, l->nsocks, l->forming, expected_rank, l->forming_who);
+  if (c == NULL)
+    return fail(XCOLL_ERR_NO_MEMORY, "net socket: no memory for a recv comm");
+  for (int i = 0; i < SOCK_MAX_NSOCKS; i++) l->forming[i] = -1;
+  l->formed = 0;
+  info("net socket: rank %d accepted rank %d from %s on %s (%d socket(s))",
+       l->config.rank, expected_rank, c->peer, l->addr, c->nsocks);
+  *recv_comm = (xcoll_net_recv_comm *)c;
+  return XCOLL_SUCCESS;
+}
+
+/* ---- memory registration: bookkeeping only, sockets need none ---- */
+
+typedef struct sock_mr {
+  uint32_t magic;
+  char *data;
+  size_t bytes;
+} sock_mr;
+
+static xcoll_status socket_reg_mr(xcoll_net_send_comm *send_comm,
+                                  xcoll_net_recv_comm *recv_comm, void *data,
+                                  size_t bytes, int ptr_type, void **mhandle) {
+  if (mhandle != NULL) *mhandle = NULL;
+  if ((send_comm == NULL) == (recv_comm == NULL) || mhandle == NULL ||
+      (data == NULL && bytes > 0))
+    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+                "net socket: reg_mr needs exactly one comm, a buffer and "
+                "mhandle");
+  if (ptr_type != XCOLL_NET_PTR_HOST)
+    return fail(XCOLL_ERR_NOT_SUPPORTED,
+                "net socket: reg_mr of pointer type %d: the socket plugin "
+                "moves host memory only (stage device buffers through host "
+                "memory)",
+                ptr_type);
+  sock_mr *mr = malloc(sizeof *mr);
+  if (mr == NULL)
+    return fail(XCOLL_ERR_NO_MEMORY, "net socket: no memory for reg_mr");
+  mr->magic = SOCK_MR_MAGIC;
+  mr->data = data;
+  mr->bytes = bytes;
+  *mhandle = mr;
+  return XCOLL_SUCCESS;
+}
+
+static xcoll_status socket_dereg_mr(xcoll_net_send_comm *send_comm,
+                                    xcoll_net_recv_comm *recv_comm,
+                                    void *mhandle) {
+  (void)send_comm;
+  (void)recv_comm;
+  sock_mr *mr = mhandle;
+  if (mr == NULL) return XCOLL_SUCCESS;
+  if (mr->magic != SOCK_MR_MAGIC)
+    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+                "net socket: dereg_mr of something reg_mr did not return");
+  mr->magic = 0;
+  free(mr);
+  return XCOLL_SUCCESS;
+}
+
+/* data..data+bytes must lie inside mhandle's region (NULL: not checked). */
+static xcoll_status check_region(const void *mhandle, const void *data,
+                                 size_t bytes, const char *op) {
+  const sock_mr *mr = mhandle;
+  if (mr == NULL) return XCOLL_SUCCESS;
+  if (mr->magic != SOCK_MR_MAGIC)
+    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+                "net socket: %s with an mhandle that reg_mr did not return", op);
+  const char *p = data;
+  if (bytes > 0 && (p < mr->data || (size_t)(p - mr->data) > mr->bytes ||
+                    bytes > mr->bytes - (size_t)(p - mr->data)))
+    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+                "net socket: %s of %zu bytes at %p lies outside the registered "
+                "region of %zu bytes at %p",
+                op, bytes, data, mr->bytes, (void *)mr->data);
+  return XCOLL_SUCCESS;
+}
+
+/* A free request slot for the next message of c, or NULL (back-pressure). */
+static sock_request *take_request(sock_comm *c) {
+  sock_request *r = &c->requests[c->posted % XCOLL_NET_MAX_REQUESTS];
+  if (r->used) return NULL;
+  memset(r->part_done, 0, sizeof r->part_done);
+  r->used = 1;
+  r->seq = c->posted++;
+  r->header_known = 0;
+  return r;
+}
+
+static xcoll_status socket_isend(xcoll_net_send_comm *send_comm,
+                                 const void *data, size_t bytes, uint32_t tag,
+                                 void *mhandle, xcoll_net_request **request) {
+  if (request != NULL) *request = NULL;
+  sock_comm *c = (sock_comm *)send_comm;
+  if (c == NULL || request == NULL || (data == NULL && bytes > 0) ||
+      !c->is_send)
+    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+                "net socket: isend needs a send comm, data and request");
+  xcoll_status s = check_region(mhandle, data, bytes, "isend");
+  if (s != XCOLL_SUCCESS) return s;
+  if (c->error != XCOLL_SUCCESS) return fail(c->error, "%s", c->error_text);
+  sock_request *r = take_request(c);
+  if (r == NULL) return comm_progress(c); /* full: NULL request, not an error */
+  r->data = (char *)data;
+  r->bytes = bytes;
+  r->size = bytes;
+  r->tag = tag;
+  r->header_known = 1;
+  r->parts_left = parts_of(bytes, c->nsocks);
+  put_u32(r->header, SOCK_MSG_MAGIC);
+  put_u32(r->header + 4, tag);
+  put_u64(r->header + 8, (uint64_t)bytes);
+  *request = (xcoll_net_request *)r;
+  /* Start at once: small messages often leave within this call. */
+  s = comm_progress(c);
+  if (s != XCOLL_SUCCESS) {
+    r->used = 0;
+    *request = NULL;
+  }
+  return s;
+}
+
+static xcoll_status socket_irecv(xcoll_net_recv_comm *recv_comm, void *data,
+                                 size_t bytes, uint32_t tag, void *mhandle,
+                                 xcoll_net_request **request) {
+  if (request != NULL) *request = NULL;
+  sock_comm *c = (sock_comm *)recv_comm;
+  if (c == NULL || request == NULL || (data == NULL && bytes > 0) ||
+      c->is_send)
+    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+                "net socket: irecv needs a recv comm, data and request");
+  xcoll_status s = check_region(mhandle, data, bytes, "irecv");
+  if (s != XCOLL_SUCCESS) return s;
+  if (c->error != XCOLL_SUCCESS) return fail(c->error, "%s", c->error_text);
+  sock_request *r = take_request(c);
+  if (r == NULL) return XCOLL_SUCCESS; /* full: call again later */
+  r->data = data;
+  r->bytes = bytes;
+  r->size = 0;
+  r->tag = tag;
+  r->parts_left = 1; /* unknown until the header arrives */
+  *request = (xcoll_net_request *)r;
+  return XCOLL_SUCCESS;
+}
+
+static xcoll_status socket_test(xcoll_net_request *request, int *done,
+                                size_t *bytes) {
+  if (done != NULL) *done = 0;
+  sock_request *r = (sock_request *)request;
+  if (r == NULL || done == NULL || !r->used)
+    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+                "net socket: test of a NULL or already released request");
+  sock_comm *c = r->comm;
+  xcoll_status before = c->error;
+  xcoll_status s = comm_progress(c);
+  if (s != XCOLL_SUCCESS) {
+    r->used = 0;
+    /* A failure found now was logged by comm_fail; an older one is said
+     * again for this request's caller. */
+    if (before != XCOLL_SUCCESS) fail(s, "%s", c->error_text);
+    return s;
+  }
+  if (r->header_known && r->parts_left == 0) {
+    *done = 1;
+    if (bytes != NULL) *bytes = r->size;
+    r->used = 0;
+  }
+  return XCOLL_SUCCESS;
+}
+
+static void socket_close_send(xcoll_net_send_comm *send_comm) {
+  comm_free((sock_comm *)send_comm);
+}
+
+static void socket_close_recv(xcoll_net_recv_comm *recv_comm) {
+  comm_free((sock_comm *)recv_comm);
+}
+
+static void socket_close_listen(xcoll_net_listen_comm *listen_comm) {
+  sock_listen *l = (sock_listen *)listen_comm;
+  if (l == NULL) return;
+  for (int j = 0; j < l->npending; j++) close(l->pending[j].fd);
+  for (int i = 0; i < SOCK_MAX_NSOCKS; i++)
+    if (l->forming[i] >= 0) close(l->forming[i]);
+  close(l->fd);
+  free(l);
+}
+
+const xcoll_net_v1 xcoll_net_socket = {
+    .name = "socket",
+    .init = socket_init,
+    .devices = socket_devices,
+    .get_properties = socket_get_properties,
+    .listen = socket_listen,
+    .connect = socket_connect,
+    .accept = socket_accept,
+    .reg_mr = socket_reg_mr,
+    .dereg_mr = socket_dereg_mr,
+    .isend = socket_isend,
+    .irecv = socket_irecv,
+    .test = socket_test,
+    .close_send = socket_close_send,
+    .close_recv = socket_close_recv,
+    .close_listen = socket_close_listen,
+};
