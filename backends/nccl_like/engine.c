@@ -92,8 +92,11 @@ static void fill_work(nl_state *st, nl_op *op) {
   w->nranks = st->world_size;
   w->ring_index = st->rank; /* ring = rank order */
   w->root_index = a->root;
-  w->nchannels = st->nchannels;
-  w->proto = choose_proto(st, op_bytes(st, a));
+  size_t bytes = op_bytes(st, a);
+  size_t wanted = bytes / NL_MIN_BYTES_PER_CHANNEL + 1;
+  op->nchannels = wanted < (size_t)st->nchannels ? (int)wanted : st->nchannels;
+  w->nchannels = op->nchannels;
+  w->proto = choose_proto(st, bytes);
 }
 
 /* The op's final status, with the message recorded on this (the waiting)
@@ -163,13 +166,13 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
     return XCOLL_SUCCESS;
   }
   fill_work(st, op);
-  op->channels_left = st->nchannels;
+  op->channels_left = op->nchannels;
 
   pthread_mutex_lock(&st->lock);
   atomic_fetch_add(&st->ops_in_flight, 1);
   pthread_cond_signal(&st->proxy_cond);
   int pushed = 0;
-  for (int c = 0; c < st->nchannels; c++) {
+  for (int c = 0; c < op->nchannels; c++) {
     nl_channel *ch = &st->channels[c];
     while (ch->queue_tail - ch->queue_head == NL_QUEUE_DEPTH &&
            !atomic_load(&st->failed) && !st->stopping)
@@ -181,10 +184,10 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
     pthread_cond_broadcast(&ch->queue_cond);
     pushed++;
   }
-  if (pushed < st->nchannels) {
+  if (pushed < op->nchannels) {
     /* The comm failed while this op waited for room: the channels that did
      * not get it count as done (failed). */
-    op->channels_left -= st->nchannels - pushed;
+    op->channels_left -= op->nchannels - pushed;
     if (op->status == XCOLL_SUCCESS)
       op->status = XCOLL_ERR_ABORTED;
     if (op->channels_left == 0)

@@ -34,6 +34,10 @@
  * larger of the two buffers) and SIMPLE above. docs/nccl_like.md has the
  * measurement behind it. */
 #define NL_LL_THRESHOLD_BYTES ((size_t)64 << 10)
+/* A collective uses one channel per this many bytes (at least one, at most
+ * XCOLL_NCHANNELS), as NCCL lowers nChannels for small sizes: a small op on
+ * many channels only adds threads to wake and slots to send. */
+#define NL_MIN_BYTES_PER_CHANNEL ((size_t)256 << 10)
 /* Work items a channel's queue holds; start() waits for room beyond that
  * (ABI 2 allows waiting on the backend's own bounded queue). */
 #define NL_QUEUE_DEPTH 64
@@ -100,6 +104,7 @@ typedef struct nl_channel {
 /* A started collective: completes when every channel has run its share. */
 typedef struct nl_op {
   xcoll_coll_args args;
+  int nchannels; /* channels this op runs on: 0..nchannels-1 */
   xc_work work; /* channel and nchannels filled per channel by the worker */
   int channels_left;      /* under the state's lock */
   xcoll_status status;    /* the first failing channel's status */
