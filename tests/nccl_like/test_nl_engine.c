@@ -47,9 +47,15 @@ typedef struct mock_pipe {
 
 struct xcoll_net_listen_comm { mock_pipe *pipe; };
 struct xcoll_net_send_comm { mock_pipe *pipe; };
-struct xcoll_net_recv_comm { mock_pipe *pipe; };
+struct xcoll_net_request;
+/* Receives in flight are kept so that close_recv releases them (net.h). */
+struct xcoll_net_recv_comm {
+  mock_pipe *pipe;
+  struct xcoll_net_request *pending[XCOLL_NET_MAX_REQUESTS];
+};
 struct xcoll_net_request {
   mock_pipe *pipe; /* NULL for a send (complete when posted) */
+  struct xcoll_net_recv_comm *owner;
   void *data;
   size_t bytes;
   uint32_t tag;
@@ -154,6 +160,12 @@ static xcoll_status mock_irecv(xcoll_net_recv_comm *rc, void *data,
   (void)mh;
   xcoll_net_request *r = calloc(1, sizeof *r);
   r->pipe = rc->pipe;
+  r->owner = rc;
+  for (int i = 0; i < XCOLL_NET_MAX_REQUESTS; i++)
+    if (!rc->pending[i]) {
+      rc->pending[i] = r;
+      break;
+    }
   r->data = data;
   r->bytes = bytes;
   r->tag = tag;
@@ -187,8 +199,12 @@ static xcoll_status mock_test(xcoll_net_request *r, int *done, size_t *bytes) {
     s = XCOLL_ERR_REMOTE;
   }
   pthread_mutex_unlock(&pipe->lock);
-  if (*done || s != XCOLL_SUCCESS)
+  if (*done || s != XCOLL_SUCCESS) {
+    for (int i = 0; i < XCOLL_NET_MAX_REQUESTS; i++)
+      if (r->owner->pending[i] == r)
+        r->owner->pending[i] = NULL;
     free(r);
+  }
   return s;
 }
 static void pipe_release(mock_pipe *pipe) {
@@ -211,6 +227,8 @@ static void mock_close_send(xcoll_net_send_comm *sc) {
   free(sc);
 }
 static void mock_close_recv(xcoll_net_recv_comm *rc) {
+  for (int i = 0; i < XCOLL_NET_MAX_REQUESTS; i++)
+    free(rc->pending[i]);
   pipe_release(rc->pipe);
   free(rc);
 }
