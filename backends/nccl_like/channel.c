@@ -2,18 +2,19 @@
  * connection FIFOs (slots + head/tail + sizes) in host memory, one to the
  * next rank of the ring and one from the previous, and the net plugin comms
  * that carry them. Setup follows NCCL's transport/net.cc: the receiver
- * listens and publishes its handle, the sender connects to it, the receiver
- * accepts; connect and accept are non-blocking and retried. */
+ * listens and publishes its handle (bootstrap allgather), the sender
+ * connects to it, the receiver accepts; connect and accept are non-blocking
+ * and retried. */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "bootstrap.h"
 #include "error.h"
 #include "log.h"
 #include "nccl_like.h"
-#include "store.h"
 
 static void *alloc_aligned(size_t bytes) {
   void *p = NULL;
@@ -72,16 +73,19 @@ static xcoll_status net_error(nl_state *st, xcoll_status s, const char *what,
                      what, channel, peer, st->net->name, nl_net_last_error());
 }
 
-/* Listen on every channel and publish the handles: one blob of nchannels x
- * XCOLL_NET_HANDLE_MAXSIZE bytes under "<prefix>nl/handles/<rank>"; then read
- * the next rank's blob. */
+/* Listen on every channel, then exchange the handles with one bootstrap
+ * allgather (core/bootstrap.h, NCCL's bootstrapAllGather): every rank
+ * contributes nchannels x XCOLL_NET_HANDLE_MAXSIZE bytes; this rank keeps
+ * its next rank's, the one it connects to. */
 static xcoll_status exchange_handles(nl_state *st, uint8_t *next_handles) {
   xcoll_comm *comm = st->comm;
   size_t blob_bytes = (size_t)st->nchannels * XCOLL_NET_HANDLE_MAXSIZE;
-  uint8_t *mine = calloc(1, blob_bytes);
-  if (!mine)
+  uint8_t *all = calloc((size_t)st->world_size + 1, blob_bytes);
+  if (!all)
     return xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
-                       "nccl_like: out of memory for net handles");
+                       "nccl_like: out of memory for %d ranks' net handles",
+                       st->world_size);
+  uint8_t *mine = all + (size_t)st->world_size * blob_bytes;
   xcoll_status s = XCOLL_SUCCESS;
   for (int c = 0; c < st->nchannels && s == XCOLL_SUCCESS; c++) {
     s = st->net->listen(st->net_device, &st->net_config,
@@ -90,36 +94,14 @@ static xcoll_status exchange_handles(nl_state *st, uint8_t *next_handles) {
     if (s != XCOLL_SUCCESS)
       s = net_error(st, s, "listen", c, st->prev);
   }
-  char key[64];
-  snprintf(key, sizeof key, "%snl/handles/%d", comm->store_prefix, st->rank);
-  if (s == XCOLL_SUCCESS) {
-    s = xcoll_store_set(comm->store, key, mine, blob_bytes);
-    if (s != XCOLL_SUCCESS)
-      s = xcoll_error_adopt(comm, s);
-  }
-  free(mine);
-  if (s != XCOLL_SUCCESS)
-    return s;
-  snprintf(key, sizeof key, "%snl/handles/%d", comm->store_prefix, st->next);
-  void *value = NULL;
-  size_t bytes = 0;
-  s = xcoll_store_get(comm->store, key, &value, &bytes);
-  if (s != XCOLL_SUCCESS)
-    return xcoll_error(comm, s,
-                       "nccl_like: rank %d did not get the net handles of rank "
-                       "%d (its next in the ring): %s",
-                       st->rank, st->next, xcoll_last_error());
-  if (bytes != blob_bytes) {
-    free(value);
-    return xcoll_error(comm, XCOLL_ERR_PROTOCOL,
-                       "nccl_like: rank %d published %zu B of net handles, "
-                       "expected %zu: do all ranks set the same "
-                       "XCOLL_NCHANNELS?",
-                       st->next, bytes, blob_bytes);
-  }
-  memcpy(next_handles, value, bytes);
-  free(value);
-  return XCOLL_SUCCESS;
+  /* The blob's size depends on XCOLL_NCHANNELS: a rank that set another
+   * value fails the allgather with PROTOCOL naming it. */
+  if (s == XCOLL_SUCCESS)
+    s = xcoll_bootstrap_allgather(comm, "nl_handles", mine, blob_bytes, all);
+  if (s == XCOLL_SUCCESS)
+    memcpy(next_handles, all + (size_t)st->next * blob_bytes, blob_bytes);
+  free(all);
+  return s;
 }
 
 /* Connect to the next rank and accept from the previous on every channel,
