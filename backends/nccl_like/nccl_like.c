@@ -247,7 +247,7 @@ static void log_choices(nl_state *st, const char *net_why) {
              "(XCOLL_PROTO%s), FIFO %zu B per connection = %d slots of %zu B "
              "(XCOLL_BUFFSIZE)",
              st->nchannels, proto_name(st->proto),
-             st->proto == NL_PROTO_AUTO ? ": LL below 64 KiB, SIMPLE above" : "",
+             st->proto == NL_PROTO_AUTO ? ": LL below 4 KiB, SIMPLE above" : "",
              st->buffsize, XCOLL_STEPS, st->step_bytes);
   XCOLL_INFO("nccl_like: net plugin %s (%s), device %d '%s' (%d Mbps); "
              "engine: host (worker thread per channel, proxy thread)",

@@ -31,9 +31,11 @@
 #define NL_MIN_BUFFSIZE ((size_t)XCOLL_STEPS * 256)
 #define NL_MAX_BUFFSIZE ((size_t)1 << 30)
 /* XCOLL_PROTO=auto runs LL for collectives below this many bytes (the
- * larger of the two buffers) and SIMPLE above. docs/nccl_like.md has the
- * measurement behind it. */
-#define NL_LL_THRESHOLD_BYTES ((size_t)64 << 10)
+ * larger of the two buffers) and SIMPLE above. Measured with
+ * bench/nccl_like.sh (docs/nccl_like.md): LL was faster only at the
+ * smallest sizes (8 B: 72 vs 160 us at P=2, 302 vs 871 us at P=4), tied at
+ * 4 KiB and lost 2-10x from 1 MiB. */
+#define NL_LL_THRESHOLD_BYTES ((size_t)4 << 10)
 /* A collective uses one channel per this many bytes (at least one, at most
  * XCOLL_NCHANNELS), as NCCL lowers nChannels for small sizes: a small op on
  * many channels only adds threads to wake and slots to send. */
