@@ -18,9 +18,6 @@
 #include "error.h"
 #include "log.h"
 
-/* XCOLL_NET_UCX_BUILT: net/CMakeLists.txt defines it for this file when
- * net/ucx/ is part of the build (UCX found). */
-
 #define NET_LAST_ERROR_BYTES 512
 /* Different settings seen by one process; a test that switches XCOLL_NET
  * between calls is the only user of more than one. */
@@ -118,7 +115,7 @@ static xcoll_status load_external(const char *variable, const char *value,
                 "shared object, put its folder in LD_LIBRARY_PATH, or use a "
                 "built-in plugin with XCOLL_NET=socket%s",
                 variable, value, file, text ? text : "unknown dlopen error",
-#ifdef XCOLL_NET_UCX_BUILT
+#ifdef XCOLL_HAVE_UCX
                 "|ucx"
 #else
                 ""
@@ -167,7 +164,7 @@ static xcoll_status choose(const char *plugin_var, const char *net_var,
     *net = &xcoll_net_socket;
     return XCOLL_SUCCESS;
   }
-#ifdef XCOLL_NET_UCX_BUILT
+#ifdef XCOLL_HAVE_UCX
   if (strcmp(name, xcoll_net_ucx.name) == 0) {
     *net = &xcoll_net_ucx;
     return XCOLL_SUCCESS;

@@ -3,12 +3,13 @@
  * progress and blocking wake-up.
  *
  * It knows nothing of communicators or the store, so that both the ucx backend
- * (backends/ucx/ucx_backend.c) and a future nccl_like ucx net plugin can use it.
+ * (backends/ucx/ucx_backend.c) and the ucx net plugin (net/ucx/net_ucx.c) use
+ * it; it lives in net/ because code two users need moves down a layer.
  * Functions return ucs_status_t; err/err_bytes, where present, receive a
  * sentence saying which UCX call failed. All functions except
  * xcoll_ucx_worker_signal must be called by one thread at a time. */
-#ifndef XCOLL_BACKENDS_UCX_WRAP_H
-#define XCOLL_BACKENDS_UCX_WRAP_H
+#ifndef XCOLL_NET_UCX_WRAP_H
+#define XCOLL_NET_UCX_WRAP_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,0 +1,77 @@
+/* conn.h - one connection FIFO between a ring kernel and a proxy thread: the
+ * meeting point of kernels/ (the producer or consumer of slots) and
+ * backends/nccl_like/ (the proxy that moves full slots over a net plugin).
+ * This header and kernels/ring.h are the contract between the two; see
+ * kernels/README.contract.md and docs/kernels.md.
+ *
+ * Layout (NCCL's ncclConnInfo / ncclSendMem / ncclRecvMem, src/include/
+ * device.h and comm.h): XCOLL_STEPS slots of step_bytes each; slot s holds
+ * step number k with k % XCOLL_STEPS == s. Two 64-bit counters, each written
+ * by one side only, with release, and read by the other with acquire:
+ *   tail: steps filled so far (written by the producer);
+ *   head: steps consumed and freed so far (written by the consumer).
+ * The producer may fill step k once head + XCOLL_STEPS > k (a credit); the
+ * consumer may read step k once tail > k. sizes[k % XCOLL_STEPS] holds the
+ * bytes of step k that travel on the wire, written before tail is released.
+ *
+ * Send side (one per channel, towards the next rank in the ring):
+ *   kernel = producer: waits for credit, fills the slot, writes sizes[],
+ *   releases tail. Proxy = consumer: once tail > k, sends sizes[k % 8] bytes
+ *   of the slot; when the send has completed, sets sizes[] to -1 and
+ *   releases head = k + 1 (the credit goes back to the kernel).
+ * Recv side (one per channel, from the previous rank in the ring):
+ *   proxy = producer: receives into slot k % 8 while k < head + XCOLL_STEPS;
+ *   when the receive of step k has COMPLETED (every byte landed), writes
+ *   sizes[] = bytes received and releases tail = k + 1. Kernel = consumer:
+ *   once tail > k reads the slot, checks sizes[], releases head = k + 1.
+ *   The proxy must publish tail in step order (k, then k + 1, ...).
+ *
+ * A slice of one primitive call may fill up to slice_steps consecutive steps
+ * (each a full slot except the last); the counters then move by that many
+ * at once. Each step is still a separate message of sizes[] bytes, so a proxy
+ * needs no notion of slices.
+ *
+ * Protocols (the same FIFO memory, the kernel's choice per collective, the
+ * same on both ends of a connection):
+ *   SIMPLE: a slot holds raw elements; sizes[] = element bytes.
+ *   LL: a slot holds 16-byte lines {u32 data1, u32 flag1, u32 data2,
+ *   u32 flag2}, flag = (uint32_t)(step + 1), 8 payload bytes per line (the
+ *   last line of a step zero-padded); sizes[] = 16 * lines. The receiving
+ *   kernel checks every flag; see prims.h for why it still waits for tail.
+ *
+ * Requirements checked by xc_ring_run (XCOLL_ERR_INVALID_ARGUMENT otherwise):
+ * buff 16-byte aligned, step_bytes a nonzero multiple of 16, and the send and
+ * recv connections of one channel with equal step_bytes. Every rank of a ring
+ * must use the same step_bytes (the proxy guarantees it at connect time). */
+#ifndef XCOLL_KERNELS_CONN_H
+#define XCOLL_KERNELS_CONN_H
+
+#include "device.h"
+
+/* Slots per connection FIFO (NCCL_STEPS). */
+#define XCOLL_STEPS 8
+
+/* Protocols, for xc_work.proto. */
+#define XC_PROTO_SIMPLE 0
+#define XC_PROTO_LL 1
+
+/* LL line: 16 bytes, of which 8 are payload. */
+#define XC_LL_LINE_BYTES 16
+#define XC_LL_PAYLOAD_BYTES 8
+
+/* One direction of one connection on one channel, as the kernel sees it. The
+ * memory behind the pointers is allocated and owned by nccl_like (host memory
+ * on a host rank; pinned, mapped host memory for a CUDA rank later). */
+typedef struct xc_conn {
+  uint8_t *buff;        /* XCOLL_STEPS * step_bytes bytes, 16-byte aligned */
+  size_t step_bytes;    /* bytes per slot (XCOLL_BUFFSIZE / XCOLL_STEPS) */
+  xc_atomic_u64 *head;  /* consumer's count of steps freed (credits) */
+  xc_atomic_u64 *tail;  /* producer's count of steps filled */
+  int64_t *sizes;       /* XCOLL_STEPS entries: wire bytes of the step in the
+                           slot, written before tail; -1 = empty */
+  uint64_t step;        /* the kernel's running step counter on this conn:
+                           kernel-private, starts at 0, never reset while the
+                           connection lives (the proxy keeps its own count) */
+} xc_conn;
+
+#endif

@@ -1,0 +1,444 @@
+/* prims.h - ring primitives over the connection FIFOs of conn.h: the
+ * vocabulary of NCCL's device code (src/device/primitives.h, prims_simple.h,
+ * prims_ll.h), written for xcoll.
+ *
+ * A primitives object (xc_prims) is built once per collective and channel:
+ * send connection, recv connection, user input and output, dtype, op,
+ * protocol and slice size, plus a private copy of the two step counters.
+ * Then each step of a ring schedule is one short call:
+ *   xc_send(p, in, n)                  input            -> next
+ *   xc_recv(p, out, n)                 prev             -> output
+ *   xc_copy_send(p, in, out, n)        input            -> output, next
+ *   xc_recv_send(p, n)                 prev             -> next
+ *   xc_recv_copy_send(p, out, n)       prev             -> output, next
+ *   xc_recv_reduce_send(p, in, n)      prev op input    -> next
+ *   xc_recv_reduce_copy(p, in, out, n) prev op input    -> output
+ *   xc_recv_reduce_copy_send(p, in, out, n)
+ *                                      prev op input    -> output, next
+ * in and out are element offsets into the user input and output; n is in
+ * elements. Every call is one generic operation (NCCL's genericOp<Recv, Send,
+ * Src, Dst>) selected by four flags. The reduction is always
+ * result = received op input (the received partial is the left operand).
+ *
+ * A call walks its n elements in slices of up to slice_steps steps; a slice
+ * waits once for its recv data and its send credits, processes its steps
+ * (each one slot), then posts once. A step of the last slice may be partial;
+ * the receiver computes the same split from the same n, so no step is empty.
+ *
+ * SIMPLE: wait (recv: tail >= step + steps; send: head + XCOLL_STEPS >= step
+ * + steps), read/reduce/copy straight between slots and user memory, write
+ * sizes[] of the send steps, release-store send tail; release-store recv head.
+ *
+ * LL: the sender packs 8 payload bytes per 16-byte line with flag = step + 1
+ * beside each 4 data bytes, each 8-byte (data, flag) half written as one
+ * 64-bit store; it still writes sizes[] and releases tail, so that the proxy
+ * knows what to ship. The receiver checks both flags of every line.
+ * Why the LL receiver here also waits for tail: NCCL's LL receiver polls the
+ * flags alone, relying on each 8-byte half landing atomically (true of GPU
+ * stores, and of NCCL's IB path). Over a proxy, the bytes of a step land in
+ * the recv slot by a socket recv() (or a memcpy), which writes them in no
+ * specified order and not in 8-byte units; a flag could become visible before
+ * its data, and a load racing with recv() is a data race in C. So the
+ * contract (conn.h) makes the recv proxy release tail only after the whole
+ * step has landed, and the LL reader acquires tail before it reads any line:
+ * every line it reads is then complete, and the flags become a check that the
+ * line belongs to this step (a stale or misrouted slot is caught and reported
+ * as XCOLL_ERR_PROTOCOL instead of silently reduced). What LL still buys
+ * here: the step boundaries are self-describing, and the same reader works
+ * unchanged for a future direct (proxy-less) path where a peer kernel writes
+ * lines with 64-bit stores, where polling the flags alone is correct.
+ *
+ * Bytes each primitive moves for n elements of e bytes (SIMPLE; LL sends and
+ * receives twice the payload on the wire):
+ *   send: n*e read from input, n*e written to a slot.
+ *   recv: n*e read from a slot, n*e written to output.
+ *   copySend: input -> output and input -> slot (2 n*e written).
+ *   recvCopySend: slot -> output and slot -> slot (2 n*e written).
+ *   recvReduceSend: slot and input read, n*e written to a slot.
+ *   recvReduceCopy: slot and input read, n*e written to output.
+ *   recvReduceCopySend: slot and input read, written to output, then output
+ *     copied to the send slot.
+ *
+ * Threads: on a CUDA rank all threads of the block call the same primitive;
+ * thread 0 waits and posts, the elements of a step are split among threads
+ * in contiguous ranges (coalesced striding is a later GPU tuning), and the
+ * threads meet at barriers; errors are combined with a barrier-or so every
+ * thread returns the same status. On the host there is one thread. */
+#ifndef XCOLL_KERNELS_PRIMS_H
+#define XCOLL_KERNELS_PRIMS_H
+
+#include "conn.h"
+#include "reduce.h"
+#include "xcoll.h"
+
+/* Host-only trace hook, called once per primitive call with its name (e.g.
+ * "recvReduceSend"), its payload bytes and its start and end times in
+ * CLOCK_MONOTONIC nanoseconds. Must not block; may be NULL (off). */
+typedef void (*xc_trace_fn)(void *ctx, int channel, const char *primitive,
+                            size_t bytes, uint64_t start_ns, uint64_t end_ns);
+
+/* Which of the four roles a primitive plays (NCCL's genericOp arguments). */
+#define XC_OP_RECV 1 /* read a slot from the previous rank */
+#define XC_OP_SEND 2 /* fill a slot for the next rank */
+#define XC_OP_SRC 4  /* read user input (reduced with the slot if RECV) */
+#define XC_OP_DST 8  /* write user output */
+
+/* LL lines processed per batch by one thread, through a stack buffer of 8
+ * bytes per line. */
+#ifdef __CUDA_ARCH__
+#define XC_LL_BATCH_LINES 8
+#else
+#define XC_LL_BATCH_LINES 256
+#endif
+
+typedef struct xc_prims {
+  xc_conn *send;      /* NULL when this channel sends nothing */
+  xc_conn *recv;      /* NULL when it receives nothing */
+  const uint8_t *in;  /* user input; offsets are elements from here */
+  uint8_t *out;       /* user output */
+  xcoll_datatype dtype;
+  xcoll_op op;
+  size_t elem_bytes;
+  int proto;          /* XC_PROTO_SIMPLE or XC_PROTO_LL */
+  int slice_steps;    /* steps per slice, 1..XCOLL_STEPS */
+  size_t step_elems;  /* payload elements per step (slot) */
+  uint64_t send_step; /* private copies of send->step and recv->step, */
+  uint64_t recv_step; /* written back by xc_prims_finish */
+  const xc_abort *abort;
+  xc_trace_fn trace;  /* host only; NULL = off */
+  void *trace_ctx;
+  int channel;
+} xc_prims;
+
+/* Payload bytes a slot of step_bytes carries under proto. */
+XC_INLINE XC_HD size_t xc_step_payload_bytes(size_t step_bytes, int proto) {
+  return proto == XC_PROTO_LL
+             ? step_bytes / XC_LL_LINE_BYTES * XC_LL_PAYLOAD_BYTES
+             : step_bytes;
+}
+
+XC_INLINE XC_HD int xc_conn_ok(const xc_conn *c) {
+  return c->buff != NULL && c->head != NULL && c->tail != NULL &&
+         c->sizes != NULL && c->step_bytes >= XC_LL_LINE_BYTES &&
+         c->step_bytes % XC_LL_LINE_BYTES == 0 &&
+         ((uintptr_t)c->buff % XC_LL_LINE_BYTES) == 0;
+}
+
+/* Builds p for one collective on one channel. send / recv may be NULL when
+ * unused (a one-rank ring). Returns XCOLL_ERR_INVALID_ARGUMENT for an unknown
+ * dtype or proto, slice_steps outside 1..XCOLL_STEPS, a connection that
+ * breaks conn.h's requirements, or send and recv with different step_bytes. */
+XC_INLINE XC_HD xcoll_status xc_prims_init(xc_prims *p, xc_conn *send,
+                                           xc_conn *recv, const void *in,
+                                           void *out, xcoll_datatype dtype,
+                                           xcoll_op op, int proto,
+                                           int slice_steps,
+                                           const xc_abort *abort) {
+  memset(p, 0, sizeof *p);
+  p->send = send;
+  p->recv = recv;
+  p->in = (const uint8_t *)in;
+  p->out = (uint8_t *)out;
+  p->dtype = dtype;
+  p->op = op;
+  p->elem_bytes = xc_dtype_size(dtype);
+  p->proto = proto;
+  p->slice_steps = slice_steps;
+  p->abort = abort;
+  if (p->elem_bytes == 0 || (proto != XC_PROTO_SIMPLE && proto != XC_PROTO_LL) ||
+      slice_steps < 1 || slice_steps > XCOLL_STEPS)
+    return XCOLL_ERR_INVALID_ARGUMENT;
+  if ((send && !xc_conn_ok(send)) || (recv && !xc_conn_ok(recv)))
+    return XCOLL_ERR_INVALID_ARGUMENT;
+  if (send && recv && send->step_bytes != recv->step_bytes)
+    return XCOLL_ERR_INVALID_ARGUMENT;
+  const xc_conn *any = send ? send : recv;
+  if (any) {
+    p->step_elems =
+        xc_step_payload_bytes(any->step_bytes, proto) / p->elem_bytes;
+    p->send_step = send ? send->step : 0;
+    p->recv_step = recv ? recv->step : 0;
+  }
+  return XCOLL_SUCCESS;
+}
+
+/* Writes the private step counters back into the connections (all threads
+ * call it; thread 0 writes). */
+XC_INLINE XC_HD void xc_prims_finish(xc_prims *p) {
+  XC_BARRIER();
+  if (XC_TID() == 0) {
+    if (p->send)
+      p->send->step = p->send_step;
+    if (p->recv)
+      p->recv->step = p->recv_step;
+  }
+  XC_BARRIER();
+}
+
+/* Spins until *counter >= target (acquire). XCOLL_ERR_ABORTED if abort is
+ * raised meanwhile. */
+XC_INLINE XC_HD xcoll_status xc_wait_counter(const xc_atomic_u64 *counter,
+                                             uint64_t target,
+                                             const xc_abort *abort) {
+  uint64_t spins = 0;
+  while (xc_load_acquire(counter) < target)
+    if (xc_spin_pause(++spins, abort))
+      return XCOLL_ERR_ABORTED;
+  return XCOLL_SUCCESS;
+}
+
+/* This thread's contiguous share [*lo, *hi) of n items. */
+XC_INLINE XC_HD void xc_thread_range(size_t n, size_t *lo, size_t *hi) {
+  size_t tid = (size_t)XC_TID(), nthreads = (size_t)XC_NTHREADS();
+  *lo = n * tid / nthreads;
+  *hi = n * (tid + 1) / nthreads;
+}
+
+/* One step, SIMPLE: n elements between a recv slot, the user input, the user
+ * output and a send slot (each NULL when its role is off). */
+XC_INLINE XC_HD void xc_simple_step(const xc_prims *p, int flags,
+                                    const uint8_t *in, const uint8_t *rslot,
+                                    uint8_t *out, uint8_t *sslot, size_t n) {
+  size_t lo, hi, e = p->elem_bytes;
+  xc_thread_range(n, &lo, &hi);
+  size_t at = lo * e, bytes = (hi - lo) * e;
+  if (bytes == 0)
+    return;
+  if ((flags & XC_OP_RECV) && (flags & XC_OP_SRC)) {
+    uint8_t *first = (flags & XC_OP_DST) ? out : sslot;
+    xc_reduce_into(first + at, rslot + at, in + at, hi - lo, p->dtype, p->op);
+    if ((flags & XC_OP_DST) && (flags & XC_OP_SEND))
+      memcpy(sslot + at, out + at, bytes);
+    return;
+  }
+  const uint8_t *src = (flags & XC_OP_RECV) ? rslot : in;
+  if ((flags & XC_OP_DST) && out != src)
+    memcpy(out + at, src + at, bytes);
+  if (flags & XC_OP_SEND)
+    memcpy(sslot + at, src + at, bytes);
+}
+
+/* LL: unpacks lines [0, nlines) of a slot into payload (8 bytes per line).
+ * Returns nonzero if a flag is not the expected one. */
+XC_INLINE XC_HD int xc_ll_unpack(const uint8_t *lines, size_t nlines,
+                                 uint32_t flag, uint8_t *payload) {
+  int bad = 0;
+  for (size_t i = 0; i < nlines; i++) {
+    uint64_t h0 = xc_load_u64_relaxed(lines + i * XC_LL_LINE_BYTES);
+    uint64_t h1 = xc_load_u64_relaxed(lines + i * XC_LL_LINE_BYTES + 8);
+    bad |= (uint32_t)(h0 >> 32) != flag || (uint32_t)(h1 >> 32) != flag;
+    uint32_t d1 = (uint32_t)h0, d2 = (uint32_t)h1;
+    memcpy(payload + i * XC_LL_PAYLOAD_BYTES, &d1, 4);
+    memcpy(payload + i * XC_LL_PAYLOAD_BYTES + 4, &d2, 4);
+  }
+  return bad;
+}
+
+/* LL: packs bytes of payload into lines (the last one zero-padded). The
+ * layout {data1, flag1, data2, flag2} read as two little-endian 64-bit words
+ * is (data1 | flag << 32), (data2 | flag << 32). */
+XC_INLINE XC_HD void xc_ll_pack(uint8_t *lines, const uint8_t *payload,
+                                size_t bytes, uint32_t flag) {
+  size_t nlines = (bytes + XC_LL_PAYLOAD_BYTES - 1) / XC_LL_PAYLOAD_BYTES;
+  for (size_t i = 0; i < nlines; i++) {
+    uint32_t d[2] = {0, 0};
+    size_t at = i * XC_LL_PAYLOAD_BYTES;
+    size_t len = bytes - at < XC_LL_PAYLOAD_BYTES ? bytes - at
+                                                  : XC_LL_PAYLOAD_BYTES;
+    memcpy(d, payload + at, len);
+    xc_store_u64_relaxed(lines + i * XC_LL_LINE_BYTES,
+                         (uint64_t)d[0] | ((uint64_t)flag << 32));
+    xc_store_u64_relaxed(lines + i * XC_LL_LINE_BYTES + 8,
+                         (uint64_t)d[1] | ((uint64_t)flag << 32));
+  }
+}
+
+/* One step, LL: like xc_simple_step, with slots holding lines. rflag/sflag
+ * are the expected/written flags. Returns nonzero on a bad recv flag. */
+XC_INLINE XC_HD int xc_ll_step(const xc_prims *p, int flags, const uint8_t *in,
+                               const uint8_t *rslot, uint8_t *out,
+                               uint8_t *sslot, size_t n, uint32_t rflag,
+                               uint32_t sflag) {
+  size_t e = p->elem_bytes, total = n * e;
+  size_t nlines = (total + XC_LL_PAYLOAD_BYTES - 1) / XC_LL_PAYLOAD_BYTES;
+  size_t lo, hi;
+  int bad = 0;
+  uint64_t bounce[XC_LL_BATCH_LINES];
+  xc_thread_range(nlines, &lo, &hi);
+  for (size_t line = lo; line < hi; line += XC_LL_BATCH_LINES) {
+    size_t batch = hi - line < XC_LL_BATCH_LINES ? hi - line
+                                                 : XC_LL_BATCH_LINES;
+    size_t at = line * XC_LL_PAYLOAD_BYTES; /* payload byte offset */
+    size_t bytes = batch * XC_LL_PAYLOAD_BYTES;
+    if (bytes > total - at)
+      bytes = total - at; /* whole elements: 8-byte lines hold whole ones */
+    uint8_t *buf = (uint8_t *)bounce;
+    const uint8_t *result;
+    if (flags & XC_OP_RECV) {
+      bad |= xc_ll_unpack(rslot + line * XC_LL_LINE_BYTES, batch, rflag, buf);
+      if (flags & XC_OP_SRC) {
+        uint8_t *dst = (flags & XC_OP_DST) ? out + at : buf;
+        xc_reduce_into(dst, buf, in + at, bytes / e, p->dtype, p->op);
+        result = dst;
+      } else {
+        if (flags & XC_OP_DST)
+          memcpy(out + at, buf, bytes);
+        result = buf;
+      }
+    } else {
+      result = in + at;
+      if ((flags & XC_OP_DST) && out != in)
+        memcpy(out + at, in + at, bytes);
+    }
+    if (flags & XC_OP_SEND)
+      xc_ll_pack(sslot + line * XC_LL_LINE_BYTES, result, bytes, sflag);
+  }
+  return bad;
+}
+
+/* Wire bytes of a step that carries n elements. */
+XC_INLINE XC_HD int64_t xc_step_wire_bytes(const xc_prims *p, size_t n) {
+  size_t bytes = n * p->elem_bytes;
+  if (p->proto == XC_PROTO_LL)
+    return (int64_t)((bytes + XC_LL_PAYLOAD_BYTES - 1) / XC_LL_PAYLOAD_BYTES *
+                     XC_LL_LINE_BYTES);
+  return (int64_t)bytes;
+}
+
+/* The one generic operation under every primitive: nelem elements, from
+ * input offset in_off and/or to output offset out_off (elements), roles in
+ * flags. Errors: XCOLL_ERR_ABORTED (abort raised while waiting),
+ * XCOLL_ERR_PROTOCOL (a recv step whose sizes[] or LL flags do not match
+ * what this rank expects: the peers disagree on the schedule or a proxy
+ * delivered the wrong bytes). */
+XC_INLINE XC_HD xcoll_status xc_generic_op(xc_prims *p, int flags,
+                                           size_t in_off, size_t out_off,
+                                           size_t nelem) {
+  size_t e = p->elem_bytes;
+  size_t slice_elems = p->step_elems * (size_t)p->slice_steps;
+  for (size_t done = 0; done < nelem; done += slice_elems) {
+    size_t n = nelem - done < slice_elems ? nelem - done : slice_elems;
+    uint64_t nsteps = (n + p->step_elems - 1) / p->step_elems;
+    int failed = 0; /* 1 aborted, 2 protocol */
+    if (XC_TID() == 0) {
+      if ((flags & XC_OP_RECV) &&
+          xc_wait_counter(p->recv->tail, p->recv_step + nsteps, p->abort))
+        failed = 1;
+      /* Credits: head + XCOLL_STEPS >= send_step + nsteps. */
+      uint64_t need = p->send_step + nsteps;
+      if (!failed && (flags & XC_OP_SEND) && need > XCOLL_STEPS &&
+          xc_wait_counter(p->send->head, need - XCOLL_STEPS, p->abort))
+        failed = 1;
+    }
+    if (XC_BARRIER_OR(failed == 1))
+      return XCOLL_ERR_ABORTED;
+    for (uint64_t j = 0; j < nsteps; j++) {
+      size_t seg = (size_t)j * p->step_elems;
+      size_t seg_n = n - seg < p->step_elems ? n - seg : p->step_elems;
+      const uint8_t *in = (flags & XC_OP_SRC) ? p->in + (in_off + done + seg) * e
+                                              : NULL;
+      uint8_t *out = (flags & XC_OP_DST) ? p->out + (out_off + done + seg) * e
+                                         : NULL;
+      const uint8_t *rslot = NULL;
+      uint8_t *sslot = NULL;
+      uint64_t rstep = p->recv_step + j, sstep = p->send_step + j;
+      if (flags & XC_OP_RECV) {
+        rslot = p->recv->buff + (rstep % XCOLL_STEPS) * p->recv->step_bytes;
+        if (XC_TID() == 0 &&
+            p->recv->sizes[rstep % XCOLL_STEPS] != xc_step_wire_bytes(p, seg_n))
+          failed = 2;
+      }
+      if (flags & XC_OP_SEND)
+        sslot = p->send->buff + (sstep % XCOLL_STEPS) * p->send->step_bytes;
+      if (p->proto == XC_PROTO_LL) {
+        if (xc_ll_step(p, flags, in, rslot, out, sslot, seg_n,
+                       (uint32_t)(rstep + 1), (uint32_t)(sstep + 1)))
+          failed = 2;
+      } else {
+        xc_simple_step(p, flags, in, rslot, out, sslot, seg_n);
+      }
+      if ((flags & XC_OP_SEND) && XC_TID() == 0)
+        p->send->sizes[sstep % XCOLL_STEPS] = xc_step_wire_bytes(p, seg_n);
+    }
+#ifdef __CUDA_ARCH__
+    __threadfence_system(); /* this thread's slot writes before the post */
+#endif
+    if (XC_BARRIER_OR(failed == 2))
+      return XCOLL_ERR_PROTOCOL;
+    if (XC_TID() == 0) {
+      if (flags & XC_OP_RECV)
+        xc_store_release(p->recv->head, p->recv_step + nsteps);
+      if (flags & XC_OP_SEND)
+        xc_store_release(p->send->tail, p->send_step + nsteps);
+    }
+    if (flags & XC_OP_RECV)
+      p->recv_step += nsteps;
+    if (flags & XC_OP_SEND)
+      p->send_step += nsteps;
+  }
+  return XCOLL_SUCCESS;
+}
+
+/* Runs the generic op, reporting it to the trace hook on the host. */
+XC_INLINE XC_HD xcoll_status xc_prim(xc_prims *p, const char *name, int flags,
+                                     size_t in_off, size_t out_off,
+                                     size_t nelem) {
+#ifndef __CUDA_ARCH__
+  if (p->trace != NULL && nelem > 0) {
+    uint64_t start = xc_now_ns();
+    xcoll_status status = xc_generic_op(p, flags, in_off, out_off, nelem);
+    p->trace(p->trace_ctx, p->channel, name, nelem * p->elem_bytes, start,
+             xc_now_ns());
+    return status;
+  }
+#endif
+  (void)name;
+  return xc_generic_op(p, flags, in_off, out_off, nelem);
+}
+
+XC_INLINE XC_HD xcoll_status xc_send(xc_prims *p, size_t in, size_t n) {
+  return xc_prim(p, "send", XC_OP_SEND | XC_OP_SRC, in, 0, n);
+}
+XC_INLINE XC_HD xcoll_status xc_recv(xc_prims *p, size_t out, size_t n) {
+  return xc_prim(p, "recv", XC_OP_RECV | XC_OP_DST, 0, out, n);
+}
+XC_INLINE XC_HD xcoll_status xc_copy_send(xc_prims *p, size_t in, size_t out,
+                                          size_t n) {
+  return xc_prim(p, "copySend", XC_OP_SRC | XC_OP_DST | XC_OP_SEND, in, out, n);
+}
+XC_INLINE XC_HD xcoll_status xc_recv_send(xc_prims *p, size_t n) {
+  return xc_prim(p, "recvSend", XC_OP_RECV | XC_OP_SEND, 0, 0, n);
+}
+XC_INLINE XC_HD xcoll_status xc_recv_copy_send(xc_prims *p, size_t out,
+                                               size_t n) {
+  return xc_prim(p, "recvCopySend", XC_OP_RECV | XC_OP_DST | XC_OP_SEND, 0,
+                 out, n);
+}
+XC_INLINE XC_HD xcoll_status xc_recv_reduce_send(xc_prims *p, size_t in,
+                                                 size_t n) {
+  return xc_prim(p, "recvReduceSend", XC_OP_RECV | XC_OP_SRC | XC_OP_SEND, in,
+                 0, n);
+}
+XC_INLINE XC_HD xcoll_status xc_recv_reduce_copy(xc_prims *p, size_t in,
+                                                 size_t out, size_t n) {
+  return xc_prim(p, "recvReduceCopy", XC_OP_RECV | XC_OP_SRC | XC_OP_DST, in,
+                 out, n);
+}
+XC_INLINE XC_HD xcoll_status xc_recv_reduce_copy_send(xc_prims *p, size_t in,
+                                                      size_t out, size_t n) {
+  return xc_prim(p, "recvReduceCopySend",
+                 XC_OP_RECV | XC_OP_SRC | XC_OP_DST | XC_OP_SEND, in, out, n);
+}
+
+/* Local copy input -> output of n elements (a one-rank ring); no FIFO. */
+XC_INLINE XC_HD void xc_copy_local(xc_prims *p, size_t in, size_t out,
+                                   size_t n) {
+  size_t lo, hi, e = p->elem_bytes;
+  if (p->in + in * e == p->out + out * e)
+    return;
+  xc_thread_range(n, &lo, &hi);
+  if (hi > lo)
+    memcpy(p->out + (out + lo) * e, p->in + (in + lo) * e, (hi - lo) * e);
+}
+
+#endif

@@ -1,0 +1,704 @@
+/* net_ucx.c - the "ucx" net plugin (xcoll_net_ucx): the net API of
+ * net/net.h over UCX's tagged messages (UCP), host memory only (as UCX is
+ * built here; a CUDA-aware UCX could add XCOLL_NET_PTR_CUDA).
+ *
+ * A UCP worker address is some hundreds of bytes and does not fit the
+ * 128-byte handle, so the handle holds a socket plugin handle instead, and
+ * the worker addresses travel over that socket while connect and accept run
+ * (NCCL's UCX plugin, nccl-rdma-sharp-plugins src/ucx_plugin.c, does the
+ * same). The socket connection is one-way, so the receiver answers through
+ * UCX itself:
+ *   connect: socket connect -> send [hello: this worker's address] over it,
+ *            post a UCP receive for the answer -> answer arrives -> create
+ *            the endpoint to the receiver's worker: send comm ready.
+ *   accept:  socket accept -> receive the hello -> endpoint to the sender's
+ *            worker -> UCP-send this worker's address as the answer: recv
+ *            comm ready once it left.
+ * Each comm has its own UCP worker (one endpoint), so that comms never share
+ * a worker across threads.
+ *
+ * Messages: the UCP tag is (sequence number << 32) | tag; a receive matches
+ * any tag (mask 0), so messages are matched in the order the sender's
+ * endpoint delivers them (UCP keeps that order), and the tag is checked
+ * afterwards, as net.h requires. UCS_ERR_MESSAGE_TRUNCATED becomes
+ * XCOLL_ERR_PROTOCOL "message truncated". A dead or closed peer is reported
+ * by UCX's peer failure handling (UCP_ERR_HANDLING_MODE_PEER) as
+ * XCOLL_ERR_REMOTE. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "net.h"
+#include "ucx_wrap.h"
+
+#define UCXN_HANDLE_MAGIC 0x48554e58u /* bytes "XNUH" */
+#define UCXN_HELLO_MAGIC 0x43554e58u  /* bytes "XNUC" */
+#define UCXN_VERSION 1
+#define UCXN_INNER_OFFSET 8 /* the socket handle starts here in ours */
+#define UCXN_HELLO_HEADER 12
+/* Largest worker address accepted from a peer, bytes. */
+#define UCXN_MAX_ADDRESS (64u * 1024u)
+/* The tag of the receiver's answer (never a data tag: the sender's worker
+ * receives nothing else). */
+#define UCXN_ANSWER_TAG 0xfffffffffffffffful
+#define UCXN_KEEPALIVE "1s"
+#define UCXN_MESSAGE_BYTES 512
+
+static _Atomic(xcoll_net_log_fn) log_fn;
+
+static void say(xcoll_net_log_level level, const char *fmt, va_list ap) {
+  xcoll_net_log_fn fn = atomic_load(&log_fn);
+  if (fn == NULL) return;
+  char message[UCXN_MESSAGE_BYTES];
+  vsnprintf(message, sizeof message, fmt, ap);
+  fn(level, message);
+}
+
+static xcoll_status fail(xcoll_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static xcoll_status fail(xcoll_status status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  say(XCOLL_NET_LOG_ERROR, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+static void info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void info(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  say(XCOLL_NET_LOG_INFO, fmt, ap);
+  va_end(ap);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void put_u32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get_u32(const uint8_t *p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+
+/* ---- comms and requests ---- */
+
+typedef struct ucxn_comm ucxn_comm;
+
+typedef struct ucxn_request {
+  ucxn_comm *comm;
+  xcoll_ucx_request *ucx; /* NULL when the slot is free */
+  uint32_t tag;
+} ucxn_request;
+
+struct ucxn_comm {
+  int is_send;
+  int peer_rank;
+  xcoll_ucx_worker *worker;
+  uint64_t seq; /* messages posted */
+  int in_flight;
+  _Atomic int peer_failed; /* set from UCX's error callback */
+  xcoll_status error;
+  char error_text[UCXN_MESSAGE_BYTES];
+  ucxn_request requests[XCOLL_NET_MAX_REQUESTS];
+};
+
+static void on_peer_error(void *arg, int peer, ucs_status_t status) {
+  (void)peer;
+  (void)status;
+  ucxn_comm *c = arg;
+  atomic_store(&c->peer_failed, (int)status);
+}
+
+static ucxn_comm *comm_new(int is_send, int peer_rank, char *err,
+                           size_t err_bytes) {
+  ucxn_comm *c = calloc(1, sizeof *c);
+  if (c == NULL) {
+    snprintf(err, err_bytes, "no memory");
+    return NULL;
+  }
+  c->is_send = is_send;
+  c->peer_rank = peer_rank;
+  for (int i = 0; i < XCOLL_NET_MAX_REQUESTS; i++) c->requests[i].comm = c;
+  if (xcoll_ucx_worker_create(1, UCXN_KEEPALIVE, NULL, &c->worker, err,
+                              err_bytes) != UCS_OK) {
+    free(c);
+    return NULL;
+  }
+  return c;
+}
+
+static void comm_free(ucxn_comm *c) {
+  if (c == NULL) return;
+  for (int i = 0; i < XCOLL_NET_MAX_REQUESTS; i++)
+    if (c->requests[i].ucx != NULL)
+      xcoll_ucx_request_put(c->worker, c->requests[i].ucx);
+  xcoll_ucx_worker_destroy(c->worker, 0.0);
+  free(c);
+}
+
+static xcoll_status comm_fail(ucxn_comm *c, xcoll_status status,
+                              const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static xcoll_status comm_fail(ucxn_comm *c, xcoll_status status,
+                              const char *fmt, ...) {
+  if (c->error == XCOLL_SUCCESS) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->error_text, sizeof c->error_text, fmt, ap);
+    va_end(ap);
+    c->error = status;
+  }
+  return fail(c->error, "%s", c->error_text);
+}
+
+/* The comm's sticky error, after looking at UCX's peer failure flag. */
+static xcoll_status comm_check(ucxn_comm *c) {
+  int failed = atomic_load(&c->peer_failed);
+  if (failed != 0 && c->error == XCOLL_SUCCESS)
+    return comm_fail(c, XCOLL_ERR_REMOTE,
+                     "net ucx: rank %d is gone (UCX reports %s on the "
+                     "endpoint); see that rank's log for why",
+                     c->peer_rank, ucs_status_string((ucs_status_t)failed));
+  if (c->error != XCOLL_SUCCESS) return fail(c->error, "%s", c->error_text);
+  return XCOLL_SUCCESS;
+}
+
+/* ---- init, devices ---- */
+
+static xcoll_status ucx_init(xcoll_net_log_fn log) {
+  if (log != NULL) atomic_store(&log_fn, log);
+  /* The handshake runs over the socket plugin: same log. */
+  xcoll_status s = xcoll_net_socket.init(log);
+  if (s != XCOLL_SUCCESS) return s;
+  info("net ucx: UCX %s", ucp_get_version_string());
+  return XCOLL_SUCCESS;
+}
+
+static xcoll_status ucx_devices(int *count) {
+  if (count == NULL)
+    return fail(XCOLL_ERR_INVALID_ARGUMENT, "net ucx: devices(NULL)");
+  *count = 1; /* UCX picks the transports and devices itself (UCX_TLS...) */
+  return XCOLL_SUCCESS;
+}
+
+static xcoll_status ucx_get_properties(int device, xcoll_net_properties *p) {
+  if (device != 0 || p == NULL)
+    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+                "net ucx: get_properties(%d): there is one device, 0", device);
+  memset(p, 0, sizeof *p);
+  snprintf(p->name, sizeof p->name, "ucx");
+  p->ptr_support = XCOLL_NET_PTR_HOST;
+  p->max_comms = 65536;
+  p->max_requests = XCOLL_NET_MAX_REQUESTS;
+  return XCOLL_SUCCESS;
+}
+
+/* ---- the handshake ---- */
+
+/* hello / answer: magic, version, address_bytes, then the address. */
+static size_t encode_hello(xcoll_ucx_worker *worker, uint8_t *out) {
+  const void *address;
+  size_t bytes;
+  xcoll_ucx_worker_address(worker, &address, &bytes);
+  put_u32(out, UCXN_HELLO_MAGIC);
+  put_u32(out + 4, UCXN_VERSION);
+  put_u32(out + 8, (uint32_t)bytes);
+  memcpy(out + UCXN_HELLO_HEADER, address, bytes);
+  return UCXN_HELLO_HEADER + bytes;
+}
+
+/* Check a hello of size bytes; returns the address or NULL. */
+static const void *decode_hello(const uint8_t *in, size_t size) {
+  if (size < UCXN_HELLO_HEADER || get_u32(in) != UCXN_HELLO_MAGIC ||
+      get_u32(in + 4) != UCXN_VERSION ||
+      get_u32(in + 8) != size - UCXN_HELLO_HEADER)
+    return NULL;
+  return in + UCXN_HELLO_HEADER;
+}
+
+typedef struct ucxn_listen {
+  xcoll_net_listen_comm *socket_listen;
+  xcoll_net_config config;
+  /* The connection being accepted. */
+  int stage; /* 0 socket accept, 1 hello, 2 answer */
+  xcoll_net_recv_comm *socket_recv;
+  xcoll_net_request *socket_request;
+  ucxn_comm *comm;
+  xcoll_ucx_request *answer;
+  uint8_t hello[UCXN_HELLO_HEADER + UCXN_MAX_ADDRESS];
+  uint8_t mine[UCXN_HELLO_HEADER + UCXN_MAX_ADDRESS];
+  double deadline;
+} ucxn_listen;
+
+static double timeout_of(const xcoll_net_config *config) {
+  return config->timeout_s > 0 ? config->timeout_s : 1e9;
+}
+
+static xcoll_status ucx_listen(int device, const xcoll_net_config *config,
+                               void *handle,
+                               xcoll_net_listen_comm **listen_comm) {
+  if (listen_comm != NULL) *listen_comm = NULL;
+  if (config == NULL || handle == NULL || listen_comm == NULL)
+    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+                "net ucx: listen with a NULL config, handle or listen_comm");
+  ucxn_listen *l = calloc(1, sizeof *l);
+  if (l == NULL) return fail(XCOLL_ERR_NO_MEMORY, "net ucx: no memory");
+  uint8_t inner[XCOLL_NET_HANDLE_MAXSIZE];
+  xcoll_status s =
+      xcoll_net_socket.listen(device, config, inner, &l->socket_listen);
+  if (s != XCOLL_SUCCESS) {
+    free(l);
+    return s;
+  }
+  l->config = *config;
+  uint8_t *out = handle;
+  memset(out, 0, XCOLL_NET_HANDLE_MAXSIZE);
+  put_u32(out, UCXN_HANDLE_MAGIC);
+  put_u32(out + 4, UCXN_VERSION);
+  memcpy(out + UCXN_INNER_OFFSET, inner,
+         XCOLL_NET_HANDLE_MAXSIZE - UCXN_INNER_OFFSET);
+  *listen_comm = (xcoll_net_listen_comm *)l;
+  return XCOLL_SUCCESS;
+}
+
+static void reset_accept(ucxn_listen *l) {
+  if (l->socket_recv) xcoll_net_socket.close_recv(l->socket_recv);
+  l->socket_recv = NULL;
+  l->socket_request = NULL;
+  if (l->answer) xcoll_ucx_request_put(l->comm->worker, l->answer);
+  l->answer = NULL;
+  comm_free(l->comm);
+  l->comm = NULL;
+  l->stage = 0;
+}
+
+static xcoll_status ucx_accept(xcoll_net_listen_comm *listen_comm,
+                               int expected_rank,
+                               xcoll_net_recv_comm **recv_comm) {
+  if (recv_comm != NULL) *recv_comm = NULL;
+  ucxn_listen *l = (ucxn_listen *)listen_comm;
+  if (l == NULL || recv_comm == NULL)
+    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+                "net ucx: accept with a NULL listen_comm or recv_comm");
+  xcoll_status s = XCOLL_SUCCESS;
+  if (l->stage == 0) {
+    s = xcoll_net_socket.accept(l->socket_listen, expected_rank,
+                                &l->socket_recv);
+    if (s != XCOLL_SUCCESS || l->socket_recv == NULL) return s;
+    s = xcoll_net_socket.irecv(l->socket_recv, l->hello, sizeof l->hello, 0,
+                               NULL, &l->socket_request);
+    if (s != XCOLL_SUCCESS) goto failed;
+    l->stage = 1;
+    l->deadline = now_s() + timeout_of(&l->config);
+  }
+  if (l->stage == 1) {
+    int done = 0;
+    size_t size = 0;
+    s = xcoll_net_socket.test(l->socket_request, &done, &size);
+    if (s != XCOLL_SUCCESS) goto failed;
+    if (!done) goto check_time;
+    l->socket_request = NULL;
+    const void *address = decode_hello(l->hello, size);
+    if (address == NULL) {
+      s = fail(XCOLL_ERR_PROTOCOL,
+               "net ucx: rank %d's hello (%zu bytes) is not a UCX worker "
+               "address: do both ranks use XCOLL_NET=ucx of the same build?",
+               expected_rank, size);
+      goto failed;
+    }
+    char err[256];
+    l->comm = comm_new(0, expected_rank, err, sizeof err);
+    if (l->comm == NULL) {
+      s = fail(XCOLL_ERR_SYSTEM, "net ucx: rank %d: %s (check UCX_TLS)",
+               l->config.rank, err);
+      goto failed;
+    }
+    if (xcoll_ucx_connect(l->comm->worker, 0, address, 1, on_peer_error,
+                          l->comm, err, sizeof err) != UCS_OK) {
+      s = fail(XCOLL_ERR_SYSTEM,
+               "net ucx: rank %d cannot reach rank %d's worker: %s",
+               l->config.rank, expected_rank, err);
+      goto failed;
+    }
+    size_t bytes = encode_hello(l->comm->worker, l->mine);
+    l->answer = xcoll_ucx_request_get(l->comm->worker);
+    if (l->answer == NULL ||
+        xcoll_ucx_isend(l->comm->worker, 0, UCXN_ANSWER_TAG, l->mine, bytes,
+                        l->answer) != UCS_OK) {
+      s = fail(XCOLL_ERR_SYSTEM, "net ucx: rank %d could not answer rank %d",
+               l->config.rank, expected_rank);
+      goto failed;
+    }
+    l->stage = 2;
+  }
+  if (l->stage == 2) {
+    xcoll_ucx_progress(l->comm->worker);
+    if ((s = comm_check(l->comm)) != XCOLL_SUCCESS) goto failed;
+    if (!l->answer->done) goto check_time;
+    if (l->answer->status != UCS_OK) {
+      s = fail(XCOLL_ERR_REMOTE, "net ucx: the answer to rank %d failed: %s",
+               expected_rank, ucs_status_string(l->answer->status));
+      goto failed;
+    }
+    xcoll_ucx_request_put(l->comm->worker, l->answer);
+    l->answer = NULL;
+    ucxn_comm *c = l->comm;
+    l->comm = NULL;
+    reset_accept(l);
+    info("net ucx: rank %d accepted rank %d", l->config.rank, expected_rank);
+    *recv_comm = (xcoll_net_recv_comm *)c;
+    return XCOLL_SUCCESS;
+  }
+  return XCOLL_SUCCESS;
+
+check_time:
+  if (now_s() < l->deadline) return XCOLL_SUCCESS;
+  s = fail(XCOLL_ERR_TIMEOUT,
+           "net ucx: rank %d's handshake with rank %d made no progress in "
+           "%.1f s",
+           l->config.rank, expected_rank, timeout_of(&l->config));
+failed:
+  reset_accept(l);
+  return s;
+}
+
+/* A connect in progress, keyed like the socket plugin's (the const handle
+ * cannot hold state). */
+typedef struct ucxn_connecting {
+  uint8_t key_handle[XCOLL_NET_HANDLE_MAXSIZE];
+  uint64_t comm_id;
+  int rank, peer_rank;
+  int stage; /* 0 socket connect, 1 hello sent, 2 answer */
+  xcoll_net_send_comm *socket_send;
+  xcoll_net_request *socket_request;
+  ucxn_comm *comm;
+  xcoll_ucx_request *answer;
+  double deadline;
+  uint8_t mine[UCXN_HELLO_HEADER + UCXN_MAX_ADDRESS];
+  uint8_t theirs[UCXN_HELLO_HEADER + UCXN_MAX_ADDRESS];
+  struct ucxn_connecting *next;
+} ucxn_connecting;
+
+static pthread_mutex_t connecting_lock = PTHREAD_MUTEX_INITIALIZER;
+static ucxn_connecting *connecting_list;
+
+static void connecting_drop(ucxn_connecting *k) {
+  pthread_mutex_lock(&connecting_lock);
+  for (ucxn_connecting **p = &connecting_list; *p; p = &(*p)->next)
+    if (*p == k) {
+      *p = k->next;
+      break;
+    }
+  pthread_mutex_unlock(&connecting_lock);
+  if (k->socket_send) xcoll_net_socket.close_send(k->socket_send);
+  if (k->answer) xcoll_ucx_request_put(k->comm->worker, k->answer);
+  comm_free(k->comm);
+  free(k);
+}
+
+static xcoll_status ucx_connect(int device, const xcoll_net_config *config,
+                                const void *handle, int peer_rank,
+                                xcoll_net_send_comm **send_comm) {
+  if (send_comm != NULL) *send_comm = NULL;
+  if (config == NULL || handle == NULL || send_comm == NULL)
+    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+                "net ucx: connect with a NULL config, handle or send_comm");
+  const uint8_t *in = handle;
+  if (get_u32(in) != UCXN_HANDLE_MAGIC || get_u32(in + 4) != UCXN_VERSION)
+    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+                "net ucx: the handle given to connect is not a ucx plugin "
+                "handle: do both ranks use XCOLL_NET=ucx?");
+  pthread_mutex_lock(&connecting_lock);
+  ucxn_connecting *k = connecting_list;
+  while (k != NULL && !(memcmp(k->key_handle, handle, sizeof k->key_handle) ==
+                            0 &&
+                        k->comm_id == config->comm_id &&
+                        k->rank == config->rank && k->peer_rank == peer_rank))
+    k = k->next;
+  if (k == NULL) {
+    k = calloc(1, sizeof *k);
+    if (k == NULL) {
+      pthread_mutex_unlock(&connecting_lock);
+      return fail(XCOLL_ERR_NO_MEMORY, "net ucx: no memory for a connect");
+    }
+    memcpy(k->key_handle, handle, sizeof k->key_handle);
+    k->comm_id = config->comm_id;
+    k->rank = config->rank;
+    k->peer_rank = peer_rank;
+    k->deadline = now_s() + timeout_of(config);
+    k->next = connecting_list;
+    connecting_list = k;
+  }
+  pthread_mutex_unlock(&connecting_lock);
+
+  xcoll_status s = XCOLL_SUCCESS;
+  if (k->stage == 0) {
+    uint8_t inner[XCOLL_NET_HANDLE_MAXSIZE] = {0};
+    memcpy(inner, in + UCXN_INNER_OFFSET,
+           XCOLL_NET_HANDLE_MAXSIZE - UCXN_INNER_OFFSET);
+    s = xcoll_net_socket.connect(device, config, inner, peer_rank,
+                                 &k->socket_send);
+    if (s != XCOLL_SUCCESS) goto failed;
+    if (k->socket_send == NULL) goto check_time;
+    char err[256];
+    k->comm = comm_new(1, peer_rank, err, sizeof err);
+    if (k->comm == NULL) {
+      s = fail(XCOLL_ERR_SYSTEM, "net ucx: rank %d: %s (check UCX_TLS)",
+               config->rank, err);
+      goto failed;
+    }
+    size_t bytes = encode_hello(k->comm->worker, k->mine);
+    /* the answer's receive first, so that it is never unexpected */
+    k->answer = xcoll_ucx_request_get(k->comm->worker);
+    if (k->answer == NULL ||
+        xcoll_ucx_irecv(k->comm->worker, 0, UCXN_ANSWER_TAG, ~(ucp_tag_t)0,
+                        k->theirs, sizeof k->theirs, k->answer) != UCS_OK) {
+      s = fail(XCOLL_ERR_SYSTEM, "net ucx: rank %d could not post a receive",
+               config->rank);
+      goto failed;
+    }
+    s = xcoll_net_socket.isend(k->socket_send, k->mine, bytes, 0, NULL,
+                               &k->socket_request);
+    if (s != XCOLL_SUCCESS) goto failed;
+    if (k->socket_request == NULL) {
+      s = fail(XCOLL_ERR_INTERNAL, "net ucx: a fresh socket comm is full");
+      goto failed;
+    }
+    k->stage = 1;
+  }
+  if (k->stage == 1) {
+    int done = 0;
+    s = xcoll_net_socket.test(k->socket_request, &done, NULL);
+    if (s != XCOLL_SUCCESS) goto failed;
+    if (!done) goto check_time;
+    k->socket_request = NULL;
+    k->stage = 2;
+  }
+  if (k->stage == 2) {
+    xcoll_ucx_progress(k->comm->worker);
+    if (!k->answer->done) goto check_time;
+    const void *address =
+        k->answer->status == UCS_OK
+            ? decode_hello(k->theirs, k->answer->received)
+            : NULL;
+    if (address == NULL) {
+      s = fail(XCOLL_ERR_PROTOCOL,
+               "net ucx: rank %d's answer is not a UCX worker address (%s)",
+               peer_rank, ucs_status_string(k->answer->status));
+      goto failed;
+    }
+    char err[256];
+    if (xcoll_ucx_connect(k->comm->worker, 0, address, 1, on_peer_error,
+                          k->comm, err, sizeof err) != UCS_OK) {
+      s = fail(XCOLL_ERR_SYSTEM,
+               "net ucx: rank %d cannot reach rank %d's worker: %s",
+               config->rank, peer_rank, err);
+      goto failed;
+    }
+    ucxn_comm *c = k->comm;
+    k->comm = NULL;
+    xcoll_ucx_request_put(c->worker, k->answer);
+    k->answer = NULL;
+    connecting_drop(k);
+    info("net ucx: rank %d connected to rank %d", config->rank, peer_rank);
+    *send_comm = (xcoll_net_send_comm *)c;
+  }
+  return XCOLL_SUCCESS;
+
+check_time:
+  if (now_s() < k->deadline) return XCOLL_SUCCESS;
+  s = fail(XCOLL_ERR_TIMEOUT,
+           "net ucx: rank %d's connection to rank %d made no progress in "
+           "%.1f s",
+           config->rank, peer_rank, timeout_of(config));
+failed:
+  connecting_drop(k);
+  return s;
+}
+
+/* ---- data ---- */
+
+static xcoll_status ucx_reg_mr(xcoll_net_send_comm *send_comm,
+                               xcoll_net_recv_comm *recv_comm, void *data,
+                               size_t bytes, int ptr_type, void **mhandle) {
+  (void)data;
+  (void)bytes;
+  if (mhandle != NULL) *mhandle = NULL;
+  if ((send_comm == NULL) == (recv_comm == NULL) || mhandle == NULL)
+    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+                "net ucx: reg_mr needs exactly one comm and mhandle");
+  if (ptr_type != XCOLL_NET_PTR_HOST)
+    return fail(XCOLL_ERR_NOT_SUPPORTED,
+                "net ucx: reg_mr of pointer type %d: this plugin moves host "
+                "memory only",
+                ptr_type);
+  /* UCP registers on the fly (and caches); nothing to keep. A non-NULL
+   * value tells callers the registration succeeded. */
+  static char registered;
+  *mhandle = &registered;
+  return XCOLL_SUCCESS;
+}
+
+static xcoll_status ucx_dereg_mr(xcoll_net_send_comm *send_comm,
+                                 xcoll_net_recv_comm *recv_comm,
+                                 void *mhandle) {
+  (void)send_comm;
+  (void)recv_comm;
+  (void)mhandle;
+  return XCOLL_SUCCESS;
+}
+
+static ucxn_request *take_request(ucxn_comm *c) {
+  if (c->in_flight >= XCOLL_NET_MAX_REQUESTS) return NULL;
+  for (int i = 0; i < XCOLL_NET_MAX_REQUESTS; i++)
+    if (c->requests[i].ucx == NULL) return &c->requests[i];
+  return NULL;
+}
+
+static xcoll_status post(ucxn_comm *c, int is_send, void *data, size_t bytes,
+                         uint32_t tag, xcoll_net_request **request) {
+  xcoll_status s = comm_check(c);
+  if (s != XCOLL_SUCCESS) return s;
+  ucxn_request *r = take_request(c);
+  if (r == NULL) {
+    xcoll_ucx_progress(c->worker);
+    return XCOLL_SUCCESS; /* full: NULL request */
+  }
+  r->ucx = xcoll_ucx_request_get(c->worker);
+  if (r->ucx == NULL)
+    return fail(XCOLL_ERR_NO_MEMORY, "net ucx: no memory for a request");
+  r->tag = tag;
+  ucp_tag_t ucx_tag = (c->seq << 32) | tag;
+  ucs_status_t us =
+      is_send ? xcoll_ucx_isend(c->worker, 0, ucx_tag, data, bytes, r->ucx)
+              : xcoll_ucx_irecv(c->worker, 0, 0, 0, data, bytes, r->ucx);
+  if (us != UCS_OK) {
+    xcoll_ucx_request_put(c->worker, r->ucx);
+    r->ucx = NULL;
+    return comm_fail(c, XCOLL_ERR_REMOTE,
+                     "net ucx: %s rank %d failed: %s",
+                     is_send ? "send to" : "receive from", c->peer_rank,
+                     ucs_status_string(us));
+  }
+  c->seq++;
+  c->in_flight++;
+  *request = (xcoll_net_request *)r;
+  return XCOLL_SUCCESS;
+}
+
+static xcoll_status ucx_isend(xcoll_net_send_comm *send_comm, const void *data,
+                              size_t bytes, uint32_t tag, void *mhandle,
+                              xcoll_net_request **request) {
+  (void)mhandle;
+  if (request != NULL) *request = NULL;
+  ucxn_comm *c = (ucxn_comm *)send_comm;
+  if (c == NULL || request == NULL || !c->is_send || (!data && bytes))
+    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+                "net ucx: isend needs a send comm, data and request");
+  return post(c, 1, (void *)data, bytes, tag, request);
+}
+
+static xcoll_status ucx_irecv(xcoll_net_recv_comm *recv_comm, void *data,
+                              size_t bytes, uint32_t tag, void *mhandle,
+                              xcoll_net_request **request) {
+  (void)mhandle;
+  if (request != NULL) *request = NULL;
+  ucxn_comm *c = (ucxn_comm *)recv_comm;
+  if (c == NULL || request == NULL || c->is_send || (!data && bytes))
+    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+                "net ucx: irecv needs a recv comm, data and request");
+  return post(c, 0, data, bytes, tag, request);
+}
+
+static void release(ucxn_request *r) {
+  xcoll_ucx_request_put(r->comm->worker, r->ucx);
+  r->ucx = NULL;
+  r->comm->in_flight--;
+}
+
+static xcoll_status ucx_test(xcoll_net_request *request, int *done,
+                             size_t *bytes) {
+  if (done != NULL) *done = 0;
+  ucxn_request *r = (ucxn_request *)request;
+  if (r == NULL || done == NULL || r->ucx == NULL)
+    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+                "net ucx: test of a NULL or already released request");
+  ucxn_comm *c = r->comm;
+  xcoll_ucx_progress(c->worker);
+  xcoll_status s = XCOLL_SUCCESS;
+  if (!r->ucx->done) {
+    s = comm_check(c);
+    if (s != XCOLL_SUCCESS) release(r);
+    return s;
+  }
+  ucs_status_t us = r->ucx->status;
+  if (us == UCS_ERR_MESSAGE_TRUNCATED)
+    s = comm_fail(c, XCOLL_ERR_PROTOCOL,
+                  "net ucx: message truncated: rank %d sent more than the %zu "
+                  "bytes of the posted receive (tag %" PRIu32 ")",
+                  c->peer_rank, r->ucx->bytes, r->tag);
+  else if (us != UCS_OK)
+    s = comm_fail(c, XCOLL_ERR_REMOTE, "net ucx: %s rank %d failed: %s",
+                  c->is_send ? "send to" : "receive from", c->peer_rank,
+                  ucs_status_string(us));
+  else if (!c->is_send && (uint32_t)r->ucx->sender_tag != r->tag)
+    s = comm_fail(c, XCOLL_ERR_PROTOCOL,
+                  "net ucx: rank %d sent message %" PRIu64 " with tag %" PRIu32
+                  " where the posted receive expects tag %" PRIu32
+                  ": the two ranks disagree on the order of messages",
+                  c->peer_rank, (uint64_t)(r->ucx->sender_tag >> 32),
+                  (uint32_t)r->ucx->sender_tag, r->tag);
+  if (s == XCOLL_SUCCESS) {
+    *done = 1;
+    if (bytes != NULL)
+      *bytes = c->is_send ? r->ucx->bytes : r->ucx->received;
+  }
+  release(r);
+  return s;
+}
+
+static void ucx_close_send(xcoll_net_send_comm *send_comm) {
+  comm_free((ucxn_comm *)send_comm);
+}
+
+static void ucx_close_recv(xcoll_net_recv_comm *recv_comm) {
+  comm_free((ucxn_comm *)recv_comm);
+}
+
+static void ucx_close_listen(xcoll_net_listen_comm *listen_comm) {
+  ucxn_listen *l = (ucxn_listen *)listen_comm;
+  if (l == NULL) return;
+  reset_accept(l);
+  xcoll_net_socket.close_listen(l->socket_listen);
+  free(l);
+}
+
+const xcoll_net_v1 xcoll_net_ucx = {
+    .name = "ucx",
+    .init = ucx_init,
+    .devices = ucx_devices,
+    .get_properties = ucx_get_properties,
+    .listen = ucx_listen,
+    .connect = ucx_connect,
+    .accept = ucx_accept,
+    .reg_mr = ucx_reg_mr,
+    .dereg_mr = ucx_dereg_mr,
+    .isend = ucx_isend,
+    .irecv = ucx_irecv,
+    .test = ucx_test,
+    .close_send = ucx_close_send,
+    .close_recv = ucx_close_recv,
+    .close_listen = ucx_close_listen,
+};
