@@ -190,6 +190,11 @@ static xcoll_status comm_connect(xcoll_comm *comm, int *held) {
                        "(MASTER_ADDR:MASTER_PORT; is rank 0 running?): %s",
                        comm->rank, comm->master_addr, comm->master_port,
                        xcoll_last_error());
+  if (comm->comm_id == 0) {
+    status = xcoll_store_join(comm->store, comm->world_size, comm->rank);
+    if (status != XCOLL_SUCCESS)
+      return xcoll_error_adopt(comm, status);
+  }
   status = xcoll_backend_init_once(comm->backend);
   if (status != XCOLL_SUCCESS)
     return xcoll_error_adopt(comm, status);
@@ -303,7 +308,8 @@ xcoll_status xcoll_comm_init(xcoll_comm_t *out, const xcoll_config *config) {
      * clashing with other single-process jobs on the default port. */
     int single = comm->world_size == 1;
     int bound_port = 0;
-    status = xcoll_store_server_start(single ? DEFAULT_MASTER_ADDR : NULL,
+    status = xcoll_store_server_start(single ? DEFAULT_MASTER_ADDR
+                                             : comm->master_addr,
                                       single ? 0 : comm->master_port,
                                       &comm->store_server, &bound_port);
     if (status != XCOLL_SUCCESS) {

@@ -10,6 +10,15 @@
  * closes that connection with an error, never a crash or an allocation sized
  * by an unchecked field.
  *
+ * Caps: a key is at most XCOLL_STORE_MAX_KEY bytes and a value at most
+ * XCOLL_STORE_MAX_VALUE bytes (protocol limits); the server holds at most
+ * XCOLL_STORE_MAX_BYTES (environment, default 256 MiB) of keys, values and
+ * requests being read, and refuses a request over it with a message naming
+ * the variable. accept() rests 100 ms after EMFILE/ENFILE instead of
+ * spinning.
+ * Every connection starts with the job secret's challenge-response (auth.h);
+ * a client that fails it is dropped with a WARN naming its address.
+ *
  * Errors are recorded with xcoll_error(NULL, ...) (thread-local). One client
  * is used by one thread at a time. */
 #ifndef XCOLL_CORE_STORE_H
@@ -22,14 +31,18 @@
 
 #define XCOLL_STORE_MAX_KEY 1024
 #define XCOLL_STORE_MAX_VALUE (64u << 20)
+/* Longest job id (XCOLL_JOB_ID) in bytes. */
+#define XCOLL_STORE_MAX_JOB_ID 256
 
 typedef struct xcoll_store_server xcoll_store_server;
 typedef struct xcoll_store xcoll_store;
 
-/* Listen on addr:port (addr NULL or "" = all interfaces) and serve requests
- * from a background thread until stopped. port 0 picks a free port; the chosen
- * one is in *bound_port (may be NULL). Errors: XCOLL_ERR_SYSTEM naming
- * address and port (e.g. port already in use). */
+/* Listen on addr:port (addr NULL or "" = all interfaces; XCOLL_STORE_BIND,
+ * when set, replaces addr) and serve requests from a background thread until
+ * stopped. port 0 picks a free port; the chosen one is in *bound_port (may be
+ * NULL). Errors: XCOLL_ERR_SYSTEM naming address and port (port already in
+ * use, address not of this host); XCOLL_ERR_ENV (XCOLL_STORE_MAX_BYTES or the
+ * secret's variables malformed). */
 xcoll_status xcoll_store_server_start(const char *addr, int port,
                                       xcoll_store_server **server,
                                       int *bound_port);
@@ -59,6 +72,21 @@ xcoll_status xcoll_store_check(xcoll_store *store, const char *const *keys,
 /* *deleted = 1 if the key existed. deleted may be NULL. */
 xcoll_status xcoll_store_delete(xcoll_store *store, const char *key,
                                 int *deleted);
+/* Register this connection as rank of a world of world_size ranks, of the
+ * job named by XCOLL_JOB_ID, else TORCHELASTIC_RUN_ID, else "host:port" of
+ * the store. The server checks them against the ranks already registered.
+ * Errors: XCOLL_ERR_ENV naming what disagrees ("rank 3 says WORLD_SIZE=5 but
+ * rank 0 says 4"; a rank already registered from another address; a second
+ * job on the port); the ranks already registered are not affected.
+ * Once joined, a connection that drops without xcoll_store_close (the
+ * process died) fails every pending and later get and wait of the job with
+ * XCOLL_ERR_REMOTE naming that rank; a server stopped after such a failure
+ * keeps answering up to 2 s, until the joined ranks have gone, so that they
+ * hear why rather than see the store vanish. */
+xcoll_status xcoll_store_join(xcoll_store *store, int world_size, int rank);
+/* XCOLL_SUCCESS while no joined rank has died; else XCOLL_ERR_REMOTE naming
+ * it (for loops that wait on something other than the store). */
+xcoll_status xcoll_store_health(xcoll_store *store);
 /* Change the timeout (seconds) used by get, wait and replies. */
 void xcoll_store_set_timeout(xcoll_store *store, double timeout_s);
 

@@ -10,6 +10,11 @@
  * on a dead peer. SIGINT and SIGTERM sent to xcollrun go to every rank.
  * --max-restarts restarts the whole local group after a failure.
  *
+ * Unless XCOLL_AUTH_TOKEN or XCOLL_AUTH_FILE is set, a single-node job gets a
+ * fresh random secret in XCOLL_AUTH_TOKEN (docs/security.md), so that no
+ * process outside the job can join its store or its ranks. Ranks die with
+ * xcollrun (PR_SET_PDEATHSIG), so killing it never leaves orphans.
+ *
  * One thread, one poll() loop over the ranks' pipes and a signalfd that
  * delivers SIGCHLD, SIGINT, SIGTERM and SIGHUP. xcollrun's own messages go to
  * stderr; stdout carries only the ranks' output. See docs/launcher.md. */
@@ -21,10 +26,12 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -104,7 +111,9 @@ static void usage(FILE *to) {
       "  -h, --help           this text\n"
       "\n"
       "environment: XCOLLRUN_GRACE_S (default 5) seconds between SIGTERM and\n"
-      "SIGKILL when the group is stopped.\n"
+      "SIGKILL when the group is stopped. XCOLL_AUTH_TOKEN / XCOLL_AUTH_FILE:\n"
+      "the job's secret; when neither is set, a single-node job gets a random\n"
+      "one (multi-node jobs must set the same one on every node).\n"
       "exit status: 0 when every rank exits 0; else the first failed rank's\n"
       "exit status, or 128+signal if it was killed; 2 for bad options.\n",
       to);
@@ -354,7 +363,12 @@ static void set_env_int(const char *name, long value) {
 /* In the child, after fork: environment, pipes, signals, exec. */
 static void __attribute__((noreturn))
 exec_rank(const options *o, int port, int attempt, const rank_process *r,
-          int out_fd, int err_fd, const sigset_t *original_mask) {
+          int out_fd, int err_fd, const sigset_t *original_mask,
+          pid_t launcher) {
+  /* Die with xcollrun, even by SIGKILL; if it died before this line, the
+   * signal was never armed: getppid() then names another process. */
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != launcher)
+    _exit(127);
   setpgid(0, 0);
   if (dup2(out_fd, STDOUT_FILENO) < 0 || dup2(err_fd, STDERR_FILENO) < 0)
     _exit(127);
@@ -451,9 +465,11 @@ static enum group_result run_group(const options *o, int port, int attempt,
       stopping = 1;
       break;
     }
+    pid_t launcher = getpid();
     pid_t pid = fork();
     if (pid == 0)
-      exec_rank(o, port, attempt, r, out_pipe[1], err_pipe[1], original_mask);
+      exec_rank(o, port, attempt, r, out_pipe[1], err_pipe[1], original_mask,
+                launcher);
     close(out_pipe[1]);
     close(err_pipe[1]);
     if (pid < 0) {
@@ -595,9 +611,40 @@ static enum group_result run_group(const options *o, int port, int attempt,
   return result;
 }
 
+/* Give the job a secret of its own unless the user chose one. Another node
+ * could not know a secret made here, so a multi-node job must bring its own. */
+static int setup_job_secret(const options *o) {
+  const char *token = getenv("XCOLL_AUTH_TOKEN");
+  const char *file = getenv("XCOLL_AUTH_FILE");
+  if ((token && *token) || (file && *file))
+    return 0;
+  if (o->nnodes > 1) {
+    message("xcollrun: no XCOLL_AUTH_TOKEN or XCOLL_AUTH_FILE: the ranks of "
+            "this %d-node job will accept any peer; set the same secret on "
+            "every node (see docs/security.md)",
+            o->nnodes);
+    return 0;
+  }
+  if (sodium_init() < 0) {
+    message("xcollrun: libsodium failed to initialise: cannot make a job "
+            "secret");
+    return -1;
+  }
+  unsigned char secret[32];
+  char hex[2 * sizeof secret + 1];
+  randombytes_buf(secret, sizeof secret);
+  sodium_bin2hex(hex, sizeof hex, secret, sizeof secret);
+  sodium_memzero(secret, sizeof secret);
+  setenv("XCOLL_AUTH_TOKEN", hex, 1);
+  sodium_memzero(hex, sizeof hex);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   options o;
   parse_options(argc, argv, &o);
+  if (setup_job_secret(&o) != 0)
+    return 1;
 
   /* Signals arrive through the signalfd, in the poll loop. */
   sigset_t handled, original_mask;

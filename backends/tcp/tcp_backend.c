@@ -2,6 +2,7 @@
  * comm_init builds the full mesh, comm_destroy closes it, comm_abort wakes
  * a blocked wait and tells peers. The p2p work is in tcp_p2p.c. */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -48,6 +49,14 @@ static xcoll_status tcp_comm_init(xcoll_comm *comm, void **state) {
   st->request_bytes = (sizeof(struct xcoll_p2p_request) +
                        (size_t)st->nsocks * sizeof(tcp_part) + 15) &
                       ~(size_t)15;
+  if (st->world_size - 1 > (INT_MAX - 1) / st->nsocks) {
+    int world_size = st->world_size, nsocks = st->nsocks;
+    free_state(st);
+    return xcoll_error(comm, XCOLL_ERR_INVALID_ARGUMENT,
+                       "tcp: world_size=%d with %d socket(s) per peer needs "
+                       "more sockets than an int counts; check WORLD_SIZE",
+                       world_size, nsocks);
+  }
   st->nsockets = (st->world_size - 1) * st->nsocks;
   st->peers = calloc((size_t)st->world_size, sizeof *st->peers);
   st->sockets = calloc((size_t)st->nsockets + 1, sizeof *st->sockets);

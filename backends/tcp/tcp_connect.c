@@ -2,7 +2,9 @@
  * other: pick the interface (XCOLL_SOCKET_IFNAME, or the one that reaches the
  * master), listen on an ephemeral port, publish "host:port" in the store,
  * then build a full mesh of nsocks connections per pair, each introduced by a
- * checked HELLO header. */
+ * checked HELLO header. Every HELLO field is validated as the unsigned value
+ * it is on the wire (both bounds); a connection to our listener that sends a
+ * bad HELLO, or nothing, is dropped with a WARN and startup goes on. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -18,10 +20,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "bootstrap.h"
 #include "error.h"
 #include "log.h"
 #include "netaddr.h"
+#include "socket.h"
 #include "store.h"
 #include "tcp.h"
 
@@ -65,11 +69,6 @@ static xcoll_status start_listening(tcp_state *st) {
   char ip[INET_ADDRSTRLEN];
   inet_ntop(AF_INET, &bind_addr, ip, sizeof ip);
 
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return xcoll_error(st->comm, XCOLL_ERR_SYSTEM,
-                       "tcp: socket() for the listener failed: %s",
-                       strerror(errno));
   struct sockaddr_in sa;
   memset(&sa, 0, sizeof sa);
   sa.sin_family = AF_INET;
@@ -77,10 +76,10 @@ static xcoll_status start_listening(tcp_state *st) {
   sa.sin_port = 0;
   socklen_t len = sizeof sa;
   /* The backlog holds every lower rank's connections until we accept. */
-  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-      listen(fd, 4096) != 0 || getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+  int fd = xcoll_socket_listen((struct sockaddr *)&sa, sizeof sa, 4096);
+  if (fd < 0 || getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
     int err = errno;
-    close(fd);
+    if (fd >= 0) close(fd);
     return xcoll_error(st->comm, XCOLL_ERR_SYSTEM,
                        "tcp: cannot listen on %s (an ephemeral port): %s; set "
                        "XCOLL_SOCKET_IFNAME to another interface",
@@ -111,125 +110,126 @@ static int parse_addr(const char *text, struct sockaddr_in *sa) {
   return inet_pton(AF_INET, host, &sa->sin_addr) == 1 ? 0 : -1;
 }
 
+/* Seconds between asks to the store whether a rank died, while startup
+ * waits on sockets (a dead rank is reported within about this long). */
+#define TCP_HEALTH_PERIOD_S 0.5
+
+/* Ask the store (at most every TCP_HEALTH_PERIOD_S) whether a rank of the
+ * job died; *last holds the time of the last ask. */
+static xcoll_status check_job_health(tcp_state *st, double *last) {
+  double now = xcoll_tcp_now();
+  if (now - *last < TCP_HEALTH_PERIOD_S || !st->comm->store)
+    return XCOLL_SUCCESS;
+  *last = now;
+  xcoll_status s = xcoll_store_health(st->comm->store);
+  if (s == XCOLL_SUCCESS) return s;
+  return xcoll_error(st->comm, s, "tcp: rank %d stops connecting: %s",
+                     st->rank, xcoll_last_error());
+}
+
 /* Connect to addr, retrying refused connections until deadline. Returns the
- * fd (blocking, CLOEXEC) or -1 with errno set (ETIMEDOUT at the deadline). */
-static int connect_until(const struct sockaddr_in *sa, double deadline) {
+ * fd (blocking, CLOEXEC) or -1 with errno set (ETIMEDOUT at the deadline;
+ * ECANCELED when the store reports a dead rank, message already set). */
+static int connect_until(tcp_state *st, const struct sockaddr_in *sa,
+                         double deadline) {
+  double last_health = xcoll_tcp_now();
+  double backoff_s = 0.01;
   for (;;) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) return -1;
-    int rc = connect(fd, (const struct sockaddr *)sa, sizeof *sa);
-    int err = rc == 0 ? 0 : errno;
-    if (err == EINPROGRESS) {
-      struct pollfd p = {.fd = fd, .events = POLLOUT};
-      int n = poll(&p, 1, ms_left(deadline));
-      socklen_t len = sizeof err;
-      if (n <= 0) err = n == 0 ? ETIMEDOUT : errno;
-      else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
-        err = errno;
-    }
-    if (err == 0) {
+    int fd = xcoll_socket_connect_once((const struct sockaddr *)sa, sizeof *sa,
+                                       deadline);
+    if (fd >= 0) {
       fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
       return fd;
     }
-    close(fd);
-    if ((err != ECONNREFUSED && err != EAGAIN && err != ETIMEDOUT &&
-         err != ECONNRESET) ||
-        xcoll_tcp_now() >= deadline) {
+    int err = errno;
+    if (!xcoll_socket_retryable(err) || xcoll_tcp_now() >= deadline) {
       errno = xcoll_tcp_now() >= deadline ? ETIMEDOUT : err;
       return -1;
     }
-    /* Back off before retrying: the peer's listener may not exist yet. */
-    struct timespec pause = {0, 20 * 1000 * 1000};
-    nanosleep(&pause, NULL);
-  }
-}
-
-/* Read exactly bytes from a blocking fd before deadline. 0, or -1 with errno
- * (ETIMEDOUT, or 0 = EOF mapped to ECONNRESET). */
-static int read_until(int fd, void *buf, size_t bytes, double deadline) {
-  size_t got = 0;
-  while (got < bytes) {
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    int n = poll(&p, 1, ms_left(deadline));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return -1;
-    if (n == 0) {
+    /* A refused connect to a published address may mean the rank died. */
+    if (check_job_health(st, &last_health) != XCOLL_SUCCESS) {
+      errno = ECANCELED;
+      return -1;
+    }
+    if (xcoll_socket_backoff(&backoff_s, deadline) != 0) {
       errno = ETIMEDOUT;
       return -1;
     }
-    ssize_t r = recv(fd, (char *)buf + got, bytes - got, MSG_DONTWAIT);
-    if (r == 0) {
-      errno = ECONNRESET;
-      return -1;
-    }
-    if (r < 0) {
-      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
-      return -1;
-    }
-    got += (size_t)r;
   }
-  return 0;
 }
 
-static int send_hello(tcp_state *st, int fd, int to_rank, int index) {
-  uint8_t bytes[XCOLL_WIRE_HEADER_BYTES];
+/* What a connection's peers prove the job's secret for (auth.h): binds the
+ * proof to this communicator, these two ranks and this socket. */
+static void auth_context(const tcp_state *st, int connector, int acceptor,
+                         int index, char *out, size_t bytes) {
+  snprintf(out, bytes, "xcoll tcp comm=%" PRIu64 " ranks=%d>%d socket=%d",
+           st->comm_id, connector, acceptor, index);
+}
+
+/* Send a HELLO for to_rank's socket index followed by extra (an
+ * authentication offer, and for a reply the server's proof). */
+static int send_hello(tcp_state *st, int fd, int to_rank, int index,
+                      const uint8_t *extra, size_t extra_bytes) {
+  uint8_t bytes[XCOLL_WIRE_HEADER_BYTES + XCOLL_AUTH_OFFER_BYTES +
+                XCOLL_AUTH_PROOF_BYTES];
   xcoll_wire_header h =
       xcoll_wire_make(XCOLL_WIRE_HELLO, st->comm_id,
                       ((uint64_t)(uint32_t)to_rank << 32) | (uint32_t)index, 0,
                       st->rank);
   xcoll_wire_encode(&h, bytes);
-  return send(fd, bytes, sizeof bytes, MSG_NOSIGNAL) == (ssize_t)sizeof bytes
-             ? 0
-             : -1;
+  memcpy(bytes + XCOLL_WIRE_HEADER_BYTES, extra, extra_bytes);
+  size_t total = XCOLL_WIRE_HEADER_BYTES + extra_bytes;
+  return send(fd, bytes, total, MSG_NOSIGNAL) == (ssize_t)total ? 0 : -1;
 }
 
-/* Read and check a HELLO on fd. expected_peer < 0 accepts any lower rank. */
-static xcoll_status recv_hello(tcp_state *st, int fd, int expected_peer,
-                               int expected_index, const char *who,
-                               double deadline, int *peer, int *index) {
-  uint8_t bytes[XCOLL_WIRE_HEADER_BYTES];
-  if (read_until(fd, bytes, sizeof bytes, deadline) != 0) {
-    int err = errno;
-    if (err == ETIMEDOUT)
-      return xcoll_error(st->comm, XCOLL_ERR_TIMEOUT,
-                         "tcp: rank %d waited %.0f s for the HELLO of %s; is "
-                         "that rank running and in the same communicator?",
-                         st->rank, st->timeout_s, who);
-    return xcoll_error(st->comm, XCOLL_ERR_REMOTE,
-                       "tcp: rank %d lost the connection to %s during the "
-                       "HELLO exchange: %s; see that rank's log",
-                       st->rank, who, strerror(err));
-  }
+/* Check a HELLO read from the network. Every field is compared as the
+ * unsigned value it is on the wire, so that no sign conversion can turn a
+ * huge value into a negative index. expected_peer < 0: an incoming connection,
+ * which must come from a rank below ours; else the rank we connected to, with
+ * socket expected_index. Returns 0 with *peer and *index set, or -1 with why. */
+static int check_hello(const tcp_state *st, const uint8_t *bytes,
+                       int expected_peer, int expected_index, int *peer,
+                       int *index, char *why, size_t why_bytes) {
   xcoll_wire_header h;
-  char why[XCOLL_WIRE_WHY_BYTES];
-  xcoll_wire_decode(bytes, sizeof bytes, &h, why, sizeof why);
-  int bad = xcoll_wire_check(&h, st->comm_id, expected_peer, XCOLL_WIRE_ANY,
-                             0, 0, why, sizeof why) != 0;
-  if (!bad && h.kind != XCOLL_WIRE_HELLO) {
-    bad = 1;
-    snprintf(why, sizeof why, "a %s message instead of HELLO",
+  xcoll_wire_decode(bytes, XCOLL_WIRE_HEADER_BYTES, &h, why, why_bytes);
+  if (xcoll_wire_check(&h, st->comm_id, expected_peer, XCOLL_WIRE_ANY, 0, 0,
+                       why, why_bytes) != 0)
+    return -1;
+  if (h.kind != XCOLL_WIRE_HELLO) {
+    snprintf(why, why_bytes, "a %s message instead of HELLO",
              xcoll_wire_kind_name(h.kind));
+    return -1;
   }
-  if (bad) {
-    return xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
-                       "tcp: rank %d got a bad HELLO from %s: %s", st->rank,
-                       who, why);
+  uint32_t to_rank = (uint32_t)(h.tag >> 32);
+  uint32_t idx = (uint32_t)(h.tag & 0xffffffffu);
+  uint32_t from = h.sender;
+  uint32_t below = expected_peer < 0 ? (uint32_t)st->rank
+                                     : (uint32_t)st->world_size;
+  if (to_rank != (uint32_t)st->rank) {
+    snprintf(why, why_bytes,
+             "HELLO meant for rank %" PRIu32 ", but this is rank %d", to_rank,
+             st->rank);
+    return -1;
   }
-  int to_rank = (int)(h.tag >> 32);
-  int idx = (int)(h.tag & 0xffffffffu);
-  int from = (int)h.sender;
-  if (to_rank != st->rank || idx >= st->nsocks ||
-      (expected_index >= 0 && idx != expected_index) || from >= st->world_size ||
-      (expected_peer < 0 && from >= st->rank))
-    return xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
-                       "tcp: rank %d got a HELLO from %s meant for rank %d "
-                       "socket %d from rank %d (expected socket < %d from a "
-                       "rank below %d): mismatched XCOLL_NSOCKS_PERPEER or a "
-                       "stray connection",
-                       st->rank, who, to_rank, idx, from, st->nsocks, st->rank);
-  *peer = from;
-  *index = idx;
-  return XCOLL_SUCCESS;
+  if (from >= below || from == (uint32_t)st->rank) {
+    snprintf(why, why_bytes,
+             "HELLO from rank %" PRIu32 ", expected a rank in [0, %" PRIu32
+             ") other than %d",
+             from, below, st->rank);
+    return -1;
+  }
+  if (idx >= (uint32_t)st->nsocks ||
+      (expected_index >= 0 && idx != (uint32_t)expected_index)) {
+    snprintf(why, why_bytes,
+             "HELLO for socket %" PRIu32 ", expected %s %d (mismatched "
+             "XCOLL_NSOCKS_PERPEER?)",
+             idx, expected_index >= 0 ? "socket" : "a socket below",
+             expected_index >= 0 ? expected_index : st->nsocks);
+    return -1;
+  }
+  *peer = (int)from;
+  *index = (int)idx;
+  return 0;
 }
 
 static void tune_socket(int fd) {
@@ -247,9 +247,407 @@ static void tune_socket(int fd) {
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
 }
 
+/* ---- building the mesh ----
+ * Every connection being introduced is a mesh_link: one we opened to a
+ * higher rank (it waits for that rank's HELLO reply) or one our listener
+ * accepted (it waits for the caller's HELLO). All of them, and the listener,
+ * are served by one poll loop, so that a silent or slow connection (a port
+ * scan, a stranger) never holds up the others, and a connection that sends
+ * something wrong is dropped with a WARN while startup goes on. */
+
+/* Incoming connections not yet introduced that we hold at once; beyond this a
+ * flood of strangers is shed (the oldest first) so that it cannot exhaust
+ * file descriptors. */
+#define MESH_MAX_PENDING_STRANGERS 64
+
+typedef enum { LINK_CONNECTOR = 1, LINK_ACCEPTOR = 2 } link_role;
+
+/* Bytes of each step: the caller's HELLO + offer; the reply HELLO + offer +
+ * proof; the caller's proof (only with a job secret). */
+#define MESH_CALL_BYTES (XCOLL_WIRE_HEADER_BYTES + XCOLL_AUTH_OFFER_BYTES)
+#define MESH_REPLY_BYTES (MESH_CALL_BYTES + XCOLL_AUTH_PROOF_BYTES)
+
+/* What an accepted connection waits for. Its HELLO header is judged before
+ * anything else is read, so a stranger learns nothing and costs little. */
+typedef enum {
+  STAGE_HELLO = 0, /* the wire header of its HELLO */
+  STAGE_OFFER,     /* the authentication offer after it */
+  STAGE_PROOF      /* answered; its proof of the job's secret */
+} link_stage;
+
+typedef struct mesh_link {
+  int fd; /* -1: slot free */
+  link_role role;
+  int peer, index; /* connector: whom we called; acceptor: from its HELLO */
+  int stage;      /* acceptor: link_stage */
+  uint8_t nonce_mine[XCOLL_AUTH_NONCE_BYTES];
+  uint8_t nonce_peer[XCOLL_AUTH_NONCE_BYTES];
+  uint8_t buf[MESH_REPLY_BYTES];
+  size_t have, need;
+  char who[TCP_ADDR_BYTES + 48];
+} mesh_link;
+
+typedef struct mesh {
+  tcp_state *st;
+  mesh_link *links;
+  int capacity;
+  int installed; /* sockets of the mesh that are ready */
+  int expected;  /* (world_size - 1) * nsocks */
+  double deadline;
+} mesh;
+
+static mesh_link *mesh_add(mesh *m, int fd, link_role role) {
+  for (int k = 0; k < m->capacity; k++)
+    if (m->links[k].fd < 0) {
+      mesh_link *l = &m->links[k];
+      memset(l, 0, sizeof *l);
+      l->fd = fd;
+      l->role = role;
+      l->peer = l->index = -1;
+      l->need = role == LINK_CONNECTOR ? MESH_REPLY_BYTES
+                                       : XCOLL_WIRE_HEADER_BYTES;
+      return l;
+    }
+  return NULL;
+}
+
+static void link_drop(mesh_link *l) {
+  if (l->fd >= 0) close(l->fd);
+  l->fd = -1;
+}
+
+/* A connection the listener took that failed its introduction: the job goes
+ * on without it. */
+static void link_reject(mesh *m, mesh_link *l, const char *why) {
+  XCOLL_WARN("tcp: rank %d drops %s: %s", m->st->rank, l->who, why);
+  link_drop(l);
+}
+
+static void link_install(mesh *m, mesh_link *l) {
+  m->st->peers[l->peer].socks[l->index].fd = l->fd;
+  m->installed++;
+  l->fd = -1; /* owned by the mesh now */
+}
+
+/* An incoming connection sent its HELLO header: judge it before reading
+ * on. */
+static void acceptor_header(mesh *m, mesh_link *l) {
+  tcp_state *st = m->st;
+  char why[XCOLL_WIRE_WHY_BYTES];
+  int peer = -1, index = -1;
+  if (check_hello(st, l->buf, -1, -1, &peer, &index, why, sizeof why) != 0) {
+    link_reject(m, l, why);
+    return;
+  }
+  if (st->peers[peer].socks[index].fd >= 0) {
+    snprintf(why, sizeof why,
+             "a second connection for socket %d of rank %d (that socket is "
+             "already connected)",
+             index, peer);
+    link_reject(m, l, why);
+    return;
+  }
+  l->peer = peer;
+  l->index = index;
+  l->stage = STAGE_OFFER;
+  l->need = MESH_CALL_BYTES;
+}
+
+/* An incoming connection sent its HELLO and its authentication offer. */
+static void acceptor_hello(mesh *m, mesh_link *l) {
+  tcp_state *st = m->st;
+  char why[XCOLL_WIRE_WHY_BYTES];
+  int peer = l->peer, index = l->index;
+  if (xcoll_auth_parse_offer(l->buf + XCOLL_WIRE_HEADER_BYTES, l->nonce_peer,
+                             why, sizeof why) != 0) {
+    link_reject(m, l, why);
+    return;
+  }
+  char context[XCOLL_AUTH_CONTEXT_BYTES];
+  auth_context(st, peer, st->rank, index, context, sizeof context);
+  uint8_t answer[XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES];
+  xcoll_auth_offer(answer, l->nonce_mine);
+  xcoll_auth_prove("server", context, l->nonce_peer, l->nonce_mine,
+                   answer + XCOLL_AUTH_OFFER_BYTES);
+  if (send_hello(st, l->fd, peer, index, answer, sizeof answer) != 0) {
+    snprintf(why, sizeof why, "could not answer its HELLO: %s",
+             strerror(errno));
+    link_reject(m, l, why);
+    return;
+  }
+  l->peer = peer;
+  l->index = index;
+  if (!xcoll_auth_enabled()) {
+    link_install(m, l);
+    return;
+  }
+  l->stage = STAGE_PROOF;
+  l->have = 0;
+  l->need = XCOLL_AUTH_PROOF_BYTES;
+}
+
+/* An incoming connection sent its proof of the job's secret. */
+static void acceptor_proof(mesh *m, mesh_link *l) {
+  tcp_state *st = m->st;
+  char context[XCOLL_AUTH_CONTEXT_BYTES], why[XCOLL_WIRE_WHY_BYTES];
+  auth_context(st, l->peer, st->rank, l->index, context, sizeof context);
+  if (!xcoll_auth_verify("client", context, l->nonce_peer, l->nonce_mine,
+                         l->buf)) {
+    snprintf(why, sizeof why,
+             "it claims to be rank %d but failed authentication (it does not "
+             "know this job's secret)",
+             l->peer);
+    link_reject(m, l, why);
+    return;
+  }
+  if (st->peers[l->peer].socks[l->index].fd >= 0) {
+    snprintf(why, sizeof why, "a second connection for socket %d of rank %d",
+             l->index, l->peer);
+    link_reject(m, l, why);
+    return;
+  }
+  link_install(m, l);
+}
+
+/* The higher rank we connected to answered. A wrong answer from the address
+ * a rank published is fatal: that rank cannot be replaced. */
+static xcoll_status connector_reply(mesh *m, mesh_link *l) {
+  tcp_state *st = m->st;
+  char why[XCOLL_WIRE_WHY_BYTES];
+  int peer = -1, index = -1;
+  if (check_hello(st, l->buf, l->peer, l->index, &peer, &index, why,
+                  sizeof why) != 0 ||
+      xcoll_auth_parse_offer(l->buf + XCOLL_WIRE_HEADER_BYTES, l->nonce_peer,
+                             why, sizeof why) != 0)
+    return xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
+                       "tcp: rank %d got a bad HELLO reply from %s: %s",
+                       st->rank, l->who, why);
+  char context[XCOLL_AUTH_CONTEXT_BYTES];
+  auth_context(st, st->rank, l->peer, l->index, context, sizeof context);
+  if (!xcoll_auth_verify("server", context, l->nonce_mine, l->nonce_peer,
+                         l->buf + MESH_CALL_BYTES))
+    return xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
+                       "tcp: rank %d: %s failed authentication: whoever "
+                       "listens there does not know this job's secret "
+                       "(XCOLL_AUTH_TOKEN / XCOLL_AUTH_FILE differ between "
+                       "ranks?)",
+                       st->rank, l->who);
+  if (xcoll_auth_enabled()) {
+    uint8_t proof[XCOLL_AUTH_PROOF_BYTES];
+    xcoll_auth_prove("client", context, l->nonce_mine, l->nonce_peer, proof);
+    if (send(l->fd, proof, sizeof proof, MSG_NOSIGNAL) !=
+        (ssize_t)sizeof proof)
+      return xcoll_error(st->comm, XCOLL_ERR_REMOTE,
+                         "tcp: rank %d could not send its proof to %s: %s",
+                         st->rank, l->who, strerror(errno));
+  }
+  link_install(m, l);
+  return XCOLL_SUCCESS;
+}
+
+/* Read what l's socket has, up to the message it waits for; act on a whole
+ * one. Returns an error only for failures that end startup. */
+static xcoll_status link_read(mesh *m, mesh_link *l) {
+  tcp_state *st = m->st;
+  ssize_t r = recv(l->fd, l->buf + l->have, l->need - l->have, MSG_DONTWAIT);
+  if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+    return XCOLL_SUCCESS;
+  if (r <= 0) {
+    const char *why = r == 0 ? "connection closed" : strerror(errno);
+    if (l->role == LINK_ACCEPTOR) {
+      /* A port scan or a connect+close: nothing of ours was lost. */
+      if (l->have == 0 && l->stage == STAGE_HELLO)
+        XCOLL_INFO("tcp: rank %d: %s closed before saying anything", st->rank,
+                   l->who);
+      else
+        XCOLL_WARN("tcp: rank %d drops %s: %s in the middle of its %s",
+                   st->rank, l->who, why,
+                   l->stage == STAGE_PROOF ? "authentication" : "HELLO");
+      link_drop(l);
+      return XCOLL_SUCCESS;
+    }
+    return xcoll_error(st->comm, XCOLL_ERR_REMOTE,
+                       "tcp: rank %d lost the connection to %s during the "
+                       "HELLO exchange: %s; see that rank's log",
+                       st->rank, l->who, why);
+  }
+  l->have += (size_t)r;
+  if (l->have < l->need) return XCOLL_SUCCESS;
+  if (l->role == LINK_ACCEPTOR) {
+    if (l->stage == STAGE_HELLO)
+      acceptor_header(m, l);
+    else if (l->stage == STAGE_OFFER)
+      acceptor_hello(m, l);
+    else
+      acceptor_proof(m, l);
+    return XCOLL_SUCCESS;
+  }
+  return connector_reply(m, l);
+}
+
+/* Accept what the listener has. */
+static void mesh_accept(mesh *m) {
+  tcp_state *st = m->st;
+  for (;;) {
+    struct sockaddr_in from;
+    socklen_t len = sizeof from;
+    int fd = accept4(st->listen_fd, (struct sockaddr *)&from, &len,
+                     SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE)
+        XCOLL_WARN("tcp: rank %d: accept on %s: %s; shedding the oldest "
+                   "unintroduced connection",
+                   st->rank, st->my_addr, strerror(errno));
+      else if (errno != EAGAIN && errno != EWOULDBLOCK)
+        XCOLL_WARN("tcp: rank %d: accept on %s failed: %s", st->rank,
+                   st->my_addr, strerror(errno));
+      if (errno == EMFILE || errno == ENFILE) {
+        for (int k = 0; k < m->capacity; k++)
+          if (m->links[k].fd >= 0 && m->links[k].role == LINK_ACCEPTOR) {
+            link_reject(m, &m->links[k], "too many open files");
+            break;
+          }
+      }
+      return;
+    }
+    mesh_link *l = mesh_add(m, fd, LINK_ACCEPTOR);
+    if (!l) {
+      /* Full of unintroduced connections: shed the oldest stranger. */
+      for (int k = 0; k < m->capacity && !l; k++)
+        if (m->links[k].fd >= 0 && m->links[k].role == LINK_ACCEPTOR) {
+          link_reject(m, &m->links[k],
+                      "too many connections waiting to introduce themselves");
+          l = mesh_add(m, fd, LINK_ACCEPTOR);
+        }
+      if (!l) {
+        close(fd);
+        continue;
+      }
+    }
+    char ip[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &from.sin_addr, ip, sizeof ip);
+    snprintf(l->who, sizeof l->who, "the connection from %s:%d", ip,
+             ntohs(from.sin_port));
+  }
+}
+
+/* Open the connections to every higher rank and send each its HELLO. Our
+ * connects complete in the peers' listen backlogs, so nobody waits for
+ * anyone's accept. */
+static xcoll_status mesh_connect_up(mesh *m) {
+  tcp_state *st = m->st;
+  for (int p = st->rank + 1; p < st->world_size; p++) {
+    struct sockaddr_in sa;
+    if (parse_addr(st->peers[p].addr, &sa) != 0)
+      return xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
+                         "tcp: rank %d published the address \"%s\", which is "
+                         "not IPv4 host:port",
+                         p, st->peers[p].addr);
+    for (int i = 0; i < st->nsocks; i++) {
+      uint8_t offer[XCOLL_AUTH_OFFER_BYTES], nonce[XCOLL_AUTH_NONCE_BYTES];
+      xcoll_auth_offer(offer, nonce);
+      int fd = connect_until(st, &sa, m->deadline);
+      if (fd < 0 && errno == ECANCELED) return XCOLL_ERR_REMOTE;
+      if (fd < 0 || send_hello(st, fd, p, i, offer, sizeof offer) != 0) {
+        int err = errno;
+        if (fd >= 0) close(fd);
+        return xcoll_error(st->comm,
+                           err == ETIMEDOUT ? XCOLL_ERR_TIMEOUT
+                                            : XCOLL_ERR_REMOTE,
+                           "tcp: rank %d cannot connect to rank %d at %s: %s "
+                           "(check XCOLL_SOCKET_IFNAME and firewalls; is rank "
+                           "%d alive?)",
+                           st->rank, p, st->peers[p].addr, strerror(err), p);
+      }
+      mesh_link *l = mesh_add(m, fd, LINK_CONNECTOR);
+      l->peer = p;
+      l->index = i;
+      memcpy(l->nonce_mine, nonce, sizeof nonce);
+      snprintf(l->who, sizeof l->who, "rank %d (%s)", p, st->peers[p].addr);
+    }
+  }
+  return XCOLL_SUCCESS;
+}
+
+static xcoll_status mesh_timeout(mesh *m) {
+  tcp_state *st = m->st;
+  char missing[256] = "";
+  size_t used = 0;
+  for (int p = 0; p < st->world_size && used < sizeof missing - 16; p++) {
+    if (p == st->rank) continue;
+    for (int i = 0; i < st->nsocks; i++)
+      if (st->peers[p].socks[i].fd < 0) {
+        used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%d",
+                                 used ? ", " : "", p);
+        break;
+      }
+  }
+  return xcoll_error(st->comm, XCOLL_ERR_TIMEOUT,
+                     "tcp: rank %d waited %.0f s for the connections with "
+                     "rank(s) %s (listening at %s); are they running?",
+                     st->rank, st->timeout_s, missing, st->my_addr);
+}
+
+/* Serve the listener and every link until the mesh is complete. */
+static xcoll_status mesh_run(mesh *m) {
+  tcp_state *st = m->st;
+  int accepting = st->rank > 0;
+  /* mesh_accept takes every connection waiting, until accept4 would block. */
+  fcntl(st->listen_fd, F_SETFL, fcntl(st->listen_fd, F_GETFL) | O_NONBLOCK);
+  struct pollfd *pfds = calloc((size_t)m->capacity + 1, sizeof *pfds);
+  int *which = calloc((size_t)m->capacity + 1, sizeof *which);
+  xcoll_status s = XCOLL_SUCCESS;
+  if (!pfds || !which)
+    s = xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
+                    "tcp: out of memory for %d startup connections",
+                    m->capacity);
+  double last_health = xcoll_tcp_now();
+  while (s == XCOLL_SUCCESS && m->installed < m->expected) {
+    int n = 0;
+    if (accepting) {
+      pfds[n] = (struct pollfd){.fd = st->listen_fd, .events = POLLIN};
+      which[n++] = -1;
+    }
+    for (int k = 0; k < m->capacity; k++)
+      if (m->links[k].fd >= 0) {
+        pfds[n] = (struct pollfd){.fd = m->links[k].fd, .events = POLLIN};
+        which[n++] = k;
+      }
+    int ms = ms_left(m->deadline);
+    if (ms == 0) {
+      s = mesh_timeout(m);
+      break;
+    }
+    s = check_job_health(st, &last_health);
+    if (s != XCOLL_SUCCESS) break;
+    if (ms > (int)(TCP_HEALTH_PERIOD_S * 1000)) ms = (int)(TCP_HEALTH_PERIOD_S * 1000);
+    int ready = poll(pfds, (nfds_t)n, ms);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) {
+      s = xcoll_error(st->comm, XCOLL_ERR_SYSTEM,
+                      "tcp: rank %d: poll during startup failed: %s", st->rank,
+                      strerror(errno));
+      break;
+    }
+    for (int j = 0; j < n && s == XCOLL_SUCCESS; j++) {
+      if (!pfds[j].revents) continue;
+      if (which[j] < 0)
+        mesh_accept(m);
+      else if (m->links[which[j]].fd == pfds[j].fd)
+        s = link_read(m, &m->links[which[j]]);
+    }
+  }
+  free(pfds);
+  free(which);
+  return s;
+}
+
 xcoll_status xcoll_tcp_connect_mesh(tcp_state *st) {
   xcoll_comm *comm = st->comm;
-  xcoll_status s = start_listening(st);
+  xcoll_status s = xcoll_auth_init();
+  if (s != XCOLL_SUCCESS) return xcoll_error_adopt(comm, s);
+  s = start_listening(st);
   if (s != XCOLL_SUCCESS) return s;
   if (st->world_size == 1) return XCOLL_SUCCESS;
 
@@ -274,96 +672,23 @@ xcoll_status xcoll_tcp_connect_mesh(tcp_state *st) {
   free(addrs);
   if (s != XCOLL_SUCCESS) return s;
 
-  double deadline = xcoll_tcp_now() + st->timeout_s;
-  /* Lower rank connects to higher: our connects complete in the peers'
-   * listen backlogs, so nobody waits for anyone's accept. */
-  for (int p = st->rank + 1; p < st->world_size; p++) {
-    struct sockaddr_in sa;
-    if (parse_addr(st->peers[p].addr, &sa) != 0)
-      return xcoll_error(comm, XCOLL_ERR_PROTOCOL,
-                         "tcp: rank %d published the address \"%s\", which is "
-                         "not IPv4 host:port",
-                         p, st->peers[p].addr);
-    for (int i = 0; i < st->nsocks; i++) {
-      int fd = connect_until(&sa, deadline);
-      if (fd < 0 || send_hello(st, fd, p, i) != 0) {
-        int err = errno;
-        if (fd >= 0) close(fd);
-        return xcoll_error(comm,
-                           err == ETIMEDOUT ? XCOLL_ERR_TIMEOUT
-                                            : XCOLL_ERR_REMOTE,
-                           "tcp: rank %d cannot connect to rank %d at %s: %s "
-                           "(check XCOLL_SOCKET_IFNAME and firewalls; is rank "
-                           "%d alive?)",
-                           st->rank, p, st->peers[p].addr, strerror(err), p);
-      }
-      st->peers[p].socks[i].fd = fd;
-    }
-  }
-  int expected = st->rank * st->nsocks;
-  for (int accepted = 0; accepted < expected; accepted++) {
-    struct pollfd pl = {.fd = st->listen_fd, .events = POLLIN};
-    int n = poll(&pl, 1, ms_left(deadline));
-    if (n < 0 && errno == EINTR) {
-      accepted--;
-      continue;
-    }
-    if (n <= 0) {
-      char missing[256] = "";
-      size_t used = 0;
-      for (int p = 0; p < st->rank && used < sizeof missing - 16; p++)
-        for (int i = 0; i < st->nsocks; i++)
-          if (st->peers[p].socks[i].fd < 0) {
-            used += (size_t)snprintf(missing + used, sizeof missing - used,
-                                     "%s%d", used ? ", " : "", p);
-            break;
-          }
-      return xcoll_error(comm, XCOLL_ERR_TIMEOUT,
-                         "tcp: rank %d waited %.0f s for connections from "
-                         "rank(s) %s at %s; are they running?",
-                         st->rank, st->timeout_s, missing, st->my_addr);
-    }
-    struct sockaddr_in from;
-    socklen_t len = sizeof from;
-    int fd = accept4(st->listen_fd, (struct sockaddr *)&from, &len, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) {
-        accepted--;
-        continue;
-      }
-      return xcoll_error(comm, XCOLL_ERR_SYSTEM, "tcp: accept on %s failed: %s",
-                         st->my_addr, strerror(errno));
-    }
-    char who[TCP_ADDR_BYTES + 32], ip[INET_ADDRSTRLEN];
-    inet_ntop(AF_INET, &from.sin_addr, ip, sizeof ip);
-    snprintf(who, sizeof who, "a connection from %s:%d", ip, ntohs(from.sin_port));
-    int peer = -1, index = -1;
-    s = recv_hello(st, fd, -1, -1, who, deadline, &peer, &index);
-    if (s == XCOLL_SUCCESS && st->peers[peer].socks[index].fd >= 0)
-      s = xcoll_error(comm, XCOLL_ERR_PROTOCOL,
-                      "tcp: rank %d got a second connection for socket %d "
-                      "from rank %d (%s)",
-                      st->rank, index, peer, who);
-    if (s == XCOLL_SUCCESS && send_hello(st, fd, peer, index) != 0)
-      s = xcoll_error(comm, XCOLL_ERR_REMOTE,
-                      "tcp: rank %d could not answer rank %d's HELLO: %s",
-                      st->rank, peer, strerror(errno));
-    if (s != XCOLL_SUCCESS) {
-      close(fd);
-      return s;
-    }
-    st->peers[peer].socks[index].fd = fd;
-  }
-  for (int p = st->rank + 1; p < st->world_size; p++) {
-    for (int i = 0; i < st->nsocks; i++) {
-      char who[TCP_ADDR_BYTES + 32];
-      snprintf(who, sizeof who, "rank %d (%s)", p, st->peers[p].addr);
-      int peer, index;
-      s = recv_hello(st, st->peers[p].socks[i].fd, p, i, who, deadline, &peer,
-                     &index);
-      if (s != XCOLL_SUCCESS) return s;
-    }
-  }
+  mesh m = {.st = st,
+            .expected = st->nsockets,
+            .deadline = xcoll_tcp_now() + st->timeout_s};
+  m.capacity = (st->world_size - 1 - st->rank) * st->nsocks +
+               MESH_MAX_PENDING_STRANGERS + st->rank * st->nsocks;
+  m.links = calloc((size_t)m.capacity, sizeof *m.links);
+  if (!m.links)
+    return xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
+                       "tcp: out of memory for %d startup connections",
+                       m.capacity);
+  for (int k = 0; k < m.capacity; k++) m.links[k].fd = -1;
+  s = mesh_connect_up(&m);
+  if (s == XCOLL_SUCCESS) s = mesh_run(&m);
+  for (int k = 0; k < m.capacity; k++) link_drop(&m.links[k]);
+  free(m.links);
+  if (s != XCOLL_SUCCESS) return s;
+
   for (int k = 0; k < st->nsockets; k++) tune_socket(st->sockets[k].fd);
   close(st->listen_fd);
   st->listen_fd = -1;
@@ -421,6 +746,11 @@ static void drain_before_close(tcp_state *st) {
 }
 
 void xcoll_tcp_close_sockets(tcp_state *st) {
+  if (!st->sockets) { /* its allocation failed: only the listener exists */
+    if (st->listen_fd >= 0) close(st->listen_fd);
+    st->listen_fd = -1;
+    return;
+  }
   if (!st->broken) {
     /* BYE tells peers that the EOF which follows is a normal close, not a
      * crash. Only at a message boundary: mid-message it would corrupt the

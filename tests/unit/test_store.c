@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "store.h"
 
 typedef struct fixture {
@@ -60,6 +61,10 @@ static int raw_connect(int port) {
   assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
   struct timeval tv = {10, 0}; /* bound the test if the server misbehaves */
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  /* the server reads requests only after the authentication exchange */
+  assert_int_equal(xcoll_auth_client(fd, "xcoll rendezvous store",
+                                     "the test's store", xcoll_auth_now() + 10),
+                   XCOLL_SUCCESS);
   return fd;
 }
 
@@ -405,6 +410,38 @@ static void test_oversized_value_rejected(void **state) {
   xcoll_store_close(st);
 }
 
+/* XCOLL_STORE_MAX_BYTES caps what the server holds: a set over it is
+ * refused with a message naming the variable, the connection stays usable,
+ * and room freed by a delete can be used again. */
+static void test_total_bytes_cap(void **unused) {
+  (void)unused;
+  setenv("XCOLL_STORE_MAX_BYTES", "1M", 1);
+  xcoll_store_server *server = NULL;
+  int port = 0;
+  assert_int_equal(xcoll_store_server_start("127.0.0.1", 0, &server, &port),
+                   XCOLL_SUCCESS);
+  unsetenv("XCOLL_STORE_MAX_BYTES");
+  xcoll_store *st = NULL;
+  assert_int_equal(xcoll_store_connect("127.0.0.1", port, 20, &st),
+                   XCOLL_SUCCESS);
+  size_t bytes = 600u << 10;
+  char *value = calloc(1, bytes);
+  assert_int_equal(xcoll_store_set(st, "a", value, bytes), XCOLL_SUCCESS);
+  assert_int_equal(xcoll_store_set(st, "b", value, bytes),
+                   XCOLL_ERR_INVALID_USAGE);
+  assert_non_null(strstr(xcoll_last_error(), "XCOLL_STORE_MAX_BYTES=1048576"));
+  assert_int_equal(xcoll_store_delete(st, "a", NULL), XCOLL_SUCCESS);
+  assert_int_equal(xcoll_store_set(st, "b", value, bytes), XCOLL_SUCCESS);
+  free(value);
+  xcoll_store_close(st);
+  xcoll_store_server_stop(server);
+  /* a cap below what bootstrap needs is refused at start */
+  setenv("XCOLL_STORE_MAX_BYTES", "4K", 1);
+  assert_int_equal(xcoll_store_server_start("127.0.0.1", 0, &server, &port),
+                   XCOLL_ERR_ENV);
+  unsetenv("XCOLL_STORE_MAX_BYTES");
+}
+
 static void *blocked_get_main(void *arg) {
   getter_args *a = arg;
   xcoll_store *st = NULL;
@@ -450,6 +487,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_wait_timeout, setup, teardown),
       cmocka_unit_test_setup_teardown(test_check_delete, setup, teardown),
       cmocka_unit_test(test_connect_nothing_listening),
+      cmocka_unit_test(test_total_bytes_cap),
       cmocka_unit_test_setup_teardown(test_port_taken, setup, teardown),
       cmocka_unit_test_setup_teardown(test_malformed_messages, setup, teardown),
       cmocka_unit_test_setup_teardown(test_oversized_value_rejected, setup,

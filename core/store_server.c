@@ -1,0 +1,1058 @@
+/* store_server.c - the rendezvous store's server (store.h): a key-value
+ * server that runs on rank 0 in a background thread.
+ *
+ * One thread polls the listening socket, every client socket and a wake-up
+ * eventfd. Each connection first runs the job secret's exchange (auth.h),
+ * then sends requests (store_codec.h). A get or wait on a key that does not
+ * exist yet is parked on its connection and answered when a set or add
+ * creates the key, so clients never poll. add stores the decimal text of the
+ * counter (as in TCPStore), so a get of a counter returns e.g. "12". join
+ * registers a world rank (job id, WORLD_SIZE, RANK are checked against the
+ * ranks already there); a joined rank whose connection drops without LEAVE
+ * fails every parked and later get and wait with a message naming it. A
+ * CANCEL drops the connection's parked request and is answered CANCELLED, so
+ * that the stream stays in step. */
+#include "store.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "env.h"
+#include "error.h"
+#include "log.h"
+#include "socket.h"
+#include "store_codec.h"
+
+/* Default of XCOLL_STORE_MAX_BYTES: keys and values held plus requests being
+ * read. Bootstrap needs kilobytes per rank; this leaves room for thousands
+ * of ranks and user keys while a runaway or hostile client cannot take the
+ * host's memory. */
+#define STORE_DEFAULT_MAX_BYTES ((size_t)256 << 20)
+/* How long accept() rests after EMFILE/ENFILE before it tries again. */
+#define STORE_ACCEPT_BACKOFF_S 0.1
+/* When the job has failed (a rank vanished) and rank 0 stops its server,
+ * the server stays this long, or until every joined rank has gone, so that
+ * ranks whose requests are still on their way hear why instead of seeing
+ * the store vanish. */
+#define STORE_FAILURE_LINGER_S 2.0
+
+/* Where a server-side connection is in the authentication exchange. */
+enum store_auth_stage {
+  AUTH_WAIT_OFFER = 0, /* reading the client's offer */
+  AUTH_WAIT_PROOF,     /* answered; reading the client's proof */
+  AUTH_DONE            /* requests may follow */
+};
+
+static double now_s(void) { return xcoll_socket_now(); }
+
+/* ------------------------------------------------------------------ */
+/* Server: the table                                                    */
+/* ------------------------------------------------------------------ */
+
+typedef struct store_entry {
+  unsigned char *key;
+  size_t key_bytes;
+  unsigned char *value;
+  size_t value_bytes;
+  uint64_t hash;
+  struct store_entry *next;
+} store_entry;
+
+typedef struct store_table {
+  store_entry **buckets;
+  size_t bucket_count; /* a power of two */
+  size_t entry_count;
+  size_t bytes; /* keys + values held */
+} store_table;
+
+static uint64_t key_hash(const unsigned char *key, size_t bytes) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (size_t i = 0; i < bytes; i++) {
+    h ^= key[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+static store_entry **table_slot(store_table *t, const unsigned char *key,
+                                size_t key_bytes, uint64_t hash) {
+  store_entry **slot = &t->buckets[hash & (t->bucket_count - 1)];
+  while (*slot && !((*slot)->hash == hash && (*slot)->key_bytes == key_bytes &&
+                    memcmp((*slot)->key, key, key_bytes) == 0))
+    slot = &(*slot)->next;
+  return slot;
+}
+
+static store_entry *table_find(store_table *t, const unsigned char *key,
+                               size_t key_bytes) {
+  return *table_slot(t, key, key_bytes, key_hash(key, key_bytes));
+}
+
+static void table_grow(store_table *t) {
+  size_t count = t->bucket_count * 2;
+  store_entry **buckets = calloc(count, sizeof *buckets);
+  if (!buckets)
+    return; /* longer chains, still correct */
+  for (size_t i = 0; i < t->bucket_count; i++) {
+    store_entry *e = t->buckets[i];
+    while (e) {
+      store_entry *next = e->next;
+      e->next = buckets[e->hash & (count - 1)];
+      buckets[e->hash & (count - 1)] = e;
+      e = next;
+    }
+  }
+  free(t->buckets);
+  t->buckets = buckets;
+  t->bucket_count = count;
+}
+
+/* Takes ownership of value (malloc'd, may be NULL when value_bytes is 0).
+ * Returns 0, or -1 when out of memory (value is freed). */
+static int table_put(store_table *t, const unsigned char *key, size_t key_bytes,
+                     unsigned char *value, size_t value_bytes) {
+  uint64_t hash = key_hash(key, key_bytes);
+  store_entry **slot = table_slot(t, key, key_bytes, hash);
+  if (*slot) {
+    t->bytes = t->bytes - (*slot)->value_bytes + value_bytes;
+    free((*slot)->value);
+    (*slot)->value = value;
+    (*slot)->value_bytes = value_bytes;
+    return 0;
+  }
+  store_entry *e = calloc(1, sizeof *e);
+  unsigned char *key_copy = malloc(key_bytes);
+  if (!e || !key_copy) {
+    free(e);
+    free(key_copy);
+    free(value);
+    return -1;
+  }
+  memcpy(key_copy, key, key_bytes);
+  e->key = key_copy;
+  e->key_bytes = key_bytes;
+  e->value = value;
+  e->value_bytes = value_bytes;
+  e->hash = hash;
+  *slot = e;
+  t->bytes += key_bytes + value_bytes;
+  if (++t->entry_count > 2 * t->bucket_count)
+    table_grow(t);
+  return 0;
+}
+
+static int table_remove(store_table *t, const unsigned char *key,
+                        size_t key_bytes) {
+  store_entry **slot = table_slot(t, key, key_bytes, key_hash(key, key_bytes));
+  store_entry *e = *slot;
+  if (!e)
+    return 0;
+  *slot = e->next;
+  t->bytes -= e->key_bytes + e->value_bytes;
+  free(e->key);
+  free(e->value);
+  free(e);
+  t->entry_count--;
+  return 1;
+}
+
+static void table_free(store_table *t) {
+  for (size_t i = 0; i < t->bucket_count; i++) {
+    store_entry *e = t->buckets[i];
+    while (e) {
+      store_entry *next = e->next;
+      free(e->key);
+      free(e->value);
+      free(e);
+      e = next;
+    }
+  }
+  free(t->buckets);
+  t->buckets = NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Server: connections                                                  */
+/* ------------------------------------------------------------------ */
+
+typedef struct store_client {
+  int fd;
+  char peer[64]; /* "addr:port", for log lines */
+  /* authentication (auth.h) before any request is read */
+  int auth_stage; /* store_auth_stage */
+  uint8_t auth_buf[XCOLL_AUTH_OFFER_BYTES];
+  size_t auth_have;
+  uint8_t client_nonce[XCOLL_AUTH_NONCE_BYTES];
+  uint8_t server_nonce[XCOLL_AUTH_NONCE_BYTES];
+  /* the message being read: header first, then key and value */
+  unsigned char header_buf[STORE_HEADER_BYTES];
+  size_t header_have;
+  store_header header;
+  unsigned char *payload;
+  size_t payload_bytes;
+  size_t payload_have;
+  /* a request over XCOLL_STORE_MAX_BYTES: its payload is read and thrown
+   * away, then it is refused with this reason (keeps the stream in step) */
+  size_t discard_left;
+  char *discard_why;
+  /* a get or wait that waits for keys; its payload is kept here */
+  uint16_t parked_kind;
+  unsigned char *parked_payload;
+  size_t parked_key_bytes;
+  size_t parked_value_bytes;
+  /* replies not yet written */
+  unsigned char *out;
+  size_t out_bytes;
+  size_t out_sent;
+  size_t out_capacity;
+  int dead; /* close at the end of this poll round */
+  int joined_rank; /* rank of the world it joined as, or -1 */
+  int left;        /* it said LEAVE: its close is normal */
+} store_client;
+
+struct xcoll_store_server {
+  int listen_fd;
+  int wake_fd;
+  atomic_int stopping;
+  pthread_t thread;
+  char addr[128];
+  int port;
+  store_table table;
+  store_client **clients;
+  size_t client_count;
+  size_t client_capacity;
+  struct pollfd *pollfds;
+  size_t pollfd_capacity;
+  size_t max_bytes;     /* XCOLL_STORE_MAX_BYTES */
+  size_t reading_bytes; /* payload buffers of requests being read */
+  double accept_resume; /* accept() rests until then after EMFILE */
+  /* the job, fixed by the first JOIN */
+  char job_id[XCOLL_STORE_MAX_JOB_ID + 1];
+  uint32_t world_size;   /* 0 until the first JOIN */
+  uint32_t world_set_by; /* the rank whose JOIN fixed it */
+  char failure[512];     /* why the job failed (a rank vanished), or "" */
+  double linger_until;   /* stop asked after a failure: serve until then */
+};
+
+static void client_free(xcoll_store_server *s, store_client *c) {
+  if (c->fd >= 0)
+    close(c->fd);
+  if (c->payload)
+    s->reading_bytes -= c->payload_bytes;
+  free(c->discard_why);
+  free(c->payload);
+  free(c->parked_payload);
+  free(c->out);
+  free(c);
+}
+
+static void client_drop(store_client *c, const char *why) {
+  if (!c->dead)
+    XCOLL_WARN("rendezvous store: closing the connection from %s: %s", c->peer,
+               why);
+  c->dead = 1;
+}
+
+/* Write what is queued without blocking; the rest goes when poll says
+ * POLLOUT. */
+static void client_flush(store_client *c) {
+  while (!c->dead && c->out_sent < c->out_bytes) {
+    ssize_t n = send(c->fd, c->out + c->out_sent, c->out_bytes - c->out_sent,
+                     MSG_NOSIGNAL);
+    if (n > 0) {
+      c->out_sent += (size_t)n;
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return;
+    } else {
+      client_drop(c, n < 0 ? strerror(errno) : "peer closed");
+      return;
+    }
+  }
+  if (c->out_sent == c->out_bytes) {
+    c->out_sent = 0;
+    c->out_bytes = 0;
+  }
+}
+
+static void client_reply(store_client *c, uint16_t kind, const void *value,
+                         size_t value_bytes) {
+  if (c->dead)
+    return;
+  size_t need = c->out_bytes + STORE_HEADER_BYTES + value_bytes;
+  if (need > c->out_capacity) {
+    size_t capacity = c->out_capacity ? c->out_capacity : 256;
+    while (capacity < need)
+      capacity *= 2;
+    unsigned char *out = realloc(c->out, capacity);
+    if (!out) {
+      client_drop(c, "out of memory for a reply");
+      return;
+    }
+    c->out = out;
+    c->out_capacity = capacity;
+  }
+  store_header h = {STORE_MAGIC, STORE_VERSION, kind, 0, (uint32_t)value_bytes};
+  store_header_encode(&h, c->out + c->out_bytes);
+  if (value_bytes)
+    memcpy(c->out + c->out_bytes + STORE_HEADER_BYTES, value, value_bytes);
+  c->out_bytes = need;
+  client_flush(c);
+}
+
+static void client_reply_error(store_client *c, const char *message) {
+  client_reply(c, STORE_REPLY_ERROR, message, strlen(message));
+}
+
+/* Walks a key list (u32 count, then u32 length + bytes per key). With
+ * table == NULL it only validates and returns 1 when well formed. With a
+ * table it returns 1 when every key exists. */
+static int key_list_scan(const unsigned char *list, size_t bytes,
+                         store_table *table) {
+  if (bytes < 4)
+    return 0;
+  uint32_t count = get_u32(list);
+  size_t at = 4;
+  if (count == 0)
+    return 0;
+  for (uint32_t i = 0; i < count; i++) {
+    if (bytes - at < 4)
+      return 0;
+    uint32_t len = get_u32(list + at);
+    at += 4;
+    if (len == 0 || len > XCOLL_STORE_MAX_KEY || len > bytes - at)
+      return 0;
+    if (table && !table_find(table, list + at, len))
+      return 0;
+    at += len;
+  }
+  return at == bytes;
+}
+
+/* Answer a parked get or wait if its keys now exist. */
+static void client_try_unpark(xcoll_store_server *s, store_client *c) {
+  if (!c->parked_kind || c->dead)
+    return;
+  if (c->parked_kind == STORE_GET) {
+    store_entry *e =
+        table_find(&s->table, c->parked_payload, c->parked_key_bytes);
+    if (!e)
+      return;
+    client_reply(c, STORE_REPLY_OK, e->value, e->value_bytes);
+  } else {
+    if (!key_list_scan(c->parked_payload, c->parked_value_bytes, &s->table))
+      return;
+    client_reply(c, STORE_REPLY_OK, NULL, 0);
+  }
+  free(c->parked_payload);
+  c->parked_payload = NULL;
+  c->parked_kind = 0;
+}
+
+static void server_wake_parked(xcoll_store_server *s) {
+  for (size_t i = 0; i < s->client_count; i++)
+    client_try_unpark(s, s->clients[i]);
+}
+
+/* Parses the decimal text a counter is stored as. */
+static int parse_counter(const unsigned char *text, size_t bytes,
+                         int64_t *out) {
+  char buf[32];
+  if (bytes == 0 || bytes >= sizeof buf)
+    return -1;
+  memcpy(buf, text, bytes);
+  buf[bytes] = '\0';
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(buf, &end, 10);
+  if (errno || *end != '\0')
+    return -1;
+  *out = (int64_t)v;
+  return 0;
+}
+
+/* Answer every parked get and wait with the job's failure. */
+static void server_fail_parked(xcoll_store_server *s) {
+  for (size_t i = 0; i < s->client_count; i++) {
+    store_client *c = s->clients[i];
+    if (!c->parked_kind || c->dead)
+      continue;
+    client_reply(c, STORE_REPLY_FAILED, s->failure, strlen(s->failure));
+    free(c->parked_payload);
+    c->parked_payload = NULL;
+    c->parked_kind = 0;
+  }
+}
+
+/* A connection is about to be closed. A rank that joined and goes without
+ * LEAVE died (or was killed): everyone waiting in the store hears it now
+ * instead of at their timeout. */
+static void server_note_departure(xcoll_store_server *s, store_client *c) {
+  if (c->joined_rank < 0 || c->left || s->failure[0])
+    return;
+  snprintf(s->failure, sizeof s->failure,
+           "rank %d (%s) lost its connection to the rendezvous store without "
+           "closing its communicator: it died or was killed; see its log",
+           c->joined_rank, c->peer);
+  XCOLL_WARN("rendezvous store: %s", s->failure);
+  server_fail_parked(s);
+}
+
+/* JOIN: check the caller's job id, world size and rank against the job's. */
+static void server_join(xcoll_store_server *s, store_client *c,
+                        const unsigned char *job, size_t job_bytes,
+                        const unsigned char *value) {
+  uint32_t world_size = get_u32(value), rank = get_u32(value + 4);
+  char job_id[XCOLL_STORE_MAX_JOB_ID + 1], why[768];
+  memcpy(job_id, job, job_bytes);
+  job_id[job_bytes] = '\0';
+  for (size_t i = 0; i < job_bytes; i++)
+    if (job_id[i] < 0x20 || job_id[i] > 0x7e)
+      job_id[i] = '?'; /* it goes into messages */
+  if (world_size == 0 || world_size > INT32_MAX || rank >= world_size) {
+    snprintf(why, sizeof why, "rank %u of WORLD_SIZE=%u is not a valid rank",
+             rank, world_size);
+    client_reply_error(c, why);
+    return;
+  }
+  if (s->world_size == 0) {
+    snprintf(s->job_id, sizeof s->job_id, "%s", job_id);
+    s->world_size = world_size;
+    s->world_set_by = rank;
+  } else if (strcmp(job_id, s->job_id) != 0) {
+    snprintf(why, sizeof why,
+             "a second job on this port: this store on port %d serves job "
+             "'%s', but rank %u (%s) says job '%s'; give each job its own "
+             "MASTER_PORT",
+             s->port, s->job_id, rank, c->peer, job_id);
+    XCOLL_WARN("rendezvous store: %s", why);
+    client_reply_error(c, why);
+    return;
+  } else if (world_size != s->world_size) {
+    snprintf(why, sizeof why,
+             "rank %u says WORLD_SIZE=%u but rank %u says %u: every rank must "
+             "be started with the same WORLD_SIZE",
+             rank, world_size, s->world_set_by, s->world_size);
+    XCOLL_WARN("rendezvous store: %s", why);
+    client_reply_error(c, why);
+    return;
+  }
+  for (size_t i = 0; i < s->client_count; i++) {
+    store_client *o = s->clients[i];
+    if (o != c && !o->dead && !o->left && o->joined_rank == (int)rank) {
+      snprintf(why, sizeof why,
+               "rank %u is already registered from %s; this process (%s) "
+               "says RANK=%u too: every rank needs its own RANK",
+               rank, o->peer, c->peer, rank);
+      XCOLL_WARN("rendezvous store: %s", why);
+      client_reply_error(c, why);
+      return;
+    }
+  }
+  c->joined_rank = (int)rank;
+  client_reply(c, STORE_REPLY_OK, NULL, 0);
+}
+
+/* Handles one complete request; payload is handed over (the function frees
+ * or keeps it). */
+static void server_handle(xcoll_store_server *s, store_client *c, uint16_t kind,
+                          unsigned char *payload, size_t key_bytes,
+                          size_t value_bytes) {
+  const unsigned char *key = payload;
+  const unsigned char *value = payload + key_bytes;
+
+  if (c->parked_kind && kind != STORE_CANCEL) {
+    free(payload);
+    client_drop(c, "a new request arrived while one was still waiting");
+    return;
+  }
+  switch (kind) {
+  case STORE_SET: {
+    unsigned char *copy = NULL;
+    if (value_bytes) {
+      copy = malloc(value_bytes);
+      if (!copy) {
+        client_reply_error(c, "the store server is out of memory");
+        break;
+      }
+      memcpy(copy, value, value_bytes);
+    }
+    if (table_put(&s->table, key, key_bytes, copy, value_bytes) != 0) {
+      client_reply_error(c, "the store server is out of memory");
+      break;
+    }
+    client_reply(c, STORE_REPLY_OK, NULL, 0);
+    server_wake_parked(s);
+    break;
+  }
+  case STORE_GET:
+  case STORE_WAIT:
+    if (kind == STORE_WAIT && !key_list_scan(value, value_bytes, NULL)) {
+      client_drop(c, "malformed key list in wait");
+      break;
+    }
+    c->parked_kind = kind;
+    c->parked_payload = payload;
+    c->parked_key_bytes = key_bytes;
+    c->parked_value_bytes = value_bytes;
+    payload = NULL;
+    client_try_unpark(s, c);
+    if (c->parked_kind && s->failure[0]) /* it would wait for the dead */
+      server_fail_parked(s);
+    break;
+  case STORE_ADD: {
+    int64_t delta = get_i64(value), current = 0, result;
+    store_entry *e = table_find(&s->table, key, key_bytes);
+    if (e && parse_counter(e->value, e->value_bytes, &current) != 0) {
+      client_reply_error(c,
+                         "add on a key whose value is not a decimal integer");
+      break;
+    }
+    if (__builtin_add_overflow(current, delta, &result)) {
+      client_reply_error(c, "add would overflow a 64-bit counter");
+      break;
+    }
+    char text[32];
+    int len = snprintf(text, sizeof text, "%" PRId64, result);
+    unsigned char *copy = malloc((size_t)len);
+    if (copy)
+      memcpy(copy, text, (size_t)len);
+    if (!copy || table_put(&s->table, key, key_bytes, copy, (size_t)len)) {
+      client_reply_error(c, "the store server is out of memory");
+      break;
+    }
+    unsigned char reply[8];
+    put_i64(reply, result);
+    client_reply(c, STORE_REPLY_OK, reply, sizeof reply);
+    server_wake_parked(s);
+    break;
+  }
+  case STORE_CHECK: {
+    if (!key_list_scan(value, value_bytes, NULL)) {
+      client_drop(c, "malformed key list in check");
+      break;
+    }
+    unsigned char exists =
+        (unsigned char)key_list_scan(value, value_bytes, &s->table);
+    client_reply(c, STORE_REPLY_OK, &exists, 1);
+    break;
+  }
+  case STORE_DELETE: {
+    unsigned char deleted =
+        (unsigned char)table_remove(&s->table, key, key_bytes);
+    client_reply(c, STORE_REPLY_OK, &deleted, 1);
+    break;
+  }
+  case STORE_JOIN:
+    server_join(s, c, key, key_bytes, value);
+    break;
+  case STORE_LEAVE:
+    c->left = 1;
+    break;
+  case STORE_HEALTH:
+    if (s->failure[0])
+      client_reply(c, STORE_REPLY_FAILED, s->failure, strlen(s->failure));
+    else
+      client_reply(c, STORE_REPLY_OK, NULL, 0);
+    break;
+  case STORE_CANCEL:
+    free(c->parked_payload);
+    c->parked_payload = NULL;
+    c->parked_kind = 0;
+    client_reply(c, STORE_REPLY_CANCELLED, NULL, 0);
+    break;
+  default:
+    client_drop(c, "unknown request kind");
+    break;
+  }
+  free(payload);
+}
+
+/* A whole offer or proof is in c->auth_buf: answer or verify it. A client
+ * that fails is dropped with a WARN naming its address; the server goes on. */
+static void client_auth_step(store_client *c) {
+  char why[256];
+  if (c->auth_stage == AUTH_WAIT_OFFER) {
+    int bad = xcoll_auth_parse_offer(c->auth_buf, c->client_nonce, why,
+                                     sizeof why) != 0;
+    /* A foreign offer gets nothing; a mismatched one (secret against none)
+     * gets our offer first, so that the client can say what is wrong. */
+    if (bad && memcmp(c->auth_buf, "XCA1", 4) != 0) {
+      client_drop(c, why);
+      return;
+    }
+    unsigned char answer[XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES];
+    xcoll_auth_offer(answer, c->server_nonce);
+    xcoll_auth_prove("server", STORE_AUTH_CONTEXT, c->client_nonce,
+                     c->server_nonce, answer + XCOLL_AUTH_OFFER_BYTES);
+    /* queued raw: the reply path adds store headers, this is not a reply */
+    c->auth_stage = xcoll_auth_enabled() ? AUTH_WAIT_PROOF : AUTH_DONE;
+    c->auth_have = 0;
+    if (c->out_capacity < sizeof answer) {
+      unsigned char *out = realloc(c->out, 256);
+      if (!out) {
+        client_drop(c, "out of memory for the authentication answer");
+        return;
+      }
+      c->out = out;
+      c->out_capacity = 256;
+    }
+    memcpy(c->out, answer, sizeof answer);
+    c->out_bytes = sizeof answer;
+    c->out_sent = 0;
+    client_flush(c);
+    if (bad)
+      client_drop(c, why);
+    return;
+  }
+  if (!xcoll_auth_verify("client", STORE_AUTH_CONTEXT, c->client_nonce,
+                         c->server_nonce, c->auth_buf)) {
+    client_drop(c, "authentication failed: it does not know this job's "
+                   "secret (XCOLL_AUTH_TOKEN / XCOLL_AUTH_FILE)");
+    return;
+  }
+  c->auth_stage = AUTH_DONE;
+}
+
+/* Read the authentication exchange's bytes. 1 when requests may follow. */
+static int client_read_auth(store_client *c) {
+  while (!c->dead && c->auth_stage != AUTH_DONE) {
+    size_t need = c->auth_stage == AUTH_WAIT_OFFER ? XCOLL_AUTH_OFFER_BYTES
+                                                   : XCOLL_AUTH_PROOF_BYTES;
+    ssize_t n = recv(c->fd, c->auth_buf + c->auth_have, need - c->auth_have, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return 0;
+    if (n <= 0) {
+      /* connect+close (a port scan) is not worth a warning */
+      if (c->auth_have || c->auth_stage != AUTH_WAIT_OFFER)
+        client_drop(c, n < 0 ? strerror(errno)
+                             : "closed during authentication");
+      c->dead = 1;
+      return 0;
+    }
+    c->auth_have += (size_t)n;
+    if (c->auth_have == need)
+      client_auth_step(c);
+  }
+  return !c->dead;
+}
+
+/* Read what the socket has; handle every message completed. */
+static void client_read(xcoll_store_server *s, store_client *c) {
+  if (!client_read_auth(c))
+    return;
+  for (;;) {
+    if (c->dead)
+      return;
+    unsigned char *dst;
+    size_t want;
+    unsigned char sink[4096];
+    if (c->discard_left) {
+      dst = sink;
+      want = c->discard_left < sizeof sink ? c->discard_left : sizeof sink;
+    } else if (c->header_have < STORE_HEADER_BYTES) {
+      dst = c->header_buf + c->header_have;
+      want = STORE_HEADER_BYTES - c->header_have;
+    } else {
+      dst = c->payload + c->payload_have;
+      want = c->payload_bytes - c->payload_have;
+    }
+    ssize_t n = want ? recv(c->fd, dst, want, 0) : 0;
+    if (want && n < 0) {
+      if (errno == EINTR)
+        continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK)
+        return;
+      client_drop(c, strerror(errno));
+      return;
+    }
+    if (want && n == 0) {
+      c->dead = 1; /* an orderly close: nothing to warn about */
+      return;
+    }
+    if (c->discard_left) {
+      c->discard_left -= (size_t)n;
+      if (c->discard_left == 0) {
+        c->header_have = 0;
+        client_reply_error(c, c->discard_why);
+        free(c->discard_why);
+        c->discard_why = NULL;
+      }
+      continue;
+    }
+    if (c->header_have < STORE_HEADER_BYTES) {
+      c->header_have += (size_t)n;
+      if (c->header_have < STORE_HEADER_BYTES)
+        continue;
+      store_header_decode(c->header_buf, &c->header);
+      const char *why = store_request_check(&c->header);
+      if (why) {
+        client_drop(c, why);
+        return;
+      }
+      c->payload_bytes = (size_t)c->header.key_bytes + c->header.value_bytes;
+      c->payload_have = 0;
+      if (s->table.bytes + s->reading_bytes + c->payload_bytes > s->max_bytes) {
+        char reason[256];
+        snprintf(reason, sizeof reason,
+                 "the store holds %zu bytes and this request carries %zu "
+                 "more, over XCOLL_STORE_MAX_BYTES=%zu (set it higher on "
+                 "rank 0 if the job needs more)",
+                 s->table.bytes, c->payload_bytes, s->max_bytes);
+        XCOLL_WARN("rendezvous store: refusing a request from %s: %s",
+                   c->peer, reason);
+        c->discard_why = strdup(reason);
+        c->discard_left = c->payload_bytes;
+        if (!c->discard_why) {
+          client_drop(c, "out of memory");
+          return;
+        }
+        if (c->discard_left == 0) {
+          c->header_have = 0;
+          client_reply_error(c, c->discard_why);
+          free(c->discard_why);
+          c->discard_why = NULL;
+        }
+        continue;
+      }
+      s->reading_bytes += c->payload_bytes;
+      /* one spare byte so that an empty payload still gets a buffer */
+      c->payload = malloc(c->payload_bytes + 1);
+      if (!c->payload) {
+        client_drop(c, "out of memory for a request");
+        return;
+      }
+    } else {
+      c->payload_have += (size_t)n;
+    }
+    if (c->payload_have == c->payload_bytes) {
+      unsigned char *payload = c->payload;
+      c->payload = NULL;
+      s->reading_bytes -= c->payload_bytes;
+      c->header_have = 0;
+      server_handle(s, c, c->header.kind, payload, c->header.key_bytes,
+                    c->header.value_bytes);
+    }
+  }
+}
+
+static void server_accept(xcoll_store_server *s) {
+  for (;;) {
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof sa;
+    int fd = accept4(s->listen_fd, (struct sockaddr *)&sa, &len,
+                     SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED)
+        continue;
+      if (errno == EMFILE || errno == ENFILE) {
+        /* Out of descriptors: the pending connection stays in the backlog
+         * and poll() would report it again at once. Rest instead of
+         * spinning; closing connections frees descriptors meanwhile. */
+        if (s->accept_resume == 0)
+          XCOLL_WARN("rendezvous store: accept on port %d: %s; pausing "
+                     "accepts for %.0f ms at a time (raise ulimit -n?)",
+                     s->port, strerror(errno), STORE_ACCEPT_BACKOFF_S * 1e3);
+        s->accept_resume = now_s() + STORE_ACCEPT_BACKOFF_S;
+        return;
+      }
+      s->accept_resume = 0;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        XCOLL_WARN("rendezvous store: accept on port %d failed: %s", s->port,
+                   strerror(errno));
+      return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (s->client_count == s->client_capacity) {
+      size_t capacity = s->client_capacity ? 2 * s->client_capacity : 16;
+      store_client **grown = realloc(s->clients, capacity * sizeof *grown);
+      if (grown) {
+        s->clients = grown;
+        s->client_capacity = capacity;
+      }
+    }
+    store_client *c =
+        s->client_count < s->client_capacity ? calloc(1, sizeof *c) : NULL;
+    if (!c) {
+      XCOLL_WARN("rendezvous store: out of memory accepting a connection");
+      close(fd);
+      continue;
+    }
+    c->fd = fd;
+    c->joined_rank = -1;
+    char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?";
+    getnameinfo((struct sockaddr *)&sa, len, host, sizeof host, serv,
+                sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV);
+    snprintf(c->peer, sizeof c->peer, "%s:%s", host, serv);
+    s->clients[s->client_count++] = c;
+  }
+}
+
+static void *server_main(void *arg) {
+  xcoll_store_server *s = arg;
+  for (;;) {
+    if (s->linger_until > 0) {
+      int joined = 0;
+      for (size_t i = 0; i < s->client_count; i++)
+        joined += s->clients[i]->joined_rank >= 0 && !s->clients[i]->left &&
+                  !s->clients[i]->dead;
+      if (joined == 0 || now_s() >= s->linger_until)
+        break;
+    }
+    size_t need = s->client_count + 2;
+    if (need > s->pollfd_capacity) {
+      struct pollfd *grown = realloc(s->pollfds, need * 2 * sizeof *grown);
+      if (!grown) {
+        XCOLL_WARN("rendezvous store: out of memory; dropping a connection");
+        s->clients[--s->client_count]->dead = 1;
+        client_free(s, s->clients[s->client_count]);
+        continue;
+      }
+      s->pollfds = grown;
+      s->pollfd_capacity = need * 2;
+    }
+    s->pollfds[0] = (struct pollfd){.fd = s->wake_fd, .events = POLLIN};
+    int timeout_ms = -1;
+    int resting = s->accept_resume > 0 && now_s() < s->accept_resume;
+    if (resting)
+      timeout_ms = (int)((s->accept_resume - now_s()) * 1000.0) + 1;
+    /* fd -1: poll skips the listener while accept() rests */
+    s->pollfds[1] = (struct pollfd){.fd = resting ? -1 : s->listen_fd,
+                                    .events = POLLIN};
+    for (size_t i = 0; i < s->client_count; i++) {
+      store_client *c = s->clients[i];
+      s->pollfds[i + 2] = (struct pollfd){
+          .fd = c->fd,
+          .events =
+              (short)(POLLIN | (c->out_bytes > c->out_sent ? POLLOUT : 0))};
+    }
+    size_t polled = s->client_count;
+    if (s->linger_until > 0 && (timeout_ms < 0 || timeout_ms > 100))
+      timeout_ms = 100;
+    int ready = poll(s->pollfds, (nfds_t)(polled + 2), timeout_ms);
+    if (ready < 0) {
+      if (errno == EINTR)
+        continue;
+      XCOLL_WARN("rendezvous store: poll failed: %s", strerror(errno));
+      break;
+    }
+    if (s->pollfds[0].revents) { /* only stop writes to the eventfd */
+      if (!s->failure[0])
+        break;
+      uint64_t drained;
+      if (read(s->wake_fd, &drained, sizeof drained) < 0) { /* empty */
+      }
+      if (s->linger_until == 0)
+        s->linger_until = now_s() + STORE_FAILURE_LINGER_S;
+    }
+    /* Clients accepted below are appended after the polled ones. */
+    for (size_t i = 0; i < polled; i++) {
+      store_client *c = s->clients[i];
+      short rev = s->pollfds[i + 2].revents;
+      if (rev & POLLOUT)
+        client_flush(c);
+      if (rev & (POLLIN | POLLHUP | POLLERR))
+        client_read(s, c);
+      if (rev & POLLNVAL)
+        c->dead = 1;
+    }
+    if (s->pollfds[1].revents & POLLIN)
+      server_accept(s);
+    else if (s->accept_resume > 0 && now_s() >= s->accept_resume)
+      server_accept(s); /* rested: try the backlog again */
+    size_t kept = 0;
+    for (size_t i = 0; i < s->client_count; i++)
+      if (s->clients[i]->dead)
+        server_note_departure(s, s->clients[i]);
+    for (size_t i = 0; i < s->client_count; i++) {
+      if (s->clients[i]->dead)
+        client_free(s, s->clients[i]);
+      else
+        s->clients[kept++] = s->clients[i];
+    }
+    s->client_count = kept;
+  }
+  return NULL;
+}
+
+
+xcoll_status xcoll_store_server_start(const char *addr, int port,
+                                      xcoll_store_server **server,
+                                      int *bound_port) {
+  if (!server)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_store_server_start: server is NULL");
+  *server = NULL;
+  xcoll_status auth_status = xcoll_auth_init();
+  if (auth_status != XCOLL_SUCCESS)
+    return auth_status;
+  size_t max_bytes = STORE_DEFAULT_MAX_BYTES;
+  auth_status =
+      xcoll_env_size("XCOLL_STORE_MAX_BYTES", STORE_DEFAULT_MAX_BYTES, &max_bytes);
+  if (auth_status != XCOLL_SUCCESS)
+    return auth_status;
+  if (max_bytes < ((size_t)1 << 20))
+    return xcoll_error(NULL, XCOLL_ERR_ENV,
+                       "XCOLL_STORE_MAX_BYTES=%s is below 1M: the job's own "
+                       "rendezvous keys would not fit",
+                       xcoll_env_str("XCOLL_STORE_MAX_BYTES"));
+  /* XCOLL_STORE_BIND overrides where the server listens ("0.0.0.0", "::" or
+   * "*" for every interface). */
+  const char *bind_override = xcoll_env_str("XCOLL_STORE_BIND");
+  if (bind_override) {
+    int any = strcmp(bind_override, "*") == 0 ||
+              strcmp(bind_override, "0.0.0.0") == 0 ||
+              strcmp(bind_override, "::") == 0;
+    addr = any ? NULL : bind_override;
+  }
+  if (port < 0 || port > 65535)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "rendezvous store port %d is out of range: use 0..65535 "
+                       "(0 picks a free port)",
+                       port);
+  int wildcard = !addr || !*addr;
+  const char *shown = wildcard ? "*" : addr;
+  int fd = -1, err = 0;
+  if (wildcard) {
+    struct sockaddr_in6 sa6 = {.sin6_family = AF_INET6,
+                               .sin6_port = htons((uint16_t)port),
+                               .sin6_addr = IN6ADDR_ANY_INIT};
+    fd = xcoll_socket_listen((struct sockaddr *)&sa6, sizeof sa6, 1024);
+    if (fd < 0 && (errno == EAFNOSUPPORT || errno == EADDRNOTAVAIL)) {
+      struct sockaddr_in sa4 = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_ANY)};
+      fd = xcoll_socket_listen((struct sockaddr *)&sa4, sizeof sa4, 1024);
+    }
+    err = errno;
+  } else {
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *list = NULL;
+    int rc = getaddrinfo(addr, service, &hints, &list);
+    if (rc != 0)
+      return xcoll_error(NULL, XCOLL_ERR_SYSTEM,
+                         "could not resolve the rendezvous store address '%s' "
+                         "(port %d): %s",
+                         addr, port, gai_strerror(rc));
+    err = EADDRNOTAVAIL;
+    for (struct addrinfo *ai = list; ai && fd < 0; ai = ai->ai_next) {
+      fd = xcoll_socket_listen(ai->ai_addr, ai->ai_addrlen, 1024);
+      if (fd < 0)
+        err = errno;
+    }
+    freeaddrinfo(list);
+  }
+  if (fd < 0)
+    return xcoll_error(NULL, XCOLL_ERR_SYSTEM,
+                       "could not listen on %s:%d for the rendezvous store: "
+                       "%s%s",
+                       shown, port, strerror(err),
+                       err == EADDRINUSE
+                           ? " (another process, perhaps an earlier run, holds "
+                             "this port: pick another MASTER_PORT, or 0 in "
+                             "xcollrun for a free one)"
+                       : err == EADDRNOTAVAIL
+                           ? " (the store binds to the address MASTER_ADDR "
+                             "resolves to, and it is not one of this host's: "
+                             "set XCOLL_STORE_BIND to a local address, or "
+                             "0.0.0.0 for every interface)"
+                           : "");
+
+  struct sockaddr_storage bound;
+  socklen_t bound_len = sizeof bound;
+  int actual_port = port;
+  if (getsockname(fd, (struct sockaddr *)&bound, &bound_len) == 0)
+    actual_port = ntohs(bound.ss_family == AF_INET6
+                            ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                            : ((struct sockaddr_in *)&bound)->sin_port);
+
+  xcoll_store_server *s = calloc(1, sizeof *s);
+  if (!s) {
+    close(fd);
+    return xcoll_error(NULL, XCOLL_ERR_NO_MEMORY,
+                       "out of memory starting the rendezvous store");
+  }
+  s->listen_fd = fd;
+  s->port = actual_port;
+  s->max_bytes = max_bytes;
+  snprintf(s->addr, sizeof s->addr, "%s", shown);
+  s->table.bucket_count = 256;
+  s->table.buckets = calloc(s->table.bucket_count, sizeof *s->table.buckets);
+  s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (!s->table.buckets || s->wake_fd < 0) {
+    int saved = errno;
+    if (s->wake_fd >= 0)
+      close(s->wake_fd);
+    free(s->table.buckets);
+    free(s);
+    close(fd);
+    return xcoll_error(NULL, XCOLL_ERR_SYSTEM,
+                       "could not set up the rendezvous store on %s:%d: %s",
+                       shown, actual_port, strerror(saved));
+  }
+  /* The server thread takes no signals: they belong to the application. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int rc = pthread_create(&s->thread, NULL, server_main, s);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
+    close(s->wake_fd);
+    free(s->table.buckets);
+    free(s);
+    close(fd);
+    return xcoll_error(NULL, XCOLL_ERR_SYSTEM,
+                       "could not start the rendezvous store thread for "
+                       "%s:%d: %s",
+                       shown, actual_port, strerror(rc));
+  }
+  XCOLL_INFO("rendezvous store listening on %s:%d", shown, actual_port);
+  *server = s;
+  if (bound_port)
+    *bound_port = actual_port;
+  return XCOLL_SUCCESS;
+}
+
+void xcoll_store_server_stop(xcoll_store_server *s) {
+  if (!s)
+    return;
+  atomic_store(&s->stopping, 1);
+  uint64_t one = 1;
+  while (write(s->wake_fd, &one, sizeof one) < 0 && errno == EINTR) {
+  }
+  pthread_join(s->thread, NULL);
+  for (size_t i = 0; i < s->client_count; i++)
+    client_free(s, s->clients[i]);
+  free(s->clients);
+  free(s->pollfds);
+  table_free(&s->table);
+  close(s->listen_fd);
+  close(s->wake_fd);
+  free(s);
+}
+
