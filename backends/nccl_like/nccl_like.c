@@ -132,6 +132,15 @@ static void *watcher_main(void *arg) {
       return NULL;
     if (s == XCOLL_ERR_TIMEOUT)
       continue; /* a very long wait ran out: wait again */
+    if (s == XCOLL_ERR_REMOTE &&
+        strstr(xcoll_last_error(), "reported by the rendezvous store")) {
+      /* The store itself saw a rank's connection drop (core/store_server.c
+       * server_note_departure) and failed this wait with a message naming
+       * that rank: the fastest news of a death that is not a neighbour's. */
+      nl_fail(st, XCOLL_ERR_REMOTE, -1, "nccl_like: rank %d: %s", st->rank,
+              xcoll_last_error());
+      return NULL;
+    }
     if (s != XCOLL_SUCCESS) {
       /* Rank 0 hosts the store: it is gone. Ops already in flight fail once
        * they stall (proxy.c), so that a rank 0 that merely finished does not
