@@ -77,6 +77,13 @@
 typedef void (*xc_trace_fn)(void *ctx, int channel, const char *primitive,
                             size_t bytes, uint64_t start_ns, uint64_t end_ns);
 
+/* Host-only progress hook, called by a waiting kernel before each pause of
+ * its spin (xc_wait_counter), so that the thread that runs the kernel also
+ * moves its channel's slots over the network instead of handing them to
+ * another thread (backends/nccl_like: the channel's proxy step). Must not
+ * block for long; may be NULL (off; always off on the device). */
+typedef void (*xc_progress_fn)(void *ctx);
+
 /* Which of the four roles a primitive plays (NCCL's genericOp arguments). */
 #define XC_OP_RECV 1 /* read a slot from the previous rank */
 #define XC_OP_SEND 2 /* fill a slot for the next rank */
@@ -107,6 +114,8 @@ typedef struct xc_prims {
   const xc_abort *abort;
   xc_trace_fn trace;  /* host only; NULL = off */
   void *trace_ctx;
+  xc_progress_fn progress; /* host only; NULL = off */
+  void *progress_ctx;
   int channel;
 } xc_prims;
 
@@ -175,15 +184,24 @@ XC_INLINE XC_HD void xc_prims_finish(xc_prims *p) {
   XC_BARRIER();
 }
 
-/* Spins until *counter >= target (acquire). XCOLL_ERR_ABORTED if abort is
- * raised meanwhile. */
-XC_INLINE XC_HD xcoll_status xc_wait_counter(const xc_atomic_u64 *counter,
-                                             uint64_t target,
-                                             const xc_abort *abort) {
+/* Spins until *counter >= target (acquire), calling p's progress hook (host,
+ * when set) before each pause. XCOLL_ERR_ABORTED if p's abort flag is raised
+ * meanwhile. */
+XC_INLINE XC_HD xcoll_status xc_wait_counter(const xc_prims *p,
+                                             const xc_atomic_u64 *counter,
+                                             uint64_t target) {
   uint64_t spins = 0;
-  while (xc_load_acquire(counter) < target)
-    if (xc_spin_pause(++spins, abort))
+  while (xc_load_acquire(counter) < target) {
+#ifndef __CUDA_ARCH__
+    if (p->progress) {
+      p->progress(p->progress_ctx);
+      if (xc_load_acquire(counter) >= target)
+        break;
+    }
+#endif
+    if (xc_spin_pause(++spins, p->abort))
       return XCOLL_ERR_ABORTED;
+  }
   return XCOLL_SUCCESS;
 }
 
@@ -322,12 +340,12 @@ XC_INLINE XC_HD xcoll_status xc_generic_op(xc_prims *p, int flags,
     int failed = 0; /* 1 aborted, 2 protocol */
     if (XC_TID() == 0) {
       if ((flags & XC_OP_RECV) &&
-          xc_wait_counter(p->recv->tail, p->recv_step + nsteps, p->abort))
+          xc_wait_counter(p, p->recv->tail, p->recv_step + nsteps))
         failed = 1;
       /* Credits: head + XCOLL_STEPS >= send_step + nsteps. */
       uint64_t need = p->send_step + nsteps;
       if (!failed && (flags & XC_OP_SEND) && need > XCOLL_STEPS &&
-          xc_wait_counter(p->send->head, need - XCOLL_STEPS, p->abort))
+          xc_wait_counter(p, p->send->head, need - XCOLL_STEPS))
         failed = 1;
     }
     if (XC_BARRIER_OR(failed == 1))

@@ -86,6 +86,8 @@ typedef struct xc_work {
   int slice_steps;       /* slots per slice, 1..chunk_steps (NCCL: 2) */
   xc_trace_fn trace;     /* host only; NULL = off (see prims.h) */
   void *trace_ctx;
+  xc_progress_fn progress; /* host only; NULL = off (see prims.h) */
+  void *progress_ctx;
 } xc_work;
 
 /* This channel's contiguous share of total elements: [*offset, *offset +
@@ -278,6 +280,8 @@ XC_INLINE XC_HD xcoll_status xc_ring_run(const xc_work *w, xc_conn *send,
                        w->slice_steps, abort));
   p->trace = w->trace;
   p->trace_ctx = w->trace_ctx;
+  p->progress = w->progress;
+  p->progress_ctx = w->progress_ctx;
   p->channel = w->channel;
   size_t base, n;
   xc_channel_share(w->count, p->elem_bytes, w->channel, w->nchannels, &base,

@@ -40,6 +40,7 @@ static xcoll_status alloc_fifos(nl_state *st) {
   for (int c = 0; c < st->nchannels; c++) {
     nl_channel *ch = &st->channels[c];
     ch->id = c;
+    ch->st = st;
     ch->send_mem = alloc_aligned(sizeof(nl_fifo_mem));
     ch->recv_mem = alloc_aligned(sizeof(nl_fifo_mem));
     ch->send_buff = alloc_aligned(st->buffsize);

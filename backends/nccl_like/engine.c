@@ -170,6 +170,7 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
 
   pthread_mutex_lock(&st->lock);
   atomic_fetch_add(&st->ops_in_flight, 1);
+  st->proxy_kicks++;
   pthread_cond_signal(&st->proxy_cond);
   int pushed = 0;
   for (int c = 0; c < op->nchannels; c++) {
@@ -263,10 +264,15 @@ static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
   if (!atomic_load(&st->failed)) {
     xc_work work = op->work;
     work.channel = ch->id;
+    work.progress = nl_proxy_progress_hook;
+    work.progress_ctx = ch;
     double t0 = xcoll_trace_enabled() ? xcoll_time_us() : 0;
     atomic_store(&ch->busy, 1);
     s = xc_ring_run(&work, &ch->send, &ch->recv, &st->abort_flag);
     atomic_store(&ch->busy, 0);
+    /* Post the slots the kernel filled last (nothing waited after them),
+     * then let the proxy thread finish sending them. */
+    nl_proxy_progress_hook(ch);
     trace_channel_op(st, ch, op, t0);
     if (s != XCOLL_SUCCESS && s != XCOLL_ERR_ABORTED)
       nl_fail(st, s, -1,
@@ -281,6 +287,8 @@ static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
     atomic_fetch_sub(&st->ops_in_flight, 1);
     pthread_cond_broadcast(&st->done_cond);
   }
+  st->proxy_kicks++;
+  pthread_cond_signal(&st->proxy_cond);
   pthread_mutex_unlock(&st->lock);
 }
 

@@ -221,8 +221,10 @@ static void free_state(nl_state *st) {
     return;
   stop_threads(st);
   nl_channels_free(st);
-  for (int c = 0; c < NL_MAX_CHANNELS; c++)
+  for (int c = 0; c < NL_MAX_CHANNELS; c++) {
     pthread_cond_destroy(&st->channels[c].queue_cond);
+    pthread_mutex_destroy(&st->channels[c].progress_lock);
+  }
   pthread_cond_destroy(&st->done_cond);
   pthread_cond_destroy(&st->proxy_cond);
   pthread_mutex_destroy(&st->lock);
@@ -280,8 +282,10 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
   pthread_mutex_init(&st->lock, NULL);
   pthread_cond_init(&st->done_cond, NULL);
   pthread_cond_init(&st->proxy_cond, NULL);
-  for (int c = 0; c < NL_MAX_CHANNELS; c++)
+  for (int c = 0; c < NL_MAX_CHANNELS; c++) {
     pthread_cond_init(&st->channels[c].queue_cond, NULL);
+    pthread_mutex_init(&st->channels[c].progress_lock, NULL);
+  }
   atomic_init(&st->abort_flag, 0);
   atomic_init(&st->failed, 0);
   atomic_init(&st->store_lost, 0);

@@ -75,6 +75,7 @@ typedef struct nl_proxy_conn {
 
 typedef struct nl_channel {
   int id;
+  struct nl_state *st; /* back pointer, for the progress hook */
   /* Kernel's view of the two connections (kernels/conn.h). */
   xc_conn send;  /* to the next rank in the ring */
   xc_conn recv;  /* from the previous rank */
@@ -94,6 +95,11 @@ typedef struct nl_channel {
   double recv_broken_since;
   /* The worker is inside xc_ring_run (read by the proxy). */
   _Atomic int busy;
+  /* Held (trylock only) by the one thread that runs this channel's proxy
+   * step: the worker from its kernel's progress hook while it waits, or the
+   * proxy thread. It guards proxy_send, proxy_recv, the net requests and
+   * recv_broken*, so net calls on a channel never run concurrently. */
+  pthread_mutex_t progress_lock;
 
   /* The worker thread and its bounded queue of work items. */
   pthread_t worker;
@@ -137,6 +143,10 @@ typedef struct nl_state {
    * read without it by the proxy's loop. */
   _Atomic int ops_in_flight;
   int stopping;              /* comm_destroy: threads exit */
+  /* Bumped under lock with proxy_cond signalled when the proxy may have
+   * work its timed wait must not sleep through (a worker left its kernel
+   * with slots to send, an op started). */
+  unsigned proxy_kicks;
 
   pthread_t proxy;
   int proxy_started;
@@ -194,6 +204,12 @@ void nl_proxy_join(nl_state *st);
 /* The sentence explaining the calling thread's last failed plugin call
  * (net.h's xcoll_net_last_error, or a placeholder when it gave none). */
 const char *nl_net_last_error(void);
+/* The worker's progress hook (xc_work.progress; ctx is its nl_channel,
+ * whose st points back to the state): runs the channel's proxy step when no
+ * other thread is running it (trylock), so the thread that waits on a slot
+ * also moves it over the network, with no hand-off to the proxy thread.
+ * Failures go through nl_fail, which raises the kernels' abort flag. */
+void nl_proxy_progress_hook(void *ctx);
 /* Before a normal comm_destroy: wait (up to timeout_s) until every slot a
  * kernel filled has been sent, so that the last collective's data reaches
  * the next rank before the connections close. */

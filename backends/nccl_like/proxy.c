@@ -11,10 +11,20 @@
  * while posted < head + XCOLL_STEPS; when one lands, write its size and
  * publish tail with release, so that the kernel reads a complete slot.
  *
- * The thread spins (sched_yield between passes) while an op is in flight or
- * a slot waits to be sent, and sleeps on a condition variable otherwise, so
- * idle ranks cost no CPU. It also owns the "no progress for timeout_s"
- * check. */
+ * Who runs a channel's step: whichever thread holds the channel's
+ * progress_lock, taken with trylock only. A worker whose kernel waits on a
+ * slot runs its own channel's step from the kernel's progress hook
+ * (nl_proxy_progress_hook), so a slot goes from the kernel to the socket
+ * and back on one thread, with no hand-off; on a 2-core machine with
+ * several ranks, every hand-off to another spinning thread cost a
+ * scheduler time slice. The proxy thread skips a channel whose lock is
+ * taken. It spins (sched_yield between passes) only while a channel whose
+ * worker is outside its kernel has slots left to send (the kernel's last
+ * slots of an op); while every busy channel is driven by its worker, it
+ * waits on its condition variable for at most NL_PROXY_NAP_MS, and sleeps
+ * without a timeout when no op is in flight and nothing is left to send, so
+ * idle ranks cost no CPU. It alone owns the "no progress for timeout_s"
+ * check, and the drain before comm_destroy. */
 #include <inttypes.h>
 #include <sched.h>
 #include <stdio.h>
@@ -37,6 +47,10 @@
  * receive no kernel needs. The socket buffers keep the sender streaming
  * meanwhile, so the pipeline does not stall on it. */
 #define NL_RECVS_AHEAD 1
+/* The proxy thread's longest wait while the workers drive their channels
+ * (milliseconds): it still passes over every channel this often, to move a
+ * channel whose worker computes a long step and to check the timeout. */
+#define NL_PROXY_NAP_MS 1
 
 const char *nl_net_last_error(void) {
   const char *message = xcoll_net_last_error();
@@ -186,22 +200,26 @@ static xcoll_status progress_recv(nl_state *st, nl_channel *ch,
 static int sends_pending(nl_state *st) {
   for (int c = 0; c < st->nchannels; c++) {
     nl_channel *ch = &st->channels[c];
+    /* head is the send side's completed count, published by whichever
+     * thread ran the step. */
     if (atomic_load_explicit(&ch->send_mem->tail, memory_order_acquire) >
-        ch->proxy_send.completed)
+        atomic_load_explicit(&ch->send_mem->head, memory_order_acquire))
       return 1;
   }
   return 0;
 }
 
-/* The kernel-side counters, so that a kernel busy reducing a large slot
- * counts as progress too. */
+/* Every FIFO counter: the kernel's (so that a kernel busy reducing a large
+ * slot counts as progress too) and the proxy step's (which the workers'
+ * hooks move without the proxy thread seeing it). */
 static uint64_t kernel_counters(nl_state *st) {
   uint64_t sum = 0;
   for (int c = 0; c < st->nchannels; c++) {
-    sum += atomic_load_explicit(&st->channels[c].send_mem->tail,
-                                memory_order_relaxed);
-    sum += atomic_load_explicit(&st->channels[c].recv_mem->head,
-                                memory_order_relaxed);
+    nl_channel *ch = &st->channels[c];
+    sum += atomic_load_explicit(&ch->send_mem->tail, memory_order_relaxed);
+    sum += atomic_load_explicit(&ch->send_mem->head, memory_order_relaxed);
+    sum += atomic_load_explicit(&ch->recv_mem->head, memory_order_relaxed);
+    sum += atomic_load_explicit(&ch->recv_mem->tail, memory_order_relaxed);
   }
   return sum;
 }
@@ -212,14 +230,17 @@ static void fail_timeout(nl_state *st, double idle_s) {
    * outstanding waits on the next. */
   for (int c = 0; c < st->nchannels; c++) {
     nl_channel *ch = &st->channels[c];
-    if (ch->proxy_send.posted > ch->proxy_send.completed) {
+    /* The FIFO counters, not proxy_send's: a worker may hold the channel. */
+    uint64_t sent =
+        atomic_load_explicit(&ch->send_mem->head, memory_order_acquire);
+    if (atomic_load_explicit(&ch->send_mem->tail, memory_order_acquire) >
+        sent) {
       nl_fail(st, XCOLL_ERR_TIMEOUT, -1,
               "nccl_like: rank %d made no progress for %.1f s "
               "(XCOLL_TIMEOUT_S=%.1f): channel %d waits for rank %d (next in "
               "the ring) to take step %" PRIu64 ": is rank %d alive and in "
               "the same collective?",
-              st->rank, idle_s, st->timeout_s, c, st->next,
-              ch->proxy_send.completed, st->next);
+              st->rank, idle_s, st->timeout_s, c, st->next, sent, st->next);
       return;
     }
   }
@@ -229,7 +250,9 @@ static void fail_timeout(nl_state *st, double idle_s) {
           "the ring), step %" PRIu64 " on channel 0: is rank %d alive and in "
           "the same collective?",
           st->rank, idle_s, st->timeout_s, st->prev,
-          st->channels[0].proxy_recv.completed, st->prev);
+          atomic_load_explicit(&st->channels[0].recv_mem->tail,
+                               memory_order_acquire),
+          st->prev);
 }
 
 /* Sleep until there is something to move. Returns 0 when the thread must
@@ -285,10 +308,27 @@ static void *proxy_main(void *arg) {
       last_progress = nl_now();
       last_kernel = kernel_counters(st);
     }
+    pthread_mutex_lock(&st->lock);
+    unsigned kicks = st->proxy_kicks;
+    pthread_mutex_unlock(&st->lock);
     int progress = 0;
+    int spin = 0; /* a channel no worker drives has slots left to send */
     for (int c = 0; c < st->nchannels; c++) {
-      if (progress_send(st, &st->channels[c], &progress) != XCOLL_SUCCESS ||
-          progress_recv(st, &st->channels[c], &progress) != XCOLL_SUCCESS)
+      nl_channel *ch = &st->channels[c];
+      if (pthread_mutex_trylock(&ch->progress_lock) != 0)
+        continue; /* its worker runs the step */
+      int busy = atomic_load(&ch->busy);
+      xcoll_status s = progress_send(st, ch, &progress);
+      if (s == XCOLL_SUCCESS)
+        s = progress_recv(st, ch, &progress);
+      if (!busy && ch->proxy_send.posted > ch->proxy_send.completed)
+        spin = 1;
+      if (!busy && atomic_load_explicit(&ch->send_mem->tail,
+                                        memory_order_acquire) >
+                       ch->proxy_send.posted)
+        spin = 1;
+      pthread_mutex_unlock(&ch->progress_lock);
+      if (s != XCOLL_SUCCESS)
         break;
     }
     if (atomic_load(&st->failed))
@@ -316,8 +356,40 @@ static void *proxy_main(void *arg) {
       fail_timeout(st, idle);
       continue;
     }
-    sched_yield();
+    if (spin) {
+      sched_yield();
+      continue;
+    }
+    /* Every busy channel is driven by its worker: nap until a worker leaves
+     * its kernel or an op starts (proxy_kicks), or NL_PROXY_NAP_MS. */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += NL_PROXY_NAP_MS * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&st->lock);
+    while (st->proxy_kicks == kicks && !st->stopping &&
+           !atomic_load(&st->failed)) {
+      if (pthread_cond_timedwait(&st->proxy_cond, &st->lock, &until) != 0)
+        break;
+    }
+    pthread_mutex_unlock(&st->lock);
   }
+}
+
+void nl_proxy_progress_hook(void *ctx) {
+  nl_channel *ch = ctx;
+  nl_state *st = ch->st;
+  if (atomic_load_explicit(&st->failed, memory_order_relaxed))
+    return;
+  if (pthread_mutex_trylock(&ch->progress_lock) != 0)
+    return; /* the proxy thread runs the step right now */
+  int progress = 0;
+  if (progress_send(st, ch, &progress) == XCOLL_SUCCESS)
+    (void)progress_recv(st, ch, &progress);
+  pthread_mutex_unlock(&ch->progress_lock);
 }
 
 xcoll_status nl_proxy_start(nl_state *st) {
