@@ -170,8 +170,10 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
 
   pthread_mutex_lock(&st->lock);
   atomic_fetch_add(&st->ops_in_flight, 1);
-  st->proxy_kicks++;
-  pthread_cond_signal(&st->proxy_cond);
+  /* Only a sleeping proxy needs waking: a napping one passes by soon and
+   * the workers drive their channels meanwhile. */
+  if (st->proxy_idle)
+    pthread_cond_signal(&st->proxy_cond);
   int pushed = 0;
   for (int c = 0; c < op->nchannels; c++) {
     nl_channel *ch = &st->channels[c];
@@ -261,6 +263,7 @@ static void trace_channel_op(nl_state *st, nl_channel *ch, const nl_op *op,
 
 static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
   xcoll_status s = XCOLL_ERR_ABORTED;
+  int kick = 0; /* slots left to send: the proxy must finish them */
   if (!atomic_load(&st->failed)) {
     xc_work work = op->work;
     work.channel = ch->id;
@@ -273,6 +276,8 @@ static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
     /* Post the slots the kernel filled last (nothing waited after them),
      * then let the proxy thread finish sending them. */
     nl_proxy_progress_hook(ch);
+    kick = atomic_load_explicit(&ch->send_mem->tail, memory_order_acquire) >
+           atomic_load_explicit(&ch->send_mem->head, memory_order_acquire);
     trace_channel_op(st, ch, op, t0);
     if (s != XCOLL_SUCCESS && s != XCOLL_ERR_ABORTED)
       nl_fail(st, s, -1,
@@ -287,8 +292,10 @@ static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
     atomic_fetch_sub(&st->ops_in_flight, 1);
     pthread_cond_broadcast(&st->done_cond);
   }
-  st->proxy_kicks++;
-  pthread_cond_signal(&st->proxy_cond);
+  if (kick) {
+    st->proxy_kicks++;
+    pthread_cond_signal(&st->proxy_cond);
+  }
   pthread_mutex_unlock(&st->lock);
 }
 

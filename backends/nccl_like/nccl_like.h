@@ -147,6 +147,7 @@ typedef struct nl_state {
    * work its timed wait must not sleep through (a worker left its kernel
    * with slots to send, an op started). */
   unsigned proxy_kicks;
+  int draining; /* nl_proxy_drain runs: the proxy must not linger */
 
   pthread_t proxy;
   int proxy_started;

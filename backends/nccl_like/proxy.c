@@ -51,6 +51,10 @@
  * (milliseconds): it still passes over every channel this often, to move a
  * channel whose worker computes a long step and to check the timeout. */
 #define NL_PROXY_NAP_MS 1
+/* After its last op, the proxy naps (as above) this long (seconds) before
+ * it sleeps until start() wakes it: back-to-back ops then cost it no
+ * wake-up each. */
+#define NL_PROXY_LINGER_S 0.05
 
 const char *nl_net_last_error(void) {
   const char *message = xcoll_net_last_error();
@@ -278,6 +282,9 @@ void nl_proxy_drain(nl_state *st) {
   clock_gettime(CLOCK_REALTIME, &deadline);
   deadline.tv_sec += (time_t)st->timeout_s + 1;
   pthread_mutex_lock(&st->lock);
+  /* Cut the proxy's linger short: it goes idle as soon as all is sent. */
+  st->draining = 1;
+  pthread_cond_broadcast(&st->proxy_cond);
   /* A kernel may have published its last slot after the proxy went to
    * sleep only if an op was in flight, which wakes it: so proxy_idle with
    * no op in flight means everything was sent. */
@@ -289,28 +296,65 @@ void nl_proxy_drain(nl_state *st) {
   pthread_mutex_unlock(&st->lock);
 }
 
+/* Wait on proxy_cond until a kick other than the one counted in kicks,
+ * stop, failure or drain, or NL_PROXY_NAP_MS. */
+static void nap(nl_state *st, unsigned kicks) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_nsec += NL_PROXY_NAP_MS * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&st->lock);
+  while (st->proxy_kicks == kicks && !st->stopping && !st->draining &&
+         !atomic_load(&st->failed)) {
+    if (pthread_cond_timedwait(&st->proxy_cond, &st->lock, &until) != 0)
+      break;
+  }
+  pthread_mutex_unlock(&st->lock);
+}
+
+static unsigned read_kicks(nl_state *st, int *draining) {
+  pthread_mutex_lock(&st->lock);
+  unsigned kicks = st->proxy_kicks;
+  *draining = st->draining || st->stopping;
+  pthread_mutex_unlock(&st->lock);
+  return kicks;
+}
+
 static void *proxy_main(void *arg) {
   nl_state *st = arg;
   double last_progress = nl_now();
+  double last_active = 0;
   uint64_t last_kernel = 0;
   int was_active = 0;
   for (;;) {
     int active = !atomic_load(&st->failed) &&
                  (atomic_load(&st->ops_in_flight) > 0 || sends_pending(st));
     if (!active) {
+      /* Between back-to-back ops, nap rather than sleep, so that start()
+       * need not wake the proxy for every op (it wakes an idle one only). */
+      int draining = 0;
+      unsigned kicks = read_kicks(st, &draining);
+      if (was_active && !draining && !atomic_load(&st->failed) &&
+          nl_now() - last_active < NL_PROXY_LINGER_S) {
+        nap(st, kicks);
+        continue;
+      }
       was_active = 0;
       if (!wait_for_work(st))
         return NULL;
       continue;
     }
+    last_active = nl_now();
     if (!was_active) {
       was_active = 1;
       last_progress = nl_now();
       last_kernel = kernel_counters(st);
     }
-    pthread_mutex_lock(&st->lock);
-    unsigned kicks = st->proxy_kicks;
-    pthread_mutex_unlock(&st->lock);
+    int draining = 0;
+    unsigned kicks = read_kicks(st, &draining);
     int progress = 0;
     int spin = 0; /* a channel no worker drives has slots left to send */
     for (int c = 0; c < st->nchannels; c++) {
@@ -356,26 +400,13 @@ static void *proxy_main(void *arg) {
       fail_timeout(st, idle);
       continue;
     }
-    if (spin) {
+    if (spin || draining) {
       sched_yield();
       continue;
     }
     /* Every busy channel is driven by its worker: nap until a worker leaves
-     * its kernel or an op starts (proxy_kicks), or NL_PROXY_NAP_MS. */
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += NL_PROXY_NAP_MS * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-      until.tv_sec++;
-      until.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&st->lock);
-    while (st->proxy_kicks == kicks && !st->stopping &&
-           !atomic_load(&st->failed)) {
-      if (pthread_cond_timedwait(&st->proxy_cond, &st->lock, &until) != 0)
-        break;
-    }
-    pthread_mutex_unlock(&st->lock);
+     * its kernel with slots to send (proxy_kicks), or NL_PROXY_NAP_MS. */
+    nap(st, kicks);
   }
 }
 
