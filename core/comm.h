@@ -11,6 +11,7 @@
 
 #include "algorithm.h"
 #include "backend.h"
+#include "fingerprint.h"
 #include "log.h"
 #include "store.h"
 #include "xcoll.h"
@@ -49,6 +50,10 @@ typedef struct xcoll_comm {
 
   /* Next collective's sequence number (issue order, same on every rank). */
   uint64_t next_seq;
+  /* The host-driven collective now running (set by xcoll_coll_run before the
+   * algorithm starts): backends send it with each collective's first message
+   * to a peer and compare it with the peer's (core/fingerprint.h). */
+  xcoll_fingerprint fingerprint;
 
   /* Non-blocking collectives run in issue order on one progress thread per
    * communicator (core/request.c). */

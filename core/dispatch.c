@@ -133,6 +133,7 @@ xcoll_status xcoll_coll_run(xcoll_comm *comm, const xcoll_coll_args *args) {
 
   const int tracing = xcoll_trace_enabled();
   double start_us = tracing ? xcoll_time_us() : 0.0;
+  comm->fingerprint = xcoll_fingerprint_of(args);
   if (algorithm == NULL)
     run_local(comm, args);
   else

@@ -49,6 +49,14 @@ static void encode_fields(const xcoll_wire_header *h, uint8_t *out) {
   put64(out + 16, h->tag);
   put64(out + 24, h->length);
   put32(out + 32, h->sender);
+  memcpy(out + 36, h->fingerprint, XCOLL_FINGERPRINT_BYTES);
+}
+
+#define CHECKED_BYTES (XCOLL_WIRE_HEADER_BYTES - 4)
+
+void xcoll_wire_set_fingerprint(xcoll_wire_header *header,
+                                const xcoll_fingerprint *fp) {
+  xcoll_fingerprint_encode(fp, header->fingerprint);
 }
 
 xcoll_wire_header xcoll_wire_make(xcoll_wire_kind kind, uint64_t comm_id,
@@ -61,13 +69,14 @@ xcoll_wire_header xcoll_wire_make(xcoll_wire_kind kind, uint64_t comm_id,
   h.tag = tag;
   h.length = length;
   h.sender = (uint32_t)sender;
+  memset(h.fingerprint, 0, sizeof h.fingerprint);
   h.checksum = 0;
   return h;
 }
 
 void xcoll_wire_encode(const xcoll_wire_header *header, uint8_t *out) {
   encode_fields(header, out);
-  put32(out + 36, fnv1a(out, 36));
+  put32(out + CHECKED_BYTES, fnv1a(out, CHECKED_BYTES));
 }
 
 int xcoll_wire_decode(const void *in, size_t bytes, xcoll_wire_header *header,
@@ -88,7 +97,8 @@ int xcoll_wire_decode(const void *in, size_t bytes, xcoll_wire_header *header,
   header->tag = get64(p + 16);
   header->length = get64(p + 24);
   header->sender = get32(p + 32);
-  header->checksum = get32(p + 36);
+  memcpy(header->fingerprint, p + 36, XCOLL_FINGERPRINT_BYTES);
+  header->checksum = get32(p + CHECKED_BYTES);
   return 0;
 }
 
@@ -124,7 +134,7 @@ int xcoll_wire_check(const xcoll_wire_header *h, uint64_t expected_comm_id,
   }
   uint8_t bytes[XCOLL_WIRE_HEADER_BYTES];
   encode_fields(h, bytes);
-  uint32_t sum = fnv1a(bytes, 36);
+  uint32_t sum = fnv1a(bytes, CHECKED_BYTES);
   if (sum != h->checksum) {
     WHY("header checksum 0x%08" PRIx32 " does not match its fields "
         "(0x%08" PRIx32 "): corrupted header",

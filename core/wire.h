@@ -1,7 +1,7 @@
 /* wire.h - the fixed header that starts every message a backend puts on the
  * wire (design.md, "Wire protocol").
  *
- * Layout: 40 bytes, every field little-endian, encoded and decoded byte by
+ * Layout: 64 bytes, every field little-endian, encoded and decoded byte by
  * byte so that the format does not depend on the host's endianness, struct
  * padding or alignment:
  *
@@ -11,12 +11,19 @@
  *   6      2    kind       xcoll_wire_kind
  *   8      8    comm_id    the communicator's id (xcoll_comm.comm_id)
  *   16     8    tag        DATA: the p2p tag; HELLO: (receiver rank << 32) |
- *                          socket index; ABORT: the rank at the origin of the
- *                          failure; BYE: 0
+ *                          socket index; ABORT: (status << 32) | the rank
+ *                          at the origin of the failure, status being
+ *                          XCOLL_ERR_PROTOCOL for a collective mismatch
+ *                          (every rank fails with it), else XCOLL_ERR_REMOTE;
+ *                          BYE: 0
  *   24     8    length     payload bytes that follow this header on the same
  *                          connection
  *   32     4    sender     the sending rank
- *   36     4    checksum   FNV-1a (32 bit) of bytes 0..35
+ *   36     24   fingerprint DATA: the sender's collective (core/fingerprint.h,
+ *                          valid byte 0 outside a collective); else zeros
+ *   60     4    checksum   FNV-1a (32 bit) of bytes 0..59
+ *
+ * Version 2 added the fingerprint (version 1 was 40 bytes without it).
  *
  * A receiver decodes the header, then calls xcoll_wire_check() with what it
  * expects BEFORE it uses the length for anything: a bad header is a protocol
@@ -28,9 +35,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define XCOLL_WIRE_HEADER_BYTES 40
+#include "fingerprint.h"
+
+#define XCOLL_WIRE_HEADER_BYTES 64
 #define XCOLL_WIRE_MAGIC 0x4d574358u /* bytes 'X' 'C' 'W' 'M' */
-#define XCOLL_WIRE_VERSION 1
+#define XCOLL_WIRE_VERSION 2
 /* Pass as expected tag or length to xcoll_wire_check: accept any value (the
  * length is still bounded by max_length). */
 #define XCOLL_WIRE_ANY UINT64_MAX
@@ -54,12 +63,20 @@ typedef struct xcoll_wire_header {
   uint64_t tag;
   uint64_t length; /* bytes */
   uint32_t sender;
+  /* Encoded xcoll_fingerprint (DATA), else zeros; decode it with
+   * xcoll_fingerprint_decode after xcoll_wire_check passed. */
+  uint8_t fingerprint[XCOLL_FINGERPRINT_BYTES];
   uint32_t checksum; /* as received; xcoll_wire_encode computes it */
 } xcoll_wire_header;
 
-/* A header with magic and version set, checksum 0, the other fields given. */
+/* A header with magic and version set, checksum 0 and no fingerprint (zero
+ * bytes), the other fields given. */
 xcoll_wire_header xcoll_wire_make(xcoll_wire_kind kind, uint64_t comm_id,
                                   uint64_t tag, uint64_t length, int sender);
+
+/* Put fp into header's fingerprint field (encoded). */
+void xcoll_wire_set_fingerprint(xcoll_wire_header *header,
+                                const xcoll_fingerprint *fp);
 
 /* Write header into out (XCOLL_WIRE_HEADER_BYTES bytes), computing the
  * checksum over the encoded fields (header->checksum is ignored). */

@@ -2,9 +2,12 @@
 #include "checkpoint.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,6 +148,281 @@ static int read_meta_int(const cJSON *md, const char *key, int64_t *out) {
   return 0;
 }
 
+/* ---- header validation (every field, before anything is read) ---- */
+
+/* Bytes per element of a safetensors dtype, 0 for an unknown one. */
+static size_t dtype_bytes(const char *dtype) {
+  static const struct {
+    const char *name;
+    size_t bytes;
+  } table[] = {{"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8},
+               {"I32", 4}, {"I16", 2}, {"I8", 1},  {"U64", 8},  {"U32", 4},
+               {"U16", 2}, {"U8", 1},  {"BOOL", 1}};
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+    if (strcmp(dtype, table[i].name) == 0)
+      return table[i].bytes;
+  return 0;
+}
+
+/* A JSON number that is an integer in [0, 2^53]: *out, else -1. */
+static int json_size(const cJSON *item, uint64_t *out) {
+  if (!cJSON_IsNumber(item))
+    return -1;
+  double v = item->valuedouble;
+  if (!(v >= 0.0 && v <= 9007199254740992.0))
+    return -1;
+  uint64_t u = (uint64_t)v;
+  if ((double)u != v)
+    return -1;
+  *out = u;
+  return 0;
+}
+
+typedef struct byte_range {
+  uint64_t begin, end;
+  const char *name;
+} byte_range;
+
+static int by_begin(const void *a, const void *b) {
+  const byte_range *x = a, *y = b;
+  return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+/* One tensor entry: dtype, shape, data_offsets within data_bytes and of the
+ * shape's length. Fills *range. */
+static int validate_tensor(const char *path, const cJSON *t,
+                           uint64_t data_bytes, byte_range *range, char *err,
+                           size_t err_size) {
+  const char *name = t->string;
+  if (!cJSON_IsObject(t)) {
+    snprintf(err, err_size, "%s: tensor %.80s: not a JSON object", path, name);
+    return -1;
+  }
+  const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(t, "dtype");
+  size_t element = cJSON_IsString(dtype) ? dtype_bytes(dtype->valuestring) : 0;
+  if (element == 0) {
+    snprintf(err, err_size, "%s: tensor %.80s: dtype %.16s is not a "
+             "safetensors dtype", path, name,
+             cJSON_IsString(dtype) ? dtype->valuestring : "(missing)");
+    return -1;
+  }
+  const cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
+  if (!cJSON_IsArray(shape)) {
+    snprintf(err, err_size, "%s: tensor %.80s: shape is missing or not an "
+             "array", path, name);
+    return -1;
+  }
+  /* Elements, bounded by the data size as we go so that it cannot overflow. */
+  uint64_t elements = 1;
+  int d = 0;
+  for (const cJSON *dim = shape->child; dim != NULL; dim = dim->next, d++) {
+    uint64_t n = 0;
+    if (json_size(dim, &n) != 0) {
+      snprintf(err, err_size, "%s: tensor %.80s: shape[%d] is not an integer "
+               ">= 0", path, name, d);
+      return -1;
+    }
+    if (n != 0 && elements > data_bytes / n) {
+      snprintf(err, err_size, "%s: tensor %.80s: shape has more elements "
+               "than the file's %" PRIu64 " data bytes", path, name,
+               data_bytes);
+      return -1;
+    }
+    elements *= n;
+  }
+  const cJSON *offs = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
+  uint64_t begin = 0, end = 0;
+  if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
+      json_size(cJSON_GetArrayItem(offs, 0), &begin) != 0 ||
+      json_size(cJSON_GetArrayItem(offs, 1), &end) != 0) {
+    snprintf(err, err_size, "%s: tensor %.80s: data_offsets is not two "
+             "integers >= 0", path, name);
+    return -1;
+  }
+  if (begin > end || end > data_bytes) {
+    snprintf(err, err_size, "%s: tensor %.80s: data_offsets [%" PRIu64
+             ", %" PRIu64 "] are not an ordered range within the %" PRIu64
+             " data bytes", path, name, begin, end, data_bytes);
+    return -1;
+  }
+  if (elements > data_bytes / element || end - begin != elements * element) {
+    snprintf(err, err_size, "%s: tensor %.80s: data_offsets span %" PRIu64
+             " bytes, but the shape and dtype %s need %" PRIu64, path, name,
+             end - begin, dtype->valuestring, elements * (uint64_t)element);
+    return -1;
+  }
+  range->begin = begin;
+  range->end = end;
+  range->name = name;
+  return 0;
+}
+
+static int validate_metadata(const char *path, const cJSON *md, char *err,
+                             size_t err_size) {
+  if (!cJSON_IsObject(md)) {
+    snprintf(err, err_size, "%s: __metadata__ is missing: not an xtrain "
+             "checkpoint", path);
+    return -1;
+  }
+  static const char *const counters[] = {"step", "epoch", "step_in_epoch"};
+  for (int i = 0; i < 3; i++) {
+    int64_t v = 0;
+    if (read_meta_int(md, counters[i], &v) != 0) {
+      snprintf(err, err_size, "%s: __metadata__.%s is missing or not an "
+               "integer: not an xtrain checkpoint", path, counters[i]);
+      return -1;
+    }
+    if (v < 0 || (i == 1 && v > 0x7fffffff)) {
+      snprintf(err, err_size, "%s: __metadata__.%s is %" PRId64 ": must be "
+               ">= 0%s", path, counters[i], v, i == 1 ? " and fit an int" : "");
+      return -1;
+    }
+  }
+  const cJSON *rng_item = cJSON_GetObjectItemCaseSensitive(md, "rng_state");
+  int ok = cJSON_IsString(rng_item) && strlen(rng_item->valuestring) == 64;
+  for (int i = 0; ok && i < 64; i++)
+    ok = isxdigit((unsigned char)rng_item->valuestring[i]) != 0;
+  if (!ok) {
+    snprintf(err, err_size, "%s: __metadata__.rng_state is missing or not 64 "
+             "hex digits", path);
+    return -1;
+  }
+  /* Metadata values are strings by the safetensors format. */
+  for (const cJSON *item = md->child; item != NULL; item = item->next)
+    if (!cJSON_IsString(item)) {
+      snprintf(err, err_size, "%s: __metadata__.%.80s is not a string", path,
+               item->string);
+      return -1;
+    }
+  return 0;
+}
+
+/* Every field of a parsed header, for a file with data_bytes bytes after it. */
+static int validate_header(const char *path, const cJSON *root,
+                           uint64_t data_bytes, char *err, size_t err_size) {
+  if (!cJSON_IsObject(root)) {
+    snprintf(err, err_size, "%s: the header is not a JSON object", path);
+    return -1;
+  }
+  if (validate_metadata(path,
+                        cJSON_GetObjectItemCaseSensitive(root, "__metadata__"),
+                        err, err_size) != 0)
+    return -1;
+  int count = cJSON_GetArraySize(root);
+  byte_range *ranges = calloc((size_t)count + 1, sizeof *ranges);
+  if (!ranges) {
+    snprintf(err, err_size, "%s: no memory to check %d header entries", path,
+             count);
+    return -1;
+  }
+  int n = 0;
+  int rc = 0;
+  for (const cJSON *t = root->child; t != NULL && rc == 0; t = t->next) {
+    if (t->string == NULL) {
+      snprintf(err, err_size, "%s: a header entry has no name", path);
+      rc = -1;
+    } else if (strcmp(t->string, "__metadata__") != 0) {
+      rc = validate_tensor(path, t, data_bytes, &ranges[n], err, err_size);
+      n += rc == 0;
+    }
+  }
+  /* Disjoint: sorted by begin, each non-empty range starts at or after the
+   * end of the one before. */
+  if (rc == 0) {
+    qsort(ranges, (size_t)n, sizeof *ranges, by_begin);
+    const byte_range *last = NULL;
+    for (int i = 0; i < n && rc == 0; i++) {
+      if (ranges[i].begin == ranges[i].end)
+        continue;
+      if (last && ranges[i].begin < last->end) {
+        snprintf(err, err_size, "%s: tensor %.80s: data_offsets [%" PRIu64
+                 ", %" PRIu64 "] overlap tensor %.80s's [%" PRIu64 ", %" PRIu64
+                 "]", path, ranges[i].name, ranges[i].begin, ranges[i].end,
+                 last->name, last->begin, last->end);
+        rc = -1;
+      }
+      if (!last || ranges[i].end > last->end)
+        last = &ranges[i];
+    }
+  }
+  free(ranges);
+  return rc;
+}
+
+/* Parse the 8-byte length of a file of file_bytes bytes: 0, or -1 with err. */
+static int check_header_length(const char *path, const unsigned char *len_le,
+                               uint64_t file_bytes, uint64_t *n, char *err,
+                               size_t err_size) {
+  *n = 0;
+  for (int i = 0; i < 8; i++)
+    *n |= (uint64_t)len_le[i] << (8 * i);
+  if (*n == 0 || *n > MAX_HEADER_BYTES || *n > file_bytes - 8) {
+    snprintf(err, err_size, "%s: header length %" PRIu64 " is impossible for "
+             "a %" PRIu64 "-byte file", path, *n, file_bytes);
+    return -1;
+  }
+  return 0;
+}
+
+int checkpoint_validate_buffer(const char *path, const uint8_t *bytes,
+                               size_t size, char *err, size_t err_size) {
+  if (size < 8) {
+    snprintf(err, err_size, "%s: too short to be a safetensors file", path);
+    return -1;
+  }
+  uint64_t n = 0;
+  if (check_header_length(path, bytes, size, &n, err, err_size) != 0)
+    return -1;
+  cJSON *root = cJSON_ParseWithLength((const char *)bytes + 8, (size_t)n);
+  if (!root) {
+    snprintf(err, err_size, "%s: the header is not valid JSON", path);
+    return -1;
+  }
+  int rc = validate_header(path, root, (uint64_t)size - 8 - n, err, err_size);
+  cJSON_Delete(root);
+  return rc;
+}
+
+/* ---- stale temporary files ---- */
+
+int checkpoint_clean_stale(const char *dir, char *err, size_t err_size) {
+  DIR *d = opendir(dir);
+  if (!d) {
+    if (errno == ENOENT)
+      return 0;
+    snprintf(err, err_size, "cannot read checkpoint directory %s: %s", dir,
+             strerror(errno));
+    return -1;
+  }
+  int removed = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    /* ".<name>.tmp.<pid>", as checkpoint_save names them. */
+    const char *name = e->d_name;
+    const char *mark = strstr(name, ".tmp.");
+    if (name[0] != '.' || mark == NULL || mark == name)
+      continue;
+    const char *digits = mark + 5;
+    char *end = NULL;
+    errno = 0;
+    long pid = strtol(digits, &end, 10);
+    if (errno || end == digits || *end != '\0' || pid <= 0)
+      continue;
+    /* A writer that still runs is saving right now: leave its file. */
+    if (pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno != ESRCH))
+      continue;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (unlink(path) == 0) {
+      removed++;
+      fprintf(stderr, "xtrain: removed %s, left by a save that was killed\n",
+              path);
+    }
+  }
+  closedir(d);
+  return removed;
+}
+
 /* Check a tensor's entry and read its data from f into dst. */
 static int load_tensor(FILE *f, const char *path, long data_start,
                        size_t data_bytes, const cJSON *root, const char *name,
@@ -194,6 +472,17 @@ static int load_tensor(FILE *f, const char *path, long data_start,
 
 int checkpoint_load(const char *path, model *m, optimizer *o,
                     checkpoint_meta *meta, char *err, size_t err_size) {
+  {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+      *slash = '\0';
+    else
+      snprintf(dir, sizeof dir, ".");
+    if (checkpoint_clean_stale(dir, err, err_size) < 0)
+      return -1;
+  }
   FILE *f = fopen(path, "rb");
   if (!f) {
     snprintf(err, err_size, "cannot open checkpoint %s: %s", path,
@@ -208,17 +497,13 @@ int checkpoint_load(const char *path, model *m, optimizer *o,
   long file_size = ftell(f);
   rewind(f);
   uint64_t n = 0;
-  if (fread(len_le, 1, 8, f) != 8) {
+  if (file_size < 8 || fread(len_le, 1, 8, f) != 8) {
     snprintf(err, err_size, "%s: too short to be a safetensors file", path);
     goto out;
   }
-  for (int i = 0; i < 8; i++)
-    n |= (uint64_t)len_le[i] << (8 * i);
-  if (n == 0 || n > MAX_HEADER_BYTES || (long)(8 + n) > file_size) {
-    snprintf(err, err_size, "%s: header length %" PRIu64 " is impossible for "
-             "a %ld-byte file", path, n, file_size);
+  if (check_header_length(path, len_le, (uint64_t)file_size, &n, err,
+                          err_size) != 0)
     goto out;
-  }
   header = malloc(n + 1);
   if (!header || fread(header, 1, n, f) != n) {
     snprintf(err, err_size, "%s: cannot read the %" PRIu64 "-byte header",
@@ -227,10 +512,13 @@ int checkpoint_load(const char *path, model *m, optimizer *o,
   }
   header[n] = '\0';
   root = cJSON_Parse(header);
-  if (!cJSON_IsObject(root)) {
+  if (!root) {
     snprintf(err, err_size, "%s: the header is not valid JSON", path);
     goto out;
   }
+  if (validate_header(path, root, (uint64_t)file_size - 8 - n, err,
+                      err_size) != 0)
+    goto out;
   const cJSON *md = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
   int64_t epoch = 0;
   if (!cJSON_IsObject(md) || read_meta_int(md, "step", &meta->step) != 0 ||

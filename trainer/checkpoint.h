@@ -42,9 +42,31 @@ int checkpoint_save(const char *dir, const char *name, const model *m,
                     size_t err_size);
 
 /* Read path into m->params and o's state (both already created with the same
- * layout) and *meta. Every tensor's dtype, shape and byte range is checked.
+ * layout) and *meta. Every header field is validated first (as
+ * checkpoint_validate_buffer does), then each tensor is checked against the
+ * model. Stale temporary files of killed saves in path's directory are
+ * removed first (checkpoint_clean_stale).
  * Returns 0, or -1 with a sentence naming the file and the problem in err. */
 int checkpoint_load(const char *path, model *m, optimizer *o,
                     checkpoint_meta *meta, char *err, size_t err_size);
+
+/* Remove the temporary files checkpoint_save leaves in dir when it is killed
+ * mid-write (".<name>.tmp.<pid>"), for every name, whose writer pid no longer
+ * runs on this host; a save in progress in another live process is left
+ * alone. Returns the number of files removed, or -1 with a sentence in err
+ * when dir cannot be read (a missing dir is 0: nothing to clean). */
+int checkpoint_clean_stale(const char *dir, char *err, size_t err_size);
+
+/* Validate a whole safetensors file held in memory (bytes, size bytes long),
+ * as checkpoint_load does before it reads a tensor, without a model: the
+ * header length, the JSON, __metadata__ (step, epoch and step_in_epoch
+ * integers >= 0, rng_state 64 hex digits), and every tensor entry (a known
+ * dtype; a shape of integers >= 0; data_offsets two integers with begin <=
+ * end <= the data size; end - begin == the shape's element count times the
+ * dtype's size; no two tensors' ranges overlap). path only names the file in
+ * messages. Returns 0, or -1 with a sentence naming the file, the field and
+ * what is wrong in err. */
+int checkpoint_validate_buffer(const char *path, const uint8_t *bytes,
+                               size_t size, char *err, size_t err_size);
 
 #endif /* XTRAIN_CHECKPOINT_H */

@@ -29,6 +29,16 @@ int data_load(dataset *ds, const char *dir, const char *prefix, char *err,
               size_t err_size);
 void data_free(dataset *ds);
 
+/* Parse one IDX file (gzip'd or plain) read from fd, from its current offset
+ * to its end, with data_load's checks: images (magic 0x803, 28x28) when
+ * images is 1, labels (magic 0x801) when 0. fd stays open. name only names
+ * the file in messages. On success *data (malloc'd, count * 784 or count
+ * bytes) and *items (count); returns 0, or -1 with a sentence in err. Used by
+ * data_load's reader and by the fuzz target tests/fuzz/fuzz_idx.c. */
+int data_parse_idx_fd(int fd, const char *name, int images,
+                      unsigned char **data, size_t *items, char *err,
+                      size_t err_size);
+
 /* Keep only the first limit samples (no-op when limit is 0 or larger). */
 void data_truncate(dataset *ds, size_t limit);
 

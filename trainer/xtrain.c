@@ -531,6 +531,9 @@ int main(int argc, char **argv) {
   free(cfg_json);
   meta.rng_state = init_rng;
   if (c->resume) {
+    /* A save killed mid-write leaves a temporary file; none is ever read. */
+    if (checkpoint_clean_stale(c->checkpoint_dir, err, sizeof err) < 0)
+      fail(&r, "%s", err);
     char path[4096];
     snprintf(path, sizeof path, "%s/checkpoint_latest.safetensors",
              c->checkpoint_dir);

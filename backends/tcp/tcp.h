@@ -117,6 +117,14 @@ typedef struct tcp_state {
   pthread_mutex_t io_lock;
   _Atomic int aborted;
   int broken; /* xcoll_status that broke the communicator, or 0 */
+  /* This rank's collective now and the one before, as the p2p engine last
+   * saw comm->fingerprint: incoming fingerprints are judged against them. */
+  xcoll_fingerprint fp_current;
+  xcoll_fingerprint fp_previous;
+  /* The communicator broke on a collective mismatch: its ABORT carries
+   * XCOLL_ERR_PROTOCOL, so that every rank fails with it (other failures
+   * reach the peers as XCOLL_ERR_REMOTE). */
+  int broken_by_desync;
   char broken_message[XCOLL_ERROR_BYTES];
 } tcp_state;
 

@@ -148,8 +148,14 @@ static void send_aborts(tcp_state *st, int origin) {
   size_t len = strlen(st->broken_message);
   if (len > XCOLL_WIRE_MAX_ABORT_BYTES) len = XCOLL_WIRE_MAX_ABORT_BYTES;
   uint8_t bytes[HDR];
-  xcoll_wire_header h = xcoll_wire_make(XCOLL_WIRE_ABORT, st->comm_id,
-                                        (uint64_t)(uint32_t)origin, len, st->rank);
+  /* A desync rides in the tag's high half as XCOLL_ERR_PROTOCOL, so that it
+   * stays a protocol error on every rank; any other failure is REMOTE to the
+   * peers. */
+  xcoll_status told = st->broken_by_desync ? XCOLL_ERR_PROTOCOL
+                                           : XCOLL_ERR_REMOTE;
+  uint64_t tag = ((uint64_t)(uint32_t)told << 32) | (uint32_t)origin;
+  xcoll_wire_header h = xcoll_wire_make(XCOLL_WIRE_ABORT, st->comm_id, tag,
+                                        len, st->rank);
   xcoll_wire_encode(&h, bytes);
   for (int p = 0; p < st->world_size; p++) {
     if (p == st->rank) continue;
@@ -244,6 +250,16 @@ static xcoll_status peer_lost(tcp_state *st, tcp_socket *s, int err) {
                         peer_addr(st, s->peer), strerror(err));
 }
 
+/* Keep this rank's current and previous collective fingerprints: a message
+ * from the peer's previous collective is named against ours. */
+static void track_fingerprint(tcp_state *st) {
+  const xcoll_fingerprint *now = &st->comm->fingerprint;
+  if (now->valid && (!st->fp_current.valid || now->seq != st->fp_current.seq)) {
+    st->fp_previous = st->fp_current;
+    st->fp_current = *now;
+  }
+}
+
 /* ---- sending ---- */
 
 static xcoll_status do_tx(tcp_state *st, tcp_socket *s, int *progress) {
@@ -332,12 +348,20 @@ static xcoll_status on_abort(tcp_state *st, tcp_socket *s, size_t extra) {
   text[got] = '\0';
   /* The peer's message carries its own "tcp: " prefix; ours has one. */
   const char *reason = strncmp(text, "tcp: ", 5) == 0 ? text + 5 : text;
-  int origin = h->tag < (uint64_t)st->world_size ? (int)h->tag : s->peer;
+  uint64_t origin_field = h->tag & 0xffffffffu;
+  int origin = origin_field < (uint64_t)st->world_size ? (int)origin_field
+                                                       : s->peer;
+  /* A desync found by the peer is a protocol error here too; anything else
+   * is a failure elsewhere (REMOTE). */
+  xcoll_status status = (h->tag >> 32) == (uint64_t)XCOLL_ERR_PROTOCOL
+                            ? XCOLL_ERR_PROTOCOL
+                            : XCOLL_ERR_REMOTE;
+  if (status == XCOLL_ERR_PROTOCOL && !st->broken) st->broken_by_desync = 1;
   if (origin == s->peer)
-    return xcoll_tcp_fail(st, XCOLL_ERR_REMOTE, origin,
+    return xcoll_tcp_fail(st, status, origin,
                           "tcp: rank %d (%s) aborted: %s", s->peer,
                           peer_addr(st, s->peer), reason);
-  return xcoll_tcp_fail(st, XCOLL_ERR_REMOTE, origin,
+  return xcoll_tcp_fail(st, status, origin,
                         "tcp: rank %d (%s) failed (reported by rank %d): %s",
                         origin, peer_addr(st, origin), s->peer, reason);
 }
@@ -384,6 +408,32 @@ static xcoll_status on_header(tcp_state *st, tcp_socket *s, size_t extra) {
                           peer_addr(st, s->peer));
   }
   tcp_part *p = s->rx_head;
+  /* The fingerprint before the tag and length: ranks in different
+   * collectives also disagree on those, and the fingerprint says how. A
+   * message no receive waits for yet is judged too: in a rooted collective
+   * whose ranks disagree on the root, it may be the only sign. */
+  xcoll_fingerprint theirs;
+  if (xcoll_fingerprint_decode(h->fingerprint, &theirs) != 0)
+    return xcoll_tcp_fail(st, XCOLL_ERR_PROTOCOL, st->rank,
+                          "tcp: rank %d got a DATA message with a malformed "
+                          "collective fingerprint from rank %d (%s)",
+                          st->rank, s->peer, peer_addr(st, s->peer));
+  track_fingerprint(st);
+  const xcoll_fingerprint *ours = NULL;
+  xcoll_fingerprint_verdict verdict = xcoll_fingerprint_judge(
+      &st->fp_current, &st->fp_previous, &theirs, p != NULL, &ours);
+  if (verdict == XCOLL_FINGERPRINT_MISMATCH) {
+    char sentence[2 * XCOLL_FINGERPRINT_TEXT_BYTES + 160];
+    xcoll_fingerprint_mismatch(st->rank, ours, s->peer, &theirs, sentence,
+                               sizeof sentence);
+    if (!st->broken) st->broken_by_desync = 1;
+    return xcoll_tcp_fail(st, XCOLL_ERR_PROTOCOL, st->rank,
+                          "tcp: collective mismatch: %s (found by rank %d in "
+                          "a message from rank %d, %s): every rank must call "
+                          "the same collectives in the same order with the "
+                          "same count, dtype, op and root",
+                          sentence, st->rank, s->peer, peer_addr(st, s->peer));
+  }
   if (!p) return XCOLL_SUCCESS; /* held until a receive is posted */
   if (xcoll_wire_check(h, st->comm_id, s->peer, p->request->tag, p->bytes,
                        p->bytes, why, sizeof why) != 0)
@@ -675,6 +725,7 @@ static xcoll_status post(tcp_state *st, int is_send, int peer, uint64_t tag,
     after_unlock(st);
     return status;
   }
+  track_fingerprint(st);
   tcp_peer *pe = &st->peers[peer];
   uint64_t message = is_send ? pe->tx_messages++ : pe->rx_messages++;
   int nparts = st->nsocks > 1 && bytes >= TCP_STRIPE_MIN_BYTES ? st->nsocks : 1;
@@ -702,6 +753,7 @@ static xcoll_status post(tcp_state *st, int is_send, int peer, uint64_t tag,
     if (is_send) {
       xcoll_wire_header h =
           xcoll_wire_make(XCOLL_WIRE_DATA, st->comm_id, tag, p->bytes, st->rank);
+      xcoll_wire_set_fingerprint(&h, &st->comm->fingerprint);
       xcoll_wire_encode(&h, p->header);
       if (!s->tx_head) kick = 1;
       queue_push(&s->tx_head, &s->tx_tail, p);

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "bootstrap.h"
 #include "comm.h"
 #include "env.h"
+#include "fingerprint.h"
 #include "error.h"
 #include "log.h"
 #include "ucx_wrap.h"
@@ -44,6 +46,33 @@
  * without it died. */
 #define GOODBYE_STEP ((1u << STEP_BITS) - 1)
 #define GOODBYE_SEQ ((1u << SEQ_BITS) - 1)
+/* Control messages take the top steps; a collective's steps stay below
+ * CONTROL_STEP_MIN (fold_tag refuses the rest). Each is matched by a receive
+ * per peer that ignores the seq bits, so that it is seen whatever collective
+ * the two ranks are in:
+ *   FINGERPRINT_STEP (seq: the collective's) the sender's collective
+ *                    (core/fingerprint.h), before its first message of each
+ *                    collective to that peer
+ *   ABORT_STEP       the sender gave up: status, origin rank, reason text
+ *   PING_STEP/PONG_STEP  a liveness probe and its answer: a rank about to
+ *                    time out asks the peers it waits on whether they still
+ *                    make progress, to blame the one that stopped */
+#define CONTROL_STEP_MIN ((1u << STEP_BITS) - 8)
+#define FINGERPRINT_STEP ((1u << STEP_BITS) - 2)
+#define ABORT_STEP ((1u << STEP_BITS) - 3)
+#define PING_STEP ((1u << STEP_BITS) - 4)
+#define PONG_STEP ((1u << STEP_BITS) - 5)
+#define ANY_SEQ_MASK                                                           \
+  (~(((ucp_tag_t)(1u << SEQ_BITS) - 1) << STEP_BITS))
+/* Longest reason an abort message carries, bytes (after 8 bytes of status
+ * and origin). */
+#define ABORT_TEXT_BYTES 1024
+#define ABORT_HEADER_BYTES 8
+/* fingerprint messages in flight per peer before a slot is reused */
+#define FP_SLOTS 4
+/* The liveness probe goes out this long before the timeout, seconds (at most
+ * a quarter of XCOLL_TIMEOUT_S). */
+#define PROBE_LEAD_S 1.0
 /* UCX_TLS when every rank runs on this host (the user's UCX_TLS wins). */
 #define LOCAL_TLS "sm,self"
 #define HELLO_MAGIC 0x78756378u /* "xucx" */
@@ -65,6 +94,24 @@ typedef struct peer_watch {
   int suspect;         /* UCX reported an endpoint error, not yet judged */
   ucs_status_t suspect_status;
   xcoll_ucx_request *goodbye; /* the posted receive of its goodbye */
+  /* Fingerprints: the posted receive of the peer's next one (NULL while one
+   * from a later collective is held), what it received, and what we sent. */
+  xcoll_ucx_request *fp_receive;
+  uint8_t fp_in[XCOLL_FINGERPRINT_BYTES];
+  int fp_held;
+  xcoll_fingerprint fp_held_value;
+  int fp_sent_any;
+  uint64_t fp_sent_seq;
+  uint8_t fp_out[FP_SLOTS][XCOLL_FINGERPRINT_BYTES];
+  xcoll_ucx_request *fp_send[FP_SLOTS];
+  int fp_next_slot;
+  /* Abort and liveness messages from the peer. */
+  xcoll_ucx_request *abort_receive;
+  uint8_t abort_in[ABORT_HEADER_BYTES + ABORT_TEXT_BYTES];
+  xcoll_ucx_request *ping_receive;
+  xcoll_ucx_request *pong_receive;
+  int probed;   /* a ping went out in this stall */
+  int answered; /* its pong came back */
 } peer_watch;
 
 typedef struct ucx_state {
@@ -83,6 +130,18 @@ typedef struct ucx_state {
   peer_watch *peers;         /* world_size entries */
   double next_liveness_check;
   int goodbye_sent;
+  /* The first failure breaks the communicator: later waits end at once with
+   * this status, and the failure is logged and sent to the peers once. */
+  xcoll_status broken;
+  char broken_message[XCOLL_ERROR_BYTES];
+  uint8_t abort_out[ABORT_HEADER_BYTES + ABORT_TEXT_BYTES];
+  /* This rank's collective now and the one before (judging fingerprints). */
+  xcoll_fingerprint fp_current;
+  xcoll_fingerprint fp_previous;
+  int in_grace; /* state_fail is looking for a peer's abort */
+  /* Broken on a collective mismatch: the abort tells peers
+   * XCOLL_ERR_PROTOCOL (other failures reach them as XCOLL_ERR_REMOTE). */
+  int broken_by_desync;
 } ucx_state;
 
 static double now_s(void) {
@@ -160,18 +219,15 @@ static void check_peers(ucx_state *state, double now) {
 static xcoll_status fold_tag(ucx_state *state, int source, uint64_t tag,
                              ucp_tag_t *out) {
   uint64_t step = tag & 0xffffffffu;
-  if (step >> STEP_BITS)
+  if (step >= CONTROL_STEP_MIN)
     return xcoll_error(state->comm, XCOLL_ERR_INTERNAL,
                        "ucx backend: tag step %llu of collective seq %llu "
-                       "does not fit in %d bits (core/algorithm.h xcoll_tag)",
+                       "is not below %u (%d bits, the top ones reserved for "
+                       "control messages; core/algorithm.h xcoll_tag)",
                        (unsigned long long)step,
-                       (unsigned long long)(tag >> 32), STEP_BITS);
+                       (unsigned long long)(tag >> 32), CONTROL_STEP_MIN,
+                       STEP_BITS);
   uint64_t seq = (tag >> 32) & ((1u << SEQ_BITS) - 1);
-  if (step == GOODBYE_STEP && seq == GOODBYE_SEQ)
-    return xcoll_error(state->comm, XCOLL_ERR_INTERNAL,
-                       "ucx backend: step %u of a collective whose seq is "
-                       "%u mod 2^%d is reserved for the goodbye message",
-                       GOODBYE_STEP, GOODBYE_SEQ, SEQ_BITS);
   *out = ((ucp_tag_t)source << (SEQ_BITS + STEP_BITS)) |
          ((ucp_tag_t)seq << STEP_BITS) | (ucp_tag_t)step;
   return XCOLL_SUCCESS;
@@ -186,14 +242,323 @@ static xcoll_status check_peer(ucx_state *state, int peer, const char *what) {
   return XCOLL_SUCCESS;
 }
 
+/* ---- failures: once, logged once, told to every peer ---- */
+
+static ucp_tag_t control_tag(int source, uint64_t seq, unsigned step) {
+  return ((ucp_tag_t)source << (SEQ_BITS + STEP_BITS)) |
+         ((ucp_tag_t)(seq & ((1u << SEQ_BITS) - 1)) << STEP_BITS) |
+         (ucp_tag_t)step;
+}
+
+/* Send a small control message and let UCX finish it: buf must live as long
+ * as the worker (static, or in state). */
+static void send_control(ucx_state *state, int peer, uint64_t seq,
+                         unsigned step, const void *buf, size_t bytes) {
+  xcoll_ucx_request *request = xcoll_ucx_request_get(state->worker);
+  if (request == NULL)
+    return;
+  (void)xcoll_ucx_isend(state->worker, peer, control_tag(state->rank, seq, step),
+                        buf, bytes, request);
+  /* Released at once: UCX completes a pending send on its own. */
+  xcoll_ucx_request_put(state->worker, request);
+}
+
+/* Post the receive of peer's next control message of one kind, any seq. */
+static xcoll_ucx_request *post_control_receive(ucx_state *state, int peer,
+                                               unsigned step, void *buf,
+                                               size_t bytes) {
+  xcoll_ucx_request *request = xcoll_ucx_request_get(state->worker);
+  if (request == NULL)
+    return NULL;
+  if (xcoll_ucx_irecv(state->worker, peer, control_tag(peer, 0, step),
+                      ANY_SEQ_MASK, buf, bytes, request) != UCS_OK) {
+    xcoll_ucx_request_put(state->worker, request);
+    return NULL;
+  }
+  return request;
+}
+
+/* Tell every other rank that this one gave up (what tcp's ABORT does):
+ * status and origin (the rank the failure started at), then the reason. */
+static void send_aborts(ucx_state *state, xcoll_status status, int origin) {
+  size_t len = strlen(state->broken_message);
+  if (len > ABORT_TEXT_BYTES)
+    len = ABORT_TEXT_BYTES;
+  (void)status;
+  uint32_t told = state->broken_by_desync ? (uint32_t)XCOLL_ERR_PROTOCOL
+                                          : (uint32_t)XCOLL_ERR_REMOTE;
+  uint32_t fields[2] = {told, (uint32_t)origin};
+  for (int i = 0; i < 2; i++)
+    for (int b = 0; b < 4; b++)
+      state->abort_out[4 * i + b] = (uint8_t)(fields[i] >> (8 * b));
+  memcpy(state->abort_out + ABORT_HEADER_BYTES, state->broken_message, len);
+  for (int peer = 0; peer < state->world_size; peer++)
+    if (peer != state->rank && !state->peers[peer].departed &&
+        peer != state->failed_peer)
+      send_control(state, peer, GOODBYE_SEQ, ABORT_STEP, state->abort_out,
+                   ABORT_HEADER_BYTES + len);
+}
+
+static xcoll_status service_control(ucx_state *state);
+
+/* How long a rank that sees a peer fail looks for that peer's abort message,
+ * seconds: a peer that found a desync or a timeout sends its abort and may
+ * exit at once, and its exit must not hide the reason it gave. */
+#define ABORT_GRACE_S 0.2
+
+/* Break the communicator (first failure wins): record and log the message
+ * once, send the abort to the peers. Returns status (or the earlier one). A
+ * peer failure (REMOTE) first gives the peers' aborts ABORT_GRACE_S to
+ * arrive: one that does is the failure reported. */
+static xcoll_status state_fail(ucx_state *state, xcoll_status status,
+                               int origin, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static xcoll_status state_fail(ucx_state *state, xcoll_status status,
+                               int origin, const char *fmt, ...) {
+  if (state->broken)
+    return state->broken;
+  if (status == XCOLL_ERR_REMOTE && !state->in_grace) {
+    state->in_grace = 1;
+    double until = now_s() + ABORT_GRACE_S;
+    xcoll_status explained = XCOLL_SUCCESS;
+    while (explained == XCOLL_SUCCESS && now_s() < until) {
+      xcoll_ucx_progress(state->worker);
+      explained = service_control(state);
+      if (explained == XCOLL_SUCCESS)
+        sched_yield();
+    }
+    state->in_grace = 0;
+    if (explained != XCOLL_SUCCESS)
+      return explained;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(state->broken_message, sizeof state->broken_message, fmt, ap);
+  va_end(ap);
+  state->broken = status;
+  xcoll_error(state->comm, status, "%s", state->broken_message);
+  send_aborts(state, status, origin);
+  return status;
+}
+
+/* A call on a broken communicator: its status again. The message is logged
+ * only if this thread does not hold it already (the first failure logged). */
+static xcoll_status rebroken(ucx_state *state) {
+  if (strcmp(xcoll_last_error(), state->broken_message) != 0)
+    return xcoll_error(state->comm, state->broken, "%s", state->broken_message);
+  return state->broken;
+}
+
 static xcoll_status remote_failure(ucx_state *state) {
-  return xcoll_error(state->comm, XCOLL_ERR_REMOTE,
-                     "rank %d (ucx endpoint error: %s; %s) failed as seen by "
-                     "rank %d: the process died, aborted or lost its network; "
-                     "check its log",
-                     state->failed_peer,
-                     ucs_status_string(state->failed_status),
-                     state->failed_reason, state->rank);
+  return state_fail(state, XCOLL_ERR_REMOTE, state->failed_peer,
+                    "rank %d (ucx endpoint error: %s; %s) failed as seen by "
+                    "rank %d: the process died, aborted or lost its network; "
+                    "check its log",
+                    state->failed_peer,
+                    ucs_status_string(state->failed_status),
+                    state->failed_reason, state->rank);
+}
+
+/* An abort from peer: fail naming the rank where it started. */
+static xcoll_status on_abort(ucx_state *state, int peer,
+                             const xcoll_ucx_request *request) {
+  const uint8_t *in = state->peers[peer].abort_in;
+  char text[ABORT_TEXT_BYTES + 1] = "";
+  uint32_t fields[2] = {0, 0};
+  size_t got = request->received;
+  if (got >= ABORT_HEADER_BYTES) {
+    for (int i = 0; i < 2; i++)
+      for (int b = 3; b >= 0; b--)
+        fields[i] = (fields[i] << 8) | in[4 * i + b];
+    size_t len = got - ABORT_HEADER_BYTES;
+    if (len > ABORT_TEXT_BYTES)
+      len = ABORT_TEXT_BYTES;
+    memcpy(text, in + ABORT_HEADER_BYTES, len);
+    text[len] = '\0';
+  }
+  int origin = fields[1] < (uint32_t)state->world_size ? (int)fields[1] : peer;
+  xcoll_status status = fields[0] == (uint32_t)XCOLL_ERR_PROTOCOL
+                            ? XCOLL_ERR_PROTOCOL
+                            : XCOLL_ERR_REMOTE;
+  if (status == XCOLL_ERR_PROTOCOL && !state->broken)
+    state->broken_by_desync = 1;
+  const char *reason = strstr(text, "ucx: ") == text ? text + 5 : text;
+  if (origin == peer)
+    return state_fail(state, status, origin, "ucx: rank %d aborted: %s", peer,
+                      reason);
+  return state_fail(state, status, origin,
+                    "ucx: rank %d failed (reported by rank %d): %s", origin,
+                    peer, reason);
+}
+
+/* ---- fingerprints ---- */
+
+static void track_fingerprint(ucx_state *state) {
+  const xcoll_fingerprint *now = &state->comm->fingerprint;
+  if (now->valid &&
+      (!state->fp_current.valid || now->seq != state->fp_current.seq)) {
+    state->fp_previous = state->fp_current;
+    state->fp_current = *now;
+  }
+}
+
+/* Before the first message of a collective to peer: our fingerprint. */
+static void send_fingerprint(ucx_state *state, int peer) {
+  peer_watch *watch = &state->peers[peer];
+  if (!state->fp_current.valid ||
+      (watch->fp_sent_any && watch->fp_sent_seq == state->fp_current.seq))
+    return;
+  int slot = watch->fp_next_slot;
+  watch->fp_next_slot = (slot + 1) % FP_SLOTS;
+  /* The slot's buffer may still be read by an unfinished send. */
+  xcoll_ucx_request *old = watch->fp_send[slot];
+  double give_up = now_s() + 0.5;
+  while (old != NULL && !old->done && now_s() < give_up)
+    xcoll_ucx_progress(state->worker);
+  xcoll_ucx_request_put(state->worker, old);
+  watch->fp_send[slot] = NULL;
+  xcoll_fingerprint_encode(&state->fp_current, watch->fp_out[slot]);
+  xcoll_ucx_request *request = xcoll_ucx_request_get(state->worker);
+  if (request == NULL)
+    return;
+  ucs_status_t status = xcoll_ucx_isend(
+      state->worker, peer,
+      control_tag(state->rank, state->fp_current.seq, FINGERPRINT_STEP),
+      watch->fp_out[slot], XCOLL_FINGERPRINT_BYTES, request);
+  if (status != UCS_OK || request->done)
+    xcoll_ucx_request_put(state->worker, request);
+  else
+    watch->fp_send[slot] = request;
+  watch->fp_sent_any = 1;
+  watch->fp_sent_seq = state->fp_current.seq;
+}
+
+/* Judge the fingerprints that arrived: a mismatch breaks the communicator
+ * with a message naming both calls. */
+static xcoll_status check_fingerprints(ucx_state *state) {
+  track_fingerprint(state);
+  for (int peer = 0; peer < state->world_size; peer++) {
+    peer_watch *watch = &state->peers[peer];
+    xcoll_ucx_request *request = watch->fp_receive;
+    if (!watch->fp_held && request != NULL && request->done) {
+      ucs_status_t status = request->status;
+      size_t received = request->received;
+      xcoll_ucx_request_put(state->worker, request);
+      watch->fp_receive = NULL;
+      if (status != UCS_OK)
+        continue; /* cancelled or the peer failed: judged elsewhere */
+      if (received != XCOLL_FINGERPRINT_BYTES ||
+          xcoll_fingerprint_decode(watch->fp_in, &watch->fp_held_value) != 0)
+        return state_fail(state, XCOLL_ERR_PROTOCOL, state->rank,
+                          "ucx: rank %d got a malformed collective "
+                          "fingerprint from rank %d",
+                          state->rank, peer);
+      watch->fp_held = 1;
+    }
+    if (!watch->fp_held)
+      continue;
+    const xcoll_fingerprint *ours = NULL;
+    xcoll_fingerprint_verdict verdict =
+        xcoll_fingerprint_judge(&state->fp_current, &state->fp_previous,
+                                &watch->fp_held_value, 0, &ours);
+    if (verdict == XCOLL_FINGERPRINT_AHEAD)
+      continue; /* the peer is ahead: judge it once we get there */
+    if (verdict == XCOLL_FINGERPRINT_MISMATCH) {
+      char sentence[2 * XCOLL_FINGERPRINT_TEXT_BYTES + 160];
+      xcoll_fingerprint_mismatch(state->rank, ours, peer,
+                                 &watch->fp_held_value, sentence,
+                                 sizeof sentence);
+      if (!state->broken)
+        state->broken_by_desync = 1;
+      return state_fail(state, XCOLL_ERR_PROTOCOL, state->rank,
+                        "ucx: collective mismatch: %s (found by rank %d in a "
+                        "message from rank %d): every rank must call the same "
+                        "collectives in the same order with the same count, "
+                        "dtype, op and root",
+                        sentence, state->rank, peer);
+    }
+    watch->fp_held = 0;
+    watch->fp_receive = post_control_receive(
+        state, peer, FINGERPRINT_STEP, watch->fp_in, XCOLL_FINGERPRINT_BYTES);
+    if (watch->fp_receive == NULL)
+      return state_fail(state, XCOLL_ERR_NO_MEMORY, state->rank,
+                        "ucx: rank %d could not post a receive for rank %d's "
+                        "fingerprints",
+                        state->rank, peer);
+  }
+  return XCOLL_SUCCESS;
+}
+
+/* Aborts, liveness probes and fingerprints that arrived since last time. */
+static xcoll_status service_control(ucx_state *state) {
+  static const char probe = 0;
+  for (int peer = 0; peer < state->world_size; peer++) {
+    peer_watch *watch = &state->peers[peer];
+    if (watch->abort_receive != NULL && watch->abort_receive->done) {
+      xcoll_ucx_request *request = watch->abort_receive;
+      watch->abort_receive = NULL;
+      xcoll_status result = XCOLL_SUCCESS;
+      if (request->status == UCS_OK)
+        result = on_abort(state, peer, request);
+      xcoll_ucx_request_put(state->worker, request);
+      if (result != XCOLL_SUCCESS)
+        return result;
+    }
+    if (watch->ping_receive != NULL && watch->ping_receive->done) {
+      int ok = watch->ping_receive->status == UCS_OK;
+      xcoll_ucx_request_put(state->worker, watch->ping_receive);
+      watch->ping_receive = NULL;
+      if (ok) {
+        send_control(state, peer, GOODBYE_SEQ, PONG_STEP, &probe, 1);
+        static char sink[1];
+        watch->ping_receive =
+            post_control_receive(state, peer, PING_STEP, sink, 1);
+      }
+    }
+    if (watch->pong_receive != NULL && watch->pong_receive->done) {
+      int ok = watch->pong_receive->status == UCS_OK;
+      xcoll_ucx_request_put(state->worker, watch->pong_receive);
+      watch->pong_receive = NULL;
+      if (ok) {
+        watch->answered = 1;
+        static char sink[1];
+        watch->pong_receive =
+            post_control_receive(state, peer, PONG_STEP, sink, 1);
+      }
+    }
+  }
+  return check_fingerprints(state);
+}
+
+/* Ask each peer that a pending request waits on whether it is still making
+ * progress (it answers from its own wait loop). */
+static void send_probes(ucx_state *state, xcoll_p2p_request **requests,
+                        int count) {
+  static const char probe = 0;
+  for (int i = 0; i < count; i++) {
+    const xcoll_ucx_request *request = (const xcoll_ucx_request *)requests[i];
+    if (request == NULL || request->done)
+      continue;
+    peer_watch *watch = &state->peers[request->peer];
+    if (watch->probed || request->peer == state->rank)
+      continue;
+    watch->probed = 1;
+    watch->answered = 0;
+    send_control(state, request->peer, GOODBYE_SEQ, PING_STEP, &probe, 1);
+  }
+}
+
+static void clear_probes(ucx_state *state) {
+  for (int peer = 0; peer < state->world_size; peer++)
+    state->peers[peer].probed = state->peers[peer].answered = 0;
+}
+
+/* The first peer probed in this stall that did not answer, or -1. */
+static int silent_peer(const ucx_state *state) {
+  for (int peer = 0; peer < state->world_size; peer++)
+    if (state->peers[peer].probed && !state->peers[peer].answered)
+      return peer;
+  return -1;
 }
 
 static xcoll_status ucx_isend(void *opaque, int peer, uint64_t tag,
@@ -204,11 +569,16 @@ static xcoll_status ucx_isend(void *opaque, int peer, uint64_t tag,
   xcoll_status st = check_peer(state, peer, "isend");
   if (st != XCOLL_SUCCESS)
     return st;
+  if (state->broken)
+    return rebroken(state);
   if (state->failed_peer >= 0)
     return remote_failure(state);
   ucp_tag_t ucp_tag = 0;
   if ((st = fold_tag(state, state->rank, tag, &ucp_tag)) != XCOLL_SUCCESS)
     return st;
+  track_fingerprint(state);
+  if (peer != state->rank)
+    send_fingerprint(state, peer);
   xcoll_ucx_request *request = xcoll_ucx_request_get(state->worker);
   if (request == NULL)
     return xcoll_error(state->comm, XCOLL_ERR_NO_MEMORY,
@@ -217,10 +587,10 @@ static xcoll_status ucx_isend(void *opaque, int peer, uint64_t tag,
       xcoll_ucx_isend(state->worker, peer, ucp_tag, buf, bytes, request);
   if (status != UCS_OK) {
     xcoll_ucx_request_put(state->worker, request);
-    return xcoll_error(state->comm, XCOLL_ERR_REMOTE,
-                       "rank %d (ucx endpoint error: %s): sending %zu bytes "
-                       "from rank %d failed",
-                       peer, ucs_status_string(status), bytes, state->rank);
+    return state_fail(state, XCOLL_ERR_REMOTE, peer,
+                      "rank %d (ucx endpoint error: %s): sending %zu bytes "
+                      "from rank %d failed",
+                      peer, ucs_status_string(status), bytes, state->rank);
   }
   *out = (xcoll_p2p_request *)request;
   return XCOLL_SUCCESS;
@@ -233,10 +603,17 @@ static xcoll_status ucx_irecv(void *opaque, int peer, uint64_t tag, void *buf,
   xcoll_status st = check_peer(state, peer, "irecv");
   if (st != XCOLL_SUCCESS)
     return st;
+  if (state->broken)
+    return rebroken(state);
   if (state->failed_peer >= 0)
     return remote_failure(state);
   ucp_tag_t ucp_tag = 0;
   if ((st = fold_tag(state, peer, tag, &ucp_tag)) != XCOLL_SUCCESS)
+    return st;
+  /* The posted receive may match a message that is already here: judge the
+   * fingerprint that came before it first, so that a desync is named as
+   * one rather than as a truncated message. */
+  if ((st = service_control(state)) != XCOLL_SUCCESS)
     return st;
   xcoll_ucx_request *request = xcoll_ucx_request_get(state->worker);
   if (request == NULL)
@@ -246,10 +623,17 @@ static xcoll_status ucx_irecv(void *opaque, int peer, uint64_t tag, void *buf,
                                         FULL_TAG_MASK, buf, bytes, request);
   if (status != UCS_OK) {
     xcoll_ucx_request_put(state->worker, request);
-    return xcoll_error(state->comm, XCOLL_ERR_SYSTEM,
-                       "ucx irecv: posting a receive of %zu bytes from rank "
-                       "%d failed: %s",
-                       bytes, peer, ucs_status_string(status));
+    if (status == UCS_ERR_MESSAGE_TRUNCATED)
+      return state_fail(state, XCOLL_ERR_PROTOCOL, state->rank,
+                        "ucx: rank %d sent more than the %zu bytes rank %d "
+                        "expected (collective seq %llu): the ranks disagree "
+                        "on count or datatype",
+                        peer, bytes, state->rank,
+                        (unsigned long long)(tag >> 32));
+    return state_fail(state, XCOLL_ERR_SYSTEM, state->rank,
+                      "ucx irecv: posting a receive of %zu bytes from rank "
+                      "%d failed: %s",
+                      bytes, peer, ucs_status_string(status));
   }
   *out = (xcoll_p2p_request *)request;
   return XCOLL_SUCCESS;
@@ -262,23 +646,23 @@ static xcoll_status check_completed(ucx_state *state,
       (request->tag >> STEP_BITS) & ((1u << SEQ_BITS) - 1);
   unsigned long long step = request->tag & ((1u << STEP_BITS) - 1);
   if (request->status == UCS_ERR_MESSAGE_TRUNCATED)
-    return xcoll_error(state->comm, XCOLL_ERR_PROTOCOL,
+    return state_fail(state, XCOLL_ERR_PROTOCOL, state->rank,
                        "rank %d sent more than the %zu bytes rank %d expected "
                        "(collective seq %llu, step %llu): the ranks disagree "
                        "on count or datatype",
                        request->peer, request->bytes, state->rank, seq, step);
   if (request->status == UCS_ERR_CANCELED && atomic_load(&state->aborted))
-    return xcoll_error(state->comm, XCOLL_ERR_ABORTED,
-                       "ucx: communicator aborted (rank %d)", state->rank);
+    return state_fail(state, XCOLL_ERR_ABORTED, state->rank,
+                      "ucx: communicator aborted (rank %d)", state->rank);
   if (request->status != UCS_OK)
-    return xcoll_error(state->comm, XCOLL_ERR_REMOTE,
+    return state_fail(state, XCOLL_ERR_REMOTE, request->peer,
                        "rank %d (ucx endpoint error: %s): %s of %zu bytes at "
                        "rank %d failed (collective seq %llu, step %llu)",
                        request->peer, ucs_status_string(request->status),
                        request->is_recv ? "receive" : "send", request->bytes,
                        state->rank, seq, step);
   if (request->is_recv && request->received != request->bytes)
-    return xcoll_error(state->comm, XCOLL_ERR_PROTOCOL,
+    return state_fail(state, XCOLL_ERR_PROTOCOL, state->rank,
                        "rank %d sent %zu bytes where rank %d expected %zu "
                        "(collective seq %llu, step %llu): the ranks disagree "
                        "on count or datatype",
@@ -287,26 +671,50 @@ static xcoll_status check_completed(ucx_state *state,
   return XCOLL_SUCCESS;
 }
 
-static xcoll_status timeout_failure(ucx_state *state,
-                                    xcoll_p2p_request **requests, int count) {
-  char pending[256];
+/* "from rank 3, to rank 1": the peers of the requests still pending. */
+static void describe_pending(xcoll_p2p_request **requests, int count,
+                             char *pending, size_t bytes) {
   size_t used = 0;
   pending[0] = '\0';
-  for (int i = 0; i < count && used + 24 < sizeof pending; i++) {
+  for (int i = 0; i < count && used + 24 < bytes; i++) {
     const xcoll_ucx_request *request = (const xcoll_ucx_request *)requests[i];
     if (request == NULL || request->done)
       continue;
-    int n = snprintf(pending + used, sizeof pending - used, "%s%s rank %d",
+    int n = snprintf(pending + used, bytes - used, "%s%s rank %d",
                      used == 0 ? "" : ", ", request->is_recv ? "from" : "to",
                      request->peer);
     if (n > 0)
       used += (size_t)n;
   }
-  return xcoll_error(state->comm, XCOLL_ERR_TIMEOUT,
-                     "ucx: rank %d made no progress for %.1f s waiting on "
-                     "messages %s; a peer may be stuck or slow (raise "
-                     "XCOLL_TIMEOUT_S if expected)",
-                     state->rank, state->timeout_s, pending);
+}
+
+/* XCOLL_TIMEOUT_S passed without a completion. The peer to blame is one we
+ * wait on that did not answer the liveness probe; if all answered, they are
+ * stuck on someone else, and the rank that waits on the stopped one sends
+ * the abort: wait a little longer (up to lead_s) for it. Returns
+ * XCOLL_SUCCESS to keep waiting. */
+static xcoll_status timeout_failure(ucx_state *state,
+                                    xcoll_p2p_request **requests, int count,
+                                    double stalled_s, double lead_s) {
+  char pending[256];
+  describe_pending(requests, count, pending, sizeof pending);
+  int silent = silent_peer(state);
+  if (silent >= 0)
+    return state_fail(state, XCOLL_ERR_TIMEOUT, silent,
+                      "ucx: rank %d stopped making progress: rank %d waited "
+                      "%.1f s (XCOLL_TIMEOUT_S) on messages %s, and rank %d "
+                      "did not answer a liveness probe within %.1f s (stopped, "
+                      "stuck outside xcoll, or its network is gone); raise "
+                      "XCOLL_TIMEOUT_S if it is only slow",
+                      silent, state->rank, state->timeout_s, pending, silent,
+                      lead_s);
+  if (stalled_s < state->timeout_s + lead_s)
+    return XCOLL_SUCCESS;
+  return state_fail(state, XCOLL_ERR_TIMEOUT, state->rank,
+                    "ucx: rank %d made no progress for %.1f s waiting on "
+                    "messages %s; the ranks it waits on are alive but wait "
+                    "themselves (raise XCOLL_TIMEOUT_S if expected)",
+                    state->rank, state->timeout_s, pending);
 }
 
 static xcoll_status ucx_wait(void *opaque, xcoll_p2p_request **requests,
@@ -315,14 +723,29 @@ static xcoll_status ucx_wait(void *opaque, xcoll_p2p_request **requests,
   xcoll_status result = XCOLL_SUCCESS;
   double last_progress = now_s();
   double spin_until = last_progress + state->spin_s;
+  double lead_s = state->timeout_s / 4 < PROBE_LEAD_S ? state->timeout_s / 4
+                                                      : PROBE_LEAD_S;
+  int probing = 0;
+  /* On a broken communicator (a cleanup wait after a failure) release the
+   * requests at once: no second timeout, no second log line. */
+  if (state->broken) {
+    result = rebroken(state);
+    goto release;
+  }
+  clear_probes(state);
   for (;;) {
     if (atomic_load(&state->aborted)) {
-      result = xcoll_error(state->comm, XCOLL_ERR_ABORTED,
-                           "ucx: communicator aborted while rank %d waited",
-                           state->rank);
+      result = state_fail(state, XCOLL_ERR_ABORTED, state->rank,
+                          "ucx: xcoll_comm_abort was called on rank %d while "
+                          "it waited",
+                          state->rank);
       break;
     }
     unsigned events = xcoll_ucx_progress(state->worker);
+    /* Aborts and fingerprints first: a completed receive is handed out only
+     * after its sender's fingerprint (sent before it) was judged. */
+    if ((result = service_control(state)) != XCOLL_SUCCESS)
+      break;
     /* UCX reports internal activity (keepalive, wireup) as progress too, so
      * only a completed request counts as progress for the timeout. */
     int completed = 0;
@@ -353,11 +776,21 @@ static xcoll_status ucx_wait(void *opaque, xcoll_p2p_request **requests,
     }
     if (pending == 0)
       return XCOLL_SUCCESS;
-    if (completed > 0)
+    if (completed > 0) {
       last_progress = t;
-    if (t - last_progress > state->timeout_s) {
-      result = timeout_failure(state, requests, count);
-      break;
+      if (probing)
+        clear_probes(state);
+      probing = 0;
+    }
+    double stalled = t - last_progress;
+    if (!probing && stalled > state->timeout_s - lead_s) {
+      send_probes(state, requests, count);
+      probing = 1;
+    }
+    if (stalled > state->timeout_s) {
+      result = timeout_failure(state, requests, count, stalled, lead_s);
+      if (result != XCOLL_SUCCESS)
+        break;
     }
     if (events > 0) {
       spin_until = t + state->spin_s;
@@ -368,6 +801,7 @@ static xcoll_status ucx_wait(void *opaque, xcoll_p2p_request **requests,
       sched_yield();
     }
   }
+release:
   for (int i = 0; i < count; i++) {
     xcoll_ucx_request_put(state->worker, (xcoll_ucx_request *)requests[i]);
     requests[i] = NULL;
@@ -380,21 +814,33 @@ static xcoll_status ucx_test(void *opaque, xcoll_p2p_request *opaque_request,
   ucx_state *state = opaque;
   xcoll_ucx_request *request = (xcoll_ucx_request *)opaque_request;
   *done = 0;
-  if (atomic_load(&state->aborted))
-    return xcoll_error(state->comm, XCOLL_ERR_ABORTED,
-                       "ucx: communicator aborted (rank %d)", state->rank);
-  xcoll_ucx_progress(state->worker);
-  check_peers(state, now_s());
-  if (request == NULL || request->done) {
-    xcoll_status result =
-        request == NULL ? XCOLL_SUCCESS : check_completed(state, request);
+  xcoll_status result = XCOLL_SUCCESS;
+  if (state->broken) {
+    result = rebroken(state);
+  } else if (atomic_load(&state->aborted)) {
+    result = state_fail(state, XCOLL_ERR_ABORTED, state->rank,
+                        "ucx: communicator aborted (rank %d)", state->rank);
+  } else {
+    xcoll_ucx_progress(state->worker);
+    result = service_control(state);
+    if (result == XCOLL_SUCCESS) {
+      check_peers(state, now_s());
+      if (request == NULL || request->done) {
+        result =
+            request == NULL ? XCOLL_SUCCESS : check_completed(state, request);
+        xcoll_ucx_request_put(state->worker, request);
+        *done = 1;
+        return result;
+      }
+      if (state->failed_peer >= 0)
+        result = remote_failure(state);
+    }
+  }
+  if (result != XCOLL_SUCCESS) {
     xcoll_ucx_request_put(state->worker, request);
     *done = 1;
-    return result;
   }
-  if (state->failed_peer >= 0)
-    return remote_failure(state);
-  return XCOLL_SUCCESS;
+  return result;
 }
 
 /* Log, at INFO, what UCX chose for each peer: NCCL_DEBUG=INFO's "Channel
@@ -473,8 +919,16 @@ static void free_state(ucx_state *state, int flush) {
     for (int peer = 0; peer < state->world_size; peer++) {
       if (state->peers[peer].pidfd >= 0)
         close(state->peers[peer].pidfd);
-      if (state->worker != NULL)
-        xcoll_ucx_request_put(state->worker, state->peers[peer].goodbye);
+      if (state->worker != NULL) {
+        peer_watch *watch = &state->peers[peer];
+        xcoll_ucx_request_put(state->worker, watch->goodbye);
+        xcoll_ucx_request_put(state->worker, watch->fp_receive);
+        xcoll_ucx_request_put(state->worker, watch->abort_receive);
+        xcoll_ucx_request_put(state->worker, watch->ping_receive);
+        xcoll_ucx_request_put(state->worker, watch->pong_receive);
+        for (int slot = 0; slot < FP_SLOTS; slot++)
+          xcoll_ucx_request_put(state->worker, watch->fp_send[slot]);
+      }
     }
   }
   xcoll_ucx_worker_destroy(state->worker, flush ? CLOSE_FLUSH_S : 0.0);
@@ -487,7 +941,9 @@ static void ucx_comm_destroy(xcoll_comm *comm, void *opaque) {
   ucx_state *state = opaque;
   if (state == NULL)
     return;
-  int broken = atomic_load(&state->aborted);
+  /* A broken communicator's peers are broken too (the abort told them):
+   * nobody waits for goodbyes. */
+  int broken = atomic_load(&state->aborted) || state->broken != 0;
   if (!broken) {
     send_goodbyes(state);
     await_goodbyes(state);
@@ -540,6 +996,21 @@ static xcoll_status post_goodbye_receives(ucx_state *state) {
                          state->rank, ucs_status_string(status));
     }
     state->peers[peer].goodbye = request;
+    /* Fingerprints, aborts and liveness probes from this peer. */
+    static char sink[1];
+    peer_watch *watch = &state->peers[peer];
+    watch->fp_receive = post_control_receive(
+        state, peer, FINGERPRINT_STEP, watch->fp_in, XCOLL_FINGERPRINT_BYTES);
+    watch->abort_receive = post_control_receive(
+        state, peer, ABORT_STEP, watch->abort_in, sizeof watch->abort_in);
+    watch->ping_receive = post_control_receive(state, peer, PING_STEP, sink, 1);
+    watch->pong_receive = post_control_receive(state, peer, PONG_STEP, sink, 1);
+    if (!watch->fp_receive || !watch->abort_receive || !watch->ping_receive ||
+        !watch->pong_receive)
+      return xcoll_error(state->comm, XCOLL_ERR_NO_MEMORY,
+                         "ucx backend: rank %d could not post its control "
+                         "receives for rank %d",
+                         state->rank, peer);
   }
   return XCOLL_SUCCESS;
 }

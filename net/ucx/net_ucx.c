@@ -17,10 +17,13 @@
  * Each comm has its own UCP worker (one endpoint), so that comms never share
  * a worker across threads.
  *
- * Messages: the UCP tag is (sequence number << 32) | tag; a receive matches
- * any tag (mask 0), so messages are matched in the order the sender's
- * endpoint delivers them (UCP keeps that order), and the tag is checked
- * afterwards, as net.h requires. UCS_ERR_MESSAGE_TRUNCATED becomes
+ * Messages: the UCP tag is (sequence number << 32) | tag, the sequence
+ * number counting the comm's messages on each side. A receive matches the
+ * sequence number only (mask on the high 32 bits), so the k-th receive
+ * takes exactly the k-th message whatever order UCX completes them in
+ * (several receives are in flight at once, and a wildcard receive could take
+ * a later message first), and the tag is checked afterwards, as net.h
+ * requires. UCS_ERR_MESSAGE_TRUNCATED becomes
  * XCOLL_ERR_PROTOCOL "message truncated". A dead or closed peer is reported
  * by UCX's peer failure handling (UCP_ERR_HANDLING_MODE_PEER) as
  * XCOLL_ERR_REMOTE. */
@@ -567,6 +570,9 @@ static ucxn_request *take_request(ucxn_comm *c) {
   return NULL;
 }
 
+/* The sequence-number half of a message's UCP tag. */
+#define UCXN_SEQ_MASK (~(ucp_tag_t)0 << 32)
+
 static xcoll_status post(ucxn_comm *c, int is_send, void *data, size_t bytes,
                          uint32_t tag, xcoll_net_request **request) {
   xcoll_status s = comm_check(c);
@@ -583,7 +589,8 @@ static xcoll_status post(ucxn_comm *c, int is_send, void *data, size_t bytes,
   ucp_tag_t ucx_tag = (c->seq << 32) | tag;
   ucs_status_t us =
       is_send ? xcoll_ucx_isend(c->worker, 0, ucx_tag, data, bytes, r->ucx)
-              : xcoll_ucx_irecv(c->worker, 0, 0, 0, data, bytes, r->ucx);
+              : xcoll_ucx_irecv(c->worker, 0, c->seq << 32,
+                                UCXN_SEQ_MASK, data, bytes, r->ucx);
   if (us != UCS_OK) {
     xcoll_ucx_request_put(c->worker, r->ucx);
     r->ucx = NULL;

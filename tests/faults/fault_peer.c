@@ -7,12 +7,16 @@
  *                          an allreduce loop. Each survivor must return an
  *                          error naming rank 2 within 5 s of the start of the
  *                          collective that failed.
- *   fault_peer --stop S    rank 2 stops itself (SIGSTOP) instead: its sockets
+ *   fault_peer --stop S [--blame]
+ *                          rank 2 stops itself (SIGSTOP) instead: its sockets
  *                          stay open, so only XCOLL_TIMEOUT_S (S seconds,
  *                          set by the caller) can end the wait. Survivors must
- *                          fail within S + 5 s; then each sends SIGKILL to
- *                          rank 2 (its pid was exchanged at start), so that
- *                          nothing is left stopped.
+ *                          fail within S + 2 s (at XCOLL_TIMEOUT_S, not twice
+ *                          it); with --blame each survivor's message must
+ *                          name rank 2, never a healthy rank, as the one that
+ *                          stopped. Then each sends SIGKILL to rank 2 (its
+ *                          pid was exchanged at start), so that nothing is
+ *                          left stopped.
  * Every survivor prints one line "SURVIVOR-OK rank R ..." or
  * "SURVIVOR-BAD rank R ..." and exits 0 or 1 accordingly. */
 #include <fcntl.h>
@@ -41,14 +45,17 @@ static double now_s(void) {
 
 int main(int argc, char **argv) {
   int stop_mode = 0;
+  int check_blame = 0;
   double timeout_s = 0;
   if (argc == 2 && !strcmp(argv[1], "--kill")) {
     stop_mode = 0;
-  } else if (argc == 3 && !strcmp(argv[1], "--stop")) {
+  } else if ((argc == 3 || argc == 4) && !strcmp(argv[1], "--stop")) {
     stop_mode = 1;
     timeout_s = atof(argv[2]);
+    check_blame = argc == 4 && !strcmp(argv[3], "--blame");
   } else {
-    fprintf(stderr, "usage: %s --kill | --stop TIMEOUT_S\n", argv[0]);
+    fprintf(stderr, "usage: %s --kill | --stop TIMEOUT_S [--blame]\n",
+            argv[0]);
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -124,21 +131,26 @@ int main(int argc, char **argv) {
     }
     const char *msg = xcoll_comm_last_error(comm);
     int names_victim = strcasestr(msg, "rank 2") != NULL;
+    /* The rank blamed: the one the message says stopped or failed. */
+    int blames_victim = strstr(msg, "rank 2 stopped") != NULL ||
+                        strstr(msg, "rank 2 failed") != NULL ||
+                        strstr(msg, "rank 2 (ucx endpoint error") != NULL;
     int ok;
     double bound;
     if (!stop_mode) {
       bound = 5.0;
       ok = names_victim && elapsed < bound && it >= FAIL_AT_ITERATION - 1;
     } else {
-      bound = timeout_s + 5.0;
+      bound = timeout_s + 2.0;
       ok = (st == XCOLL_ERR_TIMEOUT || st == XCOLL_ERR_REMOTE) &&
-           elapsed < bound;
+           elapsed < bound && (!check_blame || blames_victim);
       kill((pid_t)pids[VICTIM], SIGKILL);
     }
     printf("SURVIVOR-%s rank %d: iteration %d failed after %.3f s (bound "
-           "%.1f s) with %s (%d), names rank %d: %s; message: %s\n",
+           "%.1f s) with %s (%d), names rank %d: %s, blames it: %s; message: %s\n",
            ok ? "OK" : "BAD", rank, it, elapsed, bound, xcoll_strerror(st),
-           (int)st, VICTIM, names_victim ? "yes" : "no", msg);
+           (int)st, VICTIM, names_victim ? "yes" : "no",
+           blames_victim ? "yes" : "no", msg);
     /* A broken communicator fails at once afterwards. */
     double t1 = now_s();
     xcoll_status again = xcoll_barrier(comm);

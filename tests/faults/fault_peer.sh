@@ -6,8 +6,9 @@
 # kill: rank 2 SIGKILLs itself; each of ranks 0, 1, 3 must report an error
 #       naming rank 2 less than 5 s after the failing allreduce started.
 # stop: rank 2 SIGSTOPs itself; with XCOLL_TIMEOUT_S=3 each survivor must
-#       fail (TIMEOUT, or REMOTE once another survivor killed rank 2) within
-#       8 s. The verdict of each survivor is its SURVIVOR-OK/BAD line
+#       fail (TIMEOUT, or REMOTE once another survivor killed rank 2 or
+#       reported it) within 5 s (XCOLL_TIMEOUT_S + 2); on ucx each must also
+#       blame rank 2 (fault_peer --blame), the rank that stopped. The verdict of each survivor is its SURVIVOR-OK/BAD line
 #       (tests/faults/fault_peer.c); this script checks there are three OKs.
 set -u
 xcollrun=$1
@@ -31,6 +32,7 @@ if [ "$mode" = kill ]; then
 else
   export XCOLL_TIMEOUT_S=3
   args=(--stop 3)
+  [ "${XCOLL_BACKEND:-tcp}" = ucx ] && args+=(--blame)
 fi
 # xcollrun SIGTERMs the group when rank 2 dies; fault_peer ignores it and
 # xcollrun's SIGKILL comes only after this grace period, well after the 5 s

@@ -64,7 +64,9 @@ expect_grep "signal is named" 'rank 0 (pid [0-9]*) was killed by signal SIGSEGV'
 
 # a rank that ignores SIGTERM (its sleep too) is killed after the grace period
 start=$SECONDS
-XCOLLRUN_GRACE_S=0.5 run 20 --nproc-per-node 2 sh -c 'trap "" TERM; if [ "$RANK" = 1 ]; then exit 1; fi; sleep 1000'
+# (rank 1 fails only once rank 0 has installed its trap: otherwise SIGTERM
+# could reach rank 0 before the trap and end it without the grace period)
+XCOLLRUN_GRACE_S=0.5 TRAPPED="$WORK/rank0_trapped" run 20 --nproc-per-node 2 sh -c 'trap "" TERM; if [ "$RANK" = 1 ]; then while [ ! -e "$TRAPPED" ]; do sleep 0.01; done; exit 1; fi; touch "$TRAPPED"; sleep 1000'
 expect_eq "SIGTERM-proof rank: exit status" 1 $?
 if [ $((SECONDS - start)) -le 4 ]; then pass "SIGKILL after the grace period"; else fail "grace took $((SECONDS - start)) s"; fi
 expect_grep "SIGKILL is reported" 'rank 0 (pid [0-9]*) did not exit 0.5 s after SIGTERM' "$WORK/err"

@@ -1,7 +1,8 @@
 /* test_wire.c - the wire header (core/wire.c): the encoding is the documented
  * little-endian byte layout, decode inverts encode, and every corrupted field
  * (magic, version, checksum, kind, comm id, sender, tag, length, a length over
- * the bound, a truncated header) is rejected with a reason that names it. */
+ * the bound, a truncated header) is rejected with a reason that names it; the
+ * fingerprint field travels intact and is covered by the checksum. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -39,20 +40,33 @@ static int roundtrip_check(const xcoll_wire_header *h, int flip_byte,
 static void test_layout_is_little_endian(void **state) {
   (void)state;
   xcoll_wire_header h = sample();
+  xcoll_fingerprint fp = {.seq = 0x0102, .count = 1000, .root = 1,
+                          .kind = XCOLL_COLL_BROADCAST, .dtype = XCOLL_FLOAT32,
+                          .op = 0, .valid = 1};
+  xcoll_wire_set_fingerprint(&h, &fp);
   uint8_t b[XCOLL_WIRE_HEADER_BYTES];
   xcoll_wire_encode(&h, b);
   /* Written out by hand from the table in wire.h. */
-  const uint8_t expected[36] = {
-      'X',  'C',  'W',  'M',  1,    0,    1,    0,    0x88, 0x77, 0x66, 0x55,
+  const uint8_t expected[60] = {
+      'X',  'C',  'W',  'M',  2,    0,    1,    0,    0x88, 0x77, 0x66, 0x55,
       0x44, 0x33, 0x22, 0x11, 0x03, 0,    0,    0,    0x07, 0,    0,    0,
-      0x00, 0x10, 0,    0,    0,    0,    0,    0,    PEER, 0,    0,    0};
+      0x00, 0x10, 0,    0,    0,    0,    0,    0,    PEER, 0,    0,    0,
+      0x02, 0x01, 0,    0,    0,    0,    0,    0,    0xe8, 0x03, 0,    0,
+      0,    0,    0,    0,    1,    0,    0,    0,    XCOLL_COLL_BROADCAST,
+      XCOLL_FLOAT32, 0, 1};
   assert_memory_equal(b, expected, sizeof expected);
-  /* FNV-1a over bytes 0..35, computed independently here. */
+  /* FNV-1a over bytes 0..59, computed independently here. */
   uint32_t hash = 2166136261u;
-  for (int i = 0; i < 36; i++) hash = (hash ^ b[i]) * 16777619u;
-  uint32_t stored = (uint32_t)b[36] | (uint32_t)b[37] << 8 |
-                    (uint32_t)b[38] << 16 | (uint32_t)b[39] << 24;
+  for (int i = 0; i < 60; i++) hash = (hash ^ b[i]) * 16777619u;
+  uint32_t stored = (uint32_t)b[60] | (uint32_t)b[61] << 8 |
+                    (uint32_t)b[62] << 16 | (uint32_t)b[63] << 24;
   assert_int_equal(stored, hash);
+  xcoll_wire_header d;
+  assert_int_equal(xcoll_wire_decode(b, sizeof b, &d, NULL, 0), 0);
+  xcoll_fingerprint back;
+  assert_int_equal(xcoll_fingerprint_decode(d.fingerprint, &back), 0);
+  assert_true(xcoll_fingerprint_equal(&fp, &back));
+  assert_int_equal(back.root, 1);
 }
 
 static void test_roundtrip(void **state) {
@@ -90,9 +104,9 @@ static void test_truncated(void **state) {
   xcoll_wire_header h = sample(), d;
   xcoll_wire_encode(&h, b);
   char why[XCOLL_WIRE_WHY_BYTES] = "";
-  assert_int_equal(xcoll_wire_decode(b, 39, &d, why, sizeof why), -1);
+  assert_int_equal(xcoll_wire_decode(b, 63, &d, why, sizeof why), -1);
   assert_non_null(strstr(why, "truncated"));
-  assert_non_null(strstr(why, "39 of 40"));
+  assert_non_null(strstr(why, "63 of 64"));
   assert_int_equal(xcoll_wire_decode(b, 0, &d, NULL, 0), -1);
 }
 
@@ -112,7 +126,8 @@ static void test_corrupted_fields(void **state) {
   expect_reject(&h, 0, "magic");
   expect_reject(&h, 4, "version");
   expect_reject(&h, 9, "checksum");
-  expect_reject(&h, 37, "checksum");
+  expect_reject(&h, 37, "checksum"); /* the fingerprint */
+  expect_reject(&h, 61, "checksum");
 
   /* Well-formed headers with one wrong field each. */
   xcoll_wire_header bad = h;

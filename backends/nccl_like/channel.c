@@ -1,0 +1,230 @@
+/* channel.c - channels of the nccl_like backend: each channel owns two
+ * connection FIFOs (slots + head/tail + sizes) in host memory, one to the
+ * next rank of the ring and one from the previous, and the net plugin comms
+ * that carry them. Setup follows NCCL's transport/net.cc: the receiver
+ * listens and publishes its handle (bootstrap allgather), the sender
+ * connects to it, the receiver accepts; connect and accept are non-blocking
+ * and retried. */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bootstrap.h"
+#include "error.h"
+#include "log.h"
+#include "nccl_like.h"
+
+static void *alloc_aligned(size_t bytes) {
+  void *p = NULL;
+  if (posix_memalign(&p, 4096, bytes) != 0)
+    return NULL;
+  memset(p, 0, bytes);
+  return p;
+}
+
+/* Point the kernel's view of a connection at its memory. */
+static void conn_bind(xc_conn *conn, nl_fifo_mem *mem, uint8_t *buff,
+                      size_t step_bytes) {
+  memset(conn, 0, sizeof *conn);
+  conn->buff = buff;
+  conn->step_bytes = step_bytes;
+  conn->head = &mem->head;
+  conn->tail = &mem->tail;
+  conn->sizes = mem->sizes;
+  conn->step = 0;
+}
+
+static xcoll_status alloc_fifos(nl_state *st) {
+  for (int c = 0; c < st->nchannels; c++) {
+    nl_channel *ch = &st->channels[c];
+    ch->id = c;
+    ch->send_mem = alloc_aligned(sizeof(nl_fifo_mem));
+    ch->recv_mem = alloc_aligned(sizeof(nl_fifo_mem));
+    ch->send_buff = alloc_aligned(st->buffsize);
+    ch->recv_buff = alloc_aligned(st->buffsize);
+    if (!ch->send_mem || !ch->recv_mem || !ch->send_buff || !ch->recv_buff)
+      return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
+                         "nccl_like: out of memory for channel %d's FIFOs "
+                         "(2 x %zu B; lower XCOLL_BUFFSIZE or "
+                         "XCOLL_NCHANNELS)",
+                         c, st->buffsize);
+    atomic_init(&ch->send_mem->head, 0);
+    atomic_init(&ch->send_mem->tail, 0);
+    atomic_init(&ch->recv_mem->head, 0);
+    atomic_init(&ch->recv_mem->tail, 0);
+    for (int i = 0; i < XCOLL_STEPS; i++)
+      ch->send_mem->sizes[i] = ch->recv_mem->sizes[i] = -1;
+    conn_bind(&ch->send, ch->send_mem, ch->send_buff, st->step_bytes);
+    conn_bind(&ch->recv, ch->recv_mem, ch->recv_buff, st->step_bytes);
+    ch->proxy_send.peer = st->next;
+    ch->proxy_recv.peer = st->prev;
+  }
+  return XCOLL_SUCCESS;
+}
+
+/* The plugin's last ERROR sentence, for messages. */
+static xcoll_status net_error(nl_state *st, xcoll_status s, const char *what,
+                              int channel, int peer) {
+  return xcoll_error(st->comm, s,
+                     "nccl_like: %s on channel %d with rank %d failed (net "
+                     "plugin %s): %s",
+                     what, channel, peer, st->net->name, nl_net_last_error());
+}
+
+/* Listen on every channel, then exchange the handles with one bootstrap
+ * allgather (core/bootstrap.h, NCCL's bootstrapAllGather): every rank
+ * contributes nchannels x XCOLL_NET_HANDLE_MAXSIZE bytes; this rank keeps
+ * its next rank's, the one it connects to. */
+static xcoll_status exchange_handles(nl_state *st, uint8_t *next_handles) {
+  xcoll_comm *comm = st->comm;
+  size_t blob_bytes = (size_t)st->nchannels * XCOLL_NET_HANDLE_MAXSIZE;
+  uint8_t *all = calloc((size_t)st->world_size + 1, blob_bytes);
+  if (!all)
+    return xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
+                       "nccl_like: out of memory for %d ranks' net handles",
+                       st->world_size);
+  uint8_t *mine = all + (size_t)st->world_size * blob_bytes;
+  xcoll_status s = XCOLL_SUCCESS;
+  for (int c = 0; c < st->nchannels && s == XCOLL_SUCCESS; c++) {
+    s = st->net->listen(st->net_device, &st->net_config,
+                        mine + (size_t)c * XCOLL_NET_HANDLE_MAXSIZE,
+                        &st->channels[c].listen_comm);
+    if (s != XCOLL_SUCCESS)
+      s = net_error(st, s, "listen", c, st->prev);
+  }
+  /* The blob's size depends on XCOLL_NCHANNELS: a rank that set another
+   * value fails the allgather with PROTOCOL naming it. */
+  if (s == XCOLL_SUCCESS)
+    s = xcoll_bootstrap_allgather(comm, "nl_handles", mine, blob_bytes, all);
+  if (s == XCOLL_SUCCESS)
+    memcpy(next_handles, all + (size_t)st->next * blob_bytes, blob_bytes);
+  free(all);
+  return s;
+}
+
+/* Connect to the next rank and accept from the previous on every channel,
+ * retrying the non-blocking calls until all are done or st->timeout_s. */
+static xcoll_status connect_ring(nl_state *st, const uint8_t *next_handles) {
+  double deadline = nl_now() + st->timeout_s;
+  for (;;) {
+    int pending = 0;
+    for (int c = 0; c < st->nchannels; c++) {
+      nl_channel *ch = &st->channels[c];
+      if (!ch->send_comm) {
+        xcoll_status s = st->net->connect(
+            st->net_device, &st->net_config,
+            next_handles + (size_t)c * XCOLL_NET_HANDLE_MAXSIZE, st->next,
+            &ch->send_comm);
+        if (s != XCOLL_SUCCESS)
+          return net_error(st, s, "connect", c, st->next);
+        pending += ch->send_comm == NULL;
+      }
+      if (!ch->recv_comm) {
+        xcoll_status s =
+            st->net->accept(ch->listen_comm, st->prev, &ch->recv_comm);
+        if (s != XCOLL_SUCCESS)
+          return net_error(st, s, "accept", c, st->prev);
+        pending += ch->recv_comm == NULL;
+      }
+    }
+    if (!pending)
+      return XCOLL_SUCCESS;
+    if (nl_now() > deadline) {
+      for (int c = 0; c < st->nchannels; c++) {
+        if (!st->channels[c].send_comm)
+          return xcoll_error(st->comm, XCOLL_ERR_TIMEOUT,
+                             "nccl_like: rank %d could not connect channel %d "
+                             "to rank %d (next in the ring) within %.1f s "
+                             "(XCOLL_TIMEOUT_S)",
+                             st->rank, c, st->next, st->timeout_s);
+        if (!st->channels[c].recv_comm)
+          return xcoll_error(st->comm, XCOLL_ERR_TIMEOUT,
+                             "nccl_like: rank %d: rank %d (previous in the "
+                             "ring) did not connect channel %d within %.1f s "
+                             "(XCOLL_TIMEOUT_S)",
+                             st->rank, st->prev, c, st->timeout_s);
+      }
+    }
+    /* Ranks start at different times: do not spin a core meanwhile. */
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static xcoll_status register_fifos(nl_state *st) {
+  for (int c = 0; c < st->nchannels; c++) {
+    nl_channel *ch = &st->channels[c];
+    xcoll_status s =
+        st->net->reg_mr(ch->send_comm, NULL, ch->send_buff, st->buffsize,
+                        XCOLL_NET_PTR_HOST, &ch->proxy_send.mhandle);
+    if (s != XCOLL_SUCCESS)
+      return net_error(st, s, "reg_mr of the send FIFO", c, st->next);
+    s = st->net->reg_mr(NULL, ch->recv_comm, ch->recv_buff, st->buffsize,
+                        XCOLL_NET_PTR_HOST, &ch->proxy_recv.mhandle);
+    if (s != XCOLL_SUCCESS)
+      return net_error(st, s, "reg_mr of the receive FIFO", c, st->prev);
+  }
+  return XCOLL_SUCCESS;
+}
+
+xcoll_status nl_channels_setup(nl_state *st) {
+  xcoll_status s = alloc_fifos(st);
+  if (s != XCOLL_SUCCESS || st->world_size == 1)
+    return s;
+
+  st->net_device = 0;
+  st->net_config.comm_id = st->comm->comm_id;
+  st->net_config.rank = st->rank;
+  st->net_config.timeout_s = st->timeout_s;
+  st->net_config.secret = NULL;
+  st->net_config.secret_bytes = 0;
+
+  uint8_t *next_handles =
+      calloc((size_t)st->nchannels, XCOLL_NET_HANDLE_MAXSIZE);
+  if (!next_handles)
+    return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
+                       "nccl_like: out of memory for net handles");
+  s = exchange_handles(st, next_handles);
+  if (s == XCOLL_SUCCESS)
+    s = connect_ring(st, next_handles);
+  free(next_handles);
+  if (s == XCOLL_SUCCESS)
+    s = register_fifos(st);
+  /* Listening is over: each listen comm accepted its one connection. */
+  for (int c = 0; c < st->nchannels; c++)
+    if (st->channels[c].listen_comm) {
+      st->net->close_listen(st->channels[c].listen_comm);
+      st->channels[c].listen_comm = NULL;
+    }
+  return s;
+}
+
+void nl_channels_free(nl_state *st) {
+  for (int c = 0; c < NL_MAX_CHANNELS; c++) {
+    nl_channel *ch = &st->channels[c];
+    if (st->net) {
+      if (ch->proxy_send.mhandle)
+        (void)st->net->dereg_mr(ch->send_comm, NULL, ch->proxy_send.mhandle);
+      if (ch->proxy_recv.mhandle)
+        (void)st->net->dereg_mr(NULL, ch->recv_comm, ch->proxy_recv.mhandle);
+      ch->proxy_send.mhandle = ch->proxy_recv.mhandle = NULL;
+      if (ch->send_comm)
+        st->net->close_send(ch->send_comm);
+      if (ch->recv_comm)
+        st->net->close_recv(ch->recv_comm);
+      if (ch->listen_comm)
+        st->net->close_listen(ch->listen_comm);
+    }
+    ch->send_comm = NULL;
+    ch->recv_comm = NULL;
+    ch->listen_comm = NULL;
+    free(ch->send_mem);
+    free(ch->recv_mem);
+    free(ch->send_buff);
+    free(ch->recv_buff);
+    ch->send_mem = ch->recv_mem = NULL;
+    ch->send_buff = ch->recv_buff = NULL;
+  }
+}

@@ -1,0 +1,337 @@
+/* engine.c - the host engine of the nccl_like backend: one worker thread per
+ * channel runs its share of each collective as a ring kernel
+ * (kernels/ring.h's xc_ring_run over the channel's FIFOs), and the ABI 2
+ * coll ops (core/backend.h) that start, test and wait for collectives.
+ *
+ * start() runs on the issuing thread in issue order: it pushes one work item
+ * onto every channel's bounded queue and returns an op handle; the op
+ * completes when every channel's worker has run it. Channel queues are
+ * FIFO, so every channel runs the ops in issue order on every rank, which is
+ * what keeps the slots of consecutive collectives matched on the wire
+ * (NCCL's per-stream kernel order). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "log.h"
+#include "nccl_like.h"
+#include "trace.h"
+
+_Static_assert(XC_COLL_ALLREDUCE == (int)XCOLL_COLL_ALLREDUCE &&
+                   XC_COLL_ALLGATHER == (int)XCOLL_COLL_ALLGATHER &&
+                   XC_COLL_REDUCE_SCATTER == (int)XCOLL_COLL_REDUCE_SCATTER &&
+                   XC_COLL_BROADCAST == (int)XCOLL_COLL_BROADCAST &&
+                   XC_COLL_REDUCE == (int)XCOLL_COLL_REDUCE,
+               "kernels/ring.h's collective kinds match core/algorithm.h's");
+
+/* ---- ops ---- */
+
+static size_t op_bytes(const nl_state *st, const xcoll_coll_args *args) {
+  size_t bytes = args->count * xcoll_datatype_size(args->dtype);
+  if (args->kind == XCOLL_COLL_ALLGATHER ||
+      args->kind == XCOLL_COLL_REDUCE_SCATTER)
+    bytes *= (size_t)st->world_size;
+  return bytes;
+}
+
+/* The protocol for one collective: XCOLL_PROTO, or for auto LL below
+ * NL_LL_THRESHOLD_BYTES (the same choice on every rank: it depends only on
+ * the arguments, which match across ranks). */
+static int choose_proto(const nl_state *st, size_t bytes) {
+  if (st->proto == NL_PROTO_SIMPLE)
+    return XC_PROTO_SIMPLE;
+  if (st->proto == NL_PROTO_LL)
+    return XC_PROTO_LL;
+  return bytes < NL_LL_THRESHOLD_BYTES ? XC_PROTO_LL : XC_PROTO_SIMPLE;
+}
+
+/* The kernels' trace hook: one span per primitive call on the channel's
+ * track, so that a trace shows the ring pipeline fill and drain. */
+static void trace_primitive(void *ctx, int channel, const char *primitive,
+                            size_t bytes, uint64_t start_ns, uint64_t end_ns) {
+  nl_state *st = ctx;
+  char args[64];
+  snprintf(args, sizeof args, "\"channel\":%d,\"bytes\":%zu", channel, bytes);
+  xcoll_trace_span(primitive, "primitive", st->trace_base + (unsigned)channel,
+                   (double)start_ns * 1e-3, (double)end_ns * 1e-3, args);
+}
+
+static void fill_work(nl_state *st, nl_op *op) {
+  const xcoll_coll_args *a = &op->args;
+  xc_work *w = &op->work;
+  memset(w, 0, sizeof *w);
+  w->kind = (int)a->kind;
+  w->dtype = a->dtype;
+  w->op = a->op;
+  w->sendbuf = a->sendbuf;
+  w->recvbuf = a->recvbuf;
+  w->count = a->count;
+  if (a->kind == XCOLL_COLL_BARRIER) {
+    /* A barrier is a 1-element allreduce: nobody leaves before everyone's
+     * element has gone round the ring. */
+    op->barrier_value = 1;
+    w->kind = XCOLL_COLL_ALLREDUCE;
+    w->dtype = XCOLL_INT32;
+    w->op = XCOLL_SUM;
+    w->sendbuf = &op->barrier_value;
+    w->recvbuf = &op->barrier_value;
+    w->count = 1;
+  }
+  /* NCCL's ALLREDUCE_CHUNKSTEPS / SLICESTEPS (src/include/collectives.h):
+   * a chunk of half the FIFO in slices of a quarter, so that two slices are
+   * in flight while the kernel fills the next; broadcast and reduce move one
+   * slot per chunk (BROADCAST_CHUNKSTEPS 1). */
+  int rooted = w->kind == XCOLL_COLL_BROADCAST || w->kind == XCOLL_COLL_REDUCE;
+  w->chunk_steps = rooted ? 1 : XCOLL_STEPS / 2;
+  w->slice_steps = rooted ? 1 : XCOLL_STEPS / 4;
+  if (xcoll_trace_enabled()) {
+    w->trace = trace_primitive;
+    w->trace_ctx = st;
+  }
+  w->nranks = st->world_size;
+  w->ring_index = st->rank; /* ring = rank order */
+  w->root_index = a->root;
+  size_t bytes = op_bytes(st, a);
+  size_t wanted = bytes / NL_MIN_BYTES_PER_CHANNEL + 1;
+  op->nchannels = wanted < (size_t)st->nchannels ? (int)wanted : st->nchannels;
+  w->nchannels = op->nchannels;
+  w->proto = choose_proto(st, bytes);
+}
+
+/* The op's final status, with the message recorded on this (the waiting)
+ * thread and on the comm. Frees op. */
+static xcoll_status op_finish(nl_state *st, nl_op *op) {
+  xcoll_status status = op->status;
+  char message[XCOLL_ERROR_BYTES] = "";
+  pthread_mutex_lock(&st->lock);
+  if (atomic_load(&st->failed)) {
+    /* The kernels of a failed comm return ABORTED; the cause is in
+     * fail_status (REMOTE, TIMEOUT...). */
+    status = st->fail_status;
+    snprintf(message, sizeof message, "%s", st->fail_message);
+  }
+  pthread_mutex_unlock(&st->lock);
+  const char *name = xcoll_coll_name(op->args.kind);
+  free(op);
+  if (status == XCOLL_SUCCESS)
+    return XCOLL_SUCCESS;
+  if (message[0])
+    return xcoll_error(st->comm, status, "%s failed: %s", name, message);
+  return xcoll_error(st->comm, status,
+                     "nccl_like: %s failed on rank %d: %s", name, st->rank,
+                     xcoll_strerror(status));
+}
+
+static xcoll_status broken_status(nl_state *st) {
+  pthread_mutex_lock(&st->lock);
+  xcoll_status status = st->fail_status;
+  char message[XCOLL_ERROR_BYTES];
+  snprintf(message, sizeof message, "%s", st->fail_message);
+  pthread_mutex_unlock(&st->lock);
+  return xcoll_error(st->comm, status, "%s", message);
+}
+
+static int nl_supports(void *state, const xcoll_coll_args *args) {
+  (void)state;
+  /* Every collective runs as a ring kernel (there is no p2p interface). A
+   * stream is declined: this engine runs on the host, so core answers
+   * INVALID_ARGUMENT for it ("pass NULL") as for any host backend. */
+  return args->stream == NULL;
+}
+
+static xcoll_status nl_start(xcoll_comm *comm, void *state,
+                             const xcoll_coll_args *args, nl_op **out) {
+  nl_state *st = state;
+  *out = NULL;
+  if (atomic_load(&st->failed))
+    return broken_status(st);
+  nl_op *op = calloc(1, sizeof *op);
+  if (!op)
+    return xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
+                       "nccl_like: out of memory for an op handle");
+  op->args = *args;
+  op->start_us = xcoll_trace_enabled() ? xcoll_time_us() : 0;
+
+  /* Nothing to move: a world of one copies, a zero count does nothing. */
+  if (st->world_size == 1 ||
+      (args->count == 0 && args->kind != XCOLL_COLL_BARRIER)) {
+    if (st->world_size == 1 && args->kind != XCOLL_COLL_BARRIER &&
+        args->count > 0 && args->sendbuf && args->recvbuf &&
+        args->sendbuf != args->recvbuf)
+      memmove(args->recvbuf, args->sendbuf,
+              args->count * xcoll_datatype_size(args->dtype));
+    op->channels_left = 0;
+    *out = op;
+    return XCOLL_SUCCESS;
+  }
+  fill_work(st, op);
+  op->channels_left = op->nchannels;
+
+  pthread_mutex_lock(&st->lock);
+  atomic_fetch_add(&st->ops_in_flight, 1);
+  pthread_cond_signal(&st->proxy_cond);
+  int pushed = 0;
+  for (int c = 0; c < op->nchannels; c++) {
+    nl_channel *ch = &st->channels[c];
+    while (ch->queue_tail - ch->queue_head == NL_QUEUE_DEPTH &&
+           !atomic_load(&st->failed) && !st->stopping)
+      pthread_cond_wait(&ch->queue_cond, &st->lock);
+    if (atomic_load(&st->failed) || st->stopping)
+      break;
+    ch->queue[ch->queue_tail % NL_QUEUE_DEPTH] = op;
+    ch->queue_tail++;
+    pthread_cond_broadcast(&ch->queue_cond);
+    pushed++;
+  }
+  if (pushed < op->nchannels) {
+    /* The comm failed while this op waited for room: the channels that did
+     * not get it count as done (failed). */
+    op->channels_left -= op->nchannels - pushed;
+    if (op->status == XCOLL_SUCCESS)
+      op->status = XCOLL_ERR_ABORTED;
+    if (op->channels_left == 0)
+      atomic_fetch_sub(&st->ops_in_flight, 1);
+  }
+  pthread_mutex_unlock(&st->lock);
+  *out = op;
+  return XCOLL_SUCCESS;
+}
+
+static xcoll_status nl_start_abi(xcoll_comm *comm, void *state,
+                                 const xcoll_coll_args *args,
+                                 xcoll_backend_op **op) {
+  nl_op *mine = NULL;
+  xcoll_status s = nl_start(comm, state, args, &mine);
+  *op = (xcoll_backend_op *)mine;
+  return s;
+}
+
+static xcoll_status nl_test(void *state, xcoll_backend_op *handle, int *done) {
+  nl_state *st = state;
+  nl_op *op = (nl_op *)handle;
+  pthread_mutex_lock(&st->lock);
+  *done = op->channels_left == 0;
+  pthread_mutex_unlock(&st->lock);
+  if (!*done)
+    return XCOLL_SUCCESS;
+  return op_finish(st, op);
+}
+
+static xcoll_status nl_wait(void *state, xcoll_backend_op *handle) {
+  nl_state *st = state;
+  nl_op *op = (nl_op *)handle;
+  pthread_mutex_lock(&st->lock);
+  /* Workers always finish: kernels poll the abort flag, which a failure,
+   * the proxy's timeout or comm_abort raises. */
+  while (op->channels_left > 0)
+    pthread_cond_wait(&st->done_cond, &st->lock);
+  pthread_mutex_unlock(&st->lock);
+  return op_finish(st, op);
+}
+
+const xcoll_backend_coll_ops nl_coll_ops = {
+    .supports = nl_supports,
+    .start = nl_start_abi,
+    .test = nl_test,
+    .wait = nl_wait,
+};
+
+/* ---- workers ---- */
+
+typedef struct worker_arg {
+  nl_state *st;
+  int channel;
+} worker_arg;
+
+static void trace_channel_op(nl_state *st, nl_channel *ch, const nl_op *op,
+                             double start_us) {
+  if (!xcoll_trace_enabled())
+    return;
+  char args[160];
+  snprintf(args, sizeof args,
+           "\"channel\":%d,\"seq\":%llu,\"count\":%zu,\"proto\":\"%s\"",
+           ch->id, (unsigned long long)op->args.seq, op->work.count,
+           op->work.proto == XC_PROTO_LL ? "ll" : "simple");
+  xcoll_trace_span(xcoll_coll_name(op->args.kind), "channel",
+                   st->trace_base + (unsigned)ch->id, start_us,
+                   xcoll_time_us(), args);
+}
+
+static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
+  xcoll_status s = XCOLL_ERR_ABORTED;
+  if (!atomic_load(&st->failed)) {
+    xc_work work = op->work;
+    work.channel = ch->id;
+    double t0 = xcoll_trace_enabled() ? xcoll_time_us() : 0;
+    atomic_store(&ch->busy, 1);
+    s = xc_ring_run(&work, &ch->send, &ch->recv, &st->abort_flag);
+    atomic_store(&ch->busy, 0);
+    trace_channel_op(st, ch, op, t0);
+    if (s != XCOLL_SUCCESS && s != XCOLL_ERR_ABORTED)
+      nl_fail(st, s, -1,
+              "nccl_like: rank %d channel %d: the %s kernel failed: %s",
+              st->rank, ch->id, xcoll_coll_name(op->args.kind),
+              xcoll_strerror(s));
+  }
+  pthread_mutex_lock(&st->lock);
+  if (s != XCOLL_SUCCESS && op->status == XCOLL_SUCCESS)
+    op->status = s;
+  if (--op->channels_left == 0) {
+    atomic_fetch_sub(&st->ops_in_flight, 1);
+    pthread_cond_broadcast(&st->done_cond);
+  }
+  pthread_mutex_unlock(&st->lock);
+}
+
+static void *worker_main(void *arg) {
+  worker_arg wa = *(worker_arg *)arg;
+  free(arg);
+  nl_state *st = wa.st;
+  nl_channel *ch = &st->channels[wa.channel];
+  for (;;) {
+    pthread_mutex_lock(&st->lock);
+    while (!st->stopping && ch->queue_head == ch->queue_tail)
+      pthread_cond_wait(&ch->queue_cond, &st->lock);
+    if (ch->queue_head == ch->queue_tail) { /* stopping, nothing queued */
+      pthread_mutex_unlock(&st->lock);
+      return NULL;
+    }
+    nl_op *op = ch->queue[ch->queue_head % NL_QUEUE_DEPTH];
+    ch->queue_head++;
+    pthread_cond_broadcast(&ch->queue_cond); /* room for start() */
+    pthread_mutex_unlock(&st->lock);
+    run_one(st, ch, op);
+  }
+}
+
+xcoll_status nl_workers_start(nl_state *st) {
+  if (st->world_size == 1)
+    return XCOLL_SUCCESS;
+  for (int c = 0; c < st->nchannels; c++) {
+    worker_arg *wa = malloc(sizeof *wa);
+    if (!wa)
+      return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
+                         "nccl_like: out of memory for a worker thread");
+    wa->st = st;
+    wa->channel = c;
+    if (pthread_create(&st->channels[c].worker, NULL, worker_main, wa) != 0) {
+      free(wa);
+      return xcoll_error(st->comm, XCOLL_ERR_SYSTEM,
+                         "nccl_like: cannot start the worker thread of "
+                         "channel %d",
+                         c);
+    }
+    st->channels[c].worker_started = 1;
+  }
+  return XCOLL_SUCCESS;
+}
+
+void nl_workers_join(nl_state *st) {
+  for (int c = 0; c < st->nchannels; c++) {
+    if (!st->channels[c].worker_started)
+      continue;
+    pthread_join(st->channels[c].worker, NULL);
+    st->channels[c].worker_started = 0;
+  }
+}

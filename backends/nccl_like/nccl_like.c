@@ -1,0 +1,336 @@
+/* nccl_like.c - the nccl_like backend's entry points (core/backend.h):
+ * options from the environment, comm_init (channels, net connections,
+ * worker threads, proxy thread, failure watcher), comm_destroy, comm_abort,
+ * and the failure path shared by every thread (nl_fail), which publishes a
+ * peer's death to the store so that every rank, not only the dead rank's ring
+ * neighbours, fails naming it. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "env.h"
+#include "error.h"
+#include "log.h"
+#include "nccl_like.h"
+#include "store.h"
+
+double nl_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+const xcoll_net_v1 *nl_net_override = NULL;
+
+/* ---- options ---- */
+
+static xcoll_status read_options(nl_state *st) {
+  xcoll_comm *comm = st->comm;
+  long nchannels = 0;
+  xcoll_status s = xcoll_env_int("XCOLL_NCHANNELS", NL_DEFAULT_CHANNELS, 1,
+                                 NL_MAX_CHANNELS, &nchannels);
+  if (s != XCOLL_SUCCESS)
+    return xcoll_error_adopt(comm, s);
+  st->nchannels = (int)nchannels;
+
+  size_t buffsize = 0;
+  s = xcoll_env_size("XCOLL_BUFFSIZE", NL_DEFAULT_BUFFSIZE, &buffsize);
+  if (s != XCOLL_SUCCESS)
+    return xcoll_error_adopt(comm, s);
+  /* A slot holds whole 16-byte LL lines and whole elements of any dtype. */
+  if (buffsize < NL_MIN_BUFFSIZE || buffsize > NL_MAX_BUFFSIZE ||
+      buffsize % (XCOLL_STEPS * 16) != 0)
+    return xcoll_error(comm, XCOLL_ERR_ENV,
+                       "XCOLL_BUFFSIZE=%s: the bytes per connection FIFO must "
+                       "be a multiple of %d between %zu and %zu (e.g. 4M, the "
+                       "default)",
+                       xcoll_env_str("XCOLL_BUFFSIZE"), XCOLL_STEPS * 16,
+                       NL_MIN_BUFFSIZE, NL_MAX_BUFFSIZE);
+  st->buffsize = buffsize;
+  st->step_bytes = buffsize / XCOLL_STEPS;
+
+  static const char *const protos[] = {"simple", "ll", "auto", NULL};
+  int proto = -1;
+  s = xcoll_env_choice("XCOLL_PROTO", protos, &proto);
+  if (s != XCOLL_SUCCESS)
+    return xcoll_error_adopt(comm, s);
+  st->proto = proto < 0 ? NL_PROTO_AUTO : (nl_proto_choice)proto;
+  return XCOLL_SUCCESS;
+}
+
+/* ---- failure ---- */
+
+/* Tell every other rank that dead_rank died, through its wake key. Runs on
+ * the detecting thread after the local ops were failed, over a store
+ * connection of its own (comm->store belongs to the user's thread). */
+static void publish_death(nl_state *st, const char *message) {
+  xcoll_comm *comm = st->comm;
+  xcoll_store *store = NULL;
+  if (xcoll_store_connect(comm->master_addr, comm->master_port, 2.0,
+                          &store) != XCOLL_SUCCESS)
+    return; /* the store is gone too: every rank sees that by itself */
+  for (int r = 0; r < st->world_size; r++) {
+    if (r == st->rank)
+      continue;
+    char key[64];
+    snprintf(key, sizeof key, "%snl/wake/%d", comm->store_prefix, r);
+    if (xcoll_store_set(store, key, message, strlen(message)) !=
+        XCOLL_SUCCESS)
+      break;
+  }
+  xcoll_store_close(store);
+}
+
+xcoll_status nl_fail(nl_state *st, xcoll_status status, int dead_rank,
+                     const char *fmt, ...) {
+  char message[XCOLL_ERROR_BYTES];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(message, sizeof message, fmt, ap);
+  va_end(ap);
+
+  pthread_mutex_lock(&st->lock);
+  int first = !atomic_load(&st->failed);
+  if (first) {
+    st->fail_status = status;
+    snprintf(st->fail_message, sizeof st->fail_message, "%s", message);
+    atomic_store(&st->failed, 1);
+    atomic_store_explicit(&st->abort_flag, 1, memory_order_release);
+    pthread_cond_broadcast(&st->done_cond);
+    pthread_cond_broadcast(&st->proxy_cond);
+    for (int c = 0; c < st->nchannels; c++)
+      pthread_cond_broadcast(&st->channels[c].queue_cond);
+  }
+  pthread_mutex_unlock(&st->lock);
+  if (!first)
+    return status;
+  XCOLL_WARN("%s", message);
+  if (dead_rank >= 0) {
+    char published[XCOLL_ERROR_BYTES];
+    snprintf(published, sizeof published, "rank %d died (seen by rank %d): %.900s",
+             dead_rank, st->rank, message);
+    publish_death(st, published);
+  }
+  return status;
+}
+
+/* The watcher: blocked on this rank's wake key over its own store
+ * connection. Another rank's death arrives as that key's value; comm_destroy
+ * sets the key itself to wake it; rank 0's death (the store's host) shows up
+ * as the connection breaking. */
+static void *watcher_main(void *arg) {
+  nl_state *st = arg;
+  const char *keys[1] = {st->wake_key};
+  for (;;) {
+    xcoll_status s = xcoll_store_wait(st->watch_store, keys, 1);
+    pthread_mutex_lock(&st->lock);
+    int stopping = st->stopping;
+    pthread_mutex_unlock(&st->lock);
+    if (stopping)
+      return NULL;
+    if (s == XCOLL_ERR_TIMEOUT)
+      continue; /* a very long wait ran out: wait again */
+    if (s != XCOLL_SUCCESS) {
+      /* Rank 0 hosts the store: it is gone. Ops already in flight fail once
+       * they stall (proxy.c), so that a rank 0 that merely finished does not
+       * fail the last slots still in its neighbours' sockets. */
+      atomic_store(&st->store_lost, 1);
+      pthread_mutex_lock(&st->lock);
+      pthread_cond_broadcast(&st->proxy_cond);
+      pthread_mutex_unlock(&st->lock);
+      return NULL;
+    }
+    void *value = NULL;
+    size_t bytes = 0;
+    s = xcoll_store_get(st->watch_store, st->wake_key, &value, &bytes);
+    if (s == XCOLL_SUCCESS && bytes > 0)
+      nl_fail(st, XCOLL_ERR_REMOTE, -1, "nccl_like: rank %d: %.*s", st->rank,
+              (int)(bytes < 900 ? bytes : 900), (const char *)value);
+    free(value);
+    if (s != XCOLL_SUCCESS || bytes > 0)
+      return NULL;
+    /* An empty value is a destroy's wake-up: the stop flag says so above. */
+  }
+}
+
+static xcoll_status watcher_start(nl_state *st) {
+  xcoll_comm *comm = st->comm;
+  snprintf(st->wake_key, sizeof st->wake_key, "%snl/wake/%d",
+           comm->store_prefix, st->rank);
+  xcoll_status s = xcoll_store_connect(comm->master_addr, comm->master_port,
+                                       st->timeout_s, &st->watch_store);
+  if (s != XCOLL_SUCCESS)
+    return xcoll_error(comm, s,
+                       "nccl_like: rank %d cannot open its failure-watch "
+                       "connection to the store at %s:%d: %s",
+                       st->rank, comm->master_addr, comm->master_port,
+                       xcoll_last_error());
+  /* Waits end only when a key is set or the connection breaks. */
+  xcoll_store_set_timeout(st->watch_store, 1e7);
+  if (pthread_create(&st->watcher, NULL, watcher_main, st) != 0)
+    return xcoll_error(comm, XCOLL_ERR_SYSTEM,
+                       "nccl_like: cannot start the failure-watch thread");
+  st->watcher_started = 1;
+  return XCOLL_SUCCESS;
+}
+
+/* Wake and join the watcher: set this rank's own wake key to an empty value
+ * over comm->store (still open while the backend is destroyed). */
+static void watcher_join(nl_state *st) {
+  if (st->watcher_started) {
+    if (!atomic_load(&st->store_lost))
+      (void)xcoll_store_set(st->comm->store, st->wake_key, "", 0);
+    pthread_join(st->watcher, NULL);
+    st->watcher_started = 0;
+  }
+  if (st->watch_store) {
+    xcoll_store_close(st->watch_store);
+    st->watch_store = NULL;
+  }
+}
+
+/* ---- init, destroy, abort ---- */
+
+static void stop_threads(nl_state *st) {
+  pthread_mutex_lock(&st->lock);
+  st->stopping = 1;
+  atomic_store_explicit(&st->abort_flag, 1, memory_order_release);
+  pthread_cond_broadcast(&st->proxy_cond);
+  pthread_cond_broadcast(&st->done_cond);
+  for (int c = 0; c < st->nchannels; c++)
+    pthread_cond_broadcast(&st->channels[c].queue_cond);
+  pthread_mutex_unlock(&st->lock);
+  nl_workers_join(st);
+  nl_proxy_join(st);
+  watcher_join(st);
+}
+
+static void free_state(nl_state *st) {
+  if (!st)
+    return;
+  stop_threads(st);
+  nl_channels_free(st);
+  for (int c = 0; c < NL_MAX_CHANNELS; c++)
+    pthread_cond_destroy(&st->channels[c].queue_cond);
+  pthread_cond_destroy(&st->done_cond);
+  pthread_cond_destroy(&st->proxy_cond);
+  pthread_mutex_destroy(&st->lock);
+  free(st);
+}
+
+static const char *proto_name(nl_proto_choice proto) {
+  return proto == NL_PROTO_SIMPLE ? "simple" : proto == NL_PROTO_LL ? "ll"
+                                                                    : "auto";
+}
+
+static void log_choices(nl_state *st, const char *net_why) {
+  if (xcoll_log_level_get() < XCOLL_LOG_INFO)
+    return;
+  char ring[256] = "";
+  size_t used = 0;
+  for (int r = 0; r < st->world_size && used + 16 < sizeof ring; r++)
+    used += (size_t)snprintf(ring + used, sizeof ring - used, "%s%d",
+                             r ? " -> " : "", r);
+  if (st->world_size > 1 && used + 16 < sizeof ring)
+    snprintf(ring + used, sizeof ring - used, " -> 0");
+  xcoll_net_properties props;
+  memset(&props, 0, sizeof props);
+  if (st->net)
+    (void)st->net->get_properties(st->net_device, &props);
+  XCOLL_INFO("nccl_like: comm %llu rank %d/%d: ring %s (rank order); "
+             "prev %d next %d",
+             (unsigned long long)st->comm->comm_id, st->rank, st->world_size,
+             ring, st->prev, st->next);
+  XCOLL_INFO("nccl_like: %d channel(s) (XCOLL_NCHANNELS), protocol %s "
+             "(XCOLL_PROTO%s), FIFO %zu B per connection = %d slots of %zu B "
+             "(XCOLL_BUFFSIZE)",
+             st->nchannels, proto_name(st->proto),
+             st->proto == NL_PROTO_AUTO ? ": LL below 4 KiB, SIMPLE above" : "",
+             st->buffsize, XCOLL_STEPS, st->step_bytes);
+  XCOLL_INFO("nccl_like: net plugin %s (%s), device %d '%s' (%d Mbps); "
+             "engine: host (worker thread per channel, proxy thread)",
+             st->net ? st->net->name : "none", net_why, st->net_device,
+             props.name, props.speed_mbps);
+}
+
+static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
+  *state = NULL;
+  nl_state *st = calloc(1, sizeof *st);
+  if (!st)
+    return xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
+                       "nccl_like: out of memory for the backend state");
+  st->comm = comm;
+  st->rank = comm->rank;
+  st->world_size = comm->world_size;
+  st->prev = (comm->rank + comm->world_size - 1) % comm->world_size;
+  st->next = (comm->rank + 1) % comm->world_size;
+  st->timeout_s = comm->timeout_s > 0 ? comm->timeout_s : 300.0;
+  st->trace_base = 1000000u + 1000u * comm->comm_id;
+  pthread_mutex_init(&st->lock, NULL);
+  pthread_cond_init(&st->done_cond, NULL);
+  pthread_cond_init(&st->proxy_cond, NULL);
+  for (int c = 0; c < NL_MAX_CHANNELS; c++)
+    pthread_cond_init(&st->channels[c].queue_cond, NULL);
+  atomic_init(&st->abort_flag, 0);
+  atomic_init(&st->failed, 0);
+  atomic_init(&st->store_lost, 0);
+
+  xcoll_status s = read_options(st);
+  char net_why[256] = "a world of one rank needs no network";
+  if (s == XCOLL_SUCCESS && st->world_size > 1 && nl_net_override) {
+    st->net = nl_net_override;
+    snprintf(net_why, sizeof net_why, "set by a test");
+  } else if (s == XCOLL_SUCCESS && st->world_size > 1) {
+    s = xcoll_net_select(&st->net, net_why, sizeof net_why);
+    if (s != XCOLL_SUCCESS)
+      s = xcoll_error_adopt(comm, s);
+  }
+  if (s == XCOLL_SUCCESS)
+    s = nl_channels_setup(st);
+  if (s == XCOLL_SUCCESS)
+    s = nl_workers_start(st);
+  if (s == XCOLL_SUCCESS && st->world_size > 1)
+    s = nl_proxy_start(st);
+  if (s == XCOLL_SUCCESS && st->world_size > 1)
+    s = watcher_start(st);
+  if (s != XCOLL_SUCCESS) {
+    free_state(st);
+    return s;
+  }
+  log_choices(st, net_why);
+  *state = st;
+  return XCOLL_SUCCESS;
+}
+
+static void nl_comm_destroy(xcoll_comm *comm, void *state) {
+  (void)comm;
+  nl_state *st = state;
+  if (st)
+    nl_proxy_drain(st);
+  free_state(st);
+}
+
+static void nl_comm_abort(xcoll_comm *comm, void *state) {
+  nl_state *st = state;
+  if (!st)
+    return;
+  nl_fail(st, XCOLL_ERR_ABORTED, -1,
+          "nccl_like: xcoll_comm_abort was called on rank %d of communicator "
+          "%llu",
+          comm->rank, (unsigned long long)comm->comm_id);
+}
+
+const xcoll_backend xcoll_backend_nccl_like = {
+    .abi_version = XCOLL_BACKEND_ABI_VERSION,
+    .name = "nccl_like",
+    .description = "NCCL-like: ring kernels over slot FIFOs per channel, a "
+                   "proxy thread and a net plugin (XCOLL_NET)",
+    .comm_init = nl_comm_init,
+    .comm_destroy = nl_comm_destroy,
+    .comm_abort = nl_comm_abort,
+    .p2p = NULL,
+    .coll = &nl_coll_ops,
+    .default_chunk_bytes = 0,
+};

@@ -1,0 +1,207 @@
+/* nccl_like.h - internal state of the nccl_like backend (NCCL's way): a
+ * collective is a ring "kernel" (kernels/ring.h's xc_ring_run, the
+ * primitive sequence of NCCL's runRing) run by one worker thread per
+ * channel over FIFOs of XCOLL_STEPS slots with head/tail counters, and one
+ * proxy thread per rank moves full slots over a net plugin (net/net.h), as
+ * NCCL's proxy.cc and transport/net.cc do. See docs/nccl_like.md.
+ *
+ * Files: nccl_like.c (options, comm init/destroy/abort, failure handling and
+ * its propagation through the store), channel.c (FIFOs and net
+ * connections), proxy.c (the proxy thread), engine.c (worker threads, work
+ * queues, op handles: the ABI 2 coll ops). */
+#ifndef XCOLL_NCCL_LIKE_H
+#define XCOLL_NCCL_LIKE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "conn.h"
+#include "net.h"
+#include "ring.h"
+#include "xcoll.h"
+
+#define NL_MAX_CHANNELS 16             /* XCOLL_NCHANNELS's upper bound */
+#define NL_DEFAULT_CHANNELS 2          /* XCOLL_NCHANNELS's default */
+#define NL_DEFAULT_BUFFSIZE (4u << 20) /* XCOLL_BUFFSIZE default: NCCL_BUFFSIZE's */
+/* XCOLL_BUFFSIZE bounds (bytes per connection FIFO): a slot must hold at
+ * least a few LL lines; 1 GiB keeps 2 x 16 FIFOs addressable. */
+#define NL_MIN_BUFFSIZE ((size_t)XCOLL_STEPS * 256)
+#define NL_MAX_BUFFSIZE ((size_t)1 << 30)
+/* XCOLL_PROTO=auto runs LL for collectives below this many bytes (the
+ * larger of the two buffers) and SIMPLE above. Measured with
+ * bench/nccl_like.sh (docs/nccl_like.md): LL was faster only at the
+ * smallest sizes (8 B: 72 vs 160 us at P=2, 302 vs 871 us at P=4), tied at
+ * 4 KiB and lost 2-10x from 1 MiB. */
+#define NL_LL_THRESHOLD_BYTES ((size_t)4 << 10)
+/* A collective uses one channel per this many bytes (at least one, at most
+ * XCOLL_NCHANNELS), as NCCL lowers nChannels for small sizes: a small op on
+ * many channels only adds threads to wake and slots to send. */
+#define NL_MIN_BYTES_PER_CHANNEL ((size_t)256 << 10)
+/* Work items a channel's queue holds; start() waits for room beyond that
+ * (ABI 2 allows waiting on the backend's own bounded queue). */
+#define NL_QUEUE_DEPTH 64
+/* After the store connection breaks (rank 0, which hosts it, died), an op
+ * in flight that makes no progress for this long fails naming rank 0. */
+#define NL_STORE_LOST_GRACE_S 1.0
+
+typedef enum nl_proto_choice {
+  NL_PROTO_SIMPLE = 0,
+  NL_PROTO_LL = 1,
+  NL_PROTO_AUTO = 2
+} nl_proto_choice;
+
+/* Memory of one direction of one connection on one channel: the slots and
+ * the counters that the kernel (worker thread) and the proxy share. head and
+ * tail sit on cache lines of their own (NCCL's ncclSendMem/ncclRecvMem). */
+typedef struct nl_fifo_mem {
+  _Alignas(64) xc_atomic_u64 head; /* consumer's count of slots freed */
+  _Alignas(64) xc_atomic_u64 tail; /* producer's count of slots filled */
+  _Alignas(64) int64_t sizes[XCOLL_STEPS]; /* bytes in each slot, -1 = empty */
+} nl_fifo_mem;
+
+/* One connection end as the proxy drives it. Counters are in steps (slots),
+ * counted from the comm's start, never reset: slot = counter % XCOLL_STEPS. */
+typedef struct nl_proxy_conn {
+  int peer;               /* the rank at the other end */
+  void *mhandle;          /* reg_mr of the FIFO's slots */
+  xcoll_net_request *requests[XCOLL_STEPS];
+  double started_us[XCOLL_STEPS]; /* trace: when each slot's transfer was posted */
+  uint64_t posted;      /* recv: irecvs posted; send: isends posted */
+  uint64_t completed;   /* recv: slots landed (tail); send: sends done (head) */
+} nl_proxy_conn;
+
+typedef struct nl_channel {
+  int id;
+  /* Kernel's view of the two connections (kernels/conn.h). */
+  xc_conn send;  /* to the next rank in the ring */
+  xc_conn recv;  /* from the previous rank */
+  nl_fifo_mem *send_mem, *recv_mem;
+  uint8_t *send_buff, *recv_buff; /* XCOLL_STEPS * step_bytes each */
+  /* Net plugin objects (channel.c). */
+  xcoll_net_listen_comm *listen_comm;
+  xcoll_net_send_comm *send_comm;
+  xcoll_net_recv_comm *recv_comm;
+  nl_proxy_conn proxy_send, proxy_recv;
+  /* The previous rank closed the receive connection (an error from a posted
+   * irecv). Not fatal by itself: at the end of a job a peer may close while
+   * receives for later steps are still posted. It is fatal once the kernel
+   * waits for a slot that can no longer come (proxy.c). */
+  xcoll_status recv_broken;
+  char recv_broken_message[256];
+  double recv_broken_since;
+  /* The worker is inside xc_ring_run (read by the proxy). */
+  _Atomic int busy;
+
+  /* The worker thread and its bounded queue of work items. */
+  pthread_t worker;
+  int worker_started;
+  struct nl_op *queue[NL_QUEUE_DEPTH];
+  unsigned queue_head, queue_tail; /* under the state's lock */
+  pthread_cond_t queue_cond;       /* work arrived, room freed or stop */
+} nl_channel;
+
+/* A started collective: completes when every channel has run its share. */
+typedef struct nl_op {
+  xcoll_coll_args args;
+  int nchannels; /* channels this op runs on: 0..nchannels-1 */
+  xc_work work; /* channel and nchannels filled per channel by the worker */
+  int channels_left;      /* under the state's lock */
+  xcoll_status status;    /* the first failing channel's status */
+  double start_us;        /* trace */
+  int32_t barrier_value;  /* barrier = 1-element allreduce of this */
+} nl_op;
+
+typedef struct nl_state {
+  xcoll_comm *comm;
+  int rank, world_size;
+  int prev, next; /* ring neighbours (ring = rank order) */
+  int nchannels;
+  size_t buffsize;   /* bytes per connection FIFO */
+  size_t step_bytes; /* buffsize / XCOLL_STEPS */
+  nl_proto_choice proto;
+  double timeout_s;
+  const xcoll_net_v1 *net;
+  int net_device;
+  xcoll_net_config net_config;
+  nl_channel channels[NL_MAX_CHANNELS];
+
+  /* One lock for queues, op completion, proxy sleep and failure: the
+   * threads that take it do so a few times per op, not per slot. */
+  pthread_mutex_t lock;
+  pthread_cond_t done_cond;  /* an op completed or the comm failed */
+  pthread_cond_t proxy_cond; /* work for the sleeping proxy */
+  /* Started and not yet completed by all channels: changed under lock,
+   * read without it by the proxy's loop. */
+  _Atomic int ops_in_flight;
+  int stopping;              /* comm_destroy: threads exit */
+
+  pthread_t proxy;
+  int proxy_started;
+  /* The proxy sleeps: no op in flight and every filled slot sent (set under
+   * lock, with done_cond broadcast, so comm_destroy can wait for it). */
+  int proxy_idle;
+  /* Nonzero stops every kernel (kernels/conn.h's abort flag), raised by
+   * nl_fail and comm_abort. */
+  xc_abort abort_flag;
+  _Atomic int failed;                    /* nonzero once fail_status is set */
+  xcoll_status fail_status;              /* under lock */
+  char fail_message[XCOLL_ERROR_BYTES];  /* under lock */
+  /* Set by the watcher when the store connection broke: rank 0 is gone. */
+  _Atomic int store_lost;
+
+  /* The watcher thread, blocked on this rank's wake key in the store over
+   * a connection of its own, learns of other ranks' deaths. */
+  pthread_t watcher;
+  int watcher_started;
+  xcoll_store *watch_store;
+  char wake_key[64]; /* "<prefix>nl/wake/<rank>" */
+
+  uint64_t trace_base; /* tids: channels base+c, proxy sends base+100+c, recvs base+200+c */
+} nl_state;
+
+/* ---- nccl_like.c ---- */
+/* Tests only (tests/nccl_like/test_nl_engine.c): when non-NULL, comm_init
+ * uses this plugin instead of xcoll_net_select's. */
+extern const xcoll_net_v1 *nl_net_override;
+
+/* Mark the backend failed with status (REMOTE, TIMEOUT, PROTOCOL, ABORTED)
+ * and a message (first failure wins), raise the kernels' abort flag and wake
+ * every waiter. dead_rank >= 0 names a rank this rank saw die (a closed
+ * connection): the message is then published to every rank's wake key so
+ * that ranks that are not its ring neighbours fail too. Returns status. */
+xcoll_status nl_fail(nl_state *st, xcoll_status status, int dead_rank,
+                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Monotonic clock, seconds. */
+double nl_now(void);
+
+/* ---- channel.c ---- */
+/* Allocate the FIFOs of every channel and connect the ring: listen for the
+ * previous rank, exchange handles through the store, connect to the next and
+ * accept from the previous (non-blocking calls retried until
+ * st->timeout_s). Errors: NO_MEMORY, TIMEOUT naming the peer, the plugin's
+ * status with its message. */
+xcoll_status nl_channels_setup(nl_state *st);
+/* Close the net comms and free the FIFOs (idempotent). */
+void nl_channels_free(nl_state *st);
+
+/* ---- proxy.c ---- */
+xcoll_status nl_proxy_start(nl_state *st);
+/* Stop and join (st->stopping must be set and proxy_cond signalled). */
+void nl_proxy_join(nl_state *st);
+/* The sentence explaining the calling thread's last failed plugin call
+ * (net.h's xcoll_net_last_error, or a placeholder when it gave none). */
+const char *nl_net_last_error(void);
+/* Before a normal comm_destroy: wait (up to timeout_s) until every slot a
+ * kernel filled has been sent, so that the last collective's data reaches
+ * the next rank before the connections close. */
+void nl_proxy_drain(nl_state *st);
+
+/* ---- engine.c ---- */
+xcoll_status nl_workers_start(nl_state *st);
+void nl_workers_join(nl_state *st);
+extern const xcoll_backend_coll_ops nl_coll_ops;
+
+#endif

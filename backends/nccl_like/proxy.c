@@ -1,0 +1,336 @@
+/* proxy.c - the proxy thread of the nccl_like backend: one per rank, moving
+ * full slots of every channel's FIFOs over the net plugin, as NCCL's
+ * proxy.cc progress thread runs transport/net.cc's sendProxyProgress and
+ * recvProxyProgress.
+ *
+ * Send side of a connection (the kernel produces): when the kernel's tail
+ * passes what was posted, isend that slot (a NULL request means "no room,
+ * retry"); when a send completes, mark the slot empty and give the credit
+ * back (head = completed, release).
+ * Receive side (the kernel consumes): keep irecvs posted into free slots
+ * while posted < head + XCOLL_STEPS; when one lands, write its size and
+ * publish tail with release, so that the kernel reads a complete slot.
+ *
+ * The thread spins (sched_yield between passes) while an op is in flight or
+ * a slot waits to be sent, and sleeps on a condition variable otherwise, so
+ * idle ranks cost no CPU. It also owns the "no progress for timeout_s"
+ * check. */
+#include <inttypes.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "error.h"
+#include "log.h"
+#include "nccl_like.h"
+#include "trace.h"
+
+/* A recv connection broken while the kernel waits on it fails the op after
+ * this long (seconds): long enough for a kernel that already holds its last
+ * slot to return. */
+#define NL_RECV_BROKEN_GRACE_S 0.1
+/* Receives posted ahead per connection. One: a plugin may fail every
+ * request of a comm once the peer closes (net/socket does), which would
+ * hide that an earlier posted receive had completed; with one receive
+ * outstanding, a peer that closes after its last message is seen only by a
+ * receive no kernel needs. The socket buffers keep the sender streaming
+ * meanwhile, so the pipeline does not stall on it. */
+#define NL_RECVS_AHEAD 1
+
+const char *nl_net_last_error(void) {
+  const char *message = xcoll_net_last_error();
+  return message && message[0] ? message : "(the plugin gave no reason)";
+}
+
+static void trace_slot(nl_state *st, nl_channel *ch, int is_send,
+                       uint64_t step, double start_us, size_t bytes) {
+  if (!xcoll_trace_enabled())
+    return;
+  char args[128];
+  snprintf(args, sizeof args,
+           "\"channel\":%d,\"peer\":%d,\"step\":%" PRIu64 ",\"bytes\":%zu",
+           ch->id, is_send ? st->next : st->prev, step, bytes);
+  xcoll_trace_span(is_send ? "proxy send" : "proxy recv", "proxy",
+                   st->trace_base + (is_send ? 100u : 200u) + (unsigned)ch->id,
+                   start_us, xcoll_time_us(), args);
+}
+
+/* Send side of channel ch. *progress is set when a counter moved. */
+static xcoll_status progress_send(nl_state *st, nl_channel *ch,
+                                  int *progress) {
+  nl_proxy_conn *pc = &ch->proxy_send;
+  nl_fifo_mem *mem = ch->send_mem;
+  uint64_t tail = atomic_load_explicit(&mem->tail, memory_order_acquire);
+  /* Post: every slot the kernel has filled. The kernel never runs more than
+   * XCOLL_STEPS ahead of head, so posted - completed <= XCOLL_STEPS. */
+  while (pc->posted < tail) {
+    int slot = (int)(pc->posted % XCOLL_STEPS);
+    int64_t bytes = mem->sizes[slot];
+    if (bytes < 0 || (size_t)bytes > st->step_bytes)
+      return nl_fail(st, XCOLL_ERR_INTERNAL, -1,
+                     "nccl_like: rank %d channel %d: the kernel filled slot "
+                     "%d with %" PRId64 " B (step %zu B): a bug, please report",
+                     st->rank, ch->id, slot, bytes, st->step_bytes);
+    xcoll_net_request *request = NULL;
+    pc->started_us[slot] = xcoll_trace_enabled() ? xcoll_time_us() : 0;
+    xcoll_status s = st->net->isend(
+        ch->send_comm, ch->send_buff + (size_t)slot * st->step_bytes,
+        (size_t)bytes, (uint32_t)pc->posted, pc->mhandle, &request);
+    if (s != XCOLL_SUCCESS)
+      return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? st->next : -1,
+                     "nccl_like: rank %d channel %d: sending to rank %d "
+                     "failed: %s",
+                     st->rank, ch->id, st->next, nl_net_last_error());
+    if (request == NULL)
+      break; /* back-pressure: retry on the next pass */
+    pc->requests[slot] = request;
+    pc->posted++;
+    *progress = 1;
+  }
+  /* Complete in order and give credits back. */
+  while (pc->completed < pc->posted) {
+    int slot = (int)(pc->completed % XCOLL_STEPS);
+    int done = 0;
+    size_t bytes = 0;
+    xcoll_status s = st->net->test(pc->requests[slot], &done, &bytes);
+    if (s != XCOLL_SUCCESS) {
+      pc->requests[slot] = NULL;
+      return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? st->next : -1,
+                     "nccl_like: rank %d channel %d: sending to rank %d "
+                     "failed: %s",
+                     st->rank, ch->id, st->next, nl_net_last_error());
+    }
+    if (!done)
+      break;
+    pc->requests[slot] = NULL;
+    trace_slot(st, ch, 1, pc->completed, pc->started_us[slot], bytes);
+    mem->sizes[slot] = -1;
+    pc->completed++;
+    atomic_store_explicit(&mem->head, pc->completed, memory_order_release);
+    *progress = 1;
+  }
+  return XCOLL_SUCCESS;
+}
+
+/* Receive side of channel ch. */
+static xcoll_status progress_recv(nl_state *st, nl_channel *ch,
+                                  int *progress) {
+  nl_proxy_conn *pc = &ch->proxy_recv;
+  nl_fifo_mem *mem = ch->recv_mem;
+  if (ch->recv_broken != XCOLL_SUCCESS) {
+    /* The kernel has consumed every slot that landed and still runs: it
+     * waits for one that can no longer come. */
+    uint64_t head = atomic_load_explicit(&mem->head, memory_order_acquire);
+    if (head == pc->completed && atomic_load(&ch->busy) &&
+        nl_now() - ch->recv_broken_since > NL_RECV_BROKEN_GRACE_S)
+      return nl_fail(st, ch->recv_broken,
+                     ch->recv_broken == XCOLL_ERR_REMOTE ? st->prev : -1,
+                     "nccl_like: rank %d channel %d: receiving from rank %d "
+                     "failed: %s",
+                     st->rank, ch->id, st->prev, ch->recv_broken_message);
+    return XCOLL_SUCCESS;
+  }
+  uint64_t head = atomic_load_explicit(&mem->head, memory_order_acquire);
+  while (pc->posted < head + XCOLL_STEPS &&
+         pc->posted - pc->completed < NL_RECVS_AHEAD) {
+    int slot = (int)(pc->posted % XCOLL_STEPS);
+    xcoll_net_request *request = NULL;
+    pc->started_us[slot] = xcoll_trace_enabled() ? xcoll_time_us() : 0;
+    xcoll_status s = st->net->irecv(
+        ch->recv_comm, ch->recv_buff + (size_t)slot * st->step_bytes,
+        st->step_bytes, (uint32_t)pc->posted, pc->mhandle, &request);
+    if (s != XCOLL_SUCCESS)
+      return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? st->prev : -1,
+                     "nccl_like: rank %d channel %d: receiving from rank %d "
+                     "failed: %s",
+                     st->rank, ch->id, st->prev, nl_net_last_error());
+    if (request == NULL)
+      break;
+    pc->requests[slot] = request;
+    pc->posted++;
+    *progress = 1;
+  }
+  while (pc->completed < pc->posted) {
+    int slot = (int)(pc->completed % XCOLL_STEPS);
+    int done = 0;
+    size_t bytes = 0;
+    xcoll_status s = st->net->test(pc->requests[slot], &done, &bytes);
+    if (s != XCOLL_SUCCESS) {
+      pc->requests[slot] = NULL;
+      if (s != XCOLL_ERR_REMOTE)
+        return nl_fail(st, s, -1,
+                       "nccl_like: rank %d channel %d: receiving from rank "
+                       "%d failed: %s",
+                       st->rank, ch->id, st->prev, nl_net_last_error());
+      ch->recv_broken = s;
+      ch->recv_broken_since = nl_now();
+      snprintf(ch->recv_broken_message, sizeof ch->recv_broken_message, "%s",
+               nl_net_last_error());
+      return XCOLL_SUCCESS;
+    }
+    if (!done)
+      break;
+    pc->requests[slot] = NULL;
+    trace_slot(st, ch, 0, pc->completed, pc->started_us[slot], bytes);
+    mem->sizes[slot] = (int64_t)bytes;
+    pc->completed++;
+    atomic_store_explicit(&mem->tail, pc->completed, memory_order_release);
+    *progress = 1;
+  }
+  return XCOLL_SUCCESS;
+}
+
+/* A slot filled by a kernel and not yet sent: the proxy must keep going
+ * even when no op is in flight (the op finished writing its last slots). */
+static int sends_pending(nl_state *st) {
+  for (int c = 0; c < st->nchannels; c++) {
+    nl_channel *ch = &st->channels[c];
+    if (atomic_load_explicit(&ch->send_mem->tail, memory_order_acquire) >
+        ch->proxy_send.completed)
+      return 1;
+  }
+  return 0;
+}
+
+/* The kernel-side counters, so that a kernel busy reducing a large slot
+ * counts as progress too. */
+static uint64_t kernel_counters(nl_state *st) {
+  uint64_t sum = 0;
+  for (int c = 0; c < st->nchannels; c++) {
+    sum += atomic_load_explicit(&st->channels[c].send_mem->tail,
+                                memory_order_relaxed);
+    sum += atomic_load_explicit(&st->channels[c].recv_mem->head,
+                                memory_order_relaxed);
+  }
+  return sum;
+}
+
+static void fail_timeout(nl_state *st, double idle_s) {
+  /* Name the peer the ring waits on: a channel whose kernel has consumed
+   * everything that arrived waits on the previous rank; one with sends
+   * outstanding waits on the next. */
+  for (int c = 0; c < st->nchannels; c++) {
+    nl_channel *ch = &st->channels[c];
+    if (ch->proxy_send.posted > ch->proxy_send.completed) {
+      nl_fail(st, XCOLL_ERR_TIMEOUT, -1,
+              "nccl_like: rank %d made no progress for %.1f s "
+              "(XCOLL_TIMEOUT_S=%.1f): channel %d waits for rank %d (next in "
+              "the ring) to take step %" PRIu64 ": is rank %d alive and in "
+              "the same collective?",
+              st->rank, idle_s, st->timeout_s, c, st->next,
+              ch->proxy_send.completed, st->next);
+      return;
+    }
+  }
+  nl_fail(st, XCOLL_ERR_TIMEOUT, -1,
+          "nccl_like: rank %d made no progress for %.1f s "
+          "(XCOLL_TIMEOUT_S=%.1f): waiting for data from rank %d (previous in "
+          "the ring), step %" PRIu64 " on channel 0: is rank %d alive and in "
+          "the same collective?",
+          st->rank, idle_s, st->timeout_s, st->prev,
+          st->channels[0].proxy_recv.completed, st->prev);
+}
+
+/* Sleep until there is something to move. Returns 0 when the thread must
+ * exit. */
+static int wait_for_work(nl_state *st) {
+  pthread_mutex_lock(&st->lock);
+  st->proxy_idle = 1;
+  pthread_cond_broadcast(&st->done_cond);
+  while (!st->stopping && (atomic_load(&st->failed) ||
+                           (atomic_load(&st->ops_in_flight) == 0 &&
+                            !sends_pending(st))))
+    pthread_cond_wait(&st->proxy_cond, &st->lock);
+  st->proxy_idle = 0;
+  int go = !st->stopping;
+  pthread_mutex_unlock(&st->lock);
+  return go;
+}
+
+void nl_proxy_drain(nl_state *st) {
+  if (!st->proxy_started)
+    return;
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += (time_t)st->timeout_s + 1;
+  pthread_mutex_lock(&st->lock);
+  /* A kernel may have published its last slot after the proxy went to
+   * sleep only if an op was in flight, which wakes it: so proxy_idle with
+   * no op in flight means everything was sent. */
+  while (!atomic_load(&st->failed) &&
+         (!st->proxy_idle || atomic_load(&st->ops_in_flight) > 0)) {
+    if (pthread_cond_timedwait(&st->done_cond, &st->lock, &deadline) != 0)
+      break;
+  }
+  pthread_mutex_unlock(&st->lock);
+}
+
+static void *proxy_main(void *arg) {
+  nl_state *st = arg;
+  double last_progress = nl_now();
+  uint64_t last_kernel = 0;
+  int was_active = 0;
+  for (;;) {
+    int active = !atomic_load(&st->failed) &&
+                 (atomic_load(&st->ops_in_flight) > 0 || sends_pending(st));
+    if (!active) {
+      was_active = 0;
+      if (!wait_for_work(st))
+        return NULL;
+      continue;
+    }
+    if (!was_active) {
+      was_active = 1;
+      last_progress = nl_now();
+      last_kernel = kernel_counters(st);
+    }
+    int progress = 0;
+    for (int c = 0; c < st->nchannels; c++) {
+      if (progress_send(st, &st->channels[c], &progress) != XCOLL_SUCCESS ||
+          progress_recv(st, &st->channels[c], &progress) != XCOLL_SUCCESS)
+        break;
+    }
+    if (atomic_load(&st->failed))
+      continue;
+    uint64_t kernel = kernel_counters(st);
+    if (kernel != last_kernel) {
+      last_kernel = kernel;
+      progress = 1;
+    }
+    if (progress) {
+      last_progress = nl_now();
+      continue;
+    }
+    double idle = nl_now() - last_progress;
+    if (atomic_load(&st->store_lost) && idle > NL_STORE_LOST_GRACE_S &&
+        atomic_load(&st->ops_in_flight) > 0) {
+      nl_fail(st, XCOLL_ERR_REMOTE, -1,
+              "nccl_like: rank %d: rank 0 died: the connection to the store "
+              "it hosts (%s:%d) broke and the ring made no progress for "
+              "%.1f s",
+              st->rank, st->comm->master_addr, st->comm->master_port, idle);
+      continue;
+    }
+    if (idle > st->timeout_s) {
+      fail_timeout(st, idle);
+      continue;
+    }
+    sched_yield();
+  }
+}
+
+xcoll_status nl_proxy_start(nl_state *st) {
+  if (pthread_create(&st->proxy, NULL, proxy_main, st) != 0)
+    return xcoll_error(st->comm, XCOLL_ERR_SYSTEM,
+                       "nccl_like: cannot start the proxy thread");
+  st->proxy_started = 1;
+  return XCOLL_SUCCESS;
+}
+
+void nl_proxy_join(nl_state *st) {
+  if (!st->proxy_started)
+    return;
+  pthread_join(st->proxy, NULL);
+  st->proxy_started = 0;
+}

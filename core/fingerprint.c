@@ -1,0 +1,150 @@
+/* fingerprint.c - collective fingerprints: building one from a call,
+ * encoding, comparing, and the words of a desync error (fingerprint.h). */
+#include "fingerprint.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static int uses_op(unsigned kind) {
+  return kind == XCOLL_COLL_ALLREDUCE || kind == XCOLL_COLL_REDUCE_SCATTER ||
+         kind == XCOLL_COLL_REDUCE;
+}
+
+static int uses_root(unsigned kind) {
+  return kind == XCOLL_COLL_BROADCAST || kind == XCOLL_COLL_REDUCE;
+}
+
+xcoll_fingerprint xcoll_fingerprint_of(const xcoll_coll_args *args) {
+  xcoll_fingerprint fp;
+  memset(&fp, 0, sizeof fp);
+  fp.valid = 1;
+  fp.seq = args->seq;
+  fp.kind = (uint8_t)args->kind;
+  if (args->kind == XCOLL_COLL_BARRIER)
+    return fp;
+  fp.count = (uint64_t)args->count;
+  fp.dtype = (uint8_t)args->dtype;
+  if (uses_op(args->kind))
+    fp.op = (uint8_t)args->op;
+  if (uses_root(args->kind))
+    fp.root = (int32_t)args->root;
+  return fp;
+}
+
+void xcoll_fingerprint_encode(const xcoll_fingerprint *fp, uint8_t *out) {
+  for (int i = 0; i < 8; i++) {
+    out[i] = (uint8_t)(fp->seq >> (8 * i));
+    out[8 + i] = (uint8_t)(fp->count >> (8 * i));
+  }
+  uint32_t root = (uint32_t)fp->root;
+  for (int i = 0; i < 4; i++)
+    out[16 + i] = (uint8_t)(root >> (8 * i));
+  out[20] = fp->kind;
+  out[21] = fp->dtype;
+  out[22] = fp->op;
+  out[23] = fp->valid;
+}
+
+int xcoll_fingerprint_decode(const uint8_t *in, xcoll_fingerprint *fp) {
+  uint64_t seq = 0, count = 0;
+  uint32_t root = 0;
+  for (int i = 7; i >= 0; i--) {
+    seq = (seq << 8) | in[i];
+    count = (count << 8) | in[8 + i];
+  }
+  for (int i = 3; i >= 0; i--)
+    root = (root << 8) | in[16 + i];
+  fp->seq = seq;
+  fp->count = count;
+  fp->root = (int32_t)root;
+  fp->kind = in[20];
+  fp->dtype = in[21];
+  fp->op = in[22];
+  fp->valid = in[23];
+  if (fp->valid > 1 || fp->kind >= XCOLL_NUM_COLLS ||
+      fp->dtype >= XCOLL_NUM_DATATYPES || fp->op >= XCOLL_NUM_OPS ||
+      fp->root < 0)
+    return -1;
+  return 0;
+}
+
+int xcoll_fingerprint_equal(const xcoll_fingerprint *a,
+                            const xcoll_fingerprint *b) {
+  if (!a->valid || !b->valid)
+    return 1;
+  return a->seq == b->seq && a->count == b->count && a->root == b->root &&
+         a->kind == b->kind && a->dtype == b->dtype && a->op == b->op;
+}
+
+xcoll_fingerprint_verdict xcoll_fingerprint_judge(
+    const xcoll_fingerprint *current, const xcoll_fingerprint *previous,
+    const xcoll_fingerprint *theirs, int answers_receive,
+    const xcoll_fingerprint **ours) {
+  *ours = current;
+  if (!current->valid || !theirs->valid)
+    return XCOLL_FINGERPRINT_MATCH;
+  if (theirs->seq < current->seq) {
+    if (previous->valid && previous->seq == theirs->seq)
+      *ours = previous;
+    return XCOLL_FINGERPRINT_MISMATCH;
+  }
+  if (answers_receive || theirs->seq == current->seq)
+    return xcoll_fingerprint_equal(current, theirs) ? XCOLL_FINGERPRINT_MATCH
+                                                    : XCOLL_FINGERPRINT_MISMATCH;
+  return XCOLL_FINGERPRINT_AHEAD;
+}
+
+char *xcoll_fingerprint_describe(const xcoll_fingerprint *fp, char *out,
+                                 size_t out_bytes) {
+  if (out_bytes == 0)
+    return out;
+  if (!fp->valid) {
+    snprintf(out, out_bytes, "no collective");
+    return out;
+  }
+  /* Names of out-of-range values come back as "unknown": a fingerprint
+   * from the network is described before anything else judges it. */
+  const char *name = fp->kind < XCOLL_NUM_COLLS
+                         ? xcoll_coll_name((xcoll_coll_kind)fp->kind)
+                         : "unknown collective";
+  const char *dtype = xcoll_datatype_name((xcoll_datatype)fp->dtype);
+  const char *op = xcoll_op_name((xcoll_op)fp->op);
+  if (fp->kind == XCOLL_COLL_BARRIER)
+    snprintf(out, out_bytes, "%s()", name);
+  else if (uses_op(fp->kind) && uses_root(fp->kind))
+    snprintf(out, out_bytes, "%s(%s, root %" PRId32 ", %s, %" PRIu64 ")", name,
+             op, fp->root, dtype, fp->count);
+  else if (uses_op(fp->kind))
+    snprintf(out, out_bytes, "%s(%s, %s, %" PRIu64 ")", name, op, dtype,
+             fp->count);
+  else if (uses_root(fp->kind))
+    snprintf(out, out_bytes, "%s(root %" PRId32 ", %s, %" PRIu64 ")", name,
+             fp->root, dtype, fp->count);
+  else
+    snprintf(out, out_bytes, "%s(%s, %" PRIu64 ")", name, dtype, fp->count);
+  return out;
+}
+
+char *xcoll_fingerprint_mismatch(int rank_a, const xcoll_fingerprint *a,
+                                 int rank_b, const xcoll_fingerprint *b,
+                                 char *out, size_t out_bytes) {
+  char call_a[XCOLL_FINGERPRINT_TEXT_BYTES], call_b[XCOLL_FINGERPRINT_TEXT_BYTES];
+  xcoll_fingerprint_describe(a, call_a, sizeof call_a);
+  xcoll_fingerprint_describe(b, call_b, sizeof call_b);
+  if (a->seq == b->seq && xcoll_fingerprint_equal(a, b))
+    snprintf(out, out_bytes,
+             "rank %d called %s and rank %d called the same, but rank %d "
+             "sent a message that rank %d never received in it",
+             rank_a, call_a, rank_b, rank_b, rank_a);
+  else if (a->seq == b->seq)
+    snprintf(out, out_bytes, "rank %d called %s but rank %d called %s", rank_a,
+             call_a, rank_b, call_b);
+  else
+    snprintf(out, out_bytes,
+             "rank %d called %s as its collective #%" PRIu64
+             " but rank %d called %s as its collective #%" PRIu64
+             " (one rank made more collective calls than the other)",
+             rank_a, call_a, a->seq, rank_b, call_b, b->seq);
+  return out;
+}

@@ -1,0 +1,125 @@
+/* fault_desync.c - ranks that call different collectives (a desync) must all
+ * fail with XCOLL_ERR_PROTOCOL within seconds, with a message that names both
+ * calls (core/fingerprint.h), instead of returning wrong data or waiting for
+ * XCOLL_TIMEOUT_S.
+ *
+ *   fault_desync CASE     under xcollrun, 2 or more ranks
+ * The last rank makes the odd call; every other rank makes the base call:
+ *   op     allreduce(sum, float32, 1000)  vs allreduce(max, float32, 1000)
+ *   dtype  allreduce(sum, float32, 1000)  vs allreduce(sum, int32, 1000)
+ *          (same element size: the byte counts agree)
+ *   count  allreduce(sum, float32, 1000)  vs allreduce(sum, float32, 1001)
+ *   root   broadcast(root 0, float32, 1000) vs broadcast(root P-1, ...)
+ *   kind   allreduce(sum, float32, 1000)  vs broadcast(root P-1, ...)
+ * A rank whose call returns success (it only sent) must fail by its next
+ * barrier. Each rank prints DESYNC-OK or DESYNC-BAD and exits 0 or 1. Run
+ * with a long XCOLL_TIMEOUT_S, so that a timeout cannot pass for detection. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "xcoll.h"
+
+#define COUNT 1000
+#define BOUND_S 10.0
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct call {
+  int broadcast; /* 0: allreduce */
+  xcoll_op op;
+  xcoll_datatype dtype;
+  size_t count;
+  int root;
+} call;
+
+static void describe(const call *c, char *out, size_t bytes) {
+  if (c->broadcast)
+    snprintf(out, bytes, "broadcast(root %d, %s, %zu)", c->root,
+             xcoll_datatype_name(c->dtype), c->count);
+  else
+    snprintf(out, bytes, "allreduce(%s, %s, %zu)", xcoll_op_name(c->op),
+             xcoll_datatype_name(c->dtype), c->count);
+}
+
+static xcoll_status run(const call *c, float *buf, xcoll_comm_t comm) {
+  if (c->broadcast)
+    return xcoll_broadcast(buf, buf, c->count, c->dtype, c->root, comm);
+  return xcoll_allreduce(buf, buf, c->count, c->dtype, c->op, comm);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s op|dtype|count|root|kind\n", argv[0]);
+    return 2;
+  }
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  xcoll_comm_t comm = NULL;
+  xcoll_status st = xcoll_comm_init_env(&comm);
+  if (st != XCOLL_SUCCESS) {
+    printf("FATAL: init: %s\n", xcoll_last_error());
+    return 2;
+  }
+  int rank = 0, world_size = 0;
+  xcoll_comm_rank(comm, &rank);
+  xcoll_comm_size(comm, &world_size);
+  int odd = world_size - 1;
+  call base = {0, XCOLL_SUM, XCOLL_FLOAT32, COUNT, 0};
+  call other = base;
+  const char *which = argv[1];
+  if (!strcmp(which, "op")) {
+    other.op = XCOLL_MAX;
+  } else if (!strcmp(which, "dtype")) {
+    other.dtype = XCOLL_INT32;
+  } else if (!strcmp(which, "count")) {
+    other.count = COUNT + 1;
+  } else if (!strcmp(which, "root")) {
+    base.broadcast = 1;
+    other.broadcast = 1;
+    other.root = odd;
+  } else if (!strcmp(which, "kind")) {
+    other.broadcast = 1;
+    other.root = odd;
+  } else {
+    fprintf(stderr, "unknown case %s\n", which);
+    return 2;
+  }
+  char base_text[96], other_text[96];
+  describe(&base, base_text, sizeof base_text);
+  describe(&other, other_text, sizeof other_text);
+
+  float *buf = calloc(COUNT + 1, sizeof *buf);
+  if (!buf)
+    return 2;
+  /* Start together, so that the bound measures detection. A rank may still
+   * be finishing this barrier when a faster one has found the mismatch and
+   * aborted: then the barrier itself fails, with the same message. */
+  double start = now_s();
+  const char *step = "the barrier before the mismatched call";
+  st = xcoll_barrier(comm);
+  if (st == XCOLL_SUCCESS) {
+    start = now_s();
+    st = run(rank == odd ? &other : &base, buf, comm);
+    step = "the mismatched call";
+  }
+  for (int i = 0; st == XCOLL_SUCCESS && i < 3; i++) {
+    st = xcoll_barrier(comm);
+    step = "a barrier after it";
+  }
+  double elapsed = now_s() - start;
+  const char *msg = xcoll_comm_last_error(comm);
+  int names_both = strstr(msg, base_text) != NULL && strstr(msg, other_text) != NULL;
+  int ok = st == XCOLL_ERR_PROTOCOL && names_both && elapsed < BOUND_S;
+  printf("DESYNC-%s rank %d (%s): %s returned %s after %.3f s (bound %.0f s); "
+         "names \"%s\" and \"%s\": %s; message: %s\n",
+         ok ? "OK" : "BAD", rank, which, step, xcoll_strerror(st), elapsed,
+         BOUND_S, base_text, other_text, names_both ? "yes" : "no", msg);
+  xcoll_comm_destroy(comm);
+  free(buf);
+  return ok ? 0 : 1;
+}

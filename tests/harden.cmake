@@ -1,0 +1,62 @@
+# Hardening tests (issue 11): collective desync detection on every host
+# backend. Included from tests/CMakeLists.txt after mp.cmake.
+if(TARGET xcollrun)
+  add_executable(fault_desync ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_desync.c)
+  target_link_libraries(fault_desync PRIVATE xcoll_static m)
+  set(desync_backends tcp)
+  if(XCOLL_HAVE_UCX)
+    list(APPEND desync_backends ucx)
+  endif()
+  # Each case at 2 ranks, and the root case also at 3 (the odd root's
+  # messages reach a rank that waits for someone else).
+  foreach(backend ${desync_backends})
+    foreach(spec op:2 dtype:2 count:2 root:2 kind:2 root:3 kind:3)
+      string(REPLACE ":" ";" parts ${spec})
+      list(GET parts 0 case)
+      list(GET parts 1 np)
+      set(test faults.desync.${backend}.${case}.np${np})
+      add_test(NAME ${test}
+        COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node ${np} --master-port 0
+                $<TARGET_FILE:fault_desync> ${case})
+      # XCOLL_TIMEOUT_S=60: a detection by timeout would miss the 10 s bound.
+      set_tests_properties(${test} PROPERTIES TIMEOUT 90
+        LABELS "faults;${backend}" PROCESSORS 2
+        ENVIRONMENT "XCOLL_TIMEOUT_S=60;XCOLL_BACKEND=${backend}")
+    endforeach()
+  endforeach()
+endif()
+
+# Checkpoint header validation and stale temporary files (trainer/checkpoint.c).
+if(TARGET xtrain_core)
+  add_executable(test_trainer_checkpoint ${CMAKE_CURRENT_SOURCE_DIR}/trainer/test_checkpoint.c)
+  target_include_directories(test_trainer_checkpoint PRIVATE ${CMOCKA_INCLUDE_DIR})
+  target_link_libraries(test_trainer_checkpoint PRIVATE xtrain_core ${CMOCKA_LIBRARY} m)
+  add_test(NAME trainer.checkpoint COMMAND test_trainer_checkpoint)
+  set_tests_properties(trainer.checkpoint PROPERTIES TIMEOUT 60 LABELS trainer)
+endif()
+
+# Four hosts as network namespaces on a bridge (tests/netns/netns.sh): a host
+# cut off mid-run, and exact results under packet loss. Skipped (77) without
+# root, namespaces or tc netem.
+if(TARGET xcollrun)
+  add_executable(netns_loop ${CMAKE_CURRENT_SOURCE_DIR}/netns/netns_loop.c)
+  target_link_libraries(netns_loop PRIVATE xcoll_static m)
+  set(netns_backends tcp)
+  if(XCOLL_HAVE_UCX)
+    list(APPEND netns_backends ucx)
+  endif()
+  foreach(backend ${netns_backends})
+    add_test(NAME netns.cut.${backend}
+      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/netns/netns.sh
+              $<TARGET_FILE:netns_loop> ${backend} cut)
+    foreach(loss 1 5)
+      add_test(NAME netns.loss${loss}.${backend}
+        COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/netns/netns.sh
+                $<TARGET_FILE:netns_loop> ${backend} loss ${loss})
+      set_tests_properties(netns.loss${loss}.${backend} PROPERTIES TIMEOUT 240
+        LABELS "netns;${backend}" SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+    endforeach()
+    set_tests_properties(netns.cut.${backend} PROPERTIES TIMEOUT 180
+      LABELS "netns;${backend}" SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+  endforeach()
+endif()

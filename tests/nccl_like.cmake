@@ -1,0 +1,121 @@
+# nccl_like.cmake - tests of the nccl_like backend (backends/nccl_like/):
+# the conformance suite at 1 to 8 ranks across net plugins (XCOLL_NET),
+# protocols (XCOLL_PROTO), channel counts (XCOLL_NCHANNELS) and a FIFO small
+# enough that messages wrap it many times (XCOLL_BUFFSIZE); bit-identical
+# floats across ranks and repetitions; a killed or stopped rank; no thread
+# left after abort. Included by tests/CMakeLists.txt after mp.cmake.
+#
+# Time budget: all entries together under about 5 minutes with ctest -j2 on
+# an idle 2-core machine (docs/nccl_like.md has the measured times). Entries
+# with several ranks ask for 2 processors so that -j2 runs them one at a
+# time.
+if(NOT XCOLL_HAVE_NCCL_LIKE OR NOT TARGET xcollrun)
+  return()
+endif()
+
+add_executable(nl_determinism ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/nl_determinism.c)
+target_link_libraries(nl_determinism PRIVATE xcoll_static m)
+add_executable(nl_abort_threads ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/nl_abort_threads.c)
+target_link_libraries(nl_abort_threads PRIVATE xcoll_static Threads::Threads)
+
+# Small FIFO: 8 slots of 1 KiB, so a 131072-element float32 collective
+# wraps each channel's FIFO about 30 times per ring step.
+set(NL_SMALL "XCOLL_BUFFSIZE=8K")
+
+# nl_conf(NAME NPROC TIMEOUT_S ENV ARGS...): conformance.nccl_like.NAME
+function(nl_conf name nproc timeout env)
+  xcoll_add_conformance(nccl_like.${name} nccl_like ${nproc} ${timeout}
+    "${env}" ${ARGN})
+endfunction()
+
+if(XCOLL_SANITIZE)
+  foreach(np 1 2 3)
+    nl_conf(np${np} ${np} 300 "" --quick)
+  endforeach()
+  nl_conf(np2.ll.small 2 300 "XCOLL_PROTO=ll;${NL_SMALL}" --quick)
+else()
+  nl_conf(np1 1 120 "")
+  # socket plugin, simple protocol, the default 2 channels, all combinations
+  nl_conf(np2.simple 2 240 "XCOLL_NET=socket;XCOLL_PROTO=simple")
+  nl_conf(np2.ll.nch1 2 240 "XCOLL_NET=socket;XCOLL_PROTO=ll;XCOLL_NCHANNELS=1"
+    --quick)
+  nl_conf(np2.simple.nch4.small 2 240
+    "XCOLL_PROTO=simple;XCOLL_NCHANNELS=4;${NL_SMALL}" --quick)
+  nl_conf(np2.big 2 240 "XCOLL_PROTO=simple" ${XCOLL_BIG} --coll allreduce)
+  nl_conf(np3.simple.nch1 3 240 "XCOLL_PROTO=simple;XCOLL_NCHANNELS=1" --quick)
+  nl_conf(np3.ll.nch4.small 3 240 "XCOLL_PROTO=ll;XCOLL_NCHANNELS=4;${NL_SMALL}"
+    --quick)
+  nl_conf(np4.simple 4 240 "XCOLL_PROTO=simple" --quick)
+  nl_conf(np4.ll.small 4 240 "XCOLL_PROTO=ll;${NL_SMALL}" --quick
+    --max-count 1021)
+  nl_conf(np4.auto.nch4 4 240 "XCOLL_PROTO=auto;XCOLL_NCHANNELS=4" --quick
+    --coll allreduce --coll errors)
+  nl_conf(np5 5 240 "" --quick)
+  nl_conf(np8 8 300 "" --quick --max-count 1021)
+  # The ucx net plugin (net/ucx/) comes with UCX.
+  if(XCOLL_HAVE_UCX AND EXISTS ${PROJECT_SOURCE_DIR}/net/ucx)
+    nl_conf(np2.ucx.simple 2 240 "XCOLL_NET=ucx;XCOLL_PROTO=simple" --quick)
+    nl_conf(np3.ucx.ll 3 240 "XCOLL_NET=ucx;XCOLL_PROTO=ll;${NL_SMALL}" --quick)
+    nl_conf(np4.ucx 4 240 "XCOLL_NET=ucx" --quick --max-count 1021)
+    # Disabled until net/ucx matches each receive to its own connection: its
+    # irecv posts with tag mask 0 on the worker, so a receive takes another
+    # message ("rank 1 sent message 0 with tag 0 where the posted receive
+    # expects tag 1") even at 1 channel. Re-enable by deleting this line.
+    set_tests_properties(conformance.nccl_like.np2.ucx.simple
+      conformance.nccl_like.np3.ucx.ll conformance.nccl_like.np4.ucx
+      PROPERTIES DISABLED TRUE)
+  endif()
+endif()
+
+# Bit-identical floats across ranks and repetitions, both protocols.
+foreach(proto simple ll)
+  set(test nccl_like.determinism.${proto}.np3)
+  add_test(NAME ${test}
+    COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node 3 --master-port 0
+            $<TARGET_FILE:nl_determinism> 300007 3)
+  set_tests_properties(${test} PROPERTIES TIMEOUT 120
+    LABELS "conformance;nccl_like" PROCESSORS 2
+    ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like;XCOLL_PROTO=${proto};${NL_SMALL}")
+endforeach()
+
+# A rank killed mid-collective: every other rank (not only its ring
+# neighbours) fails within 5 s naming it; a stopped rank: TIMEOUT at
+# XCOLL_TIMEOUT_S. The harness is shared with tcp and ucx (tests/faults/).
+foreach(mode kill stop)
+  add_test(NAME faults.peer_${mode}.nccl_like
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_peer.sh
+            $<TARGET_FILE:xcollrun> $<TARGET_FILE:fault_peer> ${mode})
+  set_tests_properties(faults.peer_${mode}.nccl_like PROPERTIES TIMEOUT 90
+    LABELS "faults;nccl_like" ENVIRONMENT XCOLL_BACKEND=nccl_like PROCESSORS 2)
+endforeach()
+
+# No thread left after xcoll_comm_abort + xcoll_comm_destroy.
+add_test(NAME faults.abort_threads.nccl_like
+  COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node 3 --master-port 0
+          $<TARGET_FILE:nl_abort_threads>)
+set_tests_properties(faults.abort_threads.nccl_like PROPERTIES TIMEOUT 60
+  LABELS "faults;nccl_like" PROCESSORS 2
+  ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like")
+
+# Malformed variables of this backend fail creation naming the variable.
+foreach(case nchannels_0 nchannels_17 buffsize_12q buffsize_100 proto_fast)
+  add_test(NAME faults.env.nccl_like.${case}
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/nl_env.sh
+            $<TARGET_FILE:fault_init> ${case})
+  set_tests_properties(faults.env.nccl_like.${case} PROPERTIES TIMEOUT 30
+    LABELS "faults;nccl_like")
+endforeach()
+
+# The engine with ranks as threads and an in-memory net plugin (no sockets,
+# no core dispatch): every collective, both protocols, 1 and 3 channels, a
+# FIFO wrapped many times, ops in flight, a death, an abort.
+add_executable(test_nl_engine ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/test_nl_engine.c)
+target_include_directories(test_nl_engine PRIVATE ${CMOCKA_INCLUDE_DIR}
+  ${PROJECT_SOURCE_DIR}/backends/nccl_like ${PROJECT_SOURCE_DIR}/kernels
+  ${PROJECT_SOURCE_DIR}/net)
+target_link_libraries(test_nl_engine PRIVATE xcoll_static xcoll_internal
+  ${CMOCKA_LIBRARY} Threads::Threads m)
+target_compile_definitions(test_nl_engine PRIVATE XCOLL_HAVE_NCCL_LIKE)
+add_test(NAME unit.nl_engine COMMAND test_nl_engine)
+set_tests_properties(unit.nl_engine PROPERTIES TIMEOUT 120
+  LABELS "unit;nccl_like" PROCESSORS 2)

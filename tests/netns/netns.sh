@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# netns.sh - xcoll across 4 "hosts": 4 network namespaces joined by a bridge
+# (in a fifth, hub namespace), each rank in its own namespace with its own
+# address, so that every byte crosses a real (virtual) network link.
+#   netns.sh PROG BACKEND cut     rank 2's host is cut off (its link goes
+#                                 down) mid-run: every survivor must fail
+#                                 within XCOLL_TIMEOUT_S (5 s) + 5 s.
+#   netns.sh PROG BACKEND loss P  P% packet loss on every link (tc netem):
+#                                 200 allreduces must be exact on every rank.
+# PROG is tests/netns/netns_loop.c's binary. Needs root and CAP_NET_ADMIN to
+# create namespaces (and sch_netem for loss); otherwise exits 77 (skipped)
+# with the reason.
+set -u
+prog=$1 backend=$2 mode=$3 loss=${4:-0}
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "needs root to create network namespaces"
+command -v ip >/dev/null || skip "ip (iproute2) is not installed"
+id=$$
+hub=xch$id
+ns() { echo "xcr${id}_$1"; }
+cleanup() {
+  for pid in ${pids:-}; do kill -KILL "$pid" 2>/dev/null; done
+  for r in 0 1 2 3; do ip netns del "$(ns $r)" 2>/dev/null; done
+  ip netns del "$hub" 2>/dev/null
+  rm -rf "${tmp:-/nonexistent}"
+}
+trap cleanup EXIT
+ip netns add "$hub" 2>/dev/null ||
+  skip "cannot create a network namespace (ip netns add): no CAP_SYS_ADMIN?"
+ip -n "$hub" link add br0 type bridge && ip -n "$hub" link set br0 up ||
+  skip "cannot create a bridge in a namespace"
+for r in 0 1 2 3; do
+  n=$(ns $r)
+  ip netns add "$n" || skip "cannot create namespace $n"
+  ip link add "xa${r}_$id" type veth peer name "xb${r}_$id" ||
+    skip "cannot create a veth pair"
+  ip link set "xa${r}_$id" netns "$hub"
+  ip link set "xb${r}_$id" netns "$n"
+  ip -n "$hub" link set "xa${r}_$id" master br0 up
+  ip -n "$n" link set lo up
+  ip -n "$n" addr add "10.77.0.$((r + 1))/24" dev "xb${r}_$id"
+  ip -n "$n" link set "xb${r}_$id" up
+done
+if [ "$mode" = loss ]; then
+  for r in 0 1 2 3; do
+    ip netns exec "$hub" tc qdisc add dev "xa${r}_$id" root netem \
+      loss "${loss}%" 2>/dev/null ||
+      skip "tc netem is not available here (kernel module sch_netem)"
+  done
+fi
+
+tmp=$(mktemp -d)
+export NETNS_READY_DIR=$tmp
+export XCOLL_BACKEND=$backend XCOLL_TIMEOUT_S=5
+if [ "$backend" = ucx ]; then
+  # Across hosts: tcp between the namespaces (shared memory would bypass the
+  # network, as /dev/shm is common to them) with UCX peer failure handling.
+  export UCX_TLS=tcp,self XCOLL_UCX_ERR_MODE=peer
+  export UCX_NET_DEVICES=all
+fi
+if [ "$mode" = loss ]; then
+  args=(--iterations 200)
+  export XCOLL_TIMEOUT_S=60
+else
+  args=(--until-failure 10)
+fi
+pids=""
+for r in 0 1 2 3; do
+  ip netns exec "$(ns $r)" env RANK=$r WORLD_SIZE=4 LOCAL_RANK=0 \
+    LOCAL_WORLD_SIZE=1 MASTER_ADDR=10.77.0.1 MASTER_PORT=29511 \
+    "$prog" "${args[@]}" >"$tmp/out.$r" 2>&1 &
+  pids="$pids $!"
+done
+
+fail=0
+if [ "$mode" = cut ]; then
+  # Cut rank 2's host off once every rank is mid-run (bounded wait).
+  deadline=$((SECONDS + 60))
+  while [ "$(ls "$tmp" | grep -c '^[0-3]$')" -lt 4 ]; do
+    if [ $SECONDS -ge $deadline ]; then
+      echo "FAIL: the ranks did not all start within 60 s"
+      cat "$tmp"/out.*
+      exit 1
+    fi
+    sleep 0.1
+  done
+  ip -n "$hub" link set "xa2_$id" down
+  echo "cut rank 2's link at $(date +%T.%N)"
+fi
+# Every rank ends by itself (the survivors within their bound); cap it.
+deadline=$((SECONDS + 120))
+for pid in $pids; do
+  while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $deadline ]; do
+    sleep 0.2
+  done
+done
+for r in 0 1 2 3; do sed "s/^/[rank $r] /" "$tmp/out.$r"; done
+if [ "$mode" = cut ]; then
+  for r in 0 1 3; do
+    grep -q "^CUT-OK rank $r:" "$tmp/out.$r" ||
+      { echo "FAIL: survivor rank $r did not fail within its bound"; fail=1; }
+  done
+else
+  for r in 0 1 2 3; do
+    grep -q "^EXACT rank $r:" "$tmp/out.$r" ||
+      { echo "FAIL: rank $r did not finish exact under ${loss}% loss"; fail=1; }
+  done
+fi
+[ $fail -eq 0 ] && echo "PASS: netns $mode on $backend"
+exit $fail

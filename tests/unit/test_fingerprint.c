@@ -1,0 +1,175 @@
+/* test_fingerprint.c - collective fingerprints (core/fingerprint.c): the
+ * encoding is the documented byte layout and decodes back, unused fields are
+ * zeroed so that equal calls compare equal, each differing field (op, dtype,
+ * count, root, kind, seq) makes two calls unequal, out-of-range bytes from
+ * the network are rejected, and the desync sentence reads as documented. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdint.h>
+#include <string.h>
+
+#include "fingerprint.h"
+
+static xcoll_coll_args call(xcoll_coll_kind kind, xcoll_datatype dtype,
+                            xcoll_op op, size_t count, int root, uint64_t seq) {
+  xcoll_coll_args args;
+  memset(&args, 0, sizeof args);
+  args.kind = kind;
+  args.dtype = dtype;
+  args.op = op;
+  args.count = count;
+  args.root = root;
+  args.seq = seq;
+  return args;
+}
+
+static void test_layout_and_roundtrip(void **unused) {
+  (void)unused;
+  xcoll_coll_args args =
+      call(XCOLL_COLL_REDUCE, XCOLL_INT32, XCOLL_MAX, 0x0102030405060708ull, 3,
+           0x1112131415161718ull);
+  xcoll_fingerprint fp = xcoll_fingerprint_of(&args);
+  uint8_t bytes[XCOLL_FINGERPRINT_BYTES];
+  xcoll_fingerprint_encode(&fp, bytes);
+  const uint8_t want[XCOLL_FINGERPRINT_BYTES] = {
+      0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11, /* seq */
+      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, /* count */
+      3, 0, 0, 0,                                     /* root */
+      XCOLL_COLL_REDUCE, XCOLL_INT32, XCOLL_MAX, 1};
+  assert_memory_equal(bytes, want, sizeof want);
+  xcoll_fingerprint back;
+  assert_int_equal(xcoll_fingerprint_decode(bytes, &back), 0);
+  assert_true(xcoll_fingerprint_equal(&fp, &back));
+  assert_int_equal(back.root, 3);
+  assert_int_equal(back.count, 0x0102030405060708ull);
+}
+
+static void test_unused_fields_ignored(void **unused) {
+  (void)unused;
+  /* A broadcast's op and an allreduce's root are not part of the call. */
+  xcoll_coll_args a = call(XCOLL_COLL_BROADCAST, XCOLL_FLOAT32, XCOLL_SUM, 10, 1, 4);
+  xcoll_coll_args b = call(XCOLL_COLL_BROADCAST, XCOLL_FLOAT32, XCOLL_MAX, 10, 1, 4);
+  xcoll_fingerprint fa = xcoll_fingerprint_of(&a), fb = xcoll_fingerprint_of(&b);
+  assert_true(xcoll_fingerprint_equal(&fa, &fb));
+  a = call(XCOLL_COLL_ALLREDUCE, XCOLL_FLOAT32, XCOLL_SUM, 10, 0, 4);
+  b = call(XCOLL_COLL_ALLREDUCE, XCOLL_FLOAT32, XCOLL_SUM, 10, 2, 4);
+  fa = xcoll_fingerprint_of(&a);
+  fb = xcoll_fingerprint_of(&b);
+  assert_true(xcoll_fingerprint_equal(&fa, &fb));
+  a = call(XCOLL_COLL_BARRIER, XCOLL_FLOAT32, XCOLL_SUM, 10, 0, 4);
+  b = call(XCOLL_COLL_BARRIER, XCOLL_UINT8, XCOLL_MAX, 0, 1, 4);
+  fa = xcoll_fingerprint_of(&a);
+  fb = xcoll_fingerprint_of(&b);
+  assert_true(xcoll_fingerprint_equal(&fa, &fb));
+}
+
+static void test_each_field_differs(void **unused) {
+  (void)unused;
+  xcoll_coll_args base = call(XCOLL_COLL_REDUCE, XCOLL_FLOAT32, XCOLL_SUM, 1000, 1, 7);
+  xcoll_fingerprint fb = xcoll_fingerprint_of(&base);
+  xcoll_coll_args variants[] = {
+      call(XCOLL_COLL_REDUCE, XCOLL_FLOAT32, XCOLL_MAX, 1000, 1, 7), /* op */
+      call(XCOLL_COLL_REDUCE, XCOLL_INT32, XCOLL_SUM, 1000, 1, 7),   /* dtype, same size */
+      call(XCOLL_COLL_REDUCE, XCOLL_FLOAT32, XCOLL_SUM, 999, 1, 7),  /* count */
+      call(XCOLL_COLL_REDUCE, XCOLL_FLOAT32, XCOLL_SUM, 1000, 0, 7), /* root */
+      call(XCOLL_COLL_ALLREDUCE, XCOLL_FLOAT32, XCOLL_SUM, 1000, 1, 7), /* kind */
+      call(XCOLL_COLL_REDUCE, XCOLL_FLOAT32, XCOLL_SUM, 1000, 1, 8), /* seq */
+  };
+  for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
+    xcoll_fingerprint fv = xcoll_fingerprint_of(&variants[i]);
+    assert_false(xcoll_fingerprint_equal(&fb, &fv));
+  }
+  /* No fingerprint on one side: nothing to compare. */
+  xcoll_fingerprint none;
+  memset(&none, 0, sizeof none);
+  assert_true(xcoll_fingerprint_equal(&fb, &none));
+}
+
+static void test_decode_rejects_garbage(void **unused) {
+  (void)unused;
+  xcoll_coll_args args = call(XCOLL_COLL_ALLREDUCE, XCOLL_FLOAT32, XCOLL_SUM, 5, 0, 1);
+  xcoll_fingerprint fp = xcoll_fingerprint_of(&args), back;
+  uint8_t bytes[XCOLL_FINGERPRINT_BYTES];
+  const int fields[] = {20, 21, 22, 23, 19};
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+    xcoll_fingerprint_encode(&fp, bytes);
+    bytes[fields[i]] = 0xee;
+    assert_int_equal(xcoll_fingerprint_decode(bytes, &back), -1);
+    char text[XCOLL_FINGERPRINT_TEXT_BYTES];
+    /* Still describable without reading out of bounds. */
+    assert_non_null(xcoll_fingerprint_describe(&back, text, sizeof text));
+  }
+}
+
+static void test_describe_and_mismatch(void **unused) {
+  (void)unused;
+  char text[256];
+  xcoll_coll_args a = call(XCOLL_COLL_ALLREDUCE, XCOLL_FLOAT32, XCOLL_SUM, 1000, 0, 3);
+  xcoll_coll_args b = call(XCOLL_COLL_BROADCAST, XCOLL_FLOAT32, XCOLL_SUM, 1000, 1, 3);
+  xcoll_fingerprint fa = xcoll_fingerprint_of(&a), fb = xcoll_fingerprint_of(&b);
+  assert_string_equal(xcoll_fingerprint_describe(&fa, text, sizeof text),
+                      "allreduce(sum, float32, 1000)");
+  assert_string_equal(xcoll_fingerprint_describe(&fb, text, sizeof text),
+                      "broadcast(root 1, float32, 1000)");
+  assert_string_equal(
+      xcoll_fingerprint_mismatch(0, &fa, 1, &fb, text, sizeof text),
+      "rank 0 called allreduce(sum, float32, 1000) but rank 1 called "
+      "broadcast(root 1, float32, 1000)");
+  xcoll_coll_args r = call(XCOLL_COLL_REDUCE, XCOLL_INT32, XCOLL_MAX, 4, 2, 3);
+  xcoll_fingerprint fr = xcoll_fingerprint_of(&r);
+  assert_string_equal(xcoll_fingerprint_describe(&fr, text, sizeof text),
+                      "reduce(max, root 2, int32, 4)");
+  xcoll_coll_args g = call(XCOLL_COLL_BARRIER, XCOLL_INT32, XCOLL_MAX, 4, 2, 9);
+  xcoll_fingerprint fg = xcoll_fingerprint_of(&g);
+  assert_string_equal(xcoll_fingerprint_describe(&fg, text, sizeof text),
+                      "barrier()");
+  xcoll_fingerprint_mismatch(2, &fg, 0, &fa, text, sizeof text);
+  assert_non_null(strstr(text, "#9"));
+  assert_non_null(strstr(text, "#3"));
+}
+
+static void test_judge(void **unused) {
+  (void)unused;
+  xcoll_coll_args a = call(XCOLL_COLL_ALLREDUCE, XCOLL_FLOAT32, XCOLL_SUM, 10, 0, 5);
+  xcoll_coll_args p = call(XCOLL_COLL_BROADCAST, XCOLL_FLOAT32, XCOLL_SUM, 10, 1, 4);
+  xcoll_fingerprint cur = xcoll_fingerprint_of(&a), prev = xcoll_fingerprint_of(&p);
+  const xcoll_fingerprint *ours = NULL;
+  xcoll_fingerprint t = cur;
+  assert_int_equal(xcoll_fingerprint_judge(&cur, &prev, &t, 1, &ours),
+                   XCOLL_FINGERPRINT_MATCH);
+  t.seq = 6; /* the peer is one collective ahead */
+  assert_int_equal(xcoll_fingerprint_judge(&cur, &prev, &t, 0, &ours),
+                   XCOLL_FINGERPRINT_AHEAD);
+  assert_int_equal(xcoll_fingerprint_judge(&cur, &prev, &t, 1, &ours),
+                   XCOLL_FINGERPRINT_MISMATCH);
+  t = cur;
+  t.op = XCOLL_MAX;
+  assert_int_equal(xcoll_fingerprint_judge(&cur, &prev, &t, 0, &ours),
+                   XCOLL_FINGERPRINT_MISMATCH);
+  assert_ptr_equal(ours, &cur);
+  /* A message of the previous collective that was never received there. */
+  xcoll_coll_args q = call(XCOLL_COLL_BROADCAST, XCOLL_FLOAT32, XCOLL_SUM, 10, 0, 4);
+  t = xcoll_fingerprint_of(&q);
+  assert_int_equal(xcoll_fingerprint_judge(&cur, &prev, &t, 0, &ours),
+                   XCOLL_FINGERPRINT_MISMATCH);
+  assert_ptr_equal(ours, &prev);
+  char text[256];
+  xcoll_fingerprint_mismatch(0, ours, 1, &t, text, sizeof text);
+  assert_string_equal(text, "rank 0 called broadcast(root 1, float32, 10) but "
+                            "rank 1 called broadcast(root 0, float32, 10)");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_layout_and_roundtrip),
+      cmocka_unit_test(test_unused_fields_ignored),
+      cmocka_unit_test(test_each_field_differs),
+      cmocka_unit_test(test_decode_rejects_garbage),
+      cmocka_unit_test(test_describe_and_mismatch),
+      cmocka_unit_test(test_judge),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
