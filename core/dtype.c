@@ -62,25 +62,7 @@ xcoll_status xcoll_check_dtype_op(struct xcoll_comm *comm, xcoll_datatype dtype,
 /* ---- names and sizes (public API, xcoll.h) ---- */
 
 size_t xcoll_datatype_size(xcoll_datatype dtype) {
-  switch (dtype) {
-  case XCOLL_INT8:
-  case XCOLL_UINT8:
-    return 1;
-  case XCOLL_FLOAT16:
-  case XCOLL_BFLOAT16:
-    return 2;
-  case XCOLL_INT32:
-  case XCOLL_UINT32:
-  case XCOLL_FLOAT32:
-    return 4;
-  case XCOLL_INT64:
-  case XCOLL_UINT64:
-  case XCOLL_FLOAT64:
-    return 8;
-  case XCOLL_NUM_DATATYPES:
-    break;
-  }
-  return 0;
+  return xc_dtype_size(dtype); /* one table, shared with the kernels */
 }
 
 const char *xcoll_datatype_name(xcoll_datatype dtype) {

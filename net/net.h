@@ -88,6 +88,8 @@ typedef struct xcoll_net_config {
   uint64_t comm_id;        /* the communicator's id, checked in the handshake */
   int rank;                /* this rank */
   double timeout_s;        /* a handshake that makes no progress this long fails */
+  /* A plugin outside libxcoll may use these; the built-in plugins take the
+   * job's secret from XCOLL_AUTH_TOKEN / XCOLL_AUTH_FILE (core/auth.h). */
   const uint8_t *secret;   /* per-job secret or NULL */
   size_t secret_bytes;
 } xcoll_net_config;

@@ -2,11 +2,15 @@
 # test.sh - what CI runs (.ci/run): install what is missing, build with
 # warnings as errors, run every ctest entry, then build again with
 # AddressSanitizer + UndefinedBehaviorSanitizer and run the unit tests and a
-# quick conformance and fault pass under them; last, ThreadSanitizer over the
-# unit tests, the two-thread split test, tcp at 2 ranks and the peer faults.
+# quick conformance, fault and security pass under them; then ThreadSanitizer
+# over the unit tests (the ring primitives and the nccl_like engine among
+# them), the two-thread split test, tcp at 2 ranks, nccl_like at 3 ranks
+# (worker threads + proxy + watcher) and the peer faults; last, every libFuzzer
+# target for FUZZ_SECONDS under ASan+UBSan (scripts/fuzz.sh).
 #   bash scripts/test.sh
 # Environment: JOBS (default 2) for the build and ctest parallelism;
-# XCOLL_SKIP_ASAN=1 / XCOLL_SKIP_TSAN=1 skip the sanitizer passes.
+# XCOLL_SKIP_ASAN=1 / XCOLL_SKIP_TSAN=1 / XCOLL_SKIP_FUZZ=1 skip those passes;
+# FUZZ_SECONDS (default 30) per fuzz target.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 jobs=${JOBS:-2}
@@ -23,11 +27,11 @@ if [ "${XCOLL_SKIP_ASAN:-0}" != 1 ]; then
   bash "$root/scripts/build.sh" "$root/build-asan" \
     -DXCOLL_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=Debug \
     -DXCOLL_BUILD_TRAINER=OFF
-  echo "== ctest under sanitizers (build-asan/): unit, conformance (quick), faults"
+  echo "== ctest under sanitizers (build-asan/): unit, conformance (quick), faults, security"
   (cd "$root/build-asan" &&
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --output-on-failure -j"$jobs" -L 'unit|conformance|faults')
+    ctest --output-on-failure -j"$jobs" -L 'unit|conformance|faults|security')
 fi
 if [ "${XCOLL_SKIP_TSAN:-0}" != 1 ]; then
   # ThreadSanitizer: the progress thread, abort from another thread and two
@@ -37,10 +41,14 @@ if [ "${XCOLL_SKIP_TSAN:-0}" != 1 ]; then
   bash "$root/scripts/build.sh" "$root/build-tsan" \
     -DXCOLL_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug \
     -DXCOLL_BUILD_TRAINER=OFF -DXCOLL_WITH_UCX=OFF
-  echo "== ctest under thread sanitizer (build-tsan/): unit, threads, tcp np2, faults"
+  echo "== ctest under thread sanitizer (build-tsan/): unit, threads, tcp np2, nccl_like np3, faults"
   (cd "$root/build-tsan" &&
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     ctest --output-on-failure -j"$jobs" \
-      -R '^unit\.|split_threads|conformance\.tcp\.np2$|faults\.peer_')
+      -R '^unit\.|split_threads|conformance\.tcp\.np2$|conformance\.nccl_like\.np3$|faults\.peer_')
+fi
+if [ "${XCOLL_SKIP_FUZZ:-0}" != 1 ]; then
+  echo "== fuzz targets, ${FUZZ_SECONDS:-30} s each under ASan+UBSan (build-fuzz/)"
+  bash "$root/scripts/fuzz.sh"
 fi
 echo "== all tests passed"

@@ -57,13 +57,6 @@ else()
     nl_conf(np2.ucx.simple 2 240 "XCOLL_NET=ucx;XCOLL_PROTO=simple" --quick)
     nl_conf(np3.ucx.ll 3 240 "XCOLL_NET=ucx;XCOLL_PROTO=ll;${NL_SMALL}" --quick)
     nl_conf(np4.ucx 4 240 "XCOLL_NET=ucx" --quick --max-count 1021)
-    # Disabled until net/ucx matches each receive to its own connection: its
-    # irecv posts with tag mask 0 on the worker, so a receive takes another
-    # message ("rank 1 sent message 0 with tag 0 where the posted receive
-    # expects tag 1") even at 1 channel. Re-enable by deleting this line.
-    set_tests_properties(conformance.nccl_like.np2.ucx.simple
-      conformance.nccl_like.np3.ucx.ll conformance.nccl_like.np4.ucx
-      PROPERTIES DISABLED TRUE)
   endif()
 endif()
 

@@ -11,11 +11,30 @@
  *   connect opens that many sockets (non-blocking; refused connections are
  *           retried until config->timeout_s) and sends on each a hello:
  *           magic, version, socket index, socket count, rank, comm_id, nonce.
+ *           The hello is followed by the job-secret exchange of
+ *           core/auth.h, per socket: the client's offer; the server's
+ *           offer | server proof; the client's proof (only with a secret).
  *   accept  takes every incoming connection, reads its hello without
  *           blocking and keeps it only when comm_id, nonce, rank and socket
- *           count match; anything else (a port scanner, a connect+close, a
- *           late connection of another job) is dropped with a WARN naming
- *           its address, and the accept goes on.
+ *           count match and it then passes the exchange; anything else (a
+ *           port scanner, a connect+close, a late connection of another
+ *           job, a process without this job's secret) is dropped with a
+ *           WARN naming its address, and the accept goes on.
+ *
+ * Authentication never waits: connect and accept run each exchange as
+ * steps of their per-socket stage machines, each step reading or writing
+ * what the socket takes without blocking (a ring of ranks that connect to
+ * the next and accept from the previous by turns would deadlock on an
+ * exchange that waited inside connect). The secret is the process's
+ * (XCOLL_AUTH_TOKEN / XCOLL_AUTH_FILE, read by xcoll_auth_init);
+ * xcoll_net_config.secret is not used. The proofs' context is
+ *   "net socket comm=<comm_id> ranks=<connecting rank>><accepting rank>
+ *    socket=<index> listener=<handle nonce, 16 hex digits>"
+ * (one line), so a proof is bound to one socket of one connection. A
+ * listener that fails its proof is a PROTOCOL error of connect naming its
+ * address; a listener that drops the connection is a REMOTE error. A
+ * mismatched offer (one side without a secret) is still answered with the
+ * listener's offer before the drop, so both sides log the same reason.
  *
  * Wire format of one message (every field little-endian):
  *   socket 0: header (magic u32 "XNSM", tag u32, size u64), then part 0
@@ -47,6 +66,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "net.h"
 #include "netaddr.h"
 
@@ -245,27 +265,6 @@ static xcoll_status socket_get_properties(int device,
   return XCOLL_SUCCESS;
 }
 
-/* ---- authentication: the one call site for the shared secret ---- */
-
-/* AUTH CALL SITE. Called once per data socket, on the connecting side after
- * its hello is sent (connector = 1) and on the accepting side after the hello
- * passed its checks (connector = 0). The auth helper replaces this with the
- * shared HMAC handshake (core/auth.h); until then a configured secret is
- * refused rather than silently ignored.
- * Returns XCOLL_SUCCESS when config->secret is NULL, else
- * XCOLL_ERR_NOT_SUPPORTED. */
-static xcoll_status socket_authenticate(const xcoll_net_config *config, int fd,
-                                        int connector, const char *peer) {
-  (void)fd;
-  (void)connector;
-  if (config->secret == NULL) return XCOLL_SUCCESS;
-  return fail(XCOLL_ERR_NOT_SUPPORTED,
-              "net socket: a per-job secret is set but this build of the "
-              "socket plugin cannot authenticate connections yet (peer %s); "
-              "unset the secret or use a build with authentication",
-              peer);
-}
-
 /* ---- handle and hello ---- */
 
 typedef struct sock_handle {
@@ -319,6 +318,33 @@ static void encode_hello(const sock_hello *h, uint8_t *out) {
   put_u32(out + 12, (uint32_t)h->rank);
   put_u64(out + 16, h->comm_id);
   put_u64(out + 24, h->nonce);
+}
+
+/* ---- authentication of each data socket (core/auth.h) ---- */
+
+/* Sizes on the wire after the hello: the client's offer, the server's offer
+ * and proof, the client's proof (only with a secret). */
+#define SOCK_CLIENT_SEND (SOCK_HELLO_BYTES + XCOLL_AUTH_OFFER_BYTES)
+#define SOCK_SERVER_ANSWER (XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES)
+
+/* The context both sides put into the proofs: it names the connection, down
+ * to the listener (its handle nonce) and the socket index, so that a proof
+ * seen on one connection is worth nothing on any other of the same job. */
+static void auth_context(uint64_t comm_id, int connector, int acceptor,
+                         int index, uint64_t nonce, char *out) {
+  snprintf(out, XCOLL_AUTH_CONTEXT_BYTES,
+           "net socket comm=%" PRIu64 " ranks=%d>%d socket=%d listener=%016" PRIx64,
+           comm_id, connector, acceptor, index, nonce);
+}
+
+/* Read the job's secret (once per process; xcoll_auth_reload reads again).
+ * Errors: those of xcoll_auth_init, said again through the plugin's log. */
+static xcoll_status auth_ready(void) {
+  xcoll_status s = xcoll_auth_init();
+  if (s != XCOLL_SUCCESS)
+    return fail(s, "net socket: cannot read the job's secret: %s",
+                xcoll_last_error());
+  return XCOLL_SUCCESS;
 }
 
 /* ---- data comms and requests ---- */
@@ -600,10 +626,23 @@ static xcoll_status comm_progress(sock_comm *c) {
 
 /* ---- listen / connect / accept ---- */
 
+/* Stages of an incoming connection (see CONN_* for the other side). */
+enum {
+  PEND_HELLO,  /* reading the hello */
+  PEND_OFFER,  /* reading the client's offer */
+  PEND_ANSWER, /* sending offer | server proof */
+  PEND_PROOF   /* reading the client's proof (with a secret) */
+};
+
 typedef struct pending {
   int fd;
-  size_t got;
+  int stage;   /* PEND_* */
+  int index;   /* its socket index, once the hello passed */
+  size_t got;  /* bytes of the stage's read or send done */
   uint8_t hello[SOCK_HELLO_BYTES];
+  uint8_t buf[SOCK_SERVER_ANSWER]; /* offer or proof in; answer out */
+  uint8_t nonce_peer[XCOLL_AUTH_NONCE_BYTES];
+  uint8_t nonce_mine[XCOLL_AUTH_NONCE_BYTES];
   double deadline;
   char who[SOCK_ADDR_BYTES];
 } pending;
@@ -614,7 +653,7 @@ typedef struct sock_listen {
   int nsocks;
   uint64_t nonce;
   char addr[SOCK_ADDR_BYTES]; /* as published */
-  pending pending[SOCK_MAX_PENDING];
+  pending pending[SOCK_MAX_PENDING]; /* before the hello and in the exchange */
   int npending;
   /* The connection being assembled: its sockets by index. */
   int forming[SOCK_MAX_NSOCKS];
@@ -637,6 +676,7 @@ static xcoll_status socket_listen(int device, const xcoll_net_config *config,
                 "net socket: listen with a NULL config, handle or listen_comm");
   int nsocks;
   if ((s = read_nsocks(&nsocks)) != XCOLL_SUCCESS) return s;
+  if ((s = auth_ready()) != XCOLL_SUCCESS) return s;
   sock_listen *l = calloc(1, sizeof *l);
   if (l == NULL)
     return fail(XCOLL_ERR_NO_MEMORY, "net socket: no memory for a listen comm");
@@ -682,6 +722,20 @@ static xcoll_status socket_listen(int device, const xcoll_net_config *config,
   return XCOLL_SUCCESS;
 }
 
+/* Stages of one data socket of a connect. The exchange after the hello
+ * runs here, one non-blocking step per call, never waiting for the peer:
+ * on a ring every rank connects to the next and accepts from the previous
+ * by turns, so a connect that waited for its server's answer would wait on
+ * a rank that is itself inside connect (a deadlock). */
+enum {
+  CONN_IDLE,       /* no socket (yet, or again after a refusal) */
+  CONN_CONNECTING, /* connect() in progress */
+  CONN_HELLO,      /* sending hello | offer */
+  CONN_ANSWER,     /* reading the server's offer | proof */
+  CONN_PROOF,      /* sending the client proof (with a secret) */
+  CONN_DONE
+};
+
 /* A connect in progress: connect() is called again and again with the same
  * handle until it is done, and the const handle cannot hold state, so the
  * state lives here, keyed by what identifies the connection. */
@@ -691,8 +745,12 @@ typedef struct connecting {
   sock_handle target;
   char who[SOCK_ADDR_BYTES];
   int fds[SOCK_MAX_NSOCKS];
-  int stage[SOCK_MAX_NSOCKS]; /* 0 idle, 1 connecting, 2 hello, 3 done */
-  size_t hello_sent[SOCK_MAX_NSOCKS];
+  int stage[SOCK_MAX_NSOCKS]; /* CONN_* */
+  size_t io_done[SOCK_MAX_NSOCKS]; /* bytes of the stage's send or read */
+  /* hello | offer, then the client proof */
+  uint8_t out[SOCK_MAX_NSOCKS][SOCK_CLIENT_SEND];
+  uint8_t in[SOCK_MAX_NSOCKS][SOCK_SERVER_ANSWER]; /* the server's answer */
+  uint8_t nonce_mine[SOCK_MAX_NSOCKS][XCOLL_AUTH_NONCE_BYTES];
   double retry_at[SOCK_MAX_NSOCKS];
   double deadline;
   struct connecting *next;
@@ -737,23 +795,31 @@ __attribute__((destructor)) static void connecting_free_all(void) {
 /* Advance socket i of k. Returns 0 (maybe progressed), or an error status. */
 static xcoll_status connect_step(connecting *k, const xcoll_net_config *config,
                                  int i, double now) {
-  if (k->stage[i] == 0) {
+  if (k->stage[i] == CONN_IDLE) {
     if (now < k->retry_at[i]) return XCOLL_SUCCESS;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
       return fail(XCOLL_ERR_SYSTEM, "net socket: socket() failed: %s",
                   strerror(errno));
     k->fds[i] = fd;
-    k->hello_sent[i] = 0;
+    k->io_done[i] = 0;
+    /* A fresh nonce per attempt: each TCP connection is its own exchange. */
+    sock_hello h = {.index = i,
+                    .nsocks = k->target.nsocks,
+                    .rank = config->rank,
+                    .comm_id = config->comm_id,
+                    .nonce = k->target.nonce};
+    encode_hello(&h, k->out[i]);
+    xcoll_auth_offer(k->out[i] + SOCK_HELLO_BYTES, k->nonce_mine[i]);
     if (connect(fd, (struct sockaddr *)&k->target.addr, sizeof k->target.addr) ==
         0)
-      k->stage[i] = 2;
+      k->stage[i] = CONN_HELLO;
     else if (errno == EINPROGRESS)
-      k->stage[i] = 1;
+      k->stage[i] = CONN_CONNECTING;
     else
       goto refused;
   }
-  if (k->stage[i] == 1) {
+  if (k->stage[i] == CONN_CONNECTING) {
     struct pollfd p = {.fd = k->fds[i], .events = POLLOUT};
     if (poll(&p, 1, 0) <= 0) return XCOLL_SUCCESS;
     int err = 0;
@@ -763,27 +829,77 @@ static xcoll_status connect_step(connecting *k, const xcoll_net_config *config,
       errno = err;
       goto refused;
     }
-    k->stage[i] = 2;
+    k->stage[i] = CONN_HELLO;
   }
-  if (k->stage[i] == 2) {
-    uint8_t hello[SOCK_HELLO_BYTES];
-    sock_hello h = {.index = i,
-                    .nsocks = k->target.nsocks,
-                    .rank = config->rank,
-                    .comm_id = config->comm_id,
-                    .nonce = k->target.nonce};
-    encode_hello(&h, hello);
-    ssize_t sent = send(k->fds[i], hello + k->hello_sent[i],
-                        SOCK_HELLO_BYTES - k->hello_sent[i],
+  if (k->stage[i] == CONN_HELLO) {
+    ssize_t sent = send(k->fds[i], k->out[i] + k->io_done[i],
+                        SOCK_CLIENT_SEND - k->io_done[i],
                         MSG_DONTWAIT | MSG_NOSIGNAL);
     if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
       return XCOLL_SUCCESS;
     if (sent < 0) goto refused;
-    k->hello_sent[i] += (size_t)sent;
-    if (k->hello_sent[i] < SOCK_HELLO_BYTES) return XCOLL_SUCCESS;
-    xcoll_status s = socket_authenticate(config, k->fds[i], 1, k->who);
-    if (s != XCOLL_SUCCESS) return s;
-    k->stage[i] = 3;
+    k->io_done[i] += (size_t)sent;
+    if (k->io_done[i] < SOCK_CLIENT_SEND) return XCOLL_SUCCESS;
+    k->io_done[i] = 0;
+    k->stage[i] = CONN_ANSWER;
+  }
+  if (k->stage[i] == CONN_ANSWER) {
+    ssize_t got = recv(k->fds[i], k->in[i] + k->io_done[i],
+                       SOCK_SERVER_ANSWER - k->io_done[i], MSG_DONTWAIT);
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+      return XCOLL_SUCCESS;
+    if (got <= 0)
+      /* The listener exists and took the hello, so this is its verdict (or
+       * its death), not a full backlog: retrying would meet the same. */
+      return fail(XCOLL_ERR_REMOTE,
+                  "net socket: rank %d at %s closed rank %d's connection "
+                  "during authentication (%s): it dropped it (do both ranks "
+                  "set the same XCOLL_AUTH_TOKEN / XCOLL_AUTH_FILE? rank %d's "
+                  "log names the reason) or it went away",
+                  k->peer_rank, k->who, config->rank,
+                  got == 0 ? "end of stream" : strerror(errno), k->peer_rank);
+    k->io_done[i] += (size_t)got;
+    if (k->io_done[i] < SOCK_SERVER_ANSWER) return XCOLL_SUCCESS;
+    char why[160];
+    uint8_t nonce_peer[XCOLL_AUTH_NONCE_BYTES];
+    if (xcoll_auth_parse_offer(k->in[i], nonce_peer, why, sizeof why) != 0)
+      return fail(XCOLL_ERR_PROTOCOL,
+                  "net socket: rank %d's connection to rank %d at %s: %s",
+                  config->rank, k->peer_rank, k->who, why);
+    char context[XCOLL_AUTH_CONTEXT_BYTES];
+    auth_context(config->comm_id, config->rank, k->peer_rank, i,
+                 k->target.nonce, context);
+    if (!xcoll_auth_verify("server", context, k->nonce_mine[i], nonce_peer,
+                           k->in[i] + XCOLL_AUTH_OFFER_BYTES))
+      return fail(XCOLL_ERR_PROTOCOL,
+                  "net socket: rank %d: the listener at %s (rank %d's "
+                  "address) failed authentication: it does not know this "
+                  "job's secret (XCOLL_AUTH_TOKEN / XCOLL_AUTH_FILE differ "
+                  "between ranks, or another process took that port)",
+                  config->rank, k->who, k->peer_rank);
+    if (!xcoll_auth_enabled()) {
+      k->stage[i] = CONN_DONE;
+      return XCOLL_SUCCESS;
+    }
+    xcoll_auth_prove("client", context, k->nonce_mine[i], nonce_peer,
+                     k->out[i]);
+    k->io_done[i] = 0;
+    k->stage[i] = CONN_PROOF;
+  }
+  if (k->stage[i] == CONN_PROOF) {
+    ssize_t sent = send(k->fds[i], k->out[i] + k->io_done[i],
+                        XCOLL_AUTH_PROOF_BYTES - k->io_done[i],
+                        MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+      return XCOLL_SUCCESS;
+    if (sent < 0)
+      return fail(XCOLL_ERR_REMOTE,
+                  "net socket: rank %d could not send its proof to rank %d at "
+                  "%s: %s",
+                  config->rank, k->peer_rank, k->who, strerror(errno));
+    k->io_done[i] += (size_t)sent;
+    if (k->io_done[i] < XCOLL_AUTH_PROOF_BYTES) return XCOLL_SUCCESS;
+    k->stage[i] = CONN_DONE;
   }
   return XCOLL_SUCCESS;
 
@@ -791,7 +907,7 @@ refused : {
   int err = errno;
   close(k->fds[i]);
   k->fds[i] = -1;
-  k->stage[i] = 0;
+  k->stage[i] = CONN_IDLE;
   /* The listener exists before its handle is published, so a refusal means
    * a full backlog or a peer that is going away: retry until the deadline. */
   if (err != ECONNREFUSED && err != ECONNRESET && err != ETIMEDOUT &&
@@ -822,6 +938,7 @@ static xcoll_status socket_connect(int device, const xcoll_net_config *config,
                 "net socket: connect with a NULL config, handle or send_comm");
   sock_handle target;
   if ((s = decode_handle(handle, &target)) != XCOLL_SUCCESS) return s;
+  if ((s = auth_ready()) != XCOLL_SUCCESS) return s;
 
   pthread_mutex_lock(&connecting_lock);
   connecting *k = connecting_list;
@@ -852,7 +969,7 @@ static xcoll_status socket_connect(int device, const xcoll_net_config *config,
   int done = 0;
   for (int i = 0; i < target.nsocks && s == XCOLL_SUCCESS; i++) {
     s = connect_step(k, config, i, now);
-    done += k->stage[i] == 3;
+    done += k->stage[i] == CONN_DONE;
   }
   if (s == XCOLL_SUCCESS && done < target.nsocks && now >= k->deadline)
     s = fail(XCOLL_ERR_TIMEOUT,
@@ -933,6 +1050,131 @@ static const char *judge_hello(const sock_listen *l, const uint8_t *in,
   return NULL;
 }
 
+/* Read what pending[j] still owes of its current stage into dst[*got..need).
+ * Returns 1 when complete, 0 to come back later, -1 when dropped (why
+ * logged). */
+static int pending_read(sock_listen *l, int j, uint8_t *dst, size_t need,
+                        double now, const char *what) {
+  pending *p = &l->pending[j];
+  ssize_t got = recv(p->fd, dst + p->got, need - p->got, MSG_DONTWAIT);
+  char why[160];
+  if (got == 0) {
+    snprintf(why, sizeof why, "it closed before sending a complete %s", what);
+    drop_pending(l, j, why);
+    return -1;
+  }
+  if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+    snprintf(why, sizeof why, "reading its %s: %s", what, strerror(errno));
+    drop_pending(l, j, why);
+    return -1;
+  }
+  if (got > 0) p->got += (size_t)got;
+  if (p->got == need) return 1;
+  if (now >= p->deadline) {
+    snprintf(why, sizeof why, "no complete %s within the timeout (%.1f s)",
+             what, timeout_of(&l->config));
+    drop_pending(l, j, why);
+    return -1;
+  }
+  return 0;
+}
+
+/* Advance pending[j] as far as it goes without waiting. Returns 0 when it
+ * stays pending (j is still it), 1 when it left the list (dropped, or
+ * authenticated and moved into forming), so that j now names another. */
+static int pending_step(sock_listen *l, int j, int expected_rank, double now) {
+  pending *p = &l->pending[j];
+  char why[256];
+  char context[XCOLL_AUTH_CONTEXT_BYTES];
+  if (p->stage == PEND_HELLO) {
+    int r = pending_read(l, j, p->hello, SOCK_HELLO_BYTES, now, "hello");
+    if (r != 1) return r < 0;
+    if (judge_hello(l, p->hello, expected_rank, &p->index, why, sizeof why)) {
+      drop_pending(l, j, why);
+      return 1;
+    }
+    p->stage = PEND_OFFER;
+    p->got = 0;
+  }
+  if (p->stage == PEND_OFFER) {
+    int r = pending_read(l, j, p->buf, XCOLL_AUTH_OFFER_BYTES, now,
+                         "authentication offer");
+    if (r != 1) return r < 0;
+    char reason[160];
+    int bad = xcoll_auth_parse_offer(p->buf, p->nonce_peer, reason,
+                                     sizeof reason);
+    /* The answer goes out even to a mismatched offer (with an empty proof),
+     * so that the connecting rank reads the same reason from its own side
+     * of the comparison instead of a bare closed connection. */
+    xcoll_auth_offer(p->buf, p->nonce_mine);
+    memset(p->buf + XCOLL_AUTH_OFFER_BYTES, 0, XCOLL_AUTH_PROOF_BYTES);
+    if (bad) {
+      (void)send(p->fd, p->buf, SOCK_SERVER_ANSWER,
+                  MSG_DONTWAIT | MSG_NOSIGNAL);
+      snprintf(why, sizeof why, "authentication: %s", reason);
+      drop_pending(l, j, why);
+      return 1;
+    }
+    auth_context(l->config.comm_id, expected_rank, l->config.rank, p->index,
+                 l->nonce, context);
+    xcoll_auth_prove("server", context, p->nonce_peer, p->nonce_mine,
+                     p->buf + XCOLL_AUTH_OFFER_BYTES);
+    p->stage = PEND_ANSWER;
+    p->got = 0;
+  }
+  if (p->stage == PEND_ANSWER) {
+    ssize_t sent = send(p->fd, p->buf + p->got, SOCK_SERVER_ANSWER - p->got,
+                        MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      snprintf(why, sizeof why, "sending its authentication answer: %s",
+               strerror(errno));
+      drop_pending(l, j, why);
+      return 1;
+    }
+    if (sent > 0) p->got += (size_t)sent;
+    if (p->got < SOCK_SERVER_ANSWER) {
+      if (now >= p->deadline) {
+        drop_pending(l, j, "its authentication answer could not be sent "
+                           "within the timeout");
+        return 1;
+      }
+      return 0;
+    }
+    p->got = 0;
+    p->stage = PEND_PROOF;
+    if (!xcoll_auth_enabled()) goto authenticated;
+  }
+  if (p->stage == PEND_PROOF) {
+    int r = pending_read(l, j, p->buf, XCOLL_AUTH_PROOF_BYTES, now,
+                         "authentication proof");
+    if (r != 1) return r < 0;
+    auth_context(l->config.comm_id, expected_rank, l->config.rank, p->index,
+                 l->nonce, context);
+    if (!xcoll_auth_verify("client", context, p->nonce_peer, p->nonce_mine,
+                           p->buf)) {
+      snprintf(why, sizeof why,
+               "it claims to be rank %d but failed authentication (it does "
+               "not know this job's secret)",
+               expected_rank);
+      drop_pending(l, j, why);
+      return 1;
+    }
+  }
+authenticated:
+  /* Only now does it take its socket index: a stranger that copied a
+   * hello must not be able to hold a slot. */
+  if (l->forming[p->index] >= 0) {
+    snprintf(why, sizeof why, "a second connection for socket %d", p->index);
+    drop_pending(l, j, why);
+    return 1;
+  }
+  l->forming[p->index] = p->fd;
+  l->formed++;
+  snprintf(l->forming_who, sizeof l->forming_who, "%s", p->who);
+  l->pending[j] = l->pending[--l->npending]; /* the fd is forming's now */
+  return 1;
+}
+
 static xcoll_status socket_accept(xcoll_net_listen_comm *listen_comm,
                                   int expected_rank,
                                   xcoll_net_recv_comm **recv_comm) {
@@ -970,41 +1212,9 @@ static xcoll_status socket_accept(xcoll_net_listen_comm *listen_comm,
     p->deadline = now + timeout_of(&l->config);
     snprintf(p->who, sizeof p->who, "%s", who);
   }
-  /* Read hellos; keep the good, drop the rest. */
-  for (int j = 0; j < l->npending;) {
-    pending *p = &l->pending[j];
-    ssize_t got = recv(p->fd, p->hello + p->got, SOCK_HELLO_BYTES - p->got,
-                       MSG_DONTWAIT);
-    if (got == 0) {
-      drop_pending(l, j, "it closed before sending a complete hello");
-      continue;
-    }
-    if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      drop_pending(l, j, strerror(errno));
-      continue;
-    }
-    if (got > 0) p->got += (size_t)got;
-    if (p->got < SOCK_HELLO_BYTES) {
-      if (now >= p->deadline) {
-        drop_pending(l, j, "no complete hello within the timeout");
-        continue;
-      }
-      j++;
-      continue;
-    }
-    char why[160];
-    int index = -1;
-    if (judge_hello(l, p->hello, expected_rank, &index, why, sizeof why)) {
-      drop_pending(l, j, why);
-      continue;
-    }
-    xcoll_status s = socket_authenticate(&l->config, p->fd, 0, p->who);
-    if (s != XCOLL_SUCCESS) return s;
-    l->forming[index] = p->fd;
-    l->formed++;
-    snprintf(l->forming_who, sizeof l->forming_who, "%s", p->who);
-    l->pending[j] = l->pending[--l->npending]; /* the fd is forming's now */
-  }
+  /* Read hellos and run the exchange; keep the good, drop the rest. */
+  for (int j = 0; j < l->npending;)
+    if (pending_step(l, j, expected_rank, now) == 0) j++;
   if (l->formed < l->nsocks) return XCOLL_SUCCESS; /* call again */
   sock_comm *c =
       comm_new(0, l->nsocks, l->forming, expected_rank, l->forming_who);

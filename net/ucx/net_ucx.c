@@ -594,6 +594,13 @@ static xcoll_status post(ucxn_comm *c, int is_send, void *data, size_t bytes,
   if (us != UCS_OK) {
     xcoll_ucx_request_put(c->worker, r->ucx);
     r->ucx = NULL;
+    /* a waiting message too large for the receive fails it at once */
+    if (us == UCS_ERR_MESSAGE_TRUNCATED)
+      return comm_fail(c, XCOLL_ERR_PROTOCOL,
+                       "net ucx: message truncated: rank %d sent more than "
+                       "the %zu bytes of the posted receive (tag %" PRIu32
+                       ")",
+                       c->peer_rank, bytes, tag);
     return comm_fail(c, XCOLL_ERR_REMOTE,
                      "net ucx: %s rank %d failed: %s",
                      is_send ? "send to" : "receive from", c->peer_rank,

@@ -348,18 +348,35 @@ ucs_status_t xcoll_ucx_irecv(xcoll_ucx_worker *w, int peer, ucp_tag_t tag,
   request->tag = tag;
   ucp_request_param_t param;
   memset(&param, 0, sizeof param);
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  /* A message already waiting (eager, unexpected) may complete the receive
+   * inside ucp_tag_recv_nbx. UCX 1.13 then returns NULL without calling the
+   * callback, and the message's length and sender tag were found missing
+   * (zero) even with recv_info given; the posted size and tag are not the
+   * message's (a receive may be larger, and a mask may ignore bits of the
+   * tag), so nothing can stand in for them. NO_IMM_CMPL makes UCX always
+   * return a request and report through recv_done, which carries both. */
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                      UCP_OP_ATTR_FIELD_USER_DATA |
+                      UCP_OP_ATTR_FIELD_RECV_INFO |
+                      UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   param.cb.recv = recv_done;
   param.user_data = request;
-  /* Without UCP_OP_ATTR_FIELD_RECV_INFO UCX always returns a request; a
-   * message already waiting completes it (callback included) right here. */
+  param.recv_info.tag_info = &request->info;
   ucs_status_ptr_t handle =
       ucp_tag_recv_nbx(w->worker, buf, bytes, tag, tag_mask, &param);
   if (handle == NULL) {
-    request->status = UCS_OK;
-    request->received = bytes;
-    request->sender_tag = tag;
-    request->done = 1;
+    /* Not expected with NO_IMM_CMPL; if UCX does, trust only what it
+     * reported, and report a receive of unknown origin as failed rather
+     * than as the posted message. */
+    if (!request->done) {
+      request->received = request->info.length;
+      request->sender_tag = request->info.sender_tag;
+      request->status = (request->info.sender_tag & tag_mask) ==
+                                (tag & tag_mask)
+                            ? UCS_OK
+                            : UCS_ERR_NO_MESSAGE;
+      request->done = 1;
+    }
     return UCS_OK;
   }
   if (UCS_PTR_IS_ERR(handle))

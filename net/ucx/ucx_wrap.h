@@ -36,6 +36,9 @@ typedef struct xcoll_ucx_request {
   ucs_status_t status;  /* valid once done */
   size_t received;      /* receives: length of the matched message, bytes */
   ucp_tag_t sender_tag; /* receives: tag of the matched message */
+  /* receives: where UCX writes length and sender tag when the receive
+   * completes at once (no callback then) */
+  ucp_tag_recv_info_t info;
   struct xcoll_ucx_request *next; /* free list */
 } xcoll_ucx_request;
 
@@ -88,7 +91,10 @@ ucs_status_t xcoll_ucx_isend(xcoll_ucx_worker *worker, int peer, ucp_tag_t tag,
                              const void *buf, size_t bytes,
                              xcoll_ucx_request *request);
 /* Post a tagged receive of up to bytes into buf for a message whose tag
- * matches tag under tag_mask; peer is recorded for error messages only. */
+ * matches tag under tag_mask; peer is recorded for error messages only.
+ * Once request->done, received and sender_tag are the matched message's
+ * (also when a waiting message completes it at once), never the posted
+ * size and tag. */
 ucs_status_t xcoll_ucx_irecv(xcoll_ucx_worker *worker, int peer, ucp_tag_t tag,
                              ucp_tag_t tag_mask, void *buf, size_t bytes,
                              xcoll_ucx_request *request);

@@ -6,10 +6,19 @@
  * oversize message is PROTOCOL; a closed peer is REMOTE; closing with
  * requests in flight releases them (ASan's leak check); strangers knocking
  * on the listener are dropped without breaking the accept.
+ * Authentication (core/auth.h, switched with XCOLL_AUTH_TOKEN and
+ * xcoll_auth_reload): the same token on both sides connects and carries
+ * messages; a ring of 3 threads connecting and accepting by turns completes
+ * (a blocking exchange would deadlock it); a stranger whose client proof is
+ * made with another key is dropped and the real rank still gets in; a
+ * secret on one side only, or a listener proving with another key, fails
+ * at once with a message naming the cause.
  *
  * The test reads the handle's address and port at the offsets net_socket.c
  * writes them (8: IPv4 address, 12: port, both in network order) to knock
- * on the listener as a stranger. */
+ * on the listener as a stranger, and writes hellos, handles and proof
+ * contexts as net_socket.c documents them to play a stranger or a fake
+ * listener. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,9 +32,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "net.h"
 
 #define WAIT_S 20.0 /* bound on any loop that waits for the plugin */
@@ -142,9 +153,12 @@ static void fill(unsigned char *p, size_t n, unsigned seed) {
     p[i] = (unsigned char)((i * 131u + seed * 7u + (i >> 13)) & 0xff);
 }
 
+static int no_secret(void **state);
+
 static int setup(void **state) {
   (void)state;
   setenv("XCOLL_SOCKET_IFNAME", "lo", 1);
+  if (no_secret(state) != 0) return -1;
   unsetenv("XCOLL_NET_PLUGIN");
   unsetenv("XCOLL_NET");
   char why[256];
@@ -453,6 +467,31 @@ static int knock(const unsigned char *handle) {
   return fd;
 }
 
+/* Call connect with config until it gives up; accept on listen meanwhile
+ * (the listener drops it). Returns connect's final status. */
+static xcoll_status connect_until_refused(const xcoll_net_config *config,
+                                          const unsigned char *handle,
+                                          xcoll_net_listen_comm *listen,
+                                          double deadline) {
+  xcoll_net_send_comm *send = NULL;
+  xcoll_net_recv_comm *recv = NULL;
+  xcoll_status s = XCOLL_SUCCESS;
+  while (s == XCOLL_SUCCESS && now_s() < deadline) {
+    s = net->connect(0, config, handle, 1, &send);
+    assert_null(send);
+    assert_int_equal(net->accept(listen, 0, &recv), XCOLL_SUCCESS);
+    assert_null(recv);
+  }
+  return s;
+}
+
+static int drops_seen(void) {
+  pthread_mutex_lock(&warn_lock);
+  int n = warn_dropped;
+  pthread_mutex_unlock(&warn_lock);
+  return n;
+}
+
 static void test_strangers_do_not_break_accept(void **state) {
   (void)state;
   setenv("XCOLL_NSOCKS_PERPEER", "2", 1);
@@ -474,30 +513,27 @@ static void test_strangers_do_not_break_accept(void **state) {
   char junk[64];
   memset(junk, 'G', sizeof junk);
   assert_int_equal(send(garbage, junk, sizeof junk, 0), (ssize_t)sizeof junk);
-  /* 3: a real hello of another communicator (comm id 99) */
-  xcoll_net_config other = config_of(99, 0);
-  xcoll_net_send_comm *wrong = NULL;
   double deadline = now_s() + WAIT_S;
-  while (wrong == NULL && now_s() < deadline)
-    assert_int_equal(net->connect(0, &other, handle, 1, &wrong), XCOLL_SUCCESS);
+  /* 3: a real hello of another communicator (comm id 99): dropped, and the
+   * connecting side hears it as a closed connection during authentication */
+  xcoll_net_config other = config_of(99, 0);
+  assert_int_equal(connect_until_refused(&other, handle, listen, deadline),
+                   XCOLL_ERR_REMOTE);
+  assert_non_null(strstr(xcoll_net_last_error(), "authentication"));
   /* 4: the right comm but the wrong rank */
   xcoll_net_config rank2 = config_of(7, 2);
-  xcoll_net_send_comm *wrong_rank = NULL;
-  while (wrong_rank == NULL && now_s() < deadline)
-    assert_int_equal(net->connect(0, &rank2, handle, 1, &wrong_rank),
-                     XCOLL_SUCCESS);
+  assert_int_equal(connect_until_refused(&rank2, handle, listen, deadline),
+                   XCOLL_ERR_REMOTE);
 
   xcoll_net_recv_comm *recv = NULL;
-  int drops = 0;
-  /* 2 sockets of comm 99 + 2 of rank 2 + garbage + the closed one */
-  while (drops < 6 && now_s() < deadline) {
+  /* at least one socket each of comm 99 and rank 2 (the connect gives up
+   * at its first refused socket, the others may or may not have arrived),
+   * the garbage and the closed one */
+  while (drops_seen() < 4 && now_s() < deadline) {
     assert_int_equal(net->accept(listen, 0, &recv), XCOLL_SUCCESS);
     assert_null(recv);
-    pthread_mutex_lock(&warn_lock);
-    drops = warn_dropped;
-    pthread_mutex_unlock(&warn_lock);
   }
-  assert_int_equal(drops, 6);
+  assert_true(drops_seen() >= 4);
   pthread_mutex_lock(&warn_lock);
   assert_non_null(strstr(last_warn, "127.0.0.1"));
   pthread_mutex_unlock(&warn_lock);
@@ -519,14 +555,12 @@ static void test_strangers_do_not_break_accept(void **state) {
   assert_int_equal(wait_pair(s, r, NULL, 0), XCOLL_SUCCESS);
   assert_string_equal(in, "abcdefg");
   close(garbage);
-  net->close_send(wrong);
-  net->close_send(wrong_rank);
   net->close_send(send);
   net->close_recv(recv);
   net->close_listen(listen);
 }
 
-static void test_connect_timeout_and_secret(void **state) {
+static void test_connect_timeout(void **state) {
   (void)state;
   setenv("XCOLL_NSOCKS_PERPEER", "1", 1);
   xcoll_net_config rx = config_of(7, 1), tx = config_of(7, 0);
@@ -549,21 +583,6 @@ static void test_connect_timeout_and_secret(void **state) {
   assert_int_equal(net->connect(0, &tx, bogus, 1, &send),
                    XCOLL_ERR_INVALID_ARGUMENT);
 
-  /* a secret is refused until authentication exists */
-  static const uint8_t secret[16] = {1};
-  rx.secret = secret;
-  rx.secret_bytes = sizeof secret;
-  tx.secret = secret;
-  tx.secret_bytes = sizeof secret;
-  tx.timeout_s = 10;
-  assert_int_equal(net->listen(0, &rx, handle, &listen), XCOLL_SUCCESS);
-  s = XCOLL_SUCCESS;
-  while (s == XCOLL_SUCCESS && send == NULL && now_s() < deadline)
-    s = net->connect(0, &tx, handle, 1, &send);
-  assert_int_equal(s, XCOLL_ERR_NOT_SUPPORTED);
-  assert_non_null(strstr(xcoll_net_last_error(), "secret"));
-  net->close_listen(listen);
-
   /* device memory is not for this plugin */
   net_link l;
   open_link(&l, 1);
@@ -574,6 +593,405 @@ static void test_connect_timeout_and_secret(void **state) {
       XCOLL_ERR_NOT_SUPPORTED);
   assert_null(mr);
   close_link(&l);
+}
+
+/* ---- authentication (core/auth.h) ---- */
+
+#define TOKEN_A "job-a-0123456789abcdef0123456789abcdef"
+#define TOKEN_B "job-b-fedcba9876543210fedcba9876543210"
+
+/* Load a secret (NULL: none) for the whole process, as a rank started with
+ * or without XCOLL_AUTH_TOKEN would have. */
+static void use_token(const char *token) {
+  unsetenv("XCOLL_AUTH_FILE");
+  if (token != NULL)
+    setenv("XCOLL_AUTH_TOKEN", token, 1);
+  else
+    unsetenv("XCOLL_AUTH_TOKEN");
+  assert_int_equal(xcoll_auth_reload(), XCOLL_SUCCESS);
+  assert_int_equal(xcoll_auth_enabled(), token != NULL);
+}
+
+static int no_secret(void **state) {
+  (void)state;
+  unsetenv("XCOLL_AUTH_TOKEN");
+  unsetenv("XCOLL_AUTH_FILE");
+  return xcoll_auth_reload() == XCOLL_SUCCESS ? 0 : -1;
+}
+
+static void put32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint64_t get64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+
+/* The context net_socket.c documents for the proofs. */
+static void context_of(uint64_t comm_id, int connector, int acceptor,
+                       int index, uint64_t listener_nonce, char *out) {
+  snprintf(out, XCOLL_AUTH_CONTEXT_BYTES,
+           "net socket comm=%llu ranks=%d>%d socket=%d listener=%016llx",
+           (unsigned long long)comm_id, connector, acceptor, index,
+           (unsigned long long)listener_nonce);
+}
+
+/* The hello net_socket.c documents: magic "XNSC", version 1, socket index,
+ * socket count, rank, comm id, the handle's nonce. */
+static void make_hello(unsigned char *out, int index, int nsocks, int rank,
+                       uint64_t comm_id, const unsigned char *handle) {
+  memset(out, 0, 32);
+  memcpy(out, "XNSC", 4);
+  out[4] = 1;
+  out[6] = (unsigned char)index;
+  out[8] = (unsigned char)nsocks;
+  put32(out + 12, (uint32_t)rank);
+  for (int i = 0; i < 8; i++) out[16 + i] = (unsigned char)(comm_id >> (8 * i));
+  memcpy(out + 24, handle + 16, 8);
+}
+
+/* Read exactly n bytes from a blocking fd (bounded by SO_RCVTIMEO). */
+static void read_exactly(int fd, unsigned char *p, size_t n) {
+  struct timeval tv = {.tv_sec = (time_t)WAIT_S, .tv_usec = 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = recv(fd, p + got, n - got, 0);
+    assert_true(r > 0);
+    got += (size_t)r;
+  }
+}
+
+static void exchange_messages(net_link *l, int count) {
+  for (int m = 0; m < count; m++) {
+    size_t n = m % 2 ? (size_t)300000 : (size_t)100;
+    unsigned char *out = malloc(n), *in = calloc(1, n);
+    assert_non_null(out);
+    assert_non_null(in);
+    fill(out, n, (unsigned)m);
+    xcoll_net_request *s, *r;
+    assert_int_equal(net->isend(l->send, out, n, (uint32_t)m, NULL, &s),
+                     XCOLL_SUCCESS);
+    assert_int_equal(net->irecv(l->recv, in, n, (uint32_t)m, NULL, &r),
+                     XCOLL_SUCCESS);
+    size_t got = 0;
+    assert_int_equal(wait_pair(s, r, &got, 0), XCOLL_SUCCESS);
+    assert_int_equal(got, n);
+    assert_memory_equal(in, out, n);
+    free(out);
+    free(in);
+  }
+}
+
+static void test_auth_same_token(void **state) {
+  (void)state;
+  use_token(TOKEN_A);
+  net_link l;
+  open_link(&l, 1);
+  exchange_messages(&l, 4);
+  close_link(&l);
+  open_link(&l, 4); /* every data socket runs its own exchange */
+  exchange_messages(&l, 4);
+  close_link(&l);
+}
+
+/* A ring: thread r connects to r+1 and accepts from r-1, by turns, as the
+ * nccl_like backend does. With an exchange that waited for the peer inside
+ * connect, every thread would wait on its successor, itself inside connect,
+ * until the timeout. */
+#define RING 3
+typedef struct ring_rank {
+  int rank;
+  xcoll_net_listen_comm *listen;
+  unsigned char (*handles)[XCOLL_NET_HANDLE_MAXSIZE];
+  xcoll_status status;
+  int received; /* the rank its predecessor sent, or -1 */
+} ring_rank;
+
+static void *ring_main(void *arg) {
+  ring_rank *me = arg;
+  int next = (me->rank + 1) % RING, prev = (me->rank + RING - 1) % RING;
+  xcoll_net_config config = config_of(11, me->rank);
+  xcoll_net_send_comm *send = NULL;
+  xcoll_net_recv_comm *recv = NULL;
+  double deadline = now_s() + WAIT_S;
+  xcoll_status s = XCOLL_SUCCESS;
+  while (s == XCOLL_SUCCESS && (send == NULL || recv == NULL) &&
+         now_s() < deadline) {
+    if (send == NULL)
+      s = net->connect(0, &config, me->handles[next], next, &send);
+    if (s == XCOLL_SUCCESS && recv == NULL)
+      s = net->accept(me->listen, prev, &recv);
+  }
+  me->status = s;
+  me->received = -1;
+  if (s != XCOLL_SUCCESS || send == NULL || recv == NULL) {
+    if (s == XCOLL_SUCCESS) me->status = XCOLL_ERR_TIMEOUT;
+    if (send) net->close_send(send);
+    if (recv) net->close_recv(recv);
+    return NULL;
+  }
+  int out = me->rank, in = -1, sdone = 0, rdone = 0;
+  xcoll_net_request *sr = NULL, *rr = NULL;
+  s = net->isend(send, &out, sizeof out, 5, NULL, &sr);
+  if (s == XCOLL_SUCCESS) s = net->irecv(recv, &in, sizeof in, 5, NULL, &rr);
+  while (s == XCOLL_SUCCESS && (!sdone || !rdone) && now_s() < deadline) {
+    if (!sdone) s = net->test(sr, &sdone, NULL);
+    if (s == XCOLL_SUCCESS && !rdone) s = net->test(rr, &rdone, NULL);
+  }
+  me->status = s == XCOLL_SUCCESS && !(sdone && rdone) ? XCOLL_ERR_TIMEOUT : s;
+  me->received = in;
+  net->close_send(send);
+  net->close_recv(recv);
+  return NULL;
+}
+
+static void test_auth_ring_does_not_deadlock(void **state) {
+  (void)state;
+  use_token(TOKEN_A);
+  setenv("XCOLL_NSOCKS_PERPEER", "2", 1);
+  unsigned char handles[RING][XCOLL_NET_HANDLE_MAXSIZE];
+  ring_rank ranks[RING];
+  pthread_t threads[RING];
+  for (int r = 0; r < RING; r++) {
+    xcoll_net_config config = config_of(11, r);
+    ranks[r] = (ring_rank){.rank = r, .handles = handles};
+    assert_int_equal(net->listen(0, &config, handles[r], &ranks[r].listen),
+                     XCOLL_SUCCESS);
+  }
+  for (int r = 0; r < RING; r++)
+    assert_int_equal(pthread_create(&threads[r], NULL, ring_main, &ranks[r]),
+                     0);
+  for (int r = 0; r < RING; r++) pthread_join(threads[r], NULL);
+  for (int r = 0; r < RING; r++) {
+    assert_int_equal(ranks[r].status, XCOLL_SUCCESS);
+    assert_int_equal(ranks[r].received, (r + RING - 1) % RING);
+    net->close_listen(ranks[r].listen);
+  }
+}
+
+/* A stranger that knows the listener's handle (it crossed the network in
+ * the clear) and speaks the protocol, but holds another job's secret: its
+ * client proof is made with that key. It is dropped with a WARN naming its
+ * address, and the real rank still gets in. */
+static void test_auth_wrong_key_is_dropped(void **state) {
+  (void)state;
+  use_token(TOKEN_A);
+  setenv("XCOLL_NSOCKS_PERPEER", "1", 1);
+  assert_int_equal(net->init(test_log), XCOLL_SUCCESS);
+  xcoll_net_config rx = config_of(7, 1), tx = config_of(7, 0);
+  xcoll_net_listen_comm *listen = NULL;
+  unsigned char handle[XCOLL_NET_HANDLE_MAXSIZE];
+  assert_int_equal(net->listen(0, &rx, handle, &listen), XCOLL_SUCCESS);
+  pthread_mutex_lock(&warn_lock);
+  warn_dropped = 0;
+  last_warn[0] = '\0';
+  pthread_mutex_unlock(&warn_lock);
+
+  int fd = knock(handle);
+  unsigned char first[32 + XCOLL_AUTH_OFFER_BYTES];
+  uint8_t client_nonce[XCOLL_AUTH_NONCE_BYTES];
+  make_hello(first, 0, 1, 0, 7, handle);
+  xcoll_auth_offer(first + 32, client_nonce); /* says "has a secret" */
+  assert_int_equal(send(fd, first, sizeof first, 0), (ssize_t)sizeof first);
+  /* the listener answers from inside accept */
+  unsigned char answer[XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES];
+  size_t got = 0;
+  double deadline = now_s() + WAIT_S;
+  xcoll_net_recv_comm *rcomm = NULL;
+  while (got < sizeof answer && now_s() < deadline) {
+    assert_int_equal(net->accept(listen, 0, &rcomm), XCOLL_SUCCESS);
+    assert_null(rcomm);
+    ssize_t r = recv(fd, answer + got, sizeof answer - got, MSG_DONTWAIT);
+    if (r > 0) got += (size_t)r;
+  }
+  assert_int_equal(got, sizeof answer);
+  uint8_t server_nonce[XCOLL_AUTH_NONCE_BYTES];
+  char why[256];
+  assert_int_equal(
+      xcoll_auth_parse_offer(answer, server_nonce, why, sizeof why), 0);
+  char context[XCOLL_AUTH_CONTEXT_BYTES];
+  context_of(7, 0, 1, 0, get64(handle + 16), context);
+  /* the test names the connection as the plugin does: the server's proof
+   * checks out under the right key, so the drop below is the key's doing */
+  assert_true(xcoll_auth_verify("server", context, client_nonce, server_nonce,
+                                answer + XCOLL_AUTH_OFFER_BYTES));
+  use_token(TOKEN_B);
+  assert_false(xcoll_auth_verify("server", context, client_nonce,
+                                 server_nonce,
+                                 answer + XCOLL_AUTH_OFFER_BYTES));
+  uint8_t proof[XCOLL_AUTH_PROOF_BYTES];
+  xcoll_auth_prove("client", context, client_nonce, server_nonce, proof);
+  use_token(TOKEN_A);
+  assert_int_equal(send(fd, proof, sizeof proof, 0), (ssize_t)sizeof proof);
+  while (drops_seen() < 1 && now_s() < deadline) {
+    assert_int_equal(net->accept(listen, 0, &rcomm), XCOLL_SUCCESS);
+    assert_null(rcomm);
+  }
+  assert_int_equal(drops_seen(), 1);
+  pthread_mutex_lock(&warn_lock);
+  assert_non_null(strstr(last_warn, "failed authentication"));
+  assert_non_null(strstr(last_warn, "127.0.0.1"));
+  pthread_mutex_unlock(&warn_lock);
+  /* the stranger's socket is closed by the listener */
+  unsigned char byte;
+  struct timeval tv = {.tv_sec = (time_t)WAIT_S, .tv_usec = 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  assert_true(recv(fd, &byte, 1, 0) <= 0);
+  close(fd);
+
+  /* the real rank 0 still gets in */
+  xcoll_net_send_comm *send = NULL;
+  while ((send == NULL || rcomm == NULL) && now_s() < deadline) {
+    if (!send)
+      assert_int_equal(net->connect(0, &tx, handle, 1, &send), XCOLL_SUCCESS);
+    if (!rcomm)
+      assert_int_equal(net->accept(listen, 0, &rcomm), XCOLL_SUCCESS);
+  }
+  assert_non_null(send);
+  assert_non_null(rcomm);
+  net_link l = {.listen = listen, .send = send, .recv = rcomm};
+  exchange_messages(&l, 2);
+  close_link(&l);
+}
+
+/* A rank without a secret knocks on a listener that has one: the listener
+ * drops it with the reason, and the answer it sent first says "secret". */
+static void test_auth_client_without_secret(void **state) {
+  (void)state;
+  use_token(TOKEN_A);
+  setenv("XCOLL_NSOCKS_PERPEER", "1", 1);
+  assert_int_equal(net->init(test_log), XCOLL_SUCCESS);
+  xcoll_net_config rx = config_of(7, 1);
+  xcoll_net_listen_comm *listen = NULL;
+  unsigned char handle[XCOLL_NET_HANDLE_MAXSIZE];
+  assert_int_equal(net->listen(0, &rx, handle, &listen), XCOLL_SUCCESS);
+  pthread_mutex_lock(&warn_lock);
+  warn_dropped = 0;
+  last_warn[0] = '\0';
+  pthread_mutex_unlock(&warn_lock);
+  int fd = knock(handle);
+  unsigned char first[32 + XCOLL_AUTH_OFFER_BYTES];
+  make_hello(first, 0, 1, 0, 7, handle);
+  memcpy(first + 32, "XCA1", 4);
+  memset(first + 36, 0, XCOLL_AUTH_OFFER_BYTES - 4); /* flags 0: no secret */
+  assert_int_equal(send(fd, first, sizeof first, 0), (ssize_t)sizeof first);
+  double deadline = now_s() + WAIT_S;
+  xcoll_net_recv_comm *rcomm = NULL;
+  while (drops_seen() < 1 && now_s() < deadline) {
+    assert_int_equal(net->accept(listen, 0, &rcomm), XCOLL_SUCCESS);
+    assert_null(rcomm);
+  }
+  assert_int_equal(drops_seen(), 1);
+  pthread_mutex_lock(&warn_lock);
+  assert_non_null(strstr(last_warn, "no job secret"));
+  assert_non_null(strstr(last_warn, "127.0.0.1"));
+  pthread_mutex_unlock(&warn_lock);
+  unsigned char answer[XCOLL_AUTH_OFFER_BYTES];
+  read_exactly(fd, answer, sizeof answer);
+  use_token(NULL);
+  uint8_t nonce[XCOLL_AUTH_NONCE_BYTES];
+  char why[256] = "";
+  assert_int_equal(xcoll_auth_parse_offer(answer, nonce, why, sizeof why), -1);
+  assert_non_null(strstr(why, "requires a job secret"));
+  close(fd);
+  net->close_listen(listen);
+}
+
+/* A fake listener for the connecting side's tests: it takes one connection,
+ * reads hello | offer, answers with flags and a server proof made under
+ * proof_token (NULL: an all-zero proof), and returns connect's final status
+ * (the connect is driven meanwhile, with this process's current secret). */
+static xcoll_status connect_to_fake(unsigned char flags,
+                                    const char *proof_token,
+                                    const char *restore_token) {
+  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  assert_true(lfd >= 0);
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sa;
+  assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+  assert_int_equal(listen(lfd, 4), 0);
+  assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
+  /* the handle net_socket.c documents: "XNSH", version, socket count,
+   * address, port, nonce */
+  unsigned char handle[XCOLL_NET_HANDLE_MAXSIZE];
+  memset(handle, 0, sizeof handle);
+  memcpy(handle, "XNSH", 4);
+  handle[4] = 1;
+  handle[6] = 1;
+  memcpy(handle + 8, &sa.sin_addr.s_addr, 4);
+  memcpy(handle + 12, &sa.sin_port, 2);
+  memcpy(handle + 16, "fakenonc", 8);
+
+  xcoll_net_config tx = config_of(7, 0);
+  xcoll_net_send_comm *send_comm = NULL;
+  int fd = -1, answered = 0;
+  unsigned char first[32 + XCOLL_AUTH_OFFER_BYTES];
+  size_t got = 0;
+  xcoll_status s = XCOLL_SUCCESS;
+  double deadline = now_s() + WAIT_S;
+  while (s == XCOLL_SUCCESS && send_comm == NULL && now_s() < deadline) {
+    s = net->connect(0, &tx, handle, 1, &send_comm);
+    if (fd < 0) fd = accept(lfd, NULL, NULL);
+    if (fd >= 0 && got < sizeof first) {
+      ssize_t r = recv(fd, first + got, sizeof first - got, MSG_DONTWAIT);
+      if (r > 0) got += (size_t)r;
+    }
+    if (got == sizeof first && !answered) {
+      assert_memory_equal(first, "XNSC", 4);
+      unsigned char answer[XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES];
+      memset(answer, 0, sizeof answer);
+      memcpy(answer, "XCA1", 4);
+      answer[4] = flags;
+      for (int i = 0; i < XCOLL_AUTH_NONCE_BYTES; i++)
+        answer[5 + i] = (unsigned char)(i * 37 + 1);
+      if (proof_token != NULL) {
+        char context[XCOLL_AUTH_CONTEXT_BYTES];
+        context_of(7, 0, 1, 0, get64(handle + 16), context);
+        use_token(proof_token);
+        xcoll_auth_prove("server", context, first + 32 + 5, answer + 5,
+                         answer + XCOLL_AUTH_OFFER_BYTES);
+        use_token(restore_token);
+      }
+      assert_int_equal(send(fd, answer, sizeof answer, 0),
+                       (ssize_t)sizeof answer);
+      answered = 1;
+    }
+  }
+  if (send_comm != NULL) net->close_send(send_comm);
+  if (fd >= 0) close(fd);
+  close(lfd);
+  return s;
+}
+
+/* The connecting side: a listener that has a secret when this rank has
+ * none, or one whose proof is made with another key, is a PROTOCOL error
+ * naming the peer's address, at once (no timeout). */
+static void test_auth_connector_checks_the_server(void **state) {
+  (void)state;
+  setenv("XCOLL_NSOCKS_PERPEER", "1", 1);
+  use_token(NULL);
+  double start = now_s();
+  assert_int_equal(connect_to_fake(1, NULL, NULL), XCOLL_ERR_PROTOCOL);
+  assert_non_null(strstr(xcoll_net_last_error(), "requires a job secret"));
+  assert_non_null(strstr(xcoll_net_last_error(), "127.0.0.1"));
+
+  use_token(TOKEN_A);
+  assert_int_equal(connect_to_fake(0, NULL, TOKEN_A), XCOLL_ERR_PROTOCOL);
+  assert_non_null(strstr(xcoll_net_last_error(), "no job secret"));
+
+  assert_int_equal(connect_to_fake(1, TOKEN_B, TOKEN_A), XCOLL_ERR_PROTOCOL);
+  assert_non_null(strstr(xcoll_net_last_error(), "failed authentication"));
+  assert_non_null(strstr(xcoll_net_last_error(), "127.0.0.1"));
+  /* the control: the same fake with the right key passes */
+  xcoll_status s = connect_to_fake(1, TOKEN_A, TOKEN_A);
+  assert_true(s == XCOLL_SUCCESS);
+  /* all of it well inside config_of's 10 s timeout: no hang */
+  assert_true(now_s() - start < 8.0);
 }
 
 int main(void) {
@@ -588,7 +1006,13 @@ int main(void) {
       cmocka_unit_test(test_peer_close_is_remote),
       cmocka_unit_test(test_close_with_requests_in_flight),
       cmocka_unit_test(test_strangers_do_not_break_accept),
-      cmocka_unit_test(test_connect_timeout_and_secret),
+      cmocka_unit_test(test_connect_timeout),
+      cmocka_unit_test_teardown(test_auth_same_token, no_secret),
+      cmocka_unit_test_teardown(test_auth_ring_does_not_deadlock, no_secret),
+      cmocka_unit_test_teardown(test_auth_wrong_key_is_dropped, no_secret),
+      cmocka_unit_test_teardown(test_auth_client_without_secret, no_secret),
+      cmocka_unit_test_teardown(test_auth_connector_checks_the_server,
+                                no_secret),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }
