@@ -37,6 +37,10 @@ typedef struct xcoll_coll_args {
   int root;
   xcoll_stream_t stream;
   uint64_t seq; /* the collective's sequence number on its communicator */
+  /* The blocking form: core calls the backend's wait right after start, on
+   * the same thread (core/backend.h). A hint only; it never changes what is
+   * computed or sent. */
+  int blocking;
 } xcoll_coll_args;
 
 /* Tags: high 32 bits the collective's seq (mod 2^32), low 32 bits a step

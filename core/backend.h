@@ -36,7 +36,10 @@ typedef struct xcoll_backend_coll_ops {
   int (*supports)(void *state, const struct xcoll_coll_args *args);
   /* Start args and return at once: never blocks waiting on a peer (it may
    * wait for room in a bounded queue of its own work). On success *op is the
-   * handle to test or wait. Errors: XCOLL_ERR_NO_MEMORY, and the comm's
+   * handle to test or wait. args->blocking = 1 says that wait() follows at
+   * once on this thread, so the backend may leave the work to that wait
+   * (backends/nccl_like runs it on the waiting thread) instead of waking a
+   * thread of its own. Errors: XCOLL_ERR_NO_MEMORY, and the comm's
    * broken status when earlier work failed; the message is set. */
   xcoll_status (*start)(struct xcoll_comm *comm, void *state,
                         const struct xcoll_coll_args *args,

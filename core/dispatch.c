@@ -224,8 +224,9 @@ static xcoll_status dispatch_backend(xcoll_comm *comm,
   request->args = *args;
   request->on_backend = 1;
   request->start_us = xcoll_trace_enabled() ? xcoll_time_us() : 0.0;
+  request->args.blocking = out == NULL;
   xcoll_status status =
-      coll->start(comm, comm->backend_state, args, &request->op);
+      coll->start(comm, comm->backend_state, &request->args, &request->op);
   if (status != XCOLL_SUCCESS) {
     xcoll_request_release(request);
     return fail(comm, args, comm->backend->name, status);

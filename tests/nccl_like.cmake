@@ -43,6 +43,9 @@ else()
     "XCOLL_PROTO=simple;XCOLL_NCHANNELS=4;${NL_SMALL}" --quick)
   nl_conf(np2.big 2 240 "XCOLL_PROTO=simple" ${XCOLL_BIG} --coll allreduce)
   nl_conf(np3.simple.nch1 3 240 "XCOLL_PROTO=simple;XCOLL_NCHANNELS=1" --quick)
+  # Only the workers run kernels (XCOLL_WAIT_RUNS=0): the path every
+  # nonblocking call takes, here for the blocking calls too.
+  nl_conf(np3.workers_only 3 240 "XCOLL_WAIT_RUNS=0;XCOLL_NCHANNELS=2" --quick)
   nl_conf(np3.ll.nch4.small 3 240 "XCOLL_PROTO=ll;XCOLL_NCHANNELS=4;${NL_SMALL}"
     --quick)
   nl_conf(np4.simple 4 240 "XCOLL_PROTO=simple" --quick)

@@ -184,7 +184,11 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
       break;
     ch->queue[ch->queue_tail % NL_QUEUE_DEPTH] = op;
     ch->queue_tail++;
-    pthread_cond_broadcast(&ch->queue_cond);
+    /* The blocking form's wait runs channel 0's item itself (nl_wait),
+     * unless the worker, awake for an earlier item, takes it first: no
+     * wake-up. The other channels' workers run theirs in parallel. */
+    if (!(args->blocking && st->inline_wait && c == 0))
+      pthread_cond_broadcast(&ch->queue_cond);
     pushed++;
   }
   if (pushed < op->nchannels) {
@@ -221,14 +225,54 @@ static xcoll_status nl_test(void *state, xcoll_backend_op *handle, int *done) {
   return op_finish(st, op);
 }
 
+static void run_one(nl_state *st, nl_channel *ch, nl_op *op);
+
+/* Under st->lock: takes op's work item off the head of one of its channels'
+ * queues when that channel's worker is not running an item (so the channel
+ * still runs its items one at a time, in issue order), or returns NULL. */
+static nl_channel *steal_item(nl_state *st, nl_op *op) {
+  if (atomic_load(&st->failed) || st->stopping)
+    return NULL;
+  for (int c = 0; c < op->nchannels; c++) {
+    nl_channel *ch = &st->channels[c];
+    if (ch->running || ch->queue_head == ch->queue_tail ||
+        ch->queue[ch->queue_head % NL_QUEUE_DEPTH] != op)
+      continue;
+    if (ch->queue_tail - ch->queue_head == NL_QUEUE_DEPTH)
+      pthread_cond_broadcast(&ch->queue_cond); /* room for start() */
+    ch->queue_head++;
+    ch->running = 1;
+    return ch;
+  }
+  return NULL;
+}
+
+/* Blocks until every channel has run op. The waiting thread runs the
+ * channels' items that no worker has taken yet itself (steal_item), as a
+ * caller of a blocking collective on the host would: a small collective
+ * then goes from the issuing thread to the socket and back without a
+ * wake-up of the worker and another of the waiter (the two hand-offs cost
+ * a scheduler slice each on a loaded machine). Workers keep running the
+ * items they took, and every item of nonblocking ops nobody waits for. */
 static xcoll_status nl_wait(void *state, xcoll_backend_op *handle) {
   nl_state *st = state;
   nl_op *op = (nl_op *)handle;
   pthread_mutex_lock(&st->lock);
   /* Workers always finish: kernels poll the abort flag, which a failure,
    * the proxy's timeout or comm_abort raises. */
-  while (op->channels_left > 0)
-    pthread_cond_wait(&st->done_cond, &st->lock);
+  while (op->channels_left > 0) {
+    nl_channel *ch = st->inline_wait ? steal_item(st, op) : NULL;
+    if (!ch) {
+      pthread_cond_wait(&st->done_cond, &st->lock);
+      continue;
+    }
+    pthread_mutex_unlock(&st->lock);
+    run_one(st, ch, op);
+    pthread_mutex_lock(&st->lock);
+    ch->running = 0;
+    if (ch->queue_head != ch->queue_tail || st->stopping)
+      pthread_cond_broadcast(&ch->queue_cond); /* the worker's next item */
+  }
   pthread_mutex_unlock(&st->lock);
   return op_finish(st, op);
 }
@@ -273,11 +317,16 @@ static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
     atomic_store(&ch->busy, 1);
     s = xc_ring_run(&work, &ch->send, &ch->recv, &st->abort_flag);
     atomic_store(&ch->busy, 0);
-    /* Post the slots the kernel filled last (nothing waited after them),
-     * then let the proxy thread finish sending them. */
-    nl_proxy_progress_hook(ch);
-    kick = atomic_load_explicit(&ch->send_mem->tail, memory_order_acquire) >
-           atomic_load_explicit(&ch->send_mem->head, memory_order_acquire);
+    /* Post the slots the kernel filled last (nothing waited after them)
+     * and drive them for a few passes (a small send completes as soon as
+     * the socket takes it); the proxy thread finishes what is left. */
+    for (int pass = 0; pass < NL_TRAILING_PASSES; pass++) {
+      nl_proxy_progress_hook(ch);
+      kick = atomic_load_explicit(&ch->send_mem->tail, memory_order_acquire) >
+             atomic_load_explicit(&ch->send_mem->head, memory_order_acquire);
+      if (!kick)
+        break;
+    }
     trace_channel_op(st, ch, op, t0);
     if (s != XCOLL_SUCCESS && s != XCOLL_ERR_ABORTED)
       nl_fail(st, s, -1,
@@ -306,7 +355,8 @@ static void *worker_main(void *arg) {
   nl_channel *ch = &st->channels[wa.channel];
   for (;;) {
     pthread_mutex_lock(&st->lock);
-    while (!st->stopping && ch->queue_head == ch->queue_tail)
+    while (ch->running ||
+           (!st->stopping && ch->queue_head == ch->queue_tail))
       pthread_cond_wait(&ch->queue_cond, &st->lock);
     if (ch->queue_head == ch->queue_tail) { /* stopping, nothing queued */
       pthread_mutex_unlock(&st->lock);
@@ -314,9 +364,13 @@ static void *worker_main(void *arg) {
     }
     nl_op *op = ch->queue[ch->queue_head % NL_QUEUE_DEPTH];
     ch->queue_head++;
+    ch->running = 1;
     pthread_cond_broadcast(&ch->queue_cond); /* room for start() */
     pthread_mutex_unlock(&st->lock);
     run_one(st, ch, op);
+    pthread_mutex_lock(&st->lock);
+    ch->running = 0;
+    pthread_mutex_unlock(&st->lock);
   }
 }
 

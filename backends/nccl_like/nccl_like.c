@@ -57,6 +57,15 @@ static xcoll_status read_options(nl_state *st) {
   if (s != XCOLL_SUCCESS)
     return xcoll_error_adopt(comm, s);
   st->proto = proto < 0 ? NL_PROTO_AUTO : (nl_proto_choice)proto;
+
+  /* XCOLL_WAIT_RUNS=1 (default): a thread blocked in wait runs its op's
+   * items no worker has taken yet (engine.c: nl_wait); 0: only workers run
+   * kernels (for comparison, and to test the workers' path alone). */
+  long wait_runs = 1;
+  s = xcoll_env_int("XCOLL_WAIT_RUNS", 1, 0, 1, &wait_runs);
+  if (s != XCOLL_SUCCESS)
+    return xcoll_error_adopt(comm, s);
+  st->inline_wait = (int)wait_runs;
   return XCOLL_SUCCESS;
 }
 
@@ -261,9 +270,11 @@ static void log_choices(nl_state *st, const char *net_why) {
              st->proto == NL_PROTO_AUTO ? ": LL below 4 KiB, SIMPLE above" : "",
              st->buffsize, XCOLL_STEPS, st->step_bytes);
   XCOLL_INFO("nccl_like: net plugin %s (%s), device %d '%s' (%d Mbps); "
-             "engine: host (worker thread per channel, proxy thread)",
+             "engine: host (worker thread per channel, proxy thread%s)",
              st->net ? st->net->name : "none", net_why, st->net_device,
-             props.name, props.speed_mbps);
+             props.name, props.speed_mbps,
+             st->inline_wait ? "; wait runs untaken items, XCOLL_WAIT_RUNS=1"
+                             : "");
 }
 
 static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {

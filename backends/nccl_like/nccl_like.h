@@ -40,6 +40,11 @@
  * XCOLL_NCHANNELS), as NCCL lowers nChannels for small sizes: a small op on
  * many channels only adds threads to wake and slots to send. */
 #define NL_MIN_BYTES_PER_CHANNEL ((size_t)256 << 10)
+/* Passes of the proxy step a kernel's thread makes after the kernel
+ * returned, to finish its last sends before it hands them to the proxy
+ * thread (engine.c: run_one). */
+#define NL_TRAILING_PASSES 16
+
 /* Work items a channel's queue holds; start() waits for room beyond that
  * (ABI 2 allows waiting on the backend's own bounded queue). */
 #define NL_QUEUE_DEPTH 64
@@ -106,6 +111,11 @@ typedef struct nl_channel {
   int worker_started;
   struct nl_op *queue[NL_QUEUE_DEPTH];
   unsigned queue_head, queue_tail; /* under the state's lock */
+  /* A thread is running an item taken from this queue: the worker, or a
+   * thread in nl_wait that took the head item because it was its own op
+   * and the worker had not yet (engine.c: steal_item). One item at a time
+   * per channel keeps the channel's issue order. Under the state's lock. */
+  int running;
   pthread_cond_t queue_cond;       /* work arrived, room freed or stop */
 } nl_channel;
 
@@ -128,6 +138,7 @@ typedef struct nl_state {
   size_t buffsize;   /* bytes per connection FIFO */
   size_t step_bytes; /* buffsize / XCOLL_STEPS */
   nl_proto_choice proto;
+  int inline_wait; /* XCOLL_WAIT_RUNS: nl_wait runs untaken items */
   double timeout_s;
   const xcoll_net_v1 *net;
   int net_device;
