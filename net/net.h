@@ -136,7 +136,10 @@ typedef struct xcoll_net_v1 {
                         xcoll_net_request **request);
   /* Progress; *done = 1 when request completed: *bytes (may be NULL) gets
    * the size sent or received and the request is released. On error the
-   * request is released too. */
+   * request is released too. A request that completed before its comm
+   * failed (a message that arrived whole, then the peer closed) still
+   * reports done with XCOLL_SUCCESS; only requests that needed data after
+   * the failure fail. */
   xcoll_status (*test)(xcoll_net_request *request, int *done, size_t *bytes);
   /* Close; requests still in flight on the comm are cancelled and released.
    * Never fail, never block longer than it takes to close a socket. */

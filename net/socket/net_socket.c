@@ -1371,17 +1371,20 @@ static xcoll_status socket_test(xcoll_net_request *request, int *done,
   sock_comm *c = r->comm;
   xcoll_status before = c->error;
   xcoll_status s = comm_progress(c);
+  /* A request that finished before the comm failed (a message that arrived
+   * whole, then the peer closed) is done: its data is all there. */
+  if (r->header_known && r->parts_left == 0) {
+    *done = 1;
+    if (bytes != NULL) *bytes = r->size;
+    r->used = 0;
+    return XCOLL_SUCCESS;
+  }
   if (s != XCOLL_SUCCESS) {
     r->used = 0;
     /* A failure found now was logged by comm_fail; an older one is said
      * again for this request's caller. */
     if (before != XCOLL_SUCCESS) fail(s, "%s", c->error_text);
     return s;
-  }
-  if (r->header_known && r->parts_left == 0) {
-    *done = 1;
-    if (bytes != NULL) *bytes = r->size;
-    r->used = 0;
   }
   return XCOLL_SUCCESS;
 }

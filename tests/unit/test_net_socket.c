@@ -382,6 +382,39 @@ static void test_truncation_is_protocol(void **state) {
   close_link(&l);
 }
 
+/* A message that arrived whole before the peer closed is delivered: its
+ * receive reports done, even when a later receive's progress (in the same
+ * test call) finds the close. Only the later receive fails with REMOTE.
+ * (Before: every request of the comm failed once the close was seen, which
+ * made nccl_like keep one receive posted ahead; NL_RECVS_AHEAD.) */
+static void test_complete_then_close(void **state) {
+  (void)state;
+  for (int nsocks = 1; nsocks <= 2; nsocks++) {
+    net_link l;
+    open_link(&l, nsocks);
+    char out[100], in1[100], in2[100];
+    memset(out, 0x5a, sizeof out);
+    memset(in1, 0, sizeof in1);
+    xcoll_net_request *s, *r1, *r2;
+    assert_int_equal(net->irecv(l.recv, in1, sizeof in1, 0, NULL, &r1),
+                     XCOLL_SUCCESS);
+    assert_int_equal(net->irecv(l.recv, in2, sizeof in2, 1, NULL, &r2),
+                     XCOLL_SUCCESS);
+    assert_int_equal(net->isend(l.send, out, sizeof out, 0, NULL, &s),
+                     XCOLL_SUCCESS);
+    assert_int_equal(wait_request(s, NULL), XCOLL_SUCCESS);
+    net->close_send(l.send);
+    l.send = NULL;
+    /* the second receive sees the close first (its test moves the comm) */
+    assert_int_equal(wait_request(r2, NULL), XCOLL_ERR_REMOTE);
+    size_t got = 0;
+    assert_int_equal(wait_request(r1, &got), XCOLL_SUCCESS);
+    assert_int_equal(got, sizeof out);
+    assert_memory_equal(in1, out, sizeof out);
+    close_link(&l);
+  }
+}
+
 static void test_peer_close_is_remote(void **state) {
   (void)state;
   net_link l;
@@ -1004,6 +1037,7 @@ int main(void) {
       cmocka_unit_test(test_tag_mismatch_is_protocol),
       cmocka_unit_test(test_truncation_is_protocol),
       cmocka_unit_test(test_peer_close_is_remote),
+      cmocka_unit_test(test_complete_then_close),
       cmocka_unit_test(test_close_with_requests_in_flight),
       cmocka_unit_test(test_strangers_do_not_break_accept),
       cmocka_unit_test(test_connect_timeout),
