@@ -68,6 +68,7 @@
 
 #include "auth.h"
 #include "net.h"
+#include "net_plugin_log.h"
 #include "netaddr.h"
 
 #define SOCK_HANDLE_MAGIC 0x48534e58u /* bytes "XNSH" */
@@ -88,44 +89,6 @@
 #define SOCK_ADDR_BYTES 64
 #define SOCK_MESSAGE_BYTES 512
 #define SOCK_MR_MAGIC 0x524d534eu
-
-static _Atomic(xcoll_net_log_fn) log_fn;
-
-/* ---- logging ---- */
-
-static void say(xcoll_net_log_level level, const char *fmt, va_list ap) {
-  xcoll_net_log_fn fn = atomic_load(&log_fn);
-  if (fn == NULL) return;
-  char message[SOCK_MESSAGE_BYTES];
-  vsnprintf(message, sizeof message, fmt, ap);
-  fn(level, message);
-}
-
-static xcoll_status fail(xcoll_status status, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static xcoll_status fail(xcoll_status status, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  say(XCOLL_NET_LOG_ERROR, fmt, ap);
-  va_end(ap);
-  return status;
-}
-
-static void warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void warn(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  say(XCOLL_NET_LOG_WARN, fmt, ap);
-  va_end(ap);
-}
-
-static void info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void info(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  say(XCOLL_NET_LOG_INFO, fmt, ap);
-  va_end(ap);
-}
 
 /* ---- small helpers ---- */
 
@@ -181,7 +144,7 @@ static xcoll_status read_nsocks(int *nsocks) {
   long v = strtol(text, &end, 10);
   if (errno != 0 || end == text || *end != '\0' || v < 1 ||
       v > SOCK_MAX_NSOCKS)
-    return fail(XCOLL_ERR_ENV,
+    return net_fail(XCOLL_ERR_ENV,
                 "net socket: XCOLL_NSOCKS_PERPEER=%s is not an integer from 1 "
                 "to %d (data sockets per connection)",
                 text, SOCK_MAX_NSOCKS);
@@ -220,20 +183,20 @@ static void device_init(void) {
 }
 
 static xcoll_status socket_init(xcoll_net_log_fn log) {
-  if (log != NULL) atomic_store(&log_fn, log);
+  net_plugin_log_set(log);
   pthread_once(&device_once, device_init);
   if (device_status != XCOLL_SUCCESS)
-    return fail(device_status, "%s", device_error);
+    return net_fail(device_status, "%s", device_error);
   char ip[INET_ADDRSTRLEN];
   inet_ntop(AF_INET, &device_addr.publish_addr, ip, sizeof ip);
-  info("net socket: device 0 is %s (%s), chosen by %s", device_name, ip,
+  net_info("net socket: device 0 is %s (%s), chosen by %s", device_name, ip,
        device_addr.why);
   return XCOLL_SUCCESS;
 }
 
 static xcoll_status socket_devices(int *count) {
   if (count == NULL)
-    return fail(XCOLL_ERR_INVALID_ARGUMENT, "net socket: devices(NULL)");
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT, "net socket: devices(NULL)");
   *count = 1;
   return XCOLL_SUCCESS;
 }
@@ -241,10 +204,10 @@ static xcoll_status socket_devices(int *count) {
 static xcoll_status check_device(int device) {
   pthread_once(&device_once, device_init);
   if (device != 0)
-    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net socket: device %d does not exist (there is 1: 0)", device);
   if (device_status != XCOLL_SUCCESS)
-    return fail(device_status, "%s", device_error);
+    return net_fail(device_status, "%s", device_error);
   return XCOLL_SUCCESS;
 }
 
@@ -253,7 +216,7 @@ static xcoll_status socket_get_properties(int device,
   xcoll_status s = check_device(device);
   if (s != XCOLL_SUCCESS) return s;
   if (props == NULL)
-    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net socket: get_properties with NULL properties");
   memset(props, 0, sizeof *props);
   snprintf(props->name, sizeof props->name, "%s", device_name);
@@ -285,7 +248,7 @@ static void encode_handle(const sock_handle *h, uint8_t *out) {
 
 static xcoll_status decode_handle(const uint8_t *in, sock_handle *h) {
   if (get_u32(in) != SOCK_HANDLE_MAGIC || get_u16(in + 4) != SOCK_VERSION)
-    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net socket: the handle given to connect is not a socket "
                 "plugin handle of version %d (magic %08x): do both ranks use "
                 "the same XCOLL_NET?",
@@ -297,7 +260,7 @@ static xcoll_status decode_handle(const uint8_t *in, sock_handle *h) {
   memcpy(&h->addr.sin_port, in + 12, 2);
   h->nonce = get_u64(in + 16);
   if (h->nsocks < 1 || h->nsocks > SOCK_MAX_NSOCKS || h->addr.sin_port == 0)
-    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net socket: the handle given to connect is corrupt (%d "
                 "sockets, port %d)",
                 h->nsocks, ntohs(h->addr.sin_port));
@@ -342,7 +305,7 @@ static void auth_context(uint64_t comm_id, int connector, int acceptor,
 static xcoll_status auth_ready(void) {
   xcoll_status s = xcoll_auth_init();
   if (s != XCOLL_SUCCESS)
-    return fail(s, "net socket: cannot read the job's secret: %s",
+    return net_fail(s, "net socket: cannot read the job's secret: %s",
                 xcoll_last_error());
   return XCOLL_SUCCESS;
 }
@@ -446,7 +409,7 @@ static xcoll_status comm_fail(sock_comm *c, xcoll_status status,
     va_end(ap);
     c->error = status;
   }
-  return fail(c->error, "%s", c->error_text);
+  return net_fail(c->error, "%s", c->error_text);
 }
 
 /* A failed send() or recv() on socket i (r = its return value). */
@@ -672,14 +635,14 @@ static xcoll_status socket_listen(int device, const xcoll_net_config *config,
   xcoll_status s = check_device(device);
   if (s != XCOLL_SUCCESS) return s;
   if (config == NULL || handle == NULL || listen_comm == NULL)
-    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net socket: listen with a NULL config, handle or listen_comm");
   int nsocks;
   if ((s = read_nsocks(&nsocks)) != XCOLL_SUCCESS) return s;
   if ((s = auth_ready()) != XCOLL_SUCCESS) return s;
   sock_listen *l = calloc(1, sizeof *l);
   if (l == NULL)
-    return fail(XCOLL_ERR_NO_MEMORY, "net socket: no memory for a listen comm");
+    return net_fail(XCOLL_ERR_NO_MEMORY, "net socket: no memory for a listen comm");
   l->config = *config;
   l->nsocks = nsocks;
   for (int i = 0; i < SOCK_MAX_NSOCKS; i++) l->forming[i] = -1;
@@ -702,7 +665,7 @@ static xcoll_status socket_listen(int device, const xcoll_net_config *config,
     inet_ntop(AF_INET, &device_addr.bind_addr, ip, sizeof ip);
     if (l->fd >= 0) close(l->fd);
     free(l);
-    return fail(XCOLL_ERR_SYSTEM,
+    return net_fail(XCOLL_ERR_SYSTEM,
                 "net socket: cannot listen on %s (an ephemeral port): %s; set "
                 "XCOLL_SOCKET_IFNAME to another interface",
                 ip, strerror(err));
@@ -716,7 +679,7 @@ static xcoll_status socket_listen(int device, const xcoll_net_config *config,
   h.nonce = l->nonce;
   format_addr(&h.addr, l->addr);
   encode_handle(&h, handle);
-  info("net socket: rank %d listens on %s for comm %" PRIu64 " (%d socket(s))",
+  net_info("net socket: rank %d listens on %s for comm %" PRIu64 " (%d socket(s))",
        config->rank, l->addr, config->comm_id, nsocks);
   *listen_comm = (xcoll_net_listen_comm *)l;
   return XCOLL_SUCCESS;
@@ -799,7 +762,7 @@ static xcoll_status connect_step(connecting *k, const xcoll_net_config *config,
     if (now < k->retry_at[i]) return XCOLL_SUCCESS;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
-      return fail(XCOLL_ERR_SYSTEM, "net socket: socket() failed: %s",
+      return net_fail(XCOLL_ERR_SYSTEM, "net socket: socket() failed: %s",
                   strerror(errno));
     k->fds[i] = fd;
     k->io_done[i] = 0;
@@ -851,7 +814,7 @@ static xcoll_status connect_step(connecting *k, const xcoll_net_config *config,
     if (got <= 0)
       /* The listener exists and took the hello, so this is its verdict (or
        * its death), not a full backlog: retrying would meet the same. */
-      return fail(XCOLL_ERR_REMOTE,
+      return net_fail(XCOLL_ERR_REMOTE,
                   "net socket: rank %d at %s closed rank %d's connection "
                   "during authentication (%s): it dropped it (do both ranks "
                   "set the same XCOLL_AUTH_TOKEN / XCOLL_AUTH_FILE? rank %d's "
@@ -863,7 +826,7 @@ static xcoll_status connect_step(connecting *k, const xcoll_net_config *config,
     char why[160];
     uint8_t nonce_peer[XCOLL_AUTH_NONCE_BYTES];
     if (xcoll_auth_parse_offer(k->in[i], nonce_peer, why, sizeof why) != 0)
-      return fail(XCOLL_ERR_PROTOCOL,
+      return net_fail(XCOLL_ERR_PROTOCOL,
                   "net socket: rank %d's connection to rank %d at %s: %s",
                   config->rank, k->peer_rank, k->who, why);
     char context[XCOLL_AUTH_CONTEXT_BYTES];
@@ -871,7 +834,7 @@ static xcoll_status connect_step(connecting *k, const xcoll_net_config *config,
                  k->target.nonce, context);
     if (!xcoll_auth_verify("server", context, k->nonce_mine[i], nonce_peer,
                            k->in[i] + XCOLL_AUTH_OFFER_BYTES))
-      return fail(XCOLL_ERR_PROTOCOL,
+      return net_fail(XCOLL_ERR_PROTOCOL,
                   "net socket: rank %d: the listener at %s (rank %d's "
                   "address) failed authentication: it does not know this "
                   "job's secret (XCOLL_AUTH_TOKEN / XCOLL_AUTH_FILE differ "
@@ -893,7 +856,7 @@ static xcoll_status connect_step(connecting *k, const xcoll_net_config *config,
     if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
       return XCOLL_SUCCESS;
     if (sent < 0)
-      return fail(XCOLL_ERR_REMOTE,
+      return net_fail(XCOLL_ERR_REMOTE,
                   "net socket: rank %d could not send its proof to rank %d at "
                   "%s: %s",
                   config->rank, k->peer_rank, k->who, strerror(errno));
@@ -912,12 +875,12 @@ refused : {
    * a full backlog or a peer that is going away: retry until the deadline. */
   if (err != ECONNREFUSED && err != ECONNRESET && err != ETIMEDOUT &&
       err != EAGAIN && err != EPIPE)
-    return fail(XCOLL_ERR_SYSTEM,
+    return net_fail(XCOLL_ERR_SYSTEM,
                 "net socket: rank %d cannot connect to rank %d at %s: %s "
                 "(check XCOLL_SOCKET_IFNAME and firewalls)",
                 config->rank, k->peer_rank, k->who, strerror(err));
   if (now >= k->deadline)
-    return fail(XCOLL_ERR_TIMEOUT,
+    return net_fail(XCOLL_ERR_TIMEOUT,
                 "net socket: rank %d could not connect to rank %d at %s within "
                 "%.1f s: %s; is rank %d alive and listening?",
                 config->rank, k->peer_rank, k->who, timeout_of(config),
@@ -934,7 +897,7 @@ static xcoll_status socket_connect(int device, const xcoll_net_config *config,
   xcoll_status s = check_device(device);
   if (s != XCOLL_SUCCESS) return s;
   if (config == NULL || handle == NULL || send_comm == NULL)
-    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net socket: connect with a NULL config, handle or send_comm");
   sock_handle target;
   if ((s = decode_handle(handle, &target)) != XCOLL_SUCCESS) return s;
@@ -950,7 +913,7 @@ static xcoll_status socket_connect(int device, const xcoll_net_config *config,
     k = calloc(1, sizeof *k);
     if (k == NULL) {
       pthread_mutex_unlock(&connecting_lock);
-      return fail(XCOLL_ERR_NO_MEMORY, "net socket: no memory for a connect");
+      return net_fail(XCOLL_ERR_NO_MEMORY, "net socket: no memory for a connect");
     }
     k->comm_id = config->comm_id;
     k->nonce = target.nonce;
@@ -972,7 +935,7 @@ static xcoll_status socket_connect(int device, const xcoll_net_config *config,
     done += k->stage[i] == CONN_DONE;
   }
   if (s == XCOLL_SUCCESS && done < target.nsocks && now >= k->deadline)
-    s = fail(XCOLL_ERR_TIMEOUT,
+    s = net_fail(XCOLL_ERR_TIMEOUT,
              "net socket: rank %d's connection to rank %d at %s made no "
              "progress in %.1f s",
              config->rank, peer_rank, k->who, timeout_of(config));
@@ -986,19 +949,19 @@ static xcoll_status socket_connect(int device, const xcoll_net_config *config,
   if (c == NULL) {
     connecting_remove(k);
     connecting_free(k);
-    return fail(XCOLL_ERR_NO_MEMORY, "net socket: no memory for a send comm");
+    return net_fail(XCOLL_ERR_NO_MEMORY, "net socket: no memory for a send comm");
   }
   for (int i = 0; i < target.nsocks; i++) k->fds[i] = -1; /* now c's */
   connecting_remove(k);
   connecting_free(k);
-  info("net socket: rank %d connected to rank %d at %s (%d socket(s))",
+  net_info("net socket: rank %d connected to rank %d at %s (%d socket(s))",
        config->rank, peer_rank, c->peer, c->nsocks);
   *send_comm = (xcoll_net_send_comm *)c;
   return XCOLL_SUCCESS;
 }
 
 static void drop_pending(sock_listen *l, int j, const char *why) {
-  warn("net socket: rank %d dropped a connection from %s to %s: %s",
+  net_warn("net socket: rank %d dropped a connection from %s to %s: %s",
        l->config.rank, l->pending[j].who, l->addr, why);
   close(l->pending[j].fd);
   l->pending[j] = l->pending[--l->npending];
@@ -1181,7 +1144,7 @@ static xcoll_status socket_accept(xcoll_net_listen_comm *listen_comm,
   if (recv_comm != NULL) *recv_comm = NULL;
   sock_listen *l = (sock_listen *)listen_comm;
   if (l == NULL || recv_comm == NULL)
-    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net socket: accept with a NULL listen_comm or recv_comm");
   double now = now_s();
   /* Take every connection waiting in the backlog. */
@@ -1194,13 +1157,13 @@ static xcoll_status socket_accept(xcoll_net_listen_comm *listen_comm,
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
           errno == ECONNABORTED)
         break;
-      return fail(XCOLL_ERR_SYSTEM, "net socket: accept on %s failed: %s",
+      return net_fail(XCOLL_ERR_SYSTEM, "net socket: accept on %s failed: %s",
                   l->addr, strerror(errno));
     }
     char who[SOCK_ADDR_BYTES];
     format_addr(&from, who);
     if (l->npending == SOCK_MAX_PENDING) {
-      warn("net socket: rank %d dropped a connection from %s to %s: %d "
+      net_warn("net socket: rank %d dropped a connection from %s to %s: %d "
            "connections are already waiting for their hello",
            l->config.rank, who, l->addr, SOCK_MAX_PENDING);
       close(fd);
@@ -1219,10 +1182,10 @@ static xcoll_status socket_accept(xcoll_net_listen_comm *listen_comm,
   sock_comm *c =
       comm_new(0, l->nsocks, l->forming, expected_rank, l->forming_who);
   if (c == NULL)
-    return fail(XCOLL_ERR_NO_MEMORY, "net socket: no memory for a recv comm");
+    return net_fail(XCOLL_ERR_NO_MEMORY, "net socket: no memory for a recv comm");
   for (int i = 0; i < SOCK_MAX_NSOCKS; i++) l->forming[i] = -1;
   l->formed = 0;
-  info("net socket: rank %d accepted rank %d from %s on %s (%d socket(s))",
+  net_info("net socket: rank %d accepted rank %d from %s on %s (%d socket(s))",
        l->config.rank, expected_rank, c->peer, l->addr, c->nsocks);
   *recv_comm = (xcoll_net_recv_comm *)c;
   return XCOLL_SUCCESS;
@@ -1242,18 +1205,18 @@ static xcoll_status socket_reg_mr(xcoll_net_send_comm *send_comm,
   if (mhandle != NULL) *mhandle = NULL;
   if ((send_comm == NULL) == (recv_comm == NULL) || mhandle == NULL ||
       (data == NULL && bytes > 0))
-    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net socket: reg_mr needs exactly one comm, a buffer and "
                 "mhandle");
   if (ptr_type != XCOLL_NET_PTR_HOST)
-    return fail(XCOLL_ERR_NOT_SUPPORTED,
+    return net_fail(XCOLL_ERR_NOT_SUPPORTED,
                 "net socket: reg_mr of pointer type %d: the socket plugin "
                 "moves host memory only (stage device buffers through host "
                 "memory)",
                 ptr_type);
   sock_mr *mr = malloc(sizeof *mr);
   if (mr == NULL)
-    return fail(XCOLL_ERR_NO_MEMORY, "net socket: no memory for reg_mr");
+    return net_fail(XCOLL_ERR_NO_MEMORY, "net socket: no memory for reg_mr");
   mr->magic = SOCK_MR_MAGIC;
   mr->data = data;
   mr->bytes = bytes;
@@ -1269,7 +1232,7 @@ static xcoll_status socket_dereg_mr(xcoll_net_send_comm *send_comm,
   sock_mr *mr = mhandle;
   if (mr == NULL) return XCOLL_SUCCESS;
   if (mr->magic != SOCK_MR_MAGIC)
-    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net socket: dereg_mr of something reg_mr did not return");
   mr->magic = 0;
   free(mr);
@@ -1282,12 +1245,12 @@ static xcoll_status check_region(const void *mhandle, const void *data,
   const sock_mr *mr = mhandle;
   if (mr == NULL) return XCOLL_SUCCESS;
   if (mr->magic != SOCK_MR_MAGIC)
-    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net socket: %s with an mhandle that reg_mr did not return", op);
   const char *p = data;
   if (bytes > 0 && (p < mr->data || (size_t)(p - mr->data) > mr->bytes ||
                     bytes > mr->bytes - (size_t)(p - mr->data)))
-    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net socket: %s of %zu bytes at %p lies outside the registered "
                 "region of %zu bytes at %p",
                 op, bytes, data, mr->bytes, (void *)mr->data);
@@ -1312,11 +1275,11 @@ static xcoll_status socket_isend(xcoll_net_send_comm *send_comm,
   sock_comm *c = (sock_comm *)send_comm;
   if (c == NULL || request == NULL || (data == NULL && bytes > 0) ||
       !c->is_send)
-    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net socket: isend needs a send comm, data and request");
   xcoll_status s = check_region(mhandle, data, bytes, "isend");
   if (s != XCOLL_SUCCESS) return s;
-  if (c->error != XCOLL_SUCCESS) return fail(c->error, "%s", c->error_text);
+  if (c->error != XCOLL_SUCCESS) return net_fail(c->error, "%s", c->error_text);
   sock_request *r = take_request(c);
   if (r == NULL) return comm_progress(c); /* full: NULL request, not an error */
   r->data = (char *)data;
@@ -1345,11 +1308,11 @@ static xcoll_status socket_irecv(xcoll_net_recv_comm *recv_comm, void *data,
   sock_comm *c = (sock_comm *)recv_comm;
   if (c == NULL || request == NULL || (data == NULL && bytes > 0) ||
       c->is_send)
-    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net socket: irecv needs a recv comm, data and request");
   xcoll_status s = check_region(mhandle, data, bytes, "irecv");
   if (s != XCOLL_SUCCESS) return s;
-  if (c->error != XCOLL_SUCCESS) return fail(c->error, "%s", c->error_text);
+  if (c->error != XCOLL_SUCCESS) return net_fail(c->error, "%s", c->error_text);
   sock_request *r = take_request(c);
   if (r == NULL) return XCOLL_SUCCESS; /* full: call again later */
   r->data = data;
@@ -1366,7 +1329,7 @@ static xcoll_status socket_test(xcoll_net_request *request, int *done,
   if (done != NULL) *done = 0;
   sock_request *r = (sock_request *)request;
   if (r == NULL || done == NULL || !r->used)
-    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net socket: test of a NULL or already released request");
   sock_comm *c = r->comm;
   xcoll_status before = c->error;
@@ -1383,7 +1346,7 @@ static xcoll_status socket_test(xcoll_net_request *request, int *done,
     r->used = 0;
     /* A failure found now was logged by comm_fail; an older one is said
      * again for this request's caller. */
-    if (before != XCOLL_SUCCESS) fail(s, "%s", c->error_text);
+    if (before != XCOLL_SUCCESS) net_fail(s, "%s", c->error_text);
     return s;
   }
   return XCOLL_SUCCESS;

@@ -37,6 +37,7 @@
 #include <time.h>
 
 #include "net.h"
+#include "net_plugin_log.h"
 #include "ucx_wrap.h"
 
 #define UCXN_HANDLE_MAGIC 0x48554e58u /* bytes "XNUH" */
@@ -51,34 +52,6 @@
 #define UCXN_ANSWER_TAG 0xfffffffffffffffful
 #define UCXN_KEEPALIVE "1s"
 #define UCXN_MESSAGE_BYTES 512
-
-static _Atomic(xcoll_net_log_fn) log_fn;
-
-static void say(xcoll_net_log_level level, const char *fmt, va_list ap) {
-  xcoll_net_log_fn fn = atomic_load(&log_fn);
-  if (fn == NULL) return;
-  char message[UCXN_MESSAGE_BYTES];
-  vsnprintf(message, sizeof message, fmt, ap);
-  fn(level, message);
-}
-
-static xcoll_status fail(xcoll_status status, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static xcoll_status fail(xcoll_status status, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  say(XCOLL_NET_LOG_ERROR, fmt, ap);
-  va_end(ap);
-  return status;
-}
-
-static void info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void info(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  say(XCOLL_NET_LOG_INFO, fmt, ap);
-  va_end(ap);
-}
 
 static double now_s(void) {
   struct timespec ts;
@@ -163,7 +136,7 @@ static xcoll_status comm_fail(ucxn_comm *c, xcoll_status status,
     va_end(ap);
     c->error = status;
   }
-  return fail(c->error, "%s", c->error_text);
+  return net_fail(c->error, "%s", c->error_text);
 }
 
 /* The comm's sticky error, after looking at UCX's peer failure flag. */
@@ -174,31 +147,31 @@ static xcoll_status comm_check(ucxn_comm *c) {
                      "net ucx: rank %d is gone (UCX reports %s on the "
                      "endpoint); see that rank's log for why",
                      c->peer_rank, ucs_status_string((ucs_status_t)failed));
-  if (c->error != XCOLL_SUCCESS) return fail(c->error, "%s", c->error_text);
+  if (c->error != XCOLL_SUCCESS) return net_fail(c->error, "%s", c->error_text);
   return XCOLL_SUCCESS;
 }
 
 /* ---- init, devices ---- */
 
 static xcoll_status ucx_init(xcoll_net_log_fn log) {
-  if (log != NULL) atomic_store(&log_fn, log);
+  net_plugin_log_set(log);
   /* The handshake runs over the socket plugin: same log. */
   xcoll_status s = xcoll_net_socket.init(log);
   if (s != XCOLL_SUCCESS) return s;
-  info("net ucx: UCX %s", ucp_get_version_string());
+  net_info("net ucx: UCX %s", ucp_get_version_string());
   return XCOLL_SUCCESS;
 }
 
 static xcoll_status ucx_devices(int *count) {
   if (count == NULL)
-    return fail(XCOLL_ERR_INVALID_ARGUMENT, "net ucx: devices(NULL)");
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT, "net ucx: devices(NULL)");
   *count = 1; /* UCX picks the transports and devices itself (UCX_TLS...) */
   return XCOLL_SUCCESS;
 }
 
 static xcoll_status ucx_get_properties(int device, xcoll_net_properties *p) {
   if (device != 0 || p == NULL)
-    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net ucx: get_properties(%d): there is one device, 0", device);
   memset(p, 0, sizeof *p);
   snprintf(p->name, sizeof p->name, "ucx");
@@ -254,10 +227,10 @@ static xcoll_status ucx_listen(int device, const xcoll_net_config *config,
                                xcoll_net_listen_comm **listen_comm) {
   if (listen_comm != NULL) *listen_comm = NULL;
   if (config == NULL || handle == NULL || listen_comm == NULL)
-    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net ucx: listen with a NULL config, handle or listen_comm");
   ucxn_listen *l = calloc(1, sizeof *l);
-  if (l == NULL) return fail(XCOLL_ERR_NO_MEMORY, "net ucx: no memory");
+  if (l == NULL) return net_fail(XCOLL_ERR_NO_MEMORY, "net ucx: no memory");
   uint8_t inner[XCOLL_NET_HANDLE_MAXSIZE];
   xcoll_status s =
       xcoll_net_socket.listen(device, config, inner, &l->socket_listen);
@@ -293,7 +266,7 @@ static xcoll_status ucx_accept(xcoll_net_listen_comm *listen_comm,
   if (recv_comm != NULL) *recv_comm = NULL;
   ucxn_listen *l = (ucxn_listen *)listen_comm;
   if (l == NULL || recv_comm == NULL)
-    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net ucx: accept with a NULL listen_comm or recv_comm");
   xcoll_status s = XCOLL_SUCCESS;
   if (l->stage == 0) {
@@ -315,7 +288,7 @@ static xcoll_status ucx_accept(xcoll_net_listen_comm *listen_comm,
     l->socket_request = NULL;
     const void *address = decode_hello(l->hello, size);
     if (address == NULL) {
-      s = fail(XCOLL_ERR_PROTOCOL,
+      s = net_fail(XCOLL_ERR_PROTOCOL,
                "net ucx: rank %d's hello (%zu bytes) is not a UCX worker "
                "address: do both ranks use XCOLL_NET=ucx of the same build?",
                expected_rank, size);
@@ -324,13 +297,13 @@ static xcoll_status ucx_accept(xcoll_net_listen_comm *listen_comm,
     char err[256];
     l->comm = comm_new(0, expected_rank, err, sizeof err);
     if (l->comm == NULL) {
-      s = fail(XCOLL_ERR_SYSTEM, "net ucx: rank %d: %s (check UCX_TLS)",
+      s = net_fail(XCOLL_ERR_SYSTEM, "net ucx: rank %d: %s (check UCX_TLS)",
                l->config.rank, err);
       goto failed;
     }
     if (xcoll_ucx_connect(l->comm->worker, 0, address, 1, on_peer_error,
                           l->comm, err, sizeof err) != UCS_OK) {
-      s = fail(XCOLL_ERR_SYSTEM,
+      s = net_fail(XCOLL_ERR_SYSTEM,
                "net ucx: rank %d cannot reach rank %d's worker: %s",
                l->config.rank, expected_rank, err);
       goto failed;
@@ -340,7 +313,7 @@ static xcoll_status ucx_accept(xcoll_net_listen_comm *listen_comm,
     if (l->answer == NULL ||
         xcoll_ucx_isend(l->comm->worker, 0, UCXN_ANSWER_TAG, l->mine, bytes,
                         l->answer) != UCS_OK) {
-      s = fail(XCOLL_ERR_SYSTEM, "net ucx: rank %d could not answer rank %d",
+      s = net_fail(XCOLL_ERR_SYSTEM, "net ucx: rank %d could not answer rank %d",
                l->config.rank, expected_rank);
       goto failed;
     }
@@ -351,7 +324,7 @@ static xcoll_status ucx_accept(xcoll_net_listen_comm *listen_comm,
     if ((s = comm_check(l->comm)) != XCOLL_SUCCESS) goto failed;
     if (!l->answer->done) goto check_time;
     if (l->answer->status != UCS_OK) {
-      s = fail(XCOLL_ERR_REMOTE, "net ucx: the answer to rank %d failed: %s",
+      s = net_fail(XCOLL_ERR_REMOTE, "net ucx: the answer to rank %d failed: %s",
                expected_rank, ucs_status_string(l->answer->status));
       goto failed;
     }
@@ -360,7 +333,7 @@ static xcoll_status ucx_accept(xcoll_net_listen_comm *listen_comm,
     ucxn_comm *c = l->comm;
     l->comm = NULL;
     reset_accept(l);
-    info("net ucx: rank %d accepted rank %d", l->config.rank, expected_rank);
+    net_info("net ucx: rank %d accepted rank %d", l->config.rank, expected_rank);
     *recv_comm = (xcoll_net_recv_comm *)c;
     return XCOLL_SUCCESS;
   }
@@ -368,7 +341,7 @@ static xcoll_status ucx_accept(xcoll_net_listen_comm *listen_comm,
 
 check_time:
   if (now_s() < l->deadline) return XCOLL_SUCCESS;
-  s = fail(XCOLL_ERR_TIMEOUT,
+  s = net_fail(XCOLL_ERR_TIMEOUT,
            "net ucx: rank %d's handshake with rank %d made no progress in "
            "%.1f s",
            l->config.rank, expected_rank, timeout_of(&l->config));
@@ -416,11 +389,11 @@ static xcoll_status ucx_connect(int device, const xcoll_net_config *config,
                                 xcoll_net_send_comm **send_comm) {
   if (send_comm != NULL) *send_comm = NULL;
   if (config == NULL || handle == NULL || send_comm == NULL)
-    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net ucx: connect with a NULL config, handle or send_comm");
   const uint8_t *in = handle;
   if (get_u32(in) != UCXN_HANDLE_MAGIC || get_u32(in + 4) != UCXN_VERSION)
-    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net ucx: the handle given to connect is not a ucx plugin "
                 "handle: do both ranks use XCOLL_NET=ucx?");
   pthread_mutex_lock(&connecting_lock);
@@ -434,7 +407,7 @@ static xcoll_status ucx_connect(int device, const xcoll_net_config *config,
     k = calloc(1, sizeof *k);
     if (k == NULL) {
       pthread_mutex_unlock(&connecting_lock);
-      return fail(XCOLL_ERR_NO_MEMORY, "net ucx: no memory for a connect");
+      return net_fail(XCOLL_ERR_NO_MEMORY, "net ucx: no memory for a connect");
     }
     memcpy(k->key_handle, handle, sizeof k->key_handle);
     k->comm_id = config->comm_id;
@@ -458,7 +431,7 @@ static xcoll_status ucx_connect(int device, const xcoll_net_config *config,
     char err[256];
     k->comm = comm_new(1, peer_rank, err, sizeof err);
     if (k->comm == NULL) {
-      s = fail(XCOLL_ERR_SYSTEM, "net ucx: rank %d: %s (check UCX_TLS)",
+      s = net_fail(XCOLL_ERR_SYSTEM, "net ucx: rank %d: %s (check UCX_TLS)",
                config->rank, err);
       goto failed;
     }
@@ -468,7 +441,7 @@ static xcoll_status ucx_connect(int device, const xcoll_net_config *config,
     if (k->answer == NULL ||
         xcoll_ucx_irecv(k->comm->worker, 0, UCXN_ANSWER_TAG, ~(ucp_tag_t)0,
                         k->theirs, sizeof k->theirs, k->answer) != UCS_OK) {
-      s = fail(XCOLL_ERR_SYSTEM, "net ucx: rank %d could not post a receive",
+      s = net_fail(XCOLL_ERR_SYSTEM, "net ucx: rank %d could not post a receive",
                config->rank);
       goto failed;
     }
@@ -476,7 +449,7 @@ static xcoll_status ucx_connect(int device, const xcoll_net_config *config,
                                &k->socket_request);
     if (s != XCOLL_SUCCESS) goto failed;
     if (k->socket_request == NULL) {
-      s = fail(XCOLL_ERR_INTERNAL, "net ucx: a fresh socket comm is full");
+      s = net_fail(XCOLL_ERR_INTERNAL, "net ucx: a fresh socket comm is full");
       goto failed;
     }
     k->stage = 1;
@@ -497,7 +470,7 @@ static xcoll_status ucx_connect(int device, const xcoll_net_config *config,
             ? decode_hello(k->theirs, k->answer->received)
             : NULL;
     if (address == NULL) {
-      s = fail(XCOLL_ERR_PROTOCOL,
+      s = net_fail(XCOLL_ERR_PROTOCOL,
                "net ucx: rank %d's answer is not a UCX worker address (%s)",
                peer_rank, ucs_status_string(k->answer->status));
       goto failed;
@@ -505,7 +478,7 @@ static xcoll_status ucx_connect(int device, const xcoll_net_config *config,
     char err[256];
     if (xcoll_ucx_connect(k->comm->worker, 0, address, 1, on_peer_error,
                           k->comm, err, sizeof err) != UCS_OK) {
-      s = fail(XCOLL_ERR_SYSTEM,
+      s = net_fail(XCOLL_ERR_SYSTEM,
                "net ucx: rank %d cannot reach rank %d's worker: %s",
                config->rank, peer_rank, err);
       goto failed;
@@ -515,14 +488,14 @@ static xcoll_status ucx_connect(int device, const xcoll_net_config *config,
     xcoll_ucx_request_put(c->worker, k->answer);
     k->answer = NULL;
     connecting_drop(k);
-    info("net ucx: rank %d connected to rank %d", config->rank, peer_rank);
+    net_info("net ucx: rank %d connected to rank %d", config->rank, peer_rank);
     *send_comm = (xcoll_net_send_comm *)c;
   }
   return XCOLL_SUCCESS;
 
 check_time:
   if (now_s() < k->deadline) return XCOLL_SUCCESS;
-  s = fail(XCOLL_ERR_TIMEOUT,
+  s = net_fail(XCOLL_ERR_TIMEOUT,
            "net ucx: rank %d's connection to rank %d made no progress in "
            "%.1f s",
            config->rank, peer_rank, timeout_of(config));
@@ -540,10 +513,10 @@ static xcoll_status ucx_reg_mr(xcoll_net_send_comm *send_comm,
   (void)bytes;
   if (mhandle != NULL) *mhandle = NULL;
   if ((send_comm == NULL) == (recv_comm == NULL) || mhandle == NULL)
-    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net ucx: reg_mr needs exactly one comm and mhandle");
   if (ptr_type != XCOLL_NET_PTR_HOST)
-    return fail(XCOLL_ERR_NOT_SUPPORTED,
+    return net_fail(XCOLL_ERR_NOT_SUPPORTED,
                 "net ucx: reg_mr of pointer type %d: this plugin moves host "
                 "memory only",
                 ptr_type);
@@ -584,7 +557,7 @@ static xcoll_status post(ucxn_comm *c, int is_send, void *data, size_t bytes,
   }
   r->ucx = xcoll_ucx_request_get(c->worker);
   if (r->ucx == NULL)
-    return fail(XCOLL_ERR_NO_MEMORY, "net ucx: no memory for a request");
+    return net_fail(XCOLL_ERR_NO_MEMORY, "net ucx: no memory for a request");
   r->tag = tag;
   ucp_tag_t ucx_tag = (c->seq << 32) | tag;
   ucs_status_t us =
@@ -619,7 +592,7 @@ static xcoll_status ucx_isend(xcoll_net_send_comm *send_comm, const void *data,
   if (request != NULL) *request = NULL;
   ucxn_comm *c = (ucxn_comm *)send_comm;
   if (c == NULL || request == NULL || !c->is_send || (!data && bytes))
-    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net ucx: isend needs a send comm, data and request");
   return post(c, 1, (void *)data, bytes, tag, request);
 }
@@ -631,7 +604,7 @@ static xcoll_status ucx_irecv(xcoll_net_recv_comm *recv_comm, void *data,
   if (request != NULL) *request = NULL;
   ucxn_comm *c = (ucxn_comm *)recv_comm;
   if (c == NULL || request == NULL || c->is_send || (!data && bytes))
-    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net ucx: irecv needs a recv comm, data and request");
   return post(c, 0, data, bytes, tag, request);
 }
@@ -647,7 +620,7 @@ static xcoll_status ucx_test(xcoll_net_request *request, int *done,
   if (done != NULL) *done = 0;
   ucxn_request *r = (ucxn_request *)request;
   if (r == NULL || done == NULL || r->ucx == NULL)
-    return fail(XCOLL_ERR_INVALID_ARGUMENT,
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net ucx: test of a NULL or already released request");
   ucxn_comm *c = r->comm;
   xcoll_ucx_progress(c->worker);
