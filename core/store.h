@@ -89,5 +89,13 @@ xcoll_status xcoll_store_join(xcoll_store *store, int world_size, int rank);
 xcoll_status xcoll_store_health(xcoll_store *store);
 /* Change the timeout (seconds) used by get, wait and replies. */
 void xcoll_store_set_timeout(xcoll_store *store, double timeout_s);
+/* From another thread: make the request blocked on store (a wait with a long
+ * timeout) return at once with an error, by shutting the connection down;
+ * the store is then broken and only xcoll_store_close remains to call.
+ * That request returns XCOLL_ERR_ABORTED without a message or a log line. For
+ * a connection that never joined (a joined rank's departure is reported to
+ * the others as a death). Safe to call while the other thread is inside a
+ * request; the descriptor stays open until close. */
+void xcoll_store_interrupt(xcoll_store *store);
 
 #endif

@@ -46,6 +46,7 @@ static double now_s(void) { return xcoll_socket_now(); }
 struct xcoll_store {
   int fd;
   int broken; /* the byte stream is out of step: every call fails */
+  _Atomic int interrupted; /* xcoll_store_interrupt: fail quietly */
   char host[256];
   int port;
   double timeout_s;
@@ -117,6 +118,10 @@ static enum io_result recv_all(int fd, void *buf, size_t bytes,
 static xcoll_status io_failure(xcoll_store *st, enum io_result r,
                                const char *what) {
   st->broken = 1;
+  /* Shut down on purpose by another thread of this process: nothing to
+   * report. */
+  if (atomic_load(&st->interrupted))
+    return XCOLL_ERR_ABORTED;
   if (r == IO_CLOSED)
     return xcoll_error(NULL, XCOLL_ERR_REMOTE,
                        "the rendezvous store at %s:%d closed the connection "
@@ -405,6 +410,13 @@ xcoll_status xcoll_store_connect(const char *host, int port, double timeout_s,
   snprintf(st->host, sizeof st->host, "%s", host);
   *store = st;
   return XCOLL_SUCCESS;
+}
+
+void xcoll_store_interrupt(xcoll_store *store) {
+  if (!store)
+    return;
+  atomic_store(&store->interrupted, 1);
+  (void)shutdown(store->fd, SHUT_RDWR);
 }
 
 void xcoll_store_close(xcoll_store *store) {

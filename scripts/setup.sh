@@ -9,7 +9,7 @@ set -euo pipefail
 
 required=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev
   zlib1g-dev libucx-dev ucx-utils libcjson-dev dataset-fashion-mnist
-  libsodium-dev clang libclang-rt-14-dev)
+  libsodium-dev clang libclang-rt-14-dev iproute2 iptables)
 peers=(python3-torch openmpi-bin libopenmpi-dev gnuplot-nox)
 
 want=("${required[@]}")

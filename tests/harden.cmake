@@ -37,11 +37,11 @@ endif()
 
 # Four hosts as network namespaces on a bridge (tests/netns/netns.sh): a host
 # cut off mid-run, and exact results under packet loss. Skipped (77) without
-# root, namespaces or tc netem.
+# root, namespaces, or for loss both iptables' statistic match and tc netem.
 if(TARGET xcollrun)
   add_executable(netns_loop ${CMAKE_CURRENT_SOURCE_DIR}/netns/netns_loop.c)
   target_link_libraries(netns_loop PRIVATE xcoll_static m)
-  set(netns_backends tcp)
+  set(netns_backends tcp nccl_like)
   if(XCOLL_HAVE_UCX)
     list(APPEND netns_backends ucx)
   endif()

@@ -194,12 +194,15 @@ static xcoll_status watcher_start(nl_state *st) {
   return XCOLL_SUCCESS;
 }
 
-/* Wake and join the watcher: set this rank's own wake key to an empty value
- * over comm->store (still open while the backend is destroyed). */
+/* Wake and join the watcher by shutting its store connection down: its wait
+ * returns at once whatever the network does. (Setting the wake key over
+ * comm->store, as before, took the store's timeout when the store's host
+ * was cut off, and the watcher's own wait then never ended: a process cut
+ * off from the network could not exit; tests/netns's cut test.) The watch
+ * connection never joined, so the store reports no death for it. */
 static void watcher_join(nl_state *st) {
   if (st->watcher_started) {
-    if (!atomic_load(&st->store_lost))
-      (void)xcoll_store_set(st->comm->store, st->wake_key, "", 0);
+    xcoll_store_interrupt(st->watch_store);
     pthread_join(st->watcher, NULL);
     st->watcher_started = 0;
   }

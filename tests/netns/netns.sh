@@ -5,10 +5,11 @@
 #   netns.sh PROG BACKEND cut     rank 2's host is cut off (its link goes
 #                                 down) mid-run: every survivor must fail
 #                                 within XCOLL_TIMEOUT_S (5 s) + 5 s.
-#   netns.sh PROG BACKEND loss P  P% packet loss on every link (tc netem):
+#   netns.sh PROG BACKEND loss P  P% of the packets every host receives are
+#                                 dropped (iptables statistic, or tc netem):
 #                                 200 allreduces must be exact on every rank.
 # PROG is tests/netns/netns_loop.c's binary. Needs root and CAP_NET_ADMIN to
-# create namespaces (and sch_netem for loss); otherwise exits 77 (skipped)
+# create namespaces (and iptables or sch_netem for loss); otherwise exits 77 (skipped)
 # with the reason.
 set -u
 prog=$1 backend=$2 mode=$3 loss=${4:-0}
@@ -42,10 +43,18 @@ for r in 0 1 2 3; do
   ip -n "$n" link set "xb${r}_$id" up
 done
 if [ "$mode" = loss ]; then
+  # Drop P% of the packets each host receives, at random (iptables'
+  # statistic match; tc netem where iptables is missing).
+  p=$(awk -v l="$loss" 'BEGIN { printf "%.4f", l / 100 }')
   for r in 0 1 2 3; do
+    if command -v iptables >/dev/null &&
+       ip netns exec "$(ns $r)" iptables -A INPUT -m statistic --mode random \
+         --probability "$p" -j DROP 2>/dev/null; then
+      continue
+    fi
     ip netns exec "$hub" tc qdisc add dev "xa${r}_$id" root netem \
       loss "${loss}%" 2>/dev/null ||
-      skip "tc netem is not available here (kernel module sch_netem)"
+      skip "neither iptables' statistic match nor tc netem works here"
   done
 fi
 
@@ -105,6 +114,19 @@ else
     grep -q "^EXACT rank $r:" "$tmp/out.$r" ||
       { echo "FAIL: rank $r did not finish exact under ${loss}% loss"; fail=1; }
   done
+  # The loss must have happened: count what iptables dropped (netem keeps
+  # its own counters; tc -s shows them).
+  dropped=0
+  for r in 0 1 2 3; do
+    d=$(ip netns exec "$(ns $r)" iptables -L INPUT -v -x -n 2>/dev/null |
+      awk '/statistic/ { s += $1 } END { print s + 0 }')
+    dropped=$((dropped + d))
+  done
+  netem=$(ip netns exec "$hub" tc -s qdisc show 2>/dev/null |
+    awk '/netem/ { n = 1 } /dropped/ && n { gsub(",", ""); for (i = 1; i <= NF; i++) if ($i == "dropped") s += $(i + 1) } END { print s + 0 }')
+  echo "packets dropped: $dropped by iptables, $netem by netem"
+  [ $((dropped + netem)) -gt 0 ] ||
+    { echo "FAIL: no packet was dropped: the loss was not applied"; fail=1; }
 fi
 [ $fail -eq 0 ] && echo "PASS: netns $mode on $backend"
 exit $fail
