@@ -7,3 +7,14 @@ add_test(NAME packaging.exported_symbols
           $<TARGET_FILE:xcoll> ${PROJECT_SOURCE_DIR}/include/xcoll.h)
 set_tests_properties(packaging.exported_symbols PROPERTIES
   LABELS packaging TIMEOUT 60 SKIP_RETURN_CODE 77)
+
+# Install to a temporary prefix, move it, and build and run a small program
+# against it with pkg-config and with find_package(xcoll), outside the
+# source tree (install_consume.sh). Skipped (77) only without pkg-config.
+foreach(mode pkgconfig cmake)
+  add_test(NAME packaging.install_${mode}
+    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/packaging/install_consume.sh
+            ${mode} ${PROJECT_BINARY_DIR})
+  set_tests_properties(packaging.install_${mode} PROPERTIES
+    LABELS packaging TIMEOUT 90 SKIP_RETURN_CODE 77)
+endforeach()
