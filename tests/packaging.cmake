@@ -18,3 +18,21 @@ foreach(mode pkgconfig cmake)
   set_tests_properties(packaging.install_${mode} PROPERTIES
     LABELS packaging TIMEOUT 90 SKIP_RETURN_CODE 77)
 endforeach()
+
+# Every program in tools/ (one per tools/*.c, and xcoll-trace-merge) and
+# xtrain prints "NAME (xcoll) <project version>" for --version.
+file(GLOB xcoll_tool_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tools/*.c)
+set(xcoll_versioned_programs ${PROJECT_BINARY_DIR}/tools/xcoll-trace-merge)
+foreach(src ${xcoll_tool_sources})
+  get_filename_component(tool ${src} NAME_WE)
+  list(APPEND xcoll_versioned_programs $<TARGET_FILE:${tool}>)
+endforeach()
+if(TARGET xtrain)
+  list(APPEND xcoll_versioned_programs $<TARGET_FILE:xtrain>)
+endif()
+add_test(NAME packaging.tool_versions
+  COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/packaging/tool_versions.sh
+          ${PROJECT_VERSION} ${PROJECT_SOURCE_DIR}/include/xcoll.h
+          ${xcoll_versioned_programs})
+set_tests_properties(packaging.tool_versions PROPERTIES
+  LABELS packaging TIMEOUT 60)
