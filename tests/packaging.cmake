@@ -36,3 +36,11 @@ add_test(NAME packaging.tool_versions
           ${xcoll_versioned_programs})
 set_tests_properties(packaging.tool_versions PROPERTIES
   LABELS packaging TIMEOUT 60)
+
+# scripts/setup.sh with stand-ins for dpkg, apt-get and sudo: python3 among
+# the packages; root needs no sudo; a user without sudo gets a clear message.
+add_test(NAME packaging.setup_script
+  COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/packaging/setup_script.sh
+          ${PROJECT_SOURCE_DIR}/scripts/setup.sh)
+set_tests_properties(packaging.setup_script PROPERTIES
+  LABELS packaging TIMEOUT 60)
