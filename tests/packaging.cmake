@@ -17,6 +17,10 @@ foreach(mode pkgconfig cmake)
             ${mode} ${PROJECT_BINARY_DIR})
   set_tests_properties(packaging.install_${mode} PROPERTIES
     LABELS packaging TIMEOUT 90 SKIP_RETURN_CODE 77)
+  if(XCOLL_SANITIZE) # a sanitized libxcoll.so needs a sanitized program
+    set_tests_properties(packaging.install_${mode} PROPERTIES ENVIRONMENT
+      "CFLAGS=-fsanitize=${XCOLL_SANITIZE};LDFLAGS=-fsanitize=${XCOLL_SANITIZE}")
+  endif()
 endforeach()
 
 # Every program in tools/ (one per tools/*.c, and xcoll-trace-merge) and

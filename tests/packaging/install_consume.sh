@@ -6,7 +6,9 @@
 #   MODE=pkgconfig:  cc $(pkg-config --cflags --libs xcoll)
 # Neither may need the development files of libsodium or UCX, which are
 # private to libxcoll.so: pkg-config and CMake see only the installed prefix.
-# Exit 77 (skip) only when pkg-config is missing.
+# CC, CFLAGS and LDFLAGS are used as cmake and cc use them (the tests set
+# the sanitizer flags of a sanitized build). Exit 77 (skip) only when
+# pkg-config is missing.
 set -eu
 mode=$1
 build=$(cd "$2" && pwd)
@@ -43,7 +45,7 @@ pkgconfig)
     ;;
   esac
   # shellcheck disable=SC2086 # flags are words
-  ${CC:-cc} -o "$work/consumer" "$work/consumer.c" $flags
+  ${CC:-cc} ${CFLAGS:-} -o "$work/consumer" "$work/consumer.c" $flags ${LDFLAGS:-}
   ;;
 cmake)
   PKG_CONFIG_LIBDIR="$work/nopc" cmake -S "$work" -B "$work/build" \
