@@ -30,6 +30,15 @@
 extern "C" {
 #endif
 
+/* Marks the public API. libxcoll.so is built with hidden visibility, so
+ * that only the functions declared here are exported; its internal
+ * functions (store, transports, algorithms) stay private to the library. */
+#if defined(__GNUC__) || defined(__clang__)
+#define XCOLL_API __attribute__((visibility("default")))
+#else
+#define XCOLL_API
+#endif
+
 #define XCOLL_VERSION_MAJOR 0
 #define XCOLL_VERSION_MINOR 1
 #define XCOLL_VERSION_PATCH 0
@@ -92,26 +101,26 @@ typedef void *xcoll_stream_t;
 
 /* A short constant description of a status ("remote peer failed", ...).
  * Never NULL; unknown values give "unknown status". */
-const char *xcoll_strerror(xcoll_status status);
+XCOLL_API const char *xcoll_strerror(xcoll_status status);
 
 /* The message of the last error on this communicator, or "" if none.
  * Valid until the next call on comm. comm may be NULL: then it is the same as
  * xcoll_last_error(). */
-const char *xcoll_comm_last_error(xcoll_comm_t comm);
+XCOLL_API const char *xcoll_comm_last_error(xcoll_comm_t comm);
 
 /* The message of the last error raised on the calling thread (thread-local),
  * for failures where no communicator exists, such as xcoll_comm_init. */
-const char *xcoll_last_error(void);
+XCOLL_API const char *xcoll_last_error(void);
 
 /* The library's version, XCOLL_VERSION of the build that is linked. */
-int xcoll_version(void);
+XCOLL_API int xcoll_version(void);
 
 /* Size in bytes of one element of dtype, or 0 for an unknown dtype. */
-size_t xcoll_datatype_size(xcoll_datatype dtype);
+XCOLL_API size_t xcoll_datatype_size(xcoll_datatype dtype);
 
 /* "float32", "sum", ...; "unknown" for values out of range. */
-const char *xcoll_datatype_name(xcoll_datatype dtype);
-const char *xcoll_op_name(xcoll_op op);
+XCOLL_API const char *xcoll_datatype_name(xcoll_datatype dtype);
+XCOLL_API const char *xcoll_op_name(xcoll_op op);
 
 /* ---- communicators ---- */
 
@@ -132,7 +141,7 @@ typedef struct xcoll_config {
 
 /* Defaults: rank 0, world_size 1, local_rank/local_world_size -1,
  * master_addr NULL, master_port 29500, backend NULL, timeout_s 0. */
-void xcoll_config_init(xcoll_config *config);
+XCOLL_API void xcoll_config_init(xcoll_config *config);
 
 /* Create the world communicator from the environment, in this order of
  * precedence: torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
@@ -147,24 +156,25 @@ void xcoll_config_init(xcoll_config *config);
  * XCOLL_ERR_SYSTEM (port taken, socket failure), XCOLL_ERR_NOT_SUPPORTED
  * (backend not compiled in: the message lists those that are),
  * XCOLL_ERR_NO_MEMORY, XCOLL_ERR_REMOTE. On error *comm is set to NULL. */
-xcoll_status xcoll_comm_init_env(xcoll_comm_t *comm);
+XCOLL_API xcoll_status xcoll_comm_init_env(xcoll_comm_t *comm);
 
 /* Create the world communicator from an explicit configuration. Same
  * semantics and errors as xcoll_comm_init_env, plus XCOLL_ERR_INVALID_ARGUMENT
  * for an inconsistent config (rank outside [0, world_size), port out of range). */
-xcoll_status xcoll_comm_init(xcoll_comm_t *comm, const xcoll_config *config);
+XCOLL_API xcoll_status xcoll_comm_init(xcoll_comm_t *comm,
+                                       const xcoll_config *config);
 
 /* Wait for this rank's outstanding requests, close connections and free comm.
  * Not collective, but peers still using comm will see it close. comm may be
  * NULL (nothing is done). Using comm afterwards is undefined; the library
  * detects it where it can (XCOLL_ERR_INVALID_USAGE). */
-xcoll_status xcoll_comm_destroy(xcoll_comm_t comm);
+XCOLL_API xcoll_status xcoll_comm_destroy(xcoll_comm_t comm);
 
 /* Make every pending and future operation on comm fail with
  * XCOLL_ERR_ABORTED, wake up whatever waits on it, and tell peers that this
  * rank aborted. Safe to call from another thread while a collective is
  * blocked. comm must still be destroyed with xcoll_comm_destroy. */
-xcoll_status xcoll_comm_abort(xcoll_comm_t comm);
+XCOLL_API xcoll_status xcoll_comm_abort(xcoll_comm_t comm);
 
 /* Pass as color to xcoll_comm_split to get no new communicator (*newcomm = NULL). */
 #define XCOLL_SPLIT_NOCOLOR (-1)
@@ -176,15 +186,16 @@ xcoll_status xcoll_comm_abort(xcoll_comm_t comm);
  * may be used concurrently with comm from another thread.
  * Errors: XCOLL_ERR_INVALID_ARGUMENT (color < -1, newcomm NULL), and those
  * of xcoll_comm_init. */
-xcoll_status xcoll_comm_split(xcoll_comm_t comm, int color, int key,
-                              xcoll_comm_t *newcomm);
+XCOLL_API xcoll_status xcoll_comm_split(xcoll_comm_t comm, int color, int key,
+                                        xcoll_comm_t *newcomm);
 
 /* Getters. Errors: XCOLL_ERR_INVALID_ARGUMENT for NULL pointers. */
-xcoll_status xcoll_comm_rank(xcoll_comm_t comm, int *rank);
-xcoll_status xcoll_comm_size(xcoll_comm_t comm, int *world_size);
-xcoll_status xcoll_comm_local_rank(xcoll_comm_t comm, int *local_rank);
+XCOLL_API xcoll_status xcoll_comm_rank(xcoll_comm_t comm, int *rank);
+XCOLL_API xcoll_status xcoll_comm_size(xcoll_comm_t comm, int *world_size);
+XCOLL_API xcoll_status xcoll_comm_local_rank(xcoll_comm_t comm,
+                                             int *local_rank);
 /* The backend's name ("tcp", ...); "" for NULL comm. */
-const char *xcoll_comm_backend(xcoll_comm_t comm);
+XCOLL_API const char *xcoll_comm_backend(xcoll_comm_t comm);
 
 /* ---- collectives (blocking) ----
  *
@@ -207,37 +218,41 @@ const char *xcoll_comm_backend(xcoll_comm_t comm);
  * rank. In place when sendbuf == recvbuf. Algorithms: ring (Patarasuk & Yuan,
  * 2009), recursive doubling and Rabenseifner's halving-doubling (Thakur,
  * Rabenseifner & Gropp, 2005); see docs/algorithms.md. */
-xcoll_status xcoll_allreduce(const void *sendbuf, void *recvbuf, size_t count,
-                             xcoll_datatype dtype, xcoll_op op, xcoll_comm_t comm);
+XCOLL_API xcoll_status xcoll_allreduce(const void *sendbuf, void *recvbuf,
+                                       size_t count, xcoll_datatype dtype,
+                                       xcoll_op op, xcoll_comm_t comm);
 
 /* Gather sendcount elements from every rank into recvbuf, which holds
  * world_size * sendcount elements, rank r's at offset r * sendcount.
  * In place when sendbuf == recvbuf + rank * sendcount elements. */
-xcoll_status xcoll_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
-                             xcoll_datatype dtype, xcoll_comm_t comm);
+XCOLL_API xcoll_status xcoll_allgather(const void *sendbuf, void *recvbuf,
+                                       size_t sendcount, xcoll_datatype dtype,
+                                       xcoll_comm_t comm);
 
 /* sendbuf holds world_size * recvcount elements; rank r receives in recvbuf
  * the reduction over ranks of block r (elements [r*recvcount, (r+1)*recvcount)).
  * In place when recvbuf == sendbuf + rank * recvcount elements. */
-xcoll_status xcoll_reduce_scatter(const void *sendbuf, void *recvbuf,
-                                  size_t recvcount, xcoll_datatype dtype,
-                                  xcoll_op op, xcoll_comm_t comm);
+XCOLL_API xcoll_status xcoll_reduce_scatter(const void *sendbuf, void *recvbuf,
+                                            size_t recvcount,
+                                            xcoll_datatype dtype, xcoll_op op,
+                                            xcoll_comm_t comm);
 
 /* Copy count elements of root's sendbuf into every rank's recvbuf
  * (ncclBroadcast). sendbuf is read on root only; in place when
  * sendbuf == recvbuf. */
-xcoll_status xcoll_broadcast(const void *sendbuf, void *recvbuf, size_t count,
-                             xcoll_datatype dtype, int root, xcoll_comm_t comm);
+XCOLL_API xcoll_status xcoll_broadcast(const void *sendbuf, void *recvbuf,
+                                       size_t count, xcoll_datatype dtype,
+                                       int root, xcoll_comm_t comm);
 
 /* Reduce count elements over ranks into root's recvbuf. recvbuf is written
  * on root only and may be NULL elsewhere; in place when sendbuf == recvbuf. */
-xcoll_status xcoll_reduce(const void *sendbuf, void *recvbuf, size_t count,
-                          xcoll_datatype dtype, xcoll_op op, int root,
-                          xcoll_comm_t comm);
+XCOLL_API xcoll_status xcoll_reduce(const void *sendbuf, void *recvbuf,
+                                    size_t count, xcoll_datatype dtype,
+                                    xcoll_op op, int root, xcoll_comm_t comm);
 
 /* Return once every rank of comm has entered the barrier (dissemination
  * barrier, Hensgen, Finkel & Manber 1988). */
-xcoll_status xcoll_barrier(xcoll_comm_t comm);
+XCOLL_API xcoll_status xcoll_barrier(xcoll_comm_t comm);
 
 /* ---- collectives (non-blocking) ----
  *
@@ -248,33 +263,43 @@ xcoll_status xcoll_barrier(xcoll_comm_t comm);
  * Argument errors are returned at once and *request is set to NULL; errors
  * during the operation are returned by xcoll_wait / xcoll_test.
  */
-xcoll_status xcoll_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
-                              xcoll_datatype dtype, xcoll_op op, xcoll_comm_t comm,
-                              xcoll_stream_t stream, xcoll_request_t *request);
-xcoll_status xcoll_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
-                              xcoll_datatype dtype, xcoll_comm_t comm,
-                              xcoll_stream_t stream, xcoll_request_t *request);
-xcoll_status xcoll_ireduce_scatter(const void *sendbuf, void *recvbuf,
-                                   size_t recvcount, xcoll_datatype dtype,
-                                   xcoll_op op, xcoll_comm_t comm,
-                                   xcoll_stream_t stream, xcoll_request_t *request);
-xcoll_status xcoll_ibroadcast(const void *sendbuf, void *recvbuf, size_t count,
-                              xcoll_datatype dtype, int root, xcoll_comm_t comm,
-                              xcoll_stream_t stream, xcoll_request_t *request);
-xcoll_status xcoll_ireduce(const void *sendbuf, void *recvbuf, size_t count,
-                           xcoll_datatype dtype, xcoll_op op, int root,
-                           xcoll_comm_t comm, xcoll_stream_t stream,
-                           xcoll_request_t *request);
-xcoll_status xcoll_ibarrier(xcoll_comm_t comm, xcoll_request_t *request);
+XCOLL_API xcoll_status xcoll_iallreduce(const void *sendbuf, void *recvbuf,
+                                        size_t count, xcoll_datatype dtype,
+                                        xcoll_op op, xcoll_comm_t comm,
+                                        xcoll_stream_t stream,
+                                        xcoll_request_t *request);
+XCOLL_API xcoll_status xcoll_iallgather(const void *sendbuf, void *recvbuf,
+                                        size_t sendcount, xcoll_datatype dtype,
+                                        xcoll_comm_t comm,
+                                        xcoll_stream_t stream,
+                                        xcoll_request_t *request);
+XCOLL_API xcoll_status xcoll_ireduce_scatter(const void *sendbuf, void *recvbuf,
+                                             size_t recvcount,
+                                             xcoll_datatype dtype, xcoll_op op,
+                                             xcoll_comm_t comm,
+                                             xcoll_stream_t stream,
+                                             xcoll_request_t *request);
+XCOLL_API xcoll_status xcoll_ibroadcast(const void *sendbuf, void *recvbuf,
+                                        size_t count, xcoll_datatype dtype,
+                                        int root, xcoll_comm_t comm,
+                                        xcoll_stream_t stream,
+                                        xcoll_request_t *request);
+XCOLL_API xcoll_status xcoll_ireduce(const void *sendbuf, void *recvbuf,
+                                     size_t count, xcoll_datatype dtype,
+                                     xcoll_op op, int root, xcoll_comm_t comm,
+                                     xcoll_stream_t stream,
+                                     xcoll_request_t *request);
+XCOLL_API xcoll_status xcoll_ibarrier(xcoll_comm_t comm,
+                                      xcoll_request_t *request);
 
 /* Block until request completes, release it, and return the operation's
  * status. request NULL: XCOLL_ERR_INVALID_ARGUMENT. */
-xcoll_status xcoll_wait(xcoll_request_t request);
+XCOLL_API xcoll_status xcoll_wait(xcoll_request_t request);
 
 /* Set *done to 1 if request has completed, 0 if not; never blocks. Returns
  * the operation's status once done (XCOLL_SUCCESS while running). The request
  * is not released: call xcoll_wait on it afterwards (it returns at once). */
-xcoll_status xcoll_test(xcoll_request_t request, int *done);
+XCOLL_API xcoll_status xcoll_test(xcoll_request_t request, int *done);
 
 #ifdef __cplusplus
 }

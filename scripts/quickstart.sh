@@ -3,7 +3,9 @@
 # install what is missing, build, then train with 4 ranks (DDP on
 # Fashion-MNIST) when the trainer is built, else run a 4-rank allreduce
 # benchmark. Everything runs on this machine through xcollrun.
-#   sudo bash scripts/quickstart.sh
+#   bash scripts/quickstart.sh
+# As root it needs no sudo; as another user, setup.sh uses sudo only when a
+# package is missing (and says what to do when there is no sudo).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$root/build
@@ -11,7 +13,8 @@ build=$root/build
 bash "$root/scripts/setup.sh"
 bash "$root/scripts/build.sh" "$build"
 
-# Built as root by sudo: give the build tree back to the user who asked.
+# Run as 'sudo bash scripts/quickstart.sh': give the build tree back to the
+# user who asked.
 if [ -n "${SUDO_UID:-}" ] && [ "$(id -u)" -eq 0 ]; then
   chown -R "$SUDO_UID:${SUDO_GID:-$SUDO_UID}" "$build"
 fi

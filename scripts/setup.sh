@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # setup.sh - install the Debian 12 packages xcoll needs to build and test.
 # Skips apt-get entirely when everything is already installed (fast, works
-# offline). Run as root, or as a user with sudo.
+# offline). Run as root (sudo is then not needed, nor used), or as a user
+# with sudo, which is used only when a package is missing.
 #   bash scripts/setup.sh            required packages only
 #   bash scripts/setup.sh --peers    also the optional peers used by bench/
 #                                    (PyTorch, Open MPI, gnuplot)
@@ -9,7 +10,9 @@ set -euo pipefail
 
 required=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev
   zlib1g-dev libucx-dev ucx-utils libcjson-dev dataset-fashion-mnist
-  libsodium-dev clang libclang-rt-14-dev iproute2 iptables)
+  libsodium-dev clang libclang-rt-14-dev python3 iproute2 iptables)
+# python3: tools/xcoll-trace-merge and the trainer's trace test (check_trace.py).
+# iproute2, iptables: the multi-host tests (tests/netns: namespaces, loss).
 peers=(python3-torch openmpi-bin libopenmpi-dev gnuplot-nox)
 
 want=("${required[@]}")
@@ -37,9 +40,15 @@ elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
   as_root=(sudo)
 elif command -v sudo >/dev/null 2>&1 && [ -t 0 ]; then
   as_root=(sudo) # sudo will ask for the password
+elif command -v sudo >/dev/null 2>&1; then
+  echo "setup: installing packages needs root, and sudo would ask for a password" >&2
+  echo "       with no terminal to type it in. Run 'sudo bash $0' from a terminal," >&2
+  echo "       or as root: apt-get install ${missing[*]}" >&2
+  exit 1
 else
-  echo "setup: installing packages needs root. Run 'sudo bash scripts/setup.sh'" >&2
-  echo "       or ask an administrator to run: apt-get install ${missing[*]}" >&2
+  echo "setup: installing packages needs root, and sudo is not installed." >&2
+  echo "       Run this script as root (su -c 'bash $0'), or ask an" >&2
+  echo "       administrator to run: apt-get install ${missing[*]}" >&2
   exit 1
 fi
 

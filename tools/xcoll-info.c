@@ -146,11 +146,15 @@ static void print_availability(void) {
 }
 
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--version") == 0) {
+    printf("xcoll-info (xcoll) %s\n", XCOLL_PROJECT_VERSION);
+    return 0;
+  }
   if (argc > 1) {
     int help = strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0;
     fprintf(help ? stdout : stderr,
-            "usage: %s\n  prints the xcoll version, compiled-in backends, "
-            "environment variables and UCX/CUDA availability\n",
+            "usage: %s [--version]\n  prints the xcoll version, compiled-in "
+            "backends, environment variables and UCX/CUDA availability\n",
             argv[0]);
     return help ? 0 : 2;
   }

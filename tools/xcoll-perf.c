@@ -93,6 +93,7 @@ static void usage(FILE *out, const char *argv0) {
           "                           non-blocking calls, then wait (default 1)\n"
           "  -J, --json FILE          also write one JSON object per row to FILE (rank 0)\n"
           "  -h, --help               this text\n"
+          "      --version            print the version and exit\n"
           "Run one process per rank with torchrun-style variables, e.g.\n"
           "  xcollrun --nproc-per-node 4 --master-port 0 %s -b 8 -e 64M -f 2\n",
           argv0, argv0);
@@ -191,9 +192,9 @@ static int parse_coll(const char *text, perf_coll *out) {
   return -1;
 }
 
-/* Returns 0 to run, 1 after --help, 2 on a bad command line (message printed). */
+/* Returns 0 to run, 1 after --help or --version, 2 on a bad command line (message printed). */
 static int parse_options(int argc, char **argv, perf_options *opt) {
-  enum { OPT_COLL = 1000 };
+  enum { OPT_COLL = 1000, OPT_VERSION };
   static const struct option long_options[] = {
       {"minbytes", required_argument, NULL, 'b'},
       {"maxbytes", required_argument, NULL, 'e'},
@@ -210,6 +211,7 @@ static int parse_options(int argc, char **argv, perf_options *opt) {
       {"collective", required_argument, NULL, OPT_COLL},
       {"op-kind", required_argument, NULL, OPT_COLL},
       {"help", no_argument, NULL, 'h'},
+      {"version", no_argument, NULL, OPT_VERSION},
       {NULL, 0, NULL, 0}};
   const char *argv0 = argv[0];
   opt->min_bytes = 32u << 20;
@@ -255,6 +257,9 @@ static int parse_options(int argc, char **argv, perf_options *opt) {
     case 'J': opt->json_path = optarg; break;
     case OPT_COLL: bad = parse_coll(optarg, &opt->coll); break;
     case 'h': usage(stdout, argv0); return 1;
+    case OPT_VERSION:
+      printf("xcoll-perf (xcoll) %s\n", XCOLL_PROJECT_VERSION);
+      return 1;
     default: usage(stderr, argv0); return 2;
     }
     if (bad) {

@@ -109,6 +109,7 @@ static void usage(FILE *to) {
       "  --max-restarts N     restart the local group up to N times after a\n"
       "                       failure (default 0)\n"
       "  -h, --help           this text\n"
+      "  --version            print the version and exit\n"
       "\n"
       "environment: XCOLLRUN_GRACE_S (default 5) seconds between SIGTERM and\n"
       "SIGKILL when the group is stopped. XCOLL_AUTH_TOKEN / XCOLL_AUTH_FILE:\n"
@@ -162,6 +163,10 @@ static void parse_options(int argc, char **argv, options *o) {
       break;
     if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
       usage(stdout);
+      exit(0);
+    }
+    if (strcmp(arg, "--version") == 0) {
+      printf("xcollrun (xcoll) %s\n", XCOLL_PROJECT_VERSION);
       exit(0);
     }
     if (strncmp(arg, "--", 2) != 0)

@@ -94,7 +94,8 @@ static void usage(FILE *out) {
 "  --trace FILE             Chrome trace of steps, layers and bucket all-reduces;\n"
 "                           each rank writes FILE with .rank<r> before the\n"
 "                           extension (or %%r replaced by the rank)\n"
-"  --help\n");
+"  --help\n"
+"  --version                print the version and exit\n");
 }
 
 static void die_usage(const char *fmt, ...) {
@@ -134,7 +135,8 @@ enum {
   OPT_MOMENTUM, OPT_WD, OPT_NESTEROV, OPT_SCHEDULE, OPT_WARMUP, OPT_CLIP,
   OPT_BUCKET, OPT_ACCUM, OPT_SEED, OPT_DATA, OPT_CKPT, OPT_RESUME, OPT_LOG_EVERY,
   OPT_LOG_JSON, OPT_DROP_LAST, OPT_MAX_STEPS, OPT_THREADS, OPT_TRAIN_LIMIT,
-  OPT_TEST_LIMIT, OPT_CHANNELS, OPT_DUMP, OPT_FIRST_BUCKET, OPT_TRACE, OPT_HELP
+  OPT_TEST_LIMIT, OPT_CHANNELS, OPT_DUMP, OPT_FIRST_BUCKET, OPT_TRACE, OPT_HELP,
+  OPT_VERSION
 };
 
 static void parse_args(config *c, int argc, char **argv) {
@@ -169,6 +171,7 @@ static void parse_args(config *c, int argc, char **argv) {
       {"dump-params", required_argument, 0, OPT_DUMP},
       {"trace", required_argument, 0, OPT_TRACE},
       {"help", no_argument, 0, OPT_HELP},
+      {"version", no_argument, 0, OPT_VERSION},
       {0, 0, 0, 0}};
   memset(c, 0, sizeof *c);
   c->model = MODEL_MLP;
@@ -253,6 +256,9 @@ static void parse_args(config *c, int argc, char **argv) {
     case OPT_DUMP: c->dump_params = optarg; break;
     case OPT_TRACE: c->trace = optarg; break;
     case OPT_HELP: usage(stdout); exit(0);
+    case OPT_VERSION:
+      printf("xtrain (xcoll) %s\n", XCOLL_PROJECT_VERSION);
+      exit(0);
     default:
       die_usage("unknown option, or option without its value: '%s'",
                 argv[optind - 1]);
