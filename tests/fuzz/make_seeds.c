@@ -1,0 +1,148 @@
+/* make_seeds.c - writes the seed corpora of fuzz_tcp_hello and
+ * fuzz_store_join with the real encoders (backends/tcp/tcp_hello.c,
+ * core/store_codec.h), so that the fuzzers start from messages a rank really
+ * sends and go deep at once. Built with the fuzz targets (make_fuzz_seeds);
+ *   build-fuzz/tests/fuzz/make_fuzz_seeds tests/fuzz/corpus
+ * rewrites tests/fuzz/corpus/fuzz_tcp_hello/ and fuzz_store_join/. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "store_codec.h"
+#include "tcp_hello.h"
+#include "wire.h"
+
+static const char *root;
+static int failed;
+
+static void write_seed(const char *target, const char *name,
+                       const uint8_t *bytes, size_t size) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", root, target);
+  if (mkdir(path, 0755) != 0 && errno != EEXIST) failed = 1;
+  snprintf(path, sizeof path, "%s/%s/%s", root, target, name);
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(bytes, 1, size, f) != size) failed = 1;
+  if (f && fclose(f) != 0) failed = 1;
+}
+
+/* ---- fuzz_tcp_hello: 9 setting bytes, then the HELLO ---- */
+
+static void hello_seed(const char *name, int world_size, int rank, int nsocks,
+                       int reply, int called, int called_index, int from,
+                       int to, int index, int fix_checksum,
+                       int fingerprint_byte) {
+  uint8_t in[9 + XCOLL_WIRE_HEADER_BYTES];
+  in[0] = (uint8_t)(world_size - 1);
+  in[1] = (uint8_t)((world_size - 1) >> 8);
+  in[2] = (uint8_t)rank;
+  in[3] = (uint8_t)(rank >> 8);
+  in[4] = (uint8_t)(nsocks - 1);
+  in[5] = (uint8_t)((reply ? 1 : 0) | (fix_checksum ? 2 : 0));
+  in[6] = (uint8_t)called;
+  in[7] = (uint8_t)(called >> 8);
+  in[8] = (uint8_t)called_index;
+  tcp_hello_world sender = {.comm_id = 7, .rank = from,
+                            .world_size = world_size, .nsocks = nsocks};
+  xcoll_tcp_hello_encode(&sender, to, index, in + 9);
+  in[9 + 36 + 13] = (uint8_t)fingerprint_byte; /* 36: the fingerprint */
+  write_seed("fuzz_tcp_hello", name, in, sizeof in);
+}
+
+/* ---- fuzz_store_join: records of (slot byte, request) ---- */
+
+typedef struct stream {
+  uint8_t bytes[4096];
+  size_t size;
+} stream;
+
+static void put_request(stream *s, int slot, uint16_t kind, const char *key,
+                        const uint8_t *value, uint32_t value_bytes) {
+  size_t key_bytes = key ? strlen(key) : 0;
+  store_header h = {STORE_MAGIC, STORE_VERSION, kind, (uint32_t)key_bytes,
+                    value_bytes};
+  s->bytes[s->size++] = (uint8_t)slot;
+  store_header_encode(&h, s->bytes + s->size);
+  s->size += STORE_HEADER_BYTES;
+  if (key_bytes) memcpy(s->bytes + s->size, key, key_bytes);
+  s->size += key_bytes;
+  if (value_bytes) memcpy(s->bytes + s->size, value, value_bytes);
+  s->size += value_bytes;
+}
+
+/* The JOIN xcoll_store_join (store_client.c) sends. */
+static void put_join(stream *s, int slot, const char *job, uint32_t world_size,
+                     uint32_t rank) {
+  uint8_t value[8];
+  put_u32(value, world_size);
+  put_u32(value + 4, rank);
+  put_request(s, slot, STORE_JOIN, job, value, sizeof value);
+}
+
+static void join_seeds(void) {
+  stream s = {.size = 0};
+  for (int r = 0; r < 4; r++) put_join(&s, r, "job-42", 4, (uint32_t)r);
+  for (int r = 0; r < 4; r++) put_request(&s, r, STORE_LEAVE, NULL, NULL, 0);
+  write_seed("fuzz_store_join", "world_of_4", s.bytes, s.size);
+
+  s.size = 0;
+  put_join(&s, 0, "job-42", 4, 0);
+  put_join(&s, 1, "job-42", 4, 0);
+  write_seed("fuzz_store_join", "duplicate_rank", s.bytes, s.size);
+
+  s.size = 0;
+  put_join(&s, 0, "job-42", 4, 0);
+  put_join(&s, 1, "job-42", 5, 1);
+  write_seed("fuzz_store_join", "world_size_mismatch", s.bytes, s.size);
+
+  s.size = 0;
+  put_join(&s, 0, "job-42", 2, 0);
+  put_join(&s, 1, "job-43", 2, 1);
+  write_seed("fuzz_store_join", "second_job", s.bytes, s.size);
+
+  s.size = 0;
+  put_join(&s, 0, "job-42", 2, 0);
+  put_join(&s, 0, "job-42", 2, 1);
+  write_seed("fuzz_store_join", "join_twice", s.bytes, s.size);
+
+  s.size = 0; /* rank 1 leaves, a new process on a new connection takes it */
+  put_join(&s, 0, "job-42", 2, 0);
+  put_join(&s, 1, "job-42", 2, 1);
+  put_request(&s, 1, STORE_LEAVE, NULL, NULL, 0);
+  put_join(&s, 2, "job-42", 2, 1);
+  put_join(&s, 0x80 | 1, "job-42", 2, 1);
+  write_seed("fuzz_store_join", "rejoin_after_leave", s.bytes, s.size);
+
+  s.size = 0;
+  put_join(&s, 0, "job-42", 2, 2);
+  put_join(&s, 1, "job-42", 0, 0);
+  write_seed("fuzz_store_join", "rank_out_of_range", s.bytes, s.size);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s CORPUS_DIR (tests/fuzz/corpus)\n", argv[0]);
+    return 2;
+  }
+  root = argv[1];
+  /* world of 4, rank 2: an incoming HELLO from rank 0 for socket 1 */
+  hello_seed("incoming", 4, 2, 2, 0, 0, 0, 0, 2, 1, 0, 0);
+  /* rank 1 called rank 3 (socket 0) and rank 3 answers */
+  hello_seed("reply", 4, 1, 1, 1, 3, 0, 3, 1, 0, 0, 0);
+  /* a HELLO from a rank above ours on our listener */
+  hello_seed("incoming_from_above", 4, 1, 1, 0, 0, 0, 3, 1, 0, 0, 0);
+  /* a HELLO meant for another rank */
+  hello_seed("wrong_receiver", 8, 5, 4, 0, 0, 0, 2, 6, 0, 0, 0);
+  /* socket index over nsocks */
+  hello_seed("socket_out_of_range", 4, 3, 2, 0, 0, 0, 1, 3, 9, 0, 0);
+  /* a large world, checksum recomputed by the target */
+  hello_seed("large_world", 4096, 4000, 16, 0, 0, 0, 3999, 4000, 15, 1, 0);
+  /* a valid HELLO but for a fingerprint byte (the target fixes the checksum);
+   * was accepted before the check looked at the fingerprint */
+  hello_seed("fingerprint_not_zero", 4, 2, 1, 0, 0, 0, 0, 2, 0, 1, 0x25);
+  join_seeds();
+  if (failed) fprintf(stderr, "make_seeds: could not write under %s\n", root);
+  return failed;
+}
