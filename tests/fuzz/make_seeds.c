@@ -1,15 +1,20 @@
-/* make_seeds.c - writes the seed corpora of fuzz_tcp_hello and
- * fuzz_store_join with the real encoders (backends/tcp/tcp_hello.c,
- * core/store_codec.h), so that the fuzzers start from messages a rank really
+/* make_seeds.c - writes the seed corpora of fuzz_tcp_hello,
+ * fuzz_store_join and fuzz_net_socket with the real encoders
+ * (backends/tcp/tcp_hello.c, core/store_codec.h,
+ * net/socket/net_socket_wire.c), so that the fuzzers start from messages a rank really
  * sends and go deep at once. Built with the fuzz targets (make_fuzz_seeds);
  *   build-fuzz/tests/fuzz/make_fuzz_seeds tests/fuzz/corpus
- * rewrites tests/fuzz/corpus/fuzz_tcp_hello/ and fuzz_store_join/. */
+ * rewrites tests/fuzz/corpus/fuzz_tcp_hello/, fuzz_store_join/ and
+ * fuzz_net_socket/. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "net.h"
+#include "net_socket_wire.h"
 #include "store_codec.h"
 #include "tcp_hello.h"
 #include "wire.h"
@@ -121,6 +126,58 @@ static void join_seeds(void) {
   write_seed("fuzz_store_join", "rank_out_of_range", s.bytes, s.size);
 }
 
+/* ---- fuzz_net_socket: a selector byte, settings, the bytes ---- */
+
+static void net_hello_seed(const char *name, int nsocks, uint16_t present,
+                           int expected_rank, int index, uint64_t nonce) {
+  uint8_t in[8 + SOCK_HELLO_BYTES];
+  in[0] = 0;
+  in[1] = (uint8_t)(nsocks - 1);
+  sock_put_u16(in + 2, present);
+  sock_put_u32(in + 4, (uint32_t)expected_rank);
+  sock_hello h = {.index = index, .nsocks = nsocks, .rank = expected_rank,
+                  .comm_id = 7, .nonce = nonce};
+  sock_hello_encode(&h, in + 8);
+  write_seed("fuzz_net_socket", name, in, sizeof in);
+}
+
+static void net_header_seed(const char *name, uint32_t tag, uint64_t bytes,
+                            uint64_t capacity) {
+  uint8_t in[13 + SOCK_HEADER_BYTES];
+  in[0] = 1;
+  sock_put_u32(in + 1, tag);
+  sock_put_u64(in + 5, capacity);
+  sock_header_encode(tag, bytes, in + 13);
+  write_seed("fuzz_net_socket", name, in, sizeof in);
+}
+
+static void net_handle_seed(const char *name, int nsocks, int port) {
+  uint8_t in[1 + XCOLL_NET_HANDLE_MAXSIZE];
+  in[0] = 2;
+  sock_handle h;
+  memset(&h, 0, sizeof h);
+  h.addr.sin_family = AF_INET;
+  h.addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  h.addr.sin_port = htons((uint16_t)port);
+  h.nsocks = nsocks;
+  h.nonce = 0x0123456789abcdefull;
+  sock_handle_encode(&h, in + 1);
+  write_seed("fuzz_net_socket", name, in, 1 + SOCK_HANDLE_BYTES);
+}
+
+static void net_socket_seeds(void) {
+  const uint64_t nonce = 0x0123456789abcdefull; /* the target's listener */
+  net_hello_seed("hello", 2, 0x1, 3, 1, nonce);
+  net_hello_seed("hello_second_socket_1", 2, 0x2, 3, 1, nonce);
+  net_hello_seed("hello_other_listener", 4, 0, 1, 0, nonce + 1);
+  net_hello_seed("hello_index_over", 16, 0, 0, 16, nonce);
+  net_header_seed("header", 5, 4096, 8192);
+  net_header_seed("header_truncated", 5, 1u << 20, 4096);
+  net_header_seed("header_huge", 9, UINT64_MAX, UINT64_MAX - 1);
+  net_handle_seed("handle", 4, 29500);
+  net_handle_seed("handle_no_sockets", 0, 29500);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s CORPUS_DIR (tests/fuzz/corpus)\n", argv[0]);
@@ -143,6 +200,7 @@ int main(int argc, char **argv) {
    * was accepted before the check looked at the fingerprint */
   hello_seed("fingerprint_not_zero", 4, 2, 1, 0, 0, 0, 0, 2, 0, 1, 0x25);
   join_seeds();
+  net_socket_seeds();
   if (failed) fprintf(stderr, "make_seeds: could not write under %s\n", root);
   return failed;
 }
