@@ -129,7 +129,8 @@ static void join_seeds(void) {
 /* ---- fuzz_net_socket: a selector byte, settings, the bytes ---- */
 
 static void net_hello_seed(const char *name, int nsocks, uint16_t present,
-                           int expected_rank, int index, uint64_t nonce) {
+                           int expected_rank, int index, uint64_t nonce,
+                           uint8_t reserved) {
   uint8_t in[8 + SOCK_HELLO_BYTES];
   in[0] = 0;
   in[1] = (uint8_t)(nsocks - 1);
@@ -138,6 +139,7 @@ static void net_hello_seed(const char *name, int nsocks, uint16_t present,
   sock_hello h = {.index = index, .nsocks = nsocks, .rank = expected_rank,
                   .comm_id = 7, .nonce = nonce};
   sock_hello_encode(&h, in + 8);
+  in[8 + 10] = reserved; /* bytes 10-11 are zero in a real hello */
   write_seed("fuzz_net_socket", name, in, sizeof in);
 }
 
@@ -167,10 +169,11 @@ static void net_handle_seed(const char *name, int nsocks, int port) {
 
 static void net_socket_seeds(void) {
   const uint64_t nonce = 0x0123456789abcdefull; /* the target's listener */
-  net_hello_seed("hello", 2, 0x1, 3, 1, nonce);
-  net_hello_seed("hello_second_socket_1", 2, 0x2, 3, 1, nonce);
-  net_hello_seed("hello_other_listener", 4, 0, 1, 0, nonce + 1);
-  net_hello_seed("hello_index_over", 16, 0, 0, 16, nonce);
+  net_hello_seed("hello", 2, 0x1, 3, 1, nonce, 0);
+  net_hello_seed("hello_reserved_not_zero", 2, 0x1, 3, 1, nonce, 1);
+  net_hello_seed("hello_second_socket_1", 2, 0x2, 3, 1, nonce, 0);
+  net_hello_seed("hello_other_listener", 4, 0, 1, 0, nonce + 1, 0);
+  net_hello_seed("hello_index_over", 16, 0, 0, 16, nonce, 0);
   net_header_seed("header", 5, 4096, 8192);
   net_header_seed("header_truncated", 5, 1u << 20, 4096);
   net_header_seed("header_huge", 9, UINT64_MAX, UINT64_MAX - 1);
