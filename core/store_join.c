@@ -17,14 +17,11 @@ static void printable(const unsigned char *id, size_t bytes,
   text[bytes] = '\0';
 }
 
-store_join_verdict store_join_judge(store_job *job, const char *caller,
-                                    int port, int caller_rank,
-                                    const unsigned char *job_id,
-                                    size_t job_id_bytes,
-                                    const unsigned char value[8],
-                                    store_rank_holder holder, void *context,
-                                    uint32_t *rank, char *why,
-                                    size_t why_bytes) {
+store_join_verdict
+store_join_judge(store_job *job, const char *caller, int port, int caller_rank,
+                 const unsigned char *job_id, size_t job_id_bytes,
+                 const unsigned char value[8], store_rank_holder holder,
+                 void *context, uint32_t *rank, char *why, size_t why_bytes) {
   uint32_t world_size = get_u32(value), asked = get_u32(value + 4);
   if (job_id_bytes == 0 || job_id_bytes > XCOLL_STORE_MAX_JOB_ID) {
     snprintf(why, why_bytes, "a job id of %zu bytes (1 to %d allowed)",

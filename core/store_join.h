@@ -22,16 +22,16 @@ typedef struct store_job {
   unsigned char id[XCOLL_STORE_MAX_JOB_ID]; /* as the first JOIN sent it */
   size_t id_bytes;
   char id_text[XCOLL_STORE_MAX_JOB_ID + 1]; /* printable copy, for messages */
-  uint32_t world_size;                       /* 0 until the first JOIN */
-  uint32_t world_set_by;                     /* the rank that fixed it */
+  uint32_t world_size;                      /* 0 until the first JOIN */
+  uint32_t world_set_by;                    /* the rank that fixed it */
 } store_job;
 
 typedef enum store_join_verdict {
   STORE_JOIN_ACCEPTED = 0,
-  STORE_JOIN_INVALID,  /* the request makes no sense by itself (rank not
-                          below WORLD_SIZE, empty or overlong job id) */
-  STORE_JOIN_CONFLICT  /* it disagrees with the job or with a registered
-                          rank: a launch mistake worth a WARN on the server */
+  STORE_JOIN_INVALID, /* the request makes no sense by itself (rank not
+                         below WORLD_SIZE, empty or overlong job id) */
+  STORE_JOIN_CONFLICT /* it disagrees with the job or with a registered
+                         rank: a launch mistake worth a WARN on the server */
 } store_join_verdict;
 
 /* Who holds rank now: the address of a live connection, other than the
@@ -45,13 +45,10 @@ typedef const char *(*store_rank_holder)(void *context, uint32_t rank);
  * STORE_JOIN_ACCEPTED *rank is the caller's rank and, for the first JOIN,
  * *job is fixed; otherwise *job is unchanged and why (why_bytes long) says
  * what disagrees, naming both sides. */
-store_join_verdict store_join_judge(store_job *job, const char *caller,
-                                    int port, int caller_rank,
-                                    const unsigned char *job_id,
-                                    size_t job_id_bytes,
-                                    const unsigned char value[8],
-                                    store_rank_holder holder, void *context,
-                                    uint32_t *rank, char *why,
-                                    size_t why_bytes);
+store_join_verdict
+store_join_judge(store_job *job, const char *caller, int port, int caller_rank,
+                 const unsigned char *job_id, size_t job_id_bytes,
+                 const unsigned char value[8], store_rank_holder holder,
+                 void *context, uint32_t *rank, char *why, size_t why_bytes);
 
 #endif

@@ -244,9 +244,9 @@ struct xcoll_store_server {
   size_t max_bytes;     /* XCOLL_STORE_MAX_BYTES */
   size_t reading_bytes; /* payload buffers of requests being read */
   double accept_resume; /* accept() rests until then after EMFILE */
-  store_job job;         /* fixed by the first JOIN (store_join.h) */
-  char failure[512];     /* why the job failed (a rank vanished), or "" */
-  double linger_until;   /* stop asked after a failure: serve until then */
+  store_job job;        /* fixed by the first JOIN (store_join.h) */
+  char failure[512];    /* why the job failed (a rank vanished), or "" */
+  double linger_until;  /* stop asked after a failure: serve until then */
 };
 
 static void client_free(xcoll_store_server *s, store_client *c) {
@@ -439,10 +439,9 @@ static void server_join(xcoll_store_server *s, store_client *c,
   char why[768];
   uint32_t rank = 0;
   join_query query = {s, c};
-  store_join_verdict verdict =
-      store_join_judge(&s->job, c->peer, s->port, c->joined_rank, job,
-                       job_bytes, value, rank_holder, &query, &rank, why,
-                       sizeof why);
+  store_join_verdict verdict = store_join_judge(
+      &s->job, c->peer, s->port, c->joined_rank, job, job_bytes, value,
+      rank_holder, &query, &rank, why, sizeof why);
   if (verdict != STORE_JOIN_ACCEPTED) {
     if (verdict == STORE_JOIN_CONFLICT)
       XCOLL_WARN("rendezvous store: %s", why);

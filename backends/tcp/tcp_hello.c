@@ -7,10 +7,9 @@
 
 void xcoll_tcp_hello_encode(const tcp_hello_world *world, int to_rank,
                             int index, uint8_t out[XCOLL_WIRE_HEADER_BYTES]) {
-  xcoll_wire_header h =
-      xcoll_wire_make(XCOLL_WIRE_HELLO, world->comm_id,
-                      ((uint64_t)(uint32_t)to_rank << 32) | (uint32_t)index, 0,
-                      world->rank);
+  xcoll_wire_header h = xcoll_wire_make(
+      XCOLL_WIRE_HELLO, world->comm_id,
+      ((uint64_t)(uint32_t)to_rank << 32) | (uint32_t)index, 0, world->rank);
   xcoll_wire_encode(&h, out);
 }
 
@@ -40,8 +39,8 @@ int xcoll_tcp_hello_check(const tcp_hello_world *world, const uint8_t *bytes,
   uint32_t to_rank = (uint32_t)(h.tag >> 32);
   uint32_t idx = (uint32_t)(h.tag & 0xffffffffu);
   uint32_t from = h.sender;
-  uint32_t below = expected_peer < 0 ? (uint32_t)world->rank
-                                     : (uint32_t)world->world_size;
+  uint32_t below =
+      expected_peer < 0 ? (uint32_t)world->rank : (uint32_t)world->world_size;
   if (to_rank != (uint32_t)world->rank) {
     snprintf(why, why_bytes,
              "HELLO meant for rank %" PRIu32 ", but this is rank %d", to_rank,

@@ -68,8 +68,8 @@
 
 #include "auth.h"
 #include "net.h"
-#include "netaddr.h"
 #include "net_socket_wire.h"
+#include "netaddr.h"
 
 /* NCCL_SOCKET_MIN_TASKSIZE: below this a message is not worth cutting. */
 #define SOCK_STRIPE_MIN (64u * 1024u)

@@ -21,7 +21,8 @@ void sock_handle_encode(const sock_handle *h, uint8_t *out) {
 
 const char *sock_handle_decode(const uint8_t *in, sock_handle *h, char *why,
                                size_t why_bytes) {
-  if (sock_get_u32(in) != SOCK_HANDLE_MAGIC || sock_get_u16(in + 4) != SOCK_VERSION) {
+  if (sock_get_u32(in) != SOCK_HANDLE_MAGIC ||
+      sock_get_u16(in + 4) != SOCK_VERSION) {
     snprintf(why, why_bytes,
              "net socket: the handle given to connect is not a socket "
              "plugin handle of version %d (magic %08x): do both ranks use "
@@ -65,8 +66,8 @@ const char *sock_hello_judge(const uint8_t *in, uint64_t nonce,
     return why;
   }
   if (sock_get_u16(in + 4) != SOCK_VERSION) {
-    snprintf(why, why_bytes, "hello version %u, expected %d", sock_get_u16(in + 4),
-             SOCK_VERSION);
+    snprintf(why, why_bytes, "hello version %u, expected %d",
+             sock_get_u16(in + 4), SOCK_VERSION);
     return why;
   }
   if (sock_get_u16(in + 10) != 0) {
@@ -78,7 +79,8 @@ const char *sock_hello_judge(const uint8_t *in, uint64_t nonce,
   }
   int idx = sock_get_u16(in + 6), count = sock_get_u16(in + 8);
   int rank = (int)sock_get_u32(in + 12);
-  uint64_t their_comm_id = sock_get_u64(in + 16), their_nonce = sock_get_u64(in + 24);
+  uint64_t their_comm_id = sock_get_u64(in + 16),
+           their_nonce = sock_get_u64(in + 24);
   if (their_nonce != nonce) {
     snprintf(why, why_bytes,
              "its nonce does not match this listener's (a connection meant "
@@ -120,8 +122,11 @@ sock_header_verdict sock_header_check(const uint8_t *in, uint32_t expected_tag,
   *magic = sock_get_u32(in);
   *tag = sock_get_u32(in + 4);
   *size = sock_get_u64(in + 8);
-  if (*magic != SOCK_MSG_MAGIC) return SOCK_HEADER_BAD_MAGIC;
-  if (*tag != expected_tag) return SOCK_HEADER_BAD_TAG;
-  if (*size > capacity) return SOCK_HEADER_TOO_LONG;
+  if (*magic != SOCK_MSG_MAGIC)
+    return SOCK_HEADER_BAD_MAGIC;
+  if (*tag != expected_tag)
+    return SOCK_HEADER_BAD_TAG;
+  if (*size > capacity)
+    return SOCK_HEADER_TOO_LONG;
   return SOCK_HEADER_OK;
 }

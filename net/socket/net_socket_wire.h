@@ -34,22 +34,26 @@ static inline void sock_put_u16(uint8_t *p, uint16_t v) {
   p[1] = (uint8_t)(v >> 8);
 }
 static inline void sock_put_u32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+  for (int i = 0; i < 4; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
 }
 static inline void sock_put_u64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+  for (int i = 0; i < 8; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
 }
 static inline uint16_t sock_get_u16(const uint8_t *p) {
   return (uint16_t)(p[0] | (p[1] << 8));
 }
 static inline uint32_t sock_get_u32(const uint8_t *p) {
   uint32_t v = 0;
-  for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+  for (int i = 3; i >= 0; i--)
+    v = (v << 8) | p[i];
   return v;
 }
 static inline uint64_t sock_get_u64(const uint8_t *p) {
   uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  for (int i = 7; i >= 0; i--)
+    v = (v << 8) | p[i];
   return v;
 }
 

@@ -31,7 +31,8 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void hello(const uint8_t *data, size_t size) {
-  if (size < 8 + SOCK_HELLO_BYTES) return;
+  if (size < 8 + SOCK_HELLO_BYTES)
+    return;
   int nsocks = 1 + data[1] % SOCK_MAX_NSOCKS;
   int forming[SOCK_MAX_NSOCKS];
   for (int i = 0; i < SOCK_MAX_NSOCKS; i++)
@@ -43,19 +44,26 @@ static void hello(const uint8_t *data, size_t size) {
   int index = -1;
   if (sock_hello_judge(in, NONCE, COMM_ID, expected_rank, nsocks, forming,
                        &index, why, sizeof why) != NULL) {
-    if (why[0] == '\0' || strlen(why) >= sizeof why) abort();
+    if (why[0] == '\0' || strlen(why) >= sizeof why)
+      abort();
     return;
   }
-  if (index < 0 || index >= nsocks || forming[index] >= 0) abort();
-  sock_hello h = {.index = index, .nsocks = nsocks, .rank = expected_rank,
-                  .comm_id = COMM_ID, .nonce = NONCE};
+  if (index < 0 || index >= nsocks || forming[index] >= 0)
+    abort();
+  sock_hello h = {.index = index,
+                  .nsocks = nsocks,
+                  .rank = expected_rank,
+                  .comm_id = COMM_ID,
+                  .nonce = NONCE};
   uint8_t again[SOCK_HELLO_BYTES];
   sock_hello_encode(&h, again);
-  if (memcmp(again, in, sizeof again) != 0) abort();
+  if (memcmp(again, in, sizeof again) != 0)
+    abort();
 }
 
 static void header(const uint8_t *data, size_t size) {
-  if (size < 13 + SOCK_HEADER_BYTES) return;
+  if (size < 13 + SOCK_HEADER_BYTES)
+    return;
   uint32_t expected_tag = sock_get_u32(data + 1);
   size_t capacity = (size_t)sock_get_u64(data + 5);
   const uint8_t *in = data + 13;
@@ -63,23 +71,26 @@ static void header(const uint8_t *data, size_t size) {
   uint64_t bytes;
   sock_header_verdict verdict =
       sock_header_check(in, expected_tag, capacity, &magic, &tag, &bytes);
-  if (verdict != SOCK_HEADER_OK) return;
-  if (bytes > capacity || tag != expected_tag) abort();
+  if (verdict != SOCK_HEADER_OK)
+    return;
+  if (bytes > capacity || tag != expected_tag)
+    abort();
   uint8_t again[SOCK_HEADER_BYTES];
   sock_header_encode(tag, bytes, again);
-  if (memcmp(again, in, sizeof again) != 0) abort();
+  if (memcmp(again, in, sizeof again) != 0)
+    abort();
 }
 
 static void handle(const uint8_t *data, size_t size) {
   uint8_t in[XCOLL_NET_HANDLE_MAXSIZE];
   memset(in, 0, sizeof in);
-  memcpy(in, data + 1,
-         size - 1 < sizeof in ? size - 1 : sizeof in);
+  memcpy(in, data + 1, size - 1 < sizeof in ? size - 1 : sizeof in);
   sock_handle h;
   char why[512];
   why[0] = '\0';
   if (sock_handle_decode(in, &h, why, sizeof why) != NULL) {
-    if (why[0] == '\0' || strlen(why) >= sizeof why) abort();
+    if (why[0] == '\0' || strlen(why) >= sizeof why)
+      abort();
     return;
   }
   if (h.nsocks < 1 || h.nsocks > SOCK_MAX_NSOCKS || h.addr.sin_port == 0)
@@ -95,11 +106,18 @@ static void handle(const uint8_t *data, size_t size) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (size < 1) return 0;
+  if (size < 1)
+    return 0;
   switch (data[0] % 3) {
-  case 0: hello(data, size); break;
-  case 1: header(data, size); break;
-  default: handle(data, size); break;
+  case 0:
+    hello(data, size);
+    break;
+  case 1:
+    header(data, size);
+    break;
+  default:
+    handle(data, size);
+    break;
   }
   return 0;
 }

@@ -66,7 +66,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   while (size - at >= 1 + STORE_HEADER_BYTES) {
     int which = data[at] & (SLOTS - 1);
     slot *c = &r.slots[which];
-    if (data[at] & 0x80) slot_reset(c);
+    if (data[at] & 0x80)
+      slot_reset(c);
     at++;
     store_header h;
     store_header_decode(data + at, &h);
@@ -76,14 +77,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       continue;
     }
     size_t payload = (size_t)h.key_bytes + h.value_bytes;
-    if (payload > size - at) break; /* the rest has not arrived */
+    if (payload > size - at)
+      break; /* the rest has not arrived */
     const uint8_t *key = data + at, *value = data + at + h.key_bytes;
     at += payload;
     if (h.kind == STORE_LEAVE) {
       c->left = 1;
       continue;
     }
-    if (h.kind != STORE_JOIN) continue;
+    if (h.kind != STORE_JOIN)
+      continue;
 
     char why[768];
     why[0] = '\0';
@@ -91,22 +94,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int had_job = job.world_size != 0, before = c->joined_rank;
     r.caller = which;
     store_join_verdict verdict =
-        store_join_judge(&job, c->peer, PORT, c->joined_rank, key,
-                         h.key_bytes, value, holder, &r, &rank, why,
-                         sizeof why);
+        store_join_judge(&job, c->peer, PORT, c->joined_rank, key, h.key_bytes,
+                         value, holder, &r, &rank, why, sizeof why);
     if (verdict != STORE_JOIN_ACCEPTED) {
-      if (why[0] == '\0' || strlen(why) >= sizeof why) abort();
-      if (had_job && memcmp(&job, &fixed, sizeof job) != 0) abort();
-      if (!had_job && job.world_size != 0) abort(); /* fixed by a refusal */
+      if (why[0] == '\0' || strlen(why) >= sizeof why)
+        abort();
+      if (had_job && memcmp(&job, &fixed, sizeof job) != 0)
+        abort();
+      if (!had_job && job.world_size != 0)
+        abort(); /* fixed by a refusal */
       continue;
     }
-    if (before >= 0) abort(); /* a connection joined twice */
-    if (job.world_size == 0 || rank >= job.world_size) abort();
-    if (get_u32(value) != job.world_size || get_u32(value + 4) != rank) abort();
+    if (before >= 0)
+      abort(); /* a connection joined twice */
+    if (job.world_size == 0 || rank >= job.world_size)
+      abort();
+    if (get_u32(value) != job.world_size || get_u32(value + 4) != rank)
+      abort();
     if (h.key_bytes != job.id_bytes || memcmp(key, job.id, job.id_bytes) != 0)
       abort();
-    if (strlen(job.id_text) != job.id_bytes) abort();
-    if (had_job && memcmp(&job, &fixed, sizeof job) != 0) abort();
+    if (strlen(job.id_text) != job.id_bytes)
+      abort();
+    if (had_job && memcmp(&job, &fixed, sizeof job) != 0)
+      abort();
     fixed = job;
     c->joined_rank = (int)rank;
     for (int i = 0; i < SLOTS; i++) /* one live holder per rank */

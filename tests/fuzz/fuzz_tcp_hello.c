@@ -29,7 +29,8 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (size < SETTING_BYTES + XCOLL_WIRE_HEADER_BYTES) return 0;
+  if (size < SETTING_BYTES + XCOLL_WIRE_HEADER_BYTES)
+    return 0;
   tcp_hello_world world;
   world.comm_id = 7;
   world.world_size = 1 + (data[0] | data[1] << 8);
@@ -52,19 +53,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char why[XCOLL_WIRE_WHY_BYTES];
   int peer = -1, index = -1;
   why[0] = '\0';
-  if (xcoll_tcp_hello_check(&world, bytes, expected_peer, expected_index,
-                            &peer, &index, why, sizeof why) != 0) {
-    if (why[0] == '\0' || strlen(why) >= sizeof why) abort();
+  if (xcoll_tcp_hello_check(&world, bytes, expected_peer, expected_index, &peer,
+                            &index, why, sizeof why) != 0) {
+    if (why[0] == '\0' || strlen(why) >= sizeof why)
+      abort();
     return 0;
   }
-  if (peer < 0 || peer >= world.world_size || peer == world.rank) abort();
-  if (index < 0 || index >= world.nsocks) abort();
-  if (!reply && peer >= world.rank) abort();
-  if (reply && (peer != expected_peer || index != expected_index)) abort();
+  if (peer < 0 || peer >= world.world_size || peer == world.rank)
+    abort();
+  if (index < 0 || index >= world.nsocks)
+    abort();
+  if (!reply && peer >= world.rank)
+    abort();
+  if (reply && (peer != expected_peer || index != expected_index))
+    abort();
   tcp_hello_world sender = world;
   sender.rank = peer;
   uint8_t again[XCOLL_WIRE_HEADER_BYTES];
   xcoll_tcp_hello_encode(&sender, world.rank, index, again);
-  if (memcmp(again, bytes, sizeof again) != 0) abort();
+  if (memcmp(again, bytes, sizeof again) != 0)
+    abort();
   return 0;
 }

@@ -1,9 +1,9 @@
 /* make_seeds.c - writes the seed corpora of fuzz_tcp_hello,
  * fuzz_store_join and fuzz_net_socket with the real encoders
  * (backends/tcp/tcp_hello.c, core/store_codec.h,
- * net/socket/net_socket_wire.c), so that the fuzzers start from messages a rank really
- * sends and go deep at once. Built with the fuzz targets (make_fuzz_seeds);
- *   build-fuzz/tests/fuzz/make_fuzz_seeds tests/fuzz/corpus
+ * net/socket/net_socket_wire.c), so that the fuzzers start from messages a rank
+ * really sends and go deep at once. Built with the fuzz targets
+ * (make_fuzz_seeds); build-fuzz/tests/fuzz/make_fuzz_seeds tests/fuzz/corpus
  * rewrites tests/fuzz/corpus/fuzz_tcp_hello/, fuzz_store_join/ and
  * fuzz_net_socket/. */
 #include <arpa/inet.h>
@@ -26,11 +26,14 @@ static void write_seed(const char *target, const char *name,
                        const uint8_t *bytes, size_t size) {
   char path[4096];
   snprintf(path, sizeof path, "%s/%s", root, target);
-  if (mkdir(path, 0755) != 0 && errno != EEXIST) failed = 1;
+  if (mkdir(path, 0755) != 0 && errno != EEXIST)
+    failed = 1;
   snprintf(path, sizeof path, "%s/%s/%s", root, target, name);
   FILE *f = fopen(path, "wb");
-  if (!f || fwrite(bytes, 1, size, f) != size) failed = 1;
-  if (f && fclose(f) != 0) failed = 1;
+  if (!f || fwrite(bytes, 1, size, f) != size)
+    failed = 1;
+  if (f && fclose(f) != 0)
+    failed = 1;
 }
 
 /* ---- fuzz_tcp_hello: 9 setting bytes, then the HELLO ---- */
@@ -49,8 +52,8 @@ static void hello_seed(const char *name, int world_size, int rank, int nsocks,
   in[6] = (uint8_t)called;
   in[7] = (uint8_t)(called >> 8);
   in[8] = (uint8_t)called_index;
-  tcp_hello_world sender = {.comm_id = 7, .rank = from,
-                            .world_size = world_size, .nsocks = nsocks};
+  tcp_hello_world sender = {
+      .comm_id = 7, .rank = from, .world_size = world_size, .nsocks = nsocks};
   xcoll_tcp_hello_encode(&sender, to, index, in + 9);
   in[9 + 36 + 13] = (uint8_t)fingerprint_byte; /* 36: the fingerprint */
   write_seed("fuzz_tcp_hello", name, in, sizeof in);
@@ -71,9 +74,11 @@ static void put_request(stream *s, int slot, uint16_t kind, const char *key,
   s->bytes[s->size++] = (uint8_t)slot;
   store_header_encode(&h, s->bytes + s->size);
   s->size += STORE_HEADER_BYTES;
-  if (key_bytes) memcpy(s->bytes + s->size, key, key_bytes);
+  if (key_bytes)
+    memcpy(s->bytes + s->size, key, key_bytes);
   s->size += key_bytes;
-  if (value_bytes) memcpy(s->bytes + s->size, value, value_bytes);
+  if (value_bytes)
+    memcpy(s->bytes + s->size, value, value_bytes);
   s->size += value_bytes;
 }
 
@@ -88,8 +93,10 @@ static void put_join(stream *s, int slot, const char *job, uint32_t world_size,
 
 static void join_seeds(void) {
   stream s = {.size = 0};
-  for (int r = 0; r < 4; r++) put_join(&s, r, "job-42", 4, (uint32_t)r);
-  for (int r = 0; r < 4; r++) put_request(&s, r, STORE_LEAVE, NULL, NULL, 0);
+  for (int r = 0; r < 4; r++)
+    put_join(&s, r, "job-42", 4, (uint32_t)r);
+  for (int r = 0; r < 4; r++)
+    put_request(&s, r, STORE_LEAVE, NULL, NULL, 0);
   write_seed("fuzz_store_join", "world_of_4", s.bytes, s.size);
 
   s.size = 0;
@@ -136,8 +143,11 @@ static void net_hello_seed(const char *name, int nsocks, uint16_t present,
   in[1] = (uint8_t)(nsocks - 1);
   sock_put_u16(in + 2, present);
   sock_put_u32(in + 4, (uint32_t)expected_rank);
-  sock_hello h = {.index = index, .nsocks = nsocks, .rank = expected_rank,
-                  .comm_id = 7, .nonce = nonce};
+  sock_hello h = {.index = index,
+                  .nsocks = nsocks,
+                  .rank = expected_rank,
+                  .comm_id = 7,
+                  .nonce = nonce};
   sock_hello_encode(&h, in + 8);
   in[8 + 10] = reserved; /* bytes 10-11 are zero in a real hello */
   write_seed("fuzz_net_socket", name, in, sizeof in);
@@ -204,6 +214,7 @@ int main(int argc, char **argv) {
   hello_seed("fingerprint_not_zero", 4, 2, 1, 0, 0, 0, 0, 2, 0, 1, 0x25);
   join_seeds();
   net_socket_seeds();
-  if (failed) fprintf(stderr, "make_seeds: could not write under %s\n", root);
+  if (failed)
+    fprintf(stderr, "make_seeds: could not write under %s\n", root);
   return failed;
 }
