@@ -39,6 +39,7 @@
 #include "log.h"
 #include "socket.h"
 #include "store_codec.h"
+#include "store_join.h"
 
 /* Default of XCOLL_STORE_MAX_BYTES: keys and values held plus requests being
  * read. Bootstrap needs kilobytes per rank; this leaves room for thousands
@@ -243,12 +244,9 @@ struct xcoll_store_server {
   size_t max_bytes;     /* XCOLL_STORE_MAX_BYTES */
   size_t reading_bytes; /* payload buffers of requests being read */
   double accept_resume; /* accept() rests until then after EMFILE */
-  /* the job, fixed by the first JOIN */
-  char job_id[XCOLL_STORE_MAX_JOB_ID + 1];
-  uint32_t world_size;   /* 0 until the first JOIN */
-  uint32_t world_set_by; /* the rank whose JOIN fixed it */
-  char failure[512];     /* why the job failed (a rank vanished), or "" */
-  double linger_until;   /* stop asked after a failure: serve until then */
+  store_job job;        /* fixed by the first JOIN (store_join.h) */
+  char failure[512];    /* why the job failed (a rank vanished), or "" */
+  double linger_until;  /* stop asked after a failure: serve until then */
 };
 
 static void client_free(xcoll_store_server *s, store_client *c) {
@@ -416,56 +414,39 @@ static void server_note_departure(xcoll_store_server *s, store_client *c) {
   server_fail_parked(s);
 }
 
-/* JOIN: check the caller's job id, world size and rank against the job's. */
+/* The address of a live connection registered as rank, other than the
+ * one asking (store_rank_holder for store_join_judge). */
+typedef struct join_query {
+  xcoll_store_server *server;
+  store_client *caller;
+} join_query;
+
+static const char *rank_holder(void *context, uint32_t rank) {
+  join_query *q = context;
+  for (size_t i = 0; i < q->server->client_count; i++) {
+    store_client *o = q->server->clients[i];
+    if (o != q->caller && !o->dead && !o->left && o->joined_rank == (int)rank)
+      return o->peer;
+  }
+  return NULL;
+}
+
+/* JOIN: check the caller's job id, world size and rank against the job's
+ * (store_join.h). */
 static void server_join(xcoll_store_server *s, store_client *c,
                         const unsigned char *job, size_t job_bytes,
                         const unsigned char *value) {
-  uint32_t world_size = get_u32(value), rank = get_u32(value + 4);
-  char job_id[XCOLL_STORE_MAX_JOB_ID + 1], why[768];
-  memcpy(job_id, job, job_bytes);
-  job_id[job_bytes] = '\0';
-  for (size_t i = 0; i < job_bytes; i++)
-    if (job_id[i] < 0x20 || job_id[i] > 0x7e)
-      job_id[i] = '?'; /* it goes into messages */
-  if (world_size == 0 || world_size > INT32_MAX || rank >= world_size) {
-    snprintf(why, sizeof why, "rank %u of WORLD_SIZE=%u is not a valid rank",
-             rank, world_size);
-    client_reply_error(c, why);
-    return;
-  }
-  if (s->world_size == 0) {
-    snprintf(s->job_id, sizeof s->job_id, "%s", job_id);
-    s->world_size = world_size;
-    s->world_set_by = rank;
-  } else if (strcmp(job_id, s->job_id) != 0) {
-    snprintf(why, sizeof why,
-             "a second job on this port: this store on port %d serves job "
-             "'%s', but rank %u (%s) says job '%s'; give each job its own "
-             "MASTER_PORT",
-             s->port, s->job_id, rank, c->peer, job_id);
-    XCOLL_WARN("rendezvous store: %s", why);
-    client_reply_error(c, why);
-    return;
-  } else if (world_size != s->world_size) {
-    snprintf(why, sizeof why,
-             "rank %u says WORLD_SIZE=%u but rank %u says %u: every rank must "
-             "be started with the same WORLD_SIZE",
-             rank, world_size, s->world_set_by, s->world_size);
-    XCOLL_WARN("rendezvous store: %s", why);
-    client_reply_error(c, why);
-    return;
-  }
-  for (size_t i = 0; i < s->client_count; i++) {
-    store_client *o = s->clients[i];
-    if (o != c && !o->dead && !o->left && o->joined_rank == (int)rank) {
-      snprintf(why, sizeof why,
-               "rank %u is already registered from %s; this process (%s) "
-               "says RANK=%u too: every rank needs its own RANK",
-               rank, o->peer, c->peer, rank);
+  char why[768];
+  uint32_t rank = 0;
+  join_query query = {s, c};
+  store_join_verdict verdict = store_join_judge(
+      &s->job, c->peer, s->port, c->joined_rank, job, job_bytes, value,
+      rank_holder, &query, &rank, why, sizeof why);
+  if (verdict != STORE_JOIN_ACCEPTED) {
+    if (verdict == STORE_JOIN_CONFLICT)
       XCOLL_WARN("rendezvous store: %s", why);
-      client_reply_error(c, why);
-      return;
-    }
+    client_reply_error(c, why);
+    return;
   }
   c->joined_rank = (int)rank;
   client_reply(c, STORE_REPLY_OK, NULL, 0);

@@ -2,9 +2,10 @@
  * other: pick the interface (XCOLL_SOCKET_IFNAME, or the one that reaches the
  * master), listen on an ephemeral port, publish "host:port" in the store,
  * then build a full mesh of nsocks connections per pair, each introduced by a
- * checked HELLO header. Every HELLO field is validated as the unsigned value
- * it is on the wire (both bounds); a connection to our listener that sends a
- * bad HELLO, or nothing, is dropped with a WARN and startup goes on. */
+ * checked HELLO header (tcp_hello.c). Every HELLO field is validated as the
+ * unsigned value it is on the wire (both bounds); a connection to our
+ * listener that sends a bad HELLO, or nothing, is dropped with a WARN and
+ * startup goes on. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -28,6 +29,7 @@
 #include "socket.h"
 #include "store.h"
 #include "tcp.h"
+#include "tcp_hello.h"
 
 double xcoll_tcp_now(void) {
   struct timespec ts;
@@ -166,70 +168,35 @@ static void auth_context(const tcp_state *st, int connector, int acceptor,
            st->comm_id, connector, acceptor, index);
 }
 
+/* What the HELLO check (tcp_hello.h) needs to know about this rank. */
+static tcp_hello_world hello_world(const tcp_state *st) {
+  return (tcp_hello_world){.comm_id = st->comm_id,
+                           .rank = st->rank,
+                           .world_size = st->world_size,
+                           .nsocks = st->nsocks};
+}
+
 /* Send a HELLO for to_rank's socket index followed by extra (an
  * authentication offer, and for a reply the server's proof). */
 static int send_hello(tcp_state *st, int fd, int to_rank, int index,
                       const uint8_t *extra, size_t extra_bytes) {
   uint8_t bytes[XCOLL_WIRE_HEADER_BYTES + XCOLL_AUTH_OFFER_BYTES +
                 XCOLL_AUTH_PROOF_BYTES];
-  xcoll_wire_header h =
-      xcoll_wire_make(XCOLL_WIRE_HELLO, st->comm_id,
-                      ((uint64_t)(uint32_t)to_rank << 32) | (uint32_t)index, 0,
-                      st->rank);
-  xcoll_wire_encode(&h, bytes);
+  tcp_hello_world world = hello_world(st);
+  xcoll_tcp_hello_encode(&world, to_rank, index, bytes);
   memcpy(bytes + XCOLL_WIRE_HEADER_BYTES, extra, extra_bytes);
   size_t total = XCOLL_WIRE_HEADER_BYTES + extra_bytes;
   return send(fd, bytes, total, MSG_NOSIGNAL) == (ssize_t)total ? 0 : -1;
 }
 
-/* Check a HELLO read from the network. Every field is compared as the
- * unsigned value it is on the wire, so that no sign conversion can turn a
- * huge value into a negative index. expected_peer < 0: an incoming connection,
- * which must come from a rank below ours; else the rank we connected to, with
- * socket expected_index. Returns 0 with *peer and *index set, or -1 with why. */
+/* Check a HELLO read from the network: xcoll_tcp_hello_check (tcp_hello.h)
+ * against this rank. */
 static int check_hello(const tcp_state *st, const uint8_t *bytes,
                        int expected_peer, int expected_index, int *peer,
                        int *index, char *why, size_t why_bytes) {
-  xcoll_wire_header h;
-  xcoll_wire_decode(bytes, XCOLL_WIRE_HEADER_BYTES, &h, why, why_bytes);
-  if (xcoll_wire_check(&h, st->comm_id, expected_peer, XCOLL_WIRE_ANY, 0, 0,
-                       why, why_bytes) != 0)
-    return -1;
-  if (h.kind != XCOLL_WIRE_HELLO) {
-    snprintf(why, why_bytes, "a %s message instead of HELLO",
-             xcoll_wire_kind_name(h.kind));
-    return -1;
-  }
-  uint32_t to_rank = (uint32_t)(h.tag >> 32);
-  uint32_t idx = (uint32_t)(h.tag & 0xffffffffu);
-  uint32_t from = h.sender;
-  uint32_t below = expected_peer < 0 ? (uint32_t)st->rank
-                                     : (uint32_t)st->world_size;
-  if (to_rank != (uint32_t)st->rank) {
-    snprintf(why, why_bytes,
-             "HELLO meant for rank %" PRIu32 ", but this is rank %d", to_rank,
-             st->rank);
-    return -1;
-  }
-  if (from >= below || from == (uint32_t)st->rank) {
-    snprintf(why, why_bytes,
-             "HELLO from rank %" PRIu32 ", expected a rank in [0, %" PRIu32
-             ") other than %d",
-             from, below, st->rank);
-    return -1;
-  }
-  if (idx >= (uint32_t)st->nsocks ||
-      (expected_index >= 0 && idx != (uint32_t)expected_index)) {
-    snprintf(why, why_bytes,
-             "HELLO for socket %" PRIu32 ", expected %s %d (mismatched "
-             "XCOLL_NSOCKS_PERPEER?)",
-             idx, expected_index >= 0 ? "socket" : "a socket below",
-             expected_index >= 0 ? expected_index : st->nsocks);
-    return -1;
-  }
-  *peer = (int)from;
-  *index = (int)idx;
-  return 0;
+  tcp_hello_world world = hello_world(st);
+  return xcoll_tcp_hello_check(&world, bytes, expected_peer, expected_index,
+                               peer, index, why, why_bytes);
 }
 
 static void tune_socket(int fd) {

@@ -69,16 +69,9 @@
 #include "auth.h"
 #include "net.h"
 #include "net_plugin_log.h"
+#include "net_socket_wire.h"
 #include "netaddr.h"
 
-#define SOCK_HANDLE_MAGIC 0x48534e58u /* bytes "XNSH" */
-#define SOCK_HELLO_MAGIC 0x43534e58u  /* bytes "XNSC" */
-#define SOCK_MSG_MAGIC 0x4d534e58u    /* bytes "XNSM" */
-#define SOCK_VERSION 1
-#define SOCK_HANDLE_BYTES 32
-#define SOCK_HELLO_BYTES 32
-#define SOCK_HEADER_BYTES 16
-#define SOCK_MAX_NSOCKS 16
 /* NCCL_SOCKET_MIN_TASKSIZE: below this a message is not worth cutting. */
 #define SOCK_STRIPE_MIN (64u * 1024u)
 /* Incoming connections whose hello has not arrived yet, per listen comm. */
@@ -96,30 +89,6 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void put_u16(uint8_t *p, uint16_t v) {
-  p[0] = (uint8_t)v;
-  p[1] = (uint8_t)(v >> 8);
-}
-static void put_u32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_u64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint16_t get_u16(const uint8_t *p) {
-  return (uint16_t)(p[0] | (p[1] << 8));
-}
-static uint32_t get_u32(const uint8_t *p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
-  return v;
-}
-static uint64_t get_u64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-  return v;
 }
 
 static void format_addr(const struct sockaddr_in *sa, char *out) {
@@ -228,59 +197,13 @@ static xcoll_status socket_get_properties(int device,
   return XCOLL_SUCCESS;
 }
 
-/* ---- handle and hello ---- */
-
-typedef struct sock_handle {
-  struct sockaddr_in addr;
-  int nsocks;
-  uint64_t nonce;
-} sock_handle;
-
-static void encode_handle(const sock_handle *h, uint8_t *out) {
-  memset(out, 0, XCOLL_NET_HANDLE_MAXSIZE);
-  put_u32(out, SOCK_HANDLE_MAGIC);
-  put_u16(out + 4, SOCK_VERSION);
-  put_u16(out + 6, (uint16_t)h->nsocks);
-  memcpy(out + 8, &h->addr.sin_addr.s_addr, 4); /* network order as is */
-  memcpy(out + 12, &h->addr.sin_port, 2);
-  put_u64(out + 16, h->nonce);
-}
+/* ---- handle and hello: net_socket_wire.c ---- */
 
 static xcoll_status decode_handle(const uint8_t *in, sock_handle *h) {
-  if (get_u32(in) != SOCK_HANDLE_MAGIC || get_u16(in + 4) != SOCK_VERSION)
-    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
-                "net socket: the handle given to connect is not a socket "
-                "plugin handle of version %d (magic %08x): do both ranks use "
-                "the same XCOLL_NET?",
-                SOCK_VERSION, get_u32(in));
-  memset(h, 0, sizeof *h);
-  h->nsocks = get_u16(in + 6);
-  h->addr.sin_family = AF_INET;
-  memcpy(&h->addr.sin_addr.s_addr, in + 8, 4);
-  memcpy(&h->addr.sin_port, in + 12, 2);
-  h->nonce = get_u64(in + 16);
-  if (h->nsocks < 1 || h->nsocks > SOCK_MAX_NSOCKS || h->addr.sin_port == 0)
-    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
-                "net socket: the handle given to connect is corrupt (%d "
-                "sockets, port %d)",
-                h->nsocks, ntohs(h->addr.sin_port));
+  char why[SOCK_MESSAGE_BYTES];
+  if (sock_handle_decode(in, h, why, sizeof why) != NULL)
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT, "%s", why);
   return XCOLL_SUCCESS;
-}
-
-typedef struct sock_hello {
-  int index, nsocks, rank;
-  uint64_t comm_id, nonce;
-} sock_hello;
-
-static void encode_hello(const sock_hello *h, uint8_t *out) {
-  memset(out, 0, SOCK_HELLO_BYTES);
-  put_u32(out, SOCK_HELLO_MAGIC);
-  put_u16(out + 4, SOCK_VERSION);
-  put_u16(out + 6, (uint16_t)h->index);
-  put_u16(out + 8, (uint16_t)h->nsocks);
-  put_u32(out + 12, (uint32_t)h->rank);
-  put_u64(out + 16, h->comm_id);
-  put_u64(out + 24, h->nonce);
 }
 
 /* ---- authentication of each data socket (core/auth.h) ---- */
@@ -490,10 +413,11 @@ static ssize_t send_progress(sock_comm *c, int i) {
 
 /* Socket 0 of a recv comm has read message r's header: check it. */
 static int check_header(sock_comm *c, sock_request *r) {
-  uint32_t magic = get_u32(c->header_in);
-  uint32_t tag = get_u32(c->header_in + 4);
-  uint64_t size = get_u64(c->header_in + 8);
-  if (magic != SOCK_MSG_MAGIC) {
+  uint32_t magic, tag;
+  uint64_t size;
+  sock_header_verdict verdict =
+      sock_header_check(c->header_in, r->tag, r->bytes, &magic, &tag, &size);
+  if (verdict == SOCK_HEADER_BAD_MAGIC) {
     comm_fail(c, XCOLL_ERR_PROTOCOL,
               "net socket: rank %d (%s) sent a message header with magic "
               "%08x instead of %08x: the stream is out of step (mismatched "
@@ -501,7 +425,7 @@ static int check_header(sock_comm *c, sock_request *r) {
               c->peer_rank, c->peer, magic, SOCK_MSG_MAGIC);
     return -1;
   }
-  if (tag != r->tag) {
+  if (verdict == SOCK_HEADER_BAD_TAG) {
     comm_fail(c, XCOLL_ERR_PROTOCOL,
               "net socket: rank %d (%s) sent message %" PRIu64 " with tag %" PRIu32
               " where the posted receive expects tag %" PRIu32
@@ -509,7 +433,7 @@ static int check_header(sock_comm *c, sock_request *r) {
               c->peer_rank, c->peer, r->seq, tag, r->tag);
     return -1;
   }
-  if (size > r->bytes) {
+  if (verdict == SOCK_HEADER_TOO_LONG) {
     comm_fail(c, XCOLL_ERR_PROTOCOL,
               "net socket: message truncated: rank %d (%s) sent %" PRIu64
               " bytes (tag %" PRIu32 ") to a receive of %zu bytes",
@@ -678,7 +602,7 @@ static xcoll_status socket_listen(int device, const xcoll_net_config *config,
   h.nsocks = nsocks;
   h.nonce = l->nonce;
   format_addr(&h.addr, l->addr);
-  encode_handle(&h, handle);
+  sock_handle_encode(&h, handle);
   net_info("net socket: rank %d listens on %s for comm %" PRIu64 " (%d socket(s))",
        config->rank, l->addr, config->comm_id, nsocks);
   *listen_comm = (xcoll_net_listen_comm *)l;
@@ -772,7 +696,7 @@ static xcoll_status connect_step(connecting *k, const xcoll_net_config *config,
                     .rank = config->rank,
                     .comm_id = config->comm_id,
                     .nonce = k->target.nonce};
-    encode_hello(&h, k->out[i]);
+    sock_hello_encode(&h, k->out[i]);
     xcoll_auth_offer(k->out[i] + SOCK_HELLO_BYTES, k->nonce_mine[i]);
     if (connect(fd, (struct sockaddr *)&k->target.addr, sizeof k->target.addr) ==
         0)
@@ -967,50 +891,13 @@ static void drop_pending(sock_listen *l, int j, const char *why) {
   l->pending[j] = l->pending[--l->npending];
 }
 
-/* Judge a complete hello; returns NULL when it is acceptable (and *index is
- * its socket), else a reason. */
+/* Judge a complete hello (sock_hello_judge); returns NULL when it is
+ * acceptable (and *index is its socket), else a reason. */
 static const char *judge_hello(const sock_listen *l, const uint8_t *in,
                                int expected_rank, int *index, char *why,
                                size_t why_bytes) {
-  if (get_u32(in) != SOCK_HELLO_MAGIC) {
-    snprintf(why, why_bytes, "its first bytes are not a socket plugin hello");
-    return why;
-  }
-  if (get_u16(in + 4) != SOCK_VERSION) {
-    snprintf(why, why_bytes, "hello version %u, expected %d", get_u16(in + 4),
-             SOCK_VERSION);
-    return why;
-  }
-  int idx = get_u16(in + 6), nsocks = get_u16(in + 8);
-  int rank = (int)get_u32(in + 12);
-  uint64_t comm_id = get_u64(in + 16), nonce = get_u64(in + 24);
-  if (nonce != l->nonce) {
-    snprintf(why, why_bytes,
-             "its nonce does not match this listener's (a connection meant "
-             "for another listener or job)");
-    return why;
-  }
-  if (comm_id != l->config.comm_id) {
-    snprintf(why, why_bytes, "comm id %" PRIu64 ", expected %" PRIu64, comm_id,
-             l->config.comm_id);
-    return why;
-  }
-  if (rank != expected_rank) {
-    snprintf(why, why_bytes, "it says it is rank %d, expected rank %d", rank,
-             expected_rank);
-    return why;
-  }
-  if (nsocks != l->nsocks || idx >= nsocks) {
-    snprintf(why, why_bytes, "socket %d of %d, expected %d socket(s)", idx,
-             nsocks, l->nsocks);
-    return why;
-  }
-  if (l->forming[idx] >= 0) {
-    snprintf(why, why_bytes, "a second connection for socket %d", idx);
-    return why;
-  }
-  *index = idx;
-  return NULL;
+  return sock_hello_judge(in, l->nonce, l->config.comm_id, expected_rank,
+                          l->nsocks, l->forming, index, why, why_bytes);
 }
 
 /* Read what pending[j] still owes of its current stage into dst[*got..need).
@@ -1288,9 +1175,7 @@ static xcoll_status socket_isend(xcoll_net_send_comm *send_comm,
   r->tag = tag;
   r->header_known = 1;
   r->parts_left = parts_of(bytes, c->nsocks);
-  put_u32(r->header, SOCK_MSG_MAGIC);
-  put_u32(r->header + 4, tag);
-  put_u64(r->header + 8, (uint64_t)bytes);
+  sock_header_encode(tag, (uint64_t)bytes, r->header);
   *request = (xcoll_net_request *)r;
   /* Start at once: small messages often leave within this call. */
   s = comm_progress(c);

@@ -4,7 +4,7 @@
  * header. Every header must survive decode -> encode unchanged, a header
  * that passes store_request_check must describe a payload within the caps,
  * and key lists are walked only within their bytes. ASan/UBSan catch any
- * read outside the input. Seed corpus: tests/fuzz/corpus/store/. */
+ * read outside the input. Seed corpus: tests/fuzz/corpus/fuzz_store/. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
