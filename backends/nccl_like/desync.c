@@ -235,9 +235,15 @@ void nl_fp_progress(nl_state *st, int *progress) {
   if (st->world_size == 1 || atomic_load(&fp->broken) ||
       atomic_load_explicit(&st->failed, memory_order_relaxed))
     return;
+  /* Every started op sent and compared: nothing to do until the next
+   * start (a fingerprint that arrives meanwhile waits in the plugin). This
+   * keeps the step off a spinning kernel's path once its op is checked. */
+  uint64_t started = atomic_load_explicit(&fp->started, memory_order_acquire);
+  if (atomic_load_explicit(&fp->sent, memory_order_relaxed) == started &&
+      atomic_load_explicit(&fp->judged, memory_order_relaxed) == started)
+    return;
   if (pthread_mutex_trylock(&fp->lock) != 0)
     return; /* another thread runs the step right now */
-  uint64_t started = atomic_load_explicit(&fp->started, memory_order_acquire);
   int moved = 0;
   if (send_step(st, started, &moved) == XCOLL_SUCCESS &&
       !atomic_load(&fp->broken))
