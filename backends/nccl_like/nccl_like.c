@@ -140,7 +140,9 @@ static void publish_failure(nl_state *st, xcoll_status status,
 static int fail_from_published(nl_state *st) {
   xcoll_comm *comm = st->comm;
   xcoll_store *store = NULL;
-  if (xcoll_store_connect(comm->master_addr, comm->master_port, 2.0,
+  /* Briefly: when the store is gone too (rank 0 exited), the watcher and
+   * the proxy report that, and this failure should not wait for it. */
+  if (xcoll_store_connect(comm->master_addr, comm->master_port, 0.5,
                           &store) != XCOLL_SUCCESS)
     return 0;
   const char *keys[1] = {st->wake_key};
@@ -219,19 +221,27 @@ xcoll_status nl_fail_everywhere(nl_state *st, xcoll_status status,
 }
 
 /* The watcher: blocked on this rank's wake key over its own store
- * connection. Another rank's death arrives as that key's value; comm_destroy
- * sets the key itself to wake it; rank 0's death (the store's host) shows up
- * as the connection breaking. */
+ * connection. Another rank's failure (a death, a collective mismatch)
+ * arrives as that key's value; comm_destroy sets the key itself to wake it;
+ * rank 0's death (the store's host) shows up as the connection breaking. */
 static void *watcher_main(void *arg) {
   nl_state *st = arg;
-  const char *keys[1] = {st->wake_key};
   for (;;) {
-    xcoll_status s = xcoll_store_wait(st->watch_store, keys, 1);
+    /* One blocking get rather than a wait and then a get: the value comes
+     * with the wake-up, so the news of a rank that publishes and exits at
+     * once (rank 0 takes the store with it) still arrives. */
+    void *value = NULL;
+    size_t bytes = 0;
+    xcoll_status s =
+        xcoll_store_get(st->watch_store, st->wake_key, &value, &bytes);
     pthread_mutex_lock(&st->lock);
     int stopping = st->stopping;
     pthread_mutex_unlock(&st->lock);
-    if (stopping)
+    if (stopping) {
+      /* An empty value is a destroy's wake-up. */
+      free(value);
       return NULL;
+    }
     if (s == XCOLL_ERR_TIMEOUT)
       continue; /* a very long wait ran out: wait again */
     if (s == XCOLL_ERR_REMOTE &&
@@ -253,15 +263,10 @@ static void *watcher_main(void *arg) {
       pthread_mutex_unlock(&st->lock);
       return NULL;
     }
-    void *value = NULL;
-    size_t bytes = 0;
-    s = xcoll_store_get(st->watch_store, st->wake_key, &value, &bytes);
-    if (s == XCOLL_SUCCESS && bytes > 0)
+    if (bytes > 0)
       fail_from_wake_value(st, value, bytes);
     free(value);
-    if (s != XCOLL_SUCCESS || bytes > 0)
-      return NULL;
-    /* An empty value is a destroy's wake-up: the stop flag says so above. */
+    return NULL;
   }
 }
 
