@@ -112,6 +112,9 @@ typedef struct nl_channel {
   xcoll_status recv_broken;
   char recv_broken_message[256];
   double recv_broken_since;
+  /* Idle passes of the progress hook (proxy.c), by the thread running the
+   * channel's item: it paces the fingerprint step on channel 0. */
+  unsigned fp_polls;
   /* The worker is inside xc_ring_run (read by the proxy). */
   _Atomic int busy;
   /* Held (trylock only) by the one thread that runs this channel's proxy
