@@ -9,18 +9,19 @@
  * XCOLL_FINGERPRINT_BYTES message per op, tag = the op's counter), receives
  * the previous rank's, and compares the previous rank's op k with this
  * rank's op k once op k has started here (a fingerprint that arrives first
- * is held until then). Every adjacent pair of the ring is compared by one of
+ * waits in the plugin until then). Every adjacent pair of the ring is compared by one of
  * its ranks, so ranks that disagree anywhere are caught by at least one,
  * which fails with XCOLL_ERR_PROTOCOL naming both calls and publishes the
  * failure to every rank (nl_fail_everywhere).
  *
  * Who runs the step: whichever thread holds st->fp.lock (trylock only, so
  * that the plugin never sees two threads on the connection): the proxy
- * thread on each pass, channel 0's progress hook when the channel's own
- * step moved nothing (a waiting kernel sees a mismatch without waiting for
- * the proxy's nap), and a thread whose kernel failed with PROTOCOL
- * (nl_fp_explain). Zero-count calls are fingerprinted too: they are
- * validated calls that the other ranks must make as well. */
+ * thread on each pass, channel 0's progress hook on one idle pass in
+ * NL_FP_HOOK_EVERY (a kernel that waits long sees a mismatch without
+ * waiting for the proxy's nap, and one that waits briefly is not slowed),
+ * and a thread whose kernel failed with PROTOCOL (nl_fp_explain).
+ * Zero-count calls are fingerprinted too: they are validated calls that the
+ * other ranks must make as well. */
 #include <inttypes.h>
 #include <sched.h>
 #include <stdio.h>
@@ -175,19 +176,20 @@ static xcoll_status judge(nl_state *st, uint64_t index) {
 }
 
 /* Receive the previous rank's fingerprints and judge each against this
- * rank's op of the same index once that op has started. One receive is
- * posted at a time, and the next only after the last one was judged: the
+ * rank's op of the same index. Only while an op started here waits for its
+ * comparison: a fingerprint that comes first waits in the plugin, and no
+ * receive is polled for nothing. One receive is posted at a time: the
  * socket plugin fails every request of a comm once the peer closes, which
  * would lose a fingerprint that had landed behind a receive posted further
- * ahead (proxy.c's NL_RECVS_AHEAD says the same); the loop still drains
+ * ahead (proxy.c's NL_RECVS_AHEAD says the same); the loop still takes
  * every fingerprint that is there in one step. */
 static xcoll_status recv_step(nl_state *st, uint64_t started, int *progress) {
   nl_fp_link *fp = &st->fp;
   for (;;) {
     uint64_t judged = atomic_load_explicit(&fp->judged, memory_order_relaxed);
+    if (judged >= started)
+      return XCOLL_SUCCESS;
     if (fp->received > judged) {
-      if (judged >= started)
-        return XCOLL_SUCCESS; /* held until this rank starts that op */
       xcoll_status s = judge(st, judged);
       if (s != XCOLL_SUCCESS)
         return s;

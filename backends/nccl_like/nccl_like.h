@@ -159,7 +159,7 @@ typedef struct nl_fp_link {
   _Atomic uint64_t judged;  /* compared with the previous rank's */
   uint64_t send_posted;
   xcoll_net_request *send_requests[NL_FP_WINDOW];
-  uint64_t recv_posted, received; /* received - judged <= 1 */
+  uint64_t recv_posted, received; /* judged <= received <= judged + 1 */
   xcoll_net_request *recv_request; /* the one receive posted */
   /* A neighbour closed the connection (end of job, or a death the data
    * path reports): no more fingerprints move; not an error by itself. */

@@ -61,7 +61,7 @@
 #define NL_PROXY_LINGER_S 0.05
 /* Channel 0's progress hook runs the fingerprint step on one idle pass in
  * this many (desync.c). */
-#define NL_FP_HOOK_EVERY 16
+#define NL_FP_HOOK_EVERY 64
 
 const char *nl_net_last_error(void) {
   const char *message = xcoll_net_last_error();
@@ -434,12 +434,11 @@ void nl_proxy_progress_hook(void *ctx) {
   if (progress_send(st, ch, &progress) == XCOLL_SUCCESS)
     (void)progress_recv(st, ch, &progress);
   pthread_mutex_unlock(&ch->progress_lock);
-  /* Fingerprints from the waiting thread too, so that a mismatch fails the
-   * wait at once rather than after the proxy's nap: on the first idle pass
-   * (this op's fingerprint leaves at once) and every NL_FP_HOOK_EVERY-th
-   * after it, so that polling for the previous rank's fingerprint does not
-   * slow the loop that watches for data. */
-  if (ch->id == 0 && !progress && ch->fp_polls++ % NL_FP_HOOK_EVERY == 0)
+  /* Fingerprints from a kernel that waits long too, so that a mismatch
+   * fails the wait at once rather than after the proxy's nap; not on every
+   * idle pass: the proxy thread moves them meanwhile, off the path of the
+   * loop that watches for data. */
+  if (ch->id == 0 && !progress && ++ch->fp_polls % NL_FP_HOOK_EVERY == 0)
     nl_fp_progress(st, &progress);
 }
 
