@@ -283,6 +283,6 @@ void nl_channels_free(nl_state *st) {
   fp->send_mhandle = fp->recv_mhandle = NULL;
   /* Closing cancels and releases the requests still posted (net.h). */
   link_close(st, &fp->link);
-  memset(fp->send_requests, 0, sizeof fp->send_requests);
+  fp->send_request = NULL;
   fp->recv_request = NULL;
 }

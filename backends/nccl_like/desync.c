@@ -5,8 +5,9 @@
  * The kernels' slots hold data only, in the wire format shared with the
  * CUDA build, so the fingerprints travel apart: start() appends each op's
  * fingerprint (core/fingerprint.h) to st->fp, and the fingerprint step sends
- * it to the next rank over a net connection of its own (one
- * XCOLL_FINGERPRINT_BYTES message per op, tag = the op's counter), receives
+ * it to the next rank over a net connection of its own (every fingerprint
+ * not yet sent in one message, XCOLL_FINGERPRINT_BYTES each, at most
+ * NL_FP_BATCH; tag = the first one's op counter), receives
  * the previous rank's, and compares the previous rank's op k with this
  * rank's op k once op k has started here (a fingerprint that arrives first
  * waits in the plugin until then). Every adjacent pair of the ring is compared by one of
@@ -106,48 +107,53 @@ static xcoll_status link_failed(nl_state *st, xcoll_status s, int peer,
                  st->rank, what, peer, nl_net_last_error());
 }
 
+/* Send every fingerprint not yet sent, NL_FP_BATCH at most per message
+ * (the tag is the first one's counter), one message in flight at a time. */
 static xcoll_status send_step(nl_state *st, uint64_t started, int *progress) {
   nl_fp_link *fp = &st->fp;
-  while (fp->send_posted < started) {
-    int slot = (int)(fp->send_posted % NL_FP_WINDOW);
+  for (;;) {
+    if (fp->send_request) {
+      int done = 0;
+      xcoll_status s = st->net->test(fp->send_request, &done, NULL);
+      if (s != XCOLL_SUCCESS) {
+        fp->send_request = NULL;
+        return link_failed(st, s, st->next, "to");
+      }
+      if (!done)
+        return XCOLL_SUCCESS;
+      fp->send_request = NULL;
+      /* seq_cst, as judged's: start() bumps room_waiters and then reads
+       * these, the step writes them and then reads room_waiters. */
+      atomic_store(&fp->sent, fp->send_posted);
+      *progress = 1;
+    }
+    if (fp->send_posted >= started)
+      return XCOLL_SUCCESS;
+    /* Up to the end of the ring buffer: a message is contiguous. */
+    uint64_t slot = fp->send_posted % NL_FP_WINDOW;
+    uint64_t count = min_u64(started - fp->send_posted,
+                             min_u64(NL_FP_WINDOW - slot, NL_FP_BATCH));
     xcoll_net_request *request = NULL;
-    xcoll_status s =
-        st->net->isend(fp->link.send_comm, fp->out[slot],
-                       XCOLL_FINGERPRINT_BYTES, (uint32_t)fp->send_posted,
-                       fp->send_mhandle, &request);
+    xcoll_status s = st->net->isend(
+        fp->link.send_comm, fp->out[slot], count * XCOLL_FINGERPRINT_BYTES,
+        (uint32_t)fp->send_posted, fp->send_mhandle, &request);
     if (s != XCOLL_SUCCESS)
       return link_failed(st, s, st->next, "to");
     if (request == NULL)
-      break; /* back-pressure: retry on the next pass */
-    fp->send_requests[slot] = request;
-    fp->send_posted++;
+      return XCOLL_SUCCESS; /* back-pressure: retry on the next pass */
+    fp->send_request = request;
+    fp->send_posted += count;
     *progress = 1;
   }
-  uint64_t sent = atomic_load_explicit(&fp->sent, memory_order_relaxed);
-  while (sent < fp->send_posted) {
-    int slot = (int)(sent % NL_FP_WINDOW);
-    int done = 0;
-    xcoll_status s = st->net->test(fp->send_requests[slot], &done, NULL);
-    if (s != XCOLL_SUCCESS) {
-      fp->send_requests[slot] = NULL;
-      return link_failed(st, s, st->next, "to");
-    }
-    if (!done)
-      break;
-    fp->send_requests[slot] = NULL;
-    sent++;
-    atomic_store(&fp->sent, sent);
-    *progress = 1;
-  }
-  return XCOLL_SUCCESS;
 }
 
-/* Compare the previous rank's fingerprint of op `index` (in fp->in) with
- * this rank's. */
+/* Compare the previous rank's fingerprint of op `index` (encoded in
+ * fp->in) with this rank's. */
 static xcoll_status judge(nl_state *st, uint64_t index) {
   nl_fp_link *fp = &st->fp;
   xcoll_fingerprint theirs;
-  if (xcoll_fingerprint_decode(fp->in, &theirs) != 0 || !theirs.valid)
+  if (xcoll_fingerprint_decode(fp->in[index - fp->in_base], &theirs) != 0 ||
+      !theirs.valid)
     return nl_fail_everywhere(
         st, XCOLL_ERR_PROTOCOL,
         "nccl_like: rank %d got a malformed collective fingerprint from rank "
@@ -177,12 +183,13 @@ static xcoll_status judge(nl_state *st, uint64_t index) {
 
 /* Receive the previous rank's fingerprints and judge each against this
  * rank's op of the same index. Only while an op started here waits for its
- * comparison: a fingerprint that comes first waits in the plugin, and no
- * receive is polled for nothing. One receive is posted at a time: the
- * socket plugin fails every request of a comm once the peer closes, which
- * would lose a fingerprint that had landed behind a receive posted further
- * ahead (proxy.c's NL_RECVS_AHEAD says the same); the loop still takes
- * every fingerprint that is there in one step. */
+ * comparison: fingerprints that come first wait in the plugin (or in
+ * fp->in, for the rest of a message), and no receive is polled for
+ * nothing. One receive is posted at a time, and only once the last message
+ * was judged: the socket plugin fails every request of a comm once the
+ * peer closes, which would lose a message that had landed behind a receive
+ * posted further ahead (proxy.c's NL_RECVS_AHEAD says the same); the loop
+ * still takes every message that is there in one step. */
 static xcoll_status recv_step(nl_state *st, uint64_t started, int *progress) {
   nl_fp_link *fp = &st->fp;
   for (;;) {
@@ -193,23 +200,20 @@ static xcoll_status recv_step(nl_state *st, uint64_t started, int *progress) {
       xcoll_status s = judge(st, judged);
       if (s != XCOLL_SUCCESS)
         return s;
-      /* seq_cst, as sent's: start() bumps room_waiters and then reads
-       * these, the step writes them and then reads room_waiters. */
-      atomic_store(&fp->judged, judged + 1);
+      atomic_store(&fp->judged, judged + 1); /* seq_cst: see send_step */
       *progress = 1;
       continue;
     }
-    if (fp->recv_posted == fp->received) {
+    if (!fp->recv_request) {
       xcoll_net_request *request = NULL;
-      xcoll_status s = st->net->irecv(
-          fp->link.recv_comm, fp->in, XCOLL_FINGERPRINT_BYTES,
-          (uint32_t)fp->recv_posted, fp->recv_mhandle, &request);
+      xcoll_status s = st->net->irecv(fp->link.recv_comm, fp->in,
+                                      sizeof fp->in, (uint32_t)fp->received,
+                                      fp->recv_mhandle, &request);
       if (s != XCOLL_SUCCESS)
         return link_failed(st, s, st->prev, "from");
       if (request == NULL)
         return XCOLL_SUCCESS;
       fp->recv_request = request;
-      fp->recv_posted++;
     }
     int done = 0;
     size_t bytes = 0;
@@ -221,13 +225,15 @@ static xcoll_status recv_step(nl_state *st, uint64_t started, int *progress) {
     if (!done)
       return XCOLL_SUCCESS;
     fp->recv_request = NULL;
-    if (bytes != XCOLL_FINGERPRINT_BYTES)
+    if (bytes == 0 || bytes % XCOLL_FINGERPRINT_BYTES != 0)
       return nl_fail_everywhere(
           st, XCOLL_ERR_PROTOCOL,
-          "nccl_like: rank %d got a %zu-byte collective fingerprint from rank "
-          "%d (expected %d): a corrupted connection or another xcoll version",
+          "nccl_like: rank %d got a %zu-byte message of collective "
+          "fingerprints from rank %d (a multiple of %d expected): a "
+          "corrupted connection or another xcoll version",
           st->rank, bytes, st->prev, XCOLL_FINGERPRINT_BYTES);
-    fp->received++;
+    fp->in_base = fp->received;
+    fp->received += bytes / XCOLL_FINGERPRINT_BYTES;
     *progress = 1;
   }
 }

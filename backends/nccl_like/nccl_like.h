@@ -64,6 +64,10 @@ typedef enum nl_proto_choice {
  * next rank and compared with the previous rank's (desync.c). start()
  * waits for room beyond that, as it does for NL_QUEUE_DEPTH. */
 #define NL_FP_WINDOW 128
+/* Fingerprints one message carries at most: a step sends every fingerprint
+ * that accumulated since the last one in one message, so that back-to-back
+ * small collectives do not pay a message each. */
+#define NL_FP_BATCH 32
 
 /* Memory of one direction of one connection on one channel: the slots and
  * the counters that the kernel (worker thread) and the proxy share. head and
@@ -153,13 +157,14 @@ typedef struct nl_fp_link {
    * under the state's lock, then publishes started (release). */
   xcoll_fingerprint local[NL_FP_WINDOW];
   uint8_t out[NL_FP_WINDOW][XCOLL_FINGERPRINT_BYTES];
-  uint8_t in[XCOLL_FINGERPRINT_BYTES]; /* the previous rank's latest */
+  /* The previous rank's last message: fingerprints in_base.. received-1. */
+  uint8_t in[NL_FP_BATCH][XCOLL_FINGERPRINT_BYTES];
   _Atomic uint64_t started; /* ops start() fingerprinted */
-  _Atomic uint64_t sent;    /* sends completed */
+  _Atomic uint64_t sent;    /* fingerprints whose message was sent */
   _Atomic uint64_t judged;  /* compared with the previous rank's */
-  uint64_t send_posted;
-  xcoll_net_request *send_requests[NL_FP_WINDOW];
-  uint64_t recv_posted, received; /* judged <= received <= judged + 1 */
+  uint64_t send_posted;     /* fingerprints handed to isend */
+  xcoll_net_request *send_request; /* the one message in flight */
+  uint64_t in_base, received; /* in_base <= judged <= received */
   xcoll_net_request *recv_request; /* the one receive posted */
   /* A neighbour closed the connection (end of job, or a death the data
    * path reports): no more fingerprints move; not an error by itself. */
