@@ -34,8 +34,9 @@
 
 /* How long a thread whose kernel found a slot that does not fit its
  * schedule waits for the previous rank's fingerprint of that op (seconds):
- * it was sent when that rank started the op, so it is normally there within
- * microseconds; past this the kernel's own error is reported. */
+ * it leaves that rank within a proxy pass of its start (NL_PROXY_NAP_MS),
+ * so it is normally there within a millisecond; past this the kernel's own
+ * error is reported. */
 #define NL_FP_EXPLAIN_S 1.0
 
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
