@@ -21,8 +21,10 @@
  * NL_FP_HOOK_EVERY (a kernel that waits long sees a mismatch without
  * waiting for the proxy's nap, and one that waits briefly is not slowed),
  * and a thread whose kernel failed with PROTOCOL (nl_fp_explain).
- * Zero-count calls are fingerprinted too: they are validated calls that the
- * other ranks must make as well. */
+ * Zero-count calls are fingerprinted too, should one reach start(): they
+ * are validated calls that the other ranks must make as well (core numbers
+ * them and returns without the backend today, so a rank that skipped one
+ * is found at its next call, by the sequence number). */
 #include <inttypes.h>
 #include <sched.h>
 #include <stdio.h>
