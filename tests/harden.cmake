@@ -1,11 +1,14 @@
-# Hardening tests (issue 11): collective desync detection on every host
-# backend. Included from tests/CMakeLists.txt after mp.cmake.
+# Hardening tests (issue 11): collective desync detection on every backend.
+# Included from tests/CMakeLists.txt after mp.cmake.
 if(TARGET xcollrun)
   add_executable(fault_desync ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_desync.c)
   target_link_libraries(fault_desync PRIVATE xcoll_static m)
   set(desync_backends tcp)
   if(XCOLL_HAVE_UCX)
     list(APPEND desync_backends ucx)
+  endif()
+  if(XCOLL_HAVE_NCCL_LIKE)
+    list(APPEND desync_backends nccl_like)
   endif()
   # Each case at 2 ranks, and the root case also at 3 (the odd root's
   # messages reach a rank that waits for someone else).

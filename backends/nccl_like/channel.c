@@ -1,10 +1,11 @@
 /* channel.c - channels of the nccl_like backend: each channel owns two
  * connection FIFOs (slots + head/tail + sizes) in host memory, one to the
  * next rank of the ring and one from the previous, and the net plugin comms
- * that carry them. Setup follows NCCL's transport/net.cc: the receiver
- * listens and publishes its handle (bootstrap allgather), the sender
- * connects to it, the receiver accepts; connect and accept are non-blocking
- * and retried. */
+ * that carry them. The fingerprint connection (desync.c) is set up the
+ * same way, as one more link of the ring. Setup follows NCCL's
+ * transport/net.cc: the receiver listens and publishes its handle
+ * (bootstrap allgather), the sender connects to it, the receiver accepts;
+ * connect and accept are non-blocking and retried. */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,22 +66,42 @@ static xcoll_status alloc_fifos(nl_state *st) {
   return XCOLL_SUCCESS;
 }
 
-/* The plugin's last ERROR sentence, for messages. */
-static xcoll_status net_error(nl_state *st, xcoll_status s, const char *what,
-                              int channel, int peer) {
-  return xcoll_error(st->comm, s,
-                     "nccl_like: %s on channel %d with rank %d failed (net "
-                     "plugin %s): %s",
-                     what, channel, peer, st->net->name, nl_net_last_error());
+/* The ring links to connect: one per channel, then the fingerprint
+ * connection (desync.c). Link i's handle is the i-th of a rank's blob. */
+static int link_count(const nl_state *st) { return st->nchannels + 1; }
+
+static nl_ring_link *link_at(nl_state *st, int i) {
+  return i < st->nchannels ? &st->channels[i].link : &st->fp.link;
 }
 
-/* Listen on every channel, then exchange the handles with one bootstrap
+/* "channel 1" or "the fingerprint connection", for messages. */
+static const char *link_name(const nl_state *st, int i, char *out,
+                             size_t bytes) {
+  if (i < st->nchannels)
+    snprintf(out, bytes, "channel %d", i);
+  else
+    snprintf(out, bytes, "the fingerprint connection");
+  return out;
+}
+
+/* The plugin's last ERROR sentence, for messages. */
+static xcoll_status net_error(nl_state *st, xcoll_status s, const char *what,
+                              int link, int peer) {
+  char name[48];
+  return xcoll_error(st->comm, s,
+                     "nccl_like: %s on %s with rank %d failed (net plugin "
+                     "%s): %s",
+                     what, link_name(st, link, name, sizeof name), peer,
+                     st->net->name, nl_net_last_error());
+}
+
+/* Listen on every link, then exchange the handles with one bootstrap
  * allgather (core/bootstrap.h, NCCL's bootstrapAllGather): every rank
- * contributes nchannels x XCOLL_NET_HANDLE_MAXSIZE bytes; this rank keeps
- * its next rank's, the one it connects to. */
+ * contributes link_count x XCOLL_NET_HANDLE_MAXSIZE bytes; this rank keeps
+ * its next rank's, the ones it connects to. */
 static xcoll_status exchange_handles(nl_state *st, uint8_t *next_handles) {
   xcoll_comm *comm = st->comm;
-  size_t blob_bytes = (size_t)st->nchannels * XCOLL_NET_HANDLE_MAXSIZE;
+  size_t blob_bytes = (size_t)link_count(st) * XCOLL_NET_HANDLE_MAXSIZE;
   uint8_t *all = calloc((size_t)st->world_size + 1, blob_bytes);
   if (!all)
     return xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
@@ -88,12 +109,12 @@ static xcoll_status exchange_handles(nl_state *st, uint8_t *next_handles) {
                        st->world_size);
   uint8_t *mine = all + (size_t)st->world_size * blob_bytes;
   xcoll_status s = XCOLL_SUCCESS;
-  for (int c = 0; c < st->nchannels && s == XCOLL_SUCCESS; c++) {
+  for (int i = 0; i < link_count(st) && s == XCOLL_SUCCESS; i++) {
     s = st->net->listen(st->net_device, &st->net_config,
-                        mine + (size_t)c * XCOLL_NET_HANDLE_MAXSIZE,
-                        &st->channels[c].listen_comm);
+                        mine + (size_t)i * XCOLL_NET_HANDLE_MAXSIZE,
+                        &link_at(st, i)->listen_comm);
     if (s != XCOLL_SUCCESS)
-      s = net_error(st, s, "listen", c, st->prev);
+      s = net_error(st, s, "listen", i, st->prev);
   }
   /* The blob's size depends on XCOLL_NCHANNELS: a rank that set another
    * value fails the allgather with PROTOCOL naming it. */
@@ -105,47 +126,49 @@ static xcoll_status exchange_handles(nl_state *st, uint8_t *next_handles) {
   return s;
 }
 
-/* Connect to the next rank and accept from the previous on every channel,
+/* Connect to the next rank and accept from the previous on every link,
  * retrying the non-blocking calls until all are done or st->timeout_s. */
 static xcoll_status connect_ring(nl_state *st, const uint8_t *next_handles) {
   double deadline = nl_now() + st->timeout_s;
   for (;;) {
     int pending = 0;
-    for (int c = 0; c < st->nchannels; c++) {
-      nl_channel *ch = &st->channels[c];
-      if (!ch->send_comm) {
+    for (int i = 0; i < link_count(st); i++) {
+      nl_ring_link *link = link_at(st, i);
+      if (!link->send_comm) {
         xcoll_status s = st->net->connect(
             st->net_device, &st->net_config,
-            next_handles + (size_t)c * XCOLL_NET_HANDLE_MAXSIZE, st->next,
-            &ch->send_comm);
+            next_handles + (size_t)i * XCOLL_NET_HANDLE_MAXSIZE, st->next,
+            &link->send_comm);
         if (s != XCOLL_SUCCESS)
-          return net_error(st, s, "connect", c, st->next);
-        pending += ch->send_comm == NULL;
+          return net_error(st, s, "connect", i, st->next);
+        pending += link->send_comm == NULL;
       }
-      if (!ch->recv_comm) {
+      if (!link->recv_comm) {
         xcoll_status s =
-            st->net->accept(ch->listen_comm, st->prev, &ch->recv_comm);
+            st->net->accept(link->listen_comm, st->prev, &link->recv_comm);
         if (s != XCOLL_SUCCESS)
-          return net_error(st, s, "accept", c, st->prev);
-        pending += ch->recv_comm == NULL;
+          return net_error(st, s, "accept", i, st->prev);
+        pending += link->recv_comm == NULL;
       }
     }
     if (!pending)
       return XCOLL_SUCCESS;
     if (nl_now() > deadline) {
-      for (int c = 0; c < st->nchannels; c++) {
-        if (!st->channels[c].send_comm)
+      for (int i = 0; i < link_count(st); i++) {
+        char name[48];
+        link_name(st, i, name, sizeof name);
+        if (!link_at(st, i)->send_comm)
           return xcoll_error(st->comm, XCOLL_ERR_TIMEOUT,
-                             "nccl_like: rank %d could not connect channel %d "
-                             "to rank %d (next in the ring) within %.1f s "
+                             "nccl_like: rank %d could not connect %s to "
+                             "rank %d (next in the ring) within %.1f s "
                              "(XCOLL_TIMEOUT_S)",
-                             st->rank, c, st->next, st->timeout_s);
-        if (!st->channels[c].recv_comm)
+                             st->rank, name, st->next, st->timeout_s);
+        if (!link_at(st, i)->recv_comm)
           return xcoll_error(st->comm, XCOLL_ERR_TIMEOUT,
                              "nccl_like: rank %d: rank %d (previous in the "
-                             "ring) did not connect channel %d within %.1f s "
+                             "ring) did not connect %s within %.1f s "
                              "(XCOLL_TIMEOUT_S)",
-                             st->rank, st->prev, c, st->timeout_s);
+                             st->rank, st->prev, name, st->timeout_s);
       }
     }
     /* Ranks start at different times: do not spin a core meanwhile. */
@@ -154,19 +177,31 @@ static xcoll_status connect_ring(nl_state *st, const uint8_t *next_handles) {
   }
 }
 
-static xcoll_status register_fifos(nl_state *st) {
+static xcoll_status register_buffers(nl_state *st) {
   for (int c = 0; c < st->nchannels; c++) {
     nl_channel *ch = &st->channels[c];
     xcoll_status s =
-        st->net->reg_mr(ch->send_comm, NULL, ch->send_buff, st->buffsize,
+        st->net->reg_mr(ch->link.send_comm, NULL, ch->send_buff, st->buffsize,
                         XCOLL_NET_PTR_HOST, &ch->proxy_send.mhandle);
     if (s != XCOLL_SUCCESS)
       return net_error(st, s, "reg_mr of the send FIFO", c, st->next);
-    s = st->net->reg_mr(NULL, ch->recv_comm, ch->recv_buff, st->buffsize,
+    s = st->net->reg_mr(NULL, ch->link.recv_comm, ch->recv_buff, st->buffsize,
                         XCOLL_NET_PTR_HOST, &ch->proxy_recv.mhandle);
     if (s != XCOLL_SUCCESS)
       return net_error(st, s, "reg_mr of the receive FIFO", c, st->prev);
   }
+  nl_fp_link *fp = &st->fp;
+  xcoll_status s =
+      st->net->reg_mr(fp->link.send_comm, NULL, fp->out, sizeof fp->out,
+                      XCOLL_NET_PTR_HOST, &fp->send_mhandle);
+  if (s != XCOLL_SUCCESS)
+    return net_error(st, s, "reg_mr of the fingerprints", st->nchannels,
+                     st->next);
+  s = st->net->reg_mr(NULL, fp->link.recv_comm, fp->in, sizeof fp->in,
+                      XCOLL_NET_PTR_HOST, &fp->recv_mhandle);
+  if (s != XCOLL_SUCCESS)
+    return net_error(st, s, "reg_mr of the fingerprints", st->nchannels,
+                     st->prev);
   return XCOLL_SUCCESS;
 }
 
@@ -183,7 +218,7 @@ xcoll_status nl_channels_setup(nl_state *st) {
   st->net_config.secret_bytes = 0;
 
   uint8_t *next_handles =
-      calloc((size_t)st->nchannels, XCOLL_NET_HANDLE_MAXSIZE);
+      calloc((size_t)link_count(st), XCOLL_NET_HANDLE_MAXSIZE);
   if (!next_handles)
     return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
                        "nccl_like: out of memory for net handles");
@@ -192,14 +227,30 @@ xcoll_status nl_channels_setup(nl_state *st) {
     s = connect_ring(st, next_handles);
   free(next_handles);
   if (s == XCOLL_SUCCESS)
-    s = register_fifos(st);
+    s = register_buffers(st);
   /* Listening is over: each listen comm accepted its one connection. */
-  for (int c = 0; c < st->nchannels; c++)
-    if (st->channels[c].listen_comm) {
-      st->net->close_listen(st->channels[c].listen_comm);
-      st->channels[c].listen_comm = NULL;
+  for (int i = 0; i < link_count(st); i++) {
+    nl_ring_link *link = link_at(st, i);
+    if (link->listen_comm) {
+      st->net->close_listen(link->listen_comm);
+      link->listen_comm = NULL;
     }
+  }
   return s;
+}
+
+static void link_close(nl_state *st, nl_ring_link *link) {
+  if (st->net) {
+    if (link->send_comm)
+      st->net->close_send(link->send_comm);
+    if (link->recv_comm)
+      st->net->close_recv(link->recv_comm);
+    if (link->listen_comm)
+      st->net->close_listen(link->listen_comm);
+  }
+  link->send_comm = NULL;
+  link->recv_comm = NULL;
+  link->listen_comm = NULL;
 }
 
 void nl_channels_free(nl_state *st) {
@@ -207,20 +258,14 @@ void nl_channels_free(nl_state *st) {
     nl_channel *ch = &st->channels[c];
     if (st->net) {
       if (ch->proxy_send.mhandle)
-        (void)st->net->dereg_mr(ch->send_comm, NULL, ch->proxy_send.mhandle);
+        (void)st->net->dereg_mr(ch->link.send_comm, NULL,
+                                ch->proxy_send.mhandle);
       if (ch->proxy_recv.mhandle)
-        (void)st->net->dereg_mr(NULL, ch->recv_comm, ch->proxy_recv.mhandle);
+        (void)st->net->dereg_mr(NULL, ch->link.recv_comm,
+                                ch->proxy_recv.mhandle);
       ch->proxy_send.mhandle = ch->proxy_recv.mhandle = NULL;
-      if (ch->send_comm)
-        st->net->close_send(ch->send_comm);
-      if (ch->recv_comm)
-        st->net->close_recv(ch->recv_comm);
-      if (ch->listen_comm)
-        st->net->close_listen(ch->listen_comm);
     }
-    ch->send_comm = NULL;
-    ch->recv_comm = NULL;
-    ch->listen_comm = NULL;
+    link_close(st, &ch->link);
     free(ch->send_mem);
     free(ch->recv_mem);
     free(ch->send_buff);
@@ -228,4 +273,16 @@ void nl_channels_free(nl_state *st) {
     ch->send_mem = ch->recv_mem = NULL;
     ch->send_buff = ch->recv_buff = NULL;
   }
+  nl_fp_link *fp = &st->fp;
+  if (st->net) {
+    if (fp->send_mhandle)
+      (void)st->net->dereg_mr(fp->link.send_comm, NULL, fp->send_mhandle);
+    if (fp->recv_mhandle)
+      (void)st->net->dereg_mr(NULL, fp->link.recv_comm, fp->recv_mhandle);
+  }
+  fp->send_mhandle = fp->recv_mhandle = NULL;
+  /* Closing cancels and releases the requests still posted (net.h). */
+  link_close(st, &fp->link);
+  fp->send_request = NULL;
+  fp->recv_request = NULL;
 }

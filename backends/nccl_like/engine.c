@@ -153,12 +153,10 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
   op->args = *args;
   op->start_us = xcoll_trace_enabled() ? xcoll_time_us() : 0;
 
-  /* Nothing to move: a world of one copies, a zero count does nothing. */
-  if (st->world_size == 1 ||
-      (args->count == 0 && args->kind != XCOLL_COLL_BARRIER)) {
-    if (st->world_size == 1 && args->kind != XCOLL_COLL_BARRIER &&
-        args->count > 0 && args->sendbuf && args->recvbuf &&
-        args->sendbuf != args->recvbuf)
+  /* A world of one copies and has no one to compare fingerprints with. */
+  if (st->world_size == 1) {
+    if (args->kind != XCOLL_COLL_BARRIER && args->count > 0 &&
+        args->sendbuf && args->recvbuf && args->sendbuf != args->recvbuf)
       memmove(args->recvbuf, args->sendbuf,
               args->count * xcoll_datatype_size(args->dtype));
     op->channels_left = 0;
@@ -166,14 +164,25 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
     return XCOLL_SUCCESS;
   }
   fill_work(st, op);
-  op->channels_left = op->nchannels;
 
   pthread_mutex_lock(&st->lock);
+  /* In issue order, so that op k here meets op k of the other ranks. It
+   * also wakes a sleeping proxy, which then drives the channels too. */
+  if (nl_fp_record(st, args, &op->fp_index) != XCOLL_SUCCESS) {
+    pthread_mutex_unlock(&st->lock);
+    free(op);
+    return broken_status(st);
+  }
+  /* A zero count moves nothing; its fingerprint still goes to the next
+   * rank, which must make the same call. */
+  if (args->count == 0 && args->kind != XCOLL_COLL_BARRIER) {
+    pthread_mutex_unlock(&st->lock);
+    op->channels_left = 0;
+    *out = op;
+    return XCOLL_SUCCESS;
+  }
+  op->channels_left = op->nchannels;
   atomic_fetch_add(&st->ops_in_flight, 1);
-  /* Only a sleeping proxy needs waking: a napping one passes by soon and
-   * the workers drive their channels meanwhile. */
-  if (st->proxy_idle)
-    pthread_cond_signal(&st->proxy_cond);
   int pushed = 0;
   for (int c = 0; c < op->nchannels; c++) {
     nl_channel *ch = &st->channels[c];
@@ -328,6 +337,10 @@ static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
         break;
     }
     trace_channel_op(st, ch, op, t0);
+    /* A slot that does not fit this rank's schedule is most often ranks
+     * that called different collectives: let the fingerprints say which. */
+    if (s == XCOLL_ERR_PROTOCOL)
+      nl_fp_explain(st, op->fp_index);
     if (s != XCOLL_SUCCESS && s != XCOLL_ERR_ABORTED)
       nl_fail(st, s, -1,
               "nccl_like: rank %d channel %d: the %s kernel failed: %s",

@@ -3,7 +3,8 @@
  * worker threads, proxy thread, failure watcher), comm_destroy, comm_abort,
  * and the failure path shared by every thread (nl_fail), which publishes a
  * peer's death to the store so that every rank, not only the dead rank's ring
- * neighbours, fails naming it. */
+ * neighbours, fails naming it (and nl_fail_everywhere, which does the same
+ * for a collective mismatch). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,35 +72,98 @@ static xcoll_status read_options(nl_state *st) {
 
 /* ---- failure ---- */
 
-/* Tell every other rank that dead_rank died, through its wake key. Runs on
- * the detecting thread after the local ops were failed, over a store
+/* A rank's wake key holds "<status> <message>": the xcoll_status every
+ * rank must fail with (REMOTE for a death, PROTOCOL for a collective
+ * mismatch) as a decimal number, then the sentence. An empty value is
+ * comm_destroy waking its own watcher. */
+static void wake_value_parse(const char *value, size_t bytes,
+                             xcoll_status *status, const char **text,
+                             int *text_bytes) {
+  *status = XCOLL_ERR_REMOTE;
+  *text = value;
+  *text_bytes = (int)(bytes < 900 ? bytes : 900);
+  size_t i = 0;
+  int number = 0;
+  while (i < bytes && i < 3 && value[i] >= '0' && value[i] <= '9')
+    number = number * 10 + (value[i++] - '0');
+  if (i == 0 || i >= bytes || value[i] != ' ')
+    return; /* not ours: the whole text, as a death */
+  if (number == XCOLL_ERR_PROTOCOL)
+    *status = XCOLL_ERR_PROTOCOL;
+  *text = value + i + 1;
+  bytes -= i + 1;
+  *text_bytes = (int)(bytes < 900 ? bytes : 900);
+}
+
+/* Fail this rank with what another rank published to its wake key. */
+static void fail_from_wake_value(nl_state *st, const char *value,
+                                 size_t bytes) {
+  xcoll_status status;
+  const char *text;
+  int text_bytes;
+  wake_value_parse(value, bytes, &status, &text, &text_bytes);
+  nl_fail(st, status, -1, "nccl_like: rank %d: %.*s", st->rank, text_bytes,
+          text);
+}
+
+/* Tell every other rank of a failure through its wake key. Runs on the
+ * detecting thread after the local ops were failed, over a store
  * connection of its own (comm->store belongs to the user's thread). */
-static void publish_death(nl_state *st, const char *message) {
+static void publish_failure(nl_state *st, xcoll_status status,
+                            const char *message) {
   xcoll_comm *comm = st->comm;
   xcoll_store *store = NULL;
   if (xcoll_store_connect(comm->master_addr, comm->master_port, 2.0,
                           &store) != XCOLL_SUCCESS)
     return; /* the store is gone too: every rank sees that by itself */
+  char value[XCOLL_ERROR_BYTES + 16];
+  int bytes = snprintf(value, sizeof value, "%d %s", (int)status, message);
+  if (bytes < 0)
+    bytes = 0;
+  if ((size_t)bytes >= sizeof value)
+    bytes = (int)sizeof value - 1;
   for (int r = 0; r < st->world_size; r++) {
     if (r == st->rank)
       continue;
     char key[64];
     snprintf(key, sizeof key, "%snl/wake/%d", comm->store_prefix, r);
-    if (xcoll_store_set(store, key, message, strlen(message)) !=
-        XCOLL_SUCCESS)
+    if (xcoll_store_set(store, key, value, (size_t)bytes) != XCOLL_SUCCESS)
       break;
   }
   xcoll_store_close(store);
 }
 
-xcoll_status nl_fail(nl_state *st, xcoll_status status, int dead_rank,
-                     const char *fmt, ...) {
-  char message[XCOLL_ERROR_BYTES];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(message, sizeof message, fmt, ap);
-  va_end(ap);
+/* A rank that fails everywhere publishes before its connections close
+ * (nl_fail_everywhere runs before comm_destroy joins the thread that runs
+ * it), so a closed connection may have its reason in this rank's wake key
+ * already: fail with that instead of a bare death. Returns 1 if it did. */
+static int fail_from_published(nl_state *st) {
+  xcoll_comm *comm = st->comm;
+  xcoll_store *store = NULL;
+  /* Briefly: when the store is gone too (rank 0 exited), the watcher and
+   * the proxy report that, and this failure should not wait for it. */
+  if (xcoll_store_connect(comm->master_addr, comm->master_port, 0.5,
+                          &store) != XCOLL_SUCCESS)
+    return 0;
+  const char *keys[1] = {st->wake_key};
+  int exists = 0;
+  void *value = NULL;
+  size_t bytes = 0;
+  if (xcoll_store_check(store, keys, 1, &exists) == XCOLL_SUCCESS && exists &&
+      xcoll_store_get(store, st->wake_key, &value, &bytes) != XCOLL_SUCCESS)
+    bytes = 0;
+  xcoll_store_close(store);
+  int found = bytes > 0;
+  if (found)
+    fail_from_wake_value(st, value, bytes);
+  free(value);
+  return found;
+}
 
+/* Record the first failure: status, message, abort flag, wake everyone.
+ * Returns 1 when this was the first. */
+static int record_failure(nl_state *st, xcoll_status status,
+                          const char *message) {
   pthread_mutex_lock(&st->lock);
   int first = !atomic_load(&st->failed);
   if (first) {
@@ -113,32 +177,71 @@ xcoll_status nl_fail(nl_state *st, xcoll_status status, int dead_rank,
       pthread_cond_broadcast(&st->channels[c].queue_cond);
   }
   pthread_mutex_unlock(&st->lock);
-  if (!first)
+  if (first)
+    XCOLL_WARN("%s", message);
+  return first;
+}
+
+xcoll_status nl_fail(nl_state *st, xcoll_status status, int dead_rank,
+                     const char *fmt, ...) {
+  char message[XCOLL_ERROR_BYTES];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(message, sizeof message, fmt, ap);
+  va_end(ap);
+
+  if (dead_rank >= 0 && !atomic_load(&st->failed) && st->wake_key[0] &&
+      fail_from_published(st))
+    return st->fail_status;
+  if (!record_failure(st, status, message))
     return status;
-  XCOLL_WARN("%s", message);
   if (dead_rank >= 0) {
     char published[XCOLL_ERROR_BYTES];
     snprintf(published, sizeof published, "rank %d died (seen by rank %d): %.900s",
              dead_rank, st->rank, message);
-    publish_death(st, published);
+    publish_failure(st, XCOLL_ERR_REMOTE, published);
   }
   return status;
 }
 
+xcoll_status nl_fail_everywhere(nl_state *st, xcoll_status status,
+                                const char *fmt, ...) {
+  char message[XCOLL_ERROR_BYTES];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(message, sizeof message, fmt, ap);
+  va_end(ap);
+  if (!record_failure(st, status, message))
+    return status;
+  char published[XCOLL_ERROR_BYTES];
+  snprintf(published, sizeof published, "rank %d failed: %.900s", st->rank,
+           message);
+  publish_failure(st, status, published);
+  return status;
+}
+
 /* The watcher: blocked on this rank's wake key over its own store
- * connection. Another rank's death arrives as that key's value; comm_destroy
- * sets the key itself to wake it; rank 0's death (the store's host) shows up
- * as the connection breaking. */
+ * connection. Another rank's failure (a death, a collective mismatch)
+ * arrives as that key's value; comm_destroy sets the key itself to wake it;
+ * rank 0's death (the store's host) shows up as the connection breaking. */
 static void *watcher_main(void *arg) {
   nl_state *st = arg;
-  const char *keys[1] = {st->wake_key};
   for (;;) {
-    xcoll_status s = xcoll_store_wait(st->watch_store, keys, 1);
+    /* One blocking get rather than a wait and then a get: the value comes
+     * with the wake-up, so the news of a rank that publishes and exits at
+     * once (rank 0 takes the store with it) still arrives. */
+    void *value = NULL;
+    size_t bytes = 0;
+    xcoll_status s =
+        xcoll_store_get(st->watch_store, st->wake_key, &value, &bytes);
     pthread_mutex_lock(&st->lock);
     int stopping = st->stopping;
     pthread_mutex_unlock(&st->lock);
-    if (stopping)
+    if (stopping) {
+      /* An empty value is a destroy's wake-up. */
+      free(value);
       return NULL;
+    }
     if (s == XCOLL_ERR_TIMEOUT)
       continue; /* a very long wait ran out: wait again */
     if (s == XCOLL_ERR_REMOTE &&
@@ -160,16 +263,10 @@ static void *watcher_main(void *arg) {
       pthread_mutex_unlock(&st->lock);
       return NULL;
     }
-    void *value = NULL;
-    size_t bytes = 0;
-    s = xcoll_store_get(st->watch_store, st->wake_key, &value, &bytes);
-    if (s == XCOLL_SUCCESS && bytes > 0)
-      nl_fail(st, XCOLL_ERR_REMOTE, -1, "nccl_like: rank %d: %.*s", st->rank,
-              (int)(bytes < 900 ? bytes : 900), (const char *)value);
+    if (bytes > 0)
+      fail_from_wake_value(st, value, bytes);
     free(value);
-    if (s != XCOLL_SUCCESS || bytes > 0)
-      return NULL;
-    /* An empty value is a destroy's wake-up: the stop flag says so above. */
+    return NULL;
   }
 }
 
@@ -237,6 +334,7 @@ static void free_state(nl_state *st) {
     pthread_cond_destroy(&st->channels[c].queue_cond);
     pthread_mutex_destroy(&st->channels[c].progress_lock);
   }
+  pthread_mutex_destroy(&st->fp.lock);
   pthread_cond_destroy(&st->done_cond);
   pthread_cond_destroy(&st->proxy_cond);
   pthread_mutex_destroy(&st->lock);
@@ -300,9 +398,15 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
     pthread_cond_init(&st->channels[c].queue_cond, NULL);
     pthread_mutex_init(&st->channels[c].progress_lock, NULL);
   }
+  pthread_mutex_init(&st->fp.lock, NULL);
   atomic_init(&st->abort_flag, 0);
   atomic_init(&st->failed, 0);
   atomic_init(&st->store_lost, 0);
+  atomic_init(&st->fp.started, 0);
+  atomic_init(&st->fp.sent, 0);
+  atomic_init(&st->fp.judged, 0);
+  atomic_init(&st->fp.broken, 0);
+  atomic_init(&st->fp.room_waiters, 0);
 
   xcoll_status s = read_options(st);
   char net_why[256] = "a world of one rank needs no network";

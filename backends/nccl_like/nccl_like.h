@@ -8,7 +8,8 @@
  * Files: nccl_like.c (options, comm init/destroy/abort, failure handling and
  * its propagation through the store), channel.c (FIFOs and net
  * connections), proxy.c (the proxy thread), engine.c (worker threads, work
- * queues, op handles: the ABI 2 coll ops). */
+ * queues, op handles: the ABI 2 coll ops), desync.c (collective
+ * fingerprints around the ring: desync detection). */
 #ifndef XCOLL_NCCL_LIKE_H
 #define XCOLL_NCCL_LIKE_H
 
@@ -19,6 +20,7 @@
 
 #include "comm.h"
 #include "conn.h"
+#include "fingerprint.h"
 #include "net.h"
 #include "ring.h"
 #include "xcoll.h"
@@ -58,6 +60,15 @@ typedef enum nl_proto_choice {
   NL_PROTO_AUTO = 2
 } nl_proto_choice;
 
+/* Fingerprints of ops this rank has started and not yet both sent to the
+ * next rank and compared with the previous rank's (desync.c). start()
+ * waits for room beyond that, as it does for NL_QUEUE_DEPTH. */
+#define NL_FP_WINDOW 128
+/* Fingerprints one message carries at most: a step sends every fingerprint
+ * that accumulated since the last one in one message, so that back-to-back
+ * small collectives do not pay a message each. */
+#define NL_FP_BATCH 32
+
 /* Memory of one direction of one connection on one channel: the slots and
  * the counters that the kernel (worker thread) and the proxy share. head and
  * tail sit on cache lines of their own (NCCL's ncclSendMem/ncclRecvMem). */
@@ -78,6 +89,16 @@ typedef struct nl_proxy_conn {
   uint64_t completed;   /* recv: slots landed (tail); send: sends done (head) */
 } nl_proxy_conn;
 
+/* One connection pair around the ring through the net plugin: a send comm
+ * to the next rank and a recv comm from the previous (the listen comm only
+ * while they are set up). Each channel has one; so has the fingerprint
+ * connection. */
+typedef struct nl_ring_link {
+  xcoll_net_listen_comm *listen_comm;
+  xcoll_net_send_comm *send_comm;
+  xcoll_net_recv_comm *recv_comm;
+} nl_ring_link;
+
 typedef struct nl_channel {
   int id;
   struct nl_state *st; /* back pointer, for the progress hook */
@@ -86,10 +107,7 @@ typedef struct nl_channel {
   xc_conn recv;  /* from the previous rank */
   nl_fifo_mem *send_mem, *recv_mem;
   uint8_t *send_buff, *recv_buff; /* XCOLL_STEPS * step_bytes each */
-  /* Net plugin objects (channel.c). */
-  xcoll_net_listen_comm *listen_comm;
-  xcoll_net_send_comm *send_comm;
-  xcoll_net_recv_comm *recv_comm;
+  nl_ring_link link; /* net plugin objects (channel.c) */
   nl_proxy_conn proxy_send, proxy_recv;
   /* The previous rank closed the receive connection (an error from a posted
    * irecv). Not fatal by itself: at the end of a job a peer may close while
@@ -98,6 +116,9 @@ typedef struct nl_channel {
   xcoll_status recv_broken;
   char recv_broken_message[256];
   double recv_broken_since;
+  /* Idle passes of the progress hook (proxy.c), by the thread running the
+   * channel's item: it paces the fingerprint step on channel 0. */
+  unsigned fp_polls;
   /* The worker is inside xc_ring_run (read by the proxy). */
   _Atomic int busy;
   /* Held (trylock only) by the one thread that runs this channel's proxy
@@ -119,9 +140,42 @@ typedef struct nl_channel {
   pthread_cond_t queue_cond;       /* work arrived, room freed or stop */
 } nl_channel;
 
+/* Desync detection (desync.c): every op's fingerprint (core/fingerprint.h)
+ * goes to the next rank over a connection of its own, and the previous
+ * rank's fingerprint of op k is compared with this rank's op k. Counters
+ * count ops from the comm's start (slot = counter % NL_FP_WINDOW). */
+typedef struct nl_fp_link {
+  nl_ring_link link;
+  void *send_mhandle; /* reg_mr of out */
+  void *recv_mhandle; /* reg_mr of in */
+  /* Held (trylock only) by the one thread running the fingerprint step:
+   * the proxy thread, channel 0's progress hook, or a kernel's thread
+   * explaining a failed kernel. Guards everything below but the atomics
+   * and the slots start() writes. */
+  pthread_mutex_t lock;
+  /* This rank's fingerprints, and as sent. start() writes slot `started`
+   * under the state's lock, then publishes started (release). */
+  xcoll_fingerprint local[NL_FP_WINDOW];
+  uint8_t out[NL_FP_WINDOW][XCOLL_FINGERPRINT_BYTES];
+  /* The previous rank's last message: fingerprints in_base.. received-1. */
+  uint8_t in[NL_FP_BATCH][XCOLL_FINGERPRINT_BYTES];
+  _Atomic uint64_t started; /* ops start() fingerprinted */
+  _Atomic uint64_t sent;    /* fingerprints whose message was sent */
+  _Atomic uint64_t judged;  /* compared with the previous rank's */
+  uint64_t send_posted;     /* fingerprints handed to isend */
+  xcoll_net_request *send_request; /* the one message in flight */
+  uint64_t in_base, received; /* in_base <= judged <= received */
+  xcoll_net_request *recv_request; /* the one receive posted */
+  /* A neighbour closed the connection (end of job, or a death the data
+   * path reports): no more fingerprints move; not an error by itself. */
+  _Atomic int broken;
+  _Atomic int room_waiters; /* start() waits on done_cond for a free slot */
+} nl_fp_link;
+
 /* A started collective: completes when every channel has run its share. */
 typedef struct nl_op {
   xcoll_coll_args args;
+  uint64_t fp_index; /* its fingerprint's slot counter (desync.c) */
   int nchannels; /* channels this op runs on: 0..nchannels-1 */
   xc_work work; /* channel and nchannels filled per channel by the worker */
   int channels_left;      /* under the state's lock */
@@ -144,6 +198,7 @@ typedef struct nl_state {
   int net_device;
   xcoll_net_config net_config;
   nl_channel channels[NL_MAX_CHANNELS];
+  nl_fp_link fp; /* world_size > 1 only */
 
   /* One lock for queues, op completion, proxy sleep and failure: the
    * threads that take it do so a few times per op, not per slot. */
@@ -196,18 +251,46 @@ extern const xcoll_net_v1 *nl_net_override;
  * that ranks that are not its ring neighbours fail too. Returns status. */
 xcoll_status nl_fail(nl_state *st, xcoll_status status, int dead_rank,
                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* As nl_fail for a failure that every rank must share with its status and
+ * message, not only this one (a collective mismatch, found by the ranks
+ * whose ring neighbour called another collective): published to every
+ * rank's wake key, where the watcher fails the rank with status and a
+ * message naming this rank as the one that found it. */
+xcoll_status nl_fail_everywhere(nl_state *st, xcoll_status status,
+                                const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Monotonic clock, seconds. */
 double nl_now(void);
 
 /* ---- channel.c ---- */
-/* Allocate the FIFOs of every channel and connect the ring: listen for the
- * previous rank, exchange handles through the store, connect to the next and
- * accept from the previous (non-blocking calls retried until
- * st->timeout_s). Errors: NO_MEMORY, TIMEOUT naming the peer, the plugin's
+/* Allocate the FIFOs of every channel and connect the ring, one link per
+ * channel and one for fingerprints (st->fp): listen for the previous rank,
+ * exchange handles through the store, connect to the next and accept from
+ * the previous (non-blocking calls retried until st->timeout_s). Errors: NO_MEMORY, TIMEOUT naming the peer, the plugin's
  * status with its message. */
 xcoll_status nl_channels_setup(nl_state *st);
 /* Close the net comms and free the FIFOs (idempotent). */
 void nl_channels_free(nl_state *st);
+
+/* ---- desync.c ---- */
+/* In start(), under st->lock, world_size > 1: append the call's fingerprint
+ * (waiting for a free slot while NL_FP_WINDOW are unsent or unjudged) and
+ * write its counter to *index. Errors: the comm's failure status. */
+xcoll_status nl_fp_record(nl_state *st, const xcoll_coll_args *args,
+                          uint64_t *index);
+/* The fingerprint step, when no other thread runs it (trylock): send this
+ * rank's fingerprints, receive the previous rank's and compare those whose
+ * op started here; a mismatch is nl_fail_everywhere(PROTOCOL) naming both
+ * calls. *progress is set when something moved. */
+void nl_fp_progress(nl_state *st, int *progress);
+/* Fingerprints started and not yet sent, or a start() waiting for a free
+ * slot: the proxy must not sleep. */
+int nl_fp_pending(nl_state *st);
+/* After a kernel of op index failed with PROTOCOL (a slot that does not
+ * fit its schedule): run the fingerprint step until the previous rank's
+ * fingerprint of that op is compared (at most NL_FP_EXPLAIN_S), so that a
+ * desync fails naming both calls rather than as a bad slot. */
+void nl_fp_explain(nl_state *st, uint64_t index);
 
 /* ---- proxy.c ---- */
 xcoll_status nl_proxy_start(nl_state *st);

@@ -24,7 +24,11 @@
  * waits on its condition variable for at most NL_PROXY_NAP_MS, and sleeps
  * without a timeout when no op is in flight and nothing is left to send, so
  * idle ranks cost no CPU. It alone owns the "no progress for timeout_s"
- * check, and the drain before comm_destroy. */
+ * check, and the drain before comm_destroy.
+ *
+ * The fingerprint connection (desync.c) has a lock of its own, taken the
+ * same way: the proxy runs its step on every pass and stays awake while
+ * fingerprints are left to send; channel 0's hook runs it too. */
 #include <inttypes.h>
 #include <sched.h>
 #include <stdio.h>
@@ -57,6 +61,9 @@
  * it sleeps until start() wakes it: back-to-back ops then cost it no
  * wake-up each. */
 #define NL_PROXY_LINGER_S 0.05
+/* Channel 0's progress hook runs the fingerprint step on one idle pass in
+ * this many (desync.c). */
+#define NL_FP_HOOK_EVERY 64
 
 const char *nl_net_last_error(void) {
   const char *message = xcoll_net_last_error();
@@ -95,7 +102,7 @@ static xcoll_status progress_send(nl_state *st, nl_channel *ch,
     xcoll_net_request *request = NULL;
     pc->started_us[slot] = xcoll_trace_enabled() ? xcoll_time_us() : 0;
     xcoll_status s = st->net->isend(
-        ch->send_comm, ch->send_buff + (size_t)slot * st->step_bytes,
+        ch->link.send_comm, ch->send_buff + (size_t)slot * st->step_bytes,
         (size_t)bytes, (uint32_t)pc->posted, pc->mhandle, &request);
     if (s != XCOLL_SUCCESS)
       return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? st->next : -1,
@@ -158,7 +165,7 @@ static xcoll_status progress_recv(nl_state *st, nl_channel *ch,
     xcoll_net_request *request = NULL;
     pc->started_us[slot] = xcoll_trace_enabled() ? xcoll_time_us() : 0;
     xcoll_status s = st->net->irecv(
-        ch->recv_comm, ch->recv_buff + (size_t)slot * st->step_bytes,
+        ch->link.recv_comm, ch->recv_buff + (size_t)slot * st->step_bytes,
         st->step_bytes, (uint32_t)pc->posted, pc->mhandle, &request);
     if (s != XCOLL_SUCCESS)
       return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? st->prev : -1,
@@ -227,6 +234,9 @@ static uint64_t kernel_counters(nl_state *st) {
     sum += atomic_load_explicit(&ch->recv_mem->head, memory_order_relaxed);
     sum += atomic_load_explicit(&ch->recv_mem->tail, memory_order_relaxed);
   }
+  /* The fingerprint step's, which channel 0's hook runs too. */
+  sum += atomic_load_explicit(&st->fp.sent, memory_order_relaxed);
+  sum += atomic_load_explicit(&st->fp.judged, memory_order_relaxed);
   return sum;
 }
 
@@ -267,9 +277,10 @@ static int wait_for_work(nl_state *st) {
   pthread_mutex_lock(&st->lock);
   st->proxy_idle = 1;
   pthread_cond_broadcast(&st->done_cond);
-  while (!st->stopping && (atomic_load(&st->failed) ||
-                           (atomic_load(&st->ops_in_flight) == 0 &&
-                            !sends_pending(st))))
+  while (!st->stopping &&
+         (atomic_load(&st->failed) ||
+          (atomic_load(&st->ops_in_flight) == 0 && !sends_pending(st) &&
+           !nl_fp_pending(st))))
     pthread_cond_wait(&st->proxy_cond, &st->lock);
   st->proxy_idle = 0;
   int go = !st->stopping;
@@ -333,7 +344,8 @@ static void *proxy_main(void *arg) {
   int was_active = 0;
   for (;;) {
     int active = !atomic_load(&st->failed) &&
-                 (atomic_load(&st->ops_in_flight) > 0 || sends_pending(st));
+                 (atomic_load(&st->ops_in_flight) > 0 || sends_pending(st) ||
+                  nl_fp_pending(st));
     if (!active) {
       /* Between back-to-back ops, nap rather than sleep, so that start()
        * need not wake the proxy for every op (it wakes an idle one only). */
@@ -377,6 +389,7 @@ static void *proxy_main(void *arg) {
       if (s != XCOLL_SUCCESS)
         break;
     }
+    nl_fp_progress(st, &progress);
     if (atomic_load(&st->failed))
       continue;
     uint64_t kernel = kernel_counters(st);
@@ -423,6 +436,12 @@ void nl_proxy_progress_hook(void *ctx) {
   if (progress_send(st, ch, &progress) == XCOLL_SUCCESS)
     (void)progress_recv(st, ch, &progress);
   pthread_mutex_unlock(&ch->progress_lock);
+  /* Fingerprints from a kernel that waits long too, so that a mismatch
+   * fails the wait at once rather than after the proxy's nap; not on every
+   * idle pass: the proxy thread moves them meanwhile, off the path of the
+   * loop that watches for data. */
+  if (ch->id == 0 && !progress && ++ch->fp_polls % NL_FP_HOOK_EVERY == 0)
+    nl_fp_progress(st, &progress);
 }
 
 xcoll_status nl_proxy_start(nl_state *st) {
