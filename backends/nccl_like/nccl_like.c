@@ -238,7 +238,7 @@ static void *watcher_main(void *arg) {
     int stopping = st->stopping;
     pthread_mutex_unlock(&st->lock);
     if (stopping) {
-      /* An empty value is a destroy's wake-up. */
+      /* watcher_join interrupted the get: destroy. */
       free(value);
       return NULL;
     }
