@@ -1,13 +1,14 @@
 # security.cmake - attack tests (docs/security.md), label "security": a
 # stranger without the job's secret at the store while a 4-rank job runs, a
 # port scan with crafted HELLOs against every listener during startup, a rank
-# killed during startup, a WORLD_SIZE mismatch and a duplicated RANK. Each is
+# killed during startup, a WORLD_SIZE mismatch, a duplicated RANK, orphans
+# of a killed xcollrun and where the store binds (MASTER_ADDR, XCOLL_STORE_BIND). Each is
 # a real multi-process job driven by tests/security/attack.py. The unit-level
 # checks are unit.auth (the challenge-response) and unit.tcp_hello (crafted
 # HELLO fields). Included by tests/CMakeLists.txt.
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND AND TARGET xcollrun AND TARGET xcoll-perf)
-  foreach(mode stranger scan dying worldsize duprank orphans)
+  foreach(mode stranger scan dying worldsize duprank orphans bind)
     add_test(NAME security.${mode}
       COMMAND ${Python3_EXECUTABLE}
               ${CMAKE_CURRENT_SOURCE_DIR}/security/attack.py ${mode}

@@ -20,6 +20,10 @@ only when the job behaved as it must:
             first one's address.
   orphans   xcollrun is killed with SIGKILL while its 2 ranks run: the ranks
             must be gone within seconds (PR_SET_PDEATHSIG), not left behind.
+  bind      the store of a job with MASTER_ADDR=127.0.0.1 listens on
+            127.0.0.1 only, and on every interface with XCOLL_STORE_BIND=0.0.0.0
+            (read from /proc/net/tcp and tcp6; "::" counts as every
+            interface).
 
 usage: attack.py MODE BUILD_DIR"""
 import os
@@ -367,6 +371,48 @@ def mode_orphans():
           % (time.time() - killed_at))
 
 
-{"orphans": mode_orphans, "stranger": mode_stranger, "scan": mode_scan, "dying": mode_dying,
+def listen_address(pid, port):
+    """The local IPv4 address (dotted) pid's socket listening on port is
+    bound to, from /proc/net/tcp; None if there is none."""
+    inodes = set()
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(table).read().splitlines()[1:]:
+            f = line.split()
+            addr, hexport = f[1].split(":")
+            if f[3] != "0A" or f[9] not in inodes or int(hexport, 16) != port:
+                continue
+            if len(addr) == 8:
+                return socket.inet_ntoa(struct.pack("<I", int(addr, 16)))
+            # IPv6: four little-endian 32-bit words
+            raw = b"".join(struct.pack("<I", int(addr[i:i + 8], 16))
+                           for i in range(0, 32, 8))
+            text = socket.inet_ntop(socket.AF_INET6, raw)
+            return "0.0.0.0" if text == "::" else text
+    return None
+
+
+def mode_bind():
+    for extra, want in (({}, "127.0.0.1"),
+                        ({"XCOLL_STORE_BIND": "0.0.0.0"}, "0.0.0.0")):
+        port = free_port()
+        # rank 1 of 2 never comes: rank 0 waits in its startup, store up
+        proc = start_rank(0, 2, port, extra)
+        wait_line(proc, "rank 0 listens on", 60)
+        got = listen_address(proc.pid, port)
+        proc.kill()
+        finish(proc, 10)
+        print("bind %r: the store listens on %s:%d" % (extra, got, port))
+        if got != want:
+            fail("with %r the store listens on %s, not %s" % (extra, got, want))
+
+
+{"orphans": mode_orphans, "bind": mode_bind, "stranger": mode_stranger, "scan": mode_scan, "dying": mode_dying,
  "worldsize": mode_worldsize, "duprank": mode_duprank}[MODE]()
 print("PASS " + MODE)
