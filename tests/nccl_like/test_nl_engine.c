@@ -46,8 +46,13 @@ typedef struct mock_pipe {
 } mock_pipe;
 
 struct xcoll_net_listen_comm { mock_pipe *pipe; };
-struct xcoll_net_send_comm { mock_pipe *pipe; };
 struct xcoll_net_request;
+/* Sends not yet tested done are kept so that close_send releases them
+ * (net.h: close releases the requests in flight). */
+struct xcoll_net_send_comm {
+  mock_pipe *pipe;
+  struct xcoll_net_request *pending[XCOLL_NET_MAX_REQUESTS];
+};
 /* Receives in flight are kept so that close_recv releases them (net.h). */
 struct xcoll_net_recv_comm {
   mock_pipe *pipe;
@@ -56,6 +61,7 @@ struct xcoll_net_recv_comm {
 struct xcoll_net_request {
   mock_pipe *pipe; /* NULL for a send (complete when posted) */
   struct xcoll_net_recv_comm *owner;
+  struct xcoll_net_send_comm *send_owner; /* sends */
   void *data;
   size_t bytes;
   uint32_t tag;
@@ -151,7 +157,14 @@ static xcoll_status mock_isend(xcoll_net_send_comm *sc, const void *data,
     pipe->head = m;
   pipe->tail = m;
   pthread_mutex_unlock(&pipe->lock);
-  *out = calloc(1, sizeof **out);
+  xcoll_net_request *r = calloc(1, sizeof *r);
+  r->send_owner = sc;
+  for (int i = 0; i < XCOLL_NET_MAX_REQUESTS; i++)
+    if (!sc->pending[i]) {
+      sc->pending[i] = r;
+      break;
+    }
+  *out = r;
   return XCOLL_SUCCESS;
 }
 static xcoll_status mock_irecv(xcoll_net_recv_comm *rc, void *data,
@@ -175,6 +188,9 @@ static xcoll_status mock_irecv(xcoll_net_recv_comm *rc, void *data,
 static xcoll_status mock_test(xcoll_net_request *r, int *done, size_t *bytes) {
   *done = 0;
   if (r->pipe == NULL) {
+    for (int i = 0; i < XCOLL_NET_MAX_REQUESTS; i++)
+      if (r->send_owner->pending[i] == r)
+        r->send_owner->pending[i] = NULL;
     *done = 1;
     free(r);
     return XCOLL_SUCCESS;
@@ -223,6 +239,8 @@ static void pipe_release(mock_pipe *pipe) {
   }
 }
 static void mock_close_send(xcoll_net_send_comm *sc) {
+  for (int i = 0; i < XCOLL_NET_MAX_REQUESTS; i++)
+    free(sc->pending[i]);
   pipe_release(sc->pipe);
   free(sc);
 }
