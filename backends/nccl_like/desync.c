@@ -271,16 +271,22 @@ void nl_fp_progress(nl_state *st, int *progress) {
   }
 }
 
-void nl_fp_explain(nl_state *st, uint64_t index) {
+int nl_fp_judged(nl_state *st, uint64_t index) {
   nl_fp_link *fp = &st->fp;
-  if (st->world_size == 1)
-    return;
-  double deadline = nl_now() + NL_FP_EXPLAIN_S;
-  while (!atomic_load(&st->failed) && !atomic_load(&fp->broken) &&
-         atomic_load(&fp->judged) <= index && nl_now() < deadline) {
+  return st->world_size == 1 || atomic_load(&st->failed) ||
+         atomic_load(&fp->broken) || atomic_load(&fp->judged) > index;
+}
+
+void nl_fp_await(nl_state *st, uint64_t index, double limit_s) {
+  double deadline = nl_now() + limit_s;
+  while (!nl_fp_judged(st, index) && nl_now() < deadline) {
     int progress = 0;
     nl_fp_progress(st, &progress);
     if (!progress)
       sched_yield(); /* the proxy thread may hold the step: let it run */
   }
+}
+
+void nl_fp_explain(nl_state *st, uint64_t index) {
+  nl_fp_await(st, index, NL_FP_EXPLAIN_S);
 }

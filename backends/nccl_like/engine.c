@@ -229,6 +229,13 @@ static xcoll_status nl_test(void *state, xcoll_backend_op *handle, int *done) {
   pthread_mutex_lock(&st->lock);
   *done = op->channels_left == 0;
   pthread_mutex_unlock(&st->lock);
+  if (*done && st->world_size > 1 && !nl_fp_judged(st, op->fp_index)) {
+    /* The data moved; the call is not done until its fingerprint was
+     * compared (nl_fp_await). */
+    int progress = 0;
+    nl_fp_progress(st, &progress);
+    *done = nl_fp_judged(st, op->fp_index);
+  }
   if (!*done)
     return XCOLL_SUCCESS;
   return op_finish(st, op);
@@ -283,6 +290,10 @@ static xcoll_status nl_wait(void *state, xcoll_backend_op *handle) {
       pthread_cond_broadcast(&ch->queue_cond); /* the worker's next item */
   }
   pthread_mutex_unlock(&st->lock);
+  /* Not done until its fingerprint was compared with the previous rank's
+   * (bounded: the previous rank sent it before its data, which arrived). */
+  if (st->world_size > 1)
+    nl_fp_await(st, op->fp_index, st->timeout_s);
   return op_finish(st, op);
 }
 

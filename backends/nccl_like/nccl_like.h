@@ -291,6 +291,16 @@ int nl_fp_pending(nl_state *st);
  * fingerprint of that op is compared (at most NL_FP_EXPLAIN_S), so that a
  * desync fails naming both calls rather than as a bad slot. */
 void nl_fp_explain(nl_state *st, uint64_t index);
+/* 1 once op `index`'s fingerprint was compared with the previous rank's
+ * (or nothing will be: world of one, failed comm, closed link). */
+int nl_fp_judged(nl_state *st, uint64_t index);
+/* Run the fingerprint step until op `index` is judged, at most limit_s
+ * seconds. A collective completes only once judged (engine.c), so that a
+ * mismatched call fails itself, not only a later one: calls of the same
+ * element size (float32 against int32, sum against max) complete on the
+ * data path, and a short next call could complete before the comparison
+ * too (seen: the barrier after a dtype mismatch returned success). */
+void nl_fp_await(nl_state *st, uint64_t index, double limit_s);
 
 /* ---- proxy.c ---- */
 xcoll_status nl_proxy_start(nl_state *st);
