@@ -266,19 +266,20 @@ static void test_store_stranger(void **unused) {
                    XCOLL_SUCCESS);
   assert_int_equal(xcoll_store_set(good, "addr/0", "10.0.0.1:1234", 14),
                    XCOLL_SUCCESS);
+  /* The stranger is a new process (fork then exec of this binary): a
+   * forked copy of this one could inherit a lock that the store's server
+   * thread held at the fork (its log line about the previous stranger) and
+   * hang in its own first log line (seen in CI: the child hit its alarm). */
+  char port_text[16];
+  snprintf(port_text, sizeof port_text, "%d", port);
   for (int variant = 0; variant < 2; variant++) {
+    char *argv[] = {"test_auth", "--stranger", port_text,
+                    variant == 0 ? "guessed" : "none", NULL};
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-      alarm(30);
-      if (variant == 0)
-        setenv("XCOLL_AUTH_TOKEN", "guessed secret", 1);
-      else
-        unsetenv("XCOLL_AUTH_TOKEN");
-      xcoll_auth_reload();
-      xcoll_store *bad = NULL;
-      xcoll_status s = xcoll_store_connect("127.0.0.1", port, 5, &bad);
-      _exit(s == XCOLL_ERR_PROTOCOL && bad == NULL ? 0 : 1);
+      execv("/proc/self/exe", argv);
+      _exit(127);
     }
     int status = 0;
     assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -299,7 +300,28 @@ static void test_store_stranger(void **unused) {
   use_token(NULL);
 }
 
-int main(void) {
+/* test_store_stranger's stranger: connect to the store on port with a
+ * guessed secret or none; 0 when refused with XCOLL_ERR_PROTOCOL. */
+static int stranger_main(const char *port_text, const char *secret) {
+  alarm(30);
+  unsetenv("XCOLL_AUTH_FILE");
+  if (strcmp(secret, "guessed") == 0)
+    setenv("XCOLL_AUTH_TOKEN", "guessed secret", 1);
+  else
+    unsetenv("XCOLL_AUTH_TOKEN");
+  xcoll_auth_reload();
+  xcoll_store *bad = NULL;
+  xcoll_status s = xcoll_store_connect("127.0.0.1", atoi(port_text), 5, &bad);
+  int ok = s == XCOLL_ERR_PROTOCOL && bad == NULL;
+  if (!ok)
+    fprintf(stderr, "stranger (%s secret): connect returned %s (%s)\n",
+            secret, xcoll_strerror(s), xcoll_last_error());
+  return ok ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 4 && strcmp(argv[1], "--stranger") == 0)
+    return stranger_main(argv[2], argv[3]);
   unsetenv("XCOLL_AUTH_TOKEN");
   unsetenv("XCOLL_AUTH_FILE");
   const struct CMUnitTest tests[] = {
