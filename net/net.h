@@ -4,7 +4,8 @@
  * and nothing else changes.
  *
  * Plugins: "socket" (net/socket/, always built), "ucx" (net/ucx/, when UCX
- * is found), and any shared object libxcoll-net-NAME.so exporting the symbol
+ * is found), "ibverbs" (net/ibverbs/, when the verbs headers are found;
+ * libibverbs itself is loaded at run time), and any shared object libxcoll-net-NAME.so exporting the symbol
  * XCOLL_NET_PLUGIN_SYMBOL ("xcoll_net_plugin_v1"), found through
  * XCOLL_NET_PLUGIN (a NAME or a path). XCOLL_NET picks a built-in one
  * (default socket). net/example/ is such a plugin built as its own .so.
@@ -172,6 +173,9 @@ const char *xcoll_net_last_error(void);
 extern const xcoll_net_v1 xcoll_net_socket;
 #ifdef XCOLL_HAVE_UCX
 extern const xcoll_net_v1 xcoll_net_ucx;
+#endif
+#ifdef XCOLL_HAVE_IBVERBS
+extern const xcoll_net_v1 xcoll_net_ibverbs;
 #endif
 
 #endif
