@@ -74,6 +74,12 @@ typedef struct xcoll_net_properties {
   double latency_us;    /* one-way latency estimate, microseconds (0: unknown) */
   int max_comms;        /* comms the device can hold at once */
   int max_requests;     /* in-flight requests per comm, <= XCOLL_NET_MAX_REQUESTS */
+  /* Receives the caller should keep posted ahead per recv comm (0: the
+   * caller's default). A stream (socket) needs one; a receiver-driven plugin
+   * (ibverbs: a sender waits for the clear-to-send each receive writes)
+   * needs several to keep slots in flight. Added last: a plugin built
+   * against an older net.h leaves it 0 when the caller zeroes the struct. */
+  int recvs_ahead;
 } xcoll_net_properties;
 
 /* Opaque objects of the plugin. */

@@ -120,9 +120,18 @@ static pthread_once_t device_once = PTHREAD_ONCE_INIT;
 static xcoll_status device_status = XCOLL_ERR_NOT_SUPPORTED;
 static char device_error[IBN_MESSAGE_BYTES];
 static ibn_device device;
-/* Outstanding CTS entries seen at once by any send comm, for the INFO line
- * at close (a check that slots are kept in flight, not a speed). */
+/* Outstanding CTS entries at once, for the INFO line at close (a check that
+ * slots are kept in flight, not a speed): written by a receiver and not yet
+ * answered by data, in any recv comm of the process; and found waiting in
+ * a sender's FIFO at an isend, in any send comm. */
 static _Atomic int max_outstanding_cts;
+static _Atomic int max_cts_waiting;
+
+static void raise_to(_Atomic int *max, int value) {
+  int old = atomic_load(max);
+  while (value > old && !atomic_compare_exchange_weak(max, &old, value)) {
+  }
+}
 
 static void set_device_error(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)));
@@ -358,7 +367,7 @@ struct ibn_comm {
   /* Send side: the FIFO the receiver writes CTS entries into. */
   ibn_cts *fifo;
   ibn_mr *fifo_mr;
-  int max_cts; /* most CTS entries waiting ahead of posted at once */
+  int max_cts; /* send: most CTS entries found waiting; recv: most out */
   /* Receive side: the CTS entries as written from, and the sender's FIFO. */
   ibn_cts *cts_out;
   ibn_mr *cts_mr;
@@ -586,6 +595,9 @@ static xcoll_status ib_get_properties(int device_index,
   p->ptr_support = XCOLL_NET_PTR_HOST;
   p->max_comms = 65536;
   p->max_requests = IBN_SLOTS;
+  /* The sender waits for a CTS per message: slots stay in flight only if
+   * the receiver has posted ahead. */
+  p->recvs_ahead = IBN_SLOTS;
   return XCOLL_SUCCESS;
 }
 
@@ -1032,10 +1044,7 @@ static xcoll_status ib_isend(xcoll_net_send_comm *send_comm, const void *data,
     ahead++;
   if (ahead > c->max_cts) {
     c->max_cts = ahead;
-    int old = atomic_load(&max_outstanding_cts);
-    while (ahead > old &&
-           !atomic_compare_exchange_weak(&max_outstanding_cts, &old, ahead)) {
-    }
+    raise_to(&max_cts_waiting, ahead);
   }
   uint64_t remote_addr = __atomic_load_n(&cts->addr, __ATOMIC_RELAXED);
   uint32_t rkey = __atomic_load_n(&cts->rkey, __ATOMIC_RELAXED);
@@ -1160,6 +1169,10 @@ static xcoll_status ib_irecv(xcoll_net_recv_comm *recv_comm, void *data,
   }
   c->posted++;
   c->in_flight++;
+  if (c->in_flight > c->max_cts) {
+    c->max_cts = c->in_flight;
+    raise_to(&max_outstanding_cts, c->in_flight);
+  }
   *request = (xcoll_net_request *)r;
   return XCOLL_SUCCESS;
 }
@@ -1194,9 +1207,15 @@ static xcoll_status ib_test(xcoll_net_request *request, int *done,
 static void close_comm(ibn_comm *c) {
   if (c == NULL) return;
   if (c->is_send)
-    net_info("net ibverbs: rank %d's connection to rank %d closed after %" PRIu64
-             " messages; at most %d CTS entries were outstanding at once "
-             "(%d in this process)",
+    net_info("net ibverbs: rank %d's connection to rank %d closed after "
+             "%" PRIu64 " messages; at most %d CTS entries waited in its FIFO "
+             "at once (%d in this process)",
+             c->rank, c->peer_rank, c->posted, c->max_cts,
+             atomic_load(&max_cts_waiting));
+  else
+    net_info("net ibverbs: rank %d's connection from rank %d closed after "
+             "%" PRIu64 " messages; at most %d CTS entries were outstanding "
+             "at once (%d in this process)",
              c->rank, c->peer_rank, c->posted, c->max_cts,
              atomic_load(&max_outstanding_cts));
   /* Destroying the QP releases whatever was in flight: the requests are
