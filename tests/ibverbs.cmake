@@ -32,11 +32,21 @@ function(ib_test name timeout env)
 endfunction()
 
 # The conformance suite over the emulator, 2 to 4 ranks, both protocols.
-foreach(np 2 3 4)
-  foreach(proto simple ll)
-    ib_test(emu.np${np}.${proto} 120 "${IB_EMU_ENV};XCOLL_PROTO=${proto}"
+# 2 ranks: the whole --quick suite. 3 and 4 ranks: a FIFO of 8 slots of
+# 1 KiB (XCOLL_BUFFSIZE=8K) that messages up to 64 Ki elements wrap many
+# times, so that all 8 slots carry clear-to-send entries at once; the
+# larger --quick counts take minutes with so small a FIFO (as in
+# nccl_like.cmake's np4.ll.small).
+foreach(proto simple ll)
+  ib_test(emu.np2.${proto} 120 "${IB_EMU_ENV};XCOLL_PROTO=${proto}"
+    $<TARGET_FILE:xcollrun> --nproc-per-node 2 --master-port 0
+    $<TARGET_FILE:conformance> --backend nccl_like --quick)
+  foreach(np 3 4)
+    ib_test(emu.np${np}.${proto}.small 120
+      "${IB_EMU_ENV};XCOLL_PROTO=${proto};XCOLL_BUFFSIZE=8K"
       $<TARGET_FILE:xcollrun> --nproc-per-node ${np} --master-port 0
-      $<TARGET_FILE:conformance> --backend nccl_like --quick)
+      $<TARGET_FILE:conformance> --backend nccl_like --quick
+      --max-count 65536)
   endforeach()
 endforeach()
 
@@ -50,17 +60,21 @@ ib_test(emu.peer_kill 90 "${IB_EMU_ENV}"
 # completion must surface as an error naming the peer.
 ib_test(emu.bad_rkey 60 "${IB_EMU_ENV};XCOLL_IB_DEBUG_FAULT=bad_rkey;XCOLL_DEBUG=WARN"
   bash ${IB_SCRIPTS}/ib_expect_fail.sh 40
-  "remote access error.*|rank [0-9]+.*remote access"
+  "net ibverbs: rank [0-9]+: sending to rank [0-9]+ failed on the QP: remote access error"
   $<TARGET_FILE:xcollrun> --nproc-per-node 2 --master-port 0
   $<TARGET_FILE:conformance> --backend nccl_like --quick --coll allreduce)
 
-# The plugin deliberately writes before its clear-to-send arrived: the
-# emulator must make that fail (proof that it catches protocol bugs).
-ib_test(emu.skip_cts 60 "${IB_EMU_ENV};XCOLL_IB_DEBUG_FAULT=skip_cts;XCOLL_DEBUG=WARN"
-  bash ${IB_SCRIPTS}/ib_expect_fail.sh 40
-  "net ibverbs: rank [0-9]+: sending to rank [0-9]+ failed"
-  $<TARGET_FILE:xcollrun> --nproc-per-node 2 --master-port 0
-  $<TARGET_FILE:conformance> --backend nccl_like --quick --coll allreduce)
+# Protocol bugs made on purpose in the plugin: a write that does not wait
+# for its clear-to-send, and a clear-to-send taken twice. The emulator must
+# make each fail (proof that the tests over it catch such bugs).
+foreach(fault skip_cts reuse_cts)
+  ib_test(emu.${fault} 60
+    "${IB_EMU_ENV};XCOLL_IB_DEBUG_FAULT=${fault};XCOLL_DEBUG=WARN"
+    bash ${IB_SCRIPTS}/ib_expect_fail.sh 40
+    "net ibverbs: rank [0-9]+: sending to rank [0-9]+ failed on the QP"
+    $<TARGET_FILE:xcollrun> --nproc-per-node 2 --master-port 0
+    $<TARGET_FILE:conformance> --backend nccl_like --quick --coll allreduce)
+endforeach()
 
 # No device (the emulator's list made empty) and no library: selecting the
 # plugin fails saying so.

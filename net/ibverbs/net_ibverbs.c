@@ -25,16 +25,22 @@
  *   test:    poll the comm's CQ; a send completes at its write's completion,
  *            a receive at the immediate's (which RC orders after the data).
  * A CTS entry carries k + 1 at both ends, so a torn or stale entry is never
- * taken for the k-th one. At most IBN_SLOTS messages are in flight per comm.
+ * taken for the k-th one, and the sender clears it once used. At most
+ * IBN_SLOTS messages are in flight per comm; the receiver asks the engine
+ * to keep that many receives posted (properties.recvs_ahead).
  *
- * Errors: a CQ error (retry exceeded, remote access, flushed WRs) fails the
- * comm with XCOLL_ERR_REMOTE naming the peer rank; a tag mismatch or an
+ * Errors, each naming the peer rank: a CQ error fails the comm, with
+ * XCOLL_ERR_REMOTE when the peer is gone (retry or RNR retry exceeded,
+ * flushed WRs) and XCOLL_ERR_PROTOCOL when its NIC refused a key or an
+ * address (remote access error); a receiver whose bootstrap socket closes
+ * is XCOLL_ERR_REMOTE (a dead sender, seen at once). A tag mismatch or an
  * oversize message is XCOLL_ERR_PROTOCOL on both ends (the sender tells the
  * receiver with a reserved immediate value).
  *
  * Test hooks (never for production): XCOLL_IB_DEBUG_FAULT=skip_cts makes
- * isend write without waiting for its CTS; =bad_rkey makes irecv advertise a
- * wrong rkey. tests/ibverbs.cmake checks that both are caught. */
+ * isend write without waiting for its CTS; =reuse_cts makes every 5th isend
+ * take the previous message's CTS again; =bad_rkey makes irecv advertise a
+ * wrong rkey. tests/ibverbs.cmake checks that each is caught. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -65,6 +71,12 @@
 #define IBN_IMM_TRUNCATED 0xffffffffu
 #define IBN_IMM_BAD_TAG 0xfffffffeu
 #define IBN_MAX_MESSAGE 0xfffffff0u
+/* Test hooks (XCOLL_IB_DEBUG_FAULT): protocol bugs made on purpose, to show
+ * that the tests over the emulator catch them. */
+#define IBN_FAULT_NONE 0
+#define IBN_FAULT_SKIP_CTS 1  /* isend writes without waiting for its CTS */
+#define IBN_FAULT_BAD_RKEY 2  /* irecv advertises a wrong rkey */
+#define IBN_FAULT_REUSE_CTS 3 /* every 5th isend takes the previous CTS again */
 /* wr_id of a CTS write: the request slot with this bit. */
 #define IBN_WR_CTS 0x100u
 
@@ -113,7 +125,7 @@ typedef struct ibn_device {
   enum ibv_mtu mtu;
   long timeout;   /* XCOLL_IB_TIMEOUT: 4.096 us * 2^timeout per retry */
   long retry_cnt; /* XCOLL_IB_RETRY_CNT */
-  int fault;      /* XCOLL_IB_DEBUG_FAULT: 0 none, 1 skip_cts, 2 bad_rkey */
+  int fault;      /* XCOLL_IB_DEBUG_FAULT: IBN_FAULT_* */
 } ibn_device;
 
 static pthread_once_t device_once = PTHREAD_ONCE_INIT;
@@ -182,13 +194,15 @@ static void open_device(void) {
     return;
   }
   if (fault != NULL && strcmp(fault, "skip_cts") == 0)
-    device.fault = 1;
+    device.fault = IBN_FAULT_SKIP_CTS;
   else if (fault != NULL && strcmp(fault, "bad_rkey") == 0)
-    device.fault = 2;
+    device.fault = IBN_FAULT_BAD_RKEY;
+  else if (fault != NULL && strcmp(fault, "reuse_cts") == 0)
+    device.fault = IBN_FAULT_REUSE_CTS;
   else if (fault != NULL) {
     device_status = XCOLL_ERR_ENV;
-    set_device_error("net ibverbs: XCOLL_IB_DEBUG_FAULT=%s is not skip_cts or "
-                     "bad_rkey (a test hook; leave it unset)",
+    set_device_error("net ibverbs: XCOLL_IB_DEBUG_FAULT=%s is not skip_cts, "
+                     "bad_rkey or reuse_cts (a test hook; leave it unset)",
                      fault);
     return;
   }
@@ -380,20 +394,23 @@ struct ibn_comm {
   uint8_t liveness_byte;
 };
 
-static xcoll_status comm_fail(ibn_comm *c, xcoll_status status,
-                              const char *fmt, ...)
+/* Record the comm's first error (later ones are consequences), silently:
+ * poll_comm reports it once. */
+static void comm_set(ibn_comm *c, xcoll_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static xcoll_status comm_fail(ibn_comm *c, xcoll_status status,
-                              const char *fmt, ...) {
-  if (c->error == XCOLL_SUCCESS) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->error_text, sizeof c->error_text, fmt, ap);
-    va_end(ap);
-    c->error = status;
-  }
-  return net_fail(c->error, "%s", c->error_text);
+static void comm_set(ibn_comm *c, xcoll_status status, const char *fmt, ...) {
+  if (c->error != XCOLL_SUCCESS) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->error_text, sizeof c->error_text, fmt, ap);
+  va_end(ap);
+  c->error = status;
 }
+
+/* Record and report: the comm's (first) error, logged, as the status. */
+#define comm_fail(c, status, ...)                                              \
+  (comm_set((c), (status), __VA_ARGS__),                                       \
+   net_fail((c)->error, "%s", (c)->error_text))
 
 static const char *wc_text(enum ibv_wc_status status) {
   const char *t = device.api->wc_status_str(status);
@@ -568,9 +585,9 @@ static xcoll_status ib_init(xcoll_net_log_fn log) {
            device.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",
            device.gid_index, 128 << device.mtu, device.timeout,
            device.retry_cnt,
-           device.fault == 1   ? " (TEST HOOK: skip_cts)"
-           : device.fault == 2 ? " (TEST HOOK: bad_rkey)"
-                               : "");
+           device.fault != IBN_FAULT_NONE ? " (TEST HOOK: XCOLL_IB_DEBUG_FAULT "
+                                            "set)"
+                                          : "");
   return XCOLL_SUCCESS;
 }
 
@@ -920,80 +937,103 @@ static int mr_covers(const ibn_mr *m, const void *data, size_t bytes) {
 
 /* ---- progress ---- */
 
-/* Take what the CQ holds and hand it to the requests; the comm's sticky
- * error otherwise. */
-static xcoll_status poll_comm(ibn_comm *c) {
-  if (c->error != XCOLL_SUCCESS) return net_fail(c->error, "%s", c->error_text);
-  struct ibv_wc wc[IBN_CQ_BATCH];
-  for (;;) {
-    int n = ibv_poll_cq(c->cq, IBN_CQ_BATCH, wc);
-    if (n < 0)
-      return comm_fail(c, XCOLL_ERR_SYSTEM,
-                       "net ibverbs: rank %d: polling the CQ of the "
-                       "connection with rank %d failed",
-                       c->rank, c->peer_rank);
-    for (int i = 0; i < n; i++) {
-      if (wc[i].status != IBV_WC_SUCCESS)
-        return comm_fail(
-            c, XCOLL_ERR_REMOTE,
-            "net ibverbs: rank %d: %s rank %d failed on the QP: %s (work "
-            "completion status %d)%s",
-            c->rank, c->is_send ? "sending to" : "receiving from",
-            c->peer_rank, wc_text(wc[i].status), (int)wc[i].status,
-            wc[i].status == IBV_WC_RETRY_EXC_ERR
-                ? "; the peer is gone or unreachable"
-            : wc[i].status == IBV_WC_REM_ACCESS_ERR
-                ? "; the remote key or address was refused"
-                : "");
-      uint64_t id = wc[i].wr_id;
-      if (id & IBN_WR_CTS) continue; /* a CTS write landed */
-      if (id >= IBN_SLOTS || !c->requests[id].used)
-        return comm_fail(c, XCOLL_ERR_INTERNAL,
-                         "net ibverbs: rank %d: a completion for no request "
-                         "(wr_id %" PRIu64 ") from rank %d",
-                         c->rank, id, c->peer_rank);
-      ibn_request *r = &c->requests[id];
-      if (c->is_send) {
-        r->done = 1;
-        continue;
-      }
-      uint32_t imm = ntohl(wc[i].imm_data);
-      if (!(wc[i].wc_flags & IBV_WC_WITH_IMM))
-        return comm_fail(c, XCOLL_ERR_PROTOCOL,
-                         "net ibverbs: rank %d: rank %d's write came without "
-                         "its immediate size",
-                         c->rank, c->peer_rank);
-      if (imm == IBN_IMM_TRUNCATED || imm == IBN_IMM_BAD_TAG)
-        return comm_fail(c, XCOLL_ERR_PROTOCOL,
-                         "net ibverbs: rank %d: %s from rank %d (tag %" PRIu32
-                         ", %zu bytes posted)",
-                         c->rank,
-                         imm == IBN_IMM_TRUNCATED
-                             ? "message truncated: a longer message"
-                             : "the two ranks disagree on the order of "
-                               "messages: another tag",
-                         c->peer_rank, r->tag, r->bytes);
-      if (imm > r->bytes)
-        return comm_fail(c, XCOLL_ERR_PROTOCOL,
-                         "net ibverbs: rank %d: rank %d reports %" PRIu32
-                         " bytes written into a receive of %zu",
-                         c->rank, c->peer_rank, imm, r->bytes);
-      r->got = imm;
-      r->done = 1;
-    }
-    if (n < IBN_CQ_BATCH) break;
+/* One work completion for comm c: mark its request done, or fail the comm
+ * (the first error is kept; later completions are still taken). */
+static void take_completion(ibn_comm *c, const struct ibv_wc *wc) {
+  if (wc->status != IBV_WC_SUCCESS) {
+    /* The peer gone or unreachable is REMOTE; a key or address the peer's
+     * NIC refused is a broken protocol (PROTOCOL), not a death. */
+    int gone = wc->status == IBV_WC_RETRY_EXC_ERR ||
+               wc->status == IBV_WC_RNR_RETRY_EXC_ERR ||
+               wc->status == IBV_WC_WR_FLUSH_ERR;
+    comm_set(
+        c, gone ? XCOLL_ERR_REMOTE : XCOLL_ERR_PROTOCOL,
+        "net ibverbs: rank %d: %s rank %d failed on the QP: %s (work "
+        "completion status %d)%s",
+        c->rank, c->is_send ? "sending to" : "receiving from", c->peer_rank,
+        wc_text(wc->status), (int)wc->status,
+        wc->status == IBV_WC_RETRY_EXC_ERR
+            ? "; the peer is gone or unreachable"
+        : wc->status == IBV_WC_REM_ACCESS_ERR
+            ? "; the remote key or address was refused"
+            : "");
+    return;
   }
+  uint64_t id = wc->wr_id;
+  if (id & IBN_WR_CTS) return; /* a CTS write landed */
+  if (id >= IBN_SLOTS || !c->requests[id].used) {
+    comm_set(c, XCOLL_ERR_INTERNAL,
+                    "net ibverbs: rank %d: a completion for no request "
+                    "(wr_id %" PRIu64 ") from rank %d",
+                    c->rank, id, c->peer_rank);
+    return;
+  }
+  ibn_request *r = &c->requests[id];
+  if (c->is_send) {
+    r->done = 1;
+    return;
+  }
+  uint32_t imm = ntohl(wc->imm_data);
+  if (!(wc->wc_flags & IBV_WC_WITH_IMM))
+    comm_set(c, XCOLL_ERR_PROTOCOL,
+                    "net ibverbs: rank %d: rank %d's write came without its "
+                    "immediate size",
+                    c->rank, c->peer_rank);
+  else if (imm == IBN_IMM_TRUNCATED || imm == IBN_IMM_BAD_TAG)
+    comm_set(c, XCOLL_ERR_PROTOCOL,
+                    "net ibverbs: rank %d: %s from rank %d (tag %" PRIu32
+                    ", %zu bytes posted)",
+                    c->rank,
+                    imm == IBN_IMM_TRUNCATED
+                        ? "message truncated: a longer message"
+                        : "the two ranks disagree on the order of messages: "
+                          "another tag",
+                    c->peer_rank, r->tag, r->bytes);
+  else if (imm > r->bytes)
+    comm_set(c, XCOLL_ERR_PROTOCOL,
+                    "net ibverbs: rank %d: rank %d reports %" PRIu32
+                    " bytes written into a receive of %zu",
+                    c->rank, c->peer_rank, imm, r->bytes);
+  else {
+    r->got = imm;
+    r->done = 1;
+  }
+}
+
+/* Take what the CQ holds and hand it to the requests; then the comm's
+ * sticky error, if any. The liveness socket is looked at before the CQ: a
+ * sender writes its last messages before it exits and closes the socket,
+ * so they are in the CQ by the time the close is seen, and their requests
+ * report done as net.h requires. */
+static xcoll_status poll_comm(ibn_comm *c) {
+  int peer_closed = 0;
   if (c->liveness != NULL) {
     int done = 0;
     xcoll_status s = xcoll_net_socket.test(c->liveness, &done, NULL);
     if (s != XCOLL_SUCCESS || done) {
       c->liveness = NULL;
-      return comm_fail(c, XCOLL_ERR_REMOTE,
-                       "net ibverbs: rank %d: rank %d is gone (its bootstrap "
-                       "connection closed)",
-                       c->rank, c->peer_rank);
+      peer_closed = 1;
     }
   }
+  struct ibv_wc wc[IBN_CQ_BATCH];
+  for (;;) {
+    int n = ibv_poll_cq(c->cq, IBN_CQ_BATCH, wc);
+    if (n < 0) {
+      comm_set(c, XCOLL_ERR_SYSTEM,
+                      "net ibverbs: rank %d: polling the CQ of the "
+                      "connection with rank %d failed (overrun?)",
+                      c->rank, c->peer_rank);
+      break;
+    }
+    for (int i = 0; i < n; i++) take_completion(c, &wc[i]);
+    if (n < IBN_CQ_BATCH) break;
+  }
+  if (peer_closed)
+    comm_set(c, XCOLL_ERR_REMOTE,
+                    "net ibverbs: rank %d: rank %d is gone (its bootstrap "
+                    "connection closed)",
+                    c->rank, c->peer_rank);
+  if (c->error != XCOLL_SUCCESS) return net_fail(c->error, "%s", c->error_text);
   return XCOLL_SUCCESS;
 }
 
@@ -1031,7 +1071,11 @@ static xcoll_status ib_isend(xcoll_net_send_comm *send_comm, const void *data,
    * read of it is an atomic load. */
   ibn_cts *cts = &c->fifo[c->posted % IBN_SLOTS];
   uint64_t want = c->posted + 1;
-  if (device.fault != 1 &&
+  int faulty = device.fault == IBN_FAULT_SKIP_CTS ||
+               (device.fault == IBN_FAULT_REUSE_CTS && c->posted % 5 == 4);
+  if (device.fault == IBN_FAULT_REUSE_CTS && faulty)
+    cts = &c->fifo[(c->posted - 1) % IBN_SLOTS];
+  if (!faulty &&
       (__atomic_load_n(&cts->seq, __ATOMIC_ACQUIRE) != want ||
        __atomic_load_n(&cts->seq_end, __ATOMIC_ACQUIRE) != (uint32_t)want))
     return XCOLL_SUCCESS; /* no clear-to-send yet */
@@ -1050,6 +1094,10 @@ static xcoll_status ib_isend(xcoll_net_send_comm *send_comm, const void *data,
   uint32_t rkey = __atomic_load_n(&cts->rkey, __ATOMIC_RELAXED);
   uint32_t capacity = __atomic_load_n(&cts->size, __ATOMIC_RELAXED);
   uint32_t cts_tag = __atomic_load_n(&cts->tag, __ATOMIC_RELAXED);
+  /* Consumed: clear it (as NCCL's sender does), so that a write that runs
+   * ahead of its CTS, or takes one twice, finds no key rather than a stale
+   * one that happens to point at the right slot. */
+  memset(cts, 0, sizeof *cts);
   ibn_request *r = take_request(c, &slot);
   r->tag = tag;
   r->bytes = bytes;
@@ -1057,11 +1105,11 @@ static xcoll_status ib_isend(xcoll_net_send_comm *send_comm, const void *data,
   uint32_t imm = (uint32_t)bytes;
   size_t write_bytes = bytes;
   xcoll_status verdict = XCOLL_SUCCESS;
-  if (device.fault != 1 && cts_tag != tag) {
+  if (!faulty && cts_tag != tag) {
     imm = IBN_IMM_BAD_TAG;
     write_bytes = 0;
     verdict = XCOLL_ERR_PROTOCOL;
-  } else if (device.fault != 1 && bytes > capacity) {
+  } else if (!faulty && bytes > capacity) {
     imm = IBN_IMM_TRUNCATED;
     write_bytes = 0;
     verdict = XCOLL_ERR_PROTOCOL;
@@ -1143,7 +1191,8 @@ static xcoll_status ib_irecv(xcoll_net_recv_comm *recv_comm, void *data,
   uint64_t seq = c->posted + 1;
   cts->seq = seq;
   cts->addr = (uint64_t)(uintptr_t)data;
-  cts->rkey = device.fault == 2 ? m->mr->rkey ^ 0x5a5a5au : m->mr->rkey;
+  cts->rkey = device.fault == IBN_FAULT_BAD_RKEY ? m->mr->rkey ^ 0x5a5a5au
+                                                 : m->mr->rkey;
   cts->size = (uint32_t)bytes;
   cts->tag = tag;
   cts->seq_end = (uint32_t)seq;
@@ -1193,6 +1242,7 @@ static xcoll_status ib_test(xcoll_net_request *request, int *done,
                     "request");
   ibn_comm *c = r->comm;
   xcoll_status s = r->done ? XCOLL_SUCCESS : poll_comm(c);
+  /* poll_comm may have completed r even when it reports an error. */
   /* A request that completed before the comm failed still reports done. */
   if (r->done) {
     *done = 1;
