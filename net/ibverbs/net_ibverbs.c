@@ -481,7 +481,13 @@ static ibn_comm *comm_new(int is_send, int rank, int peer_rank, char *err,
     goto failed;
   }
   c->mine.qpn = c->qp->qp_num;
-  c->mine.psn = (uint32_t)(rand() & 0xffffff);
+  /* A start PSN that differs between comms and runs (any 24-bit value is
+   * valid; it only has to match what the peer is told). */
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  c->mine.psn = (uint32_t)(((uint64_t)ts.tv_nsec ^ (uint64_t)(uintptr_t)c ^
+                            ((uint64_t)c->qp->qp_num << 8)) &
+                           0xffffff);
   c->mine.lid = device.lid;
   c->mine.mtu = (uint8_t)device.mtu;
   c->mine.gid = device.gid;
