@@ -31,6 +31,21 @@ function(ib_test name timeout env)
     LABELS "ibverbs;nccl_like" PROCESSORS 2 ENVIRONMENT "${env}")
 endfunction()
 
+# The plugin called directly, in one process: devices, reg_mr's cache, 32
+# messages in flight, truncation, tag mismatch, a close (no engine).
+add_executable(test_ib_plugin ${IB_SCRIPTS}/test_ib_plugin.c)
+target_link_libraries(test_ib_plugin PRIVATE xcoll_static xcoll_internal)
+target_compile_definitions(test_ib_plugin PRIVATE XCOLL_HAVE_IBVERBS)
+set(IB_PLUGIN_ENV "MASTER_ADDR=127.0.0.1"
+    "XCOLL_IBVERBS_LIB=$<TARGET_FILE:xcoll-ibverbs-emu>")
+add_test(NAME ibverbs.plugin COMMAND test_ib_plugin plugin)
+add_test(NAME ibverbs.plugin_nodevice COMMAND test_ib_plugin nodevice)
+set_tests_properties(ibverbs.plugin ibverbs.plugin_nodevice PROPERTIES
+  TIMEOUT 30 LABELS "ibverbs;nccl_like")
+set_tests_properties(ibverbs.plugin PROPERTIES ENVIRONMENT "${IB_PLUGIN_ENV}")
+set_tests_properties(ibverbs.plugin_nodevice PROPERTIES
+  ENVIRONMENT "${IB_PLUGIN_ENV};XCOLL_IBEMU_DEVICES=0")
+
 # The conformance suite over the emulator, 2 to 4 ranks, both protocols.
 # 2 ranks: the whole --quick suite. 3 and 4 ranks: a FIFO of 8 slots of
 # 1 KiB (XCOLL_BUFFSIZE=8K) that messages up to 64 Ki elements wrap many

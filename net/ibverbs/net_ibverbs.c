@@ -213,11 +213,15 @@ static void open_device(void) {
   int count = 0;
   struct ibv_device **list = api->get_device_list(&count);
   if (list == NULL || count <= 0) {
-    set_device_error("net ibverbs: no RDMA device was found "
-                     "(ibv_get_device_list lists none%s%s); use "
-                     "XCOLL_NET=socket",
-                     list == NULL ? ": " : "",
-                     list == NULL ? strerror(errno) : "");
+    if (list == NULL)
+      set_device_error("net ibverbs: no RDMA device was found "
+                       "(ibv_get_device_list failed: %s; is an RDMA kernel "
+                       "driver loaded?); use XCOLL_NET=socket",
+                       strerror(errno));
+    else
+      set_device_error("net ibverbs: no RDMA device was found "
+                       "(ibv_get_device_list lists none); use "
+                       "XCOLL_NET=socket");
     if (list) api->free_device_list(list);
     return;
   }
