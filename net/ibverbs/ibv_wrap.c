@@ -26,7 +26,8 @@ static void *symbol(void *lib, const char *name, int *ok) {
 
 static void load(void) {
   const char *path = getenv("XCOLL_IBVERBS_LIB");
-  if (path == NULL || path[0] == '\0') path = "libibverbs.so.1";
+  if (path == NULL || path[0] == '\0')
+    path = "libibverbs.so.1";
   void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL) {
     const char *text = dlerror();

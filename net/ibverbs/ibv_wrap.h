@@ -35,8 +35,7 @@ typedef struct xcoll_ibv_api {
                               void *cq_context,
                               struct ibv_comp_channel *channel, int vector);
   int (*destroy_cq)(struct ibv_cq *cq);
-  struct ibv_qp *(*create_qp)(struct ibv_pd *pd,
-                              struct ibv_qp_init_attr *attr);
+  struct ibv_qp *(*create_qp)(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
   int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
   int (*destroy_qp)(struct ibv_qp *qp);
   const char *(*wc_status_str)(enum ibv_wc_status status);

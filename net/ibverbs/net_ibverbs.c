@@ -60,10 +60,11 @@
 #define IBN_HANDLE_MAGIC 0x48494e58u /* bytes "XNIH" */
 #define IBN_HELLO_MAGIC 0x43494e58u  /* bytes "XNIC" */
 #define IBN_VERSION 1
-#define IBN_INNER_OFFSET 8  /* the socket handle, 32 bytes */
+#define IBN_INNER_OFFSET 8 /* the socket handle, 32 bytes */
 #define IBN_INNER_BYTES 32
-#define IBN_QP_OFFSET 40    /* qpn u32 | psn u32 | lid u16 | mtu u8 | 0 | gid */
-#define IBN_HELLO_BYTES 64  /* magic | version | qp info (28) | fifo u64 | rkey */
+#define IBN_QP_OFFSET 40 /* qpn u32 | psn u32 | lid u16 | mtu u8 | 0 | gid */
+#define IBN_HELLO_BYTES                                                        \
+  64 /* magic | version | qp info (28) | fifo u64 | rkey */
 #define IBN_SLOTS XCOLL_NET_MAX_REQUESTS
 #define IBN_CQ_BATCH 16
 #define IBN_MESSAGE_BYTES 512
@@ -76,7 +77,8 @@
 #define IBN_FAULT_NONE 0
 #define IBN_FAULT_SKIP_CTS 1  /* isend writes without waiting for its CTS */
 #define IBN_FAULT_BAD_RKEY 2  /* irecv advertises a wrong rkey */
-#define IBN_FAULT_REUSE_CTS 3 /* every 5th isend takes the previous CTS again */
+#define IBN_FAULT_REUSE_CTS 3 /* every 5th isend takes the previous CTS again  \
+                               */
 /* wr_id of a CTS write: the request slot with this bit. */
 #define IBN_WR_CTS 0x100u
 
@@ -91,22 +93,26 @@ static void put_u16(uint8_t *p, uint16_t v) {
   p[1] = (uint8_t)(v >> 8);
 }
 static void put_u32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+  for (int i = 0; i < 4; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
 }
 static void put_u64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+  for (int i = 0; i < 8; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
 }
 static uint16_t get_u16(const uint8_t *p) {
   return (uint16_t)(p[0] | (p[1] << 8));
 }
 static uint32_t get_u32(const uint8_t *p) {
   uint32_t v = 0;
-  for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+  for (int i = 3; i >= 0; i--)
+    v = (v << 8) | p[i];
   return v;
 }
 static uint64_t get_u64(const uint8_t *p) {
   uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  for (int i = 7; i >= 0; i--)
+    v = (v << 8) | p[i];
   return v;
 }
 
@@ -157,7 +163,8 @@ static void set_device_error(const char *fmt, ...) {
 /* Does this device name appear in XCOLL_IB_HCA (comma-separated names, an
  * optional ":port" ignored here; unset: every device qualifies)? */
 static int hca_wanted(const char *hca, const char *name) {
-  if (hca == NULL) return 1;
+  if (hca == NULL)
+    return 1;
   size_t n = strlen(name);
   const char *p = hca;
   while (*p) {
@@ -165,8 +172,10 @@ static int hca_wanted(const char *hca, const char *name) {
     size_t len = end ? (size_t)(end - p) : strlen(p);
     const char *colon = memchr(p, ':', len);
     size_t name_len = colon ? (size_t)(colon - p) : len;
-    if (name_len == n && strncmp(p, name, n) == 0) return 1;
-    if (!end) break;
+    if (name_len == n && strncmp(p, name, n) == 0)
+      return 1;
+    if (!end)
+      break;
     p = end + 1;
   }
   return 0;
@@ -222,7 +231,8 @@ static void open_device(void) {
       set_device_error("net ibverbs: no RDMA device was found "
                        "(ibv_get_device_list lists none); use "
                        "XCOLL_NET=socket");
-    if (list) api->free_device_list(list);
+    if (list)
+      api->free_device_list(list);
     return;
   }
   const char *hca = xcoll_env_str("XCOLL_IB_HCA");
@@ -230,19 +240,26 @@ static void open_device(void) {
   size_t used = 0;
   for (int i = 0; i < count && device.context == NULL; i++) {
     const char *name = api->get_device_name(list[i]);
-    if (name == NULL) continue;
-    used += (size_t)snprintf(seen + used, used < sizeof seen ? sizeof seen - used : 0,
+    if (name == NULL)
+      continue;
+    used += (size_t)snprintf(seen + used,
+                             used < sizeof seen ? sizeof seen - used : 0,
                              "%s%s", used ? " " : "", name);
-    if (used >= sizeof seen) used = sizeof seen - 1;
-    if (!hca_wanted(hca, name)) continue;
+    if (used >= sizeof seen)
+      used = sizeof seen - 1;
+    if (!hca_wanted(hca, name))
+      continue;
     struct ibv_context *ctx = api->open_device(list[i]);
-    if (ctx == NULL) continue;
+    if (ctx == NULL)
+      continue;
     /* The first active port. */
     for (uint8_t port = 1; port <= 4; port++) {
       struct ibv_port_attr attr;
       memset(&attr, 0, sizeof attr);
-      if (api->query_port(ctx, port, &attr) != 0) break;
-      if (attr.state != IBV_PORT_ACTIVE) continue;
+      if (api->query_port(ctx, port, &attr) != 0)
+        break;
+      if (attr.state != IBV_PORT_ACTIVE)
+        continue;
       device.context = ctx;
       device.port = port;
       device.lid = attr.lid;
@@ -251,7 +268,8 @@ static void open_device(void) {
       snprintf(device.name, sizeof device.name, "%s:%d", name, port);
       break;
     }
-    if (device.context == NULL) api->close_device(ctx);
+    if (device.context == NULL)
+      api->close_device(ctx);
   }
   api->free_device_list(list);
   if (device.context == NULL) {
@@ -272,8 +290,8 @@ static void open_device(void) {
   }
   device.pd = api->alloc_pd(device.context);
   if (device.pd == NULL) {
-    set_device_error("net ibverbs: ibv_alloc_pd on %s failed: %s",
-                     device.name, strerror(errno));
+    set_device_error("net ibverbs: ibv_alloc_pd on %s failed: %s", device.name,
+                     strerror(errno));
     api->close_device(device.context);
     device.context = NULL;
     return;
@@ -299,13 +317,14 @@ static ibn_mr *mr_list;
 static ibn_mr *mr_get(void *addr, size_t bytes) {
   pthread_mutex_lock(&mr_lock);
   ibn_mr *m = mr_list;
-  while (m && !(m->addr == addr && m->bytes == bytes)) m = m->next;
+  while (m && !(m->addr == addr && m->bytes == bytes))
+    m = m->next;
   if (m == NULL) {
     m = calloc(1, sizeof *m);
     if (m != NULL) {
-      m->mr = device.api->reg_mr(device.pd, addr, bytes,
-                                 IBV_ACCESS_LOCAL_WRITE |
-                                     IBV_ACCESS_REMOTE_WRITE);
+      m->mr =
+          device.api->reg_mr(device.pd, addr, bytes,
+                             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
       if (m->mr == NULL) {
         int e = errno;
         free(m);
@@ -321,13 +340,15 @@ static ibn_mr *mr_get(void *addr, size_t bytes) {
       errno = ENOMEM;
     }
   }
-  if (m != NULL) m->refs++;
+  if (m != NULL)
+    m->refs++;
   pthread_mutex_unlock(&mr_lock);
   return m;
 }
 
 static void mr_put(ibn_mr *m) {
-  if (m == NULL) return;
+  if (m == NULL)
+    return;
   pthread_mutex_lock(&mr_lock);
   if (--m->refs == 0) {
     for (ibn_mr **p = &mr_list; *p; p = &(*p)->next)
@@ -404,7 +425,8 @@ struct ibn_comm {
 static void comm_set(ibn_comm *c, xcoll_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void comm_set(ibn_comm *c, xcoll_status status, const char *fmt, ...) {
-  if (c->error != XCOLL_SUCCESS) return;
+  if (c->error != XCOLL_SUCCESS)
+    return;
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(c->error_text, sizeof c->error_text, fmt, ap);
@@ -423,16 +445,21 @@ static const char *wc_text(enum ibv_wc_status status) {
 }
 
 static void comm_free(ibn_comm *c) {
-  if (c == NULL) return;
+  if (c == NULL)
+    return;
   const xcoll_ibv_api *api = device.api;
-  if (c->qp) api->destroy_qp(c->qp);
-  if (c->cq) api->destroy_cq(c->cq);
+  if (c->qp)
+    api->destroy_qp(c->qp);
+  if (c->cq)
+    api->destroy_cq(c->cq);
   mr_put(c->fifo_mr);
   mr_put(c->cts_mr);
   free(c->fifo);
   free(c->cts_out);
-  if (c->socket_send) xcoll_net_socket.close_send(c->socket_send);
-  if (c->socket_recv) xcoll_net_socket.close_recv(c->socket_recv);
+  if (c->socket_send)
+    xcoll_net_socket.close_send(c->socket_send);
+  if (c->socket_recv)
+    xcoll_net_socket.close_recv(c->socket_recv);
   free(c);
 }
 
@@ -448,7 +475,8 @@ static ibn_comm *comm_new(int is_send, int rank, int peer_rank, char *err,
   c->is_send = is_send;
   c->rank = rank;
   c->peer_rank = peer_rank;
-  for (int i = 0; i < IBN_SLOTS; i++) c->requests[i].comm = c;
+  for (int i = 0; i < IBN_SLOTS; i++)
+    c->requests[i].comm = c;
   /* Send queue: a data write per slot (send side) or a CTS write per slot
    * (receive side); doubled for headroom. */
   c->cq = api->create_cq(device.context, 4 * IBN_SLOTS, NULL, NULL, 0);
@@ -505,8 +533,7 @@ static ibn_comm *comm_new(int is_send, int rank, int peer_rank, char *err,
   memset(*buffer, 0, fifo_bytes);
   *mr = mr_get(*buffer, fifo_bytes);
   if (*mr == NULL) {
-    snprintf(err, err_bytes, "ibv_reg_mr of the CTS FIFO: %s",
-             strerror(errno));
+    snprintf(err, err_bytes, "ibv_reg_mr of the CTS FIFO: %s", strerror(errno));
     goto failed;
   }
   return c;
@@ -523,7 +550,7 @@ static int qp_connect(ibn_comm *c, const ibn_qp_info *remote,
   memset(&attr, 0, sizeof attr);
   attr.qp_state = IBV_QPS_RTR;
   attr.path_mtu = remote->mtu < c->mine.mtu ? (enum ibv_mtu)remote->mtu
-                                             : (enum ibv_mtu)c->mine.mtu;
+                                            : (enum ibv_mtu)c->mine.mtu;
   attr.dest_qp_num = remote->qpn;
   attr.rq_psn = remote->psn;
   attr.max_dest_rd_atomic = 1;
@@ -544,9 +571,9 @@ static int qp_connect(ibn_comm *c, const ibn_qp_info *remote,
   int e = api->modify_qp(c->qp, &attr,
                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
                              IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                             IBV_QP_MAX_DEST_RD_ATOMIC |
-                             IBV_QP_MIN_RNR_TIMER);
-  if (e != 0) return e;
+                             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  if (e != 0)
+    return e;
   memset(&attr, 0, sizeof attr);
   attr.qp_state = IBV_QPS_RTS;
   attr.timeout = (uint8_t)device.timeout;
@@ -586,7 +613,8 @@ static int qp_info_valid(const ibn_qp_info *q) {
 static xcoll_status ib_init(xcoll_net_log_fn log) {
   net_plugin_log_set(log);
   xcoll_status s = xcoll_net_socket.init(log); /* the bootstrap connection */
-  if (s != XCOLL_SUCCESS) return s;
+  if (s != XCOLL_SUCCESS)
+    return s;
   pthread_once(&device_once, open_device);
   if (device_status != XCOLL_SUCCESS)
     return net_fail(device_status, "%s", device_error);
@@ -607,7 +635,8 @@ static xcoll_status ib_devices(int *count) {
     return net_fail(XCOLL_ERR_INVALID_ARGUMENT, "net ibverbs: devices(NULL)");
   pthread_once(&device_once, open_device);
   *count = device_status == XCOLL_SUCCESS ? 1 : 0;
-  if (*count == 0) net_info("%s", device_error);
+  if (*count == 0)
+    net_info("%s", device_error);
   return XCOLL_SUCCESS;
 }
 
@@ -649,18 +678,22 @@ static double timeout_of(const xcoll_net_config *config) {
 static xcoll_status ib_listen(int device_index, const xcoll_net_config *config,
                               void *handle,
                               xcoll_net_listen_comm **listen_comm) {
-  if (listen_comm != NULL) *listen_comm = NULL;
+  if (listen_comm != NULL)
+    *listen_comm = NULL;
   if (config == NULL || handle == NULL || listen_comm == NULL)
     return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                     "net ibverbs: listen with a NULL config, handle or "
                     "listen_comm");
   if (device_index != 0 || device_status != XCOLL_SUCCESS)
-    return net_fail(XCOLL_ERR_NOT_SUPPORTED, "net ibverbs: listen on device "
-                    "%d: %s", device_index,
+    return net_fail(XCOLL_ERR_NOT_SUPPORTED,
+                    "net ibverbs: listen on device "
+                    "%d: %s",
+                    device_index,
                     device_status == XCOLL_SUCCESS ? "there is one, 0"
                                                    : device_error);
   ibn_listen *l = calloc(1, sizeof *l);
-  if (l == NULL) return net_fail(XCOLL_ERR_NO_MEMORY, "net ibverbs: no memory");
+  if (l == NULL)
+    return net_fail(XCOLL_ERR_NO_MEMORY, "net ibverbs: no memory");
   char err[256];
   l->comm = comm_new(0, config->rank, -1, err, sizeof err);
   if (l->comm == NULL) {
@@ -689,7 +722,8 @@ static xcoll_status ib_listen(int device_index, const xcoll_net_config *config,
 static xcoll_status ib_accept(xcoll_net_listen_comm *listen_comm,
                               int expected_rank,
                               xcoll_net_recv_comm **recv_comm) {
-  if (recv_comm != NULL) *recv_comm = NULL;
+  if (recv_comm != NULL)
+    *recv_comm = NULL;
   ibn_listen *l = (ibn_listen *)listen_comm;
   if (l == NULL || recv_comm == NULL)
     return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
@@ -702,10 +736,12 @@ static xcoll_status ib_accept(xcoll_net_listen_comm *listen_comm,
   if (l->stage == 0) {
     s = xcoll_net_socket.accept(l->socket_listen, expected_rank,
                                 &l->socket_recv);
-    if (s != XCOLL_SUCCESS || l->socket_recv == NULL) return s;
+    if (s != XCOLL_SUCCESS || l->socket_recv == NULL)
+      return s;
     s = xcoll_net_socket.irecv(l->socket_recv, l->hello, sizeof l->hello, 0,
                                NULL, &l->socket_request);
-    if (s != XCOLL_SUCCESS) return s;
+    if (s != XCOLL_SUCCESS)
+      return s;
     l->stage = 1;
     l->deadline = now_s() + timeout_of(&l->config);
   }
@@ -717,7 +753,8 @@ static xcoll_status ib_accept(xcoll_net_listen_comm *listen_comm,
     return s;
   }
   if (!done) {
-    if (now_s() < l->deadline) return XCOLL_SUCCESS;
+    if (now_s() < l->deadline)
+      return XCOLL_SUCCESS;
     return net_fail(XCOLL_ERR_TIMEOUT,
                     "net ibverbs: rank %d's handshake with rank %d made no "
                     "progress in %.1f s",
@@ -750,7 +787,8 @@ static xcoll_status ib_accept(xcoll_net_listen_comm *listen_comm,
   l->socket_recv = NULL;
   s = xcoll_net_socket.irecv(c->socket_recv, &c->liveness_byte, 1, 0, NULL,
                              &c->liveness);
-  if (s != XCOLL_SUCCESS) return s;
+  if (s != XCOLL_SUCCESS)
+    return s;
   l->comm = NULL;
   net_info("net ibverbs: rank %d accepted rank %d (QP %u <- %u)",
            l->config.rank, expected_rank, c->mine.qpn, remote.qpn);
@@ -786,16 +824,17 @@ static void connecting_drop(ibn_connecting *k) {
       break;
     }
   pthread_mutex_unlock(&connecting_lock);
-  if (k->socket_send) xcoll_net_socket.close_send(k->socket_send);
+  if (k->socket_send)
+    xcoll_net_socket.close_send(k->socket_send);
   comm_free(k->comm);
   free(k);
 }
 
-static xcoll_status ib_connect(int device_index,
-                               const xcoll_net_config *config,
+static xcoll_status ib_connect(int device_index, const xcoll_net_config *config,
                                const void *handle, int peer_rank,
                                xcoll_net_send_comm **send_comm) {
-  if (send_comm != NULL) *send_comm = NULL;
+  if (send_comm != NULL)
+    *send_comm = NULL;
   if (config == NULL || handle == NULL || send_comm == NULL)
     return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                     "net ibverbs: connect with a NULL config, handle or "
@@ -842,10 +881,11 @@ static xcoll_status ib_connect(int device_index,
   if (k->stage == 0) {
     uint8_t inner[XCOLL_NET_HANDLE_MAXSIZE] = {0};
     memcpy(inner, in + IBN_INNER_OFFSET, IBN_INNER_BYTES);
-    s = xcoll_net_socket.connect(0, config, inner, peer_rank,
-                                 &k->socket_send);
-    if (s != XCOLL_SUCCESS) goto failed;
-    if (k->socket_send == NULL) goto check_time;
+    s = xcoll_net_socket.connect(0, config, inner, peer_rank, &k->socket_send);
+    if (s != XCOLL_SUCCESS)
+      goto failed;
+    if (k->socket_send == NULL)
+      goto check_time;
     char err[256];
     k->comm = comm_new(1, config->rank, peer_rank, err, sizeof err);
     if (k->comm == NULL) {
@@ -869,7 +909,8 @@ static xcoll_status ib_connect(int device_index,
     put_u32(k->hello + 44, k->comm->fifo_mr->mr->rkey);
     s = xcoll_net_socket.isend(k->socket_send, k->hello, sizeof k->hello, 0,
                                NULL, &k->socket_request);
-    if (s != XCOLL_SUCCESS) goto failed;
+    if (s != XCOLL_SUCCESS)
+      goto failed;
     if (k->socket_request == NULL) {
       s = net_fail(XCOLL_ERR_INTERNAL,
                    "net ibverbs: a fresh socket comm is full");
@@ -883,7 +924,8 @@ static xcoll_status ib_connect(int device_index,
     k->socket_request = NULL;
     goto failed;
   }
-  if (!done) goto check_time;
+  if (!done)
+    goto check_time;
   ibn_comm *c = k->comm;
   k->comm = NULL;
   c->socket_send = k->socket_send;
@@ -895,7 +937,8 @@ static xcoll_status ib_connect(int device_index,
   return XCOLL_SUCCESS;
 
 check_time:
-  if (now_s() < k->deadline) return XCOLL_SUCCESS;
+  if (now_s() < k->deadline)
+    return XCOLL_SUCCESS;
   s = net_fail(XCOLL_ERR_TIMEOUT,
                "net ibverbs: rank %d's connection to rank %d made no "
                "progress in %.1f s",
@@ -910,7 +953,8 @@ failed:
 static xcoll_status ib_reg_mr(xcoll_net_send_comm *send_comm,
                               xcoll_net_recv_comm *recv_comm, void *data,
                               size_t bytes, int ptr_type, void **mhandle) {
-  if (mhandle != NULL) *mhandle = NULL;
+  if (mhandle != NULL)
+    *mhandle = NULL;
   if ((send_comm == NULL) == (recv_comm == NULL) || mhandle == NULL ||
       data == NULL || bytes == 0)
     return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
@@ -932,8 +976,7 @@ static xcoll_status ib_reg_mr(xcoll_net_send_comm *send_comm,
 }
 
 static xcoll_status ib_dereg_mr(xcoll_net_send_comm *send_comm,
-                                xcoll_net_recv_comm *recv_comm,
-                                void *mhandle) {
+                                xcoll_net_recv_comm *recv_comm, void *mhandle) {
   (void)send_comm;
   (void)recv_comm;
   mr_put(mhandle);
@@ -957,26 +1000,26 @@ static void take_completion(ibn_comm *c, const struct ibv_wc *wc) {
     int gone = wc->status == IBV_WC_RETRY_EXC_ERR ||
                wc->status == IBV_WC_RNR_RETRY_EXC_ERR ||
                wc->status == IBV_WC_WR_FLUSH_ERR;
-    comm_set(
-        c, gone ? XCOLL_ERR_REMOTE : XCOLL_ERR_PROTOCOL,
-        "net ibverbs: rank %d: %s rank %d failed on the QP: %s (work "
-        "completion status %d)%s",
-        c->rank, c->is_send ? "sending to" : "receiving from", c->peer_rank,
-        wc_text(wc->status), (int)wc->status,
-        wc->status == IBV_WC_RETRY_EXC_ERR
-            ? "; the peer is gone or unreachable"
-        : wc->status == IBV_WC_REM_ACCESS_ERR
-            ? "; the remote key or address was refused"
-            : "");
+    comm_set(c, gone ? XCOLL_ERR_REMOTE : XCOLL_ERR_PROTOCOL,
+             "net ibverbs: rank %d: %s rank %d failed on the QP: %s (work "
+             "completion status %d)%s",
+             c->rank, c->is_send ? "sending to" : "receiving from",
+             c->peer_rank, wc_text(wc->status), (int)wc->status,
+             wc->status == IBV_WC_RETRY_EXC_ERR
+                 ? "; the peer is gone or unreachable"
+             : wc->status == IBV_WC_REM_ACCESS_ERR
+                 ? "; the remote key or address was refused"
+                 : "");
     return;
   }
   uint64_t id = wc->wr_id;
-  if (id & IBN_WR_CTS) return; /* a CTS write landed */
+  if (id & IBN_WR_CTS)
+    return; /* a CTS write landed */
   if (id >= IBN_SLOTS || !c->requests[id].used) {
     comm_set(c, XCOLL_ERR_INTERNAL,
-                    "net ibverbs: rank %d: a completion for no request "
-                    "(wr_id %" PRIu64 ") from rank %d",
-                    c->rank, id, c->peer_rank);
+             "net ibverbs: rank %d: a completion for no request "
+             "(wr_id %" PRIu64 ") from rank %d",
+             c->rank, id, c->peer_rank);
     return;
   }
   ibn_request *r = &c->requests[id];
@@ -987,24 +1030,24 @@ static void take_completion(ibn_comm *c, const struct ibv_wc *wc) {
   uint32_t imm = ntohl(wc->imm_data);
   if (!(wc->wc_flags & IBV_WC_WITH_IMM))
     comm_set(c, XCOLL_ERR_PROTOCOL,
-                    "net ibverbs: rank %d: rank %d's write came without its "
-                    "immediate size",
-                    c->rank, c->peer_rank);
+             "net ibverbs: rank %d: rank %d's write came without its "
+             "immediate size",
+             c->rank, c->peer_rank);
   else if (imm == IBN_IMM_TRUNCATED || imm == IBN_IMM_BAD_TAG)
     comm_set(c, XCOLL_ERR_PROTOCOL,
-                    "net ibverbs: rank %d: %s from rank %d (tag %" PRIu32
-                    ", %zu bytes posted)",
-                    c->rank,
-                    imm == IBN_IMM_TRUNCATED
-                        ? "message truncated: a longer message"
-                        : "the two ranks disagree on the order of messages: "
-                          "another tag",
-                    c->peer_rank, r->tag, r->bytes);
+             "net ibverbs: rank %d: %s from rank %d (tag %" PRIu32
+             ", %zu bytes posted)",
+             c->rank,
+             imm == IBN_IMM_TRUNCATED
+                 ? "message truncated: a longer message"
+                 : "the two ranks disagree on the order of messages: "
+                   "another tag",
+             c->peer_rank, r->tag, r->bytes);
   else if (imm > r->bytes)
     comm_set(c, XCOLL_ERR_PROTOCOL,
-                    "net ibverbs: rank %d: rank %d reports %" PRIu32
-                    " bytes written into a receive of %zu",
-                    c->rank, c->peer_rank, imm, r->bytes);
+             "net ibverbs: rank %d: rank %d reports %" PRIu32
+             " bytes written into a receive of %zu",
+             c->rank, c->peer_rank, imm, r->bytes);
   else {
     r->got = imm;
     r->done = 1;
@@ -1031,27 +1074,31 @@ static xcoll_status poll_comm(ibn_comm *c) {
     int n = ibv_poll_cq(c->cq, IBN_CQ_BATCH, wc);
     if (n < 0) {
       comm_set(c, XCOLL_ERR_SYSTEM,
-                      "net ibverbs: rank %d: polling the CQ of the "
-                      "connection with rank %d failed (overrun?)",
-                      c->rank, c->peer_rank);
+               "net ibverbs: rank %d: polling the CQ of the "
+               "connection with rank %d failed (overrun?)",
+               c->rank, c->peer_rank);
       break;
     }
-    for (int i = 0; i < n; i++) take_completion(c, &wc[i]);
-    if (n < IBN_CQ_BATCH) break;
+    for (int i = 0; i < n; i++)
+      take_completion(c, &wc[i]);
+    if (n < IBN_CQ_BATCH)
+      break;
   }
   if (peer_closed)
     comm_set(c, XCOLL_ERR_REMOTE,
-                    "net ibverbs: rank %d: rank %d is gone (its bootstrap "
-                    "connection closed)",
-                    c->rank, c->peer_rank);
-  if (c->error != XCOLL_SUCCESS) return net_fail(c->error, "%s", c->error_text);
+             "net ibverbs: rank %d: rank %d is gone (its bootstrap "
+             "connection closed)",
+             c->rank, c->peer_rank);
+  if (c->error != XCOLL_SUCCESS)
+    return net_fail(c->error, "%s", c->error_text);
   return XCOLL_SUCCESS;
 }
 
 static ibn_request *take_request(ibn_comm *c, size_t *slot) {
   *slot = (size_t)(c->posted % IBN_SLOTS);
   ibn_request *r = &c->requests[*slot];
-  if (c->in_flight >= IBN_SLOTS || r->used) return NULL;
+  if (c->in_flight >= IBN_SLOTS || r->used)
+    return NULL;
   memset(r, 0, sizeof *r);
   r->comm = c;
   r->used = 1;
@@ -1061,7 +1108,8 @@ static ibn_request *take_request(ibn_comm *c, size_t *slot) {
 static xcoll_status ib_isend(xcoll_net_send_comm *send_comm, const void *data,
                              size_t bytes, uint32_t tag, void *mhandle,
                              xcoll_net_request **request) {
-  if (request != NULL) *request = NULL;
+  if (request != NULL)
+    *request = NULL;
   ibn_comm *c = (ibn_comm *)send_comm;
   ibn_mr *m = mhandle;
   if (c == NULL || request == NULL || !c->is_send || m == NULL ||
@@ -1074,7 +1122,8 @@ static xcoll_status ib_isend(xcoll_net_send_comm *send_comm, const void *data,
                     "net ibverbs: isend of %zu bytes: at most %u per message",
                     bytes, IBN_MAX_MESSAGE);
   xcoll_status s = poll_comm(c);
-  if (s != XCOLL_SUCCESS) return s;
+  if (s != XCOLL_SUCCESS)
+    return s;
   size_t slot;
   if (c->in_flight >= IBN_SLOTS || c->requests[c->posted % IBN_SLOTS].used)
     return XCOLL_SUCCESS;
@@ -1092,10 +1141,10 @@ static xcoll_status ib_isend(xcoll_net_send_comm *send_comm, const void *data,
     return XCOLL_SUCCESS; /* no clear-to-send yet */
   /* How far ahead the receiver is: entries for later messages already in. */
   int ahead = 1;
-  while (ahead < IBN_SLOTS &&
-         __atomic_load_n(&c->fifo[(c->posted + (uint64_t)ahead) % IBN_SLOTS]
-                              .seq,
-                         __ATOMIC_RELAXED) == want + (uint64_t)ahead)
+  while (
+      ahead < IBN_SLOTS &&
+      __atomic_load_n(&c->fifo[(c->posted + (uint64_t)ahead) % IBN_SLOTS].seq,
+                      __ATOMIC_RELAXED) == want + (uint64_t)ahead)
     ahead++;
   if (ahead > c->max_cts) {
     c->max_cts = ahead;
@@ -1153,8 +1202,8 @@ static xcoll_status ib_isend(xcoll_net_send_comm *send_comm, const void *data,
     c->in_flight--;
     return comm_fail(c, verdict,
                      "net ibverbs: rank %d: %s for rank %d (tag %" PRIu32
-                     ", %zu bytes; the receive posted tag %" PRIu32
-                     ", %" PRIu32 " bytes)",
+                     ", %zu bytes; the receive posted tag %" PRIu32 ", %" PRIu32
+                     " bytes)",
                      c->rank,
                      cts_tag != tag ? "the two ranks disagree on the order of "
                                       "messages: another tag"
@@ -1169,7 +1218,8 @@ static xcoll_status ib_isend(xcoll_net_send_comm *send_comm, const void *data,
 static xcoll_status ib_irecv(xcoll_net_recv_comm *recv_comm, void *data,
                              size_t bytes, uint32_t tag, void *mhandle,
                              xcoll_net_request **request) {
-  if (request != NULL) *request = NULL;
+  if (request != NULL)
+    *request = NULL;
   ibn_comm *c = (ibn_comm *)recv_comm;
   ibn_mr *m = mhandle;
   if (c == NULL || request == NULL || c->is_send || m == NULL ||
@@ -1177,10 +1227,12 @@ static xcoll_status ib_irecv(xcoll_net_recv_comm *recv_comm, void *data,
     return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                     "net ibverbs: irecv needs a recv comm, a request and a "
                     "buffer inside the registered region mhandle");
-  if (bytes > IBN_MAX_MESSAGE) bytes = IBN_MAX_MESSAGE;
+  if (bytes > IBN_MAX_MESSAGE)
+    bytes = IBN_MAX_MESSAGE;
   size_t slot;
   ibn_request *r = take_request(c, &slot);
-  if (r == NULL) return XCOLL_SUCCESS;
+  if (r == NULL)
+    return XCOLL_SUCCESS;
   r->tag = tag;
   r->bytes = bytes;
   if (c->error != XCOLL_SUCCESS) {
@@ -1255,7 +1307,8 @@ static void release(ibn_request *r) {
 
 static xcoll_status ib_test(xcoll_net_request *request, int *done,
                             size_t *bytes) {
-  if (done != NULL) *done = 0;
+  if (done != NULL)
+    *done = 0;
   ibn_request *r = (ibn_request *)request;
   if (r == NULL || done == NULL || !r->used)
     return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
@@ -1271,16 +1324,19 @@ static xcoll_status ib_test(xcoll_net_request *request, int *done,
   /* A request that completed before the comm failed still reports done. */
   if (r->done) {
     *done = 1;
-    if (bytes != NULL) *bytes = r->got;
+    if (bytes != NULL)
+      *bytes = r->got;
     release(r);
     return XCOLL_SUCCESS;
   }
-  if (s != XCOLL_SUCCESS) release(r);
+  if (s != XCOLL_SUCCESS)
+    release(r);
   return s;
 }
 
 static void close_comm(ibn_comm *c) {
-  if (c == NULL) return;
+  if (c == NULL)
+    return;
   if (c->is_send)
     net_info("net ibverbs: rank %d's connection to rank %d closed after "
              "%" PRIu64 " messages; at most %d CTS entries waited in its FIFO "
@@ -1308,8 +1364,10 @@ static void ib_close_recv(xcoll_net_recv_comm *recv_comm) {
 
 static void ib_close_listen(xcoll_net_listen_comm *listen_comm) {
   ibn_listen *l = (ibn_listen *)listen_comm;
-  if (l == NULL) return;
-  if (l->socket_recv) xcoll_net_socket.close_recv(l->socket_recv);
+  if (l == NULL)
+    return;
+  if (l->socket_recv)
+    xcoll_net_socket.close_recv(l->socket_recv);
   comm_free(l->comm);
   xcoll_net_socket.close_listen(l->socket_listen);
   free(l);

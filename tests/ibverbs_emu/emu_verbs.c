@@ -57,11 +57,11 @@
 
 #define EMU_EXPORT __attribute__((visibility("default")))
 
-#define EMU_MAX_MR 1024  /* a key's low 10 bits are its table index */
+#define EMU_MAX_MR 1024 /* a key's low 10 bits are its table index */
 #define EMU_KEY_INDEX_BITS 10
 #define EMU_MAX_QP 256
 #define EMU_QPN_BASE 0x200
-#define EMU_RING 256     /* inbound immediates per QP */
+#define EMU_RING 256 /* inbound immediates per QP */
 #define EMU_MAX_PEERS 64
 #define EMU_MAX_SGE 4
 #define EMU_SHM_MAGIC 0x554d4558u /* bytes "XEMU" */
@@ -81,11 +81,11 @@ typedef struct emu_event {
 } emu_event;
 
 typedef struct emu_shm_qp {
-  _Atomic uint32_t qpn;   /* 0: no QP in this slot */
-  _Atomic uint32_t state; /* enum ibv_qp_state */
+  _Atomic uint32_t qpn;                /* 0: no QP in this slot */
+  _Atomic uint32_t state;              /* enum ibv_qp_state */
   _Atomic uint32_t dest_pid, dest_qpn; /* set at RTR */
-  _Atomic uint64_t head;  /* events appended (by the peer) */
-  _Atomic uint64_t tail;  /* events taken (by the owner) */
+  _Atomic uint64_t head;               /* events appended (by the peer) */
+  _Atomic uint64_t tail;               /* events taken (by the owner) */
   emu_event ring[EMU_RING];
 } emu_shm_qp;
 
@@ -100,8 +100,8 @@ typedef struct emu_shm {
 
 typedef struct emu_peer {
   pid_t pid;
-  int fd;      /* the peer's memfd number, as in its GID */
-  int pidfd;   /* readable once the peer has exited; -1: use kill(pid, 0) */
+  int fd;    /* the peer's memfd number, as in its GID */
+  int pidfd; /* readable once the peer has exited; -1: use kill(pid, 0) */
   emu_shm *shm;
 } emu_peer;
 
@@ -162,12 +162,16 @@ EMU_EXPORT struct ibv_device **ibv_get_device_list(int *num_devices) {
   }
   const char *n = getenv("XCOLL_IBEMU_DEVICES");
   int count = n != NULL && strcmp(n, "0") == 0 ? 0 : 1;
-  if (count) list[0] = &emu_device;
-  if (num_devices) *num_devices = count;
+  if (count)
+    list[0] = &emu_device;
+  if (num_devices)
+    *num_devices = count;
   return list;
 }
 
-EMU_EXPORT void ibv_free_device_list(struct ibv_device **list) { free(list); }
+EMU_EXPORT void ibv_free_device_list(struct ibv_device **list) {
+  free(list);
+}
 
 EMU_EXPORT const char *ibv_get_device_name(struct ibv_device *device) {
   return device ? device->name : NULL;
@@ -192,7 +196,8 @@ EMU_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device) {
   c->memfd = (int)syscall(SYS_memfd_create, "xcoll-ibemu", 0);
   if (c->memfd < 0 || ftruncate(c->memfd, sizeof(emu_shm)) != 0) {
     int e = errno;
-    if (c->memfd >= 0) close(c->memfd);
+    if (c->memfd >= 0)
+      close(c->memfd);
     free(c);
     errno = e;
     return NULL;
@@ -228,7 +233,8 @@ EMU_EXPORT int ibv_close_device(struct ibv_context *context) {
   emu_context *c = ctx_of(context);
   for (int i = 0; i < c->npeers; i++) {
     munmap(c->peers[i].shm, sizeof(emu_shm));
-    if (c->peers[i].pidfd >= 0) close(c->peers[i].pidfd);
+    if (c->peers[i].pidfd >= 0)
+      close(c->peers[i].pidfd);
   }
   munmap(c->shm, sizeof(emu_shm));
   close(c->memfd);
@@ -243,7 +249,8 @@ EMU_EXPORT int ibv_close_device(struct ibv_context *context) {
 EMU_EXPORT int(ibv_query_port)(struct ibv_context *context, uint8_t port_num,
                                struct _compat_ibv_port_attr *port_attr) {
   (void)context;
-  if (port_num != 1 || port_attr == NULL) return EINVAL;
+  if (port_num != 1 || port_attr == NULL)
+    return EINVAL;
   struct ibv_port_attr a;
   memset(&a, 0, sizeof a);
   a.state = IBV_PORT_ACTIVE;
@@ -303,7 +310,8 @@ EMU_EXPORT struct ibv_mr *(ibv_reg_mr)(struct ibv_pd *pd, void *addr,
     return NULL;
   }
   /* An HCA can only be told to write remotely into writable memory. */
-  if ((access & IBV_ACCESS_REMOTE_WRITE) && !(access & IBV_ACCESS_LOCAL_WRITE)) {
+  if ((access & IBV_ACCESS_REMOTE_WRITE) &&
+      !(access & IBV_ACCESS_LOCAL_WRITE)) {
     errno = EINVAL;
     return NULL;
   }
@@ -316,7 +324,8 @@ EMU_EXPORT struct ibv_mr *(ibv_reg_mr)(struct ibv_pd *pd, void *addr,
   pthread_mutex_lock(&c->lock);
   int index = -1;
   for (int i = 0; i < EMU_MAX_MR && index < 0; i++)
-    if (atomic_load(&c->shm->mrs[i].key) == 0) index = i;
+    if (atomic_load(&c->shm->mrs[i].key) == 0)
+      index = i;
   if (index < 0) {
     pthread_mutex_unlock(&c->lock);
     free(m);
@@ -326,7 +335,8 @@ EMU_EXPORT struct ibv_mr *(ibv_reg_mr)(struct ibv_pd *pd, void *addr,
   /* A new generation in the high bits: a key is never 0 and a stale key
    * (after dereg) never matches the slot's next registration. */
   c->generation = (c->generation + 1) & 0x3fffffu;
-  if (c->generation == 0) c->generation = 1;
+  if (c->generation == 0)
+    c->generation = 1;
   uint32_t key = (c->generation << EMU_KEY_INDEX_BITS) | (uint32_t)index;
   emu_shm_mr *s = &c->shm->mrs[index];
   s->addr = (uint64_t)(uintptr_t)addr;
@@ -358,14 +368,18 @@ EMU_EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {
  * access bits wanted? */
 static int key_covers(emu_shm *shm, uint32_t key, uint64_t addr,
                       uint64_t length, uint32_t wanted) {
-  if (key == 0) return 0;
+  if (key == 0)
+    return 0;
   emu_shm_mr *s = &shm->mrs[key & (EMU_MAX_MR - 1)];
-  if (atomic_load_explicit(&s->key, memory_order_acquire) != key) return 0;
+  if (atomic_load_explicit(&s->key, memory_order_acquire) != key)
+    return 0;
   uint64_t start = s->addr, size = s->length;
   uint32_t access = s->access;
   /* The owner may deregister meanwhile: read the key again. */
-  if (atomic_load_explicit(&s->key, memory_order_acquire) != key) return 0;
-  if ((access & wanted) != wanted) return 0;
+  if (atomic_load_explicit(&s->key, memory_order_acquire) != key)
+    return 0;
+  if ((access & wanted) != wanted)
+    return 0;
   return addr >= start && length <= size && addr - start <= size - length;
 }
 
@@ -398,7 +412,8 @@ EMU_EXPORT int ibv_destroy_cq(struct ibv_cq *cq) {
   emu_context *c = ctx_of(cq->context);
   pthread_mutex_lock(&c->lock);
   for (int i = 0; i < EMU_MAX_QP; i++)
-    if (c->qps[i] && (c->qps[i]->qp.send_cq == cq || c->qps[i]->qp.recv_cq == cq)) {
+    if (c->qps[i] &&
+        (c->qps[i]->qp.send_cq == cq || c->qps[i]->qp.recv_cq == cq)) {
       pthread_mutex_unlock(&c->lock);
       return EBUSY; /* a QP still uses it, as on a real device */
     }
@@ -434,7 +449,8 @@ EMU_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd,
   emu_context *c = ctx_of(pd->context);
   emu_qp *q = calloc(1, sizeof *q);
   uint32_t recv_slots = attr->cap.max_recv_wr ? attr->cap.max_recv_wr : 1;
-  if (q == NULL || (q->recv_ids = calloc(recv_slots, sizeof(uint64_t))) == NULL) {
+  if (q == NULL ||
+      (q->recv_ids = calloc(recv_slots, sizeof(uint64_t))) == NULL) {
     free(q);
     errno = ENOMEM;
     return NULL;
@@ -442,7 +458,8 @@ EMU_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd,
   pthread_mutex_lock(&c->lock);
   int index = -1;
   for (int i = 0; i < EMU_MAX_QP && index < 0; i++)
-    if (c->qps[i] == NULL) index = i;
+    if (c->qps[i] == NULL)
+      index = i;
   if (index < 0) {
     pthread_mutex_unlock(&c->lock);
     free(q->recv_ids);
@@ -519,11 +536,13 @@ static emu_peer *peer_of(emu_context *c, const union ibv_gid *gid) {
     char path[64];
     snprintf(path, sizeof path, "/proc/%u/fd/%u", pid, fd);
     int f = open(path, O_RDWR);
-    if (f < 0) return NULL;
+    if (f < 0)
+      return NULL;
     shm = mmap(NULL, sizeof(emu_shm), PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
     close(f);
   }
-  if (shm == MAP_FAILED) return NULL;
+  if (shm == MAP_FAILED)
+    return NULL;
   if (shm->magic != EMU_SHM_MAGIC || shm->pid != pid) {
     munmap(shm, sizeof(emu_shm));
     errno = EINVAL;
@@ -550,7 +569,8 @@ EMU_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr,
                              int mask) {
   emu_qp *q = (emu_qp *)qp;
   emu_context *c = ctx_of(qp->context);
-  if (!(mask & IBV_QP_STATE)) return EINVAL; /* only state changes here */
+  if (!(mask & IBV_QP_STATE))
+    return EINVAL; /* only state changes here */
   pthread_mutex_lock(&c->lock);
   emu_shm_qp *s = &c->shm->qps[q->index];
   enum ibv_qp_state from = qp->state, to = attr->qp_state;
@@ -563,7 +583,8 @@ EMU_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr,
   if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) {
     /* always allowed */
   } else if (to == IBV_QPS_INIT) {
-    if (from != IBV_QPS_RESET && from != IBV_QPS_INIT) e = EINVAL;
+    if (from != IBV_QPS_RESET && from != IBV_QPS_INIT)
+      e = EINVAL;
     else if (from == IBV_QPS_RESET &&
              (mask & (IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) !=
                  (IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
@@ -586,7 +607,8 @@ EMU_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr,
       }
     }
   } else if (to == IBV_QPS_RTS) {
-    if (from != IBV_QPS_RTR || (mask & rts_needs) != rts_needs) e = EINVAL;
+    if (from != IBV_QPS_RTR || (mask & rts_needs) != rts_needs)
+      e = EINVAL;
   } else {
     e = EINVAL;
   }
@@ -608,8 +630,7 @@ static enum ibv_wc_status do_write(emu_context *c, emu_qp *q,
   uint64_t length = 0;
   for (int i = 0; i < wr->num_sge; i++) {
     const struct ibv_sge *g = &wr->sg_list[i];
-    if (g->length > 0 &&
-        !key_covers(c->shm, g->lkey, g->addr, g->length, 0))
+    if (g->length > 0 && !key_covers(c->shm, g->lkey, g->addr, g->length, 0))
       return IBV_WC_LOC_PROT_ERR;
     local[i].iov_base = (void *)(uintptr_t)g->addr;
     local[i].iov_len = g->length;
@@ -635,7 +656,8 @@ static enum ibv_wc_status do_write(emu_context *c, emu_qp *q,
       *vendor_err = 2;
       return IBV_WC_REM_ACCESS_ERR;
     }
-    struct iovec remote = {.iov_base = (void *)(uintptr_t)wr->wr.rdma.remote_addr,
+    struct iovec remote = {.iov_base =
+                               (void *)(uintptr_t)wr->wr.rdma.remote_addr,
                            .iov_len = length};
     ssize_t n = process_vm_writev(p->pid, local, (unsigned long)wr->num_sge,
                                   &remote, 1, 0);
@@ -644,8 +666,10 @@ static enum ibv_wc_status do_write(emu_context *c, emu_qp *q,
       return IBV_WC_RETRY_EXC_ERR;
     }
     if (n < 0 && errno == EPERM) {
-      fprintf(stderr, "ibverbs emulator: process_vm_writev into pid %d: "
-                      "permission denied (ptrace restrictions?)\n", (int)p->pid);
+      fprintf(stderr,
+              "ibverbs emulator: process_vm_writev into pid %d: "
+              "permission denied (ptrace restrictions?)\n",
+              (int)p->pid);
       return IBV_WC_FATAL_ERR;
     }
     if (n != (ssize_t)length) {
@@ -688,9 +712,9 @@ static int emu_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
       break;
     }
     uint32_t vendor_err = 0;
-    enum ibv_wc_status status =
-        qp->state == IBV_QPS_ERR ? IBV_WC_WR_FLUSH_ERR
-                                 : do_write(c, q, wr, &vendor_err);
+    enum ibv_wc_status status = qp->state == IBV_QPS_ERR
+                                    ? IBV_WC_WR_FLUSH_ERR
+                                    : do_write(c, q, wr, &vendor_err);
     if (status != IBV_WC_SUCCESS && qp->state != IBV_QPS_ERR) {
       qp->state = IBV_QPS_ERR;
       atomic_store(&c->shm->qps[q->index].state, IBV_QPS_ERR);
@@ -708,7 +732,8 @@ static int emu_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
       q->send_outstanding++;
     }
   }
-  if (e != 0 && bad != NULL) *bad = wr;
+  if (e != 0 && bad != NULL)
+    *bad = wr;
   pthread_mutex_unlock(&c->lock);
   return e;
 }
@@ -742,7 +767,8 @@ static int emu_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
     q->recv_ids[q->recv_head % q->cap.max_recv_wr] = wr->wr_id;
     q->recv_head++;
   }
-  if (e != 0 && bad != NULL) *bad = wr;
+  if (e != 0 && bad != NULL)
+    *bad = wr;
   pthread_mutex_unlock(&c->lock);
   return e;
 }
@@ -754,7 +780,8 @@ static int emu_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
   /* Pair the immediates that arrived with posted receives, in order. */
   for (int i = 0; i < EMU_MAX_QP; i++) {
     emu_qp *p = c->qps[i];
-    if (p == NULL || p->qp.recv_cq != cq) continue;
+    if (p == NULL || p->qp.recv_cq != cq)
+      continue;
     emu_shm_qp *s = &c->shm->qps[i];
     uint64_t tail = atomic_load_explicit(&s->tail, memory_order_relaxed);
     while (p->recv_tail < p->recv_head &&
@@ -800,15 +827,25 @@ static int emu_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
 
 EMU_EXPORT const char *ibv_wc_status_str(enum ibv_wc_status status) {
   switch (status) {
-  case IBV_WC_SUCCESS: return "success";
-  case IBV_WC_LOC_LEN_ERR: return "local length error";
-  case IBV_WC_LOC_QP_OP_ERR: return "local QP operation error";
-  case IBV_WC_LOC_PROT_ERR: return "local protection error";
-  case IBV_WC_WR_FLUSH_ERR: return "work request flushed (the QP is in error)";
-  case IBV_WC_REM_ACCESS_ERR: return "remote access error";
-  case IBV_WC_RETRY_EXC_ERR: return "transport retry counter exceeded";
-  case IBV_WC_RNR_RETRY_EXC_ERR: return "RNR retry counter exceeded";
-  case IBV_WC_FATAL_ERR: return "fatal error";
-  default: return "other error";
+  case IBV_WC_SUCCESS:
+    return "success";
+  case IBV_WC_LOC_LEN_ERR:
+    return "local length error";
+  case IBV_WC_LOC_QP_OP_ERR:
+    return "local QP operation error";
+  case IBV_WC_LOC_PROT_ERR:
+    return "local protection error";
+  case IBV_WC_WR_FLUSH_ERR:
+    return "work request flushed (the QP is in error)";
+  case IBV_WC_REM_ACCESS_ERR:
+    return "remote access error";
+  case IBV_WC_RETRY_EXC_ERR:
+    return "transport retry counter exceeded";
+  case IBV_WC_RNR_RETRY_EXC_ERR:
+    return "RNR retry counter exceeded";
+  case IBV_WC_FATAL_ERR:
+    return "fatal error";
+  default:
+    return "other error";
   }
 }

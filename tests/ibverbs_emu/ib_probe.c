@@ -30,10 +30,12 @@ int main(int argc, char **argv) {
   if (list == NULL || count <= 0) {
     printf("SKIPPED: no RDMA device: ibv_get_device_list in %s lists none\n",
            path);
-    if (list) free_list(list);
+    if (list)
+      free_list(list);
     return 77;
   }
-  for (int i = 0; i < count; i++) printf("RDMA device: %s\n", get_name(list[i]));
+  for (int i = 0; i < count; i++)
+    printf("RDMA device: %s\n", get_name(list[i]));
   free_list(list);
   return 0;
 }

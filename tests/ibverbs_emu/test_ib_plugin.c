@@ -29,8 +29,8 @@ static void log_fn(xcoll_net_log_level level, const char *message) {
 #define CHECK(cond)                                                            \
   do {                                                                         \
     if (!(cond)) {                                                             \
-      fprintf(stderr, "FAIL %s:%d: %s (last error: %s)\n", __FILE__,          \
-              __LINE__, #cond, last_error);                                    \
+      fprintf(stderr, "FAIL %s:%d: %s (last error: %s)\n", __FILE__, __LINE__, \
+              #cond, last_error);                                              \
       failures++;                                                              \
       return;                                                                  \
     }                                                                          \
@@ -50,7 +50,8 @@ static void test_nodevice(void) {
 }
 
 /* A send comm and its recv comm, both in this process. */
-static void connect_pair(xcoll_net_send_comm **send, xcoll_net_recv_comm **recv) {
+static void connect_pair(xcoll_net_send_comm **send,
+                         xcoll_net_recv_comm **recv) {
   uint8_t handle[XCOLL_NET_HANDLE_MAXSIZE];
   xcoll_net_listen_comm *listen = NULL;
   *send = NULL;
@@ -71,7 +72,8 @@ static xcoll_status wait_request(xcoll_net_request *r, size_t *bytes) {
   int done = 0;
   for (int i = 0; i < 1000000; i++) {
     xcoll_status s = net->test(r, &done, bytes);
-    if (s != XCOLL_SUCCESS || done) return s;
+    if (s != XCOLL_SUCCESS || done)
+      return s;
   }
   return XCOLL_ERR_TIMEOUT;
 }
@@ -83,7 +85,8 @@ static xcoll_status send_when_ready(xcoll_net_send_comm *sc, const void *data,
   *r = NULL;
   for (int i = 0; i < 1000; i++) {
     xcoll_status s = net->isend(sc, data, bytes, tag, mh, r);
-    if (s != XCOLL_SUCCESS || *r != NULL) return s;
+    if (s != XCOLL_SUCCESS || *r != NULL)
+      return s;
   }
   return XCOLL_ERR_TIMEOUT;
 }
@@ -102,7 +105,8 @@ static void test_plugin(void) {
   xcoll_net_send_comm *sc;
   xcoll_net_recv_comm *rc;
   connect_pair(&sc, &rc);
-  if (sc == NULL) return;
+  if (sc == NULL)
+    return;
   static unsigned char sbuf[32 * BUF], rbuf[32 * BUF];
   void *smh = NULL, *rmh = NULL, *again = NULL;
   CHECK(net->reg_mr(sc, NULL, sbuf, sizeof sbuf, XCOLL_NET_PTR_HOST, &smh) ==
@@ -120,7 +124,8 @@ static void test_plugin(void) {
   CHECK(net->isend(sc, sbuf, 8, 1, smh, &sr) == XCOLL_SUCCESS && sr == NULL);
 
   /* One message, shorter than its receive. */
-  for (int i = 0; i < BUF; i++) sbuf[i] = (unsigned char)(i * 7 + 1);
+  for (int i = 0; i < BUF; i++)
+    sbuf[i] = (unsigned char)(i * 7 + 1);
   CHECK(net->irecv(rc, rbuf, BUF, 1, rmh, &rr) == XCOLL_SUCCESS && rr);
   CHECK(send_when_ready(sc, sbuf, 1000, 1, smh, &sr) == XCOLL_SUCCESS && sr);
   size_t got = 0;
@@ -146,8 +151,10 @@ static void test_plugin(void) {
                             &ss[k]) == XCOLL_SUCCESS &&
             ss[k]);
     for (int k = 0; k < 32; k++) {
-      CHECK(wait_request(ss[k], &got) == XCOLL_SUCCESS && got == BUF - (size_t)k);
-      CHECK(wait_request(rs[k], &got) == XCOLL_SUCCESS && got == BUF - (size_t)k);
+      CHECK(wait_request(ss[k], &got) == XCOLL_SUCCESS &&
+            got == BUF - (size_t)k);
+      CHECK(wait_request(rs[k], &got) == XCOLL_SUCCESS &&
+            got == BUF - (size_t)k);
       CHECK(rbuf[k * BUF] == (unsigned char)(round * 32 + k) &&
             rbuf[k * BUF + BUF - k - 1] == (unsigned char)(round * 32 + k));
     }
@@ -171,7 +178,8 @@ static void test_plugin(void) {
 
   /* Longer than the receive: PROTOCOL at both ends, naming the peer. */
   connect_pair(&sc, &rc);
-  if (sc == NULL) return;
+  if (sc == NULL)
+    return;
   CHECK(net->reg_mr(sc, NULL, sbuf, sizeof sbuf, XCOLL_NET_PTR_HOST, &smh) ==
         XCOLL_SUCCESS);
   CHECK(net->reg_mr(NULL, rc, rbuf, sizeof rbuf, XCOLL_NET_PTR_HOST, &rmh) ==
@@ -191,7 +199,8 @@ static void test_plugin(void) {
 
   /* Another tag than the receive's: PROTOCOL at both ends. */
   connect_pair(&sc, &rc);
-  if (sc == NULL) return;
+  if (sc == NULL)
+    return;
   CHECK(net->reg_mr(sc, NULL, sbuf, sizeof sbuf, XCOLL_NET_PTR_HOST, &smh) ==
         XCOLL_SUCCESS);
   CHECK(net->reg_mr(NULL, rc, rbuf, sizeof rbuf, XCOLL_NET_PTR_HOST, &rmh) ==
@@ -215,6 +224,7 @@ int main(int argc, char **argv) {
     test_nodevice();
   else
     test_plugin();
-  if (failures == 0) printf("PASS %s\n", argv[1]);
+  if (failures == 0)
+    printf("PASS %s\n", argv[1]);
   return failures == 0 ? 0 : 1;
 }
