@@ -559,9 +559,9 @@ static int qp_connect(ibn_comm *c, const ibn_qp_info *remote,
   attr.ah_attr.sl = 0;
   attr.ah_attr.src_path_bits = 0;
   attr.ah_attr.port_num = device.port;
-  /* RoCE has no LIDs: address by GID (RoCE v2 when the GID index is one). */
-  if (device.link_layer == IBV_LINK_LAYER_ETHERNET ||
-      remote->gid.global.interface_id != 0) {
+  /* RoCE has no LIDs: address by GID (RoCE v2 when XCOLL_IB_GID_INDEX
+   * names a v2 GID). InfiniBand within a subnet: by LID, no GRH. */
+  if (device.link_layer == IBV_LINK_LAYER_ETHERNET) {
     attr.ah_attr.is_global = 1;
     attr.ah_attr.grh.dgid = remote->gid;
     attr.ah_attr.grh.sgid_index = (uint8_t)device.gid_index;
