@@ -16,3 +16,4 @@ if(Python3_Interpreter_FOUND AND TARGET xcollrun AND TARGET xcoll-perf)
     trace_tracks_test(nccl_like.np3 nccl_like 3 collective channel primitive proxy)
   endif()
 endif()
+
