@@ -176,6 +176,18 @@ static xcoll_status choose(const char *plugin_var, const char *net_var,
                 "libucx-dev and rebuild with -DXCOLL_WITH_UCX=ON), or use "
                 "XCOLL_NET=socket");
 #endif
+#ifdef XCOLL_HAVE_IBVERBS
+  if (strcmp(name, xcoll_net_ibverbs.name) == 0) {
+    *net = &xcoll_net_ibverbs;
+    return XCOLL_SUCCESS;
+  }
+#else
+  if (strcmp(name, "ibverbs") == 0)
+    return fail(why, why_bytes, XCOLL_ERR_ENV,
+                "XCOLL_NET=ibverbs: this xcoll was built without the verbs "
+                "headers (install libibverbs-dev and rebuild with "
+                "-DXCOLL_WITH_IBVERBS=ON), or use XCOLL_NET=socket");
+#endif
   /* Any other name is an external plugin, libxcoll-net-NAME.so. */
   return load_external("XCOLL_NET", name, net, library, why, why_bytes);
 }

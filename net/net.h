@@ -4,7 +4,8 @@
  * and nothing else changes.
  *
  * Plugins: "socket" (net/socket/, always built), "ucx" (net/ucx/, when UCX
- * is found), and any shared object libxcoll-net-NAME.so exporting the symbol
+ * is found), "ibverbs" (net/ibverbs/, when the verbs headers are found;
+ * libibverbs itself is loaded at run time), and any shared object libxcoll-net-NAME.so exporting the symbol
  * XCOLL_NET_PLUGIN_SYMBOL ("xcoll_net_plugin_v1"), found through
  * XCOLL_NET_PLUGIN (a NAME or a path). XCOLL_NET picks a built-in one
  * (default socket). net/example/ is such a plugin built as its own .so.
@@ -73,6 +74,12 @@ typedef struct xcoll_net_properties {
   double latency_us;    /* one-way latency estimate, microseconds (0: unknown) */
   int max_comms;        /* comms the device can hold at once */
   int max_requests;     /* in-flight requests per comm, <= XCOLL_NET_MAX_REQUESTS */
+  /* Receives the caller should keep posted ahead per recv comm (0: the
+   * caller's default). A stream (socket) needs one; a receiver-driven plugin
+   * (ibverbs: a sender waits for the clear-to-send each receive writes)
+   * needs several to keep slots in flight. Added last: a plugin built
+   * against an older net.h leaves it 0 when the caller zeroes the struct. */
+  int recvs_ahead;
 } xcoll_net_properties;
 
 /* Opaque objects of the plugin. */
@@ -172,6 +179,9 @@ const char *xcoll_net_last_error(void);
 extern const xcoll_net_v1 xcoll_net_socket;
 #ifdef XCOLL_HAVE_UCX
 extern const xcoll_net_v1 xcoll_net_ucx;
+#endif
+#ifdef XCOLL_HAVE_IBVERBS
+extern const xcoll_net_v1 xcoll_net_ibverbs;
 #endif
 
 #endif

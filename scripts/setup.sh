@@ -10,7 +10,10 @@ set -euo pipefail
 
 required=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev
   zlib1g-dev libucx-dev ucx-utils libcjson-dev dataset-fashion-mnist
-  libsodium-dev clang libclang-rt-14-dev python3 iproute2 iptables gnuplot-nox)
+  libsodium-dev clang libclang-rt-14-dev python3 iproute2 iptables gnuplot-nox
+  libibverbs-dev)
+# libibverbs-dev: the ibverbs net plugin's headers (the library is loaded at
+# run time; tests run it over an emulated provider, no RDMA device needed).
 # python3: tools/xcoll-trace-merge and the trainer's trace test (check_trace.py).
 # gnuplot-nox: trainer/plot.sh and its test (trainer.plot).
 # iproute2, iptables: the multi-host tests (tests/netns: namespaces, loss).

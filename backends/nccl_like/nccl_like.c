@@ -371,10 +371,11 @@ static void log_choices(nl_state *st, const char *net_why) {
              st->nchannels, proto_name(st->proto),
              st->proto == NL_PROTO_AUTO ? ": LL below 4 KiB, SIMPLE above" : "",
              st->buffsize, XCOLL_STEPS, st->step_bytes);
-  XCOLL_INFO("nccl_like: net plugin %s (%s), device %d '%s' (%d Mbps); "
+  XCOLL_INFO("nccl_like: net plugin %s (%s), device %d '%s' (%d Mbps), "
+             "%d receive(s) posted ahead per connection; "
              "engine: host (worker thread per channel, proxy thread%s)",
              st->net ? st->net->name : "none", net_why, st->net_device,
-             props.name, props.speed_mbps,
+             props.name, props.speed_mbps, st->recvs_ahead,
              st->inline_wait ? "; wait runs untaken items, XCOLL_WAIT_RUNS=1"
                              : "");
 }
@@ -433,6 +434,7 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
     if (s != XCOLL_SUCCESS)
       s = xcoll_error_adopt(comm, s);
   }
+  st->recvs_ahead = nl_recvs_ahead(st->net, st->net_device);
   if (s == XCOLL_SUCCESS)
     s = nl_channels_setup(st);
   if (s == XCOLL_SUCCESS)

@@ -196,6 +196,7 @@ typedef struct nl_state {
   double timeout_s;
   const xcoll_net_v1 *net;
   int net_device;
+  int recvs_ahead; /* receives posted ahead per connection (proxy.c) */
   xcoll_net_config net_config;
   nl_channel channels[NL_MAX_CHANNELS];
   nl_fp_link fp; /* world_size > 1 only */
@@ -304,6 +305,9 @@ void nl_fp_await(nl_state *st, uint64_t index, double limit_s);
 
 /* ---- proxy.c ---- */
 xcoll_status nl_proxy_start(nl_state *st);
+/* Receives to keep posted ahead per connection over net (device): the
+ * plugin's properties.recvs_ahead capped at XCOLL_STEPS, else 1. */
+int nl_recvs_ahead(const xcoll_net_v1 *net, int device);
 /* Stop and join (st->stopping must be set and proxy_cond signalled). */
 void nl_proxy_join(nl_state *st);
 /* The sentence explaining the calling thread's last failed plugin call

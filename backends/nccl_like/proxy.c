@@ -53,6 +53,17 @@
  * peer that closes after its last message is seen only by a receive no
  * kernel needs. */
 #define NL_RECVS_AHEAD 1
+/* A plugin may ask for more (xcoll_net_properties.recvs_ahead): ibverbs
+ * needs a clear-to-send out per slot the sender could fill, as NCCL's
+ * net_ib posts a receive per free FIFO slot; capped at XCOLL_STEPS. */
+int nl_recvs_ahead(const xcoll_net_v1 *net, int device) {
+  xcoll_net_properties props;
+  memset(&props, 0, sizeof props);
+  if (net == NULL || net->get_properties(device, &props) != XCOLL_SUCCESS ||
+      props.recvs_ahead <= 0)
+    return NL_RECVS_AHEAD;
+  return props.recvs_ahead < XCOLL_STEPS ? props.recvs_ahead : XCOLL_STEPS;
+}
 /* The proxy thread's longest wait while the workers drive their channels
  * (milliseconds): it still passes over every channel this often, to move a
  * channel whose worker computes a long step and to check the timeout. */
@@ -160,7 +171,7 @@ static xcoll_status progress_recv(nl_state *st, nl_channel *ch,
   }
   uint64_t head = atomic_load_explicit(&mem->head, memory_order_acquire);
   while (pc->posted < head + XCOLL_STEPS &&
-         pc->posted - pc->completed < NL_RECVS_AHEAD) {
+         pc->posted - pc->completed < (uint64_t)st->recvs_ahead) {
     int slot = (int)(pc->posted % XCOLL_STEPS);
     xcoll_net_request *request = NULL;
     pc->started_us[slot] = xcoll_trace_enabled() ? xcoll_time_us() : 0;
