@@ -369,16 +369,17 @@ static xcoll_status kv_result(xcoll_status status, const char *what,
                        "key '%.200s' did not appear in the key-value store in "
                        "time (%s): did every rank reach this point?",
                        key, what);
-  return xcoll_error(NULL, status, "the key-value store's %s of key '%.200s' "
-                     "failed (%s)", what, key, xcoll_strerror(status));
+  return xcoll_error(NULL, status,
+                     "the key-value store's %s of key '%.200s' failed (%s)",
+                     what, key, xcoll_strerror(status));
 }
 
 static xcoll_status kv_get(xcoll_store *store, const char *key, void **value,
                            size_t *bytes) {
   *value = NULL;
   *bytes = 0;
-  xcoll_status status = store->kv.get(store->kv.context, key, store->timeout_s,
-                                      value, bytes);
+  xcoll_status status =
+      store->kv.get(store->kv.context, key, store->timeout_s, value, bytes);
   if (status != XCOLL_SUCCESS) {
     free(*value);
     *value = NULL;

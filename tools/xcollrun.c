@@ -53,8 +53,8 @@ typedef struct options {
   int max_restarts;
   double grace_s;
   char **program; /* argv of the program, NULL-terminated */
-  int no_python;   /* --no-python: run a .py program as it is */
-  int module;      /* -m: the program is a Python module */
+  int no_python;  /* --no-python: run a .py program as it is */
+  int module;     /* -m: the program is a Python module */
 } options;
 
 /* One of a rank's output streams: a pipe read end and the line it holds. */
@@ -120,9 +120,10 @@ static void usage(FILE *to) {
       "\n"
       "environment: XCOLLRUN_GRACE_S (default 5) seconds between SIGTERM and\n"
       "SIGKILL when the group is stopped. XCOLLRUN_PYTHON (default python3):\n"
-      "the interpreter for -m and .py programs. XCOLL_AUTH_TOKEN / XCOLL_AUTH_FILE:\n"
-      "the job's secret; when neither is set, a single-node job gets a random\n"
-      "one (multi-node jobs must set the same one on every node).\n"
+      "the interpreter for -m and .py programs.\n"
+      "XCOLL_AUTH_TOKEN / XCOLL_AUTH_FILE: the job's secret; when neither is\n"
+      "set, a single-node job gets a random one (multi-node jobs must set the\n"
+      "same one on every node).\n"
       "exit status: 0 when every rank exits 0; else the first failed rank's\n"
       "exit status, or 128+signal if it was killed; 2 for bad options.\n",
       to);

@@ -56,14 +56,22 @@ const char *const kSupported =
 
 xcoll_datatype to_xcoll_dtype(const at::Tensor &t, const char *call) {
   switch (t.scalar_type()) {
-  case at::kFloat: return XCOLL_FLOAT32;
-  case at::kDouble: return XCOLL_FLOAT64;
-  case at::kHalf: return XCOLL_FLOAT16;
-  case at::kBFloat16: return XCOLL_BFLOAT16;
-  case at::kChar: return XCOLL_INT8;
-  case at::kByte: return XCOLL_UINT8;
-  case at::kInt: return XCOLL_INT32;
-  case at::kLong: return XCOLL_INT64;
+  case at::kFloat:
+    return XCOLL_FLOAT32;
+  case at::kDouble:
+    return XCOLL_FLOAT64;
+  case at::kHalf:
+    return XCOLL_FLOAT16;
+  case at::kBFloat16:
+    return XCOLL_BFLOAT16;
+  case at::kChar:
+    return XCOLL_INT8;
+  case at::kByte:
+    return XCOLL_UINT8;
+  case at::kInt:
+    return XCOLL_INT32;
+  case at::kLong:
+    return XCOLL_INT64;
   default:
     TORCH_CHECK(false, "xcoll backend: ", call, ": tensors of type ",
                 t.scalar_type(),
@@ -74,14 +82,19 @@ xcoll_datatype to_xcoll_dtype(const at::Tensor &t, const char *call) {
 
 xcoll_op to_xcoll_op(const c10d::ReduceOp &op, const char *call) {
   switch (op.op_) {
-  case c10d::ReduceOp::SUM: return XCOLL_SUM;
-  case c10d::ReduceOp::AVG: return XCOLL_AVG;
-  case c10d::ReduceOp::PRODUCT: return XCOLL_PROD;
-  case c10d::ReduceOp::MIN: return XCOLL_MIN;
-  case c10d::ReduceOp::MAX: return XCOLL_MAX;
+  case c10d::ReduceOp::SUM:
+    return XCOLL_SUM;
+  case c10d::ReduceOp::AVG:
+    return XCOLL_AVG;
+  case c10d::ReduceOp::PRODUCT:
+    return XCOLL_PROD;
+  case c10d::ReduceOp::MIN:
+    return XCOLL_MIN;
+  case c10d::ReduceOp::MAX:
+    return XCOLL_MAX;
   default:
-    TORCH_CHECK(false, "xcoll backend: ", call,
-                ": reduce op ", static_cast<int>(op.op_),
+    TORCH_CHECK(false, "xcoll backend: ", call, ": reduce op ",
+                static_cast<int>(op.op_),
                 " (BAND, BOR, BXOR or PREMUL_SUM) is not supported (SUM, "
                 "AVG, PRODUCT, MIN, MAX are)");
   }
@@ -177,7 +190,9 @@ public:
         future_(c10::make_intrusive<at::ivalue::Future>(
             c10::ListType::create(c10::TensorType::get()))) {}
 
-  ~WorkXcoll() override { complete_blocking(); }
+  ~WorkXcoll() override {
+    complete_blocking();
+  }
 
   bool isCompleted() override {
     std::unique_lock<std::mutex> lock(request_lock_, std::try_to_lock);
@@ -197,7 +212,9 @@ public:
     return Work::wait(timeout);
   }
 
-  std::vector<at::Tensor> result() override { return outputs_; }
+  std::vector<at::Tensor> result() override {
+    return outputs_;
+  }
 
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
     return future_;
@@ -268,12 +285,12 @@ public:
                            ? 0.0
                            : static_cast<double>(timeout.count()) / 1000.0;
     xcoll_status status = xcoll_comm_init_kv(&comm_, &config, &kv);
-    TORCH_CHECK(status == XCOLL_SUCCESS,
-                "xcoll backend: rank ", rank, " of ", size,
-                " could not create its communicator: ",
-                xcoll_strerror(status), ": ", xcoll_last_error(),
-                bridge_.last_error.empty() ? "" : " (store: ",
-                bridge_.last_error, bridge_.last_error.empty() ? "" : ")");
+    TORCH_CHECK(
+        status == XCOLL_SUCCESS, "xcoll backend: rank ", rank, " of ", size,
+        " could not create its communicator: ", xcoll_strerror(status), ": ",
+        xcoll_last_error(),
+        bridge_.last_error.empty() ? "" : " (store: ", bridge_.last_error,
+        bridge_.last_error.empty() ? "" : ")");
     completer_ = std::thread([this] { completer_main(); });
   }
 
@@ -287,10 +304,14 @@ public:
     xcoll_comm_destroy(comm_);
   }
 
-  const std::string getBackendName() const override { return "xcoll"; }
+  const std::string getBackendName() const override {
+    return "xcoll";
+  }
 
   // The name of the xcoll backend underneath (tcp, ucx, nccl_like).
-  std::string transport() const { return xcoll_comm_backend(comm_); }
+  std::string transport() const {
+    return xcoll_comm_backend(comm_);
+  }
 
   c10::intrusive_ptr<c10d::Work>
   allreduce(std::vector<at::Tensor> &tensors,
@@ -301,11 +322,10 @@ public:
     xcoll_op op = to_xcoll_op(opts.reduceOp, call);
     at::Tensor work = tensor.contiguous();
     xcoll_request_t request = nullptr;
-    check(call, xcoll_iallreduce(work.data_ptr(), work.data_ptr(),
-                                 work.numel(), dtype, op, comm_, nullptr,
-                                 &request));
-    return enqueue(c10d::OpType::ALLREDUCE, call, request, {tensor},
-                   {work}, copy_back(work, tensor));
+    check(call, xcoll_iallreduce(work.data_ptr(), work.data_ptr(), work.numel(),
+                                 dtype, op, comm_, nullptr, &request));
+    return enqueue(c10d::OpType::ALLREDUCE, call, request, {tensor}, {work},
+                   copy_back(work, tensor));
   }
 
   c10::intrusive_ptr<c10d::Work>
@@ -317,9 +337,8 @@ public:
     xcoll_datatype dtype = to_xcoll_dtype(tensor, call);
     at::Tensor work = tensor.contiguous();
     xcoll_request_t request = nullptr;
-    check(call, xcoll_ibroadcast(work.data_ptr(), work.data_ptr(),
-                                 work.numel(), dtype,
-                                 static_cast<int>(opts.rootRank), comm_,
+    check(call, xcoll_ibroadcast(work.data_ptr(), work.data_ptr(), work.numel(),
+                                 dtype, static_cast<int>(opts.rootRank), comm_,
                                  nullptr, &request));
     return enqueue(c10d::OpType::BROADCAST, call, request, {tensor}, {work},
                    copy_back(work, tensor));
@@ -336,8 +355,8 @@ public:
     at::Tensor work = tensor.contiguous();
     xcoll_request_t request = nullptr;
     check(call, xcoll_ireduce(work.data_ptr(), work.data_ptr(), work.numel(),
-                              dtype, op, static_cast<int>(opts.rootRank),
-                              comm_, nullptr, &request));
+                              dtype, op, static_cast<int>(opts.rootRank), comm_,
+                              nullptr, &request));
     return enqueue(c10d::OpType::REDUCE, call, request, {tensor}, {work},
                    copy_back(work, tensor));
   }
@@ -363,9 +382,9 @@ public:
     at::Tensor send = input.contiguous();
     at::Tensor gathered = at::empty({size_ * input.numel()}, input.options());
     xcoll_request_t request = nullptr;
-    check(call, xcoll_iallgather(send.data_ptr(), gathered.data_ptr(),
-                                 send.numel(), dtype, comm_, nullptr,
-                                 &request));
+    check(call,
+          xcoll_iallgather(send.data_ptr(), gathered.data_ptr(), send.numel(),
+                           dtype, comm_, nullptr, &request));
     std::vector<at::Tensor> targets = outputs[0];
     int64_t n = input.numel();
     auto scatter_out = [gathered, targets, n]() {
@@ -386,15 +405,16 @@ public:
     TORCH_CHECK(output.numel() == size_ * input.numel() &&
                     output.scalar_type() == input.scalar_type(),
                 "xcoll backend: _allgather_base: the output must hold "
-                "world_size (", size_, ") times the input's elements, of "
+                "world_size (",
+                size_,
+                ") times the input's elements, of "
                 "its type");
     xcoll_datatype dtype = to_xcoll_dtype(input, call);
     at::Tensor send = input.contiguous();
     at::Tensor work = output.contiguous();
     xcoll_request_t request = nullptr;
-    check(call, xcoll_iallgather(send.data_ptr(), work.data_ptr(),
-                                 send.numel(), dtype, comm_, nullptr,
-                                 &request));
+    check(call, xcoll_iallgather(send.data_ptr(), work.data_ptr(), send.numel(),
+                                 dtype, comm_, nullptr, &request));
     return enqueue(c10d::OpType::_ALLGATHER_BASE, call, request, {output},
                    {send, work}, copy_back(work, output));
   }
@@ -424,9 +444,9 @@ public:
     at::Tensor send = at::cat(flat);
     at::Tensor work = output.contiguous();
     xcoll_request_t request = nullptr;
-    check(call, xcoll_ireduce_scatter(send.data_ptr(), work.data_ptr(),
-                                      work.numel(), dtype, op, comm_, nullptr,
-                                      &request));
+    check(call,
+          xcoll_ireduce_scatter(send.data_ptr(), work.data_ptr(), work.numel(),
+                                dtype, op, comm_, nullptr, &request));
     return enqueue(c10d::OpType::REDUCE_SCATTER, call, request, {output},
                    {send, work}, copy_back(work, output));
   }
@@ -440,18 +460,20 @@ public:
     TORCH_CHECK(input.numel() == size_ * output.numel() &&
                     output.scalar_type() == input.scalar_type(),
                 "xcoll backend: _reduce_scatter_base: the input must hold "
-                "world_size (", size_, ") times the output's elements, of "
+                "world_size (",
+                size_,
+                ") times the output's elements, of "
                 "its type");
     xcoll_datatype dtype = to_xcoll_dtype(output, call);
     xcoll_op op = to_xcoll_op(opts.reduceOp, call);
     at::Tensor send = input.contiguous();
     at::Tensor work = output.contiguous();
     xcoll_request_t request = nullptr;
-    check(call, xcoll_ireduce_scatter(send.data_ptr(), work.data_ptr(),
-                                      work.numel(), dtype, op, comm_, nullptr,
-                                      &request));
-    return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, call, request,
-                   {output}, {send, work}, copy_back(work, output));
+    check(call,
+          xcoll_ireduce_scatter(send.data_ptr(), work.data_ptr(), work.numel(),
+                                dtype, op, comm_, nullptr, &request));
+    return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, call, request, {output},
+                   {send, work}, copy_back(work, output));
   }
 
   c10::intrusive_ptr<c10d::Work>
@@ -473,9 +495,9 @@ public:
                       const c10d::AllgatherOptions &) override {
     unsupported("allgather_coalesced");
   }
-  c10::intrusive_ptr<c10d::Work>
-  gather(std::vector<std::vector<at::Tensor>> &, std::vector<at::Tensor> &,
-         const c10d::GatherOptions &) override {
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &,
+                                        std::vector<at::Tensor> &,
+                                        const c10d::GatherOptions &) override {
     unsupported("gather");
   }
   c10::intrusive_ptr<c10d::Work>
@@ -514,8 +536,8 @@ private:
   }
 
   void check_root(const char *call, int64_t root) {
-    TORCH_CHECK(root >= 0 && root < size_, "xcoll backend: ", call,
-                ": root ", root, " is outside [0, ", size_, ")");
+    TORCH_CHECK(root >= 0 && root < size_, "xcoll backend: ", call, ": root ",
+                root, " is outside [0, ", size_, ")");
   }
 
   // When work is a contiguous copy of tensor, copy the result back.
@@ -526,10 +548,11 @@ private:
     return [work, tensor]() mutable { tensor.copy_(work); };
   }
 
-  c10::intrusive_ptr<c10d::Work>
-  enqueue(c10d::OpType type, const char *call, xcoll_request_t request,
-          std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep,
-          std::function<void()> after) {
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char *call,
+                                         xcoll_request_t request,
+                                         std::vector<at::Tensor> outputs,
+                                         std::vector<at::Tensor> keep,
+                                         std::function<void()> after) {
     auto work = c10::make_intrusive<WorkXcoll>(
         rank_, type, call, comm_, request, std::move(outputs), std::move(keep),
         std::move(after));

@@ -170,8 +170,8 @@ static void *rank_main(void *arg) {
   float values[1000];
   for (int i = 0; i < 1000; i++)
     values[i] = (float)(r->rank + 1);
-  r->world_sum = xcoll_allreduce(values, values, 1000, XCOLL_FLOAT32, XCOLL_SUM,
-                                 comm);
+  r->world_sum =
+      xcoll_allreduce(values, values, 1000, XCOLL_FLOAT32, XCOLL_SUM, comm);
   float want = (float)(r->world_size * (r->world_size + 1) / 2);
   for (int i = 0; i < 1000 && r->world_sum == XCOLL_SUCCESS; i++)
     if (values[i] != want)
@@ -201,8 +201,11 @@ static void run_world(const char *backend, int world_size) {
   pthread_t threads[MAX_RANKS];
   rank_run runs[MAX_RANKS];
   for (int r = 0; r < world_size; r++) {
-    runs[r] = (rank_run){.ts = &ts, .backend = backend, .rank = r,
-                         .world_size = world_size, .timeout_s = 30};
+    runs[r] = (rank_run){.ts = &ts,
+                         .backend = backend,
+                         .rank = r,
+                         .world_size = world_size,
+                         .timeout_s = 30};
     assert_int_equal(pthread_create(&threads[r], NULL, rank_main, &runs[r]), 0);
   }
   for (int r = 0; r < world_size; r++)
@@ -239,7 +242,10 @@ static void test_missing_peer_times_out(void **unused) {
   (void)unused;
   test_store ts;
   store_init(&ts);
-  rank_run run = {.ts = &ts, .backend = "tcp", .rank = 1, .world_size = 2,
+  rank_run run = {.ts = &ts,
+                  .backend = "tcp",
+                  .rank = 1,
+                  .world_size = 2,
                   .timeout_s = 0.5};
   rank_main(&run);
   assert_int_equal(run.init, XCOLL_ERR_TIMEOUT);
