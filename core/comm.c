@@ -185,15 +185,18 @@ static xcoll_status comm_connect(xcoll_comm *comm, int *held) {
   *held |= HAVE_TRACE;
   snprintf(comm->store_prefix, sizeof comm->store_prefix, "c%llu/",
            (unsigned long long)comm->comm_id);
-  status = xcoll_store_connect(comm->master_addr, comm->master_port,
-                               comm->timeout_s, &comm->store);
+  if (comm->has_kv)
+    status = xcoll_store_wrap_kv(&comm->kv, comm->timeout_s, &comm->store);
+  else
+    status = xcoll_store_connect(comm->master_addr, comm->master_port,
+                                 comm->timeout_s, &comm->store);
   if (status != XCOLL_SUCCESS)
     return xcoll_error(comm, status,
                        "rank %d cannot reach the rendezvous store at %s:%d "
                        "(MASTER_ADDR:MASTER_PORT; is rank 0 running?): %s",
                        comm->rank, comm->master_addr, comm->master_port,
                        xcoll_last_error());
-  if (comm->comm_id == 0) {
+  if (comm->comm_id == 0 && !comm->has_kv) {
     status = xcoll_store_join(comm->store, comm->world_size, comm->rank);
     if (status != XCOLL_SUCCESS)
       return xcoll_error_adopt(comm, status);
@@ -210,7 +213,11 @@ static xcoll_status comm_connect(xcoll_comm *comm, int *held) {
 
 /* ---- world communicator ---- */
 
-xcoll_status xcoll_comm_init(xcoll_comm_t *out, const xcoll_config *config) {
+/* xcoll_comm_init and xcoll_comm_init_kv: kv NULL starts (rank 0) and
+ * reaches xcoll's own store; else the communicator uses the caller's. */
+static xcoll_status comm_init_world(xcoll_comm_t *out,
+                                    const xcoll_config *config,
+                                    const xcoll_kv_store *kv) {
   if (out == NULL)
     return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
                        "xcoll_comm_init: comm (the output pointer) is NULL");
@@ -303,6 +310,10 @@ xcoll_status xcoll_comm_init(xcoll_comm_t *out, const xcoll_config *config) {
   comm->backend = backend;
   snprintf(comm->master_addr, sizeof comm->master_addr, "%s", master_addr);
   comm->master_port = config->master_port;
+  if (kv != NULL) {
+    comm->has_kv = 1;
+    comm->kv = *kv;
+  }
   xcoll_log_set_rank(comm->rank);
 
   int held = 0;
@@ -310,7 +321,7 @@ xcoll_status xcoll_comm_init(xcoll_comm_t *out, const xcoll_config *config) {
   if (status != XCOLL_SUCCESS)
     goto fail;
 
-  if (comm->rank == 0) {
+  if (comm->rank == 0 && !comm->has_kv) {
     /* A world of one has nobody to meet: a private loopback port avoids
      * clashing with other single-process jobs on the default port. */
     int single = comm->world_size == 1;
@@ -336,18 +347,43 @@ xcoll_status xcoll_comm_init(xcoll_comm_t *out, const xcoll_config *config) {
   if (status != XCOLL_SUCCESS)
     goto fail;
 
-  XCOLL_INFO("comm %llu: rank %d of %d (local %d of %d), backend %s, store "
-             "%s:%d, timeout %.1f s, %d socket(s) per peer, chunk %zu B",
-             (unsigned long long)comm->comm_id, comm->rank, comm->world_size,
-             comm->local_rank, comm->local_world_size, backend->name,
-             comm->master_addr, comm->master_port, comm->timeout_s,
-             comm->options.nsocks_per_peer, comm->options.chunk_bytes);
+  if (comm->has_kv)
+    XCOLL_INFO("comm %llu: rank %d of %d (local %d of %d), backend %s, the "
+               "caller's key-value store, timeout %.1f s, %d socket(s) per "
+               "peer, chunk %zu B",
+               (unsigned long long)comm->comm_id, comm->rank, comm->world_size,
+               comm->local_rank, comm->local_world_size, backend->name,
+               comm->timeout_s, comm->options.nsocks_per_peer,
+               comm->options.chunk_bytes);
+  else
+    XCOLL_INFO("comm %llu: rank %d of %d (local %d of %d), backend %s, store "
+               "%s:%d, timeout %.1f s, %d socket(s) per peer, chunk %zu B",
+               (unsigned long long)comm->comm_id, comm->rank, comm->world_size,
+               comm->local_rank, comm->local_world_size, backend->name,
+               comm->master_addr, comm->master_port, comm->timeout_s,
+               comm->options.nsocks_per_peer, comm->options.chunk_bytes);
   *out = comm;
   return XCOLL_SUCCESS;
 
 fail:
   comm_free(comm, held);
   return status;
+}
+
+xcoll_status xcoll_comm_init(xcoll_comm_t *out, const xcoll_config *config) {
+  return comm_init_world(out, config, NULL);
+}
+
+xcoll_status xcoll_comm_init_kv(xcoll_comm_t *out, const xcoll_config *config,
+                                const xcoll_kv_store *store) {
+  if (out != NULL)
+    *out = NULL;
+  if (store == NULL || store->set == NULL || store->get == NULL ||
+      store->add == NULL)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_comm_init_kv: store is NULL or lacks its set, "
+                       "get or add function");
+  return comm_init_world(out, config, store);
 }
 
 /* One launcher's variable names. */
@@ -635,6 +671,8 @@ xcoll_status xcoll_comm_split(xcoll_comm_t comm, int color, int key,
   child->backend = comm->backend;
   memcpy(child->master_addr, comm->master_addr, sizeof child->master_addr);
   child->master_port = comm->master_port;
+  child->has_kv = comm->has_kv;
+  child->kv = comm->kv;
   int held = 0;
   if (comm->options.socket_ifname != NULL) {
     child->options.socket_ifname = strdup(comm->options.socket_ifname);
@@ -721,7 +759,8 @@ xcoll_status xcoll_comm_destroy(xcoll_comm_t comm) {
   xcoll_queue_destroy(comm);
   comm->backend->comm_destroy(comm, comm->backend_state);
   /* A broken world may have lost ranks for good: do not wait for them. */
-  if (comm->comm_id == 0 && comm->world_size > 1 &&
+  /* A caller's store is not ours to stop: nothing to hold it up for. */
+  if (comm->comm_id == 0 && comm->world_size > 1 && !comm->has_kv &&
       atomic_load(&comm->broken_status) == XCOLL_SUCCESS)
     status = finalize_handshake(comm);
   comm_free(comm, HAVE_TRACE);

@@ -48,6 +48,11 @@ typedef struct xcoll_comm {
   xcoll_store *store;
   xcoll_store_server *store_server; /* rank 0 of the world only, else NULL */
   char store_prefix[32];
+  /* Set when the communicator meets its peers through the caller's store
+   * (xcoll_comm_init_kv): store forwards to kv, store_server is NULL, and
+   * split children use kv too. */
+  int has_kv;
+  xcoll_kv_store kv;
 
   /* Next collective's sequence number (issue order, same on every rank). */
   uint64_t next_seq;

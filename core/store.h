@@ -98,4 +98,16 @@ void xcoll_store_set_timeout(xcoll_store *store, double timeout_s);
  * request; the descriptor stays open until close. */
 void xcoll_store_interrupt(xcoll_store *store);
 
+/* A client that forwards set, get, wait and add to the caller's store
+ * (xcoll_kv_store of xcoll.h, copied) instead of a connection: for
+ * communicators made by xcoll_comm_init_kv. get and wait wait up to
+ * timeout_s. On such a client join and health succeed without doing anything
+ * (the caller's store has its own membership), interrupt only marks it, and
+ * check and delete fail with XCOLL_ERR_NOT_SUPPORTED. Errors:
+ * XCOLL_ERR_INVALID_ARGUMENT (NULL kv or function), XCOLL_ERR_NO_MEMORY. */
+xcoll_status xcoll_store_wrap_kv(const xcoll_kv_store *kv, double timeout_s,
+                                 xcoll_store **store);
+/* 1 when store forwards to a caller's store (xcoll_store_wrap_kv), else 0. */
+int xcoll_store_is_kv(const xcoll_store *store);
+
 #endif

@@ -50,6 +50,9 @@ struct xcoll_store {
   char host[256];
   int port;
   double timeout_s;
+  /* Set by xcoll_store_wrap_kv: requests go to the caller's store, fd is -1. */
+  int is_kv;
+  xcoll_kv_store kv;
 };
 
 enum io_result { IO_OK = 0, IO_TIMEOUT, IO_CLOSED, IO_ERROR };
@@ -324,6 +327,87 @@ static xcoll_status encode_key_list(const char *const *keys, int count,
   return XCOLL_SUCCESS;
 }
 
+/* ------------------------------------------------------------------ */
+/* A caller's store (xcoll_comm_init_kv)                                */
+/* ------------------------------------------------------------------ */
+
+xcoll_status xcoll_store_wrap_kv(const xcoll_kv_store *kv, double timeout_s,
+                                 xcoll_store **store) {
+  if (!store)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_store_wrap_kv: store is NULL");
+  *store = NULL;
+  if (!kv || !kv->set || !kv->get || !kv->add)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "the key-value store is NULL or lacks its set, get or "
+                       "add function");
+  xcoll_store *st = calloc(1, sizeof *st);
+  if (!st)
+    return xcoll_error(NULL, XCOLL_ERR_NO_MEMORY,
+                       "out of memory for a key-value store client");
+  st->fd = -1;
+  st->is_kv = 1;
+  st->kv = *kv;
+  st->timeout_s = timeout_s > 0 && isfinite(timeout_s) ? timeout_s : 300.0;
+  snprintf(st->host, sizeof st->host, "the caller's key-value store");
+  *store = st;
+  return XCOLL_SUCCESS;
+}
+
+int xcoll_store_is_kv(const xcoll_store *store) {
+  return store != NULL && store->is_kv;
+}
+
+/* Name the operation and key when the caller's function fails, keeping the
+ * message it may have recorded. */
+static xcoll_status kv_result(xcoll_status status, const char *what,
+                              const char *key) {
+  if (status == XCOLL_SUCCESS)
+    return status;
+  if (status == XCOLL_ERR_TIMEOUT)
+    return xcoll_error(NULL, status,
+                       "key '%.200s' did not appear in the key-value store in "
+                       "time (%s): did every rank reach this point?",
+                       key, what);
+  return xcoll_error(NULL, status,
+                     "the key-value store's %s of key '%.200s' failed (%s)",
+                     what, key, xcoll_strerror(status));
+}
+
+static xcoll_status kv_get(xcoll_store *store, const char *key, void **value,
+                           size_t *bytes) {
+  *value = NULL;
+  *bytes = 0;
+  xcoll_status status =
+      store->kv.get(store->kv.context, key, store->timeout_s, value, bytes);
+  if (status != XCOLL_SUCCESS) {
+    free(*value);
+    *value = NULL;
+    *bytes = 0;
+  }
+  return kv_result(status, "get", key);
+}
+
+static xcoll_status kv_wait(xcoll_store *store, const char *const *keys,
+                            int count) {
+  for (int i = 0; i < count; i++) {
+    void *value = NULL;
+    size_t bytes = 0;
+    xcoll_status status = kv_get(store, keys[i], &value, &bytes);
+    free(value);
+    if (status != XCOLL_SUCCESS)
+      return status;
+  }
+  return XCOLL_SUCCESS;
+}
+
+static xcoll_status kv_not_supported(const char *what) {
+  return xcoll_error(NULL, XCOLL_ERR_NOT_SUPPORTED,
+                     "%s is not offered on a caller's key-value store "
+                     "(xcoll_comm_init_kv)",
+                     what);
+}
+
 xcoll_status xcoll_store_connect(const char *host, int port, double timeout_s,
                                  xcoll_store **store) {
   if (!store)
@@ -416,12 +500,18 @@ void xcoll_store_interrupt(xcoll_store *store) {
   if (!store)
     return;
   atomic_store(&store->interrupted, 1);
+  if (store->is_kv)
+    return;
   (void)shutdown(store->fd, SHUT_RDWR);
 }
 
 void xcoll_store_close(xcoll_store *store) {
   if (!store)
     return;
+  if (store->is_kv) {
+    free(store);
+    return;
+  }
   /* A normal close: the server must not report this rank as dead. Best
    * effort and without a reply; a broken stream cannot carry it. */
   if (!store->broken) {
@@ -454,6 +544,9 @@ xcoll_status xcoll_store_set(xcoll_store *store, const char *key,
                        "xcoll_store_set: the value of key '%s' is %zu bytes, "
                        "more than XCOLL_STORE_MAX_VALUE (%u)",
                        key, bytes, XCOLL_STORE_MAX_VALUE);
+  if (store->is_kv)
+    return kv_result(store->kv.set(store->kv.context, key, value, bytes), "set",
+                     key);
   char what[96];
   snprintf(what, sizeof what, "set of key '%.60s'", key);
   unsigned char *reply = NULL;
@@ -475,6 +568,8 @@ xcoll_status xcoll_store_get(xcoll_store *store, const char *key, void **value,
                        "xcoll_store_get: store, value or bytes is NULL");
   *value = NULL;
   *bytes = 0;
+  if (store->is_kv)
+    return kv_get(store, key, value, bytes);
   char what[96];
   snprintf(what, sizeof what, "get of key '%.60s'", key);
   unsigned char *reply = NULL;
@@ -498,6 +593,8 @@ xcoll_status xcoll_store_check(xcoll_store *store, const char *const *keys,
   if (!store || !exists)
     return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
                        "xcoll_store_check: store or exists is NULL");
+  if (store->is_kv)
+    return kv_not_supported("check");
   unsigned char *list = NULL, *reply = NULL;
   size_t list_bytes = 0, reply_bytes = 0;
   xcoll_status status =
@@ -527,6 +624,8 @@ xcoll_status xcoll_store_wait(xcoll_store *store, const char *const *keys,
   if (!store)
     return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
                        "xcoll_store_wait: store is NULL");
+  if (store->is_kv)
+    return kv_wait(store, keys, count);
   unsigned char *list = NULL, *reply = NULL;
   size_t list_bytes = 0;
   xcoll_status status =
@@ -566,6 +665,13 @@ xcoll_status xcoll_store_add(xcoll_store *store, const char *key, int64_t delta,
   if (!store)
     return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
                        "xcoll_store_add: store is NULL");
+  if (store->is_kv) {
+    int64_t total = 0;
+    status = store->kv.add(store->kv.context, key, delta, &total);
+    if (status == XCOLL_SUCCESS && result)
+      *result = total;
+    return kv_result(status, "add", key);
+  }
   unsigned char delta_bytes[8], *reply = NULL;
   size_t reply_bytes = 0;
   put_i64(delta_bytes, delta);
@@ -596,6 +702,8 @@ xcoll_status xcoll_store_delete(xcoll_store *store, const char *key,
   if (!store)
     return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
                        "xcoll_store_delete: store is NULL");
+  if (store->is_kv)
+    return kv_not_supported("delete");
   unsigned char *reply = NULL;
   size_t reply_bytes = 0;
   char what[96];
@@ -623,6 +731,8 @@ xcoll_status xcoll_store_join(xcoll_store *store, int world_size, int rank) {
                        "xcoll_store_join: store is NULL or rank %d is not in "
                        "[0, world_size=%d)",
                        rank, world_size);
+  if (store->is_kv)
+    return XCOLL_SUCCESS;
   char job_id[XCOLL_STORE_MAX_JOB_ID + 1];
   const char *named = xcoll_env_str("XCOLL_JOB_ID");
   if (!named)
@@ -650,6 +760,8 @@ xcoll_status xcoll_store_health(xcoll_store *store) {
   if (!store)
     return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
                        "xcoll_store_health: store is NULL");
+  if (store->is_kv)
+    return XCOLL_SUCCESS;
   unsigned char *reply = NULL;
   xcoll_status status = store_request(store, STORE_HEALTH, NULL, NULL, 0,
                                       &reply, NULL, "health check");

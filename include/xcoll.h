@@ -181,6 +181,54 @@ XCOLL_API xcoll_status xcoll_comm_init_env(xcoll_comm_t *comm);
 XCOLL_API xcoll_status xcoll_comm_init(xcoll_comm_t *comm,
                                        const xcoll_config *config);
 
+/* A key-value store that the caller already has (torch.distributed's c10d
+ * Store, a job scheduler's), for xcoll_comm_init_kv. xcoll uses it in place
+ * of its own rendezvous store: it publishes and reads the small records of
+ * connection setup (addresses, handles) and draws ids from counters. Keys are
+ * NUL-terminated strings of at most 1024 bytes, all starting with "c<id>/" or
+ * "xcoll/"; values are byte strings of at most 64 MiB.
+ * The functions are called from the thread that calls xcoll_comm_init_kv,
+ * xcoll_comm_split and xcoll_comm_destroy, never concurrently for one
+ * communicator; context is passed back unchanged. Each returns XCOLL_SUCCESS,
+ * or XCOLL_ERR_TIMEOUT, XCOLL_ERR_REMOTE or XCOLL_ERR_SYSTEM, which xcoll
+ * passes on with a message naming the operation and the key.
+ * The store must outlive every communicator made with it (split children
+ * included). */
+typedef struct xcoll_kv_store {
+  void *context;
+  /* Store bytes bytes of value under key, replacing any earlier value. */
+  xcoll_status (*set)(void *context, const char *key, const void *value,
+                      size_t bytes);
+  /* Wait up to timeout_s seconds for key to exist, then return a copy of its
+   * value in *value, allocated with malloc() (xcoll frees it with free()),
+   * and its size in bytes in *bytes. A key still missing after timeout_s
+   * is XCOLL_ERR_TIMEOUT. */
+  xcoll_status (*get)(void *context, const char *key, double timeout_s,
+                      void **value, size_t *bytes);
+  /* Add delta to the integer counter under key (a missing key counts as 0)
+   * atomically across ranks, and return the new value in *result. */
+  xcoll_status (*add)(void *context, const char *key, int64_t delta,
+                      int64_t *result);
+} xcoll_kv_store;
+
+/* Create the world communicator from config, meeting the other ranks through
+ * the caller's store instead of xcoll's own: no rank starts a rendezvous
+ * server and nobody connects to config->master_port; config->master_addr
+ * (NULL: "127.0.0.1") only picks the network interface that faces the other
+ * ranks. The struct is copied; its functions and
+ * context must stay valid until the last communicator made from this one is
+ * destroyed. Collective over all ranks of config->world_size.
+ * Not offered by a store this way: the death of a rank noticed by the store
+ * itself, and (on nccl_like) the notice of one rank's failure that other
+ * ranks get through the store; a peer's death is still seen on the data
+ * connections, within XCOLL_TIMEOUT_S at worst.
+ * Errors: those of xcoll_comm_init, plus XCOLL_ERR_INVALID_ARGUMENT for a
+ * NULL store or a NULL function in it, and the store's own errors
+ * (XCOLL_ERR_TIMEOUT naming the key a rank waited for). */
+XCOLL_API xcoll_status xcoll_comm_init_kv(xcoll_comm_t *comm,
+                                          const xcoll_config *config,
+                                          const xcoll_kv_store *store);
+
 /* Wait for this rank's outstanding requests, close connections and free comm.
  * Not collective, but peers still using comm will see it close. comm may be
  * NULL (nothing is done). Using comm afterwards is undefined; the library

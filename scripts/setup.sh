@@ -4,8 +4,9 @@
 # offline). Run as root (sudo is then not needed, nor used), or as a user
 # with sudo, which is used only when a package is missing.
 #   bash scripts/setup.sh            required packages only
-#   bash scripts/setup.sh --peers    also the optional peers used by bench/
-#                                    (PyTorch, Open MPI)
+#   bash scripts/setup.sh --peers    also the optional peers used by bench/,
+#                                    the torch backend and labs/ (PyTorch with
+#                                    its C++ headers, Open MPI)
 set -euo pipefail
 
 required=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev
@@ -17,7 +18,10 @@ required=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev
 # python3: tools/xcoll-trace-merge and the trainer's trace test (check_trace.py).
 # gnuplot-nox: trainer/plot.sh and its test (trainer.plot).
 # iproute2, iptables: the multi-host tests (tests/netns: namespaces, loss).
-peers=(python3-torch openmpi-bin libopenmpi-dev)
+# libtorch-dev, pybind11-dev, python3-dev: integrations/torch (xcoll_torch),
+# built when found (XCOLL_WITH_TORCH=AUTO); without them its tests skip.
+peers=(python3-torch libtorch-dev pybind11-dev python3-dev openmpi-bin
+  libopenmpi-dev)
 
 want=("${required[@]}")
 if [ "${1:-}" = "--peers" ]; then

@@ -53,6 +53,8 @@ typedef struct options {
   int max_restarts;
   double grace_s;
   char **program; /* argv of the program, NULL-terminated */
+  int no_python;  /* --no-python: run a .py program as it is */
+  int module;     /* -m: the program is a Python module */
 } options;
 
 /* One of a rank's output streams: a pipe read end and the line it holds. */
@@ -108,13 +110,20 @@ static void usage(FILE *to) {
       "                       single node only)\n"
       "  --max-restarts N     restart the local group up to N times after a\n"
       "                       failure (default 0)\n"
+      "  -m, --module         the program is a Python module: run\n"
+      "                       '$XCOLLRUN_PYTHON -m program args...'\n"
+      "  --no-python          run program as it is, also when it ends in .py\n"
+      "                       (without it, as with torchrun, a script.py runs\n"
+      "                       as '$XCOLLRUN_PYTHON script.py args...')\n"
       "  -h, --help           this text\n"
       "  --version            print the version and exit\n"
       "\n"
       "environment: XCOLLRUN_GRACE_S (default 5) seconds between SIGTERM and\n"
-      "SIGKILL when the group is stopped. XCOLL_AUTH_TOKEN / XCOLL_AUTH_FILE:\n"
-      "the job's secret; when neither is set, a single-node job gets a random\n"
-      "one (multi-node jobs must set the same one on every node).\n"
+      "SIGKILL when the group is stopped. XCOLLRUN_PYTHON (default python3):\n"
+      "the interpreter for -m and .py programs.\n"
+      "XCOLL_AUTH_TOKEN / XCOLL_AUTH_FILE: the job's secret; when neither is\n"
+      "set, a single-node job gets a random one (multi-node jobs must set the\n"
+      "same one on every node).\n"
       "exit status: 0 when every rank exits 0; else the first failed rank's\n"
       "exit status, or 128+signal if it was killed; 2 for bad options.\n",
       to);
@@ -143,6 +152,37 @@ static int parse_int(const char *flag, const char *text, int min, int max) {
   return (int)value;
 }
 
+static int ends_with(const char *text, const char *suffix) {
+  size_t n = strlen(text), k = strlen(suffix);
+  return n >= k && strcmp(text + n - k, suffix) == 0;
+}
+
+/* torchrun runs its program with Python: as a module after -m, and a
+ * script ending in .py unless --no-python. Other programs run as they are.
+ * Returns the argv to exec (count entries from program). */
+static char **python_program(const options *o, int count, char **program) {
+  if (o->module && o->no_python)
+    usage_error("-m and --no-python exclude each other");
+  int as_script = !o->no_python && ends_with(program[0], ".py");
+  if (!o->module && !as_script)
+    return program;
+  const char *python = getenv("XCOLLRUN_PYTHON");
+  if (!python || !*python)
+    python = "python3";
+  int extra = o->module ? 2 : 1;
+  char **argv = calloc((size_t)(count + extra + 1), sizeof *argv);
+  if (!argv) {
+    fprintf(stderr, "xcollrun: out of memory\n");
+    exit(1);
+  }
+  argv[0] = (char *)python;
+  if (o->module)
+    argv[1] = "-m";
+  for (int k = 0; k < count; k++)
+    argv[extra + k] = program[k];
+  return argv; /* lives until exit */
+}
+
 /* Parses the options before the program. Exits 2 on a bad one. */
 static void parse_options(int argc, char **argv, options *o) {
   *o = (options){.nproc_per_node = 1,
@@ -168,6 +208,14 @@ static void parse_options(int argc, char **argv, options *o) {
     if (strcmp(arg, "--version") == 0) {
       printf("xcollrun (xcoll) %s\n", XCOLL_PROJECT_VERSION);
       exit(0);
+    }
+    if (strcmp(arg, "-m") == 0 || strcmp(arg, "--module") == 0) {
+      o->module = 1;
+      continue;
+    }
+    if (strcmp(arg, "--no-python") == 0 || strcmp(arg, "--no_python") == 0) {
+      o->no_python = 1;
+      continue;
     }
     if (strncmp(arg, "--", 2) != 0)
       usage_error("unknown option '%s'", arg);
@@ -219,8 +267,8 @@ static void parse_options(int argc, char **argv, options *o) {
     }
   }
   if (i >= argc)
-    usage_error("no program to run");
-  o->program = &argv[i];
+    usage_error(o->module ? "-m needs a module name" : "no program to run");
+  o->program = python_program(o, argc - i, &argv[i]);
   if (o->node_rank >= o->nnodes)
     usage_error("--node-rank %d must be less than --nnodes %d", o->node_rank,
                 o->nnodes);

@@ -114,6 +114,8 @@ static void publish_failure(nl_state *st, xcoll_status status,
                             const char *message) {
   xcoll_comm *comm = st->comm;
   xcoll_store *store = NULL;
+  if (xcoll_store_is_kv(comm->store))
+    return; /* no store of xcoll's own to carry the notice */
   if (xcoll_store_connect(comm->master_addr, comm->master_port, 2.0,
                           &store) != XCOLL_SUCCESS)
     return; /* the store is gone too: every rank sees that by itself */
@@ -441,7 +443,11 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
     s = nl_workers_start(st);
   if (s == XCOLL_SUCCESS && st->world_size > 1)
     s = nl_proxy_start(st);
-  if (s == XCOLL_SUCCESS && st->world_size > 1)
+  /* The watcher and the failure notices need connections of their own to
+   * xcoll's store; a caller's store (xcoll_comm_init_kv) offers none, and
+   * failures are then seen on the ring's connections only. */
+  if (s == XCOLL_SUCCESS && st->world_size > 1 &&
+      !xcoll_store_is_kv(comm->store))
     s = watcher_start(st);
   if (s != XCOLL_SUCCESS) {
     free_state(st);

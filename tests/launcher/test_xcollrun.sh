@@ -123,6 +123,21 @@ expect_grep "--help prints usage" 'usage: xcollrun' "$WORK/out"
 run 10 -- sh -c 'echo "$WORLD_SIZE"'
 expect_eq "-- ends options; default one rank" "[rank 0] 1" "$(cat "$WORK/out")"
 
+# ---- Python programs, as torchrun runs them ----
+printf '#!/bin/sh\necho "py: $*"\n' >"$WORK/fakepy"
+printf '#!/bin/sh\necho "direct $RANK"\n' >"$WORK/tool.py"
+chmod +x "$WORK/fakepy" "$WORK/tool.py"
+XCOLLRUN_PYTHON=$WORK/fakepy run 10 --nproc-per-node 1 script.py --lr 1
+expect_eq "a .py program runs with XCOLLRUN_PYTHON" "[rank 0] py: script.py --lr 1" "$(cat "$WORK/out")"
+XCOLLRUN_PYTHON=$WORK/fakepy run 10 -m pkg.train --epochs 2
+expect_eq "-m runs a module" "[rank 0] py: -m pkg.train --epochs 2" "$(cat "$WORK/out")"
+XCOLLRUN_PYTHON=$WORK/fakepy run 10 --no-python "$WORK/tool.py"
+expect_eq "--no-python runs a .py as it is" "[rank 0] direct 0" "$(cat "$WORK/out")"
+run 10 -m --no-python x
+expect_eq "-m with --no-python exits 2" 2 $?
+run 10 -m
+expect_eq "-m without a module exits 2" 2 $?
+
 # ---- xcoll-trace-merge ----
 if [ -x "$MERGE" ] && command -v python3 >/dev/null; then
   printf '[\n{"name":"process_name","ph":"M","pid":0,"tid":0,"args":{"name":"rank 0"}},\n{"name":"a","cat":"c","ph":"X","ts":1,"dur":2,"pid":0,"tid":1,"args":{}}\n]\n' >"$WORK/t.rank0.json"

@@ -1,0 +1,31 @@
+# The labs' scripts in ctest (label labs): small sizes, bounded time, run by
+# xcollrun as torchrun would. Without PyTorch (xcoll_torch not built) each is
+# skipped (exit 77) with the reason.
+set(xcoll_labs_dir ${CMAKE_CURRENT_LIST_DIR})
+set(xcoll_lab_runs
+  "01-setup.gloo|tcp|2|01-setup/setup.py --backend gloo"
+  "01-setup.xcoll|nccl_like|3|01-setup/setup.py --backend xcoll"
+  "02-ddp-basics|tcp|2|02-ddp-basics/train.py --backend xcoll --limit 1200 --epochs 2 --out ${CMAKE_CURRENT_BINARY_DIR}/lab02-out"
+  "05-nccl-vs-gloo.tcp|tcp|2|05-nccl-vs-gloo/allreduce.py --max-bytes 262144 --iters 5"
+  "05-nccl-vs-gloo.nccl_like|nccl_like|2|05-nccl-vs-gloo/allreduce.py --max-bytes 262144 --iters 5")
+foreach(entry ${xcoll_lab_runs})
+  string(REPLACE "|" ";" fields "${entry}")
+  list(GET fields 0 name)
+  list(GET fields 1 backend)
+  list(GET fields 2 ranks)
+  list(GET fields 3 command)
+  separate_arguments(command UNIX_COMMAND "${command}")
+  if(XCOLL_HAVE_TORCH)
+    add_test(NAME labs.${name}
+      COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node ${ranks} --master-port 0
+              ${command}
+      WORKING_DIRECTORY ${xcoll_labs_dir})
+    set_tests_properties(labs.${name} PROPERTIES
+      ENVIRONMENT "XCOLL_BACKEND=${backend};XCOLL_DEBUG=INFO;XCOLLRUN_PYTHON=${XCOLL_TORCH_PYTHON_FOUND};PYTHONPATH=$<TARGET_FILE_DIR:xcoll_torch>;XCOLL_TIMEOUT_S=60")
+  else()
+    add_test(NAME labs.${name} COMMAND sh -c
+      "echo 'skipped: PyTorch is not importable or its headers are missing, so xcoll_torch was not built (apt-get install python3-torch libtorch-dev pybind11-dev; XCOLL_WITH_TORCH)'; exit 77")
+  endif()
+  set_tests_properties(labs.${name} PROPERTIES TIMEOUT 120 LABELS labs
+    SKIP_RETURN_CODE 77)
+endforeach()

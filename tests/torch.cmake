@@ -1,0 +1,30 @@
+# The torch.distributed backend (integrations/torch) against gloo, in the
+# same processes, launched by xcollrun as torchrun would (the .py script runs
+# with XCOLLRUN_PYTHON). Label torch. Without PyTorch each test is skipped
+# (exit 77) with the reason. Each takes 5-15 s alone; the TIMEOUTs leave room
+# for a loaded 2-core machine.
+set(xcoll_torch_tests
+  "collectives.tcp.3:tcp:3:test_collectives.py"
+  "collectives.nccl_like.2:nccl_like:2:test_collectives.py"
+  "ddp.tcp.2:tcp:2:test_ddp.py"
+  "ddp.nccl_like.3:nccl_like:3:test_ddp.py")
+foreach(entry ${xcoll_torch_tests})
+  string(REPLACE ":" ";" fields "${entry}")
+  list(GET fields 0 name)
+  list(GET fields 1 backend)
+  list(GET fields 2 ranks)
+  list(GET fields 3 script)
+  if(XCOLL_HAVE_TORCH)
+    add_test(NAME torch.${name}
+      COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node ${ranks} --master-port 0
+              ${CMAKE_CURRENT_SOURCE_DIR}/torch/${script}
+      WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
+    set_tests_properties(torch.${name} PROPERTIES
+      ENVIRONMENT "XCOLL_BACKEND=${backend};XCOLLRUN_PYTHON=${XCOLL_TORCH_PYTHON_FOUND};PYTHONPATH=$<TARGET_FILE_DIR:xcoll_torch>;XCOLL_TIMEOUT_S=60")
+  else()
+    add_test(NAME torch.${name} COMMAND sh -c
+      "echo 'skipped: PyTorch is not importable or its headers are missing, so xcoll_torch was not built (apt-get install python3-torch libtorch-dev pybind11-dev; XCOLL_WITH_TORCH)'; exit 77")
+  endif()
+  set_tests_properties(torch.${name} PROPERTIES TIMEOUT 90 LABELS torch
+    SKIP_RETURN_CODE 77)
+endforeach()
