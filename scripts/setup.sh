@@ -4,24 +4,24 @@
 # offline). Run as root (sudo is then not needed, nor used), or as a user
 # with sudo, which is used only when a package is missing.
 #   bash scripts/setup.sh            required packages only
-#   bash scripts/setup.sh --peers    also the optional peers used by bench/,
-#                                    the torch backend and labs/ (PyTorch with
-#                                    its C++ headers, Open MPI)
+#   bash scripts/setup.sh --peers    also the optional peers used by bench/
+#                                    (Open MPI)
 set -euo pipefail
 
 required=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev
   zlib1g-dev libucx-dev ucx-utils libcjson-dev dataset-fashion-mnist
   libsodium-dev clang libclang-rt-14-dev python3 iproute2 iptables gnuplot-nox
-  libibverbs-dev)
+  libibverbs-dev python3-torch libtorch-dev pybind11-dev python3-dev)
 # libibverbs-dev: the ibverbs net plugin's headers (the library is loaded at
 # run time; tests run it over an emulated provider, no RDMA device needed).
 # python3: tools/xcoll-trace-merge and the trainer's trace test (check_trace.py).
 # gnuplot-nox: trainer/plot.sh and its test (trainer.plot).
 # iproute2, iptables: the multi-host tests (tests/netns: namespaces, loss).
-# libtorch-dev, pybind11-dev, python3-dev: integrations/torch (xcoll_torch),
-# built when found (XCOLL_WITH_TORCH=AUTO); without them its tests skip.
-peers=(python3-torch libtorch-dev pybind11-dev python3-dev openmpi-bin
-  libopenmpi-dev)
+# python3-torch, libtorch-dev, pybind11-dev, python3-dev: integrations/torch
+# (xcoll_torch), its tests and labs/, which CI runs; the build still works
+# without them (XCOLL_WITH_TORCH=AUTO), and those tests then skip with the
+# reason. python3-torch is also bench/'s PyTorch peer.
+peers=(openmpi-bin libopenmpi-dev)
 
 want=("${required[@]}")
 if [ "${1:-}" = "--peers" ]; then
