@@ -10,6 +10,7 @@
 #include "comm.h"
 #include "dispatch.h"
 #include "env.h"
+#include "params.h"
 #include "error.h"
 #include "log.h"
 #include "request.h"
@@ -17,8 +18,6 @@
 
 #define DEFAULT_MASTER_ADDR "127.0.0.1"
 #define DEFAULT_MASTER_PORT 29500
-#define DEFAULT_TIMEOUT_S 300.0
-#define DEFAULT_CHUNK_BYTES ((size_t)512 << 10)
 /* Job-global store key handing out ids to split communicators (the world is 0).
  */
 #define COMM_ID_COUNTER_KEY "xcoll/next_comm_id"
@@ -92,27 +91,24 @@ void xcoll_comm_set_broken(xcoll_comm *comm, xcoll_status status,
  * is a copy that comm_free releases. */
 static xcoll_status read_options(const xcoll_backend *backend,
                                  xcoll_options *options) {
+  /* Defaults and ranges come from core/params.c's table, which xcoll-info
+   * prints: the chunk must carry one 8-byte element and stays below 1 GiB,
+   * beyond which pipelining stops making sense. */
   long nsocks = 1;
-  xcoll_status status =
-      xcoll_env_int("XCOLL_NSOCKS_PERPEER", 1, 1, 16, &nsocks);
+  xcoll_status status = xcoll_param_int("XCOLL_NSOCKS_PERPEER", &nsocks);
   if (status != XCOLL_SUCCESS)
     return status;
-  /* Each backend knows the chunk its transport moves best (tcp: 128 KiB). */
-  size_t default_chunk = backend->default_chunk_bytes
-                             ? backend->default_chunk_bytes
-                             : DEFAULT_CHUNK_BYTES;
-  size_t chunk_bytes = default_chunk;
-  status = xcoll_env_size("XCOLL_CHUNK_SIZE", default_chunk, &chunk_bytes);
+  /* Each backend knows the chunk its transport moves best (tcp: 128 KiB);
+   * 0 takes the table's default. */
+  size_t chunk_bytes = 0;
+  status = xcoll_param_size("XCOLL_CHUNK_SIZE", backend->default_chunk_bytes,
+                            &chunk_bytes);
   if (status != XCOLL_SUCCESS)
     return status;
-  /* Below one 8-byte element a chunk could not carry any data; above 1 GiB
-   * pipelining stops making sense and the value is probably a typo. */
-  if (chunk_bytes < 8 || chunk_bytes > ((size_t)1 << 30))
-    return xcoll_error(NULL, XCOLL_ERR_ENV,
-                       "XCOLL_CHUNK_SIZE=%s is out of range: expected 8 bytes "
-                       "to 1G (default %zu for backend %s)",
-                       xcoll_env_str("XCOLL_CHUNK_SIZE"), default_chunk,
-                       backend->name);
+  const xcoll_param *ifname_param = xcoll_param_find("XCOLL_SOCKET_IFNAME");
+  status = xcoll_param_check(ifname_param);
+  if (status != XCOLL_SUCCESS)
+    return status;
   options->nsocks_per_peer = (int)nsocks;
   options->chunk_bytes = chunk_bytes;
   options->socket_ifname = NULL;
@@ -131,8 +127,7 @@ static xcoll_status read_timeout(double configured, double *timeout_s) {
     *timeout_s = configured;
     return XCOLL_SUCCESS;
   }
-  return xcoll_env_double("XCOLL_TIMEOUT_S", DEFAULT_TIMEOUT_S, 0.001, 1e7,
-                          timeout_s);
+  return xcoll_param_double("XCOLL_TIMEOUT_S", timeout_s);
 }
 
 /* What one communicator holds, recorded so that one function can release a

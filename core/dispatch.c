@@ -4,6 +4,7 @@
  * interface (through the request queue); and xcoll_coll_run, which runs one
  * host-driven collective. Also xcoll_wait and xcoll_test, which complete
  * both kinds of request. See dispatch.h for the ordering rule. */
+#define XCOLL_LOG_SUBSYS XCOLL_SUBSYS_COLL /* log.h */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>

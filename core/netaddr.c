@@ -3,6 +3,8 @@
  * makes the same choice as the tcp backend. */
 #include "netaddr.h"
 
+#include "ifname.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
@@ -12,7 +14,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* Interfaces with an IPv4 address, comma separated, for error messages. */
+#include "error.h"
+
+/* Interfaces with an IPv4 or IPv6 address, comma separated, for error
+ * messages: "lo (127.0.0.1), eth0 (10.0.0.2), eth0 (fe80::1)". */
 static void list_interfaces(char *out, size_t out_bytes) {
   struct ifaddrs *ifs = NULL;
   out[0] = '\0';
@@ -22,23 +27,34 @@ static void list_interfaces(char *out, size_t out_bytes) {
   }
   size_t used = 0;
   for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
-    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
-    char ip[INET_ADDRSTRLEN];
-    inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, ip,
-              sizeof ip);
-    int n = snprintf(out + used, out_bytes - used, "%s%s (%s)",
-                     used ? ", " : "", i->ifa_name, ip);
+    if (!i->ifa_addr) continue;
+    int family = i->ifa_addr->sa_family;
+    if (family != AF_INET && family != AF_INET6) continue;
+    char ip[INET6_ADDRSTRLEN];
+    const void *raw =
+        family == AF_INET
+            ? (const void *)&((struct sockaddr_in *)i->ifa_addr)->sin_addr
+            : (const void *)&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr;
+    inet_ntop(family, raw, ip, sizeof ip);
+    int n = snprintf(out + used, out_bytes - used, "%s%s (%s%s)",
+                     used ? ", " : "", i->ifa_name, ip,
+                     (i->ifa_flags & IFF_UP) ? "" : ", down");
     if (n < 0 || (size_t)n >= out_bytes - used) break;
     used += (size_t)n;
   }
   freeifaddrs(ifs);
 }
 
-/* The IPv4 address of the interface called ifname, or of the first whose
- * name starts with ifname (NCCL_SOCKET_IFNAME's prefix rule). */
+/* The IPv4 address of the interface XCOLL_SOCKET_IFNAME selects (ifname.h:
+ * prefixes, =exact, ^exclude, comma lists). */
 static xcoll_status address_of_interface(const char *ifname, const char *who,
                                          struct in_addr *addr, char *err,
                                          size_t err_bytes) {
+  xcoll_ifname_spec spec;
+  if (xcoll_ifname_parse(ifname, &spec) != XCOLL_SUCCESS) {
+    snprintf(err, err_bytes, "%s: %s", who, xcoll_last_error());
+    return XCOLL_ERR_ENV;
+  }
   struct ifaddrs *ifs = NULL;
   if (getifaddrs(&ifs) != 0) {
     snprintf(err, err_bytes,
@@ -47,27 +63,32 @@ static xcoll_status address_of_interface(const char *ifname, const char *who,
              who, ifname, strerror(errno));
     return XCOLL_ERR_SYSTEM;
   }
-  int found = 0;
-  for (int pass = 0; pass < 2 && !found; pass++) {
-    for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next) {
-      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
-      if (!(i->ifa_flags & IFF_UP)) continue;
-      int match = pass == 0 ? strcmp(i->ifa_name, ifname) == 0
-                            : strncmp(i->ifa_name, ifname, strlen(ifname)) == 0;
-      if (match) {
-        *addr = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
-        found = 1;
-      }
-    }
+  enum { MAX_ADDRS = 256 };
+  xcoll_ifaddr_entry entries[MAX_ADDRS];
+  struct ifaddrs *nodes[MAX_ADDRS];
+  size_t count = 0;
+  for (struct ifaddrs *i = ifs; i && count < MAX_ADDRS; i = i->ifa_next) {
+    if (!i->ifa_addr) continue;
+    int family = i->ifa_addr->sa_family;
+    if (family != AF_INET && family != AF_INET6) continue;
+    entries[count].name = i->ifa_name;
+    entries[count].family = family;
+    entries[count].up = (i->ifa_flags & IFF_UP) != 0;
+    entries[count].loopback = (i->ifa_flags & IFF_LOOPBACK) != 0;
+    nodes[count++] = i;
   }
+  char why[256];
+  int chosen = xcoll_ifname_pick(&spec, entries, count, why, sizeof why);
+  if (chosen >= 0)
+    *addr = ((struct sockaddr_in *)nodes[chosen]->ifa_addr)->sin_addr;
   freeifaddrs(ifs);
-  if (!found) {
+  if (chosen < 0) {
     char list[512];
     list_interfaces(list, sizeof list);
     snprintf(err, err_bytes,
-             "%s: XCOLL_SOCKET_IFNAME=%s names no interface that is up with an "
-             "IPv4 address; interfaces here: %s",
-             who, ifname, list);
+             "%s: XCOLL_SOCKET_IFNAME=%s selects no interface that is up with "
+             "an IPv4 address (%s); interfaces here: %s",
+             who, ifname, why, list);
     return XCOLL_ERR_ENV;
   }
   return XCOLL_SUCCESS;

@@ -3,8 +3,10 @@
  * pick the same interface for the same settings.
  *
  * The rule (NCCL_SOCKET_IFNAME's model):
- *   1. ifname given (XCOLL_SOCKET_IFNAME): the interface of that name, else
- *      the first whose name starts with it, that is up with an IPv4 address;
+ *   1. ifname given (XCOLL_SOCKET_IFNAME, syntax in ifname.h: prefixes,
+ *      =exact names, ^exclusions, comma lists): the selected interface that
+ *      is up with an IPv4 address, an exact name before a prefix match and
+ *      non-loopback before loopback;
  *   2. else, when the master's address is known: the local address the
  *      kernel's routing table uses to reach it;
  *   3. else bind to every interface and publish the first non-loopback
@@ -24,12 +26,13 @@ typedef struct xcoll_netaddr {
   const char *why;             /* which rule chose it, for INFO logs */
 } xcoll_netaddr;
 
-/* Choose as described above. ifname and master_addr may be NULL or "";
+/* Choose as described above (IPv4 only: an interface with only IPv6
+ * addresses is reported, not used). ifname and master_addr may be NULL or "";
  * master_port only picks the route (any port gives the same). who prefixes
  * error messages ("tcp", "net socket").
  * Errors (a sentence in err, err_bytes long): XCOLL_ERR_ENV when ifname
- * names no interface that is up with an IPv4 address (the interfaces found
- * are listed); XCOLL_ERR_SYSTEM when getifaddrs fails. */
+ * is malformed or selects no interface that is up with an IPv4 address (the
+ * interfaces found, IPv4 and IPv6, are listed); XCOLL_ERR_SYSTEM when getifaddrs fails. */
 xcoll_status xcoll_netaddr_choose(const char *ifname, const char *master_addr,
                                   int master_port, const char *who,
                                   xcoll_netaddr *out, char *err,

@@ -6,6 +6,7 @@
  * unsigned value it is on the wire (both bounds); a connection to our
  * listener that sends a bad HELLO, or nothing, is dropped with a WARN and
  * startup goes on. */
+#define XCOLL_LOG_SUBSYS XCOLL_SUBSYS_NET /* log.h */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
