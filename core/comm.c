@@ -77,6 +77,34 @@ xcoll_status xcoll_comm_check(xcoll_comm *comm) {
   return XCOLL_SUCCESS;
 }
 
+void xcoll_comm_note_algorithm(xcoll_comm *comm, const char *algorithm,
+                               const char *protocol) {
+  atomic_store(&comm->last_algorithm, algorithm);
+  atomic_store(&comm->last_protocol, protocol);
+}
+
+xcoll_status xcoll_comm_last_algorithm(xcoll_comm_t comm,
+                                       const char **algorithm,
+                                       const char **protocol) {
+  if (algorithm == NULL || protocol == NULL)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_comm_last_algorithm: algorithm or protocol is "
+                       "NULL");
+  *algorithm = "none";
+  *protocol = "none";
+  /* A broken communicator still says what it ran last. */
+  xcoll_status status = check_live(comm, "xcoll_comm_last_algorithm");
+  if (status != XCOLL_SUCCESS)
+    return status;
+  const char *a = atomic_load(&comm->last_algorithm);
+  const char *p = atomic_load(&comm->last_protocol);
+  if (a != NULL)
+    *algorithm = a;
+  if (p != NULL)
+    *protocol = p;
+  return XCOLL_SUCCESS;
+}
+
 void xcoll_comm_set_broken(xcoll_comm *comm, xcoll_status status,
                            const char *message) {
   int expected = XCOLL_SUCCESS;

@@ -81,10 +81,13 @@ void xcoll_log(xcoll_log_level level, const char *fmt, ...)
         xcoll_log_subsys_enabled(XCOLL_LOG_SUBSYS))                            \
       xcoll_log(XCOLL_LOG_INFO, __VA_ARGS__);                                  \
   } while (0)
-#define XCOLL_TRACE(...)                                                       \
+#define XCOLL_TRACE(...) XCOLL_TRACE_SUBSYS(XCOLL_LOG_SUBSYS, __VA_ARGS__)
+/* A TRACE line of a given subsystem (for code in headers, which would
+ * otherwise take the including file's). */
+#define XCOLL_TRACE_SUBSYS(subsys, ...)                                        \
   do {                                                                         \
     if (xcoll_log_level_get() >= XCOLL_LOG_TRACE &&                            \
-        xcoll_log_subsys_enabled(XCOLL_LOG_SUBSYS))                            \
+        xcoll_log_subsys_enabled(subsys))                                      \
       xcoll_log(XCOLL_LOG_TRACE, __VA_ARGS__);                                 \
   } while (0)
 

@@ -18,7 +18,6 @@
 
 static const char *const debug_levels[] = {"NONE", "VERSION", "WARN", "INFO",
                                            "TRACE", NULL};
-static const char *const net_plugins[] = {"socket", "ucx", "ibverbs", NULL};
 static const char *const protocols[] = {"simple", "ll", "auto", NULL};
 static const char *const ucx_err_modes[] = {"auto", "peer", NULL};
 
@@ -74,8 +73,9 @@ static const xcoll_param params[] = {
      "the job's secret (xcollrun sets one)"},
     {"XCOLL_AUTH_FILE", XCOLL_PARAM_TEXT, NULL, 0, 0, 0, "unset", NULL, NULL,
      "file holding the secret (mode 600)"},
-    {"XCOLL_NET", XCOLL_PARAM_CHOICE, "nccl_like", 0, 0, 0, "socket",
-     net_plugins, NULL, "nccl_like's net plugin"},
+    {"XCOLL_NET", XCOLL_PARAM_TEXT, "nccl_like", 0, 0, 0, "socket", NULL, NULL,
+     "nccl_like's net plugin: socket, ucx, ibverbs as built, or NAME for "
+     "libxcoll-net-NAME.so"},
     {"XCOLL_NCHANNELS", XCOLL_PARAM_INT, "nccl_like", 2, 1, 16, NULL, NULL,
      NULL, "nccl_like's channels (rings run side by side)"},
     {"XCOLL_BUFFSIZE", XCOLL_PARAM_SIZE, "nccl_like", 4 * MIB, NL_BUFFSIZE_MIN,
