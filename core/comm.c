@@ -150,6 +150,29 @@ static xcoll_status read_options(const xcoll_backend *backend,
   return XCOLL_SUCCESS;
 }
 
+/* At INFO (subsystem ENV), once per process: every variable of
+ * core/params.c's table that the environment sets, as NCCL reports the
+ * NCCL_* variables it reads. */
+static void log_env_settings(void) {
+  static atomic_flag logged = ATOMIC_FLAG_INIT;
+  if (xcoll_log_level_get() < XCOLL_LOG_INFO ||
+      !xcoll_log_subsys_enabled(XCOLL_SUBSYS_ENV) ||
+      atomic_flag_test_and_set(&logged))
+    return;
+  size_t count = 0;
+  const xcoll_param *table = xcoll_param_table(&count);
+  for (size_t i = 0; i < count; i++) {
+    const char *value = xcoll_env_str(table[i].name);
+    /* The secret itself stays out of logs. */
+    if (value != NULL)
+      XCOLL_INFO_SUBSYS(XCOLL_SUBSYS_ENV, "environment: %s=%.200s",
+                        table[i].name,
+                        strcmp(table[i].name, "XCOLL_AUTH_TOKEN") == 0
+                            ? "(set, not shown)"
+                            : value);
+  }
+}
+
 static xcoll_status read_timeout(double configured, double *timeout_s) {
   if (configured > 0.0) {
     *timeout_s = configured;
@@ -300,6 +323,7 @@ xcoll_status xcoll_comm_init(xcoll_comm_t *out, const xcoll_config *config) {
   if (status != XCOLL_SUCCESS)
     return status;
   xcoll_options options;
+  log_env_settings();
   status = read_options(backend, &options);
   if (status != XCOLL_SUCCESS)
     return status;

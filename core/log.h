@@ -25,11 +25,11 @@ typedef enum xcoll_log_level {
 
 /* Subsystems, one bit each (XCOLL_DEBUG_SUBSYS's names in brackets). */
 typedef enum xcoll_log_subsys {
-  XCOLL_SUBSYS_INIT = 1 << 0,      /* [INIT] comm creation, options, backend choice */
-  XCOLL_SUBSYS_COLL = 1 << 1,      /* [COLL] each collective and its algorithm */
-  XCOLL_SUBSYS_P2P = 1 << 2,       /* [P2P] host p2p transfers (tcp, ucx) */
-  XCOLL_SUBSYS_NET = 1 << 3,       /* [NET] sockets, interfaces, net plugins */
-  XCOLL_SUBSYS_ALLOC = 1 << 4,     /* [ALLOC] buffers, FIFOs, staging memory */
+  XCOLL_SUBSYS_INIT = 1 << 0,  /* [INIT] comm creation, options, backend */
+  XCOLL_SUBSYS_COLL = 1 << 1,  /* [COLL] each collective and its algorithm */
+  XCOLL_SUBSYS_P2P = 1 << 2,   /* [P2P] host p2p transfers (tcp, ucx) */
+  XCOLL_SUBSYS_NET = 1 << 3,   /* [NET] sockets, interfaces, net plugins */
+  XCOLL_SUBSYS_ALLOC = 1 << 4, /* [ALLOC] buffers, FIFOs, staging memory */
   XCOLL_SUBSYS_BOOTSTRAP = 1 << 5, /* [BOOTSTRAP] store, rendezvous, auth */
   XCOLL_SUBSYS_ENV = 1 << 6,       /* [ENV] environment variables read */
   XCOLL_SUBSYS_TUNING = 1 << 7,    /* [TUNING] algorithm and protocol choices */
@@ -79,6 +79,13 @@ void xcoll_log(xcoll_log_level level, const char *fmt, ...)
   do {                                                                         \
     if (xcoll_log_level_get() >= XCOLL_LOG_INFO &&                             \
         xcoll_log_subsys_enabled(XCOLL_LOG_SUBSYS))                            \
+      xcoll_log(XCOLL_LOG_INFO, __VA_ARGS__);                                  \
+  } while (0)
+/* An INFO line of a given subsystem, whatever the file's. */
+#define XCOLL_INFO_SUBSYS(subsys, ...)                                         \
+  do {                                                                         \
+    if (xcoll_log_level_get() >= XCOLL_LOG_INFO &&                             \
+        xcoll_log_subsys_enabled(subsys))                                      \
       xcoll_log(XCOLL_LOG_INFO, __VA_ARGS__);                                  \
   } while (0)
 #define XCOLL_TRACE(...) XCOLL_TRACE_SUBSYS(XCOLL_LOG_SUBSYS, __VA_ARGS__)

@@ -16,8 +16,8 @@
 #define MIB (1024.0 * 1024.0)
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-static const char *const debug_levels[] = {"NONE", "VERSION", "WARN", "INFO",
-                                           "TRACE", NULL};
+static const char *const debug_levels[] = {"NONE", "VERSION", "WARN",
+                                           "INFO", "TRACE",   NULL};
 static const char *const protocols[] = {"simple", "ll", "auto", NULL};
 static const char *const ucx_err_modes[] = {"auto", "peer", NULL};
 
@@ -81,8 +81,8 @@ static const xcoll_param params[] = {
     {"XCOLL_BUFFSIZE", XCOLL_PARAM_SIZE, "nccl_like", 4 * MIB, NL_BUFFSIZE_MIN,
      GIB, NULL, NULL, NULL,
      "nccl_like's FIFO bytes per connection, a multiple of 128"},
-    {"XCOLL_PROTO", XCOLL_PARAM_CHOICE, "nccl_like", 0, 0, 0, "auto",
-     protocols, NULL, "nccl_like's protocol: auto is LL below 4 KiB"},
+    {"XCOLL_PROTO", XCOLL_PARAM_CHOICE, "nccl_like", 0, 0, 0, "auto", protocols,
+     NULL, "nccl_like's protocol: auto is LL below 4 KiB"},
     {"XCOLL_WAIT_RUNS", XCOLL_PARAM_INT, "nccl_like", 1, 0, 1, NULL, NULL, NULL,
      "1: a waiting thread runs its op's kernels"},
     {"XCOLL_UCX_SPIN_US", XCOLL_PARAM_INT, "ucx", 1000, 0, 1e7, NULL, NULL,
@@ -147,8 +147,7 @@ void xcoll_param_format_size(size_t bytes, char *out, size_t out_bytes) {
   snprintf(out, out_bytes, "%zu", bytes);
 }
 
-xcoll_status xcoll_param_size(const char *name, size_t def_bytes,
-                              size_t *out) {
+xcoll_status xcoll_param_size(const char *name, size_t def_bytes, size_t *out) {
   const xcoll_param *p = find_kind(name, XCOLL_PARAM_SIZE);
   if (p == NULL)
     return XCOLL_ERR_INTERNAL;
@@ -178,11 +177,16 @@ xcoll_status xcoll_param_check(const xcoll_param *p) {
   size_t as_size;
   int index;
   switch (p->kind) {
-  case XCOLL_PARAM_INT: return xcoll_param_int(p->name, &as_long);
-  case XCOLL_PARAM_DOUBLE: return xcoll_param_double(p->name, &as_double);
-  case XCOLL_PARAM_SIZE: return xcoll_param_size(p->name, 0, &as_size);
-  case XCOLL_PARAM_CHOICE: return xcoll_param_choice(p->name, &index);
-  case XCOLL_PARAM_TEXT: return p->check ? p->check(value) : XCOLL_SUCCESS;
+  case XCOLL_PARAM_INT:
+    return xcoll_param_int(p->name, &as_long);
+  case XCOLL_PARAM_DOUBLE:
+    return xcoll_param_double(p->name, &as_double);
+  case XCOLL_PARAM_SIZE:
+    return xcoll_param_size(p->name, 0, &as_size);
+  case XCOLL_PARAM_CHOICE:
+    return xcoll_param_choice(p->name, &index);
+  case XCOLL_PARAM_TEXT:
+    return p->check ? p->check(value) : XCOLL_SUCCESS;
   }
   return XCOLL_SUCCESS;
 }
@@ -190,11 +194,16 @@ xcoll_status xcoll_param_check(const xcoll_param *p) {
 void xcoll_param_format_default(const xcoll_param *p, char *out,
                                 size_t out_bytes) {
   switch (p->kind) {
-  case XCOLL_PARAM_INT: snprintf(out, out_bytes, "%ld", (long)p->def); break;
-  case XCOLL_PARAM_DOUBLE: snprintf(out, out_bytes, "%g", p->def); break;
+  case XCOLL_PARAM_INT:
+    snprintf(out, out_bytes, "%ld", (long)p->def);
+    break;
+  case XCOLL_PARAM_DOUBLE:
+    snprintf(out, out_bytes, "%g", p->def);
+    break;
   case XCOLL_PARAM_SIZE:
     xcoll_param_format_size((size_t)p->def, out, out_bytes);
     break;
-  default: snprintf(out, out_bytes, "%s", p->def_text ? p->def_text : "");
+  default:
+    snprintf(out, out_bytes, "%s", p->def_text ? p->def_text : "");
   }
 }

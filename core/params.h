@@ -22,7 +22,7 @@ typedef enum xcoll_param_kind {
 } xcoll_param_kind;
 
 typedef struct xcoll_param {
-  const char *name;    /* "XCOLL_TIMEOUT_S" */
+  const char *name; /* "XCOLL_TIMEOUT_S" */
   xcoll_param_kind kind;
   const char *backend; /* NULL: read by core for every backend; else the one
                           backend that reads it ("nccl_like", "ucx") */
@@ -54,8 +54,7 @@ xcoll_status xcoll_param_double(const char *name, double *out);
 xcoll_status xcoll_param_choice(const char *name, int *index);
 /* As above for a size; def_bytes replaces the table's default when not 0
  * (a backend's own default chunk), the range still applies. */
-xcoll_status xcoll_param_size(const char *name, size_t def_bytes,
-                              size_t *out);
+xcoll_status xcoll_param_size(const char *name, size_t def_bytes, size_t *out);
 
 /* Check the environment's value of p the way the library will read it:
  * XCOLL_SUCCESS when unset or valid, else XCOLL_ERR_ENV with the message. */

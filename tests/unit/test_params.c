@@ -90,9 +90,9 @@ static void test_ifname_pick(void **state) {
   (void)state;
   /* getifaddrs order: lo, eth0 (IPv6 only), eth1, docker0, eth10. */
   const xcoll_ifaddr_entry entries[] = {
-      {"lo", AF_INET, 1, 1},       {"lo", AF_INET6, 1, 1},
-      {"eth0", AF_INET6, 1, 0},    {"eth1", AF_INET, 1, 0},
-      {"docker0", AF_INET, 1, 0},  {"eth10", AF_INET, 0, 0},
+      {"lo", AF_INET, 1, 1},      {"lo", AF_INET6, 1, 1},
+      {"eth0", AF_INET6, 1, 0},   {"eth1", AF_INET, 1, 0},
+      {"docker0", AF_INET, 1, 0}, {"eth10", AF_INET, 0, 0},
       {"eth1", AF_INET6, 1, 0},
   };
   size_t n = sizeof entries / sizeof entries[0];
@@ -125,21 +125,26 @@ static void test_debug_subsys(void **state) {
   (void)state;
   unsigned mask = 0;
   char why[512];
-  assert_int_equal(xcoll_log_parse_subsys("INIT,COLL", &mask, why, sizeof why), 0);
-  assert_int_equal(mask, XCOLL_SUBSYS_INIT | XCOLL_SUBSYS_COLL);
-  assert_int_equal(xcoll_log_parse_subsys("net,p2p,Alloc", &mask, why, sizeof why),
+  assert_int_equal(xcoll_log_parse_subsys("INIT,COLL", &mask, why, sizeof why),
                    0);
-  assert_int_equal(mask, XCOLL_SUBSYS_NET | XCOLL_SUBSYS_P2P | XCOLL_SUBSYS_ALLOC);
+  assert_int_equal(mask, XCOLL_SUBSYS_INIT | XCOLL_SUBSYS_COLL);
+  assert_int_equal(
+      xcoll_log_parse_subsys("net,p2p,Alloc", &mask, why, sizeof why), 0);
+  assert_int_equal(mask,
+                   XCOLL_SUBSYS_NET | XCOLL_SUBSYS_P2P | XCOLL_SUBSYS_ALLOC);
   assert_int_equal(xcoll_log_parse_subsys("ALL", &mask, why, sizeof why), 0);
   assert_int_equal(mask, XCOLL_SUBSYS_ALL);
-  assert_int_equal(xcoll_log_parse_subsys("^NET,P2P", &mask, why, sizeof why), 0);
-  assert_int_equal(mask, XCOLL_SUBSYS_ALL & ~(XCOLL_SUBSYS_NET | XCOLL_SUBSYS_P2P));
+  assert_int_equal(xcoll_log_parse_subsys("^NET,P2P", &mask, why, sizeof why),
+                   0);
+  assert_int_equal(mask,
+                   XCOLL_SUBSYS_ALL & ~(XCOLL_SUBSYS_NET | XCOLL_SUBSYS_P2P));
   assert_true(mask & XCOLL_SUBSYS_INIT);
 
   const char *bad[] = {"INIT,BOGUS", "", "^", "INIT,", "COLLX"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     mask = 12345;
-    assert_int_equal(xcoll_log_parse_subsys(bad[i], &mask, why, sizeof why), -1);
+    assert_int_equal(xcoll_log_parse_subsys(bad[i], &mask, why, sizeof why),
+                     -1);
     assert_int_equal(mask, 12345); /* untouched on error */
     assert_non_null(strstr(why, "XCOLL_DEBUG_SUBSYS"));
     assert_non_null(strstr(why, "BOOTSTRAP")); /* lists the names */
@@ -149,19 +154,19 @@ static void test_debug_subsys(void **state) {
 static void test_debug_file_expansion(void **state) {
   (void)state;
   char out[64];
-  assert_int_equal(xcoll_log_expand_path("/tmp/x.%h.%p.log", "node7", 4242, out,
-                                         sizeof out),
-                   0);
+  assert_int_equal(
+      xcoll_log_expand_path("/tmp/x.%h.%p.log", "node7", 4242, out, sizeof out),
+      0);
   assert_string_equal(out, "/tmp/x.node7.4242.log");
-  assert_int_equal(xcoll_log_expand_path("100%%-%h%q", "h", 1, out, sizeof out), 0);
+  assert_int_equal(xcoll_log_expand_path("100%%-%h%q", "h", 1, out, sizeof out),
+                   0);
   assert_string_equal(out, "100%-h%q"); /* other escapes stay as written */
   assert_int_equal(xcoll_log_expand_path("%p%p", "h", 7, out, sizeof out), 0);
   assert_string_equal(out, "77");
   /* Too long once expanded: refused, not truncated. */
   char small[8];
-  assert_int_equal(xcoll_log_expand_path("ab%hcd", "longhost", 1, small,
-                                         sizeof small),
-                   -1);
+  assert_int_equal(
+      xcoll_log_expand_path("ab%hcd", "longhost", 1, small, sizeof small), -1);
 }
 
 static void test_table_readers(void **state) {
@@ -170,7 +175,8 @@ static void test_table_readers(void **state) {
   assert_non_null(timeout);
   double seconds = 0;
   unsetenv("XCOLL_TIMEOUT_S");
-  assert_int_equal(xcoll_param_double("XCOLL_TIMEOUT_S", &seconds), XCOLL_SUCCESS);
+  assert_int_equal(xcoll_param_double("XCOLL_TIMEOUT_S", &seconds),
+                   XCOLL_SUCCESS);
   assert_true(seconds == timeout->def);
   /* The bound the library rejects is the bound xcoll-info checks. */
   setenv("XCOLL_TIMEOUT_S", "0", 1);
@@ -184,7 +190,8 @@ static void test_table_readers(void **state) {
                    XCOLL_SUCCESS);
   assert_int_equal(bytes, 128 << 10); /* a backend's own default wins */
   setenv("XCOLL_CHUNK_SIZE", "4", 1);
-  assert_int_equal(xcoll_param_size("XCOLL_CHUNK_SIZE", 0, &bytes), XCOLL_ERR_ENV);
+  assert_int_equal(xcoll_param_size("XCOLL_CHUNK_SIZE", 0, &bytes),
+                   XCOLL_ERR_ENV);
   expect_message_has("out of range");
   unsetenv("XCOLL_CHUNK_SIZE");
 
@@ -204,7 +211,8 @@ static void test_table_readers(void **state) {
   for (size_t i = 0; i < count; i++) {
     assert_non_null(table[i].description);
     assert_true(strncmp(table[i].name, "XCOLL_", 6) == 0);
-    if (table[i].kind == XCOLL_PARAM_INT || table[i].kind == XCOLL_PARAM_DOUBLE ||
+    if (table[i].kind == XCOLL_PARAM_INT ||
+        table[i].kind == XCOLL_PARAM_DOUBLE ||
         table[i].kind == XCOLL_PARAM_SIZE) {
       assert_true(table[i].min <= table[i].def);
       assert_true(table[i].def <= table[i].max);
