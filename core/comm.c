@@ -17,7 +17,7 @@
 #include "trace.h"
 
 #define DEFAULT_MASTER_ADDR "127.0.0.1"
-#define DEFAULT_MASTER_PORT 29500
+#define DEFAULT_MASTER_PORT 29500 /* as MASTER_PORT's in core/params.c */
 /* Job-global store key handing out ids to split communicators (the world is 0).
  */
 #define COMM_ID_COUNTER_KEY "xcoll/next_comm_id"
@@ -429,16 +429,15 @@ static xcoll_status config_from_launcher(xcoll_config *config) {
                        "this process's rank",
                        vars->world_size, xcoll_env_str(vars->world_size),
                        vars->rank, vars->launcher, vars->rank);
+  /* Defaults and ranges: core/params.c's table, as xcoll-info shows them. */
   long world_size = 1, rank = 0, local_rank = -1, local_world_size = -1;
-  xcoll_status status =
-      xcoll_env_int(vars->world_size, 1, 1, INT_MAX, &world_size);
+  xcoll_status status = xcoll_param_int(vars->world_size, &world_size);
   if (status == XCOLL_SUCCESS)
-    status = xcoll_env_int(vars->rank, 0, 0, INT_MAX, &rank);
+    status = xcoll_param_int(vars->rank, &rank);
   if (status == XCOLL_SUCCESS)
-    status = xcoll_env_int(vars->local_rank, -1, 0, INT_MAX, &local_rank);
+    status = xcoll_param_int(vars->local_rank, &local_rank);
   if (status == XCOLL_SUCCESS && vars->local_world_size != NULL)
-    status = xcoll_env_int(vars->local_world_size, -1, 1, INT_MAX,
-                           &local_world_size);
+    status = xcoll_param_int(vars->local_world_size, &local_world_size);
   if (status != XCOLL_SUCCESS)
     return status;
   if (rank >= world_size)
@@ -473,7 +472,7 @@ xcoll_status xcoll_comm_init_env(xcoll_comm_t *out) {
     return status;
   config.master_addr = xcoll_env_str("MASTER_ADDR");
   long port = DEFAULT_MASTER_PORT;
-  status = xcoll_env_int("MASTER_PORT", DEFAULT_MASTER_PORT, 1, 65535, &port);
+  status = xcoll_param_int("MASTER_PORT", &port);
   if (status != XCOLL_SUCCESS)
     return status;
   config.master_port = (int)port;

@@ -36,6 +36,9 @@ typedef struct xcoll_param {
    * accepted. Returns XCOLL_SUCCESS or XCOLL_ERR_ENV with the message set. */
   xcoll_status (*check)(const char *value);
   const char *description; /* one line, for xcoll-info and docs/env.md */
+  /* 1: a launcher's variable (torchrun, Open MPI, Slurm) that
+   * xcoll_comm_init_env reads; its default may be -1, "unknown". */
+  int launcher;
 } xcoll_param;
 
 /* The whole table and its length. Entries keep docs/env.md's order. */

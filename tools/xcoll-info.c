@@ -1,8 +1,10 @@
 /*
  * xcoll-info - say what this build of xcoll contains and how the current
  * environment would configure it: the version, the compiled-in backends,
- * every XCOLL_* and launcher variable with its value and default (checked
- * the way the library checks it), and whether UCX and CUDA are available.
+ * every XCOLL_* and launcher variable with its value, default and accepted
+ * range, all from core/params.c's table, the one the library reads them
+ * with (so a value is checked exactly as the library checks it), and
+ * whether UCX and CUDA are available.
  * Run it first when a job behaves unexpectedly, as one runs ucx_info or
  * nvidia-smi. Exit status: 0, or 1 when a variable is malformed.
  */
@@ -15,74 +17,6 @@
 #include "env.h"
 #include "params.h"
 #include "xcoll.h"
-
-/* Launcher variables are checked here with the readers the library uses;
- * XCOLL_* variables come from core/params.c's table, the one the library
- * reads them with. */
-typedef enum env_kind {
-  ENV_TEXT, /* free text (an address) */
-  ENV_INT   /* integer in [min, max] */
-} env_kind;
-
-typedef struct env_entry {
-  const char *name;
-  const char *fallback; /* what applies when unset, in words */
-  const char *meaning;
-  env_kind kind;
-  long min, max;
-  const char *const *choices;
-} env_entry;
-
-/* Launcher variables xcoll_comm_init_env reads, in order of precedence. */
-static const env_entry launcher_variables[] = {
-    {"RANK", "-", "torchrun: this process's rank", ENV_INT, 0, 1L << 30, NULL},
-    {"WORLD_SIZE", "1", "torchrun: number of ranks", ENV_INT, 1, 1L << 30, NULL},
-    {"LOCAL_RANK", "unknown", "torchrun: rank on this host", ENV_INT, 0,
-     1L << 30, NULL},
-    {"LOCAL_WORLD_SIZE", "unknown", "torchrun: ranks on this host", ENV_INT, 1,
-     1L << 30, NULL},
-    {"MASTER_ADDR", "127.0.0.1", "host of rank 0's rendezvous store", ENV_TEXT, 0,
-     0, NULL},
-    {"MASTER_PORT", "29500", "port of the rendezvous store", ENV_INT, 1, 65535,
-     NULL},
-    {"OMPI_COMM_WORLD_RANK", "-", "Open MPI: rank", ENV_INT, 0, 1L << 30, NULL},
-    {"OMPI_COMM_WORLD_SIZE", "-", "Open MPI: number of ranks", ENV_INT, 1,
-     1L << 30, NULL},
-    {"OMPI_COMM_WORLD_LOCAL_RANK", "-", "Open MPI: rank on this host", ENV_INT, 0,
-     1L << 30, NULL},
-    {"OMPI_COMM_WORLD_LOCAL_SIZE", "-", "Open MPI: ranks on this host", ENV_INT, 1,
-     1L << 30, NULL},
-    {"SLURM_PROCID", "-", "Slurm: rank", ENV_INT, 0, 1L << 30, NULL},
-    {"SLURM_NTASKS", "-", "Slurm: number of ranks", ENV_INT, 1, 1L << 30, NULL},
-    {"SLURM_LOCALID", "-", "Slurm: rank on this host", ENV_INT, 0, 1L << 30, NULL},
-};
-
-/* Check one launcher variable with the library's reader; returns 1 if
- * malformed (the reader's message is printed under the line). */
-static int check_variable(const env_entry *entry) {
-  long as_int;
-  if (entry->kind != ENV_INT ||
-      xcoll_env_int(entry->name, 0, entry->min, entry->max, &as_int) ==
-          XCOLL_SUCCESS)
-    return 0;
-  printf("    ^ malformed: %s\n", xcoll_last_error());
-  return 1;
-}
-
-static int print_variables(const char *title, const env_entry *entries,
-                           size_t count) {
-  int malformed = 0;
-  printf("\n%s\n", title);
-  printf("  %-28s %-24s %-24s %s\n", "variable", "value", "default", "meaning");
-  for (size_t i = 0; i < count; i++) {
-    const char *value = xcoll_env_str(entries[i].name);
-    printf("  %-28s %-24s %-24s %s\n", entries[i].name, value ? value : "(unset)",
-           entries[i].fallback, entries[i].meaning);
-    if (value)
-      malformed += check_variable(&entries[i]);
-  }
-  return malformed;
-}
 
 static int backend_compiled_in(const char *name) {
   for (const xcoll_backend *const *b = xcoll_backend_list(); *b; b++)
@@ -162,15 +96,19 @@ static void format_default(const xcoll_param *p, char *out, size_t out_bytes) {
   }
 }
 
-static int print_parameters(void) {
+/* The table's entries of one group: xcoll's own (launcher 0) or the
+ * launchers' (1). */
+static int print_parameters(const char *title, int launcher) {
   size_t count = 0;
   const xcoll_param *table = xcoll_param_table(&count);
   int malformed = 0;
-  printf("\nxcoll variables (core/params.c)\n");
-  printf("  %-22s %-16s %-24s %-28s %s\n", "variable", "value", "default",
+  printf("\n%s\n", title);
+  printf("  %-26s %-16s %-24s %-28s %s\n", "variable", "value", "default",
          "accepted", "meaning");
   for (size_t i = 0; i < count; i++) {
     const xcoll_param *p = &table[i];
+    if (p->launcher != launcher)
+      continue;
     /* A backend's own variable means nothing when it is not built in. */
     if (p->backend != NULL && !backend_compiled_in(p->backend))
       continue;
@@ -178,7 +116,7 @@ static int print_parameters(void) {
     char def[96], range[64];
     format_default(p, def, sizeof def);
     format_range(p, range, sizeof range);
-    printf("  %-22s %-16s %-24s %-28s %s\n", p->name, value ? value : "(unset)",
+    printf("  %-26s %-16s %-24s %-28s %s\n", p->name, value ? value : "(unset)",
            def, range, p->description);
     if (xcoll_param_check(p) != XCOLL_SUCCESS) {
       printf("    ^ malformed: %s\n", xcoll_last_error());
@@ -230,10 +168,9 @@ int main(int argc, char **argv) {
     printf("  %-10s %s (backend ABI %d)\n", (*b)->name,
            (*b)->description ? (*b)->description : "", (*b)->abi_version);
 
-  int malformed = print_parameters();
-  malformed += print_variables("launcher variables (read by xcoll_comm_init_env)",
-                               launcher_variables,
-                               sizeof launcher_variables / sizeof launcher_variables[0]);
+  int malformed = print_parameters("xcoll variables (core/params.c)", 0);
+  malformed += print_parameters(
+      "launcher variables (read by xcoll_comm_init_env; -1: unknown)", 1);
   const char *backend = xcoll_env_str("XCOLL_BACKEND");
   if (backend && !backend_compiled_in(backend)) {
     printf("    ^ XCOLL_BACKEND=%s is not compiled in: pick one listed above\n",
