@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "params.h"
 #include "xcoll.h"
 
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
@@ -118,20 +119,23 @@ static void log_setup(void) {
   if (dot != NULL)
     *dot = '\0';
 
+  /* The accepted names are XCOLL_DEBUG's choices in core/params.c (the
+   * list xcoll-info checks against), in this order. */
+  static const xcoll_log_level levels[] = {XCOLL_LOG_NONE, XCOLL_LOG_WARN,
+                                           XCOLL_LOG_WARN, XCOLL_LOG_INFO,
+                                           XCOLL_LOG_TRACE};
+  const char *const *names = xcoll_param_find("XCOLL_DEBUG")->choices;
   const char *level = getenv("XCOLL_DEBUG");
   if (level != NULL && level[0] != '\0') {
-    if (strcasecmp(level, "NONE") == 0)
-      log_level = XCOLL_LOG_NONE;
-    else if (strcasecmp(level, "VERSION") == 0) {
-      log_level = XCOLL_LOG_WARN;
-      log_print_version = 1;
-    } else if (strcasecmp(level, "WARN") == 0)
-      log_level = XCOLL_LOG_WARN;
-    else if (strcasecmp(level, "INFO") == 0)
-      log_level = XCOLL_LOG_INFO;
-    else if (strcasecmp(level, "TRACE") == 0)
-      log_level = XCOLL_LOG_TRACE;
-    else {
+    int found = -1;
+    for (int i = 0;
+         names[i] != NULL && i < (int)(sizeof levels / sizeof levels[0]); i++)
+      if (strcasecmp(level, names[i]) == 0)
+        found = i;
+    if (found >= 0) {
+      log_level = levels[found];
+      log_print_version = strcasecmp(names[found], "VERSION") == 0;
+    } else {
       parse_status = XCOLL_ERR_ENV;
       snprintf(parse_message, sizeof parse_message,
                "XCOLL_DEBUG='%.200s' is not a log level: use NONE, VERSION, "
