@@ -80,28 +80,28 @@ static int preference(const xcoll_ifname_spec *spec,
   return rank + (entry->loopback ? 2 : 0);
 }
 
-int xcoll_ifname_pick(const xcoll_ifname_spec *spec,
+int xcoll_ifname_pick(const xcoll_ifname_spec *spec, int family,
                       const xcoll_ifaddr_entry *entries, size_t count,
                       char *why, size_t why_bytes) {
   int best = -1, best_rank = 0;
-  int matched = 0, down = 0, ipv6_only = 0;
-  const char *ipv6_name = NULL, *down_name = NULL;
+  int matched = 0;
+  const char *other_family = NULL, *down_name = NULL;
   for (size_t i = 0; i < count; i++) {
     const xcoll_ifaddr_entry *e = &entries[i];
     if (!xcoll_ifname_match(spec, e->name))
       continue;
     matched++;
     if (!e->up) {
-      down++;
       down_name = e->name;
       continue;
     }
-    if (e->family != AF_INET) {
-      ipv6_only++;
-      ipv6_name = e->name;
+    if (family != AF_UNSPEC && e->family != family) {
+      other_family = e->name;
       continue;
     }
-    int rank = preference(spec, e);
+    /* Without a family, IPv4 first: an interface is used over IPv6 only
+     * when no selected interface has an IPv4 address. */
+    int rank = preference(spec, e) + (e->family == AF_INET6 ? 4 : 0);
     if (best < 0 || rank < best_rank) {
       best = (int)i;
       best_rank = rank;
@@ -113,12 +113,14 @@ int xcoll_ifname_pick(const xcoll_ifname_spec *spec,
     return -1;
   if (matched == 0)
     snprintf(why, why_bytes, "no interface matches");
-  else if (ipv6_only > 0)
+  else if (other_family != NULL)
     snprintf(why, why_bytes,
-             "interface %s matches but has only IPv6 addresses that are up; "
-             "the tcp backend and the socket net plugin listen on IPv4 "
-             "only: give an interface with an IPv4 address",
-             ipv6_name);
+             "interface %s matches but has only %s addresses that are up%s",
+             other_family, family == AF_INET ? "IPv6" : "IPv4",
+             family == AF_INET
+                 ? "; this transport listens on IPv4 (the tcp backend takes "
+                   "IPv6 unless XCOLL_SOCKET_FAMILY=AF_INET)"
+                 : "");
   else
     snprintf(why, why_bytes, "interface %s matches but is down",
              down_name ? down_name : "?");

@@ -47,14 +47,15 @@ typedef struct xcoll_ifaddr_entry {
   int loopback;     /* IFF_LOOPBACK */
 } xcoll_ifaddr_entry;
 
-/* Choose among entries[0..count) the IPv4 address of an interface that is
- * up and selected by spec: an interface whose name equals an entry before
- * one that only starts with it, a non-loopback interface before loopback,
- * then list order. Returns the
- * index, or -1 with a sentence in why (why_bytes) saying what matched: no
- * interface at all, or matching interfaces that are down or have only IPv6
- * addresses (the tcp backend and the socket net plugin listen on IPv4). */
-int xcoll_ifname_pick(const xcoll_ifname_spec *spec,
+/* Choose among entries[0..count) an address of family (AF_INET or AF_INET6;
+ * AF_UNSPEC: either, IPv4 preferred) of an interface that is up and
+ * selected by spec: an interface whose name equals an entry before one that
+ * only starts with it, a non-loopback interface before loopback, then list
+ * order. Returns the index, or -1 with a sentence in why (why_bytes) saying
+ * what matched: no interface at all, or matching interfaces that are down or
+ * have addresses of the other family only (the socket net plugin listens on
+ * IPv4 only; the tcp backend on either, see XCOLL_SOCKET_FAMILY). */
+int xcoll_ifname_pick(const xcoll_ifname_spec *spec, int family,
                       const xcoll_ifaddr_entry *entries, size_t count,
                       char *why, size_t why_bytes);
 

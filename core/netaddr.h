@@ -17,6 +17,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <stddef.h>
+#include <sys/socket.h>
 
 #include "xcoll.h"
 
@@ -37,6 +38,34 @@ xcoll_status xcoll_netaddr_choose(const char *ifname, const char *master_addr,
                                   int master_port, const char *who,
                                   xcoll_netaddr *out, char *err,
                                   size_t err_bytes);
+
+/* The family-generic form, for transports that listen on IPv4 or IPv6 (the
+ * tcp backend). family is AF_INET or AF_INET6 (XCOLL_SOCKET_FAMILY), or
+ * AF_UNSPEC: an interface's IPv4 address before its IPv6 one (so that an
+ * interface with only IPv6 addresses is used over IPv6), and the route to
+ * MASTER_ADDR in whatever family the name resolves to first. Link-local
+ * IPv6 addresses are never chosen (their scope is one host). Addresses come
+ * back with port 0. Errors as xcoll_netaddr_choose. */
+typedef struct xcoll_netaddr_any {
+  struct sockaddr_storage bind_addr;    /* what to bind */
+  struct sockaddr_storage publish_addr; /* what peers should connect to */
+  const char *why;                      /* which rule chose it */
+} xcoll_netaddr_any;
+
+xcoll_status xcoll_netaddr_choose_any(const char *ifname, int family,
+                                      const char *master_addr, int master_port,
+                                      const char *who, xcoll_netaddr_any *out,
+                                      char *err, size_t err_bytes);
+
+/* sa as "10.0.0.2:5000" or "[fd00::2]:5000" into out (out_bytes; 64 is
+ * enough). */
+void xcoll_netaddr_format(const struct sockaddr_storage *sa, char *out,
+                          size_t out_bytes);
+
+/* Parse xcoll_netaddr_format's text (numeric addresses only) into sa and
+ * its length. Returns 0, or -1 if text is not host:port / [v6]:port. */
+int xcoll_netaddr_parse(const char *text, struct sockaddr_storage *sa,
+                        socklen_t *len);
 
 /* The name of the interface that holds addr into name (IF_NAMESIZE bytes),
  * "any" for INADDR_ANY, or "" when none does. */

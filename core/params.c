@@ -20,6 +20,7 @@
 static const char *const debug_levels[] = {"NONE", "VERSION", "WARN",
                                            "INFO", "TRACE",   NULL};
 static const char *const protocols[] = {"simple", "ll", "auto", NULL};
+static const char *const socket_families[] = {"AF_INET", "AF_INET6", NULL};
 static const char *const ucx_err_modes[] = {"auto", "peer", NULL};
 
 static xcoll_status check_subsys(const char *value) {
@@ -58,6 +59,9 @@ static const xcoll_param params[] = {
     {"XCOLL_SOCKET_IFNAME", XCOLL_PARAM_TEXT, NULL, 0, 0, 0,
      "route to MASTER_ADDR", NULL, xcoll_ifname_check,
      "interfaces: eth,ib prefixes; =eth0 exact; ^docker,lo excludes", 0},
+    {"XCOLL_SOCKET_FAMILY", XCOLL_PARAM_CHOICE, "tcp", 0, 0, 0,
+     "either, IPv4 first", socket_families, NULL,
+     "address family the tcp backend listens on", 0},
     {"XCOLL_NSOCKS_PERPEER", XCOLL_PARAM_INT, NULL, 1, 1, 16, NULL, NULL, NULL,
      "sockets per peer (tcp, net socket)", 0},
     {"XCOLL_CHUNK_SIZE", XCOLL_PARAM_SIZE, NULL, 512 * KIB, 8, GIB, NULL, NULL,

@@ -99,26 +99,69 @@ static void test_ifname_pick(void **state) {
   char why[256];
 
   xcoll_ifname_spec spec = parsed("eth");
-  assert_int_equal(xcoll_ifname_pick(&spec, entries, n, why, sizeof why), 3);
+  assert_int_equal(
+      xcoll_ifname_pick(&spec, AF_INET, entries, n, why, sizeof why), 3);
   spec = parsed("^docker,eth1");
   /* eth0 has only IPv6, eth10 is down: loopback is all that is left. */
-  assert_int_equal(xcoll_ifname_pick(&spec, entries, n, why, sizeof why), 0);
+  assert_int_equal(
+      xcoll_ifname_pick(&spec, AF_INET, entries, n, why, sizeof why), 0);
   spec = parsed("^docker");
-  assert_int_equal(xcoll_ifname_pick(&spec, entries, n, why, sizeof why), 3);
+  assert_int_equal(
+      xcoll_ifname_pick(&spec, AF_INET, entries, n, why, sizeof why), 3);
   spec = parsed("docker,eth1");
-  assert_int_equal(xcoll_ifname_pick(&spec, entries, n, why, sizeof why), 3);
+  assert_int_equal(
+      xcoll_ifname_pick(&spec, AF_INET, entries, n, why, sizeof why), 3);
 
   /* An interface with only an IPv6 address is named, not silently used. */
   spec = parsed("=eth0");
-  assert_int_equal(xcoll_ifname_pick(&spec, entries, n, why, sizeof why), -1);
+  assert_int_equal(
+      xcoll_ifname_pick(&spec, AF_INET, entries, n, why, sizeof why), -1);
   assert_non_null(strstr(why, "eth0"));
   assert_non_null(strstr(why, "IPv6"));
   spec = parsed("=eth10");
-  assert_int_equal(xcoll_ifname_pick(&spec, entries, n, why, sizeof why), -1);
+  assert_int_equal(
+      xcoll_ifname_pick(&spec, AF_INET, entries, n, why, sizeof why), -1);
   assert_non_null(strstr(why, "down"));
   spec = parsed("ib");
-  assert_int_equal(xcoll_ifname_pick(&spec, entries, n, why, sizeof why), -1);
+  assert_int_equal(
+      xcoll_ifname_pick(&spec, AF_INET, entries, n, why, sizeof why), -1);
   assert_non_null(strstr(why, "no interface"));
+}
+
+/* The tcp backend's choice: IPv6 by request, or when a selected interface
+ * has no IPv4 address. */
+static void test_ifname_pick_ipv6(void **state) {
+  (void)state;
+  const xcoll_ifaddr_entry entries[] = {
+      {"lo", AF_INET, 1, 1},    {"lo", AF_INET6, 1, 1},
+      {"eth0", AF_INET6, 1, 0}, {"eth1", AF_INET, 1, 0},
+      {"eth1", AF_INET6, 1, 0},
+  };
+  size_t n = sizeof entries / sizeof entries[0];
+  char why[256];
+  xcoll_ifname_spec spec = parsed("eth");
+  /* Unspecified family: IPv4 first (eth1), IPv6 only if nothing else. */
+  assert_int_equal(
+      xcoll_ifname_pick(&spec, AF_UNSPEC, entries, n, why, sizeof why), 3);
+  spec = parsed("=eth0");
+  assert_int_equal(
+      xcoll_ifname_pick(&spec, AF_UNSPEC, entries, n, why, sizeof why), 2);
+  /* AF_INET6 asked: the first IPv6 address of a selected interface. */
+  spec = parsed("eth");
+  assert_int_equal(
+      xcoll_ifname_pick(&spec, AF_INET6, entries, n, why, sizeof why), 2);
+  spec = parsed("^eth0");
+  assert_int_equal(
+      xcoll_ifname_pick(&spec, AF_INET6, entries, n, why, sizeof why), 4);
+  spec = parsed("=lo");
+  assert_int_equal(
+      xcoll_ifname_pick(&spec, AF_INET6, entries, n, why, sizeof why), 1);
+  /* AF_INET6 asked of an interface with only IPv4: said so. */
+  const xcoll_ifaddr_entry v4_only[] = {{"eth9", AF_INET, 1, 0}};
+  spec = parsed("eth9");
+  assert_int_equal(
+      xcoll_ifname_pick(&spec, AF_INET6, v4_only, 1, why, sizeof why), -1);
+  assert_non_null(strstr(why, "only IPv4"));
 }
 
 static void test_debug_subsys(void **state) {
@@ -230,6 +273,7 @@ int main(void) {
       cmocka_unit_test(test_ifname_lists_and_exclusions),
       cmocka_unit_test(test_ifname_malformed),
       cmocka_unit_test(test_ifname_pick),
+      cmocka_unit_test(test_ifname_pick_ipv6),
       cmocka_unit_test(test_debug_subsys),
       cmocka_unit_test(test_debug_file_expansion),
       cmocka_unit_test(test_table_readers),
