@@ -1,12 +1,13 @@
-/* netaddr.h - which local IPv4 address a rank listens on and publishes to
- * its peers: shared by the tcp backend and the socket net plugin so that both
- * pick the same interface for the same settings.
+/* netaddr.h - which local address a rank listens on and publishes to its
+ * peers: shared by the tcp backend (IPv4 or IPv6, xcoll_netaddr_choose_any)
+ * and the socket net plugin (IPv4, xcoll_netaddr_choose) so that both pick
+ * the same interface for the same settings.
  *
  * The rule (NCCL_SOCKET_IFNAME's model):
  *   1. ifname given (XCOLL_SOCKET_IFNAME, syntax in ifname.h: prefixes,
  *      =exact names, ^exclusions, comma lists): the selected interface that
- *      is up with an IPv4 address, an exact name before a prefix match and
- *      non-loopback before loopback;
+ *      is up with an address of the family asked for, an exact name before
+ *      a prefix match and non-loopback before loopback;
  *   2. else, when the master's address is known: the local address the
  *      kernel's routing table uses to reach it;
  *   3. else bind to every interface and publish the first non-loopback
