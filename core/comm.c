@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "device.h"
 #include "dispatch.h"
 #include "env.h"
 #include "params.h"
@@ -34,6 +35,7 @@ void xcoll_config_init(xcoll_config *config) {
   config->master_port = DEFAULT_MASTER_PORT;
   config->backend = NULL;
   config->timeout_s = 0.0;
+  config->device = XCOLL_DEVICE_HOST;
 }
 
 /* ---- helpers ---- */
@@ -197,6 +199,7 @@ static xcoll_comm *comm_new(void) {
   atomic_init(&comm->aborted, 0);
   comm->local_rank = -1;
   comm->local_world_size = -1;
+  comm->device = XCOLL_DEVICE_HOST;
   comm->magic = XCOLL_COMM_MAGIC;
   return comm;
 }
@@ -287,6 +290,9 @@ xcoll_status xcoll_comm_init(xcoll_comm_t *out, const xcoll_config *config) {
                        "config.local_rank=%d is outside [0, "
                        "local_world_size=%d) (use -1 for unknown)",
                        config->local_rank, config->local_world_size);
+  status = xcoll_device_check(config->device, "config.device");
+  if (status != XCOLL_SUCCESS)
+    return status;
   /* A world of one needs no agreed port, so 0 (any free port) is accepted. */
   int min_port = config->world_size == 1 ? 0 : 1;
   if (config->master_port < min_port || config->master_port > 65535)
@@ -337,6 +343,7 @@ xcoll_status xcoll_comm_init(xcoll_comm_t *out, const xcoll_config *config) {
   comm->world_size = config->world_size;
   comm->local_rank = config->local_rank;
   comm->local_world_size = config->local_world_size;
+  comm->device = config->device;
   comm->comm_id = 0;
   comm->timeout_s = timeout_s;
   comm->options = options;
@@ -468,6 +475,10 @@ xcoll_status xcoll_comm_init_env(xcoll_comm_t *out) {
   xcoll_config config;
   xcoll_config_init(&config);
   status = config_from_launcher(&config);
+  if (status == XCOLL_SUCCESS)
+    status = xcoll_device_from_env(config.local_rank, &config.device);
+  if (status == XCOLL_SUCCESS)
+    status = xcoll_device_check(config.device, "XCOLL_DEVICE");
   if (status != XCOLL_SUCCESS)
     return status;
   config.master_addr = xcoll_env_str("MASTER_ADDR");
@@ -662,6 +673,7 @@ xcoll_status xcoll_comm_split(xcoll_comm_t comm, int color, int key,
   child->world_size = size;
   child->local_rank = local_rank;
   child->local_world_size = local_world_size;
+  child->device = comm->device;
   child->comm_id = comm_id;
   child->timeout_s = comm->timeout_s;
   child->options = comm->options;
@@ -794,6 +806,17 @@ xcoll_status xcoll_comm_local_rank(xcoll_comm_t comm, int *local_rank) {
     return xcoll_error(comm, XCOLL_ERR_INVALID_ARGUMENT,
                        "xcoll_comm_local_rank: local_rank is NULL");
   *local_rank = comm->local_rank;
+  return XCOLL_SUCCESS;
+}
+
+xcoll_status xcoll_comm_device(xcoll_comm_t comm, int *device) {
+  xcoll_status status = check_live(comm, "xcoll_comm_device");
+  if (status != XCOLL_SUCCESS)
+    return status;
+  if (device == NULL)
+    return xcoll_error(comm, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_comm_device: device is NULL");
+  *device = comm->device;
   return XCOLL_SUCCESS;
 }
 

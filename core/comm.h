@@ -32,6 +32,7 @@ typedef struct xcoll_comm {
   int world_size;
   int local_rank;       /* -1 if unknown */
   int local_world_size; /* -1 if unknown */
+  int device;           /* XCOLL_DEVICE_HOST or a CUDA ordinal (device.h) */
   /* Unique among the job's communicators: the world is 0, a split child
    * gets one from the store's counter. Written into every wire header. */
   uint64_t comm_id;

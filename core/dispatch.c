@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "device.h"
 #include "dispatch.h"
 #include "dtype.h"
 #include "error.h"
@@ -253,6 +254,18 @@ xcoll_status xcoll_dispatch(xcoll_comm *comm, const xcoll_coll_args *args,
                             xcoll_request_t *request) {
   const xcoll_backend_coll_ops *coll = comm->backend->coll;
   const char *name = xcoll_coll_name(args->kind);
+  /* Host ranks only: a device buffer would crash the first memcpy. */
+  const void *device_buffer = xcoll_device_pointer(args->sendbuf)   ? args->sendbuf
+                              : xcoll_device_pointer(args->recvbuf) ? args->recvbuf
+                                                                    : NULL;
+  if (device_buffer != NULL)
+    return xcoll_error(comm, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_%s: %s %p is CUDA device memory, but this "
+                       "communicator is a host rank (backend '%s'): pass host "
+                       "memory (copy it to the host first, or use managed "
+                       "memory)",
+                       name, device_buffer == args->sendbuf ? "sendbuf" : "recvbuf",
+                       device_buffer, comm->backend->name);
   if (coll != NULL && coll->supports(comm->backend_state, args))
     return dispatch_backend(comm, args, request);
   if (args->stream != NULL)

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "algorithm.h"
+#include "device.h"
 #include "env.h"
 #include "error.h"
 #include "ifname.h"
@@ -31,6 +32,17 @@ static xcoll_status check_subsys(const char *value) {
   return XCOLL_SUCCESS;
 }
 
+/* The device the library would bind: malformed is XCOLL_ERR_ENV, a CUDA
+ * device XCOLL_ERR_NOT_SUPPORTED in this build (as at comm creation). */
+static xcoll_status check_device(const char *value) {
+  (void)value; /* xcoll_device_from_env reads the same variable */
+  int device = XCOLL_DEVICE_HOST;
+  xcoll_status status = xcoll_device_from_env(0, &device);
+  if (status == XCOLL_SUCCESS)
+    status = xcoll_device_check(device, "XCOLL_DEVICE");
+  return status;
+}
+
 static xcoll_status check_algo(const char *value) {
   return xcoll_algorithm_check_value(value);
 }
@@ -42,6 +54,8 @@ static xcoll_status check_algo(const char *value) {
 static const xcoll_param params[] = {
     {"XCOLL_BACKEND", XCOLL_PARAM_TEXT, NULL, 0, 0, 0, "tcp", NULL, NULL,
      "backend: one of those compiled in (xcoll-info lists them)", 0},
+    {"XCOLL_DEVICE", XCOLL_PARAM_TEXT, NULL, 0, 0, 0, "host", NULL,
+     check_device, "device to bind: host, cuda (LOCAL_RANK's), cuda:N, N", 0},
     {"XCOLL_DEBUG", XCOLL_PARAM_CHOICE, NULL, 0, 0, 0, "WARN", debug_levels,
      NULL, "log level: NONE, VERSION, WARN, INFO, TRACE", 0},
     {"XCOLL_DEBUG_SUBSYS", XCOLL_PARAM_TEXT, NULL, 0, 0, 0, "ALL", NULL,

@@ -16,9 +16,15 @@
  *   rank (as in NCCL and MPI). Calls on one communicator from several threads
  *   at once must be serialised by the caller; different communicators may be
  *   used concurrently from different threads.
- * - Buffers are host memory for the tcp and ucx backends. The stream argument
- *   of the non-blocking calls is reserved for device buffers on nccl_like
- *   (a cudaStream_t); host backends require it to be NULL.
+ * - A communicator is bound to a device, as in NCCL: config.device (or
+ *   XCOLL_DEVICE) is XCOLL_DEVICE_HOST for a host rank, whose buffers are
+ *   host memory, or a CUDA device ordinal for a GPU rank. This build runs
+ *   host ranks only and refuses a CUDA device at creation
+ *   (XCOLL_ERR_NOT_SUPPORTED). A buffer in CUDA device memory handed to a
+ *   host rank is XCOLL_ERR_INVALID_ARGUMENT (every build detects it once the
+ *   CUDA driver is loaded in the process); managed memory counts as host
+ *   memory. The stream argument of the non-blocking calls is reserved for
+ *   GPU ranks (a cudaStream_t); host ranks require it to be NULL.
  */
 #ifndef XCOLL_H
 #define XCOLL_H
@@ -137,21 +143,32 @@ typedef struct xcoll_config {
                            127.0.0.1) and also accepts 0 */
   const char *backend;  /* "tcp", "ucx", "nccl_like"; NULL: XCOLL_BACKEND or "tcp" */
   double timeout_s;     /* how long any wait may last; <= 0: XCOLL_TIMEOUT_S or 300 */
+  int device;           /* XCOLL_DEVICE_HOST, or a CUDA device ordinal >= 0
+                           (a GPU rank: XCOLL_ERR_NOT_SUPPORTED in this build) */
 } xcoll_config;
 
+/* config.device of a host rank: buffers are host memory. */
+#define XCOLL_DEVICE_HOST (-1)
+
 /* Defaults: rank 0, world_size 1, local_rank/local_world_size -1,
- * master_addr NULL, master_port 29500, backend NULL, timeout_s 0. */
+ * master_addr NULL, master_port 29500, backend NULL, timeout_s 0,
+ * device XCOLL_DEVICE_HOST. */
 XCOLL_API void xcoll_config_init(xcoll_config *config);
 
 /* Create the world communicator from the environment, in this order of
  * precedence: torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
  * MASTER_ADDR, MASTER_PORT; Open MPI's OMPI_COMM_WORLD_RANK, _SIZE,
  * _LOCAL_RANK, _LOCAL_SIZE; Slurm's SLURM_PROCID, SLURM_NTASKS,
- * SLURM_LOCALID. With none of them set, a world of one rank. Rank 0 hosts the
+ * SLURM_LOCALID. With none of them set, a world of one rank. The device
+ * comes from XCOLL_DEVICE: unset or "host" for a host rank; "cuda" for the
+ * CUDA device numbered LOCAL_RANK (one GPU per local rank, as torchrun
+ * programs place them), "cuda:N" or "N" for device N. Rank 0 hosts the
  * rendezvous store at MASTER_ADDR:MASTER_PORT; the others connect to it,
  * retrying until XCOLL_TIMEOUT_S.
  * Collective over all ranks of the job: every rank must call it.
  * Errors: XCOLL_ERR_ENV (a malformed variable, named in the message),
+ * XCOLL_ERR_NOT_SUPPORTED (XCOLL_DEVICE names a CUDA device: host ranks only
+ * in this build),
  * XCOLL_ERR_TIMEOUT (master unreachable: address and port in the message),
  * XCOLL_ERR_SYSTEM (port taken, socket failure), XCOLL_ERR_NOT_SUPPORTED
  * (backend not compiled in: the message lists those that are),
@@ -194,6 +211,10 @@ XCOLL_API xcoll_status xcoll_comm_rank(xcoll_comm_t comm, int *rank);
 XCOLL_API xcoll_status xcoll_comm_size(xcoll_comm_t comm, int *world_size);
 XCOLL_API xcoll_status xcoll_comm_local_rank(xcoll_comm_t comm,
                                              int *local_rank);
+/* The device comm is bound to: XCOLL_DEVICE_HOST or a CUDA ordinal.
+ * Errors: XCOLL_ERR_INVALID_ARGUMENT (device NULL), XCOLL_ERR_INVALID_USAGE
+ * (comm destroyed or NULL). */
+XCOLL_API xcoll_status xcoll_comm_device(xcoll_comm_t comm, int *device);
 /* The backend's name ("tcp", ...); "" for NULL comm. */
 XCOLL_API const char *xcoll_comm_backend(xcoll_comm_t comm);
 /* Which algorithm and protocol ran the collective started last on comm
@@ -214,7 +235,8 @@ XCOLL_API xcoll_status xcoll_comm_last_algorithm(xcoll_comm_t comm,
  * Common errors of every collective:
  *  XCOLL_ERR_INVALID_ARGUMENT: NULL buffer with count > 0, count * element
  *    size overflows size_t, unknown dtype or op, XCOLL_AVG on an integer
- *    type, root outside [0, world_size), a non-NULL stream on a host backend.
+ *    type, root outside [0, world_size), a non-NULL stream on a host backend,
+ *    a buffer in CUDA device memory on a host rank.
  *    The message names the argument. Nothing is sent: peers are not affected
  *    only if every rank makes the same mistake.
  *  XCOLL_ERR_INVALID_USAGE: comm destroyed or NULL.

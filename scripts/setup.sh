@@ -5,15 +5,16 @@
 # with sudo, which is used only when a package is missing.
 #   bash scripts/setup.sh            required packages only
 #   bash scripts/setup.sh --peers    also the optional peers used by bench/
-#                                    (PyTorch, Open MPI, gnuplot)
+#                                    (PyTorch, Open MPI)
 set -euo pipefail
 
 required=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev
   zlib1g-dev libucx-dev ucx-utils libcjson-dev dataset-fashion-mnist
-  libsodium-dev clang libclang-rt-14-dev python3 iproute2 iptables)
+  libsodium-dev clang libclang-rt-14-dev python3 iproute2 iptables gnuplot-nox)
 # python3: tools/xcoll-trace-merge and the trainer's trace test (check_trace.py).
+# gnuplot-nox: trainer/plot.sh and its test (trainer.plot).
 # iproute2, iptables: the multi-host tests (tests/netns: namespaces, loss).
-peers=(python3-torch openmpi-bin libopenmpi-dev gnuplot-nox)
+peers=(python3-torch openmpi-bin libopenmpi-dev)
 
 want=("${required[@]}")
 if [ "${1:-}" = "--peers" ]; then

@@ -6,7 +6,9 @@
 # over the unit tests (the ring primitives and the nccl_like engine among
 # them), the two-thread split test, tcp at 2 ranks, nccl_like at 3 ranks
 # (worker threads + proxy + watcher) and the peer faults; last, every libFuzzer
-# target for FUZZ_SECONDS under ASan+UBSan (scripts/fuzz.sh).
+# target for FUZZ_SECONDS under ASan+UBSan (scripts/fuzz.sh). The nvcc
+# compile check (unit.kernels_nvcc) runs once, in the first pass: nvcc does
+# not change under a sanitizer.
 #   bash scripts/test.sh
 # Environment: JOBS (default 2) for the build and ctest parallelism;
 # XCOLL_SKIP_ASAN=1 / XCOLL_SKIP_TSAN=1 / XCOLL_SKIP_FUZZ=1 skip those passes;
@@ -31,7 +33,8 @@ if [ "${XCOLL_SKIP_ASAN:-0}" != 1 ]; then
   (cd "$root/build-asan" &&
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --output-on-failure -j"$jobs" -L 'unit|conformance|faults|security')
+    ctest --output-on-failure -j"$jobs" -L 'unit|conformance|faults|security' \
+      -E '^unit\.kernels_nvcc$')
 fi
 if [ "${XCOLL_SKIP_TSAN:-0}" != 1 ]; then
   # ThreadSanitizer: the progress thread, abort from another thread and two
@@ -45,7 +48,8 @@ if [ "${XCOLL_SKIP_TSAN:-0}" != 1 ]; then
   (cd "$root/build-tsan" &&
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     ctest --output-on-failure -j"$jobs" \
-      -R '^unit\.|split_threads|conformance\.tcp\.np2$|conformance\.nccl_like\.np3$|faults\.peer_')
+      -R '^unit\.|split_threads|conformance\.tcp\.np2$|conformance\.nccl_like\.np3$|faults\.peer_' \
+      -E '^unit\.kernels_nvcc$')
 fi
 if [ "${XCOLL_SKIP_FUZZ:-0}" != 1 ]; then
   echo "== fuzz targets, ${FUZZ_SECONDS:-30} s each under ASan+UBSan (build-fuzz/)"

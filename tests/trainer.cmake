@@ -69,3 +69,12 @@ if(TARGET xtrain)
     COMMAND sh ${XTRAIN_TEST_DIR}/bad_inputs.sh $<TARGET_FILE:xtrain> ${XTRAIN_DATA_DIR})
   set_tests_properties(trainer.bad_inputs PROPERTIES TIMEOUT 60 LABELS trainer)
 endif()
+
+# trainer/plot.sh draws a real log (needs gnuplot, installed by setup.sh).
+find_program(XCOLL_GNUPLOT gnuplot)
+if(TARGET xtrain AND XCOLL_GNUPLOT)
+  add_test(NAME trainer.plot
+    COMMAND sh ${PROJECT_SOURCE_DIR}/tests/trainer/plot.sh $<TARGET_FILE:xtrain>
+      ${PROJECT_SOURCE_DIR}/trainer/plot.sh ${XTRAIN_DATA_DIR})
+  set_tests_properties(trainer.plot PROPERTIES TIMEOUT 120 LABELS trainer)
+endif()

@@ -1,42 +1,83 @@
 #!/bin/sh
-# plot.sh - turn an xtrain --log-json file into a PNG: training loss (per
-# logged step and per epoch) on the left, train and test accuracy per epoch on
-# the right. Needs gnuplot (Debian: gnuplot-nox) and python3 to read JSON.
+# plot.sh - draw an xtrain --log-json file as a PNG with gnuplot
+# (Debian: gnuplot-nox, installed by scripts/setup.sh), three panels against
+# updates (optimizer steps), with a tick at the end of every whole epoch:
+#   loss:      training loss of each logged step, the training loss of each
+#              epoch, and the test loss after each epoch;
+#   accuracy:  test (and training) accuracy after each epoch;
+#   lr:        the learning rate of each logged step.
 # usage: trainer/plot.sh LOG.json OUT.png
 set -eu
 [ $# -eq 2 ] || { echo "usage: $0 LOG.json OUT.png" >&2; exit 2; }
 log=$1 out=$2
-command -v gnuplot > /dev/null || { echo "plot.sh: gnuplot not found (apt-get install gnuplot-nox)" >&2; exit 1; }
+if [ ! -s "$log" ]; then
+  echo "plot.sh: no log at '$log': run xtrain with --log-json $log first" >&2
+  exit 1
+fi
+command -v gnuplot > /dev/null ||
+  { echo "plot.sh: gnuplot not found: bash scripts/setup.sh installs it (Debian: gnuplot-nox)" >&2; exit 1; }
+command -v python3 > /dev/null ||
+  { echo "plot.sh: python3 not found (it reads the JSON log)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 python3 - "$log" "$tmp" <<'PY'
 import json, sys
 log, tmp = sys.argv[1], sys.argv[2]
-steps = open(tmp + "/steps.dat", "w")
-epochs = open(tmp + "/epochs.dat", "w")
-for line in open(log):
-    e = json.loads(line)
+steps, epochs = [], []
+for number, line in enumerate(open(log, encoding="utf-8"), 1):
+    line = line.strip()
+    if not line:
+        continue
+    try:
+        e = json.loads(line)
+    except ValueError:
+        sys.exit(f"plot.sh: {log}:{number} is not a JSON line: is this an xtrain --log-json file?")
     if e.get("event") == "step":
-        steps.write("%d %g\n" % (e["step"], e["loss"]))
+        steps.append((e["step"], e["loss"], e.get("lr", float("nan"))))
     elif e.get("event") == "epoch":
-        epochs.write("%d %d %g %g %g\n" % (e["epoch"] + 1, e["step"], e["loss"],
-                                            e["train_acc"], e["test_acc"]))
-steps.write("nan nan\n")
+        epochs.append((e["epoch"], e["step"], e["loss"], e.get("test_loss", float("nan")),
+                       e["train_acc"], e["test_acc"]))
+if not steps and not epochs:
+    sys.exit(f"plot.sh: {log} has no step or epoch events: nothing to plot")
+with open(tmp + "/steps.dat", "w") as f:
+    for s in steps:
+        f.write("%d %.9g %.9g\n" % s)
+    if not steps:
+        f.write("nan nan nan\n")
+with open(tmp + "/epochs.dat", "w") as f:
+    for e in epochs:
+        f.write("%d %d %.9g %.9g %.9g %.9g\n" % e)
+    if not epochs:
+        f.write("nan nan nan nan nan nan\n")
+# epoch ticks: the update at which each whole epoch ended
+ticks = ", ".join('"%d" %d' % (e[0] + 1, e[1]) for e in epochs)
+open(tmp + "/ticks.gp", "w").write(
+    ("set x2tics (%s)\nset x2label \"end of epoch\"\n" % ticks) if ticks else "unset x2tics\n")
 PY
 gnuplot <<GP
-set terminal pngcairo size 1200,450 noenhanced
+set terminal pngcairo size 1500,450 noenhanced
 set output "$out"
-set multiplot layout 1,2 title "$log"
+set multiplot layout 1,3 title "$log" offset 0,-0.5
+set tmargin 6
 set xlabel "update"
-set ylabel "training loss"
-set grid
-plot "$tmp/steps.dat" using 1:2 with lines title "loss (logged steps)", \
-     "$tmp/epochs.dat" using 2:3 with linespoints pt 7 title "loss (epoch mean)"
-set xlabel "epoch"
+set xrange [0:*]
+set link x2
+set grid x2tics ytics
+set xtics nomirror
+load "$tmp/ticks.gp"
+set ylabel "loss"
+plot "$tmp/steps.dat" using 1:2 with lines title "train (logged steps)", \
+     "$tmp/epochs.dat" using 2:3 with linespoints pt 7 title "train (epoch mean)", \
+     "$tmp/epochs.dat" using 2:4 with linespoints pt 5 title "test"
 set ylabel "accuracy"
 set key bottom right
-plot "$tmp/epochs.dat" using 1:4 with linespoints pt 7 title "train", \
-     "$tmp/epochs.dat" using 1:5 with linespoints pt 7 title "test"
+plot "$tmp/epochs.dat" using 2:6 with linespoints pt 7 title "test", \
+     "$tmp/epochs.dat" using 2:5 with linespoints pt 5 title "train"
+set ylabel "learning rate"
+set yrange [0:*]
+set offsets 0, 0, graph 0.1, 0
+set key top right
+plot "$tmp/steps.dat" using 1:3 with lines title "lr"
 unset multiplot
 GP
 echo "wrote $out"

@@ -17,6 +17,7 @@
 #include "log.h"
 #include "nccl_like.h"
 #include "store.h"
+#include "trace.h"
 
 double nl_now(void) {
   struct timespec ts;
@@ -385,6 +386,18 @@ static void log_choices(nl_state *st, const char *net_why) {
                              : "");
 }
 
+/* Names the channel and proxy tracks of XCOLL_TRACE (trace.h). */
+static void name_trace_tracks(const nl_state *st) {
+  unsigned long long id = (unsigned long long)st->comm->comm_id;
+  for (int c = 0; c < st->nchannels; c++) {
+    char label[48];
+    snprintf(label, sizeof label, "comm %llu channel %d", id, c);
+    xcoll_trace_name_track(st->trace_base + (unsigned)c, label);
+    xcoll_trace_name_track(st->trace_base + 100u + (unsigned)c, label);
+    xcoll_trace_name_track(st->trace_base + 200u + (unsigned)c, label);
+  }
+}
+
 static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
   *state = NULL;
   nl_state *st = calloc(1, sizeof *st);
@@ -416,6 +429,8 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
   atomic_init(&st->fp.room_waiters, 0);
 
   xcoll_status s = read_options(st);
+  if (s == XCOLL_SUCCESS && xcoll_trace_enabled())
+    name_trace_tracks(st);
   char net_why[256] = "a world of one rank needs no network";
   if (s == XCOLL_SUCCESS && st->world_size > 1 && nl_net_override) {
     st->net = nl_net_override;

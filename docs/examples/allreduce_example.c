@@ -3,11 +3,11 @@
  * blocking allreduce, a non-blocking one, split the world in two, show what
  * an argument error looks like, and clean up.
  *
- * Build (from the repository root, after building the library):
- *   cc -std=c11 -Iinclude docs/examples/allreduce_example.c \
- *      build/libxcoll.a -lpthread -o allreduce_example
+ * Build (from the repository root, after building the library in build/):
+ *   cc -std=c11 -Iinclude docs/examples/allreduce_example.c -Lbuild -lxcoll \
+ *      -Wl,-rpath,"$PWD/build" -o allreduce_example
  * Run with three ranks:
- *   build/xcollrun --nproc-per-node 3 --master-port 0 ./allreduce_example
+ *   build/tools/xcollrun --nproc-per-node 3 --master-port 0 ./allreduce_example
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,9 +3,11 @@
  * Each rank fills a vector of `count` float32 values (argument 1, default
  * 1048576 = 4 MiB) with its rank, all-reduces it with SUM, checks that every
  * element equals 0 + 1 + ... + (world_size - 1), and exits. At 4 MiB and four
- * ranks the ring algorithm is chosen, so the trace shows its 2(P-1) steps.
+ * ranks xcoll picks the ring where each rank has a core (Rabenseifner on a
+ * smaller machine); XCOLL_ALGO=allreduce:ring forces the ring, so that the
+ * trace shows its 2(P-1) steps.
  *
- *   XCOLL_TRACE=/tmp/ring.json XCOLL_DEBUG=INFO \
+ *   XCOLL_ALGO=allreduce:ring XCOLL_TRACE=/tmp/ring.json XCOLL_DEBUG=INFO \
  *     build/tools/xcollrun --nproc-per-node 4 --master-port 0 ./trace_example
  */
 #include <stdio.h>

@@ -127,13 +127,14 @@ static void test_spans_from_threads(void **state) {
   cJSON *json = parse_file(path);
   assert_true(cJSON_IsArray(json));
   int seen[SPAN_THREADS][SPANS_PER_THREAD] = {{0}};
-  int complete = 0, process_named = 0, escaped_seen = 0;
+  int complete = 0, process_named = 0, escaped_seen = 0, metadata = 0;
   const cJSON *event;
   cJSON_ArrayForEach(event, json) {
     const char *ph = field(event, "ph")->valuestring;
     const char *name = field(event, "name")->valuestring;
     assert_int_equal(field(event, "pid")->valueint, 3);
     if (strcmp(ph, "M") == 0) {
+      metadata++;
       if (strcmp(name, "process_name") == 0) {
         assert_string_equal(field(field(event, "args"), "name")->valuestring,
                             "rank 3");
@@ -153,9 +154,8 @@ static void test_spans_from_threads(void **state) {
     }
     assert_string_equal(name, "ring step");
     assert_string_equal(field(event, "cat")->valuestring, "chunk");
-    int thread = field(event, "tid")->valueint - 10;
     const cJSON *args = field(event, "args");
-    assert_int_equal(field(args, "peer")->valueint, thread);
+    int thread = field(args, "peer")->valueint;
     int i = field(args, "bytes")->valueint / 8;
     assert_true(thread >= 0 && thread < SPAN_THREADS);
     assert_true(i >= 0 && i < SPANS_PER_THREAD);
@@ -178,8 +178,9 @@ static void test_spans_from_threads(void **state) {
   xcoll_trace_close();
   json = parse_file(path);
   assert_true(cJSON_IsArray(json));
+  /* the new span's track (2) is new: its lane adds two metadata events */
   assert_int_equal(cJSON_GetArraySize(json),
-                   2 + SPAN_THREADS * SPANS_PER_THREAD + 1 + 1);
+                   metadata + SPAN_THREADS * SPANS_PER_THREAD + 1 + 1 + 2);
   const cJSON *last = cJSON_GetArrayItem(json, cJSON_GetArraySize(json) - 1);
   assert_string_equal(field(last, "name")->valuestring, "second");
   assert_string_equal(field(field(last, "args"), "op")->valuestring, "sum");
@@ -214,7 +215,8 @@ static void test_path_rules(void **state) {
   run_in_child(pattern, 2, 1);
   snprintf(path, sizeof path, "%s/plain.rank2.json", temp_dir);
   cJSON *json = parse_file(path);
-  assert_int_equal(cJSON_GetArraySize(json), 3);
+  /* process name and order, the lane's name and order, the span */
+  assert_int_equal(cJSON_GetArraySize(json), 5);
   cJSON_Delete(json);
   /* no extension: appended */
   snprintf(pattern, sizeof pattern, "%s/noext", temp_dir);
@@ -239,6 +241,128 @@ static void test_path_rules(void **state) {
   cJSON_Delete(json);
 }
 
+/* Lanes (trace.h): spans that overlap on one track go to separate tids,
+ * the spans of one tid never overlap, every tid is named after its track
+ * and kind, and a lane is reused once it is free. Random spans from 3
+ * tracks and 3 kinds, written in order of their end as the library does,
+ * plus the fixed cases. Runs in a child: the first open fixes the file. */
+#define LANE_SPANS 400
+
+static void write_lane_spans(const char *pattern) {
+  setenv("XCOLL_TRACE", pattern, 1);
+  if (xcoll_trace_open(4) != XCOLL_SUCCESS)
+    _exit(1);
+  xcoll_trace_name_track(7, "comm 0 channel 1");
+  /* two receives in flight, ended out of start order */
+  xcoll_trace_span("recv", "chunk", 5, 2.0, 8.0, "\"k\":1");
+  xcoll_trace_span("recv", "chunk", 5, 0.0, 10.0, "\"k\":0");
+  /* free again at 10: back on the first lane */
+  xcoll_trace_span("recv", "chunk", 5, 10.0, 12.0, "\"k\":2");
+  xcoll_trace_span("send", "chunk", 5, 1.0, 9.0, "\"k\":3");
+  xcoll_trace_span("proxy send", "proxy", 7, 0.0, 1.0, "\"k\":4");
+  xcoll_trace_span("allreduce", "collective", 5, 0.0, 30.0, "\"k\":5");
+  /* random spans, in order of their end */
+  double starts[LANE_SPANS], ends[LANE_SPANS];
+  unsigned seed = 12345u;
+  for (int i = 0; i < LANE_SPANS; i++) {
+    seed = seed * 1103515245u + 12345u;
+    starts[i] = 100.0 + (double)((seed >> 8) % 10000) / 7.0;
+    seed = seed * 1103515245u + 12345u;
+    ends[i] = starts[i] + (double)((seed >> 8) % 3000) / 13.0;
+  }
+  for (int done = 0; done < LANE_SPANS; done++) {
+    int next = -1;
+    for (int i = 0; i < LANE_SPANS; i++)
+      if (ends[i] >= 0 && (next < 0 || ends[i] < ends[next]))
+        next = i;
+    static const char *const kinds[3] = {"send", "recv", "reduce"};
+    char args[32];
+    snprintf(args, sizeof args, "\"k\":%d", 100 + next);
+    xcoll_trace_span(kinds[next % 3], next % 2 ? "chunk" : "collective",
+                     (uint64_t)(next % 3), starts[next], ends[next], args);
+    ends[next] = -1.0;
+  }
+  xcoll_trace_close();
+  _exit(0);
+}
+
+static void test_lanes_never_overlap(void **state) {
+  (void)state;
+  char pattern[300];
+  snprintf(pattern, sizeof pattern, "%s/lanes.json", temp_dir);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0)
+    write_lane_spans(pattern);
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+  char path[300];
+  snprintf(path, sizeof path, "%s/lanes.rank4.json", temp_dir);
+  cJSON *json = parse_file(path);
+  enum { MAX_TID = 1000 };
+  static char names[MAX_TID][96];
+  static double span_start[MAX_TID][LANE_SPANS + 8];
+  static double span_end[MAX_TID][LANE_SPANS + 8];
+  static int spans_on[MAX_TID];
+  int tid_of_k[LANE_SPANS + 100];
+  memset(names, 0, sizeof names);
+  memset(spans_on, 0, sizeof spans_on);
+  int spans = 0;
+  const cJSON *event;
+  cJSON_ArrayForEach(event, json) {
+    int tid = field(event, "tid")->valueint;
+    const char *ph = field(event, "ph")->valuestring;
+    const char *name = field(event, "name")->valuestring;
+    if (strcmp(ph, "M") == 0) {
+      if (strcmp(name, "thread_name") == 0) {
+        assert_true(tid > 0 && tid < MAX_TID);
+        assert_int_equal(names[tid][0], 0); /* named once */
+        snprintf(names[tid], sizeof names[tid], "%s",
+                 field(field(event, "args"), "name")->valuestring);
+      }
+      continue;
+    }
+    assert_true(tid > 0 && tid < MAX_TID);
+    if (names[tid][0] == 0)
+      fail_msg("span on tid %d before its thread_name", tid);
+    int k = field(field(event, "args"), "k")->valueint;
+    assert_true(k >= 0 && k < LANE_SPANS + 100);
+    tid_of_k[k] = tid;
+    double ts = field(event, "ts")->valuedouble;
+    span_start[tid][spans_on[tid]] = ts;
+    span_end[tid][spans_on[tid]] = ts + field(event, "dur")->valuedouble;
+    spans_on[tid]++;
+    spans++;
+  }
+  assert_int_equal(spans, 6 + LANE_SPANS);
+  /* the invariant: no two spans of one tid overlap (to the printed ns) */
+  for (int tid = 1; tid < MAX_TID; tid++)
+    for (int a = 0; a < spans_on[tid]; a++)
+      for (int b = a + 1; b < spans_on[tid]; b++)
+        if (span_start[tid][a] < span_end[tid][b] - 1e-6 &&
+            span_start[tid][b] < span_end[tid][a] - 1e-6)
+          fail_msg("tid %d (%s): [%.3f, %.3f] overlaps [%.3f, %.3f]", tid,
+                   names[tid], span_start[tid][a], span_end[tid][a],
+                   span_start[tid][b], span_end[tid][b]);
+  /* the fixed cases: lanes, reuse and names */
+  assert_int_not_equal(tid_of_k[0], tid_of_k[1]);
+  assert_string_equal(names[tid_of_k[1]], "comm 5 recv");
+  assert_string_equal(names[tid_of_k[0]], "comm 5 recv #2");
+  assert_int_equal(tid_of_k[2], tid_of_k[1]);
+  assert_string_equal(names[tid_of_k[3]], "comm 5 send");
+  assert_string_equal(names[tid_of_k[4]], "comm 0 channel 1 proxy send");
+  assert_string_equal(names[tid_of_k[5]], "comm 5 collectives");
+  /* random spans overlap heavily, so some kind needed more than one lane */
+  int second_lanes = 0;
+  for (int tid = 1; tid < MAX_TID; tid++)
+    if (strstr(names[tid], " #2"))
+      second_lanes++;
+  assert_true(second_lanes >= 3);
+  cJSON_Delete(json);
+}
+
 static void test_bad_path_is_an_error(void **state) {
   (void)state;
   setenv("XCOLL_TRACE", "/nonexistent-dir-for-xcoll/t.json", 1);
@@ -255,6 +379,9 @@ int main(void) {
       cmocka_unit_test(test_time_is_monotonic_microseconds),
       cmocka_unit_test(test_bad_path_is_an_error),
       cmocka_unit_test(test_path_rules),
+      /* before the first open in this process: a fork after it would
+       * continue that file */
+      cmocka_unit_test(test_lanes_never_overlap),
       cmocka_unit_test(test_spans_from_threads),
   };
   return cmocka_run_group_tests(tests, make_temp_dir, remove_temp_dir);

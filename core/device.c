@@ -1,0 +1,113 @@
+/* device.c - device binding and device-pointer detection (device.h). */
+#include "device.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "env.h"
+#include "error.h"
+
+xcoll_status xcoll_device_check(int device, const char *source) {
+  if (device == XCOLL_DEVICE_HOST)
+    return XCOLL_SUCCESS;
+  if (device < XCOLL_DEVICE_HOST)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "%s=%d: use XCOLL_DEVICE_HOST (-1) for host memory, or "
+                       "a CUDA device ordinal >= 0",
+                       source, device);
+  return xcoll_error(NULL, XCOLL_ERR_NOT_SUPPORTED,
+                     "%s=%d asks for a GPU rank on CUDA device %d: this "
+                     "build of xcoll runs host ranks only (its CUDA ring "
+                     "kernels are compiled but not driven yet); use host "
+                     "memory (XCOLL_DEVICE=host, config.device = "
+                     "XCOLL_DEVICE_HOST)",
+                     source, device, device);
+}
+
+xcoll_status xcoll_device_from_env(int local_rank, int *device) {
+  *device = XCOLL_DEVICE_HOST;
+  const char *value = getenv("XCOLL_DEVICE");
+  if (value == NULL || value[0] == '\0' || strcmp(value, "host") == 0)
+    return XCOLL_SUCCESS;
+  if (strcmp(value, "cuda") == 0) {
+    *device = local_rank >= 0 ? local_rank : 0;
+    return XCOLL_SUCCESS;
+  }
+  const char *digits = strncmp(value, "cuda:", 5) == 0 ? value + 5 : value;
+  char *end = NULL;
+  long n = digits[0] >= '0' && digits[0] <= '9' ? strtol(digits, &end, 10) : -1;
+  if (n < 0 || n > 1024 || end == NULL || *end != '\0')
+    return xcoll_error(NULL, XCOLL_ERR_ENV,
+                       "XCOLL_DEVICE='%.64s': use 'host', 'cuda' (the device "
+                       "of LOCAL_RANK), 'cuda:N' or 'N' (N from 0 to 1024)",
+                       value);
+  *device = (int)n;
+  return XCOLL_SUCCESS;
+}
+
+/* cuPointerGetAttribute's signature and the two attributes used, as the
+ * CUDA Driver API defines them (cuda.h: CU_POINTER_ATTRIBUTE_MEMORY_TYPE =
+ * 2, CU_POINTER_ATTRIBUTE_IS_MANAGED = 8, CU_MEMORYTYPE_DEVICE = 2;
+ * CUDA_SUCCESS = 0). Declared here so that no CUDA header is needed. */
+typedef int (*cu_pointer_get_attribute_fn)(void *data, int attribute,
+                                           uintptr_t ptr);
+#define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
+#define CU_POINTER_ATTRIBUTE_IS_MANAGED 8
+#define CU_MEMORYTYPE_DEVICE 2
+
+static _Atomic(cu_pointer_get_attribute_fn) cu_get_attribute;
+
+/* dl_iterate_phdr callback: copies the path of a loaded libcuda.so*. */
+static int find_libcuda(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  const char *name = info->dlpi_name;
+  const char *base = strrchr(name, '/');
+  base = base ? base + 1 : name;
+  if (strncmp(base, "libcuda.so", 10) != 0)
+    return 0;
+  *(const char **)data = name;
+  return 1;
+}
+
+/* The driver's cuPointerGetAttribute once libcuda is loaded, else NULL.
+ * The pointer is kept: the driver is not unloaded while the process runs
+ * (the handle taken here holds a reference). */
+static cu_pointer_get_attribute_fn driver_get_attribute(void) {
+  cu_pointer_get_attribute_fn fn = atomic_load(&cu_get_attribute);
+  if (fn != NULL)
+    return fn;
+  const char *path = NULL;
+  dl_iterate_phdr(find_libcuda, &path);
+  if (path == NULL)
+    return NULL;
+  void *handle = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+  if (handle == NULL)
+    return NULL;
+  fn = (cu_pointer_get_attribute_fn)(uintptr_t)dlsym(handle,
+                                                     "cuPointerGetAttribute");
+  if (fn != NULL)
+    atomic_store(&cu_get_attribute, fn);
+  return fn;
+}
+
+int xcoll_device_pointer(const void *ptr) {
+  if (ptr == NULL)
+    return 0;
+  cu_pointer_get_attribute_fn get = driver_get_attribute();
+  if (get == NULL)
+    return 0;
+  unsigned int memory_type = 0;
+  /* host memory the driver does not know returns an error: host */
+  if (get(&memory_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (uintptr_t)ptr) != 0 ||
+      memory_type != CU_MEMORYTYPE_DEVICE)
+    return 0;
+  unsigned int managed = 0;
+  if (get(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, (uintptr_t)ptr) == 0 &&
+      managed)
+    return 0; /* managed memory is readable from the host */
+  return 1;
+}

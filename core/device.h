@@ -1,0 +1,34 @@
+/* device.h - where a rank's buffers live: the host, or a CUDA device.
+ *
+ * A communicator is bound to a device as in NCCL (one communicator per
+ * device): xcoll_config.device, or XCOLL_DEVICE for xcoll_comm_init_env.
+ * This build runs host ranks only: a CUDA device is refused with
+ * XCOLL_ERR_NOT_SUPPORTED at communicator creation (the ring kernels in
+ * kernels/cuda/ are compiled, not yet driven by an engine). What every build
+ * does is tell CUDA device memory from host memory, so that a device buffer
+ * handed to a host rank is a clear error instead of a crash in memcpy. */
+#ifndef XCOLL_CORE_DEVICE_H
+#define XCOLL_CORE_DEVICE_H
+
+#include "xcoll.h"
+
+/* Checks config.device (XCOLL_DEVICE_HOST, or a CUDA ordinal >= 0).
+ * Errors: XCOLL_ERR_INVALID_ARGUMENT (below XCOLL_DEVICE_HOST),
+ * XCOLL_ERR_NOT_SUPPORTED (a CUDA device: this build has no GPU engine). */
+xcoll_status xcoll_device_check(int device, const char *source);
+
+/* Reads XCOLL_DEVICE: unset, "" or "host" -> XCOLL_DEVICE_HOST; "cuda" ->
+ * local_rank (0 when unknown), as torchrun programs place one rank per GPU;
+ * "cuda:N" or "N" -> N. Errors: XCOLL_ERR_ENV for anything else, naming the
+ * value and the accepted forms. */
+xcoll_status xcoll_device_from_env(int local_rank, int *device);
+
+/* 1 when ptr is CUDA device memory that the host cannot read (not managed
+ * memory), else 0. Without the CUDA driver (libcuda.so) loaded in this
+ * process no device memory can exist, so the answer is 0 at the cost of a
+ * walk over the loaded objects (dl_iterate_phdr, about 0.1 us); with it
+ * loaded, its cuPointerGetAttribute decides (CUDA Driver API, "Unified
+ * Addressing": CU_POINTER_ATTRIBUTE_MEMORY_TYPE and _IS_MANAGED). */
+int xcoll_device_pointer(const void *ptr);
+
+#endif

@@ -1,0 +1,8 @@
+# The documentation's runnable blocks and examples (tests/docs/doc_blocks.py).
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND AND TARGET xcollrun AND TARGET xcoll)
+  add_test(NAME docs.blocks
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/docs/doc_blocks.py
+      ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+  set_tests_properties(docs.blocks PROPERTIES TIMEOUT 300 LABELS "docs;mp")
+endif()

@@ -1,0 +1,19 @@
+# XCOLL_TRACE's structure: every track of a real multi-rank run nests
+# (tests/trace/). Needs python3 for the checker and the merge tool.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND AND TARGET xcollrun AND TARGET xcoll-perf)
+  set(XCOLL_TRACE_TEST_DIR ${CMAKE_CURRENT_SOURCE_DIR}/trace)
+  function(trace_tracks_test name backend ranks)
+    add_test(NAME trace.tracks.${name}
+      COMMAND sh ${XCOLL_TRACE_TEST_DIR}/trace_tracks.sh
+        $<TARGET_FILE:xcollrun> $<TARGET_FILE:xcoll-perf>
+        ${PROJECT_SOURCE_DIR}/tools/xcoll-trace-merge ${ranks} ${ARGN})
+    set_tests_properties(trace.tracks.${name} PROPERTIES TIMEOUT 120
+      LABELS "trace;mp" ENVIRONMENT "XCOLL_BACKEND=${backend}")
+  endfunction()
+  trace_tracks_test(tcp.np3 tcp 3 collective chunk)
+  if(TARGET xcoll_backend_nccl_like OR EXISTS ${PROJECT_SOURCE_DIR}/backends/nccl_like)
+    trace_tracks_test(nccl_like.np3 nccl_like 3 collective channel primitive proxy)
+  endif()
+endif()
+

@@ -1,0 +1,178 @@
+/* test_device.c - device binding (config.device, XCOLL_DEVICE,
+ * xcoll_comm_device) and the rejection of CUDA device buffers on host ranks
+ * (core/device.c), with a stand-in CUDA driver (fake_libcuda.c) that calls
+ * one host range device memory. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+#include "xcoll.h"
+
+#ifndef FAKE_LIBCUDA_PATH
+#error "FAKE_LIBCUDA_PATH must name the stand-in libcuda.so.1"
+#endif
+
+enum { COUNT = 64 };
+static float device_memory[COUNT]; /* what the stand-in calls device memory */
+
+static xcoll_comm_t world_of_one(void) {
+  xcoll_config config;
+  xcoll_config_init(&config);
+  config.master_port = 0;
+  config.backend = "tcp";
+  xcoll_comm_t comm = NULL;
+  assert_int_equal(xcoll_comm_init(&comm, &config), XCOLL_SUCCESS);
+  return comm;
+}
+
+static void test_config_device(void **state) {
+  (void)state;
+  xcoll_config config;
+  xcoll_config_init(&config);
+  assert_int_equal(config.device, XCOLL_DEVICE_HOST);
+  config.master_port = 0;
+  xcoll_comm_t comm = (xcoll_comm_t)0x1;
+  config.device = 0;
+  assert_int_equal(xcoll_comm_init(&comm, &config), XCOLL_ERR_NOT_SUPPORTED);
+  assert_null(comm);
+  assert_non_null(strstr(xcoll_last_error(), "config.device=0"));
+  assert_non_null(strstr(xcoll_last_error(), "host ranks only"));
+  config.device = -2;
+  assert_int_equal(xcoll_comm_init(&comm, &config), XCOLL_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(xcoll_last_error(), "XCOLL_DEVICE_HOST"));
+
+  comm = world_of_one();
+  int device = 7;
+  assert_int_equal(xcoll_comm_device(comm, &device), XCOLL_SUCCESS);
+  assert_int_equal(device, XCOLL_DEVICE_HOST);
+  assert_int_equal(xcoll_comm_device(comm, NULL), XCOLL_ERR_INVALID_ARGUMENT);
+  xcoll_comm_t half = NULL;
+  assert_int_equal(xcoll_comm_split(comm, 0, 0, &half), XCOLL_SUCCESS);
+  assert_int_equal(xcoll_comm_device(half, &device), XCOLL_SUCCESS);
+  assert_int_equal(device, XCOLL_DEVICE_HOST);
+  assert_int_equal(xcoll_comm_destroy(half), XCOLL_SUCCESS);
+  assert_int_equal(xcoll_comm_destroy(comm), XCOLL_SUCCESS);
+  assert_int_equal(xcoll_comm_device(NULL, &device), XCOLL_ERR_INVALID_USAGE);
+}
+
+static void test_env_device(void **state) {
+  (void)state;
+  struct {
+    const char *value;
+    xcoll_status status;
+    int device;           /* from xcoll_device_from_env, local rank 3 */
+    const char *message;  /* in the error of xcoll_comm_init_env */
+  } cases[] = {
+      {"host", XCOLL_SUCCESS, XCOLL_DEVICE_HOST, NULL},
+      {"", XCOLL_SUCCESS, XCOLL_DEVICE_HOST, NULL},
+      {"cuda", XCOLL_ERR_NOT_SUPPORTED, 3, "XCOLL_DEVICE=0"},
+      {"cuda:2", XCOLL_ERR_NOT_SUPPORTED, 2, "CUDA device 2"},
+      {"5", XCOLL_ERR_NOT_SUPPORTED, 5, "CUDA device 5"},
+      {"cuda:x", XCOLL_ERR_ENV, XCOLL_DEVICE_HOST, "XCOLL_DEVICE='cuda:x'"},
+      {"gpu", XCOLL_ERR_ENV, XCOLL_DEVICE_HOST, "'host', 'cuda'"},
+      {"-1", XCOLL_ERR_ENV, XCOLL_DEVICE_HOST, "XCOLL_DEVICE='-1'"},
+      {"99999", XCOLL_ERR_ENV, XCOLL_DEVICE_HOST, "0 to 1024"},
+  };
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  unsetenv("LOCAL_RANK");
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    setenv("XCOLL_DEVICE", cases[i].value, 1);
+    int device = 12345;
+    xcoll_status parsed = xcoll_device_from_env(3, &device);
+    assert_int_equal(parsed == XCOLL_ERR_ENV, cases[i].status == XCOLL_ERR_ENV);
+    if (parsed == XCOLL_SUCCESS)
+      assert_int_equal(device, cases[i].device);
+    /* the whole path: a world of one from the (empty) launcher environment,
+     * where "cuda" means LOCAL_RANK unknown -> device 0 */
+    xcoll_comm_t comm = NULL;
+    xcoll_status status = xcoll_comm_init_env(&comm);
+    if (status != cases[i].status)
+      fail_msg("XCOLL_DEVICE='%s': status %d, expected %d (%s)", cases[i].value,
+               (int)status, (int)cases[i].status, xcoll_last_error());
+    if (status == XCOLL_SUCCESS) {
+      int bound = 0;
+      assert_int_equal(xcoll_comm_device(comm, &bound), XCOLL_SUCCESS);
+      assert_int_equal(bound, XCOLL_DEVICE_HOST);
+      assert_int_equal(xcoll_comm_destroy(comm), XCOLL_SUCCESS);
+    } else {
+      assert_null(comm);
+      if (!strstr(xcoll_last_error(), cases[i].message))
+        fail_msg("XCOLL_DEVICE='%s': message '%s' lacks '%s'", cases[i].value,
+                 xcoll_last_error(), cases[i].message);
+    }
+  }
+  unsetenv("XCOLL_DEVICE");
+}
+
+static void test_device_buffers_rejected(void **state) {
+  (void)state;
+  float host_in[COUNT], host_out[COUNT];
+  for (int i = 0; i < COUNT; i++)
+    host_in[i] = (float)i;
+  /* no driver loaded: nothing can be device memory */
+  assert_int_equal(xcoll_device_pointer(device_memory), 0);
+
+  void *driver = dlopen(FAKE_LIBCUDA_PATH, RTLD_NOW | RTLD_GLOBAL);
+  if (driver == NULL)
+    fail_msg("dlopen %s: %s", FAKE_LIBCUDA_PATH, dlerror());
+  void (*set_range)(void *, size_t, int) = (void (*)(void *, size_t, int))(
+      uintptr_t)dlsym(driver, "fake_cuda_set_device_range");
+  assert_non_null(set_range);
+  set_range(device_memory, sizeof device_memory, 0);
+  assert_int_equal(xcoll_device_pointer(device_memory), 1);
+  assert_int_equal(xcoll_device_pointer(device_memory + COUNT - 1), 1);
+  assert_int_equal(xcoll_device_pointer(device_memory + COUNT), 0);
+  assert_int_equal(xcoll_device_pointer(host_in), 0);
+  assert_int_equal(xcoll_device_pointer(NULL), 0);
+
+  xcoll_comm_t comm = world_of_one();
+  assert_int_equal(xcoll_allreduce(device_memory, host_out, COUNT,
+                                   XCOLL_FLOAT32, XCOLL_SUM, comm),
+                   XCOLL_ERR_INVALID_ARGUMENT);
+  const char *message = xcoll_comm_last_error(comm);
+  assert_non_null(strstr(message, "sendbuf"));
+  assert_non_null(strstr(message, "CUDA device memory"));
+  assert_non_null(strstr(message, "tcp"));
+  xcoll_request_t request = NULL;
+  assert_int_equal(xcoll_iallgather(host_in, device_memory, COUNT, XCOLL_FLOAT32,
+                                    comm, NULL, &request),
+                   XCOLL_ERR_INVALID_ARGUMENT);
+  assert_null(request);
+  assert_non_null(strstr(xcoll_comm_last_error(comm), "recvbuf"));
+  assert_int_equal(xcoll_broadcast(device_memory, device_memory, COUNT,
+                                   XCOLL_FLOAT32, 0, comm),
+                   XCOLL_ERR_INVALID_ARGUMENT);
+  /* nothing was sent, the communicator still works on host memory */
+  assert_int_equal(xcoll_allreduce(host_in, host_out, COUNT, XCOLL_FLOAT32,
+                                   XCOLL_SUM, comm),
+                   XCOLL_SUCCESS);
+  assert_memory_equal(host_in, host_out, sizeof host_in);
+
+  /* managed memory is host-readable: accepted */
+  set_range(device_memory, sizeof device_memory, 1);
+  assert_int_equal(xcoll_device_pointer(device_memory), 0);
+  assert_int_equal(xcoll_allreduce(host_in, device_memory, COUNT, XCOLL_FLOAT32,
+                                   XCOLL_SUM, comm),
+                   XCOLL_SUCCESS);
+  assert_memory_equal(host_in, device_memory, sizeof host_in);
+  assert_int_equal(xcoll_comm_destroy(comm), XCOLL_SUCCESS);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_config_device),
+      cmocka_unit_test(test_env_device),
+      /* last: it loads the stand-in driver for the rest of the process */
+      cmocka_unit_test(test_device_buffers_rejected),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
