@@ -171,7 +171,10 @@ def run_xcoll(peer, backend, perf, world_size, sizes, args, logdir):
         json_path = os.path.join(logdir, f"{peer.name}-np{world_size}-{band['sizes'][0]}.jsonl")
         if os.path.exists(json_path):
             os.unlink(json_path)
+        # -z 1 -a 3: blocking calls, slowest rank's time, as the other
+        # columns are timed (xcoll-perf's defaults are nccl-tests' -z 0 -a 1).
         cmd = [perf, "-b", str(band["sizes"][0]), "-e", str(band["sizes"][-1]), "-f", "2",
+               "-z", "1", "-a", "3",
                "-n", str(iters), "-w", str(warmup), "-d", "float32", "-o", "sum",
                "-c", "1" if args.check else "0", "--json", json_path]
         procs, logs = [], []

@@ -25,7 +25,7 @@ measure() {
   name=$1 np=$2 kind=$3
   shift 3
   env "$@" XCOLL_TIMEOUT_S=120 "$run" --nproc-per-node "$np" --master-port 0 \
-    "$perf" $args -c 1 2>/dev/null |
+    "$perf" $args -z 1 -a 3 -c 1 2>/dev/null |
     awk '/^\[rank 0\] +[0-9]/ { print $3, $8, $10 }' >"$tmp/$name.$np.$kind"
 }
 

@@ -81,6 +81,8 @@ xcoll_status xcoll_algorithm_select(struct xcoll_comm *comm,
 
 /* Parse XCOLL_ALGO once at comm init, so that a bad value fails early. */
 xcoll_status xcoll_algorithm_check_env(struct xcoll_comm *comm);
+/* Parse value as XCOLL_ALGO's (for xcoll-info); same errors. */
+xcoll_status xcoll_algorithm_check_value(const char *value);
 
 /* The algorithms (core/algorithms/<name>.c). */
 xcoll_status xcoll_allreduce_ring(struct xcoll_comm *, const xcoll_coll_args *);

@@ -7,6 +7,7 @@
  * comma-separated, set one collective
  * ("allreduce:rabenseifner,broadcast:chain"). Later entries override earlier
  * ones. Names are case-insensitive. */
+#define XCOLL_LOG_SUBSYS XCOLL_SUBSYS_TUNING /* log.h */
 #include <ctype.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -168,6 +169,11 @@ static xcoll_status parse_algo(struct xcoll_comm *comm, const char *value,
     }
   }
   return XCOLL_SUCCESS;
+}
+
+xcoll_status xcoll_algorithm_check_value(const char *value) {
+  const xcoll_algorithm *chosen[XCOLL_NUM_COLLS];
+  return parse_algo(NULL, value, chosen);
 }
 
 xcoll_status xcoll_algorithm_check_env(struct xcoll_comm *comm) {

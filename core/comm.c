@@ -11,15 +11,14 @@
 #include "device.h"
 #include "dispatch.h"
 #include "env.h"
+#include "params.h"
 #include "error.h"
 #include "log.h"
 #include "request.h"
 #include "trace.h"
 
 #define DEFAULT_MASTER_ADDR "127.0.0.1"
-#define DEFAULT_MASTER_PORT 29500
-#define DEFAULT_TIMEOUT_S 300.0
-#define DEFAULT_CHUNK_BYTES ((size_t)512 << 10)
+#define DEFAULT_MASTER_PORT 29500 /* as MASTER_PORT's in core/params.c */
 /* Job-global store key handing out ids to split communicators (the world is 0).
  */
 #define COMM_ID_COUNTER_KEY "xcoll/next_comm_id"
@@ -80,6 +79,34 @@ xcoll_status xcoll_comm_check(xcoll_comm *comm) {
   return XCOLL_SUCCESS;
 }
 
+void xcoll_comm_note_algorithm(xcoll_comm *comm, const char *algorithm,
+                               const char *protocol) {
+  atomic_store(&comm->last_algorithm, algorithm);
+  atomic_store(&comm->last_protocol, protocol);
+}
+
+xcoll_status xcoll_comm_last_algorithm(xcoll_comm_t comm,
+                                       const char **algorithm,
+                                       const char **protocol) {
+  if (algorithm == NULL || protocol == NULL)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_comm_last_algorithm: algorithm or protocol is "
+                       "NULL");
+  *algorithm = "none";
+  *protocol = "none";
+  /* A broken communicator still says what it ran last. */
+  xcoll_status status = check_live(comm, "xcoll_comm_last_algorithm");
+  if (status != XCOLL_SUCCESS)
+    return status;
+  const char *a = atomic_load(&comm->last_algorithm);
+  const char *p = atomic_load(&comm->last_protocol);
+  if (a != NULL)
+    *algorithm = a;
+  if (p != NULL)
+    *protocol = p;
+  return XCOLL_SUCCESS;
+}
+
 void xcoll_comm_set_broken(xcoll_comm *comm, xcoll_status status,
                            const char *message) {
   int expected = XCOLL_SUCCESS;
@@ -94,27 +121,24 @@ void xcoll_comm_set_broken(xcoll_comm *comm, xcoll_status status,
  * is a copy that comm_free releases. */
 static xcoll_status read_options(const xcoll_backend *backend,
                                  xcoll_options *options) {
+  /* Defaults and ranges come from core/params.c's table, which xcoll-info
+   * prints: the chunk must carry one 8-byte element and stays below 1 GiB,
+   * beyond which pipelining stops making sense. */
   long nsocks = 1;
-  xcoll_status status =
-      xcoll_env_int("XCOLL_NSOCKS_PERPEER", 1, 1, 16, &nsocks);
+  xcoll_status status = xcoll_param_int("XCOLL_NSOCKS_PERPEER", &nsocks);
   if (status != XCOLL_SUCCESS)
     return status;
-  /* Each backend knows the chunk its transport moves best (tcp: 128 KiB). */
-  size_t default_chunk = backend->default_chunk_bytes
-                             ? backend->default_chunk_bytes
-                             : DEFAULT_CHUNK_BYTES;
-  size_t chunk_bytes = default_chunk;
-  status = xcoll_env_size("XCOLL_CHUNK_SIZE", default_chunk, &chunk_bytes);
+  /* Each backend knows the chunk its transport moves best (tcp: 128 KiB);
+   * 0 takes the table's default. */
+  size_t chunk_bytes = 0;
+  status = xcoll_param_size("XCOLL_CHUNK_SIZE", backend->default_chunk_bytes,
+                            &chunk_bytes);
   if (status != XCOLL_SUCCESS)
     return status;
-  /* Below one 8-byte element a chunk could not carry any data; above 1 GiB
-   * pipelining stops making sense and the value is probably a typo. */
-  if (chunk_bytes < 8 || chunk_bytes > ((size_t)1 << 30))
-    return xcoll_error(NULL, XCOLL_ERR_ENV,
-                       "XCOLL_CHUNK_SIZE=%s is out of range: expected 8 bytes "
-                       "to 1G (default %zu for backend %s)",
-                       xcoll_env_str("XCOLL_CHUNK_SIZE"), default_chunk,
-                       backend->name);
+  const xcoll_param *ifname_param = xcoll_param_find("XCOLL_SOCKET_IFNAME");
+  status = xcoll_param_check(ifname_param);
+  if (status != XCOLL_SUCCESS)
+    return status;
   options->nsocks_per_peer = (int)nsocks;
   options->chunk_bytes = chunk_bytes;
   options->socket_ifname = NULL;
@@ -128,13 +152,35 @@ static xcoll_status read_options(const xcoll_backend *backend,
   return XCOLL_SUCCESS;
 }
 
+/* At INFO (subsystem ENV), once per process: every variable of
+ * core/params.c's table that the environment sets, as NCCL reports the
+ * NCCL_* variables it reads. */
+static void log_env_settings(void) {
+  static atomic_flag logged = ATOMIC_FLAG_INIT;
+  if (xcoll_log_level_get() < XCOLL_LOG_INFO ||
+      !xcoll_log_subsys_enabled(XCOLL_SUBSYS_ENV) ||
+      atomic_flag_test_and_set(&logged))
+    return;
+  size_t count = 0;
+  const xcoll_param *table = xcoll_param_table(&count);
+  for (size_t i = 0; i < count; i++) {
+    const char *value = xcoll_env_str(table[i].name);
+    /* The secret itself stays out of logs. */
+    if (value != NULL)
+      XCOLL_INFO_SUBSYS(XCOLL_SUBSYS_ENV, "environment: %s=%.200s",
+                        table[i].name,
+                        strcmp(table[i].name, "XCOLL_AUTH_TOKEN") == 0
+                            ? "(set, not shown)"
+                            : value);
+  }
+}
+
 static xcoll_status read_timeout(double configured, double *timeout_s) {
   if (configured > 0.0) {
     *timeout_s = configured;
     return XCOLL_SUCCESS;
   }
-  return xcoll_env_double("XCOLL_TIMEOUT_S", DEFAULT_TIMEOUT_S, 0.001, 1e7,
-                          timeout_s);
+  return xcoll_param_double("XCOLL_TIMEOUT_S", timeout_s);
 }
 
 /* What one communicator holds, recorded so that one function can release a
@@ -290,6 +336,7 @@ static xcoll_status comm_init_world(xcoll_comm_t *out,
   if (status != XCOLL_SUCCESS)
     return status;
   xcoll_options options;
+  log_env_settings();
   status = read_options(backend, &options);
   if (status != XCOLL_SUCCESS)
     return status;
@@ -425,16 +472,15 @@ static xcoll_status config_from_launcher(xcoll_config *config) {
                        "this process's rank",
                        vars->world_size, xcoll_env_str(vars->world_size),
                        vars->rank, vars->launcher, vars->rank);
+  /* Defaults and ranges: core/params.c's table, as xcoll-info shows them. */
   long world_size = 1, rank = 0, local_rank = -1, local_world_size = -1;
-  xcoll_status status =
-      xcoll_env_int(vars->world_size, 1, 1, INT_MAX, &world_size);
+  xcoll_status status = xcoll_param_int(vars->world_size, &world_size);
   if (status == XCOLL_SUCCESS)
-    status = xcoll_env_int(vars->rank, 0, 0, INT_MAX, &rank);
+    status = xcoll_param_int(vars->rank, &rank);
   if (status == XCOLL_SUCCESS)
-    status = xcoll_env_int(vars->local_rank, -1, 0, INT_MAX, &local_rank);
+    status = xcoll_param_int(vars->local_rank, &local_rank);
   if (status == XCOLL_SUCCESS && vars->local_world_size != NULL)
-    status = xcoll_env_int(vars->local_world_size, -1, 1, INT_MAX,
-                           &local_world_size);
+    status = xcoll_param_int(vars->local_world_size, &local_world_size);
   if (status != XCOLL_SUCCESS)
     return status;
   if (rank >= world_size)
@@ -473,7 +519,7 @@ xcoll_status xcoll_comm_init_env(xcoll_comm_t *out) {
     return status;
   config.master_addr = xcoll_env_str("MASTER_ADDR");
   long port = DEFAULT_MASTER_PORT;
-  status = xcoll_env_int("MASTER_PORT", DEFAULT_MASTER_PORT, 1, 65535, &port);
+  status = xcoll_param_int("MASTER_PORT", &port);
   if (status != XCOLL_SUCCESS)
     return status;
   config.master_port = (int)port;

@@ -83,7 +83,17 @@ typedef struct xcoll_comm {
   /* The message of the error that broke the communicator (under error_lock),
    * repeated by every later call that fails with broken_status. */
   char broken_message[XCOLL_ERROR_BYTES];
+  /* The algorithm and protocol of the collective started last (static
+   * strings; NULL before the first), for xcoll_comm_last_algorithm. */
+  _Atomic(const char *) last_algorithm;
+  _Atomic(const char *) last_protocol;
 } xcoll_comm;
+
+/* Record which algorithm and protocol (static strings) run the collective
+ * being started on comm: core's dispatch for host algorithms, a
+ * device-driven backend for its own. */
+void xcoll_comm_note_algorithm(xcoll_comm *comm, const char *algorithm,
+                               const char *protocol);
 
 /* XCOLL_SUCCESS if comm is a live communicator, else XCOLL_ERR_INVALID_USAGE
  * with a message (NULL, destroyed, or broken: then its broken status). */
@@ -99,7 +109,7 @@ void xcoll_comm_set_broken(xcoll_comm *comm, xcoll_status status,
 static inline xcoll_status xcoll_isend(xcoll_comm *comm, int peer, uint64_t tag,
                                        const void *buf, size_t bytes,
                                        xcoll_p2p_request **request) {
-  XCOLL_TRACE("comm %llu: rank %d sends %zu B to rank %d (seq %u step %u)",
+  XCOLL_TRACE_SUBSYS(XCOLL_SUBSYS_P2P, "comm %llu: rank %d sends %zu B to rank %d (seq %u step %u)",
               (unsigned long long)comm->comm_id, comm->rank, bytes, peer,
               (unsigned)(tag >> 32), (unsigned)(tag & 0xffffffu));
   return comm->backend->p2p->isend(comm->backend_state, peer, tag, buf, bytes,
@@ -108,7 +118,7 @@ static inline xcoll_status xcoll_isend(xcoll_comm *comm, int peer, uint64_t tag,
 static inline xcoll_status xcoll_irecv(xcoll_comm *comm, int peer, uint64_t tag,
                                        void *buf, size_t bytes,
                                        xcoll_p2p_request **request) {
-  XCOLL_TRACE("comm %llu: rank %d receives %zu B from rank %d (seq %u step %u)",
+  XCOLL_TRACE_SUBSYS(XCOLL_SUBSYS_P2P, "comm %llu: rank %d receives %zu B from rank %d (seq %u step %u)",
               (unsigned long long)comm->comm_id, comm->rank, bytes, peer,
               (unsigned)(tag >> 32), (unsigned)(tag & 0xffffffu));
   return comm->backend->p2p->irecv(comm->backend_state, peer, tag, buf, bytes,

@@ -4,6 +4,7 @@
  * interface (through the request queue); and xcoll_coll_run, which runs one
  * host-driven collective. Also xcoll_wait and xcoll_test, which complete
  * both kinds of request. See dispatch.h for the ordering rule. */
+#define XCOLL_LOG_SUBSYS XCOLL_SUBSYS_COLL /* log.h */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -131,6 +132,10 @@ xcoll_status xcoll_coll_run(xcoll_comm *comm, const xcoll_coll_args *args) {
     algorithm_name = algorithm->name;
   }
   explain(comm, args, algorithm_name, why);
+  /* Host algorithms move bytes with the backend's p2p messages: there is no
+   * protocol to choose, as there is in nccl_like (simple or ll). */
+  xcoll_comm_note_algorithm(comm, algorithm_name,
+                            algorithm == NULL ? "none" : "p2p");
 
   const int tracing = xcoll_trace_enabled();
   double start_us = tracing ? xcoll_time_us() : 0.0;
@@ -226,6 +231,8 @@ static xcoll_status dispatch_backend(xcoll_comm *comm,
   request->on_backend = 1;
   request->start_us = xcoll_trace_enabled() ? xcoll_time_us() : 0.0;
   request->args.blocking = out == NULL;
+  /* The backend names its own algorithm and protocol in start(). */
+  xcoll_comm_note_algorithm(comm, comm->backend->name, "backend");
   xcoll_status status =
       coll->start(comm, comm->backend_state, &request->args, &request->op);
   if (status != XCOLL_SUCCESS) {

@@ -1,6 +1,7 @@
-/* log.c - XCOLL_DEBUG logging, modelled on NCCL_DEBUG: a level read once from
- * the environment, lines prefixed "host:pid:rank xcoll LEVEL", written to
- * stderr or to XCOLL_DEBUG_FILE, never to stdout. */
+/* log.c - XCOLL_DEBUG logging, modelled on NCCL_DEBUG: a level and a set of
+ * subsystems (XCOLL_DEBUG_SUBSYS) read once from the environment, lines
+ * prefixed "host:pid:rank xcoll LEVEL", written to stderr or to
+ * XCOLL_DEBUG_FILE (%h and %p expanded), never to stdout. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "params.h"
 #include "xcoll.h"
 
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
@@ -21,6 +23,7 @@ static FILE *log_file; /* NULL: stderr */
 static char log_host[64] = "?";
 static _Atomic int log_rank = -1;
 static int log_print_version;
+static unsigned log_subsys_mask = XCOLL_SUBSYS_ALL;
 
 /* A failure found while parsing, reported by xcoll_log_init(): the once
  * routine itself must not call xcoll_error(), which logs and would re-enter
@@ -28,18 +31,19 @@ static int log_print_version;
 static xcoll_status parse_status = XCOLL_SUCCESS;
 static char parse_message[512];
 
-/* Expand %h (host name) and %p (pid) in XCOLL_DEBUG_FILE's value; "%%" is a
- * literal percent sign. Returns 0, or -1 if the result does not fit. */
-static int expand_path(const char *pattern, char *out, size_t out_bytes) {
+int xcoll_log_expand_path(const char *pattern, const char *host, long pid,
+                          char *out, size_t out_bytes) {
   size_t used = 0;
+  if (out_bytes == 0)
+    return -1;
   for (const char *c = pattern; *c != '\0'; c++) {
-    char piece[64];
+    char piece[32];
     const char *text = piece;
     if (c[0] == '%' && c[1] == 'h') {
-      text = log_host;
+      text = host;
       c++;
     } else if (c[0] == '%' && c[1] == 'p') {
-      snprintf(piece, sizeof piece, "%ld", (long)getpid());
+      snprintf(piece, sizeof piece, "%ld", pid);
       c++;
     } else if (c[0] == '%' && c[1] == '%') {
       snprintf(piece, sizeof piece, "%%");
@@ -58,6 +62,54 @@ static int expand_path(const char *pattern, char *out, size_t out_bytes) {
   return 0;
 }
 
+static const struct {
+  const char *name;
+  unsigned bit;
+} subsys_names[] = {
+    {"INIT", XCOLL_SUBSYS_INIT},   {"COLL", XCOLL_SUBSYS_COLL},
+    {"P2P", XCOLL_SUBSYS_P2P},     {"NET", XCOLL_SUBSYS_NET},
+    {"ALLOC", XCOLL_SUBSYS_ALLOC}, {"BOOTSTRAP", XCOLL_SUBSYS_BOOTSTRAP},
+    {"ENV", XCOLL_SUBSYS_ENV},     {"TUNING", XCOLL_SUBSYS_TUNING},
+    {"PROXY", XCOLL_SUBSYS_PROXY}, {"ALL", XCOLL_SUBSYS_ALL},
+};
+#define SUBSYS_ACCEPTED                                                        \
+  "a comma list of INIT, COLL, P2P, NET, ALLOC, BOOTSTRAP, ENV, TUNING, "      \
+  "PROXY, ALL; '^' first to exclude (^NET,P2P)"
+
+int xcoll_log_parse_subsys(const char *value, unsigned *mask, char *why,
+                           size_t why_bytes) {
+  const char *cursor = value;
+  int exclude = 0;
+  if (*cursor == '^') {
+    exclude = 1;
+    cursor++;
+  }
+  unsigned listed = 0;
+  for (;;) {
+    const char *end = strchr(cursor, ',');
+    size_t length = end ? (size_t)(end - cursor) : strlen(cursor);
+    unsigned bit = 0;
+    for (size_t i = 0; i < sizeof subsys_names / sizeof subsys_names[0]; i++)
+      if (strlen(subsys_names[i].name) == length &&
+          strncasecmp(subsys_names[i].name, cursor, length) == 0)
+        bit = subsys_names[i].bit;
+    if (bit == 0) {
+      if (why != NULL && why_bytes > 0)
+        snprintf(why, why_bytes,
+                 "XCOLL_DEBUG_SUBSYS='%.200s': '%.*s' is not a subsystem: "
+                 "expected " SUBSYS_ACCEPTED,
+                 value, (int)(length < 64 ? length : 64), cursor);
+      return -1;
+    }
+    listed |= bit;
+    if (end == NULL)
+      break;
+    cursor = end + 1;
+  }
+  *mask = exclude ? (XCOLL_SUBSYS_ALL & ~listed) : listed;
+  return 0;
+}
+
 static void log_setup(void) {
   if (gethostname(log_host, sizeof log_host) != 0)
     snprintf(log_host, sizeof log_host, "?");
@@ -67,20 +119,23 @@ static void log_setup(void) {
   if (dot != NULL)
     *dot = '\0';
 
+  /* The accepted names are XCOLL_DEBUG's choices in core/params.c (the
+   * list xcoll-info checks against), in this order. */
+  static const xcoll_log_level levels[] = {XCOLL_LOG_NONE, XCOLL_LOG_WARN,
+                                           XCOLL_LOG_WARN, XCOLL_LOG_INFO,
+                                           XCOLL_LOG_TRACE};
+  const char *const *names = xcoll_param_find("XCOLL_DEBUG")->choices;
   const char *level = getenv("XCOLL_DEBUG");
   if (level != NULL && level[0] != '\0') {
-    if (strcasecmp(level, "NONE") == 0)
-      log_level = XCOLL_LOG_NONE;
-    else if (strcasecmp(level, "VERSION") == 0) {
-      log_level = XCOLL_LOG_WARN;
-      log_print_version = 1;
-    } else if (strcasecmp(level, "WARN") == 0)
-      log_level = XCOLL_LOG_WARN;
-    else if (strcasecmp(level, "INFO") == 0)
-      log_level = XCOLL_LOG_INFO;
-    else if (strcasecmp(level, "TRACE") == 0)
-      log_level = XCOLL_LOG_TRACE;
-    else {
+    int found = -1;
+    for (int i = 0;
+         names[i] != NULL && i < (int)(sizeof levels / sizeof levels[0]); i++)
+      if (strcasecmp(level, names[i]) == 0)
+        found = i;
+    if (found >= 0) {
+      log_level = levels[found];
+      log_print_version = strcasecmp(names[found], "VERSION") == 0;
+    } else {
       parse_status = XCOLL_ERR_ENV;
       snprintf(parse_message, sizeof parse_message,
                "XCOLL_DEBUG='%.200s' is not a log level: use NONE, VERSION, "
@@ -89,10 +144,17 @@ static void log_setup(void) {
     }
   }
 
+  const char *subsys = getenv("XCOLL_DEBUG_SUBSYS");
+  if (subsys != NULL && subsys[0] != '\0' &&
+      xcoll_log_parse_subsys(subsys, &log_subsys_mask, parse_message,
+                             sizeof parse_message) != 0)
+    parse_status = XCOLL_ERR_ENV;
+
   const char *pattern = getenv("XCOLL_DEBUG_FILE");
   if (pattern != NULL && pattern[0] != '\0') {
     char path[4096];
-    if (expand_path(pattern, path, sizeof path) != 0) {
+    if (xcoll_log_expand_path(pattern, log_host, (long)getpid(), path,
+                              sizeof path) != 0) {
       parse_status = XCOLL_ERR_ENV;
       snprintf(parse_message, sizeof parse_message,
                "XCOLL_DEBUG_FILE='%.200s' is too long once %%h and %%p are "
@@ -116,6 +178,11 @@ static void log_setup(void) {
 xcoll_log_level xcoll_log_level_get(void) {
   pthread_once(&log_once, log_setup);
   return log_level;
+}
+
+int xcoll_log_subsys_enabled(unsigned subsys) {
+  pthread_once(&log_once, log_setup);
+  return (log_subsys_mask & subsys) != 0;
 }
 
 int xcoll_log_init(char *why, size_t why_bytes) {

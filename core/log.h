@@ -2,7 +2,15 @@
  *
  * XCOLL_DEBUG=WARN (default) | INFO | TRACE; XCOLL_DEBUG_FILE=path writes
  * there instead of stderr ("%h" becomes the host name, "%p" the pid).
- * Lines read "host:pid:rank xcoll LEVEL message". Never stdout. */
+ * XCOLL_DEBUG_SUBSYS=INIT,COLL,... keeps INFO and TRACE lines of those
+ * subsystems only ("^NET,P2P": all but those; default ALL), as
+ * NCCL_DEBUG_SUBSYS does; WARN lines always print.
+ * Lines read "host:pid:rank xcoll LEVEL message". Never stdout.
+ *
+ * A source file says which subsystem its lines belong to by defining
+ * XCOLL_LOG_SUBSYS before it includes this header, e.g.
+ *   #define XCOLL_LOG_SUBSYS XCOLL_SUBSYS_NET
+ * Files that do not are counted as INIT. */
 #ifndef XCOLL_CORE_LOG_H
 #define XCOLL_CORE_LOG_H
 
@@ -14,6 +22,41 @@ typedef enum xcoll_log_level {
   XCOLL_LOG_INFO = 2,
   XCOLL_LOG_TRACE = 3
 } xcoll_log_level;
+
+/* Subsystems, one bit each (XCOLL_DEBUG_SUBSYS's names in brackets). */
+typedef enum xcoll_log_subsys {
+  XCOLL_SUBSYS_INIT = 1 << 0,  /* [INIT] comm creation, options, backend */
+  XCOLL_SUBSYS_COLL = 1 << 1,  /* [COLL] each collective and its algorithm */
+  XCOLL_SUBSYS_P2P = 1 << 2,   /* [P2P] host p2p transfers (tcp, ucx) */
+  XCOLL_SUBSYS_NET = 1 << 3,   /* [NET] sockets, interfaces, net plugins */
+  XCOLL_SUBSYS_ALLOC = 1 << 4, /* [ALLOC] buffers, FIFOs, staging memory */
+  XCOLL_SUBSYS_BOOTSTRAP = 1 << 5, /* [BOOTSTRAP] store, rendezvous, auth */
+  XCOLL_SUBSYS_ENV = 1 << 6,       /* [ENV] environment variables read */
+  XCOLL_SUBSYS_TUNING = 1 << 7,    /* [TUNING] algorithm and protocol choices */
+  XCOLL_SUBSYS_PROXY = 1 << 8,     /* [PROXY] nccl_like's proxy and workers */
+  XCOLL_SUBSYS_ALL = (1 << 9) - 1  /* [ALL] */
+} xcoll_log_subsys;
+
+#ifndef XCOLL_LOG_SUBSYS
+#define XCOLL_LOG_SUBSYS XCOLL_SUBSYS_INIT
+#endif
+
+/* Parse an XCOLL_DEBUG_SUBSYS value into a mask of xcoll_log_subsys bits:
+ * a comma list of names (case-insensitive); a leading '^' keeps every
+ * subsystem but those. Returns 0 and sets *mask, or -1 with a sentence
+ * naming the variable, the bad entry and the accepted names in why
+ * (why_bytes long). */
+int xcoll_log_parse_subsys(const char *value, unsigned *mask, char *why,
+                           size_t why_bytes);
+
+/* Expand XCOLL_DEBUG_FILE's pattern into out (out_bytes): "%h" the host
+ * name (host), "%p" the pid (pid), "%%" a percent sign; any other character
+ * is copied. Returns 0, or -1 when the result does not fit. */
+int xcoll_log_expand_path(const char *pattern, const char *host, long pid,
+                          char *out, size_t out_bytes);
+
+/* Whether lines of subsys print (XCOLL_DEBUG_SUBSYS), read once. */
+int xcoll_log_subsys_enabled(unsigned subsys);
 
 /* The level from XCOLL_DEBUG, read once (thread-safe). A malformed value
  * makes xcoll_log_init() return XCOLL_ERR_ENV through comm init. */
@@ -34,12 +77,24 @@ void xcoll_log(xcoll_log_level level, const char *fmt, ...)
 #define XCOLL_WARN(...) xcoll_log(XCOLL_LOG_WARN, __VA_ARGS__)
 #define XCOLL_INFO(...)                                                        \
   do {                                                                         \
-    if (xcoll_log_level_get() >= XCOLL_LOG_INFO)                               \
+    if (xcoll_log_level_get() >= XCOLL_LOG_INFO &&                             \
+        xcoll_log_subsys_enabled(XCOLL_LOG_SUBSYS))                            \
       xcoll_log(XCOLL_LOG_INFO, __VA_ARGS__);                                  \
   } while (0)
-#define XCOLL_TRACE(...)                                                       \
+/* An INFO line of a given subsystem, whatever the file's. */
+#define XCOLL_INFO_SUBSYS(subsys, ...)                                         \
   do {                                                                         \
-    if (xcoll_log_level_get() >= XCOLL_LOG_TRACE)                              \
+    if (xcoll_log_level_get() >= XCOLL_LOG_INFO &&                             \
+        xcoll_log_subsys_enabled(subsys))                                      \
+      xcoll_log(XCOLL_LOG_INFO, __VA_ARGS__);                                  \
+  } while (0)
+#define XCOLL_TRACE(...) XCOLL_TRACE_SUBSYS(XCOLL_LOG_SUBSYS, __VA_ARGS__)
+/* A TRACE line of a given subsystem (for code in headers, which would
+ * otherwise take the including file's). */
+#define XCOLL_TRACE_SUBSYS(subsys, ...)                                        \
+  do {                                                                         \
+    if (xcoll_log_level_get() >= XCOLL_LOG_TRACE &&                            \
+        xcoll_log_subsys_enabled(subsys))                                      \
       xcoll_log(XCOLL_LOG_TRACE, __VA_ARGS__);                                 \
   } while (0)
 

@@ -12,6 +12,7 @@
  * fails every parked and later get and wait with a message naming it. A
  * CANCEL drops the connection's parked request and is answered CANCELLED, so
  * that the stream stays in step. */
+#define XCOLL_LOG_SUBSYS XCOLL_SUBSYS_BOOTSTRAP /* log.h */
 #include "store.h"
 
 #include <arpa/inet.h>
@@ -35,17 +36,17 @@
 
 #include "auth.h"
 #include "env.h"
+#include "params.h"
 #include "error.h"
 #include "log.h"
 #include "socket.h"
 #include "store_codec.h"
 #include "store_join.h"
 
-/* Default of XCOLL_STORE_MAX_BYTES: keys and values held plus requests being
- * read. Bootstrap needs kilobytes per rank; this leaves room for thousands
- * of ranks and user keys while a runaway or hostile client cannot take the
- * host's memory. */
-#define STORE_DEFAULT_MAX_BYTES ((size_t)256 << 20)
+/* XCOLL_STORE_MAX_BYTES (default 256M in core/params.c) bounds the keys and
+ * values held plus requests being read. Bootstrap needs kilobytes per rank;
+ * the default leaves room for thousands of ranks and user keys while a
+ * runaway or hostile client cannot take the host's memory. */
 /* How long accept() rests after EMFILE/ENFILE before it tries again. */
 #define STORE_ACCEPT_BACKOFF_S 0.1
 /* When the job has failed (a rank vanished) and rank 0 stops its server,
@@ -888,16 +889,11 @@ xcoll_status xcoll_store_server_start(const char *addr, int port,
   xcoll_status auth_status = xcoll_auth_init();
   if (auth_status != XCOLL_SUCCESS)
     return auth_status;
-  size_t max_bytes = STORE_DEFAULT_MAX_BYTES;
-  auth_status =
-      xcoll_env_size("XCOLL_STORE_MAX_BYTES", STORE_DEFAULT_MAX_BYTES, &max_bytes);
+  size_t max_bytes = 0;
+  /* At least 1M (core/params.c): the job's own rendezvous keys must fit. */
+  auth_status = xcoll_param_size("XCOLL_STORE_MAX_BYTES", 0, &max_bytes);
   if (auth_status != XCOLL_SUCCESS)
     return auth_status;
-  if (max_bytes < ((size_t)1 << 20))
-    return xcoll_error(NULL, XCOLL_ERR_ENV,
-                       "XCOLL_STORE_MAX_BYTES=%s is below 1M: the job's own "
-                       "rendezvous keys would not fit",
-                       xcoll_env_str("XCOLL_STORE_MAX_BYTES"));
   /* XCOLL_STORE_BIND overrides where the server listens ("0.0.0.0", "::" or
    * "*" for every interface). */
   const char *bind_override = xcoll_env_str("XCOLL_STORE_BIND");

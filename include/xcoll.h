@@ -265,6 +265,18 @@ XCOLL_API xcoll_status xcoll_comm_local_rank(xcoll_comm_t comm,
 XCOLL_API xcoll_status xcoll_comm_device(xcoll_comm_t comm, int *device);
 /* The backend's name ("tcp", ...); "" for NULL comm. */
 XCOLL_API const char *xcoll_comm_backend(xcoll_comm_t comm);
+/* Which algorithm and protocol ran the collective started last on comm
+ * (after its completion; for non-blocking calls, after xcoll_wait), as NCCL
+ * reports them at NCCL_DEBUG=INFO: for host algorithms the XCOLL_ALGO name
+ * ("ring", "recursive_doubling", "rabenseifner", "binomial", "chain",
+ * "dissemination", "local_copy" at one rank) and protocol "p2p"; for
+ * nccl_like "ring" with "simple" or "ll". Both are "none" before the first
+ * collective. The strings are static: valid for the life of the process.
+ * Works on a broken communicator. Errors: XCOLL_ERR_INVALID_ARGUMENT (NULL
+ * algorithm or protocol), XCOLL_ERR_INVALID_USAGE (NULL or destroyed comm). */
+XCOLL_API xcoll_status xcoll_comm_last_algorithm(xcoll_comm_t comm,
+                                                 const char **algorithm,
+                                                 const char **protocol);
 
 /* ---- collectives (blocking) ----
  *

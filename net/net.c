@@ -6,6 +6,7 @@
  * LD_LIBRARY_PATH included) or given by path, exporting one versioned struct.
  * The choice is made once per process for each setting and cached, so that
  * every communicator of a process talks through the same plugin. */
+#define XCOLL_LOG_SUBSYS XCOLL_SUBSYS_NET /* log.h */
 #include "net.h"
 
 #include <dlfcn.h>

@@ -1,8 +1,10 @@
 /*
  * xcoll-info - say what this build of xcoll contains and how the current
  * environment would configure it: the version, the compiled-in backends,
- * every XCOLL_* and launcher variable with its value and default (checked
- * the way the library checks it), and whether UCX and CUDA are available.
+ * every XCOLL_* and launcher variable with its value, default and accepted
+ * range, all from core/params.c's table, the one the library reads them
+ * with (so a value is checked exactly as the library checks it), and
+ * whether UCX and CUDA are available.
  * Run it first when a job behaves unexpectedly, as one runs ucx_info or
  * nvidia-smi. Exit status: 0, or 1 when a variable is malformed.
  */
@@ -13,111 +15,8 @@
 
 #include "backend.h"
 #include "env.h"
+#include "params.h"
 #include "xcoll.h"
-
-/* How a variable is checked, mirroring the reader the library uses for it. */
-typedef enum env_kind {
-  ENV_TEXT,   /* free text (a path, a name): not checked here */
-  ENV_CHOICE, /* one of choices, case-insensitive */
-  ENV_INT,    /* integer in [min, max] */
-  ENV_DOUBLE, /* finite number in [min, max] */
-  ENV_SIZE    /* bytes with optional K/M/G */
-} env_kind;
-
-typedef struct env_entry {
-  const char *name;
-  const char *fallback; /* what applies when unset, in words */
-  const char *meaning;
-  env_kind kind;
-  long min, max;
-  const char *const *choices;
-} env_entry;
-
-static const char *const debug_levels[] = {"NONE", "VERSION", "WARN", "INFO", "TRACE", NULL};
-static const char *const net_plugins[] = {"socket", "ucx", "ibverbs", NULL};
-
-static const env_entry xcoll_variables[] = {
-    {"XCOLL_BACKEND", "tcp", "backend: tcp, ucx or nccl_like", ENV_TEXT, 0, 0, NULL},
-    {"XCOLL_DEBUG", "WARN", "log level: NONE, VERSION, WARN, INFO, TRACE", ENV_CHOICE, 0, 0,
-     debug_levels},
-    {"XCOLL_DEBUG_FILE", "stderr", "log file; %h host name, %p pid", ENV_TEXT, 0,
-     0, NULL},
-    {"XCOLL_ALGO", "by size and world size",
-     "force an algorithm, e.g. ring or recursive_doubling", ENV_TEXT, 0, 0, NULL},
-    {"XCOLL_TIMEOUT_S", "300", "seconds any wait may last", ENV_DOUBLE, 0,
-     1000000000L, NULL},
-    {"XCOLL_SOCKET_IFNAME", "any interface",
-     "network interface for the tcp backend", ENV_TEXT, 0, 0, NULL},
-    {"XCOLL_NSOCKS_PERPEER", "1", "sockets per peer (tcp)", ENV_INT, 1, 16, NULL},
-    {"XCOLL_CHUNK_SIZE", "512K", "pipelining unit in bytes", ENV_SIZE, 0, 0, NULL},
-    {"XCOLL_NET", "socket", "nccl_like's net plugin: socket, ucx, ibverbs",
-     ENV_CHOICE, 0, 0, net_plugins},
-    {"XCOLL_TRACE", "off", "Chrome trace JSON path; %r rank, %p pid", ENV_TEXT,
-     0, 0, NULL},
-};
-
-/* Launcher variables xcoll_comm_init_env reads, in order of precedence. */
-static const env_entry launcher_variables[] = {
-    {"RANK", "-", "torchrun: this process's rank", ENV_INT, 0, 1L << 30, NULL},
-    {"WORLD_SIZE", "1", "torchrun: number of ranks", ENV_INT, 1, 1L << 30, NULL},
-    {"LOCAL_RANK", "unknown", "torchrun: rank on this host", ENV_INT, 0,
-     1L << 30, NULL},
-    {"LOCAL_WORLD_SIZE", "unknown", "torchrun: ranks on this host", ENV_INT, 1,
-     1L << 30, NULL},
-    {"MASTER_ADDR", "127.0.0.1", "host of rank 0's rendezvous store", ENV_TEXT, 0,
-     0, NULL},
-    {"MASTER_PORT", "29500", "port of the rendezvous store", ENV_INT, 1, 65535,
-     NULL},
-    {"OMPI_COMM_WORLD_RANK", "-", "Open MPI: rank", ENV_INT, 0, 1L << 30, NULL},
-    {"OMPI_COMM_WORLD_SIZE", "-", "Open MPI: number of ranks", ENV_INT, 1,
-     1L << 30, NULL},
-    {"OMPI_COMM_WORLD_LOCAL_RANK", "-", "Open MPI: rank on this host", ENV_INT, 0,
-     1L << 30, NULL},
-    {"OMPI_COMM_WORLD_LOCAL_SIZE", "-", "Open MPI: ranks on this host", ENV_INT, 1,
-     1L << 30, NULL},
-    {"SLURM_PROCID", "-", "Slurm: rank", ENV_INT, 0, 1L << 30, NULL},
-    {"SLURM_NTASKS", "-", "Slurm: number of ranks", ENV_INT, 1, 1L << 30, NULL},
-    {"SLURM_LOCALID", "-", "Slurm: rank on this host", ENV_INT, 0, 1L << 30, NULL},
-};
-
-/* Check one variable with the library's own reader; returns 1 if malformed
- * (the reader's message is printed under the line). */
-static int check_variable(const env_entry *entry) {
-  xcoll_status st = XCOLL_SUCCESS;
-  long as_int;
-  double as_double;
-  size_t as_size;
-  int index;
-  switch (entry->kind) {
-  case ENV_CHOICE: st = xcoll_env_choice(entry->name, entry->choices, &index); break;
-  case ENV_INT: st = xcoll_env_int(entry->name, 0, entry->min, entry->max, &as_int); break;
-  case ENV_DOUBLE:
-    st = xcoll_env_double(entry->name, 0.0, (double)entry->min, (double)entry->max,
-                          &as_double);
-    break;
-  case ENV_SIZE: st = xcoll_env_size(entry->name, 0, &as_size); break;
-  case ENV_TEXT: break;
-  }
-  if (st == XCOLL_SUCCESS)
-    return 0;
-  printf("    ^ malformed: %s\n", xcoll_last_error());
-  return 1;
-}
-
-static int print_variables(const char *title, const env_entry *entries,
-                           size_t count) {
-  int malformed = 0;
-  printf("\n%s\n", title);
-  printf("  %-28s %-24s %-24s %s\n", "variable", "value", "default", "meaning");
-  for (size_t i = 0; i < count; i++) {
-    const char *value = xcoll_env_str(entries[i].name);
-    printf("  %-28s %-24s %-24s %s\n", entries[i].name, value ? value : "(unset)",
-           entries[i].fallback, entries[i].meaning);
-    if (value)
-      malformed += check_variable(&entries[i]);
-  }
-  return malformed;
-}
 
 static int backend_compiled_in(const char *name) {
   for (const xcoll_backend *const *b = xcoll_backend_list(); *b; b++)
@@ -145,16 +44,117 @@ static void print_availability(void) {
          cuda_device ? "present (/dev/nvidiactl)" : "absent: no GPU visible");
 }
 
+/* "[1, 16]", "[8, 1G]", "simple|ll|auto" or "" for text. */
+static void format_range(const xcoll_param *p, char *out, size_t out_bytes) {
+  char min[24], max[24];
+  size_t used = 0;
+  out[0] = '\0';
+  switch (p->kind) {
+  case XCOLL_PARAM_INT:
+    snprintf(out, out_bytes, "[%ld, %ld]", (long)p->min, (long)p->max);
+    break;
+  case XCOLL_PARAM_DOUBLE:
+    snprintf(out, out_bytes, "[%g, %g]", p->min, p->max);
+    break;
+  case XCOLL_PARAM_SIZE:
+    xcoll_param_format_size((size_t)p->min, min, sizeof min);
+    xcoll_param_format_size((size_t)p->max, max, sizeof max);
+    snprintf(out, out_bytes, "[%.20s, %.20s]", min, max);
+    break;
+  case XCOLL_PARAM_CHOICE:
+    for (int i = 0; p->choices[i] != NULL && used < out_bytes; i++) {
+      int n = snprintf(out + used, out_bytes - used, "%s%s", i ? "|" : "",
+                       p->choices[i]);
+      if (n < 0)
+        break;
+      used += (size_t)n;
+    }
+    break;
+  case XCOLL_PARAM_TEXT: break;
+  }
+}
+
+/* The default in words; XCOLL_CHUNK_SIZE's depends on the backend, so each
+ * compiled-in backend's is listed ("tcp 128K, ucx 512K"). */
+static void format_default(const xcoll_param *p, char *out, size_t out_bytes) {
+  if (strcmp(p->name, "XCOLL_CHUNK_SIZE") != 0) {
+    xcoll_param_format_default(p, out, out_bytes);
+    return;
+  }
+  size_t used = 0;
+  out[0] = '\0';
+  for (const xcoll_backend *const *b = xcoll_backend_list(); *b; b++) {
+    char size[32];
+    xcoll_param_format_size((*b)->default_chunk_bytes ? (*b)->default_chunk_bytes
+                                                      : (size_t)p->def,
+                            size, sizeof size);
+    int n = snprintf(out + used, out_bytes - used, "%s%s %s", used ? ", " : "",
+                     (*b)->name, size);
+    if (n < 0 || (size_t)n >= out_bytes - used)
+      break;
+    used += (size_t)n;
+  }
+}
+
+/* The table's entries of one group: xcoll's own (launcher 0) or the
+ * launchers' (1). */
+static int print_parameters(const char *title, int launcher) {
+  size_t count = 0;
+  const xcoll_param *table = xcoll_param_table(&count);
+  int malformed = 0;
+  printf("\n%s\n", title);
+  printf("  %-26s %-16s %-24s %-28s %s\n", "variable", "value", "default",
+         "accepted", "meaning");
+  for (size_t i = 0; i < count; i++) {
+    const xcoll_param *p = &table[i];
+    if (p->launcher != launcher)
+      continue;
+    /* A backend's own variable means nothing when it is not built in. */
+    if (p->backend != NULL && !backend_compiled_in(p->backend))
+      continue;
+    const char *value = xcoll_env_str(p->name);
+    char def[96], range[64];
+    format_default(p, def, sizeof def);
+    format_range(p, range, sizeof range);
+    printf("  %-26s %-16s %-24s %-28s %s\n", p->name, value ? value : "(unset)",
+           def, range, p->description);
+    if (xcoll_param_check(p) != XCOLL_SUCCESS) {
+      printf("    ^ malformed: %s\n", xcoll_last_error());
+      malformed++;
+    }
+  }
+  return malformed;
+}
+
+/* --default NAME: print the default the library uses for NAME (for scripts
+ * and for the test that holds xcoll-info and the library together). */
+static int print_one_default(const char *name) {
+  const xcoll_param *p = xcoll_param_find(name);
+  if (p == NULL) {
+    fprintf(stderr, "xcoll-info: %s is not an xcoll parameter\n", name);
+    return 2;
+  }
+  char def[96];
+  format_default(p, def, sizeof def);
+  printf("%s\n", def);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--version") == 0) {
     printf("xcoll-info (xcoll) %s\n", XCOLL_PROJECT_VERSION);
     return 0;
   }
+  if (argc == 3 && strcmp(argv[1], "--default") == 0)
+    return print_one_default(argv[2]);
   if (argc > 1) {
     int help = strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0;
     fprintf(help ? stdout : stderr,
-            "usage: %s [--version]\n  prints the xcoll version, compiled-in "
-            "backends, environment variables and UCX/CUDA availability\n",
+            "usage: %s [--version | --default XCOLL_NAME]\n  prints the xcoll "
+            "version, compiled-in backends, environment variables (checked as "
+            "the library checks them; exit 1 when one is malformed) and "
+            "UCX/CUDA availability\n  --default NAME prints the default the "
+            "library uses for NAME\n",
             argv[0]);
     return help ? 0 : 2;
   }
@@ -168,12 +168,9 @@ int main(int argc, char **argv) {
     printf("  %-10s %s (backend ABI %d)\n", (*b)->name,
            (*b)->description ? (*b)->description : "", (*b)->abi_version);
 
-  int malformed = 0;
-  malformed += print_variables("xcoll variables", xcoll_variables,
-                               sizeof xcoll_variables / sizeof xcoll_variables[0]);
-  malformed += print_variables("launcher variables (read by xcoll_comm_init_env)",
-                               launcher_variables,
-                               sizeof launcher_variables / sizeof launcher_variables[0]);
+  int malformed = print_parameters("xcoll variables (core/params.c)", 0);
+  malformed += print_parameters(
+      "launcher variables (read by xcoll_comm_init_env; -1: unknown)", 1);
   const char *backend = xcoll_env_str("XCOLL_BACKEND");
   if (backend && !backend_compiled_in(backend)) {
     printf("    ^ XCOLL_BACKEND=%s is not compiled in: pick one listed above\n",

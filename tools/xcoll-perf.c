@@ -9,6 +9,12 @@
  * xcoll_comm_init_env. Only rank 0 prints. This program uses the public API
  * (include/xcoll.h) and nothing else of the library.
  *
+ * Flags follow nccl-tests' README and src/common.cu (checked against
+ * NVIDIA/nccl-tests at commit 01d67614): -z blocking (default 0), -N run
+ * cycles, -a how rank times are combined (default 1, the average), -m
+ * operations per iteration, -o/-d with "all", -T timeout, -g/-t accepted
+ * with 1 only (one rank per process here). docs/benchmarks.md has the table.
+ *
  * Size convention (nccl-tests): the size of a row is the whole buffer in bytes
  * (for allgather the receive buffer, for reduce_scatter the send buffer), so
  * each rank contributes size / world_size bytes to those two.
@@ -46,24 +52,35 @@ static const char *const coll_names[PERF_NUM_COLLS] = {
 typedef struct perf_options {
   size_t min_bytes;
   size_t max_bytes;
-  double step_factor;
+  double step_factor; /* > 1: multiply sizes by it; 0: add step_bytes */
+  size_t step_bytes;
   int iters;
   int warmup_iters;
+  int agg_iters;  /* -m: operations per timed iteration */
+  int run_cycles; /* -N: sweeps to run and print; 0 = until interrupted */
+  int average;    /* -a: 0 rank 0's time, 1 mean, 2 min, 3 max over ranks */
+  int timeout_s;  /* -T: XCOLL_TIMEOUT_S for this run; 0 = the library's */
   xcoll_datatype dtype;
   xcoll_op op;
-  int check;
+  int all_dtypes; /* -d all */
+  int all_ops;    /* -o all */
+  int check;      /* -c: checked operations per row and half; 0 = none */
   int root;
   perf_coll coll;
   int blocking;
   const char *json_path;
 } perf_options;
 
+static const char *const average_names[4] = {"rank0", "avg", "min", "max"};
+
 /* One measured half-row (out-of-place or in-place). */
 typedef struct perf_result {
-  double time_us; /* mean time per operation, max over ranks */
+  double time_us; /* mean time per operation, combined over ranks by -a */
   double algbw;   /* GB/s, 1e9 bytes */
   double busbw;   /* GB/s */
   int64_t wrong;  /* wrong elements summed over ranks; -1 when not checked */
+  const char *algorithm; /* what ran the timed operations (library's names) */
+  const char *protocol;
 } perf_result;
 
 /* Why a run stopped early: the failing call's status and the comm to ask. */
@@ -74,23 +91,35 @@ typedef struct perf_failure {
 
 static void usage(FILE *out, const char *argv0) {
   fprintf(out,
-          "usage: %s [options]\n"
+          "usage: %s [options]   (flags as nccl-tests' all_reduce_perf has them)\n"
           "  -b, --minbytes SIZE      smallest message, bytes, K/M/G suffix (default 32M)\n"
           "  -e, --maxbytes SIZE      largest message (default 32M)\n"
           "  -f, --stepfactor F       multiply the size by F between rows (default 2)\n"
+          "  -i, --stepbytes SIZE     add SIZE between rows instead of -f\n"
           "  -n, --iters N            timed iterations per size (default 20)\n"
           "  -w, --warmup_iters N     untimed iterations per size (default 5)\n"
-          "  -d, --datatype TYPE      int8 uint8 int32 uint32 int64 uint64 float16\n"
+          "  -m, --agg_iters N        operations per timed iteration (default 1)\n"
+          "  -N, --run_cycles N       run and print the sweep N times, 0: until\n"
+          "                           interrupted (default 1)\n"
+          "  -a, --average 0|1|2|3    time reported: 0 rank 0's, 1 mean over ranks,\n"
+          "                           2 min, 3 max (default 1)\n"
+          "  -d, --datatype TYPE|all  int8 uint8 int32 uint32 int64 uint64 float16\n"
           "                           bfloat16 float32 float64 (nccl-tests names such as\n"
           "                           float, half, double, int also work; default float32)\n"
-          "  -o, --op OP              reduction: sum prod min max avg (default sum);\n"
+          "  -o, --op OP|all          reduction: sum prod min max avg (default sum);\n"
           "                           a collective name here is taken as --coll\n"
           "      --coll NAME          allreduce allgather reduce_scatter broadcast reduce\n"
           "                           (default allreduce; --collective is the same)\n"
-          "  -c, --check 0|1          check results against a local reference (default 1)\n"
+          "  -c, --check N            check N operations per row against a local\n"
+          "                           reference, 0: no check (default 1)\n"
           "  -r, --root R             root of broadcast and reduce (default 0)\n"
-          "  -N, --blocking 0|1       1: blocking calls; 0: issue all N iterations as\n"
-          "                           non-blocking calls, then wait (default 1)\n"
+          "  -z, --blocking 0|1       1: blocking calls; 0: issue all iterations as\n"
+          "                           non-blocking calls, then wait (default 0)\n"
+          "  -T, --timeout S          seconds a wait may last (sets XCOLL_TIMEOUT_S);\n"
+          "                           0: the library's default (default 0)\n"
+          "  -g, --ngpus 1            -t, --nthreads 1   -p, --parallel_init 0|1\n"
+          "                           accepted for nccl-tests command lines: one rank\n"
+          "                           per process, so only these values\n"
           "  -J, --json FILE          also write one JSON object per row to FILE (rank 0)\n"
           "  -h, --help               this text\n"
           "      --version            print the version and exit\n"
@@ -192,6 +221,17 @@ static int parse_coll(const char *text, perf_coll *out) {
   return -1;
 }
 
+/* -g and -t: nccl-tests runs several GPUs per process (threads, devices);
+ * xcoll-perf runs one rank per process, so only 1 is meaningful. */
+static int reject_multi(const char *flag, const char *text) {
+  fprintf(stderr,
+          "xcoll-perf: %s %s: xcoll-perf runs one rank per process (one GPU or "
+          "the host each), so %s accepts only 1; for N ranks start N "
+          "processes, e.g. xcollrun --nproc-per-node N xcoll-perf ...\n",
+          flag, text, flag);
+  return 2;
+}
+
 /* Returns 0 to run, 1 after --help or --version, 2 on a bad command line (message printed). */
 static int parse_options(int argc, char **argv, perf_options *opt) {
   enum { OPT_COLL = 1000, OPT_VERSION };
@@ -199,13 +239,21 @@ static int parse_options(int argc, char **argv, perf_options *opt) {
       {"minbytes", required_argument, NULL, 'b'},
       {"maxbytes", required_argument, NULL, 'e'},
       {"stepfactor", required_argument, NULL, 'f'},
+      {"stepbytes", required_argument, NULL, 'i'},
       {"iters", required_argument, NULL, 'n'},
       {"warmup_iters", required_argument, NULL, 'w'},
+      {"agg_iters", required_argument, NULL, 'm'},
+      {"run_cycles", required_argument, NULL, 'N'},
+      {"average", required_argument, NULL, 'a'},
       {"datatype", required_argument, NULL, 'd'},
       {"op", required_argument, NULL, 'o'},
       {"check", required_argument, NULL, 'c'},
       {"root", required_argument, NULL, 'r'},
-      {"blocking", required_argument, NULL, 'N'},
+      {"blocking", required_argument, NULL, 'z'},
+      {"timeout", required_argument, NULL, 'T'},
+      {"ngpus", required_argument, NULL, 'g'},
+      {"nthreads", required_argument, NULL, 't'},
+      {"parallel_init", required_argument, NULL, 'p'},
       {"json", required_argument, NULL, 'J'},
       {"coll", required_argument, NULL, OPT_COLL},
       {"collective", required_argument, NULL, OPT_COLL},
@@ -214,23 +262,29 @@ static int parse_options(int argc, char **argv, perf_options *opt) {
       {"version", no_argument, NULL, OPT_VERSION},
       {NULL, 0, NULL, 0}};
   const char *argv0 = argv[0];
+  memset(opt, 0, sizeof *opt);
   opt->min_bytes = 32u << 20;
   opt->max_bytes = 32u << 20;
   opt->step_factor = 2.0;
+  opt->step_bytes = 0;
   opt->iters = 20;
   opt->warmup_iters = 5;
+  opt->agg_iters = 1;
+  opt->run_cycles = 1;
+  opt->average = 1;
+  opt->timeout_s = 0;
   opt->dtype = XCOLL_FLOAT32;
   opt->op = XCOLL_SUM;
   opt->check = 1;
   opt->root = 0;
   opt->coll = PERF_ALLREDUCE;
-  opt->blocking = 1;
+  opt->blocking = 0;
   opt->json_path = NULL;
 
   int c;
-  while ((c = getopt_long(argc, argv, "b:e:f:n:w:d:o:c:r:N:J:h", long_options,
-                          NULL)) != -1) {
-    int bad = 0;
+  while ((c = getopt_long(argc, argv, "b:e:f:i:n:w:m:N:a:d:o:c:r:z:T:g:t:p:J:h",
+                          long_options, NULL)) != -1) {
+    int bad = 0, single = 0;
     switch (c) {
     case 'b': bad = parse_size(optarg, &opt->min_bytes); break;
     case 'e': bad = parse_size(optarg, &opt->max_bytes); break;
@@ -239,21 +293,44 @@ static int parse_options(int argc, char **argv, perf_options *opt) {
       opt->step_factor = strtod(optarg, &end);
       bad = end == optarg || *end != '\0' || !(opt->step_factor > 1.0) ||
             !isfinite(opt->step_factor);
+      opt->step_bytes = 0;
       break;
     }
+    case 'i':
+      bad = parse_size(optarg, &opt->step_bytes) || opt->step_bytes == 0;
+      opt->step_factor = 0.0;
+      break;
     case 'n': bad = parse_int(optarg, 1, 1000000000L, &opt->iters); break;
     case 'w': bad = parse_int(optarg, 0, 1000000000L, &opt->warmup_iters); break;
-    case 'd': bad = parse_dtype(optarg, &opt->dtype); break;
+    case 'm': bad = parse_int(optarg, 1, 1000000L, &opt->agg_iters); break;
+    case 'N': bad = parse_int(optarg, 0, 1000000000L, &opt->run_cycles); break;
+    case 'a': bad = parse_int(optarg, 0, 3, &opt->average); break;
+    case 'd':
+      if (strcmp(optarg, "all") == 0)
+        opt->all_dtypes = 1;
+      else
+        bad = parse_dtype(optarg, &opt->dtype);
+      break;
     case 'o':
-      /* One flag, two meanings: a reduction, or (as the issue spells it) the
-       * collective. The names do not overlap except "reduce", which is the
-       * collective: no reduction operator is called that. */
-      if (parse_redop(optarg, &opt->op) != 0)
+      /* One flag, two meanings: a reduction (nccl-tests), or the collective
+       * (older xcoll-perf command lines). The names do not overlap except
+       * "reduce", which is the collective: no reduction operator is called
+       * that. */
+      if (strcmp(optarg, "all") == 0)
+        opt->all_ops = 1;
+      else if (parse_redop(optarg, &opt->op) != 0)
         bad = parse_coll(optarg, &opt->coll);
       break;
-    case 'c': bad = parse_int(optarg, 0, 1, &opt->check); break;
+    case 'c': bad = parse_int(optarg, 0, 1000000L, &opt->check); break;
     case 'r': bad = parse_int(optarg, 0, 1 << 30, &opt->root); break;
-    case 'N': bad = parse_int(optarg, 0, 1, &opt->blocking); break;
+    case 'z': bad = parse_int(optarg, 0, 1, &opt->blocking); break;
+    case 'T': bad = parse_int(optarg, 0, 10000000L, &opt->timeout_s); break;
+    case 'g':
+    case 't':
+      if (parse_int(optarg, 1, 1, &single) != 0)
+        return reject_multi(c == 'g' ? "-g/--ngpus" : "-t/--nthreads", optarg);
+      break;
+    case 'p': bad = parse_int(optarg, 0, 1, &single); break;
     case 'J': opt->json_path = optarg; break;
     case OPT_COLL: bad = parse_coll(optarg, &opt->coll); break;
     case 'h': usage(stdout, argv0); return 1;
@@ -279,6 +356,12 @@ static int parse_options(int argc, char **argv, perf_options *opt) {
     fprintf(stderr, "xcoll-perf: --minbytes (%zu) is larger than --maxbytes (%zu)\n",
             opt->min_bytes, opt->max_bytes);
     usage(stderr, argv0);
+    return 2;
+  }
+  if ((size_t)(opt->iters > opt->warmup_iters ? opt->iters : opt->warmup_iters) >
+      (size_t)100000000 / (size_t)opt->agg_iters) {
+    fprintf(stderr, "xcoll-perf: --iters (or --warmup_iters) times --agg_iters "
+            "exceeds 1e8 operations per row: lower one of them\n");
     return 2;
   }
   return 0;
@@ -426,7 +509,8 @@ typedef struct perf_run {
   size_t elem_bytes;
   char *sendbuf; /* max_bytes, 64-byte aligned */
   char *recvbuf;
-  xcoll_request_t *requests; /* opt->iters + warmup slots, for --blocking 0 */
+  /* max(iters, warmup_iters) * agg_iters slots, for --blocking 0 */
+  xcoll_request_t *requests;
 } perf_run;
 
 /* Per-rank element counts and buffer sizes for one row of size total_bytes,
@@ -532,11 +616,15 @@ static xcoll_status issue(const perf_run *run, const perf_shape *s,
   }
 }
 
-/* Run iterations operations back to back. Non-blocking mode issues all of
- * them first so the library may overlap them, then waits in order. */
+/* Run iterations * agg operations back to back (agg: -m, nccl-tests'
+ * aggregation of several operations in one iteration). Non-blocking mode
+ * issues all of them first so the library may overlap them, then waits in
+ * order, as nccl-tests' -z 0 launches every iteration before it synchronises
+ * the stream. */
 static xcoll_status run_iterations(perf_run *run, const perf_shape *s,
                                    const perf_buffers *b, int iterations,
-                                   perf_failure *failure) {
+                                   int agg, perf_failure *failure) {
+  iterations *= agg;
   if (run->opt->blocking) {
     for (int it = 0; it < iterations; it++) {
       xcoll_status st = issue(run, s, b, NULL);
@@ -647,6 +735,34 @@ static double bus_factor(perf_coll coll, int world_size) {
   }
 }
 
+/* Combine this rank's seconds per operation over ranks as -a says:
+ * nccl-tests' 0 (rank 0's), 1 (mean), 2 (min), 3 (max). */
+static xcoll_status combine_time(perf_run *run, double mine, double *out,
+                                 perf_failure *failure) {
+  xcoll_status st;
+  *out = mine;
+  switch (run->opt->average) {
+  case 0:
+    st = xcoll_broadcast(&mine, out, 1, XCOLL_FLOAT64, 0, run->comm);
+    break;
+  case 2:
+    st = xcoll_allreduce(&mine, out, 1, XCOLL_FLOAT64, XCOLL_MIN, run->comm);
+    break;
+  case 3:
+    st = xcoll_allreduce(&mine, out, 1, XCOLL_FLOAT64, XCOLL_MAX, run->comm);
+    break;
+  default:
+    st = xcoll_allreduce(&mine, out, 1, XCOLL_FLOAT64, XCOLL_SUM, run->comm);
+    *out /= run->world_size;
+    break;
+  }
+  if (st != XCOLL_SUCCESS) {
+    failure->status = st;
+    failure->what = "combining times over ranks";
+  }
+  return st;
+}
+
 /* Measure one half-row. */
 static xcoll_status measure(perf_run *run, const perf_shape *s, int in_place,
                             perf_result *result, perf_failure *failure) {
@@ -657,7 +773,8 @@ static xcoll_status measure(perf_run *run, const perf_shape *s, int in_place,
   if (o->check)
     prepare_check(run, s, &b, in_place);
   if (o->warmup_iters > 0 &&
-      (st = run_iterations(run, s, &b, o->warmup_iters, failure)) != XCOLL_SUCCESS)
+      (st = run_iterations(run, s, &b, o->warmup_iters, o->agg_iters,
+                           failure)) != XCOLL_SUCCESS)
     return st;
   if ((st = xcoll_barrier(run->comm)) != XCOLL_SUCCESS) {
     failure->status = st;
@@ -665,30 +782,37 @@ static xcoll_status measure(perf_run *run, const perf_shape *s, int in_place,
     return st;
   }
   double start = now_seconds();
-  if ((st = run_iterations(run, s, &b, o->iters, failure)) != XCOLL_SUCCESS)
+  if ((st = run_iterations(run, s, &b, o->iters, o->agg_iters, failure)) !=
+      XCOLL_SUCCESS)
     return st;
-  double mean_seconds = (now_seconds() - start) / o->iters;
-
-  /* The slowest rank sets the time of a collective. */
-  double slowest = 0.0;
-  if ((st = xcoll_allreduce(&mean_seconds, &slowest, 1, XCOLL_FLOAT64, XCOLL_MAX,
-                            run->comm)) != XCOLL_SUCCESS) {
+  double mean_seconds =
+      (now_seconds() - start) / ((double)o->iters * o->agg_iters);
+  /* Asked now, before the timing and check collectives below run. */
+  if ((st = xcoll_comm_last_algorithm(run->comm, &result->algorithm,
+                                      &result->protocol)) != XCOLL_SUCCESS) {
     failure->status = st;
-    failure->what = "xcoll_allreduce (timing)";
+    failure->what = "xcoll_comm_last_algorithm";
     return st;
   }
-  result->time_us = slowest * 1e6;
-  result->algbw = slowest > 0.0 ? (double)s->bytes / slowest / 1e9 : 0.0;
+
+  double seconds = 0.0;
+  if ((st = combine_time(run, mean_seconds, &seconds, failure)) != XCOLL_SUCCESS)
+    return st;
+  result->time_us = seconds * 1e6;
+  result->algbw = seconds > 0.0 ? (double)s->bytes / seconds / 1e9 : 0.0;
   result->busbw = result->algbw * bus_factor(o->coll, run->world_size);
   result->wrong = -1;
 
   if (o->check) {
     /* The timed iterations fed in-place results back as inputs: start again
-     * from known data and check a single operation. */
-    prepare_check(run, s, &b, in_place);
-    if ((st = run_iterations(run, s, &b, 1, failure)) != XCOLL_SUCCESS)
-      return st;
-    int64_t wrong = count_wrong(run, s, &b), total = 0;
+     * from known data before each checked operation (-c of them). */
+    int64_t wrong = 0, total = 0;
+    for (int k = 0; k < o->check; k++) {
+      prepare_check(run, s, &b, in_place);
+      if ((st = run_iterations(run, s, &b, 1, 1, failure)) != XCOLL_SUCCESS)
+        return st;
+      wrong += count_wrong(run, s, &b);
+    }
     if ((st = xcoll_allreduce(&wrong, &total, 1, XCOLL_INT64, XCOLL_SUM,
                               run->comm)) != XCOLL_SUCCESS) {
       failure->status = st;
@@ -704,22 +828,42 @@ static xcoll_status measure(perf_run *run, const perf_shape *s, int in_place,
 
 static void print_header(const perf_run *run) {
   const perf_options *o = run->opt;
-  printf("# xcoll-perf %d.%d.%d: %s, backend %s, world_size %d, %s mode\n",
+  const char *forced = getenv("XCOLL_ALGO");
+  const char *proto = getenv("XCOLL_PROTO");
+  printf("# xcoll-perf %d.%d.%d: %s, backend %s, world_size %d, %s mode (-z %d), "
+         "time %s over ranks (-a %d); algorithm/protocol: per row, as the "
+         "library ran them (XCOLL_ALGO %s, XCOLL_PROTO %s)\n",
          xcoll_version() / 10000, xcoll_version() / 100 % 100,
          xcoll_version() % 100, coll_names[o->coll], xcoll_comm_backend(run->comm),
-         run->world_size, o->blocking ? "blocking" : "non-blocking");
-  printf("# minbytes %zu maxbytes %zu stepfactor %g iters %d warmup_iters %d "
-         "check %d\n#\n",
-         o->min_bytes, o->max_bytes, o->step_factor, o->iters, o->warmup_iters,
-         o->check);
+         run->world_size, o->blocking ? "blocking" : "non-blocking", o->blocking,
+         average_names[o->average], o->average,
+         forced && forced[0] ? forced : "unset: by size",
+         proto && proto[0] ? proto : "unset");
+  printf("# minbytes %zu maxbytes %zu step %s%g iters %d warmup_iters %d "
+         "agg_iters %d run_cycles %d check %d timeout %d\n#\n",
+         o->min_bytes, o->max_bytes, o->step_factor > 0 ? "x" : "+",
+         o->step_factor > 0 ? o->step_factor : (double)o->step_bytes, o->iters,
+         o->warmup_iters, o->agg_iters, o->run_cycles, o->check, o->timeout_s);
   printf("# %10s %12s %8s %6s %6s   %-30s   %-30s\n", "", "", "", "", "",
          "            out-of-place", "              in-place");
-  printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size",
+  printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s  %s\n", "size",
          "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
-         "time", "algbw", "busbw", "#wrong");
+         "time", "algbw", "busbw", "#wrong", "algorithm/protocol");
   printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "(B)",
          "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)",
          "(GB/s)", "(GB/s)", "");
+}
+
+/* "ring/p2p", or "ring/p2p|rabenseifner/p2p" when the in-place half ran
+ * something else. */
+static void format_algorithm(char *out, size_t out_bytes, const perf_result *oop,
+                             const perf_result *ip) {
+  if (strcmp(oop->algorithm, ip->algorithm) == 0 &&
+      strcmp(oop->protocol, ip->protocol) == 0)
+    snprintf(out, out_bytes, "%s/%s", oop->algorithm, oop->protocol);
+  else
+    snprintf(out, out_bytes, "%s/%s|%s/%s", oop->algorithm, oop->protocol,
+             ip->algorithm, ip->protocol);
 }
 
 static void format_wrong(char *out, size_t out_bytes, int64_t wrong) {
@@ -742,34 +886,42 @@ static int root_column(const perf_options *o) {
 static void print_row(const perf_run *run, const perf_shape *s,
                       const perf_result *oop, const perf_result *ip) {
   const perf_options *o = run->opt;
-  char wrong_oop[24], wrong_ip[24];
+  char wrong_oop[24], wrong_ip[24], algorithm[128];
   format_wrong(wrong_oop, sizeof wrong_oop, oop->wrong);
   format_wrong(wrong_ip, sizeof wrong_ip, ip->wrong);
-  printf("  %10zu %12zu %8s %6s %6d %9.2f %7.3f %7.3f %6s %9.2f %7.3f %7.3f %6s\n",
+  format_algorithm(algorithm, sizeof algorithm, oop, ip);
+  printf("  %10zu %12zu %8s %6s %6d %9.2f %7.3f %7.3f %6s %9.2f %7.3f %7.3f %6s  %s\n",
          s->bytes, s->count, xcoll_datatype_name(o->dtype), redop_column(o),
          root_column(o), oop->time_us, oop->algbw, oop->busbw, wrong_oop,
-         ip->time_us, ip->algbw, ip->busbw, wrong_ip);
+         ip->time_us, ip->algbw, ip->busbw, wrong_ip, algorithm);
   fflush(stdout);
 }
 
 /* JSON Lines: every string written here is a fixed name from this program or
  * the library (no user text), and numbers are finite, so no escaping is
- * needed. */
+ * needed. "algorithm"/"protocol" are the out-of-place half's, "ip_..." the
+ * in-place half's (xcoll_comm_last_algorithm). */
 static void json_number(FILE *f, const char *key, double value) {
   fprintf(f, "\"%s\":%.6g", key, isfinite(value) ? value : 0.0);
 }
 
 static void write_json_row(FILE *f, const perf_run *run, const perf_shape *s,
-                           const perf_result *oop, const perf_result *ip) {
+                           const perf_result *oop, const perf_result *ip,
+                           int cycle) {
   const perf_options *o = run->opt;
   fprintf(f,
           "{\"tool\":\"xcoll-perf\",\"collective\":\"%s\",\"backend\":\"%s\","
-          "\"world_size\":%d,\"blocking\":%d,\"size\":%zu,\"count\":%zu,"
+          "\"algorithm\":\"%s\",\"protocol\":\"%s\","
+          "\"ip_algorithm\":\"%s\",\"ip_protocol\":\"%s\","
+          "\"world_size\":%d,\"blocking\":%d,\"average\":\"%s\",\"cycle\":%d,"
+          "\"size\":%zu,\"count\":%zu,"
           "\"type\":\"%s\",\"redop\":\"%s\",\"root\":%d,\"iters\":%d,"
-          "\"warmup_iters\":%d,",
-          coll_names[o->coll], xcoll_comm_backend(run->comm), run->world_size,
-          o->blocking, s->bytes, s->count, xcoll_datatype_name(o->dtype),
-          redop_column(o), root_column(o), o->iters, o->warmup_iters);
+          "\"warmup_iters\":%d,\"agg_iters\":%d,",
+          coll_names[o->coll], xcoll_comm_backend(run->comm), oop->algorithm,
+          oop->protocol, ip->algorithm, ip->protocol, run->world_size,
+          o->blocking, average_names[o->average], cycle, s->bytes, s->count,
+          xcoll_datatype_name(o->dtype), redop_column(o), root_column(o),
+          o->iters, o->warmup_iters, o->agg_iters);
   const perf_result *halves[2] = {oop, ip};
   const char *prefixes[2] = {"oop", "ip"};
   for (int h = 0; h < 2; h++) {
@@ -794,6 +946,74 @@ static void write_json_row(FILE *f, const perf_run *run, const perf_shape *s,
 
 /* ---- main ---- */
 
+/* The totals a run reports at its end. */
+typedef struct perf_totals {
+  double busbw_sum;
+  int busbw_rows;
+  int64_t wrong;
+} perf_totals;
+
+/* One sweep over the sizes with run->opt's dtype and op: print (rank 0) and
+ * total each row. Returns XCOLL_SUCCESS or the failing call's status. */
+static xcoll_status sweep(perf_run *run, FILE *json, int cycle,
+                          perf_totals *totals, perf_failure *failure) {
+  const perf_options *o = run->opt;
+  run->elem_bytes = xcoll_datatype_size(o->dtype);
+  for (double size = (double)o->min_bytes; size <= (double)o->max_bytes;
+       size = o->step_factor > 0 ? size * o->step_factor
+                                 : size + (double)o->step_bytes) {
+    perf_shape shape = shape_for(run, (size_t)size);
+    perf_result oop, ip;
+    xcoll_status st;
+    if ((st = measure(run, &shape, 0, &oop, failure)) != XCOLL_SUCCESS ||
+        (st = measure(run, &shape, 1, &ip, failure)) != XCOLL_SUCCESS)
+      return st;
+    if (run->rank == 0) {
+      print_row(run, &shape, &oop, &ip);
+      if (json)
+        write_json_row(json, run, &shape, &oop, &ip, cycle);
+    }
+    totals->busbw_sum += oop.busbw + ip.busbw;
+    totals->busbw_rows += 2;
+    totals->wrong += (oop.wrong > 0 ? oop.wrong : 0) + (ip.wrong > 0 ? ip.wrong : 0);
+    if (size == 0.0 && o->step_factor > 0)
+      break; /* -b 0: a zero-byte row, then nothing grows */
+  }
+  return XCOLL_SUCCESS;
+}
+
+/* Every sweep the command line asks for: -N cycles, each over -d types and
+ * -o operations (nccl-tests' order: type outside, operation inside). */
+static xcoll_status run_all(perf_run *run, const perf_options *opt, FILE *json,
+                            perf_totals *totals, perf_failure *failure) {
+  /* nccl-tests' order of operations; "all" runs each. */
+  static const xcoll_op all_ops[] = {XCOLL_SUM, XCOLL_PROD, XCOLL_MAX,
+                                     XCOLL_MIN, XCOLL_AVG};
+  int has_op = opt->coll == PERF_ALLREDUCE || opt->coll == PERF_REDUCE_SCATTER ||
+               opt->coll == PERF_REDUCE;
+  int ntypes = opt->all_dtypes ? XCOLL_NUM_DATATYPES : 1;
+  int nops = opt->all_ops && has_op ? (int)(sizeof all_ops / sizeof all_ops[0]) : 1;
+  perf_options current = *opt;
+  run->opt = &current;
+  for (int cycle = 0; opt->run_cycles == 0 || cycle < opt->run_cycles; cycle++) {
+    for (int t = 0; t < ntypes; t++) {
+      if (opt->all_dtypes)
+        current.dtype = (xcoll_datatype)t;
+      for (int k = 0; k < nops; k++) {
+        if (opt->all_ops && has_op)
+          current.op = all_ops[k];
+        xcoll_status st = sweep(run, json, cycle, totals, failure);
+        if (st != XCOLL_SUCCESS) {
+          run->opt = opt;
+          return st;
+        }
+      }
+    }
+  }
+  run->opt = opt;
+  return XCOLL_SUCCESS;
+}
+
 static int fail(xcoll_comm_t comm, int rank, const perf_failure *failure) {
   fprintf(stderr, "xcoll-perf: rank %d: %s failed: %s: %s\n", rank,
           failure->what, xcoll_strerror(failure->status),
@@ -814,6 +1034,19 @@ int main(int argc, char **argv) {
   run.opt = &opt;
   run.elem_bytes = xcoll_datatype_size(opt.dtype);
   perf_failure failure = {XCOLL_SUCCESS, "xcoll_comm_init_env"};
+
+  /* -T: nccl-tests gives up on a collective after this many seconds; the
+   * library's XCOLL_TIMEOUT_S is that bound for every wait. The command line
+   * wins over the environment. */
+  if (opt.timeout_s > 0) {
+    char seconds[32];
+    snprintf(seconds, sizeof seconds, "%d", opt.timeout_s);
+    if (setenv("XCOLL_TIMEOUT_S", seconds, 1) != 0) {
+      fprintf(stderr, "xcoll-perf: cannot set XCOLL_TIMEOUT_S for -T: %s\n",
+              strerror(errno));
+      return 1;
+    }
+  }
 
   xcoll_status st = xcoll_comm_init_env(&run.comm);
   if (st != XCOLL_SUCCESS) {
@@ -848,7 +1081,8 @@ int main(int argc, char **argv) {
   run.sendbuf = aligned_alloc(64, buffer_bytes);
   run.recvbuf = aligned_alloc(64, buffer_bytes);
   size_t max_requests = (size_t)(opt.iters > opt.warmup_iters ? opt.iters
-                                                              : opt.warmup_iters);
+                                                              : opt.warmup_iters) *
+                        (size_t)opt.agg_iters;
   run.requests = calloc(max_requests, sizeof *run.requests);
   if (!run.sendbuf || !run.recvbuf || !run.requests) {
     fprintf(stderr, "xcoll-perf: rank %d: cannot allocate 2 x %zu bytes of "
@@ -872,37 +1106,19 @@ int main(int argc, char **argv) {
   if (run.rank == 0)
     print_header(&run);
 
-  double busbw_sum = 0.0;
-  int busbw_rows = 0;
-  int64_t wrong_total = 0;
-  for (double size = (double)opt.min_bytes; size <= (double)opt.max_bytes;
-       size *= opt.step_factor) {
-    perf_shape shape = shape_for(&run, (size_t)size);
-    perf_result oop, ip;
-    if (measure(&run, &shape, 0, &oop, &failure) != XCOLL_SUCCESS ||
-        measure(&run, &shape, 1, &ip, &failure) != XCOLL_SUCCESS) {
-      exit_code = fail(run.comm, run.rank, &failure);
-      goto done;
-    }
-    if (run.rank == 0) {
-      print_row(&run, &shape, &oop, &ip);
-      if (json)
-        write_json_row(json, &run, &shape, &oop, &ip);
-    }
-    busbw_sum += oop.busbw + ip.busbw;
-    busbw_rows += 2;
-    wrong_total += (oop.wrong > 0 ? oop.wrong : 0) + (ip.wrong > 0 ? ip.wrong : 0);
-    if (size == 0.0)
-      break; /* -b 0: a zero-byte row, then nothing grows */
+  perf_totals totals = {0.0, 0, 0};
+  if (run_all(&run, &opt, json, &totals, &failure) != XCOLL_SUCCESS) {
+    exit_code = fail(run.comm, run.rank, &failure);
+    goto done;
   }
   if (run.rank == 0) {
     if (opt.check)
-      printf("# Out of bounds values : %" PRId64 " %s\n", wrong_total,
-             wrong_total ? "FAILED" : "OK");
+      printf("# Out of bounds values : %" PRId64 " %s\n", totals.wrong,
+             totals.wrong ? "FAILED" : "OK");
     printf("# Avg bus bandwidth : %g\n",
-           busbw_rows ? busbw_sum / busbw_rows : 0.0);
+           totals.busbw_rows ? totals.busbw_sum / totals.busbw_rows : 0.0);
   }
-  if (wrong_total > 0)
+  if (totals.wrong > 0)
     exit_code = 1;
 
 done:

@@ -25,6 +25,7 @@
  * are validated calls that the other ranks must make as well (core numbers
  * them and returns without the backend today, so a rank that skipped one
  * is found at its next call, by the sequence number). */
+#define XCOLL_LOG_SUBSYS XCOLL_SUBSYS_COLL /* log.h */
 #include <inttypes.h>
 #include <sched.h>
 #include <stdio.h>

@@ -97,6 +97,8 @@ static void fill_work(nl_state *st, nl_op *op) {
   op->nchannels = wanted < (size_t)st->nchannels ? (int)wanted : st->nchannels;
   w->nchannels = op->nchannels;
   w->proto = choose_proto(st, bytes);
+  xcoll_comm_note_algorithm(st->comm, "ring",
+                            w->proto == XC_PROTO_LL ? "ll" : "simple");
 }
 
 /* The op's final status, with the message recorded on this (the waiting)

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "env.h"
+#include "params.h"
 #include "error.h"
 #include "log.h"
 #include "nccl_like.h"
@@ -31,14 +32,19 @@ const xcoll_net_v1 *nl_net_override = NULL;
 static xcoll_status read_options(nl_state *st) {
   xcoll_comm *comm = st->comm;
   long nchannels = 0;
-  xcoll_status s = xcoll_env_int("XCOLL_NCHANNELS", NL_DEFAULT_CHANNELS, 1,
-                                 NL_MAX_CHANNELS, &nchannels);
+  /* Defaults and ranges: core/params.c's table (xcoll-info prints it). */
+  xcoll_status s = xcoll_param_int("XCOLL_NCHANNELS", &nchannels);
   if (s != XCOLL_SUCCESS)
     return xcoll_error_adopt(comm, s);
+  if (nchannels > NL_MAX_CHANNELS)
+    return xcoll_error(comm, XCOLL_ERR_INTERNAL,
+                       "XCOLL_NCHANNELS's range in core/params.c exceeds "
+                       "NL_MAX_CHANNELS (%d)",
+                       NL_MAX_CHANNELS);
   st->nchannels = (int)nchannels;
 
   size_t buffsize = 0;
-  s = xcoll_env_size("XCOLL_BUFFSIZE", NL_DEFAULT_BUFFSIZE, &buffsize);
+  s = xcoll_param_size("XCOLL_BUFFSIZE", 0, &buffsize);
   if (s != XCOLL_SUCCESS)
     return xcoll_error_adopt(comm, s);
   /* A slot holds whole 16-byte LL lines and whole elements of any dtype. */
@@ -53,9 +59,10 @@ static xcoll_status read_options(nl_state *st) {
   st->buffsize = buffsize;
   st->step_bytes = buffsize / XCOLL_STEPS;
 
-  static const char *const protos[] = {"simple", "ll", "auto", NULL};
+  /* The table's choices are "simple", "ll", "auto", in nl_proto_choice's
+   * order. */
   int proto = -1;
-  s = xcoll_env_choice("XCOLL_PROTO", protos, &proto);
+  s = xcoll_param_choice("XCOLL_PROTO", &proto);
   if (s != XCOLL_SUCCESS)
     return xcoll_error_adopt(comm, s);
   st->proto = proto < 0 ? NL_PROTO_AUTO : (nl_proto_choice)proto;
@@ -64,7 +71,7 @@ static xcoll_status read_options(nl_state *st) {
    * items no worker has taken yet (engine.c: nl_wait); 0: only workers run
    * kernels (for comparison, and to test the workers' path alone). */
   long wait_runs = 1;
-  s = xcoll_env_int("XCOLL_WAIT_RUNS", 1, 0, 1, &wait_runs);
+  s = xcoll_param_int("XCOLL_WAIT_RUNS", &wait_runs);
   if (s != XCOLL_SUCCESS)
     return xcoll_error_adopt(comm, s);
   st->inline_wait = (int)wait_runs;

@@ -25,9 +25,10 @@
 #include "ring.h"
 #include "xcoll.h"
 
-#define NL_MAX_CHANNELS 16             /* XCOLL_NCHANNELS's upper bound */
-#define NL_DEFAULT_CHANNELS 2          /* XCOLL_NCHANNELS's default */
-#define NL_DEFAULT_BUFFSIZE (4u << 20) /* XCOLL_BUFFSIZE default: NCCL_BUFFSIZE's */
+/* XCOLL_NCHANNELS's upper bound (arrays are sized by it); the defaults of
+ * XCOLL_NCHANNELS (2) and XCOLL_BUFFSIZE (4M, NCCL_BUFFSIZE's) and the
+ * ranges xcoll-info prints live in core/params.c's table. */
+#define NL_MAX_CHANNELS 16
 /* XCOLL_BUFFSIZE bounds (bytes per connection FIFO): a slot must hold at
  * least a few LL lines; 1 GiB keeps 2 x 16 FIFOs addressable. */
 #define NL_MIN_BUFFSIZE ((size_t)XCOLL_STEPS * 256)

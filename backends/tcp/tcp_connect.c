@@ -6,6 +6,7 @@
  * unsigned value it is on the wire (both bounds); a connection to our
  * listener that sends a bad HELLO, or nothing, is dropped with a WARN and
  * startup goes on. */
+#define XCOLL_LOG_SUBSYS XCOLL_SUBSYS_NET /* log.h */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +27,7 @@
 #include "error.h"
 #include "log.h"
 #include "netaddr.h"
+#include "params.h"
 #include "socket.h"
 #include "store.h"
 #include "tcp.h"
@@ -46,70 +48,59 @@ static int ms_left(double deadline) {
 }
 
 /* The interface rule lives in core/netaddr.c, shared with the socket net
- * plugin. */
-static xcoll_status choose_address(tcp_state *st, struct in_addr *bind_addr,
-                                   struct in_addr *publish_addr,
-                                   const char **why) {
+ * plugin; the tcp backend also listens on IPv6 (XCOLL_SOCKET_FAMILY, or an
+ * interface or master reachable only over IPv6). */
+static xcoll_status choose_address(tcp_state *st, xcoll_netaddr_any *chosen) {
   xcoll_comm *comm = st->comm;
-  xcoll_netaddr chosen;
+  int choice = -1; /* core/params.c: "AF_INET", "AF_INET6" */
+  xcoll_status s = xcoll_param_choice("XCOLL_SOCKET_FAMILY", &choice);
+  if (s != XCOLL_SUCCESS) return xcoll_error_adopt(comm, s);
+  int family = choice == 0 ? AF_INET : choice == 1 ? AF_INET6 : AF_UNSPEC;
   char err[768];
-  xcoll_status s = xcoll_netaddr_choose(
-      comm->options.socket_ifname, comm->master_addr, comm->master_port, "tcp",
-      &chosen, err, sizeof err);
+  s = xcoll_netaddr_choose_any(comm->options.socket_ifname, family,
+                               comm->master_addr, comm->master_port, "tcp",
+                               chosen, err, sizeof err);
   if (s != XCOLL_SUCCESS) return xcoll_error(comm, s, "%s", err);
-  *bind_addr = chosen.bind_addr;
-  *publish_addr = chosen.publish_addr;
-  *why = chosen.why;
   return XCOLL_SUCCESS;
 }
 
 static xcoll_status start_listening(tcp_state *st) {
-  struct in_addr bind_addr, publish_addr;
-  const char *why = "";
-  xcoll_status s = choose_address(st, &bind_addr, &publish_addr, &why);
+  xcoll_netaddr_any chosen;
+  xcoll_status s = choose_address(st, &chosen);
   if (s != XCOLL_SUCCESS) return s;
-  char ip[INET_ADDRSTRLEN];
-  inet_ntop(AF_INET, &bind_addr, ip, sizeof ip);
+  char where[64];
+  xcoll_netaddr_format(&chosen.bind_addr, where, sizeof where);
 
-  struct sockaddr_in sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sin_family = AF_INET;
-  sa.sin_addr = bind_addr;
-  sa.sin_port = 0;
-  socklen_t len = sizeof sa;
+  struct sockaddr_storage sa = chosen.bind_addr;
+  socklen_t len = chosen.bind_addr.ss_family == AF_INET6
+                      ? (socklen_t)sizeof(struct sockaddr_in6)
+                      : (socklen_t)sizeof(struct sockaddr_in);
   /* The backlog holds every lower rank's connections until we accept. */
-  int fd = xcoll_socket_listen((struct sockaddr *)&sa, sizeof sa, 4096);
-  if (fd < 0 || getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+  int fd = xcoll_socket_listen((struct sockaddr *)&sa, len, 4096);
+  socklen_t got = sizeof sa;
+  if (fd < 0 || getsockname(fd, (struct sockaddr *)&sa, &got) != 0) {
     int err = errno;
     if (fd >= 0) close(fd);
     return xcoll_error(st->comm, XCOLL_ERR_SYSTEM,
                        "tcp: cannot listen on %s (an ephemeral port): %s; set "
                        "XCOLL_SOCKET_IFNAME to another interface",
-                       ip, strerror(err));
+                       where, strerror(err));
   }
   st->listen_fd = fd;
-  char pub[INET_ADDRSTRLEN];
-  inet_ntop(AF_INET, &publish_addr, pub, sizeof pub);
-  snprintf(st->my_addr, sizeof st->my_addr, "%s:%d", pub, ntohs(sa.sin_port));
-  XCOLL_INFO("tcp: comm %" PRIu64 " rank %d listens on %s:%d, published as "
+  struct sockaddr_storage published = chosen.publish_addr;
+  uint16_t port = sa.ss_family == AF_INET6
+                      ? ((struct sockaddr_in6 *)&sa)->sin6_port
+                      : ((struct sockaddr_in *)&sa)->sin_port;
+  if (published.ss_family == AF_INET6)
+    ((struct sockaddr_in6 *)&published)->sin6_port = port;
+  else
+    ((struct sockaddr_in *)&published)->sin_port = port;
+  xcoll_netaddr_format(&sa, where, sizeof where);
+  xcoll_netaddr_format(&published, st->my_addr, sizeof st->my_addr);
+  XCOLL_INFO("tcp: comm %" PRIu64 " rank %d listens on %s, published as "
              "%s (interface chosen by %s)",
-             st->comm_id, st->rank, ip, ntohs(sa.sin_port), st->my_addr, why);
+             st->comm_id, st->rank, where, st->my_addr, chosen.why);
   return XCOLL_SUCCESS;
-}
-
-static int parse_addr(const char *text, struct sockaddr_in *sa) {
-  char host[TCP_ADDR_BYTES];
-  snprintf(host, sizeof host, "%s", text);
-  char *colon = strrchr(host, ':');
-  if (!colon) return -1;
-  *colon = '\0';
-  char *end = NULL;
-  long port = strtol(colon + 1, &end, 10);
-  if (!end || *end || port <= 0 || port > 65535) return -1;
-  memset(sa, 0, sizeof *sa);
-  sa->sin_family = AF_INET;
-  sa->sin_port = htons((uint16_t)port);
-  return inet_pton(AF_INET, host, &sa->sin_addr) == 1 ? 0 : -1;
 }
 
 /* Seconds between asks to the store whether a rank died, while startup
@@ -132,12 +123,12 @@ static xcoll_status check_job_health(tcp_state *st, double *last) {
 /* Connect to addr, retrying refused connections until deadline. Returns the
  * fd (blocking, CLOEXEC) or -1 with errno set (ETIMEDOUT at the deadline;
  * ECANCELED when the store reports a dead rank, message already set). */
-static int connect_until(tcp_state *st, const struct sockaddr_in *sa,
-                         double deadline) {
+static int connect_until(tcp_state *st, const struct sockaddr_storage *sa,
+                         socklen_t sa_len, double deadline) {
   double last_health = xcoll_tcp_now();
   double backoff_s = 0.01;
   for (;;) {
-    int fd = xcoll_socket_connect_once((const struct sockaddr *)sa, sizeof *sa,
+    int fd = xcoll_socket_connect_once((const struct sockaddr *)sa, sa_len,
                                        deadline);
     if (fd >= 0) {
       fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
@@ -456,7 +447,7 @@ static xcoll_status link_read(mesh *m, mesh_link *l) {
 static void mesh_accept(mesh *m) {
   tcp_state *st = m->st;
   for (;;) {
-    struct sockaddr_in from;
+    struct sockaddr_storage from;
     socklen_t len = sizeof from;
     int fd = accept4(st->listen_fd, (struct sockaddr *)&from, &len,
                      SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -492,10 +483,9 @@ static void mesh_accept(mesh *m) {
         continue;
       }
     }
-    char ip[INET_ADDRSTRLEN] = "?";
-    inet_ntop(AF_INET, &from.sin_addr, ip, sizeof ip);
-    snprintf(l->who, sizeof l->who, "the connection from %s:%d", ip,
-             ntohs(from.sin_port));
+    char peer[64];
+    xcoll_netaddr_format(&from, peer, sizeof peer);
+    snprintf(l->who, sizeof l->who, "the connection from %s", peer);
   }
 }
 
@@ -505,16 +495,17 @@ static void mesh_accept(mesh *m) {
 static xcoll_status mesh_connect_up(mesh *m) {
   tcp_state *st = m->st;
   for (int p = st->rank + 1; p < st->world_size; p++) {
-    struct sockaddr_in sa;
-    if (parse_addr(st->peers[p].addr, &sa) != 0)
+    struct sockaddr_storage sa;
+    socklen_t sa_len = 0;
+    if (xcoll_netaddr_parse(st->peers[p].addr, &sa, &sa_len) != 0)
       return xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
                          "tcp: rank %d published the address \"%s\", which is "
-                         "not IPv4 host:port",
+                         "neither IPv4 host:port nor [IPv6]:port",
                          p, st->peers[p].addr);
     for (int i = 0; i < st->nsocks; i++) {
       uint8_t offer[XCOLL_AUTH_OFFER_BYTES], nonce[XCOLL_AUTH_NONCE_BYTES];
       xcoll_auth_offer(offer, nonce);
-      int fd = connect_until(st, &sa, m->deadline);
+      int fd = connect_until(st, &sa, sa_len, m->deadline);
       if (fd < 0 && errno == ECANCELED) return XCOLL_ERR_REMOTE;
       if (fd < 0 || send_hello(st, fd, p, i, offer, sizeof offer) != 0) {
         int err = errno;
@@ -662,13 +653,16 @@ xcoll_status xcoll_tcp_connect_mesh(tcp_state *st) {
   if (xcoll_log_level_get() >= XCOLL_LOG_INFO) {
     for (int p = 0; p < st->world_size; p++) {
       if (p == st->rank) continue;
-      struct sockaddr_in local;
+      struct sockaddr_storage local;
       socklen_t len = sizeof local;
+      memset(&local, 0, sizeof local);
       getsockname(st->peers[p].socks[0].fd, (struct sockaddr *)&local, &len);
       XCOLL_INFO("tcp: comm %" PRIu64 " rank %d <-> rank %d at %s: %d "
                  "socket(s), first local port %d, %s",
                  st->comm_id, st->rank, p, st->peers[p].addr, st->nsocks,
-                 ntohs(local.sin_port),
+                 ntohs(local.ss_family == AF_INET6
+                           ? ((struct sockaddr_in6 *)&local)->sin6_port
+                           : ((struct sockaddr_in *)&local)->sin_port),
                  p > st->rank ? "we connected" : "it connected");
     }
   }

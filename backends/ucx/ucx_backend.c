@@ -2,6 +2,7 @@
  * UCP tagged messages, so that every host-driven algorithm in core/algorithms
  * runs on UCX unchanged. UCX picks the transport per peer (shared memory on
  * one host, tcp or rdma across hosts); see docs/ucx.md. */
+#define XCOLL_LOG_SUBSYS XCOLL_SUBSYS_NET /* log.h */
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
@@ -17,6 +18,7 @@
 #include "bootstrap.h"
 #include "comm.h"
 #include "env.h"
+#include "params.h"
 #include "fingerprint.h"
 #include "error.h"
 #include "log.h"
@@ -1112,12 +1114,11 @@ static xcoll_status ucx_comm_init(xcoll_comm *comm, void **out) {
                        comm->world_size, MAX_WORLD_SIZE, SOURCE_BITS);
   long spin_us = 0;
   xcoll_status st =
-      xcoll_env_int("XCOLL_UCX_SPIN_US", 1000, 0, 10 * 1000 * 1000, &spin_us);
+      xcoll_param_int("XCOLL_UCX_SPIN_US", &spin_us);
   if (st != XCOLL_SUCCESS)
     return xcoll_error_adopt(comm, st);
-  static const char *const err_modes[] = {"auto", "peer", NULL};
-  int err_mode = -1;
-  st = xcoll_env_choice("XCOLL_UCX_ERR_MODE", err_modes, &err_mode);
+  int err_mode = -1; /* core/params.c: "auto", "peer" */
+  st = xcoll_param_choice("XCOLL_UCX_ERR_MODE", &err_mode);
   if (st != XCOLL_SUCCESS)
     return xcoll_error_adopt(comm, st);
   int force_peer_mode = err_mode == 1;

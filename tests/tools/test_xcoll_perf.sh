@@ -1,0 +1,64 @@
+#!/bin/sh
+# test_xcoll_perf.sh TOOLS_DIR: xcoll-perf takes command lines copied from
+# nccl-tests (-g 1 -t 1 -z -a -m -N -T -o all -d all), rejects -g 2 clearly,
+# and says which algorithm and protocol ran in each row and JSON object.
+set -u
+tools=$1
+perf=$tools/xcoll-perf
+run=$tools/xcollrun
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+for v in $(env | sed -n 's/^\(XCOLL_[A-Z0-9_]*\)=.*/\1/p'); do unset "$v"; done
+unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT
+export XCOLL_TIMEOUT_S=60
+
+# An nccl-tests command line at two ranks, every reduction (-o all).
+"$run" --nproc-per-node 2 --master-port 0 "$perf" -b 8 -e 64K -f 4 -g 1 -t 1 \
+  -z 1 -a 1 -m 2 -N 1 -T 30 -c 1 -n 2 -w 1 -o all -J "$tmp/rows.json" \
+  >"$tmp/all.out" 2>&1 || fail "nccl-tests style command failed: $(tail -5 "$tmp/all.out")"
+grep -q 'Out of bounds values : 0 OK' "$tmp/all.out" || fail "results not checked OK"
+for op in sum prod max min avg; do
+  grep -Eq "float32 +$op " "$tmp/all.out" || fail "-o all ran no $op row"
+done
+grep -q 'blocking mode (-z 1)' "$tmp/all.out" || fail "header does not say -z 1"
+grep -q 'algorithm/protocol' "$tmp/all.out" || fail "header does not name algorithm/protocol"
+rows=$(grep -c '"tool":"xcoll-perf"' "$tmp/rows.json")
+[ "$rows" -eq 35 ] || fail "expected 35 JSON rows (7 sizes x 5 ops), got $rows"
+if grep '"tool"' "$tmp/rows.json" | grep -Ev '"algorithm":"[a-z_]+","protocol":"[a-z0-9_]+"' |
+  grep -q .; then
+  fail "a JSON row lacks algorithm/protocol: $(head -1 "$tmp/rows.json")"
+fi
+grep -q '"algorithm":"none"' "$tmp/rows.json" && fail "a JSON row says no algorithm ran"
+grep -q '"algorithm":"recursive_doubling","protocol":"p2p"' "$tmp/rows.json" ||
+  fail "an 8-byte allreduce at 2 ranks should run recursive_doubling over p2p"
+grep -Eq '^\[rank 0\] +8 .*recursive_doubling/p2p$' "$tmp/all.out" ||
+  fail "rows do not end with algorithm/protocol"
+
+# -d all and -N 2 at one rank (no launcher): 10 types x 2 cycles x 1 size.
+"$perf" -b 1K -e 1K -d all -N 2 -n 1 -w 0 -a 0 >"$tmp/types.out" 2>&1 ||
+  fail "-d all -N 2 failed: $(tail -3 "$tmp/types.out")"
+n=$(grep -Ec '^ +1024 ' "$tmp/types.out")
+[ "$n" -eq 20 ] || fail "-d all -N 2 printed $n rows, expected 20"
+grep -q 'time rank0 over ranks (-a 0)' "$tmp/types.out" || fail "header does not say -a 0"
+grep -q 'non-blocking mode (-z 0)' "$tmp/types.out" ||
+  fail "the default should be nccl-tests' -z 0 (non-blocking)"
+
+# Refused clearly, before any communicator: -g/-t other than 1, bad -a.
+for bad in "-g 2" "-t 4" "--ngpus 8"; do
+  # shellcheck disable=SC2086
+  "$perf" $bad >"$tmp/bad.out" 2>&1
+  code=$?
+  [ $code -eq 2 ] || fail "xcoll-perf $bad exits $code, expected 2"
+  grep -q 'one rank per process' "$tmp/bad.out" || fail "xcoll-perf $bad: unclear message: $(cat "$tmp/bad.out")"
+  grep -q 'nproc-per-node' "$tmp/bad.out" || fail "xcoll-perf $bad does not say how to run N ranks"
+done
+for bad in "-a 4" "-z 2" "-m 0" "-N -1" "-T x"; do
+  # shellcheck disable=SC2086
+  "$perf" $bad >/dev/null 2>&1
+  [ $? -eq 2 ] || fail "xcoll-perf $bad is not refused (exit 2)"
+done
+
+[ $failures -eq 0 ] && echo "PASS: xcoll-perf takes nccl-tests command lines"
+[ $failures -eq 0 ]
