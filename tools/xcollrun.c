@@ -18,6 +18,7 @@
  * One thread, one poll() loop over the ranks' pipes and a signalfd that
  * delivers SIGCHLD, SIGINT, SIGTERM and SIGHUP. xcollrun's own messages go to
  * stderr; stdout carries only the ranks' output. See docs/launcher.md. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -33,7 +34,9 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sched.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -55,12 +58,25 @@ typedef struct options {
   char **program; /* argv of the program, NULL-terminated */
   int no_python;  /* --no-python: run a .py program as it is */
   int module;     /* -m: the program is a Python module */
+  int run_path;   /* --run-path: the program is a Python file, any name */
+  int standalone; /* --standalone: one node, a free port on 127.0.0.1 */
+  const char *nproc_spec; /* --nproc-per-node as given: N, auto, cpu, gpu */
+  const char *log_dir;    /* --log-dir: per-rank stdout.log / stderr.log */
+  const char *redirects;  /* --redirects: 0-3, or local_rank:0-3,... */
+  const char *tee;        /* --tee: the same forms */
+  const char *ranks_filter; /* --local-ranks-filter: "0,2" */
+  unsigned char *shown;   /* per local rank: output on the console */
 } options;
+
+/* Bits of --redirects / --tee (torchrun's Std): 1 stdout, 2 stderr. */
+#define STD_OUT 1
+#define STD_ERR 2
 
 /* One of a rank's output streams: a pipe read end and the line it holds. */
 typedef struct rank_stream {
-  int fd; /* -1 once closed */
-  int to; /* 1 (stdout) or 2 (stderr) */
+  int fd;      /* -1 once closed */
+  int to;      /* 1 (stdout) or 2 (stderr); -1: not shown on the console */
+  int file_fd; /* the rank's log file for this stream, or -1 */
   char buffer[LINE_BUFFER_BYTES];
   size_t used;
 } rank_stream;
@@ -101,7 +117,12 @@ static void usage(FILE *to) {
       "\"[rank N] \"; when one fails, stop the others.\n"
       "\n"
       "options (also with '_' for '-', and as --flag=value):\n"
-      "  --nproc-per-node N   ranks on this node (default 1)\n"
+      "  --nproc-per-node N   ranks on this node (default 1); also 'cpu' (the\n"
+      "                       cores this process may use), 'gpu' (the NVIDIA\n"
+      "                       GPUs the driver lists) or 'auto' (gpu if any,\n"
+      "                       else cpu), as torchrun\n"
+      "  --standalone         one node: a free port on 127.0.0.1 (torchrun's\n"
+      "                       --standalone)\n"
       "  --nnodes N           nodes in the job (default 1)\n"
       "  --node-rank R        this node's index, 0..nnodes-1 (default 0)\n"
       "  --master-addr HOST   host of rank 0's rendezvous store (default "
@@ -115,6 +136,20 @@ static void usage(FILE *to) {
       "  --no-python          run program as it is, also when it ends in .py\n"
       "                       (without it, as with torchrun, a script.py runs\n"
       "                       as '$XCOLLRUN_PYTHON script.py args...')\n"
+      "  --run-path           the program is a Python file whatever its name:\n"
+      "                       run '$XCOLLRUN_PYTHON program args...'\n"
+      "  --log-dir DIR        write the ranks' output that --redirects or --tee\n"
+      "                       select to DIR/attempt_<k>/<local_rank>/\n"
+      "                       {stdout,stderr}.log (k: the restart)\n"
+      "  --redirects SPEC     send ranks' streams to the log files instead of\n"
+      "                       the console: 0 none, 1 stdout, 2 stderr, 3 both;\n"
+      "                       or per local rank, e.g. '0:3,1:2' (others 0)\n"
+      "  --tee SPEC           the same forms: to the log files and the console\n"
+      "  --local-ranks-filter LIST  show only these local ranks' output on the\n"
+      "                       console, e.g. '0' or '0,2' (files are kept);\n"
+      "                       a single rank so chosen, on a terminal and not\n"
+      "                       teed, gets the terminal itself (no prefix), so\n"
+      "                       that its progress bars work\n"
       "  -h, --help           this text\n"
       "  --version            print the version and exit\n"
       "\n"
@@ -163,7 +198,10 @@ static int ends_with(const char *text, const char *suffix) {
 static char **python_program(const options *o, int count, char **program) {
   if (o->module && o->no_python)
     usage_error("-m and --no-python exclude each other");
-  int as_script = !o->no_python && ends_with(program[0], ".py");
+  if (o->run_path && (o->module || o->no_python))
+    usage_error("--run-path excludes -m and --no-python");
+  int as_script =
+      o->run_path || (!o->no_python && ends_with(program[0], ".py"));
   if (!o->module && !as_script)
     return program;
   const char *python = getenv("XCOLLRUN_PYTHON");
@@ -181,6 +219,102 @@ static char **python_program(const options *o, int count, char **program) {
   for (int k = 0; k < count; k++)
     argv[extra + k] = program[k];
   return argv; /* lives until exit */
+}
+
+/* The cores this process may run on (sched_getaffinity), as torchrun's
+ * 'cpu' counts them; at least 1. */
+static int cpu_count(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+    return CPU_COUNT(&set);
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 ? (int)online : 1;
+}
+
+/* NVIDIA GPUs the kernel driver lists (one directory each under
+ * /proc/driver/nvidia/gpus); 0 without the driver. xcollrun does not link
+ * CUDA, so this is what it can see without it. */
+static int gpu_count(void) {
+  const char *path = getenv("XCOLLRUN_GPU_DIR");
+  DIR *dir = opendir(path && *path ? path : "/proc/driver/nvidia/gpus");
+  if (!dir)
+    return 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(dir)) != NULL)
+    if (e->d_name[0] != '.')
+      n++;
+  closedir(dir);
+  return n;
+}
+
+/* --nproc-per-node: a number, or torchrun's 'cpu', 'gpu' and 'auto'. */
+static int nproc_from_spec(const char *spec) {
+  if (strcmp(spec, "cpu") == 0)
+    return cpu_count();
+  if (strcmp(spec, "gpu") == 0) {
+    int n = gpu_count();
+    if (n == 0)
+      usage_error("--nproc-per-node gpu: no NVIDIA GPU found (no "
+                  "/proc/driver/nvidia/gpus): use a number or 'cpu'");
+    return n;
+  }
+  if (strcmp(spec, "auto") == 0) {
+    int n = gpu_count();
+    return n > 0 ? n : cpu_count();
+  }
+  return parse_int("--nproc-per-node", spec, 1, 4096);
+}
+
+/* The streams --redirects or --tee selects for local rank lr: SPEC is one
+ * value 0-3 for every rank, or 'local_rank:value' pairs separated by commas
+ * (ranks not named get 0), as torchrun's. Exits 2 on a bad SPEC. */
+static int std_mask(const char *flag, const char *spec, int lr, int nproc) {
+  if (!spec)
+    return 0;
+  if (strchr(spec, ':') == NULL)
+    return parse_int(flag, spec, 0, 3);
+  int mask = 0;
+  const char *p = spec;
+  while (*p) {
+    char *end = NULL;
+    errno = 0;
+    long rank = strtol(p, &end, 10);
+    if (end == p || *end != ':' || errno || rank < 0 || rank >= nproc)
+      usage_error("%s '%s': want 0-3, or local_rank:0-3 pairs with local "
+                  "ranks 0..%d, e.g. '0:3,1:2'",
+                  flag, spec, nproc - 1);
+    p = end + 1;
+    long value = strtol(p, &end, 10);
+    if (end == p || (*end != ',' && *end != '\0') || value < 0 || value > 3)
+      usage_error("%s '%s': the value after ':' must be 0-3 (0 none, 1 "
+                  "stdout, 2 stderr, 3 both)",
+                  flag, spec);
+    if (rank == lr)
+      mask = (int)value;
+    p = *end == ',' ? end + 1 : end;
+  }
+  return mask;
+}
+
+/* --local-ranks-filter: which local ranks the console shows. */
+static void parse_ranks_filter(options *o) {
+  memset(o->shown, o->ranks_filter ? 0 : 1, (size_t)o->nproc_per_node);
+  if (!o->ranks_filter)
+    return;
+  const char *p = o->ranks_filter;
+  while (*p) {
+    char *end = NULL;
+    errno = 0;
+    long rank = strtol(p, &end, 10);
+    if (end == p || (*end != ',' && *end != '\0') || errno || rank < 0 ||
+        rank >= o->nproc_per_node)
+      usage_error("--local-ranks-filter '%s': want local ranks 0..%d "
+                  "separated by commas, e.g. '0' or '0,2'",
+                  o->ranks_filter, o->nproc_per_node - 1);
+    o->shown[rank] = 1;
+    p = *end == ',' ? end + 1 : end;
+  }
 }
 
 /* Parses the options before the program. Exits 2 on a bad one. */
@@ -217,6 +351,14 @@ static void parse_options(int argc, char **argv, options *o) {
       o->no_python = 1;
       continue;
     }
+    if (strcmp(arg, "--run-path") == 0 || strcmp(arg, "--run_path") == 0) {
+      o->run_path = 1;
+      continue;
+    }
+    if (strcmp(arg, "--standalone") == 0) {
+      o->standalone = 1;
+      continue;
+    }
     if (strncmp(arg, "--", 2) != 0)
       usage_error("unknown option '%s'", arg);
     /* --flag_name=value and --flag-name value are the same */
@@ -228,9 +370,11 @@ static void parse_options(int argc, char **argv, options *o) {
     for (size_t k = 0; k < len; k++)
       name[k] = arg[k] == '_' ? '-' : arg[k];
     name[len] = '\0';
-    static const char *const known[] = {"--nproc-per-node", "--nnodes",
-                                        "--node-rank",      "--master-addr",
-                                        "--master-port",    "--max-restarts"};
+    static const char *const known[] = {
+        "--nproc-per-node", "--nnodes",    "--node-rank",
+        "--master-addr",    "--master-port", "--max-restarts",
+        "--log-dir",        "--redirects",   "--tee",
+        "--local-ranks-filter"};
     int which = -1;
     for (int k = 0; k < (int)(sizeof known / sizeof known[0]); k++)
       if (strcmp(name, known[k]) == 0)
@@ -245,7 +389,7 @@ static void parse_options(int argc, char **argv, options *o) {
     }
     switch (which) {
     case 0:
-      o->nproc_per_node = parse_int(name, value, 1, 4096);
+      o->nproc_spec = value;
       break;
     case 1:
       o->nnodes = parse_int(name, value, 1, 65536);
@@ -264,11 +408,55 @@ static void parse_options(int argc, char **argv, options *o) {
     case 5:
       o->max_restarts = parse_int(name, value, 0, 1000000);
       break;
+    case 6:
+      if (!*value)
+        usage_error("--log-dir is empty");
+      o->log_dir = value;
+      break;
+    case 7:
+      o->redirects = value;
+      break;
+    case 8:
+      o->tee = value;
+      break;
+    case 9:
+      o->ranks_filter = value;
+      break;
     }
   }
   if (i >= argc)
     usage_error(o->module ? "-m needs a module name" : "no program to run");
   o->program = python_program(o, argc - i, &argv[i]);
+  if (o->nproc_spec)
+    o->nproc_per_node = nproc_from_spec(o->nproc_spec);
+  if (o->standalone) {
+    if (o->nnodes != 1 || o->node_rank != 0)
+      usage_error("--standalone is one node: drop --nnodes/--node-rank");
+    o->master_addr = "127.0.0.1";
+    o->master_port = 0;
+  }
+  /* every spec is checked now, not when the ranks start */
+  for (int k = 0; k < o->nproc_per_node; k++) {
+    (void)std_mask("--redirects", o->redirects, k, o->nproc_per_node);
+    (void)std_mask("--tee", o->tee, k, o->nproc_per_node);
+  }
+  o->shown = malloc((size_t)o->nproc_per_node);
+  if (!o->shown) {
+    fprintf(stderr, "xcollrun: out of memory\n");
+    exit(1);
+  }
+  parse_ranks_filter(o);
+  if ((o->redirects || o->tee) && !o->log_dir) {
+    /* torchrun logs to a temporary directory then; say where */
+    static char dir[] = "/tmp/xcollrun_logs.XXXXXX";
+    if (!mkdtemp(dir)) {
+      fprintf(stderr, "xcollrun: cannot create a log directory: %s\n",
+              strerror(errno));
+      exit(1);
+    }
+    o->log_dir = dir;
+    message("xcollrun: no --log-dir: logs go to %s", dir);
+  }
   if (o->node_rank >= o->nnodes)
     usage_error("--node-rank %d must be less than --nnodes %d", o->node_rank,
                 o->nnodes);
@@ -346,6 +534,10 @@ static void write_all(int fd, const char *data, size_t bytes) {
  * unterminated tail is written too, ended with a newline. */
 static void emit_lines(const rank_process *r, rank_stream *s,
                        int flush_partial) {
+  if (s->to < 0) { /* not on the console: the log file got it as it came */
+    s->used = 0;
+    return;
+  }
   char prefix[32];
   int prefix_len = snprintf(prefix, sizeof prefix, "[rank %d] ", r->rank);
   size_t lines = 0;
@@ -402,6 +594,8 @@ static void read_stream(const rank_process *r, rank_stream *s) {
       s->fd = -1;
       return;
     }
+    if (s->file_fd >= 0)
+      write_all(s->file_fd, s->buffer + s->used, (size_t)n);
     s->used += (size_t)n;
     emit_lines(r, s, 0);
   }
@@ -411,6 +605,39 @@ static void set_env_int(const char *name, long value) {
   char text[32];
   snprintf(text, sizeof text, "%ld", value);
   setenv(name, text, 1);
+}
+
+/* Creates (mkdir -p) DIR/attempt_<attempt>/<local_rank>/ and opens its
+ * stdout.log (stream 0) or stderr.log (1), torchrun's layout under its
+ * run id. Returns the descriptor (close-on-exec), or -1 with a message. */
+static int open_rank_log(const options *o, int attempt, int local_rank,
+                         int stream) {
+  char path[PATH_MAX];
+  int n = snprintf(path, sizeof path, "%s/attempt_%d/%d", o->log_dir, attempt,
+                   local_rank);
+  if (n < 0 || (size_t)n >= sizeof path - 16) {
+    message("xcollrun: --log-dir '%s' is too long", o->log_dir);
+    return -1;
+  }
+  for (char *p = path + 1; *p; p++) { /* each parent, then the leaf */
+    if (*p != '/')
+      continue;
+    *p = '\0';
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+      message("xcollrun: cannot create %s: %s", path, strerror(errno));
+      return -1;
+    }
+    *p = '/';
+  }
+  if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+    message("xcollrun: cannot create %s: %s", path, strerror(errno));
+    return -1;
+  }
+  strcat(path, stream == 0 ? "/stdout.log" : "/stderr.log");
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    message("xcollrun: cannot open %s: %s", path, strerror(errno));
+  return fd;
 }
 
 /* In the child, after fork: environment, pipes, signals, exec. */
@@ -500,35 +727,68 @@ static enum group_result run_group(const options *o, int port, int attempt,
   int killed = 0;
   int live = 0;
 
+  int shown_count = 0;
+  for (int k = 0; k < count; k++)
+    shown_count += o->shown[k];
   for (int k = 0; k < count && !stopping; k++) {
     rank_process *r = &ranks[k];
     r->local_rank = k;
     r->rank = o->node_rank * o->nproc_per_node + k;
     r->streams[0].fd = r->streams[1].fd = -1;
-    int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
-    if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
-      message("xcollrun: cannot create pipes for rank %d: %s", r->rank,
-              strerror(errno));
-      for (int p = 0; p < 2; p++) {
-        if (out_pipe[p] >= 0)
-          close(out_pipe[p]);
-        if (err_pipe[p] >= 0)
-          close(err_pipe[p]);
+    r->streams[0].file_fd = r->streams[1].file_fd = -1;
+    int redirect = std_mask("--redirects", o->redirects, k, count);
+    int tee = std_mask("--tee", o->tee, k, count);
+    int file_fd[2] = {-1, -1}, to[2] = {-1, -1}, direct[2] = {0, 0};
+    int pipes[2][2] = {{-1, -1}, {-1, -1}};
+    int ok = 1;
+    for (int st = 0; st < 2 && ok; st++) {
+      int bit = st == 0 ? STD_OUT : STD_ERR;
+      int console = st == 0 ? STDOUT_FILENO : STDERR_FILENO;
+      if ((redirect | tee) & bit) {
+        file_fd[st] = open_rank_log(o, attempt, k, st);
+        ok = file_fd[st] >= 0;
+      }
+      if (o->shown[k] && !(redirect & bit))
+        to[st] = console;
+      /* one rank chosen by the filter, not copied to a file: it gets the
+       * terminal itself, so that it can tell it is on one */
+      direct[st] = to[st] >= 0 && file_fd[st] < 0 && o->ranks_filter &&
+                   shown_count == 1 && isatty(console);
+      if (ok && !direct[st] && pipe2(pipes[st], O_CLOEXEC) != 0) {
+        message("xcollrun: cannot create pipes for rank %d: %s", r->rank,
+                strerror(errno));
+        ok = 0;
+      }
+    }
+    if (!ok) {
+      for (int st = 0; st < 2; st++) {
+        if (file_fd[st] >= 0)
+          close(file_fd[st]);
+        for (int p = 0; p < 2; p++)
+          if (pipes[st][p] >= 0)
+            close(pipes[st][p]);
       }
       stopping = 1;
       break;
     }
+    int child_out = direct[0] ? STDOUT_FILENO : pipes[0][1];
+    int child_err = direct[1] ? STDERR_FILENO : pipes[1][1];
     pid_t launcher = getpid();
     pid_t pid = fork();
     if (pid == 0)
-      exec_rank(o, port, attempt, r, out_pipe[1], err_pipe[1], original_mask,
+      exec_rank(o, port, attempt, r, child_out, child_err, original_mask,
                 launcher);
-    close(out_pipe[1]);
-    close(err_pipe[1]);
+    for (int st = 0; st < 2; st++)
+      if (pipes[st][1] >= 0)
+        close(pipes[st][1]);
     if (pid < 0) {
       message("xcollrun: cannot start rank %d: %s", r->rank, strerror(errno));
-      close(out_pipe[0]);
-      close(err_pipe[0]);
+      for (int st = 0; st < 2; st++) {
+        if (pipes[st][0] >= 0)
+          close(pipes[st][0]);
+        if (file_fd[st] >= 0)
+          close(file_fd[st]);
+      }
       stopping = 1;
       break;
     }
@@ -538,10 +798,12 @@ static enum group_result run_group(const options *o, int port, int attempt,
     r->pid = pid;
     r->running = 1;
     live++;
-    r->streams[0] = (rank_stream){.fd = out_pipe[0], .to = STDOUT_FILENO};
-    r->streams[1] = (rank_stream){.fd = err_pipe[0], .to = STDERR_FILENO};
-    fcntl(out_pipe[0], F_SETFL, O_NONBLOCK);
-    fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
+    for (int st = 0; st < 2; st++) {
+      r->streams[st] = (rank_stream){
+          .fd = pipes[st][0], .to = to[st], .file_fd = file_fd[st]};
+      if (pipes[st][0] >= 0)
+        fcntl(pipes[st][0], F_SETFL, O_NONBLOCK);
+    }
   }
   if (stopping) {
     result = GROUP_FAILED;
@@ -656,6 +918,9 @@ static enum group_result run_group(const options *o, int port, int attempt,
           close(st->fd);
         st->fd = -1;
       }
+      if (st->file_fd >= 0)
+        close(st->file_fd);
+      st->file_fd = -1;
     }
   free(ranks);
   free(fds);

@@ -138,6 +138,53 @@ expect_eq "-m with --no-python exits 2" 2 $?
 run 10 -m
 expect_eq "-m without a module exits 2" 2 $?
 
+# ---- torchrun's output and placement flags ----
+run 20 --standalone --nproc-per-node 2 sh -c 'echo "$MASTER_ADDR $MASTER_PORT"'
+expect_eq "--standalone exits 0" 0 $?
+port=$(sed -n 's/^\[rank 0\] 127.0.0.1 \([0-9]*\)$/\1/p' "$WORK/out")
+expect_eq "--standalone: 127.0.0.1 and a free port, the same on both ranks" \
+  "2 1" "$(wc -l <"$WORK/out" | tr -d ' ') $(grep -c " $port\$" "$WORK/out" | sed 's/2/1/')"
+[ "$port" != 29500 ] && [ -n "$port" ] && pass "--standalone picked port $port" || fail "--standalone port '$port'"
+run 10 --standalone --nnodes 2 true
+expect_eq "--standalone with --nnodes 2 exits 2" 2 $?
+run 20 --nproc-per-node cpu sh -c 'echo "$LOCAL_WORLD_SIZE"'
+cores=$(python3 -c 'import os; print(len(os.sched_getaffinity(0)))' 2>/dev/null || nproc)
+expect_eq "--nproc-per-node cpu starts one rank per usable core" "$cores" "$(grep -c '' "$WORK/out")"
+mkdir -p "$WORK/gpus/0000:01:00.0" "$WORK/gpus/0000:02:00.0" "$WORK/nogpus"
+XCOLLRUN_GPU_DIR=$WORK/gpus run 20 --nproc-per-node gpu sh -c 'echo "$LOCAL_WORLD_SIZE"'
+expect_eq "--nproc-per-node gpu counts the driver's GPUs" "[rank 0] 2" "$(grep '^\[rank 0\]' "$WORK/out")"
+XCOLLRUN_GPU_DIR=$WORK/nogpus run 20 --nproc-per-node auto sh -c 'echo "$LOCAL_WORLD_SIZE"'
+expect_eq "--nproc-per-node auto without GPUs is cpu" "[rank 0] $cores" "$(grep '^\[rank 0\]' "$WORK/out")"
+XCOLLRUN_GPU_DIR=$WORK/nogpus run 10 --nproc-per-node gpu true
+expect_eq "--nproc-per-node gpu without a GPU exits 2" 2 $?
+expect_grep "--nproc-per-node gpu says why" 'no NVIDIA GPU found' "$WORK/err"
+run 20 --nproc-per-node 3 --log-dir "$WORK/logs" --tee 1 --redirects 0:2 \
+  --local-ranks-filter 0,2 sh -c 'echo "out $RANK"; echo "err $RANK" >&2'
+expect_eq "logs run exits 0" 0 $?
+expect_eq "filter: only ranks 0 and 2 on stdout" "[rank 0] out 0|[rank 2] out 2" "$(sort "$WORK/out" | paste -sd'|')"
+expect_grep "rank 2's stderr is shown" '^\[rank 2\] err 2$' "$WORK/err"
+if grep -q 'err 0' "$WORK/err"; then fail "--redirects 0:2 still shows rank 0's stderr"; else pass "--redirects 0:2 hides rank 0's stderr"; fi
+expect_eq "--redirects 0:2 writes rank 0's stderr.log" "err 0" "$(cat "$WORK/logs/attempt_0/0/stderr.log")"
+expect_eq "--tee 1 writes every rank's stdout.log" "out 0|out 1|out 2" \
+  "$(cat "$WORK/logs/attempt_0/0/stdout.log" "$WORK/logs/attempt_0/1/stdout.log" "$WORK/logs/attempt_0/2/stdout.log" | paste -sd'|')"
+[ ! -e "$WORK/logs/attempt_0/1/stderr.log" ] && pass "no stderr.log where nothing asked for it" || fail "rank 1 has a stderr.log"
+for args in "--redirects 4" "--tee 0:1,x:2" "--redirects 5:1" "--local-ranks-filter 2" "--local-ranks-filter a"; do
+  run 10 --nproc-per-node 2 $args true
+  expect_eq "bad '$args' exits 2" 2 $?
+done
+XCOLLRUN_PYTHON=$WORK/fakepy run 10 --run-path "$WORK/train_script" --lr 1
+expect_eq "--run-path runs any file with Python" "[rank 0] py: $WORK/train_script --lr 1" "$(cat "$WORK/out")"
+# a single rank chosen by the filter gets the terminal itself (script(1)
+# gives xcollrun a pseudo-terminal); without the filter, ranks see a pipe
+if command -v script >/dev/null; then
+  timeout 20 script -qec "$XCOLLRUN --nproc-per-node 2 --local-ranks-filter 1 sh -c 'if [ -t 1 ]; then echo tty \$RANK; else echo pipe \$RANK; fi'" /dev/null >"$WORK/tty" 2>&1
+  expect_eq "filtered rank on a terminal gets the terminal" "tty 1" "$(tr -d '\r' <"$WORK/tty")"
+  timeout 20 script -qec "$XCOLLRUN --nproc-per-node 2 sh -c 'if [ -t 1 ]; then echo tty \$RANK; else echo pipe \$RANK; fi'" /dev/null >"$WORK/tty" 2>&1
+  expect_eq "without a filter ranks write to a pipe" "[rank 0] pipe 0|[rank 1] pipe 1" "$(tr -d '\r' <"$WORK/tty" | sort | paste -sd'|')"
+else
+  echo "skip: script(1) not found: terminal pass-through not checked"
+fi
+
 # ---- xcoll-trace-merge ----
 if [ -x "$MERGE" ] && command -v python3 >/dev/null; then
   printf '[\n{"name":"process_name","ph":"M","pid":0,"tid":0,"args":{"name":"rank 0"}},\n{"name":"a","cat":"c","ph":"X","ts":1,"dur":2,"pid":0,"tid":1,"args":{}}\n]\n' >"$WORK/t.rank0.json"
