@@ -236,10 +236,28 @@ static void issue_gather(fsdp *f, int u) {
   fu->gather_op = record(f, OP_GATHER, u, 0, t0, st, req);
 }
 
+/* Unit u's parameters, gathered now unless a prefetch already started.
+ * Gathering now uses the blocking call: xcoll runs it on this thread when
+ * nothing is queued, which saves two thread hand-offs (see xcoll_queue_run
+ * in core/request.c) that cost milliseconds on an oversubscribed machine. */
 static void ensure_gathered(fsdp *f, int u) {
-  issue_gather(f, u);
-  wait_op(f, f->units[u].gather_op);
-  point_params(f, u, f->units[u].full);
+  fsdp_unit *fu = &f->units[u];
+  if (!fu->full) {
+    fu->full = take(f, padded(f, fu), 0);
+    if (f->status == XCOLL_SUCCESS) {
+      double t0 = ddp_now();
+      xcoll_status st = xcoll_allgather(f->local_params + fu->local_offset,
+                                        fu->full, fu->shard, XCOLL_FLOAT32,
+                                        f->shard_comm);
+      int i = record(f, OP_GATHER, u, 0, t0, st, NULL);
+      if (i >= 0) {
+        f->ops[i].done = 1;
+        f->ops[i].done_time = ddp_now();
+      }
+    }
+  }
+  wait_op(f, fu->gather_op);
+  point_params(f, u, fu->full);
 }
 
 static void reshard(fsdp *f, int u) {

@@ -902,7 +902,6 @@ static void train_step(run *r, int epoch, int64_t s, window *w) {
                   args);
   }
   w->time = t_end - t0;
-  (void)step_samples;
 }
 
 /* ---- logging ---- */
