@@ -41,15 +41,15 @@ if(TARGET xtrain)
 
   # FSDP vs DDP vs one process, per rank count: each variant also changes
   # one FSDP option so that every path is compared: backward prefetch post
-  # and none, forward prefetch off, units grouped by --fsdp-min-params
+  # and none, forward prefetch on, units grouped by --fsdp-min-params
   # (fc2+fc3 in one unit), gradient accumulation, hybrid_shard over 2
   # simulated nodes of 2 ranks (and 2 nodes of 1).
-  set(XTRAIN_FSDP_VARIANTS_2 "full_shard" "shard_grad_op --grad-accum 2"
-    "hybrid_shard:1")
+  set(XTRAIN_FSDP_VARIANTS_2 "full_shard --forward-prefetch on"
+    "shard_grad_op --grad-accum 2" "hybrid_shard:1")
   set(XTRAIN_FSDP_VARIANTS_3 "full_shard --backward-prefetch post"
-    "shard_grad_op")
+    "shard_grad_op --forward-prefetch on")
   set(XTRAIN_FSDP_VARIANTS_4
-    "full_shard --backward-prefetch none --forward-prefetch off --fsdp-min-params 100000"
+    "full_shard --backward-prefetch none --fsdp-min-params 100000"
     "shard_grad_op --fsdp-min-params 100000" "hybrid_shard:2")
   foreach(n 2 3 4)
     add_test(NAME trainer.fsdp_equivalence.sgd.${n}

@@ -59,6 +59,8 @@ typedef struct fsdp {
   xcoll_status status;   /* first error since before_forward */
   size_t gathered_bytes; /* now */
   size_t *peak_bytes;    /* strategy.memory.peak_gathered_bytes */
+  fsdp_op_record last_ops[FSDP_MAX_OPS]; /* of the last after_backward */
+  int num_last_ops;
   char name[48];
 } fsdp;
 
@@ -351,6 +353,21 @@ static xcoll_status hook_after_backward(strategy *s) {
   }
   s->last.comm_time = comm;
   s->last.blocked_time = f->blocked;
+  static const char *const names[] = {"allgather", "reduce_scatter",
+                                      "allreduce"};
+  for (int i = 0; i < f->num_ops; i++) {
+    const fsdp_op *op = &f->ops[i];
+    const fsdp_unit *fu = &f->units[op->unit];
+    fsdp_op_record *rec = &f->last_ops[i];
+    rec->what = names[op->kind];
+    rec->unit = op->unit;
+    rec->across_nodes = op->comm_index;
+    rec->bytes = (op->kind == OP_REDUCE_SCATTER ? padded(f, fu) : fu->shard) *
+                 sizeof(float);
+    rec->issue_time = op->issue_time;
+    rec->done_time = op->done_time;
+  }
+  f->num_last_ops = f->num_ops;
   xcoll_status st = f->status;
   f->status = XCOLL_SUCCESS;
   f->num_ops = 0;
@@ -435,6 +452,12 @@ static void hook_destroy(strategy *s) {
   free(f->scratch);
   free(f);
   s->impl = NULL;
+}
+
+int fsdp_last_ops(const strategy *s, const fsdp_op_record **ops) {
+  const fsdp *f = s->impl;
+  *ops = f->last_ops;
+  return f->num_last_ops;
 }
 
 /* ---- setup ---- */

@@ -67,6 +67,19 @@ typedef struct fsdp_config {
   int local_world_size;   /* hybrid_shard: ranks per node */
 } fsdp_config;
 
+/* One collective of the last micro-batch, for --trace. */
+typedef struct fsdp_op_record {
+  const char *what; /* "allgather", "reduce_scatter", "allreduce" */
+  int unit;
+  int across_nodes; /* 1: on the communicator across nodes (hybrid) */
+  size_t bytes;     /* this rank's send buffer */
+  double issue_time, done_time; /* seconds, ddp_now; done is an upper bound */
+} fsdp_op_record;
+
+/* The collectives of the last micro-batch (training forward and backward),
+ * in issue order; valid until the next strategy_before_forward. */
+int fsdp_last_ops(const strategy *s, const fsdp_op_record **ops);
+
 /* Set up s as FSDP over comm (the world) for m, whose parameters were
  * initialised identically on every rank: each rank keeps its shards and
  * frees model.params and model.grads. hybrid_shard splits comm into one

@@ -5,9 +5,10 @@
  * All parameters live in ONE float32 allocation (model.params) and their
  * gradients in another of the same layout (model.grads). Each tensor is a
  * view (name, offset, shape) registered in forward order, so that DDP buckets
- * are contiguous ranges of model.grads, FSDP shards are ranges of
- * model.params, optimizers run over one flat array, and a checkpoint is a few
- * large writes.
+ * are contiguous ranges of model.grads, an FSDP unit's flat parameter is a
+ * range of model.params (fsdp.c shards it, then frees both buffers),
+ * optimizers run over one flat array, and a checkpoint is a few large
+ * writes.
  *
  * Backward calls model.grad_ready(ctx, param_index) as soon as a tensor's
  * gradient is final for this backward pass: this is the hook DDP uses to

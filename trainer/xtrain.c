@@ -72,7 +72,7 @@ static void usage(FILE *out) {
 "  --sharding S             fsdp: full_shard|shard_grad_op|no_shard|hybrid_shard\n"
 "                           (hybrid: full_shard within LOCAL_WORLD_SIZE ranks) [full_shard]\n"
 "  --backward-prefetch P    fsdp: pre|post|none [pre]\n"
-"  --forward-prefetch on|off  fsdp: gather the next unit during a unit's forward [on]\n"
+"  --forward-prefetch on|off  fsdp: gather the next unit during a unit's forward [off]\n"
 "  --fsdp-min-params N      fsdp: layers join a unit until it has N parameters [0]\n"
 "  --epochs E               passes over the training set [5]\n"
 "  --batch-size B           samples per rank per micro-batch [64]\n"
@@ -203,7 +203,7 @@ static void parse_args(config *c, int argc, char **argv) {
   c->conv2_channels = 32;
   c->fsdp.sharding = FSDP_FULL_SHARD;
   c->fsdp.backward_prefetch = FSDP_PREFETCH_PRE;
-  c->fsdp.forward_prefetch = 1;
+  c->fsdp.forward_prefetch = 0; /* PyTorch FSDP's default too */
   int fsdp_flag = 0; /* an fsdp-only flag was given */
   opterr = 0;
   int opt;
@@ -602,6 +602,25 @@ static void trace_buckets(run *r, const ddp *d, const model *m) {
   }
 }
 
+/* One span per collective of the last FSDP micro-batch, on one track per
+ * communicator (its operations run one after the other). */
+static void trace_fsdp_ops(run *r) {
+  const fsdp_op_record *ops;
+  int n = fsdp_last_ops(&r->strat, &ops);
+  for (int i = 0; i < n; i++) {
+    const unit *u = &r->strat.plan.units[ops[i].unit];
+    char name[48], args[160];
+    snprintf(name, sizeof name, "%s unit %d", ops[i].what, ops[i].unit);
+    snprintf(args, sizeof args,
+             "\"unit\":%d,\"bytes\":%zu,\"tensors\":\"%s..%s\"",
+             ops[i].unit, ops[i].bytes, r->m.views[u->first_param].name,
+             r->m.views[u->last_param].name);
+    timeline_span(&r->trace, name, "fsdp",
+                  TIMELINE_TID_STEPS + 1 + ops[i].across_nodes,
+                  ops[i].issue_time, ops[i].done_time, args);
+  }
+}
+
 /* ---- setup ---- */
 
 static void setup_comm(run *r) {
@@ -779,6 +798,13 @@ static void setup_trace(run *r) {
     snprintf(track, sizeof track, "xtrain allreduce bucket %d", i);
     timeline_name_track(&r->trace, TIMELINE_TID_STEPS + 1 + i, track);
   }
+  if (r->cfg.strategy == STRATEGY_FSDP) {
+    timeline_name_track(&r->trace, TIMELINE_TID_STEPS + 1,
+                        "xtrain fsdp collectives");
+    if (r->cfg.fsdp.sharding == FSDP_HYBRID_SHARD)
+      timeline_name_track(&r->trace, TIMELINE_TID_STEPS + 2,
+                          "xtrain fsdp allreduce across nodes");
+  }
 }
 
 static void setup_schedule(run *r) {
@@ -870,13 +896,15 @@ static void train_step(run *r, int epoch, int64_t s, window *w) {
     check_xcoll(r, strategy_after_backward(&r->strat),
                 r->cfg.strategy == STRATEGY_FSDP ? "gradient reduce-scatter"
                                                  : "gradient all-reduce");
-    if (r->comm && (sync || r->cfg.strategy == STRATEGY_FSDP)) {
-      const char *what = r->cfg.strategy == STRATEGY_FSDP ? "fsdp wait"
-                                                          : "ddp wait";
-      timeline_span(&r->trace, what, r->strat.kind == STRATEGY_FSDP ? "fsdp"
-                                                                    : "ddp",
-                    TIMELINE_TID_STEPS, t_wait, ddp_now(), NULL);
-      if (r->cfg.strategy == STRATEGY_DDP)
+    /* DDP communicates on the last micro-batch, FSDP on every one. */
+    int fsdp_run = r->cfg.strategy == STRATEGY_FSDP;
+    if (r->comm && (sync || fsdp_run)) {
+      timeline_span(&r->trace, fsdp_run ? "fsdp wait" : "ddp wait",
+                    fsdp_run ? "fsdp" : "ddp", TIMELINE_TID_STEPS, t_wait,
+                    ddp_now(), NULL);
+      if (fsdp_run)
+        trace_fsdp_ops(r);
+      else
         trace_buckets(r, &r->dp, &r->m);
     }
     w->comm += r->strat.last.comm_time;
@@ -995,6 +1023,20 @@ static void end_epoch(run *r, int epoch, int64_t first, int64_t done_in_epoch,
   }
 }
 
+/* Peak resident set size of this process (VmHWM), bytes; 0 if unknown. */
+static size_t peak_rss_bytes(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f)
+    return 0;
+  char line[256];
+  size_t kib = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmHWM: %zu kB", &kib) == 1)
+      break;
+  fclose(f);
+  return kib * 1024;
+}
+
 static void log_summary(run *r, const window *all, double samples) {
   if (r->rank != 0)
     return;
@@ -1010,6 +1052,10 @@ static void log_summary(run *r, const window *all, double samples) {
            "(%.3f MiB)\n",
            mem->peak_gathered_bytes,
            (double)mem->peak_gathered_bytes / (1024.0 * 1024.0));
+  /* The whole process: the data set (47 MB of training images) dominates. */
+  size_t rss = peak_rss_bytes();
+  printf("memory: rank 0 peak resident set %zu bytes (%.1f MiB)\n", rss,
+         (double)rss / (1024.0 * 1024.0));
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "event", "summary");
   cJSON_AddNumberToObject(o, "step", (double)r->meta.step);
@@ -1021,6 +1067,7 @@ static void log_summary(run *r, const window *all, double samples) {
   cJSON_AddNumberToObject(o, "memory_bytes", (double)held);
   cJSON_AddNumberToObject(o, "peak_gathered_bytes",
                           (double)mem->peak_gathered_bytes);
+  cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)rss);
   json_line(r, o);
 }
 
