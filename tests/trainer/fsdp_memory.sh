@@ -28,7 +28,7 @@ ddp=$(held ddp)
 status=0
 for sharding in full_shard; do
   launch "$sharding" --strategy fsdp --sharding "$sharding"
-  lines=$(grep -c "memory: rank" "$tmp/$sharding.log")
+  lines=$(grep -c "memory: rank [0-9]* holds" "$tmp/$sharding.log")
   if [ "$lines" -ne "$n" ]; then
     echo "FAIL: $sharding: $lines memory lines, want one per rank ($n)"
     status=1
