@@ -1,8 +1,8 @@
 # Trainer tests (included from tests/CMakeLists.txt): gradient checks and
 # optimizer/sampler unit tests (cmocka), DDP and FSDP equivalence with 2, 3
-# and 4 ranks, FSDP's per-rank memory, gradient accumulation, checkpoint
-# resume, bad data and flags, the --trace output, and (when UCX is built) tcp
-# vs ucx giving equal parameters.
+# and 4 ranks, DataParallel with 2, 3 and 4 threads, FSDP's per-rank memory,
+# gradient accumulation, checkpoint resume, bad data and flags, the --trace
+# output, and (when UCX is built) tcp vs ucx giving equal parameters.
 # Multi-process tests run through xcollrun with --master-port 0.
 if(TARGET xtrain)
   add_executable(test_trainer_layers ${CMAKE_CURRENT_LIST_DIR}/trainer/test_layers.c)
@@ -70,6 +70,13 @@ if(TARGET xtrain)
     COMMAND sh ${XTRAIN_TEST_DIR}/fsdp_memory.sh $<TARGET_FILE:xtrain>
       $<TARGET_FILE:xcollrun> 4)
   set_tests_properties(trainer.fsdp_memory.4 PROPERTIES TIMEOUT 160 LABELS "trainer;mp")
+
+  # DataParallel: 2, 3, 4 replica threads (and 3 with accumulation) vs one
+  # process with the same batch.
+  add_test(NAME trainer.dp_equivalence
+    COMMAND sh ${XTRAIN_TEST_DIR}/dp_equivalence.sh $<TARGET_FILE:xtrain>
+      $<TARGET_FILE:xtrain_compare_params>)
+  set_tests_properties(trainer.dp_equivalence PROPERTIES TIMEOUT 90 LABELS trainer)
 
   add_test(NAME trainer.grad_accum
     COMMAND sh ${XTRAIN_TEST_DIR}/grad_accum.sh $<TARGET_FILE:xtrain>

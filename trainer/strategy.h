@@ -1,8 +1,9 @@
 /*
  * strategy.h - how a training step is distributed: one process (none),
- * DistributedDataParallel (ddp.h) or Fully Sharded Data Parallel (fsdp.h),
- * behind one struct of hooks, so that xtrain's step reads the same under
- * every strategy:
+ * DataParallel over threads (dp.h), DistributedDataParallel (ddp.h) or
+ * Fully Sharded Data Parallel (fsdp.h), behind one struct of hooks, so that
+ * xtrain's step reads the same under every strategy (dp replaces the
+ * forward/backward pair by its forward_backward hook):
  *
  *   strategy_before_forward(s)
  *   model_forward      -> param_needed(unit, MODEL_FORWARD) before each unit
@@ -34,7 +35,8 @@
 typedef enum strategy_kind {
   STRATEGY_NONE = 0,
   STRATEGY_DDP = 1,
-  STRATEGY_FSDP = 2
+  STRATEGY_FSDP = 2,
+  STRATEGY_DP = 3
 } strategy_kind;
 
 /* Communication statistics of one update, seconds. comm_time: time
@@ -66,6 +68,12 @@ struct strategy {
   strategy_stats last; /* of the last update that communicated */
   strategy_memory memory;
   void *impl;
+  /* dp: runs a micro-batch's forward and backward itself, over its
+   * replicas; returns the summed loss and adds to *correct. NULL: the step
+   * calls model_forward and model_backward. */
+  double (*forward_backward)(strategy *s, const float *x,
+                             const unsigned char *y, int n, float loss_scale,
+                             int *correct);
   /* Hooks; NULL where a strategy has nothing to do. */
   void (*param_needed)(strategy *s, int unit, model_pass pass);
   void (*poll)(strategy *s); /* at every tensor's grad_ready */

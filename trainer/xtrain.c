@@ -23,6 +23,7 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "ddp.h"
+#include "dp.h"
 #include "fsdp.h"
 #include "model.h"
 #include "optim.h"
@@ -34,6 +35,7 @@ typedef struct config {
   model_kind model;
   strategy_kind strategy;
   fsdp_config fsdp; /* --sharding, --backward-prefetch, ... */
+  int dp_devices;   /* --strategy dp: replicas (threads) */
   int epochs;
   int batch_size; /* per rank, per micro-batch */
   float lr;
@@ -67,8 +69,11 @@ static void usage(FILE *out) {
 "usage: xtrain [options]   (multi-rank: xcollrun --nproc-per-node N xtrain --strategy ddp ...)\n"
 "  --model mlp|cnn          model (mlp: 784-256-256-10; cnn: LeNet-5-like) [mlp]\n"
 "  --cnn-channels C1,C2     channels of the CNN's two convolutions [16,32]\n"
-"  --strategy none|ddp|fsdp one process, DistributedDataParallel, or Fully\n"
-"                           Sharded Data Parallel over xcoll [none]\n"
+"  --strategy none|dp|ddp|fsdp  one process; DataParallel (one process,\n"
+"                           threads); DistributedDataParallel or Fully Sharded\n"
+"                           Data Parallel over xcoll [none]\n"
+"  --dp-devices N           dp: replicas, one thread each; --batch-size is\n"
+"                           the whole batch, scattered over them [2]\n"
 "  --sharding S             fsdp: full_shard|shard_grad_op|no_shard|hybrid_shard\n"
 "                           (hybrid: full_shard within LOCAL_WORLD_SIZE ranks) [full_shard]\n"
 "  --backward-prefetch P    fsdp: pre|post|none [pre]\n"
@@ -147,7 +152,7 @@ enum {
   OPT_LOG_JSON, OPT_DROP_LAST, OPT_MAX_STEPS, OPT_THREADS, OPT_TRAIN_LIMIT,
   OPT_TEST_LIMIT, OPT_CHANNELS, OPT_DUMP, OPT_FIRST_BUCKET, OPT_TRACE, OPT_HELP,
   OPT_VERSION, OPT_SHARDING, OPT_BACKWARD_PREFETCH, OPT_FORWARD_PREFETCH,
-  OPT_FSDP_MIN_PARAMS
+  OPT_FSDP_MIN_PARAMS, OPT_DP_DEVICES
 };
 
 static void parse_args(config *c, int argc, char **argv) {
@@ -158,6 +163,7 @@ static void parse_args(config *c, int argc, char **argv) {
       {"backward-prefetch", required_argument, 0, OPT_BACKWARD_PREFETCH},
       {"forward-prefetch", required_argument, 0, OPT_FORWARD_PREFETCH},
       {"fsdp-min-params", required_argument, 0, OPT_FSDP_MIN_PARAMS},
+      {"dp-devices", required_argument, 0, OPT_DP_DEVICES},
       {"epochs", required_argument, 0, OPT_EPOCHS},
       {"batch-size", required_argument, 0, OPT_BATCH},
       {"lr", required_argument, 0, OPT_LR},
@@ -205,6 +211,8 @@ static void parse_args(config *c, int argc, char **argv) {
   c->fsdp.backward_prefetch = FSDP_PREFETCH_PRE;
   c->fsdp.forward_prefetch = 0; /* PyTorch FSDP's default too */
   int fsdp_flag = 0; /* an fsdp-only flag was given */
+  int dp_flag = 0;   /* --dp-devices was given */
+  c->dp_devices = 2;
   opterr = 0;
   int opt;
   while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -223,8 +231,15 @@ static void parse_args(config *c, int argc, char **argv) {
         c->strategy = STRATEGY_DDP;
       else if (strcmp(optarg, "fsdp") == 0)
         c->strategy = STRATEGY_FSDP;
+      else if (strcmp(optarg, "dp") == 0)
+        c->strategy = STRATEGY_DP;
       else
-        die_usage("--strategy must be none, ddp or fsdp, got '%s'", optarg);
+        die_usage("--strategy must be none, dp, ddp or fsdp, got '%s'",
+                  optarg);
+      break;
+    case OPT_DP_DEVICES:
+      c->dp_devices = (int)parse_int("--dp-devices", optarg, 1, 256);
+      dp_flag = 1;
       break;
     case OPT_SHARDING: {
       int v = fsdp_sharding_parse(optarg);
@@ -323,6 +338,12 @@ static void parse_args(config *c, int argc, char **argv) {
     c->lr = c->optimizer == OPTIM_ADAMW ? 0.001f : 0.02f;
   if (c->resume && !c->checkpoint_dir)
     die_usage("--resume needs --checkpoint-dir");
+  if (dp_flag && c->strategy != STRATEGY_DP)
+    die_usage("--dp-devices needs --strategy dp");
+  if (c->strategy == STRATEGY_DP && c->batch_size < c->dp_devices)
+    die_usage("--strategy dp scatters --batch-size %d over --dp-devices %d: "
+              "give at least one sample per replica", c->batch_size,
+              c->dp_devices);
   if (fsdp_flag && c->strategy != STRATEGY_FSDP)
     die_usage("--sharding, --backward-prefetch, --forward-prefetch and "
               "--fsdp-min-params need --strategy fsdp");
@@ -338,6 +359,8 @@ static void parse_args(config *c, int argc, char **argv) {
 static const char *strategy_label(const config *c) {
   if (c->strategy == STRATEGY_FSDP)
     return "fsdp";
+  if (c->strategy == STRATEGY_DP)
+    return "dp";
   return c->strategy == STRATEGY_DDP ? "ddp" : "none";
 }
 
@@ -354,6 +377,8 @@ static char *config_json(const config *c) {
     cJSON_AddBoolToObject(o, "forward_prefetch", c->fsdp.forward_prefetch);
     cJSON_AddNumberToObject(o, "fsdp_min_params", (double)c->fsdp.min_params);
   }
+  if (c->strategy == STRATEGY_DP)
+    cJSON_AddNumberToObject(o, "dp_devices", c->dp_devices);
   cJSON_AddNumberToObject(o, "epochs", c->epochs);
   cJSON_AddNumberToObject(o, "batch_size", c->batch_size);
   cJSON_AddNumberToObject(o, "lr", c->lr);
@@ -625,8 +650,8 @@ static void trace_fsdp_ops(run *r) {
 
 static void setup_comm(run *r) {
   r->world_size = 1;
-  if (r->cfg.strategy == STRATEGY_NONE)
-    return;
+  if (r->cfg.strategy == STRATEGY_NONE || r->cfg.strategy == STRATEGY_DP)
+    return; /* dp: one process */
   xcoll_status st = xcoll_comm_init_env(&r->comm);
   if (st != XCOLL_SUCCESS) {
     fprintf(stderr, "xtrain: error: xcoll_comm_init_env failed: %s: %s\n",
@@ -749,6 +774,14 @@ static void setup_strategy(run *r) {
   const config *c = &r->cfg;
   if (c->strategy == STRATEGY_NONE) {
     strategy_init_none(&r->strat, &r->m);
+  } else if (c->strategy == STRATEGY_DP) {
+    char err[1024];
+    if (strategy_init_dp(&r->strat, &r->m, c->dp_devices, err, sizeof err) !=
+        XCOLL_SUCCESS)
+      fail(r, "setting up dp: %s", err);
+    printf("dp: %d replicas (threads) in one process, batch %d scattered in "
+           "chunks of %d\n", c->dp_devices, c->batch_size,
+           (c->batch_size + c->dp_devices - 1) / c->dp_devices);
   } else if (c->strategy == STRATEGY_DDP) {
     check_xcoll(r, strategy_init_ddp(&r->strat, &r->m, &r->dp, r->comm,
                                      c->first_bucket_mb, c->bucket_cap_mb),
@@ -872,19 +905,35 @@ static void train_step(run *r, int epoch, int64_t s, window *w) {
     timeline_span(&r->trace, "load batch", "data", TIMELINE_TID_STEPS, t_load,
                   t_forward, NULL);
     int correct = 0;
+    int sync = (mb == m1 - 1);
+    float loss_scale = 1.0f / (float)step_samples;
+    if (r->strat.forward_backward) {
+      /* dp: replicate, scatter, forward and backward on every replica,
+       * gather, reduce */
+      double loss = r->strat.forward_backward(&r->strat, r->x, r->y, n,
+                                              loss_scale, &correct);
+      double t_done = ddp_now();
+      timeline_span(&r->trace, "dp forward+backward", "compute",
+                    TIMELINE_TID_STEPS, t_forward, t_done, NULL);
+      w->loss += loss;
+      w->correct += correct;
+      w->count += n;
+      w->comm += r->strat.last.comm_time;
+      w->blocked += r->strat.last.blocked_time;
+      continue;
+    }
     strategy_before_forward(&r->strat);
     double loss = model_forward(&r->m, r->x, r->y, n, &correct);
     w->loss += loss;
     w->correct += correct;
     w->count += n;
-    int sync = (mb == m1 - 1);
     double t_backward = ddp_now();
     timeline_span(&r->trace, "forward", "compute", TIMELINE_TID_STEPS,
                   t_forward, t_backward, NULL);
     strategy_before_backward(&r->strat, sync);
     tracer.mark = t_backward;
     tracer.previous = -1;
-    model_backward(&r->m, n, 1.0f / (float)step_samples);
+    model_backward(&r->m, n, loss_scale);
     double t_wait = ddp_now();
     if (r->trace.file) {
       char args[64];
