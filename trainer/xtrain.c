@@ -1,7 +1,8 @@
 /*
  * xtrain.c - the xtrain program: trains an MLP or a CNN on Fashion-MNIST with
- * one process (--strategy none), data-parallel over xcoll (--strategy ddp)
- * or fully sharded (--strategy fsdp), launched by xcollrun or any
+ * one process (--strategy none), DataParallel threads in one process
+ * (--strategy dp), data-parallel over xcoll (--strategy ddp) or fully
+ * sharded (--strategy fsdp), the last two launched by xcollrun or any
  * torchrun-style launcher. Uses only the public API in xcoll.h. See
  * docs/trainer.md. The strategy's hooks (strategy.h) are all a step knows of
  * distribution.
@@ -818,12 +819,16 @@ static void setup_trace(run *r) {
   memset(&tracer, 0, sizeof tracer);
   if (!r->trace.file)
     return;
-  tracer.trace = &r->trace;
-  tracer.m = &r->m;
-  tracer.inner = r->m.grad_ready;
-  tracer.inner_ctx = r->m.grad_ready_ctx;
-  r->m.grad_ready = traced_grad_ready;
-  r->m.grad_ready_ctx = &tracer;
+  /* dp's layers run on several threads at once: its trace has one span
+   * per micro-batch, without layers. */
+  if (r->cfg.strategy != STRATEGY_DP) {
+    tracer.trace = &r->trace;
+    tracer.m = &r->m;
+    tracer.inner = r->m.grad_ready;
+    tracer.inner_ctx = r->m.grad_ready_ctx;
+    r->m.grad_ready = traced_grad_ready;
+    r->m.grad_ready_ctx = &tracer;
+  }
   timeline_name_track(&r->trace, TIMELINE_TID_STEPS, "xtrain steps");
   for (int i = 0; r->cfg.strategy == STRATEGY_DDP && i < r->dp.num_buckets;
        i++) {
