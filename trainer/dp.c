@@ -154,6 +154,7 @@ xcoll_status strategy_init_dp(strategy *s, model *m, int devices, char *err,
   s->grads = m->grads;
   s->count = m->num_elements;
   s->current_unit = -1;
+  s->replicas = devices;
   units_plan_forward_by_min_params(&s->plan, m, 0);
   dp *d = calloc(1, sizeof *d);
   dp_replica *replicas = calloc((size_t)devices, sizeof *replicas);

@@ -86,8 +86,9 @@ xcoll_status strategy_gather_params(strategy *s, float *out) {
 }
 
 void strategy_count_memory(strategy *s, int optim_num_state) {
-  s->memory.param_bytes = s->count * sizeof(float);
-  s->memory.grad_bytes = s->count * sizeof(float);
+  size_t copies = s->replicas > 1 ? (size_t)s->replicas : 1;
+  s->memory.param_bytes = copies * s->count * sizeof(float);
+  s->memory.grad_bytes = copies * s->count * sizeof(float);
   s->memory.optim_bytes = (size_t)optim_num_state * s->count * sizeof(float);
 }
 

@@ -65,6 +65,7 @@ struct strategy {
   float *params, *grads; /* what the optimizer updates, count floats each */
   size_t count;
   int lockstep; /* 1 when every rank must run the same forwards (fsdp) */
+  int replicas; /* dp: copies of parameters and gradients held (0 = 1) */
   strategy_stats last; /* of the last update that communicated */
   strategy_memory memory;
   void *impl;
@@ -114,7 +115,8 @@ xcoll_status strategy_release(strategy *s);
  * (model.num_elements floats), to out. Collective under fsdp. */
 xcoll_status strategy_gather_params(strategy *s, float *out);
 
-/* Fill s->memory for an optimizer keeping num_state buffers of s->count. */
+/* Fill s->memory for an optimizer keeping num_state buffers of s->count
+ * (parameters and gradients counted once per replica). */
 void strategy_count_memory(strategy *s, int optim_num_state);
 
 void strategy_destroy(strategy *s);
