@@ -1,7 +1,8 @@
 # Trainer tests (included from tests/CMakeLists.txt): gradient checks and
-# optimizer/sampler unit tests (cmocka), DDP equivalence with 2, 3 and 4
-# ranks, gradient accumulation, checkpoint resume, bad data and flags, the
-# --trace output, and (when UCX is built) tcp vs ucx giving equal parameters.
+# optimizer/sampler unit tests (cmocka), DDP and FSDP equivalence with 2, 3
+# and 4 ranks, DataParallel with 2, 3 and 4 threads, FSDP's per-rank memory,
+# gradient accumulation, checkpoint resume, bad data and flags, the --trace
+# output, and (when UCX is built) tcp vs ucx giving equal parameters.
 # Multi-process tests run through xcollrun with --master-port 0.
 if(TARGET xtrain)
   add_executable(test_trainer_layers ${CMAKE_CURRENT_LIST_DIR}/trainer/test_layers.c)
@@ -37,6 +38,45 @@ if(TARGET xtrain)
     COMMAND sh ${XTRAIN_TEST_DIR}/ddp_equivalence.sh $<TARGET_FILE:xtrain>
       $<TARGET_FILE:xcollrun> $<TARGET_FILE:xtrain_compare_params> 2 sgd 1e-5 2)
   set_tests_properties(trainer.ddp_grad_accum PROPERTIES TIMEOUT 60 LABELS "trainer;mp")
+
+  # FSDP vs DDP vs one process, per rank count: each variant also changes
+  # one FSDP option so that every path is compared: backward prefetch post
+  # and none, forward prefetch on, units grouped by --fsdp-min-params
+  # (fc2+fc3 in one unit), gradient accumulation, hybrid_shard over 2
+  # simulated nodes of 2 ranks (and 2 nodes of 1).
+  set(XTRAIN_FSDP_VARIANTS_2 "full_shard --forward-prefetch on"
+    "shard_grad_op --grad-accum 2" "hybrid_shard:1")
+  set(XTRAIN_FSDP_VARIANTS_3 "full_shard --backward-prefetch post"
+    "shard_grad_op --forward-prefetch on")
+  set(XTRAIN_FSDP_VARIANTS_4
+    "full_shard --backward-prefetch none --fsdp-min-params 100000"
+    "shard_grad_op --fsdp-min-params 100000" "hybrid_shard:2")
+  foreach(n 2 3 4)
+    add_test(NAME trainer.fsdp_equivalence.sgd.${n}
+      COMMAND sh ${XTRAIN_TEST_DIR}/fsdp_equivalence.sh $<TARGET_FILE:xtrain>
+        $<TARGET_FILE:xcollrun> $<TARGET_FILE:xtrain_compare_params> ${n} sgd
+        1e-5 ${XTRAIN_FSDP_VARIANTS_${n}})
+    set_tests_properties(trainer.fsdp_equivalence.sgd.${n} PROPERTIES
+      TIMEOUT 200 LABELS "trainer;mp")
+  endforeach()
+  # AdamW: 1e-4, for the reason given for ddp_equivalence.adamw.
+  add_test(NAME trainer.fsdp_equivalence.adamw.2
+    COMMAND sh ${XTRAIN_TEST_DIR}/fsdp_equivalence.sh $<TARGET_FILE:xtrain>
+      $<TARGET_FILE:xcollrun> $<TARGET_FILE:xtrain_compare_params> 2 adamw
+      1e-4 full_shard)
+  set_tests_properties(trainer.fsdp_equivalence.adamw.2 PROPERTIES
+    TIMEOUT 120 LABELS "trainer;mp")
+  add_test(NAME trainer.fsdp_memory.4
+    COMMAND sh ${XTRAIN_TEST_DIR}/fsdp_memory.sh $<TARGET_FILE:xtrain>
+      $<TARGET_FILE:xcollrun> 4)
+  set_tests_properties(trainer.fsdp_memory.4 PROPERTIES TIMEOUT 160 LABELS "trainer;mp")
+
+  # DataParallel: 2, 3, 4 replica threads (and 3 with accumulation) vs one
+  # process with the same batch.
+  add_test(NAME trainer.dp_equivalence
+    COMMAND sh ${XTRAIN_TEST_DIR}/dp_equivalence.sh $<TARGET_FILE:xtrain>
+      $<TARGET_FILE:xtrain_compare_params>)
+  set_tests_properties(trainer.dp_equivalence PROPERTIES TIMEOUT 90 LABELS trainer)
 
   add_test(NAME trainer.grad_accum
     COMMAND sh ${XTRAIN_TEST_DIR}/grad_accum.sh $<TARGET_FILE:xtrain>

@@ -22,7 +22,9 @@ double ddp_now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void poll_buckets(ddp *d) {
+void ddp_poll(ddp *d) {
+  if (!d->sync || d->status != XCOLL_SUCCESS)
+    return;
   double t0 = ddp_now();
   for (int i = 0; i < d->num_buckets; i++) {
     ddp_bucket *b = &d->buckets[i];
@@ -42,14 +44,10 @@ static void poll_buckets(ddp *d) {
   d->blocked_in_calls += ddp_now() - t0;
 }
 
-static void on_grad_ready(void *ctx, int param_index) {
-  ddp *d = ctx;
+void ddp_bucket_ready(ddp *d, int bucket) {
   if (!d->sync || d->status != XCOLL_SUCCESS)
     return;
-  poll_buckets(d);
-  ddp_bucket *b = &d->buckets[d->bucket_of_param[param_index]];
-  if (--b->pending > 0)
-    return;
+  ddp_bucket *b = &d->buckets[bucket];
   float *range = d->m->grads + b->offset;
   b->launch_time = ddp_now();
   xcoll_status st = xcoll_iallreduce(range, range, b->count, XCOLL_FLOAT32,
@@ -63,53 +61,26 @@ static void on_grad_ready(void *ctx, int param_index) {
   b->launched = 1;
 }
 
-/* 1 when tensors a and b belong to one layer: the same name before the
- * first '.' ("fc1.weight", "fc1.bias"). */
-static int same_layer(const model *m, int a, int b) {
-  const char *x = m->views[a].name, *y = m->views[b].name;
-  size_t n = strcspn(x, ".");
-  return n == strcspn(y, ".") && strncmp(x, y, n) == 0;
-}
-
 void ddp_init(ddp *d, xcoll_comm_t comm, model *m, double first_bucket_mb,
               double bucket_cap_mb) {
   memset(d, 0, sizeof *d);
   d->comm = comm;
   d->m = m;
-  ddp_bucket *b = NULL;
   /* The unit of placement is a layer: backward reports a layer's tensors
    * ready together, so splitting one across buckets gains nothing, and the
    * part left in the earlier bucket would hold that bucket back until the
    * layer's backward is over (fc1.bias would delay the MLP's first bucket
    * past fc1's backward, leaving nothing to overlap). */
-  int p = m->num_params - 1;
-  while (p >= 0) {
-    int low = p;
-    size_t numel = m->views[p].numel;
-    while (low > 0 && same_layer(m, low - 1, p)) {
-      low--;
-      numel += m->views[low].numel;
-    }
-    if (b) {
-      double cap_mb = d->num_buckets == 1 ? first_bucket_mb : bucket_cap_mb;
-      double bytes = (double)(b->count + numel) * sizeof(float);
-      if (bytes > cap_mb * 1024.0 * 1024.0)
-        b = NULL; /* this layer would overflow the bucket: start the next */
-    }
-    if (!b) {
-      b = &d->buckets[d->num_buckets++];
-      b->last_param = p;
-      b->count = 0;
-    }
-    for (int q = p; q >= low; q--)
-      d->bucket_of_param[q] = (int)(b - d->buckets);
-    b->first_param = low;
-    b->offset = m->views[low].offset;
-    b->count += numel;
-    p = low - 1;
+  units_plan_reverse_by_bytes(&d->plan, m, first_bucket_mb, bucket_cap_mb);
+  d->num_buckets = d->plan.num_units;
+  for (int i = 0; i < d->num_buckets; i++) {
+    const unit *u = &d->plan.units[i];
+    d->buckets[i].first_param = u->first_param;
+    d->buckets[i].last_param = u->last_param;
+    d->buckets[i].offset = u->offset;
+    d->buckets[i].count = u->count;
   }
-  m->grad_ready = on_grad_ready;
-  m->grad_ready_ctx = d;
+  memcpy(d->bucket_of_param, d->plan.unit_of_param, sizeof d->bucket_of_param);
 }
 
 xcoll_status ddp_broadcast_params(ddp *d) {
@@ -123,7 +94,6 @@ void ddp_begin_backward(ddp *d, int sync) {
   d->blocked_in_calls = 0.0;
   for (int i = 0; i < d->num_buckets; i++) {
     ddp_bucket *b = &d->buckets[i];
-    b->pending = b->last_param - b->first_param + 1;
     b->launched = b->done = b->done_at_wait = 0;
     b->request = NULL;
   }

@@ -10,11 +10,13 @@
  * last layer to the first. Parameters are registered in forward order in one
  * buffer, so a run of consecutive tensors in reverse order is still one
  * contiguous range of model.grads: a bucket is a view, never a copy.
- * Backward reports each tensor as ready (model.grad_ready); when the last
- * tensor of a bucket is ready, the bucket's in-place XCOLL_AVG all-reduce is
- * started with xcoll_iallreduce and runs on xcoll's progress thread while
- * backward goes on with earlier layers. ddp_finish_backward waits for all
- * buckets before the optimizer step.
+ * A bucket is a unit of units.h (units_plan_reverse_by_bytes). Backward
+ * reports each tensor as ready; the strategy (strategy.c) counts a unit's
+ * tensors down and calls ddp_bucket_ready when the last one is ready, which
+ * starts the bucket's in-place XCOLL_AVG all-reduce with xcoll_iallreduce; it
+ * runs on xcoll's progress thread while backward goes on with earlier
+ * layers. ddp_finish_backward waits for all buckets before the optimizer
+ * step.
  *
  * Gradient accumulation uses no_sync semantics: ddp_begin_backward(d, 0)
  * turns the hooks off, so micro-batches only accumulate locally; the last
@@ -26,6 +28,7 @@
 #include <stddef.h>
 
 #include "model.h"
+#include "units.h"
 #include "xcoll.h"
 
 #define DDP_MAX_BUCKETS MODEL_MAX_PARAMS
@@ -35,7 +38,6 @@ typedef struct ddp_bucket {
   size_t count;    /* elements */
   int first_param; /* lowest registration index in the bucket */
   int last_param;  /* highest */
-  int pending;     /* tensors not yet ready in this backward */
   xcoll_request_t request;
   int launched, done;
   int done_at_wait; /* completion first seen by ddp_finish_backward's wait,
@@ -53,6 +55,7 @@ typedef struct ddp_stats {
 typedef struct ddp {
   xcoll_comm_t comm;
   model *m;
+  unit_plan plan; /* bucket i is plan.units[i] */
   int num_buckets;
   ddp_bucket buckets[DDP_MAX_BUCKETS];
   int bucket_of_param[MODEL_MAX_PARAMS];
@@ -63,9 +66,9 @@ typedef struct ddp {
   ddp_stats last;      /* of the last synchronised backward */
 } ddp;
 
-/* Build buckets for m over comm and install the backward hook. Buckets fill
- * in reverse registration order, one layer (tensors whose names share the
- * part before the first '.') at a time, never splitting a layer. The first
+/* Build buckets for m over comm. Buckets fill in reverse registration
+ * order, one layer (tensors whose names share the part before the first
+ * '.') at a time, never splitting a layer. The first
  * bucket (the last layers, whose gradients are ready first) holds at most
  * first_bucket_mb MiB, the others at most bucket_cap_mb MiB: a layer that
  * would overflow a bucket starts the next one, and a layer larger than the
@@ -75,6 +78,15 @@ void ddp_init(ddp *d, xcoll_comm_t comm, model *m, double first_bucket_mb,
 
 /* Make every rank start from rank 0's parameters (xcoll_broadcast). */
 xcoll_status ddp_broadcast_params(ddp *d);
+
+/* Between layers of backward: note which buckets' all-reduces completed
+ * (xcoll_test), so that communication time is measured. */
+void ddp_poll(ddp *d);
+
+/* Every tensor of bucket b has its final gradient: start its all-reduce.
+ * Buckets become ready in the same order on every rank. A no-op with sync
+ * off or after an error (kept for ddp_finish_backward). */
+void ddp_bucket_ready(ddp *d, int b);
 
 /* Call before model_backward. sync = 0 is no_sync: gradients only
  * accumulate locally. */

@@ -119,6 +119,10 @@ int model_create(model *m, model_kind kind, int conv1_channels,
     model_free(m);
     return -1;
   }
+  for (int i = 0; i < m->num_params; i++) {
+    m->tensor_params[i] = m->params + m->views[i].offset;
+    m->tensor_grads[i] = m->grads + m->views[i].offset;
+  }
   return 0;
 }
 
@@ -151,8 +155,15 @@ void model_zero_grad(model *m) {
   memset(m->grads, 0, m->num_elements * sizeof(float));
 }
 
-static float *param(model *m, int i) { return m->params + m->views[i].offset; }
-static float *grad(model *m, int i) { return m->grads + m->views[i].offset; }
+static float *param(model *m, int i) { return m->tensor_params[i]; }
+static float *grad(model *m, int i) { return m->tensor_grads[i]; }
+
+/* Before the forward or backward of the layer whose first tensor is
+ * weight_index. */
+static void need(model *m, int weight_index, model_pass pass) {
+  if (m->param_needed)
+    m->param_needed(m->param_needed_ctx, weight_index, pass);
+}
 
 static void ready(model *m, int weight_index) {
   /* bias is registered after weight; it is reported first because it
@@ -170,29 +181,37 @@ double model_forward(model *m, const float *x, const unsigned char *targets,
   float **a = m->act;
   float *logits;
   if (m->kind == MODEL_MLP) {
+    need(m, 0, MODEL_FORWARD);
     linear_forward(a[0], x, param(m, 0), param(m, 1), B, MODEL_IMAGE_PIXELS,
                    MLP_HIDDEN);
     relu_forward(a[0], a[0], (size_t)B * MLP_HIDDEN);
+    need(m, 2, MODEL_FORWARD);
     linear_forward(a[1], a[0], param(m, 2), param(m, 3), B, MLP_HIDDEN,
                    MLP_HIDDEN);
     relu_forward(a[1], a[1], (size_t)B * MLP_HIDDEN);
+    need(m, 4, MODEL_FORWARD);
     linear_forward(a[2], a[1], param(m, 4), param(m, 5), B, MLP_HIDDEN,
                    MODEL_CLASSES);
     logits = a[2];
   } else {
     int c1 = m->conv1_channels, c2 = m->conv2_channels;
+    need(m, 0, MODEL_FORWARD);
     conv2d_forward(a[0], x, param(m, 0), param(m, 1), m->col, B, 1, 28, 28, c1,
                    CNN_K, 2);
     relu_forward(a[0], a[0], (size_t)B * c1 * 28 * 28);
     maxpool2x2_forward(a[1], m->pool_argmax[0], a[0], B, c1, 28, 28);
+    need(m, 2, MODEL_FORWARD);
     conv2d_forward(a[2], a[1], param(m, 2), param(m, 3), m->col, B, c1, 14, 14,
                    c2, CNN_K, 0);
     relu_forward(a[2], a[2], (size_t)B * c2 * 10 * 10);
     maxpool2x2_forward(a[3], m->pool_argmax[1], a[2], B, c2, 10, 10);
+    need(m, 4, MODEL_FORWARD);
     linear_forward(a[4], a[3], param(m, 4), param(m, 5), B, c2 * 25, CNN_FC1);
     relu_forward(a[4], a[4], (size_t)B * CNN_FC1);
+    need(m, 6, MODEL_FORWARD);
     linear_forward(a[5], a[4], param(m, 6), param(m, 7), B, CNN_FC1, CNN_FC2);
     relu_forward(a[5], a[5], (size_t)B * CNN_FC2);
+    need(m, 8, MODEL_FORWARD);
     linear_forward(a[6], a[5], param(m, 8), param(m, 9), B, CNN_FC2,
                    MODEL_CLASSES);
     logits = a[6];
@@ -210,14 +229,17 @@ void model_backward(model *m, int B, float loss_scale) {
   if (m->kind == MODEL_MLP) {
     softmax_cross_entropy_backward(d[2], m->probs, m->targets, B, MODEL_CLASSES,
                                    loss_scale);
+    need(m, 4, MODEL_BACKWARD);
     linear_backward(d[1], grad(m, 4), grad(m, 5), d[2], a[1], param(m, 4), B,
                     MLP_HIDDEN, MODEL_CLASSES);
     ready(m, 4);
     relu_backward(d[1], d[1], a[1], (size_t)B * MLP_HIDDEN);
+    need(m, 2, MODEL_BACKWARD);
     linear_backward(d[0], grad(m, 2), grad(m, 3), d[1], a[0], param(m, 2), B,
                     MLP_HIDDEN, MLP_HIDDEN);
     ready(m, 2);
     relu_backward(d[0], d[0], a[0], (size_t)B * MLP_HIDDEN);
+    need(m, 0, MODEL_BACKWARD);
     linear_backward(NULL, grad(m, 0), grad(m, 1), d[0], m->input, param(m, 0),
                     B, MODEL_IMAGE_PIXELS, MLP_HIDDEN);
     ready(m, 0);
@@ -225,24 +247,29 @@ void model_backward(model *m, int B, float loss_scale) {
     int c1 = m->conv1_channels, c2 = m->conv2_channels;
     softmax_cross_entropy_backward(d[6], m->probs, m->targets, B, MODEL_CLASSES,
                                    loss_scale);
+    need(m, 8, MODEL_BACKWARD);
     linear_backward(d[5], grad(m, 8), grad(m, 9), d[6], a[5], param(m, 8), B,
                     CNN_FC2, MODEL_CLASSES);
     ready(m, 8);
     relu_backward(d[5], d[5], a[5], (size_t)B * CNN_FC2);
+    need(m, 6, MODEL_BACKWARD);
     linear_backward(d[4], grad(m, 6), grad(m, 7), d[5], a[4], param(m, 6), B,
                     CNN_FC1, CNN_FC2);
     ready(m, 6);
     relu_backward(d[4], d[4], a[4], (size_t)B * CNN_FC1);
+    need(m, 4, MODEL_BACKWARD);
     linear_backward(d[3], grad(m, 4), grad(m, 5), d[4], a[3], param(m, 4), B,
                     c2 * 25, CNN_FC1);
     ready(m, 4);
     maxpool2x2_backward(d[2], d[3], m->pool_argmax[1], B, c2, 10, 10);
     relu_backward(d[2], d[2], a[2], (size_t)B * c2 * 10 * 10);
+    need(m, 2, MODEL_BACKWARD);
     conv2d_backward(d[1], grad(m, 2), grad(m, 3), d[2], a[1], param(m, 2),
                     m->col, m->dcol, B, c1, 14, 14, c2, CNN_K, 0);
     ready(m, 2);
     maxpool2x2_backward(d[0], d[1], m->pool_argmax[0], B, c1, 28, 28);
     relu_backward(d[0], d[0], a[0], (size_t)B * c1 * 28 * 28);
+    need(m, 0, MODEL_BACKWARD);
     conv2d_backward(NULL, grad(m, 0), grad(m, 1), d[0], m->input, param(m, 0),
                     m->col, m->dcol, B, 1, 28, 28, c1, CNN_K, 2);
     ready(m, 0);

@@ -5,13 +5,19 @@
  * All parameters live in ONE float32 allocation (model.params) and their
  * gradients in another of the same layout (model.grads). Each tensor is a
  * view (name, offset, shape) registered in forward order, so that DDP buckets
- * are contiguous ranges of model.grads, FSDP shards are ranges of
- * model.params, optimizers run over one flat array, and a checkpoint is a few
- * large writes.
+ * are contiguous ranges of model.grads, an FSDP unit's flat parameter is a
+ * range of model.params (fsdp.c shards it, then frees both buffers),
+ * optimizers run over one flat array, and a checkpoint is a few large
+ * writes.
  *
  * Backward calls model.grad_ready(ctx, param_index) as soon as a tensor's
  * gradient is final for this backward pass: this is the hook DDP uses to
  * start bucket all-reduces while the remaining layers are still computing.
+ * Forward and backward call model.param_needed(ctx, param_index, pass)
+ * before each layer (param_index is the layer's first tensor): the hook FSDP
+ * uses to gather a unit's parameters. Layers read their tensors through
+ * model.tensor_params / model.tensor_grads, which point into params and
+ * grads unless a strategy points them at a unit's gathered buffers.
  */
 #ifndef XTRAIN_MODEL_H
 #define XTRAIN_MODEL_H
@@ -41,6 +47,9 @@ typedef struct param_view {
 
 typedef void (*grad_ready_fn)(void *ctx, int param_index);
 
+typedef enum model_pass { MODEL_FORWARD = 0, MODEL_BACKWARD = 1 } model_pass;
+typedef void (*param_needed_fn)(void *ctx, int param_index, model_pass pass);
+
 typedef struct model {
   model_kind kind;
   int conv1_channels, conv2_channels; /* CNN only */
@@ -50,8 +59,15 @@ typedef struct model {
   size_t num_elements; /* length of params and grads, in floats */
   float *params;
   float *grads;
+  /* Where each tensor's values and gradient are read and written:
+   * params + views[i].offset and grads + views[i].offset after
+   * model_create. */
+  float *tensor_params[MODEL_MAX_PARAMS];
+  float *tensor_grads[MODEL_MAX_PARAMS];
   grad_ready_fn grad_ready; /* may be NULL */
   void *grad_ready_ctx;
+  param_needed_fn param_needed; /* may be NULL */
+  void *param_needed_ctx;
   /* Activations and their gradients, owned by the model (see model.c). */
   float *act[12];
   float *dact[12];

@@ -1,8 +1,11 @@
 /*
  * xtrain.c - the xtrain program: trains an MLP or a CNN on Fashion-MNIST with
- * one process (--strategy none) or data-parallel over xcoll (--strategy ddp,
- * launched by xcollrun or any torchrun-style launcher). Uses only the public
- * API in xcoll.h. See docs/trainer.md.
+ * one process (--strategy none), DataParallel threads in one process
+ * (--strategy dp), data-parallel over xcoll (--strategy ddp) or fully
+ * sharded (--strategy fsdp), the last two launched by xcollrun or any
+ * torchrun-style launcher. Uses only the public API in xcoll.h. See
+ * docs/trainer.md. The strategy's hooks (strategy.h) are all a step knows of
+ * distribution.
  */
 #include <cblas.h>
 #include <cjson/cJSON.h>
@@ -21,16 +24,19 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "ddp.h"
+#include "dp.h"
+#include "fsdp.h"
 #include "model.h"
 #include "optim.h"
+#include "strategy.h"
 #include "timeline.h"
 #include "xcoll.h"
 
-typedef enum strategy { STRATEGY_NONE = 0, STRATEGY_DDP = 1 } strategy;
-
 typedef struct config {
   model_kind model;
-  strategy strategy;
+  strategy_kind strategy;
+  fsdp_config fsdp; /* --sharding, --backward-prefetch, ... */
+  int dp_devices;   /* --strategy dp: replicas (threads) */
   int epochs;
   int batch_size; /* per rank, per micro-batch */
   float lr;
@@ -64,7 +70,16 @@ static void usage(FILE *out) {
 "usage: xtrain [options]   (multi-rank: xcollrun --nproc-per-node N xtrain --strategy ddp ...)\n"
 "  --model mlp|cnn          model (mlp: 784-256-256-10; cnn: LeNet-5-like) [mlp]\n"
 "  --cnn-channels C1,C2     channels of the CNN's two convolutions [16,32]\n"
-"  --strategy none|ddp      one process, or DistributedDataParallel over xcoll [none]\n"
+"  --strategy none|dp|ddp|fsdp  one process; DataParallel (one process,\n"
+"                           threads); DistributedDataParallel or Fully Sharded\n"
+"                           Data Parallel over xcoll [none]\n"
+"  --dp-devices N           dp: replicas, one thread each; --batch-size is\n"
+"                           the whole batch, scattered over them [2]\n"
+"  --sharding S             fsdp: full_shard|shard_grad_op|no_shard|hybrid_shard\n"
+"                           (hybrid: full_shard within LOCAL_WORLD_SIZE ranks) [full_shard]\n"
+"  --backward-prefetch P    fsdp: pre|post|none [pre]\n"
+"  --forward-prefetch on|off  fsdp: gather the next unit during a unit's forward [off]\n"
+"  --fsdp-min-params N      fsdp: layers join a unit until it has N parameters [0]\n"
 "  --epochs E               passes over the training set [5]\n"
 "  --batch-size B           samples per rank per micro-batch [64]\n"
 "  --lr LR                  base learning rate [0.02 sgd, 0.001 adamw]\n"
@@ -90,7 +105,8 @@ static void usage(FILE *out) {
 "  --threads T              OpenBLAS threads per rank [1]\n"
 "  --train-limit N          use the first N training samples; 0 = all [0]\n"
 "  --test-limit N           use the first N test samples; 0 = all [0]\n"
-"  --dump-params FILE       at the end, each rank writes FILE.rank<r> (raw float32)\n"
+"  --dump-params FILE       at the end, each rank writes FILE.rank<r>: the whole\n"
+"                           model's parameters, raw float32 (gathered under fsdp)\n"
 "  --trace FILE             Chrome trace of steps, layers and bucket all-reduces;\n"
 "                           each rank writes FILE with .rank<r> before the\n"
 "                           extension (or %%r replaced by the rank)\n"
@@ -136,13 +152,19 @@ enum {
   OPT_BUCKET, OPT_ACCUM, OPT_SEED, OPT_DATA, OPT_CKPT, OPT_RESUME, OPT_LOG_EVERY,
   OPT_LOG_JSON, OPT_DROP_LAST, OPT_MAX_STEPS, OPT_THREADS, OPT_TRAIN_LIMIT,
   OPT_TEST_LIMIT, OPT_CHANNELS, OPT_DUMP, OPT_FIRST_BUCKET, OPT_TRACE, OPT_HELP,
-  OPT_VERSION
+  OPT_VERSION, OPT_SHARDING, OPT_BACKWARD_PREFETCH, OPT_FORWARD_PREFETCH,
+  OPT_FSDP_MIN_PARAMS, OPT_DP_DEVICES
 };
 
 static void parse_args(config *c, int argc, char **argv) {
   static const struct option options[] = {
       {"model", required_argument, 0, OPT_MODEL},
       {"strategy", required_argument, 0, OPT_STRATEGY},
+      {"sharding", required_argument, 0, OPT_SHARDING},
+      {"backward-prefetch", required_argument, 0, OPT_BACKWARD_PREFETCH},
+      {"forward-prefetch", required_argument, 0, OPT_FORWARD_PREFETCH},
+      {"fsdp-min-params", required_argument, 0, OPT_FSDP_MIN_PARAMS},
+      {"dp-devices", required_argument, 0, OPT_DP_DEVICES},
       {"epochs", required_argument, 0, OPT_EPOCHS},
       {"batch-size", required_argument, 0, OPT_BATCH},
       {"lr", required_argument, 0, OPT_LR},
@@ -186,6 +208,12 @@ static void parse_args(config *c, int argc, char **argv) {
   c->threads = 1;
   c->conv1_channels = 16;
   c->conv2_channels = 32;
+  c->fsdp.sharding = FSDP_FULL_SHARD;
+  c->fsdp.backward_prefetch = FSDP_PREFETCH_PRE;
+  c->fsdp.forward_prefetch = 0; /* PyTorch FSDP's default too */
+  int fsdp_flag = 0; /* an fsdp-only flag was given */
+  int dp_flag = 0;   /* --dp-devices was given */
+  c->dp_devices = 2;
   opterr = 0;
   int opt;
   while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -202,8 +230,49 @@ static void parse_args(config *c, int argc, char **argv) {
         c->strategy = STRATEGY_NONE;
       else if (strcmp(optarg, "ddp") == 0)
         c->strategy = STRATEGY_DDP;
+      else if (strcmp(optarg, "fsdp") == 0)
+        c->strategy = STRATEGY_FSDP;
+      else if (strcmp(optarg, "dp") == 0)
+        c->strategy = STRATEGY_DP;
       else
-        die_usage("--strategy must be none or ddp, got '%s'", optarg);
+        die_usage("--strategy must be none, dp, ddp or fsdp, got '%s'",
+                  optarg);
+      break;
+    case OPT_DP_DEVICES:
+      c->dp_devices = (int)parse_int("--dp-devices", optarg, 1, 256);
+      dp_flag = 1;
+      break;
+    case OPT_SHARDING: {
+      int v = fsdp_sharding_parse(optarg);
+      if (v < 0)
+        die_usage("--sharding must be full_shard, shard_grad_op, no_shard or "
+                  "hybrid_shard, got '%s'", optarg);
+      c->fsdp.sharding = (fsdp_sharding)v;
+      fsdp_flag = 1;
+      break;
+    }
+    case OPT_BACKWARD_PREFETCH: {
+      int v = fsdp_prefetch_parse(optarg);
+      if (v < 0)
+        die_usage("--backward-prefetch must be pre, post or none, got '%s'",
+                  optarg);
+      c->fsdp.backward_prefetch = (fsdp_prefetch)v;
+      fsdp_flag = 1;
+      break;
+    }
+    case OPT_FORWARD_PREFETCH:
+      if (strcmp(optarg, "on") == 0)
+        c->fsdp.forward_prefetch = 1;
+      else if (strcmp(optarg, "off") == 0)
+        c->fsdp.forward_prefetch = 0;
+      else
+        die_usage("--forward-prefetch must be on or off, got '%s'", optarg);
+      fsdp_flag = 1;
+      break;
+    case OPT_FSDP_MIN_PARAMS:
+      c->fsdp.min_params =
+          (size_t)parse_int("--fsdp-min-params", optarg, 0, INT64_MAX / 2);
+      fsdp_flag = 1;
       break;
     case OPT_EPOCHS: c->epochs = (int)parse_int("--epochs", optarg, 1, 100000); break;
     case OPT_BATCH: c->batch_size = (int)parse_int("--batch-size", optarg, 1, 65536); break;
@@ -270,6 +339,30 @@ static void parse_args(config *c, int argc, char **argv) {
     c->lr = c->optimizer == OPTIM_ADAMW ? 0.001f : 0.02f;
   if (c->resume && !c->checkpoint_dir)
     die_usage("--resume needs --checkpoint-dir");
+  if (dp_flag && c->strategy != STRATEGY_DP)
+    die_usage("--dp-devices needs --strategy dp");
+  if (c->strategy == STRATEGY_DP && c->batch_size < c->dp_devices)
+    die_usage("--strategy dp scatters --batch-size %d over --dp-devices %d: "
+              "give at least one sample per replica", c->batch_size,
+              c->dp_devices);
+  if (fsdp_flag && c->strategy != STRATEGY_FSDP)
+    die_usage("--sharding, --backward-prefetch, --forward-prefetch and "
+              "--fsdp-min-params need --strategy fsdp");
+  /* no_shard replicates parameters and all-reduces gradients: the DDP path. */
+  if (c->strategy == STRATEGY_FSDP && c->fsdp.sharding == FSDP_NO_SHARD)
+    c->strategy = STRATEGY_DDP;
+  if (c->strategy == STRATEGY_FSDP && c->checkpoint_dir)
+    die_usage("--checkpoint-dir is not supported with --strategy fsdp and "
+              "--sharding %s yet (no_shard, ddp and none write checkpoints)",
+              fsdp_sharding_name(c->fsdp.sharding));
+}
+
+static const char *strategy_label(const config *c) {
+  if (c->strategy == STRATEGY_FSDP)
+    return "fsdp";
+  if (c->strategy == STRATEGY_DP)
+    return "dp";
+  return c->strategy == STRATEGY_DDP ? "ddp" : "none";
 }
 
 static char *config_json(const config *c) {
@@ -277,7 +370,16 @@ static char *config_json(const config *c) {
   cJSON_AddStringToObject(o, "model", model_kind_name(c->model));
   cJSON_AddNumberToObject(o, "conv1_channels", c->conv1_channels);
   cJSON_AddNumberToObject(o, "conv2_channels", c->conv2_channels);
-  cJSON_AddStringToObject(o, "strategy", c->strategy == STRATEGY_DDP ? "ddp" : "none");
+  cJSON_AddStringToObject(o, "strategy", strategy_label(c));
+  if (c->strategy == STRATEGY_FSDP) {
+    cJSON_AddStringToObject(o, "sharding", fsdp_sharding_name(c->fsdp.sharding));
+    cJSON_AddStringToObject(o, "backward_prefetch",
+                            fsdp_prefetch_name(c->fsdp.backward_prefetch));
+    cJSON_AddBoolToObject(o, "forward_prefetch", c->fsdp.forward_prefetch);
+    cJSON_AddNumberToObject(o, "fsdp_min_params", (double)c->fsdp.min_params);
+  }
+  if (c->strategy == STRATEGY_DP)
+    cJSON_AddNumberToObject(o, "dp_devices", c->dp_devices);
   cJSON_AddNumberToObject(o, "epochs", c->epochs);
   cJSON_AddNumberToObject(o, "batch_size", c->batch_size);
   cJSON_AddNumberToObject(o, "lr", c->lr);
@@ -316,7 +418,36 @@ typedef struct run {
   FILE *json;
   int tty;
   timeline trace; /* --trace; file NULL when off */
+  /* data */
+  dataset train, test;
+  float mean, std; /* of the whole training set */
+  sampler smp;
+  float *x;          /* (B, 784) one micro-batch */
+  unsigned char *y;  /* (B) */
+  /* model, optimizer, strategy */
+  model m;
+  optimizer opt;
+  strategy strat;
+  ddp dp; /* --strategy ddp: strat.impl */
+  checkpoint_meta meta;
+  /* schedule */
+  int64_t micro_per_epoch, steps_per_epoch, schedule_steps, total_steps;
 } run;
+
+/* Sums of one logging window (an epoch, or --log-every updates). */
+typedef struct window {
+  double loss, correct, count; /* summed over this rank's samples */
+  double time, comm, blocked;  /* seconds */
+} window;
+
+static void window_add(window *w, const window *d) {
+  w->loss += d->loss;
+  w->correct += d->correct;
+  w->count += d->count;
+  w->time += d->time;
+  w->comm += d->comm;
+  w->blocked += d->blocked;
+}
 
 static void fail(run *r, const char *fmt, ...) {
   va_list ap;
@@ -348,25 +479,42 @@ static void sum_over_ranks(run *r, double *v, size_t n) {
                 "xcoll_allreduce of statistics");
 }
 
-/* Accuracy and mean loss on this rank's shard (r, r+W, ...) of ds, combined
- * over ranks. x and y hold max_batch samples. */
-static void evaluate(run *r, model *m, const dataset *ds, float mean,
-                     float std, float *x, unsigned char *y, double *acc,
-                     double *loss) {
+/* Accuracy and mean loss on this rank's shard (r, r+W, ...) of the test
+ * set, combined over ranks. Under a lockstep strategy (fsdp, whose forward
+ * runs collectives) every rank runs as many batches as rank 0, which has
+ * the most samples; a rank out of samples runs its first sample again and
+ * does not count it. */
+static void evaluate(run *r, double *acc, double *loss) {
   size_t idx[65536];
   double totals[3] = {0, 0, 0}; /* correct, count, loss sum */
-  int B = m->max_batch > 65536 ? 65536 : m->max_batch;
+  const dataset *ds = &r->test;
+  int B = r->m.max_batch > 65536 ? 65536 : r->m.max_batch;
+  size_t W = (size_t)r->world_size;
+  size_t mine = ds->count > (size_t)r->rank
+                    ? (ds->count - (size_t)r->rank + W - 1) / W : 0;
+  size_t most = (ds->count + W - 1) / W; /* rank 0's */
+  size_t batches = ((r->strat.lockstep ? most : mine) + (size_t)B - 1) / (size_t)B;
   size_t i = (size_t)r->rank;
-  while (i < ds->count) {
+  for (size_t b = 0; b < batches; b++) {
     int n = 0;
-    for (; n < B && i < ds->count; n++, i += (size_t)r->world_size)
+    for (; n < B && i < ds->count; n++, i += W)
       idx[n] = i;
-    data_fill_batch(ds, idx, n, mean, std, x, y);
+    int counted = n;
+    if (n == 0) {
+      idx[0] = 0;
+      n = 1;
+    }
+    data_fill_batch(ds, idx, n, r->mean, r->std, r->x, r->y);
     int correct = 0;
-    totals[2] += model_forward(m, x, y, n, &correct);
-    totals[0] += correct;
-    totals[1] += n;
+    strategy_before_forward(&r->strat);
+    double l = model_forward(&r->m, r->x, r->y, n, &correct);
+    if (counted > 0) {
+      totals[2] += l;
+      totals[0] += correct;
+      totals[1] += n;
+    }
   }
+  check_xcoll(r, strategy_release(&r->strat), "releasing gathered parameters");
   sum_over_ranks(r, totals, 3);
   *acc = totals[1] > 0 ? totals[0] / totals[1] : 0.0;
   *loss = totals[1] > 0 ? totals[2] / totals[1] : 0.0;
@@ -396,21 +544,28 @@ static void progress(run *r, int epoch, int64_t step, int64_t steps,
   fflush(stdout);
 }
 
-static void save_checkpoint(run *r, const char *name, const model *m,
-                            const optimizer *o, const checkpoint_meta *meta) {
+static void save_checkpoint(run *r, const char *name) {
   char err[1024];
-  if (checkpoint_save(r->cfg.checkpoint_dir, name, m, o, meta, err,
-                      sizeof err) != 0)
+  if (checkpoint_save(r->cfg.checkpoint_dir, name, &r->m, &r->opt, &r->meta,
+                      err, sizeof err) != 0)
     fail(r, "%s", err);
 }
 
-static void dump_params(run *r, const model *m) {
+/* --dump-params: the whole model in registration order, gathered from the
+ * shards under fsdp, so that files of every strategy compare directly. */
+static void dump_params(run *r) {
+  float *all = malloc(r->m.num_elements * sizeof(float));
+  if (!all)
+    fail(r, "out of memory gathering parameters for --dump-params");
+  check_xcoll(r, strategy_gather_params(&r->strat, all),
+              "gathering parameters for --dump-params");
   char path[4096];
   snprintf(path, sizeof path, "%s.rank%d", r->cfg.dump_params, r->rank);
   FILE *f = fopen(path, "wb");
-  if (!f || fwrite(m->params, sizeof(float), m->num_elements, f) !=
-                m->num_elements || fclose(f) != 0)
+  if (!f || fwrite(all, sizeof(float), r->m.num_elements, f) !=
+                r->m.num_elements || fclose(f) != 0)
     fail(r, "cannot write --dump-params file %s: %s", path, strerror(errno));
+  free(all);
 }
 
 /* ---- --trace ---- */
@@ -419,12 +574,12 @@ static void dump_params(run *r, const model *m) {
  * layer runs from the end of the previous layer's hook calls (or the start
  * of backward) to the first hook call for one of its tensors, so it includes
  * the activation backward (ReLU, pooling) just below the next layer and, for
- * the last layer, the loss. Time in DDP's hook (polling and issuing
- * all-reduces) falls between layer spans. */
+ * the last layer, the loss. Time in the strategy's hook (polling and issuing
+ * collectives) falls between layer spans. */
 typedef struct layer_tracer {
   timeline *trace;
   const model *m;
-  grad_ready_fn inner; /* DDP's hook, or NULL */
+  grad_ready_fn inner; /* the strategy's hook */
   void *inner_ctx;
   double mark;  /* seconds: end of the previous hook call or start of backward */
   int previous; /* tensor of the previous hook call; -1 at start of backward */
@@ -473,379 +628,585 @@ static void trace_buckets(run *r, const ddp *d, const model *m) {
   }
 }
 
-int main(int argc, char **argv) {
-  run r;
-  memset(&r, 0, sizeof r);
-  parse_args(&r.cfg, argc, argv);
-  config *c = &r.cfg;
-  openblas_set_num_threads(c->threads);
-  r.world_size = 1;
-  if (c->strategy == STRATEGY_DDP) {
-    xcoll_status st = xcoll_comm_init_env(&r.comm);
-    if (st != XCOLL_SUCCESS) {
-      fprintf(stderr, "xtrain: error: xcoll_comm_init_env failed: %s: %s\n",
-              xcoll_strerror(st), xcoll_last_error());
-      return 1;
-    }
-    xcoll_comm_rank(r.comm, &r.rank);
-    xcoll_comm_size(r.comm, &r.world_size);
+/* One span per collective of the last FSDP micro-batch, on one track per
+ * communicator (its operations run one after the other). */
+static void trace_fsdp_ops(run *r) {
+  const fsdp_op_record *ops;
+  int n = fsdp_last_ops(&r->strat, &ops);
+  for (int i = 0; i < n; i++) {
+    const unit *u = &r->strat.plan.units[ops[i].unit];
+    char name[48], args[160];
+    snprintf(name, sizeof name, "%s unit %d", ops[i].what, ops[i].unit);
+    snprintf(args, sizeof args,
+             "\"unit\":%d,\"bytes\":%zu,\"tensors\":\"%s..%s\"",
+             ops[i].unit, ops[i].bytes, r->m.views[u->first_param].name,
+             r->m.views[u->last_param].name);
+    timeline_span(&r->trace, name, "fsdp",
+                  TIMELINE_TID_STEPS + 1 + ops[i].across_nodes,
+                  ops[i].issue_time, ops[i].done_time, args);
   }
-  r.tty = isatty(STDOUT_FILENO);
+}
+
+/* ---- setup ---- */
+
+static void setup_comm(run *r) {
+  r->world_size = 1;
+  if (r->cfg.strategy == STRATEGY_NONE || r->cfg.strategy == STRATEGY_DP)
+    return; /* dp: one process */
+  xcoll_status st = xcoll_comm_init_env(&r->comm);
+  if (st != XCOLL_SUCCESS) {
+    fprintf(stderr, "xtrain: error: xcoll_comm_init_env failed: %s: %s\n",
+            xcoll_strerror(st), xcoll_last_error());
+    exit(1);
+  }
+  xcoll_comm_rank(r->comm, &r->rank);
+  xcoll_comm_size(r->comm, &r->world_size);
+}
+
+static void setup_outputs(run *r) {
+  const config *c = &r->cfg;
+  r->tty = isatty(STDOUT_FILENO);
   if (c->trace) {
     char trace_err[4200];
-    if (timeline_open(&r.trace, c->trace, r.rank, trace_err,
+    if (timeline_open(&r->trace, c->trace, r->rank, trace_err,
                       sizeof trace_err) != 0)
-      fail(&r, "%s", trace_err);
+      fail(r, "%s", trace_err);
   }
-  if (r.rank == 0 && c->log_json) {
-    r.json = fopen(c->log_json, c->resume ? "a" : "w");
-    if (!r.json)
-      fail(&r, "cannot open --log-json file %s: %s", c->log_json,
+  if (r->rank == 0 && c->log_json) {
+    r->json = fopen(c->log_json, c->resume ? "a" : "w");
+    if (!r->json)
+      fail(r, "cannot open --log-json file %s: %s", c->log_json,
            strerror(errno));
   }
+}
 
-  /* ---- data ---- */
-  dataset train, test;
+static void load_data(run *r) {
   char err[1024];
-  if (data_load(&train, c->data_dir, "train", err, sizeof err) != 0)
-    fail(&r, "%s", err);
-  if (data_load(&test, c->data_dir, "t10k", err, sizeof err) != 0)
-    fail(&r, "%s", err);
-  float mean, std;
-  data_stats(&train, &mean, &std); /* of the whole training set */
-  data_truncate(&train, c->train_limit);
-  data_truncate(&test, c->test_limit);
+  if (data_load(&r->train, r->cfg.data_dir, "train", err, sizeof err) != 0)
+    fail(r, "%s", err);
+  if (data_load(&r->test, r->cfg.data_dir, "t10k", err, sizeof err) != 0)
+    fail(r, "%s", err);
+  data_stats(&r->train, &r->mean, &r->std); /* of the whole training set */
+  data_truncate(&r->train, r->cfg.train_limit);
+  data_truncate(&r->test, r->cfg.test_limit);
+}
 
-  /* ---- model, optimizer, strategy ---- */
-  model m;
-  if (model_create(&m, c->model, c->conv1_channels, c->conv2_channels,
+/* Model and its initial parameters, from the seed or the checkpoint. */
+static void setup_model(run *r) {
+  const config *c = &r->cfg;
+  if (model_create(&r->m, c->model, c->conv1_channels, c->conv2_channels,
                    c->batch_size) != 0)
-    fail(&r, "out of memory creating the %s model for batch %d",
+    fail(r, "out of memory creating the %s model for batch %d",
          model_kind_name(c->model), c->batch_size);
   rng init_rng;
   rng_seed(&init_rng, c->seed);
-  model_init_params(&m, &init_rng);
-  optimizer opt;
-  if (optim_create(&opt, c->optimizer, m.num_elements, c->lr, c->momentum,
-                   c->weight_decay, c->nesterov) != 0)
-    fail(&r, "out of memory creating the optimizer state");
+  model_init_params(&r->m, &init_rng);
+  if (optim_create(&r->opt, c->optimizer, r->m.num_elements, c->lr,
+                   c->momentum, c->weight_decay, c->nesterov) != 0)
+    fail(r, "out of memory creating the optimizer state");
 
-  checkpoint_meta meta;
-  memset(&meta, 0, sizeof meta);
+  checkpoint_meta *meta = &r->meta;
+  memset(meta, 0, sizeof *meta);
   char *cfg_json = config_json(c);
-  snprintf(meta.config, sizeof meta.config, "%s", cfg_json ? cfg_json : "{}");
+  snprintf(meta->config, sizeof meta->config, "%s", cfg_json ? cfg_json : "{}");
   free(cfg_json);
-  meta.rng_state = init_rng;
+  meta->rng_state = init_rng;
   if (c->resume) {
+    char err[1024];
     /* A save killed mid-write leaves a temporary file; none is ever read. */
     if (checkpoint_clean_stale(c->checkpoint_dir, err, sizeof err) < 0)
-      fail(&r, "%s", err);
+      fail(r, "%s", err);
     char path[4096];
     snprintf(path, sizeof path, "%s/checkpoint_latest.safetensors",
              c->checkpoint_dir);
     if (access(path, F_OK) != 0) {
-      if (r.rank == 0)
+      if (r->rank == 0)
         fprintf(stderr, "xtrain: --resume: no %s yet, starting from scratch\n",
                 path);
     } else {
-      char saved_config[sizeof meta.config];
-      memcpy(saved_config, meta.config, sizeof saved_config);
-      if (checkpoint_load(path, &m, &opt, &meta, err, sizeof err) != 0)
-        fail(&r, "%s", err);
-      memcpy(meta.config, saved_config, sizeof saved_config);
-      init_rng = meta.rng_state;
-      if (r.rank == 0)
+      char saved_config[sizeof meta->config];
+      memcpy(saved_config, meta->config, sizeof saved_config);
+      if (checkpoint_load(path, &r->m, &r->opt, meta, err, sizeof err) != 0)
+        fail(r, "%s", err);
+      memcpy(meta->config, saved_config, sizeof saved_config);
+      if (r->rank == 0)
         printf("resumed from %s: epoch %d, step %" PRId64 "\n", path,
-               meta.epoch, meta.step);
+               meta->epoch, meta->step);
     }
   }
-  if (c->checkpoint_dir && r.rank == 0)
+  if (c->checkpoint_dir && r->rank == 0)
     mkdir(c->checkpoint_dir, 0777); /* an existing directory is fine */
+}
 
-  ddp dp;
-  if (r.comm) {
-    ddp_init(&dp, r.comm, &m, c->first_bucket_mb, c->bucket_cap_mb);
-    check_xcoll(&r, ddp_broadcast_params(&dp), "broadcast of parameters");
-    if (r.rank == 0) {
-      printf("ddp: %d ranks on backend %s, %d bucket(s), the first of at most "
-             "%.3g MiB, the others of at most %.3g MiB\n",
-             r.world_size, xcoll_comm_backend(r.comm), dp.num_buckets,
-             c->first_bucket_mb, c->bucket_cap_mb);
-      for (int i = 0; i < dp.num_buckets; i++) {
-        const ddp_bucket *b = &dp.buckets[i];
-        printf("ddp: bucket %d: %d tensors (", i,
-               b->last_param - b->first_param + 1);
-        for (int p = b->last_param; p >= b->first_param; p--)
-          printf("%s%s", m.views[p].name, p > b->first_param ? ", " : "");
-        printf("), %zu bytes (%.3f MiB)\n", b->count * sizeof(float),
-               (double)(b->count * sizeof(float)) / (1024.0 * 1024.0));
-      }
-    }
+static void print_ddp_layout(run *r) {
+  const ddp *d = &r->dp;
+  printf("ddp: %d ranks on backend %s, %d bucket(s), the first of at most "
+         "%.3g MiB, the others of at most %.3g MiB\n",
+         r->world_size, xcoll_comm_backend(r->comm), d->num_buckets,
+         r->cfg.first_bucket_mb, r->cfg.bucket_cap_mb);
+  for (int i = 0; i < d->num_buckets; i++) {
+    const ddp_bucket *b = &d->buckets[i];
+    printf("ddp: bucket %d: %d tensors (", i,
+           b->last_param - b->first_param + 1);
+    for (int p = b->last_param; p >= b->first_param; p--)
+      printf("%s%s", r->m.views[p].name, p > b->first_param ? ", " : "");
+    printf("), %zu bytes (%.3f MiB)\n", b->count * sizeof(float),
+           (double)(b->count * sizeof(float)) / (1024.0 * 1024.0));
   }
-  layer_tracer tracer;
+}
+
+static void print_fsdp_layout(run *r) {
+  const config *c = &r->cfg;
+  printf("fsdp: %d ranks on backend %s, %s, backward prefetch %s, forward "
+         "prefetch %s, %d unit(s)\n",
+         r->world_size, xcoll_comm_backend(r->comm), r->strat.name,
+         fsdp_prefetch_name(c->fsdp.backward_prefetch),
+         c->fsdp.forward_prefetch ? "on" : "off", r->strat.plan.num_units);
+  for (int i = 0; i < r->strat.plan.num_units; i++) {
+    const unit *u = &r->strat.plan.units[i];
+    printf("fsdp: unit %d: %s..%s, %zu parameters\n", i,
+           r->m.views[u->first_param].name, r->m.views[u->last_param].name,
+           u->count);
+  }
+}
+
+/* The strategy, and the optimizer over what it lets this rank update. */
+static void setup_strategy(run *r) {
+  const config *c = &r->cfg;
+  if (c->strategy == STRATEGY_NONE) {
+    strategy_init_none(&r->strat, &r->m);
+  } else if (c->strategy == STRATEGY_DP) {
+    char err[1024];
+    if (strategy_init_dp(&r->strat, &r->m, c->dp_devices, err, sizeof err) !=
+        XCOLL_SUCCESS)
+      fail(r, "setting up dp: %s", err);
+    printf("dp: %d replicas (threads) in one process, batch %d scattered in "
+           "chunks of %d\n", c->dp_devices, c->batch_size,
+           (c->batch_size + c->dp_devices - 1) / c->dp_devices);
+  } else if (c->strategy == STRATEGY_DDP) {
+    check_xcoll(r, strategy_init_ddp(&r->strat, &r->m, &r->dp, r->comm,
+                                     c->first_bucket_mb, c->bucket_cap_mb),
+                "broadcast of parameters");
+    if (r->rank == 0)
+      print_ddp_layout(r);
+  } else {
+    fsdp_config fc = c->fsdp;
+    const char *lws = getenv("LOCAL_WORLD_SIZE");
+    fc.local_world_size = lws && *lws ? atoi(lws) : r->world_size;
+    if (fc.sharding == FSDP_HYBRID_SHARD && fc.local_world_size < 1)
+      fail(r, "--sharding hybrid_shard needs LOCAL_WORLD_SIZE >= 1 (ranks "
+              "per node, set by xcollrun), got '%s'", lws);
+    char err[1024];
+    xcoll_status st =
+        strategy_init_fsdp(&r->strat, &r->m, r->comm, &fc, err, sizeof err);
+    if (st != XCOLL_SUCCESS)
+      fail(r, "setting up fsdp: %s", err);
+    /* The shards are what the optimizer updates: state for them only. */
+    optim_free(&r->opt);
+    if (optim_create(&r->opt, c->optimizer, r->strat.count, c->lr, c->momentum,
+                     c->weight_decay, c->nesterov) != 0)
+      fail(r, "out of memory creating the optimizer state");
+    if (r->rank == 0)
+      print_fsdp_layout(r);
+  }
+  strategy_attach(&r->strat);
+  strategy_count_memory(&r->strat, r->opt.num_state);
+}
+
+static layer_tracer tracer;
+
+static void setup_trace(run *r) {
   memset(&tracer, 0, sizeof tracer);
-  if (r.trace.file) {
-    tracer.trace = &r.trace;
-    tracer.m = &m;
-    tracer.inner = m.grad_ready;
-    tracer.inner_ctx = m.grad_ready_ctx;
-    m.grad_ready = traced_grad_ready;
-    m.grad_ready_ctx = &tracer;
-    timeline_name_track(&r.trace, TIMELINE_TID_STEPS, "xtrain steps");
-    for (int i = 0; r.comm && i < dp.num_buckets; i++) {
-      char track[48];
-      snprintf(track, sizeof track, "xtrain allreduce bucket %d", i);
-      timeline_name_track(&r.trace, TIMELINE_TID_STEPS + 1 + i, track);
-    }
+  if (!r->trace.file)
+    return;
+  /* dp's layers run on several threads at once: its trace has one span
+   * per micro-batch, without layers. */
+  if (r->cfg.strategy != STRATEGY_DP) {
+    tracer.trace = &r->trace;
+    tracer.m = &r->m;
+    tracer.inner = r->m.grad_ready;
+    tracer.inner_ctx = r->m.grad_ready_ctx;
+    r->m.grad_ready = traced_grad_ready;
+    r->m.grad_ready_ctx = &tracer;
   }
+  timeline_name_track(&r->trace, TIMELINE_TID_STEPS, "xtrain steps");
+  for (int i = 0; r->cfg.strategy == STRATEGY_DDP && i < r->dp.num_buckets;
+       i++) {
+    char track[48];
+    snprintf(track, sizeof track, "xtrain allreduce bucket %d", i);
+    timeline_name_track(&r->trace, TIMELINE_TID_STEPS + 1 + i, track);
+  }
+  if (r->cfg.strategy == STRATEGY_FSDP) {
+    timeline_name_track(&r->trace, TIMELINE_TID_STEPS + 1,
+                        "xtrain fsdp collectives");
+    if (r->cfg.fsdp.sharding == FSDP_HYBRID_SHARD)
+      timeline_name_track(&r->trace, TIMELINE_TID_STEPS + 2,
+                          "xtrain fsdp allreduce across nodes");
+  }
+}
 
-  sampler smp;
-  if (sampler_init(&smp, train.count, r.rank, r.world_size, c->drop_last,
-                   c->seed) != 0)
-    fail(&r, "out of memory creating the sampler");
+static void setup_schedule(run *r) {
+  const config *c = &r->cfg;
+  if (sampler_init(&r->smp, r->train.count, r->rank, r->world_size,
+                   c->drop_last, c->seed) != 0)
+    fail(r, "out of memory creating the sampler");
   int B = c->batch_size, K = c->grad_accum;
-  int64_t micro_per_epoch = c->drop_last ? (int64_t)(smp.num_samples / B)
-                                         : (int64_t)((smp.num_samples + B - 1) / B);
-  int64_t steps_per_epoch = (micro_per_epoch + K - 1) / K;
-  if (steps_per_epoch == 0)
-    fail(&r, "no complete batch: %zu samples per rank, batch size %d",
-         smp.num_samples, B);
+  r->micro_per_epoch = c->drop_last
+                           ? (int64_t)(r->smp.num_samples / B)
+                           : (int64_t)((r->smp.num_samples + B - 1) / B);
+  r->steps_per_epoch = (r->micro_per_epoch + K - 1) / K;
+  if (r->steps_per_epoch == 0)
+    fail(r, "no complete batch: %zu samples per rank, batch size %d",
+         r->smp.num_samples, B);
   /* The schedule spans the configured epochs; --max-steps only stops early,
    * so a run cut by it and resumed follows the same learning rates. */
-  int64_t schedule_steps = steps_per_epoch * c->epochs;
-  int64_t total_steps = schedule_steps;
-  if (c->max_steps > 0 && c->max_steps < total_steps)
-    total_steps = c->max_steps;
+  r->schedule_steps = r->steps_per_epoch * c->epochs;
+  r->total_steps = r->schedule_steps;
+  if (c->max_steps > 0 && c->max_steps < r->total_steps)
+    r->total_steps = c->max_steps;
+  r->x = malloc((size_t)B * MODEL_IMAGE_PIXELS * sizeof(float));
+  r->y = malloc((size_t)B);
+  if (!r->x || !r->y)
+    fail(r, "out of memory for a batch of %d", B);
+}
 
-  float *x = malloc((size_t)B * MODEL_IMAGE_PIXELS * sizeof(float));
-  unsigned char *y = malloc((size_t)B);
-  if (!x || !y)
-    fail(&r, "out of memory for a batch of %d", B);
+static void print_memory(run *r) {
+  const strategy_memory *mem = &r->strat.memory;
+  size_t total = mem->param_bytes + mem->grad_bytes + mem->optim_bytes;
+  printf("memory: rank %d holds %zu bytes (%.3f MiB) of parameters + "
+         "gradients + optimizer state outside gathers: parameters %zu, "
+         "gradients %zu, optimizer %zu\n",
+         r->rank, total, (double)total / (1024.0 * 1024.0), mem->param_bytes,
+         mem->grad_bytes, mem->optim_bytes);
+}
 
+/* ---- one update ---- */
+
+/* Runs update s of the epoch (its K micro-batches, the strategy's
+ * communication and the optimizer step); returns its sums in *w. */
+static void train_step(run *r, int epoch, int64_t s, window *w) {
+  const config *c = &r->cfg;
+  int B = c->batch_size, K = c->grad_accum;
+  memset(w, 0, sizeof *w);
+  double t0 = ddp_now();
+  int64_t m0 = s * K, m1 = m0 + K;
+  if (m1 > r->micro_per_epoch)
+    m1 = r->micro_per_epoch;
+  /* Samples in this update on this rank, so that the accumulated gradient
+   * is the mean over all of them. */
+  size_t step_samples = 0;
+  for (int64_t mb = m0; mb < m1; mb++) {
+    size_t lo = (size_t)mb * B, hi = lo + B;
+    step_samples += (hi > r->smp.num_samples ? r->smp.num_samples : hi) - lo;
+  }
+  for (int64_t mb = m0; mb < m1; mb++) {
+    size_t lo = (size_t)mb * B;
+    int n = (int)((lo + B > r->smp.num_samples) ? r->smp.num_samples - lo
+                                                : (size_t)B);
+    double t_load = ddp_now();
+    data_fill_batch(&r->train, r->smp.indices + lo, n, r->mean, r->std, r->x,
+                    r->y);
+    double t_forward = ddp_now();
+    timeline_span(&r->trace, "load batch", "data", TIMELINE_TID_STEPS, t_load,
+                  t_forward, NULL);
+    int correct = 0;
+    int sync = (mb == m1 - 1);
+    float loss_scale = 1.0f / (float)step_samples;
+    if (r->strat.forward_backward) {
+      /* dp: replicate, scatter, forward and backward on every replica,
+       * gather, reduce */
+      double loss = r->strat.forward_backward(&r->strat, r->x, r->y, n,
+                                              loss_scale, &correct);
+      double t_done = ddp_now();
+      timeline_span(&r->trace, "dp forward+backward", "compute",
+                    TIMELINE_TID_STEPS, t_forward, t_done, NULL);
+      w->loss += loss;
+      w->correct += correct;
+      w->count += n;
+      w->comm += r->strat.last.comm_time;
+      w->blocked += r->strat.last.blocked_time;
+      continue;
+    }
+    strategy_before_forward(&r->strat);
+    double loss = model_forward(&r->m, r->x, r->y, n, &correct);
+    w->loss += loss;
+    w->correct += correct;
+    w->count += n;
+    double t_backward = ddp_now();
+    timeline_span(&r->trace, "forward", "compute", TIMELINE_TID_STEPS,
+                  t_forward, t_backward, NULL);
+    strategy_before_backward(&r->strat, sync);
+    tracer.mark = t_backward;
+    tracer.previous = -1;
+    model_backward(&r->m, n, loss_scale);
+    double t_wait = ddp_now();
+    if (r->trace.file) {
+      char args[64];
+      snprintf(args, sizeof args, "\"micro_batch\":%" PRId64 ",\"sync\":%d",
+               mb - m0, r->comm ? sync : 0);
+      timeline_span(&r->trace, "backward", "compute", TIMELINE_TID_STEPS,
+                    t_backward, t_wait, args);
+    }
+    check_xcoll(r, strategy_after_backward(&r->strat),
+                r->cfg.strategy == STRATEGY_FSDP ? "gradient reduce-scatter"
+                                                 : "gradient all-reduce");
+    /* DDP communicates on the last micro-batch, FSDP on every one. */
+    int fsdp_run = r->cfg.strategy == STRATEGY_FSDP;
+    if (r->comm && (sync || fsdp_run)) {
+      timeline_span(&r->trace, fsdp_run ? "fsdp wait" : "ddp wait",
+                    fsdp_run ? "fsdp" : "ddp", TIMELINE_TID_STEPS, t_wait,
+                    ddp_now(), NULL);
+      if (fsdp_run)
+        trace_fsdp_ops(r);
+      else
+        trace_buckets(r, &r->dp, &r->m);
+    }
+    w->comm += r->strat.last.comm_time;
+    w->blocked += r->strat.last.blocked_time;
+  }
+  double t_optim = ddp_now();
+  check_xcoll(r, strategy_before_step(&r->strat, c->clip_grad_norm),
+              "gradient norm all-reduce");
+  float lr = schedule_lr(c->schedule, c->lr, r->meta.step, c->warmup_steps,
+                         r->schedule_steps);
+  optim_step(&r->opt, r->strat.params, r->strat.grads, lr);
+  strategy_after_step(&r->strat);
+  r->meta.step++;
+  double t_end = ddp_now();
+  if (r->trace.file) {
+    char name[48], args[64];
+    timeline_span(&r->trace, "optimizer step", "compute", TIMELINE_TID_STEPS,
+                  t_optim, t_end, NULL);
+    snprintf(name, sizeof name, "step %" PRId64, r->meta.step);
+    snprintf(args, sizeof args, "\"step\":%" PRId64 ",\"epoch\":%d",
+             r->meta.step, epoch);
+    timeline_span(&r->trace, name, "step", TIMELINE_TID_STEPS, t0, t_end,
+                  args);
+  }
+  w->time = t_end - t0;
+}
+
+/* ---- logging ---- */
+
+static void log_interval(run *r, int epoch, window *iv) {
+  const config *c = &r->cfg;
+  double v[2] = {iv->loss, iv->count};
+  sum_over_ranks(r, v, 2);
+  if (r->rank == 0) {
+    float lr = schedule_lr(c->schedule, c->lr, r->meta.step - 1,
+                           c->warmup_steps, r->schedule_steps);
+    double steps_in = (double)c->log_every;
+    double share = hidden_share(iv->comm, iv->blocked);
+    if (r->tty)
+      printf("\n");
+    printf("step %" PRId64 " epoch %d loss %.4f lr %.5f step_time %.2f ms "
+           "samples/s %.0f comm %.2f ms overlap %.0f%%\n",
+           r->meta.step, epoch, v[0] / v[1], lr, 1e3 * iv->time / steps_in,
+           v[1] / iv->time, 1e3 * iv->comm / steps_in, 100.0 * share);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "event", "step");
+    cJSON_AddNumberToObject(o, "step", (double)r->meta.step);
+    cJSON_AddNumberToObject(o, "epoch", epoch);
+    cJSON_AddNumberToObject(o, "loss", v[0] / v[1]);
+    cJSON_AddNumberToObject(o, "lr", lr);
+    cJSON_AddNumberToObject(o, "step_time_s", iv->time / steps_in);
+    cJSON_AddNumberToObject(o, "samples_per_s", v[1] / iv->time);
+    cJSON_AddNumberToObject(o, "comm_time_s", iv->comm / steps_in);
+    cJSON_AddNumberToObject(o, "overlap", share);
+    json_line(r, o);
+  }
+  memset(iv, 0, sizeof *iv);
+}
+
+/* After an epoch (or the part of it --max-steps allowed): evaluation, the
+ * epoch's log line and the checkpoints. */
+static void end_epoch(run *r, int epoch, int64_t first, int64_t done_in_epoch,
+                      const window *ep, double *best) {
+  const config *c = &r->cfg;
+  int64_t updates = done_in_epoch - first;
+  double sums[3] = {ep->loss, ep->correct, ep->count};
+  sum_over_ranks(r, sums, 3);
+  double test_acc, test_loss;
+  double t_eval = ddp_now();
+  evaluate(r, &test_acc, &test_loss);
+  if (r->trace.file) {
+    char args[32];
+    snprintf(args, sizeof args, "\"epoch\":%d", epoch);
+    timeline_span(&r->trace, "evaluate", "eval", TIMELINE_TID_STEPS, t_eval,
+                  ddp_now(), args);
+  }
+  int finished = done_in_epoch >= r->steps_per_epoch;
+  r->meta.epoch = finished ? epoch + 1 : epoch;
+  r->meta.step_in_epoch = finished ? 0 : done_in_epoch;
+  if (r->rank != 0)
+    return;
+  double share = hidden_share(ep->comm, ep->blocked);
+  double sps = ep->time > 0 ? sums[2] / ep->time : 0.0;
+  if (r->tty)
+    printf("\n");
+  printf("epoch %d%s: loss %.4f train_acc %.4f test_loss %.4f test_acc "
+         "%.4f samples/s %.0f step_time %.2f ms comm %.2f ms/step "
+         "overlap %.0f%%\n",
+         epoch, finished ? "" : " (partial)",
+         sums[2] > 0 ? sums[0] / sums[2] : 0.0,
+         sums[2] > 0 ? sums[1] / sums[2] : 0.0, test_loss, test_acc, sps,
+         updates > 0 ? 1e3 * ep->time / updates : 0.0,
+         updates > 0 ? 1e3 * ep->comm / updates : 0.0, 100.0 * share);
+  fflush(stdout);
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "event", "epoch");
+  cJSON_AddNumberToObject(o, "epoch", epoch);
+  cJSON_AddNumberToObject(o, "step", (double)r->meta.step);
+  cJSON_AddNumberToObject(o, "loss", sums[2] > 0 ? sums[0] / sums[2] : 0.0);
+  cJSON_AddNumberToObject(o, "train_acc", sums[2] > 0 ? sums[1] / sums[2] : 0.0);
+  cJSON_AddNumberToObject(o, "test_loss", test_loss);
+  cJSON_AddNumberToObject(o, "test_acc", test_acc);
+  cJSON_AddNumberToObject(o, "samples_per_s", sps);
+  cJSON_AddNumberToObject(o, "step_time_s", updates > 0 ? ep->time / updates : 0.0);
+  cJSON_AddNumberToObject(o, "comm_time_s", updates > 0 ? ep->comm / updates : 0.0);
+  cJSON_AddNumberToObject(o, "overlap", share);
+  json_line(r, o);
+  if (c->checkpoint_dir) {
+    if (test_acc > *best) {
+      *best = test_acc;
+      r->meta.best_test_acc = *best;
+      save_checkpoint(r, "checkpoint_best.safetensors");
+    }
+    r->meta.best_test_acc = *best;
+    save_checkpoint(r, "checkpoint_latest.safetensors");
+  }
+}
+
+/* Peak resident set size of this process (VmHWM), bytes; 0 if unknown. */
+static size_t peak_rss_bytes(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f)
+    return 0;
+  char line[256];
+  size_t kib = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmHWM: %zu kB", &kib) == 1)
+      break;
+  fclose(f);
+  return kib * 1024;
+}
+
+static void log_summary(run *r, const window *all, double samples) {
+  if (r->rank != 0)
+    return;
+  double share = hidden_share(all->comm, all->blocked);
+  double sps = all->time > 0 ? samples / all->time : 0.0;
+  const strategy_memory *mem = &r->strat.memory;
+  size_t held = mem->param_bytes + mem->grad_bytes + mem->optim_bytes;
+  printf("done: %" PRId64 " updates, %.0f samples/s (training only), "
+         "comm %.1f s, overlap %.0f%%\n",
+         r->meta.step, sps, all->comm, 100.0 * share);
+  if (r->strat.kind == STRATEGY_FSDP)
+    printf("fsdp: peak gathered parameters + unsharded gradients %zu bytes "
+           "(%.3f MiB)\n",
+           mem->peak_gathered_bytes,
+           (double)mem->peak_gathered_bytes / (1024.0 * 1024.0));
+  /* The whole process: the data set (47 MB of training images) dominates. */
+  size_t rss = peak_rss_bytes();
+  printf("memory: rank 0 peak resident set %zu bytes (%.1f MiB)\n", rss,
+         (double)rss / (1024.0 * 1024.0));
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "event", "summary");
+  cJSON_AddNumberToObject(o, "step", (double)r->meta.step);
+  cJSON_AddNumberToObject(o, "world_size", r->world_size);
+  cJSON_AddNumberToObject(o, "samples_per_s", sps);
+  cJSON_AddNumberToObject(o, "train_time_s", all->time);
+  cJSON_AddNumberToObject(o, "comm_time_s", all->comm);
+  cJSON_AddNumberToObject(o, "overlap", share);
+  cJSON_AddNumberToObject(o, "memory_bytes", (double)held);
+  cJSON_AddNumberToObject(o, "peak_gathered_bytes",
+                          (double)mem->peak_gathered_bytes);
+  cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)rss);
+  json_line(r, o);
+}
+
+static void train(run *r) {
+  const config *c = &r->cfg;
+  double best = r->meta.best_test_acc;
+  window all;
+  memset(&all, 0, sizeof all);
+  double run_samples = 0.0;
+  for (int epoch = r->meta.epoch;
+       epoch < c->epochs && r->meta.step < r->total_steps; epoch++) {
+    if (sampler_set_epoch(&r->smp, epoch) != 0)
+      fail(r, "out of memory shuffling epoch %d", epoch);
+    int64_t first = epoch == r->meta.epoch ? r->meta.step_in_epoch : 0;
+    window ep, iv;
+    memset(&ep, 0, sizeof ep);
+    memset(&iv, 0, sizeof iv);
+    int64_t s;
+    for (s = first; s < r->steps_per_epoch; s++) {
+      if (r->meta.step >= r->total_steps)
+        break;
+      window w;
+      train_step(r, epoch, s, &w);
+      window_add(&ep, &w);
+      window_add(&iv, &w);
+      run_samples += w.count * r->world_size;
+      progress(r, epoch, s + 1, r->steps_per_epoch,
+               iv.count > 0 ? iv.loss / iv.count : 0.0);
+      if (c->log_every > 0 && r->meta.step % c->log_every == 0)
+        log_interval(r, epoch, &iv);
+    }
+    window_add(&all, &ep);
+    end_epoch(r, epoch, first, s, &ep, &best);
+  }
+  log_summary(r, &all, run_samples);
+}
+
+static void teardown(run *r) {
+  if (r->trace.file) {
+    char trace_err[4200];
+    if (timeline_close(&r->trace, trace_err, sizeof trace_err) != 0)
+      fail(r, "%s", trace_err);
+  }
+  if (r->json)
+    fclose(r->json);
+  free(r->x);
+  free(r->y);
+  sampler_free(&r->smp);
+  strategy_destroy(&r->strat);
+  optim_free(&r->opt);
+  model_free(&r->m);
+  data_free(&r->train);
+  data_free(&r->test);
+  if (r->comm) {
+    xcoll_status st = xcoll_comm_destroy(r->comm);
+    if (st != XCOLL_SUCCESS)
+      fprintf(stderr, "xtrain: xcoll_comm_destroy: %s\n", xcoll_strerror(st));
+  }
+}
+
+int main(int argc, char **argv) {
+  static run r; /* large (the ddp buckets): not on the stack */
+  parse_args(&r.cfg, argc, argv);
+  openblas_set_num_threads(r.cfg.threads);
+  setup_comm(&r);
+  setup_outputs(&r);
+  load_data(&r);
+  setup_model(&r);
+  setup_strategy(&r);
+  setup_trace(&r);
+  setup_schedule(&r);
+  const config *c = &r.cfg;
   if (r.rank == 0)
     printf("xtrain: %s, %zu parameters, %d rank(s), batch %d x %d rank(s) x "
            "%d accum = %d per update, %" PRId64 " updates/epoch, "
            "train %zu test %zu, mean %.4f std %.4f\n",
-           model_kind_name(c->model), m.num_elements, r.world_size, B,
-           r.world_size, K, B * r.world_size * K, steps_per_epoch, train.count,
-           test.count, mean, std);
-
-  int64_t global_step = meta.step;
-  double best = meta.best_test_acc;
-  double run_train_time = 0.0, run_samples = 0.0;
-  double run_comm = 0.0, run_blocked = 0.0;
-  for (int epoch = meta.epoch; epoch < c->epochs && global_step < total_steps;
-       epoch++) {
-    if (sampler_set_epoch(&smp, epoch) != 0)
-      fail(&r, "out of memory shuffling epoch %d", epoch);
-    int64_t first = epoch == meta.epoch ? meta.step_in_epoch : 0;
-    double ep_loss = 0.0, ep_correct = 0.0, ep_count = 0.0;
-    double ep_time = 0.0, ep_comm = 0.0, ep_blocked = 0.0;
-    double iv_loss = 0.0, iv_count = 0.0, iv_time = 0.0, iv_comm = 0.0,
-           iv_blocked = 0.0;
-    int64_t s;
-    for (s = first; s < steps_per_epoch; s++) {
-      if (global_step >= total_steps)
-        break;
-      double t0 = ddp_now();
-      int64_t m0 = s * K, m1 = m0 + K;
-      if (m1 > micro_per_epoch)
-        m1 = micro_per_epoch;
-      /* Samples in this update on this rank, so that the accumulated
-       * gradient is the mean over all of them. */
-      size_t step_samples = 0;
-      for (int64_t mb = m0; mb < m1; mb++) {
-        size_t lo = (size_t)mb * B, hi = lo + B;
-        step_samples += (hi > smp.num_samples ? smp.num_samples : hi) - lo;
-      }
-      for (int64_t mb = m0; mb < m1; mb++) {
-        size_t lo = (size_t)mb * B;
-        int n = (int)((lo + B > smp.num_samples) ? smp.num_samples - lo : (size_t)B);
-        double t_load = ddp_now();
-        data_fill_batch(&train, smp.indices + lo, n, mean, std, x, y);
-        double t_forward = ddp_now();
-        timeline_span(&r.trace, "load batch", "data", TIMELINE_TID_STEPS,
-                      t_load, t_forward, NULL);
-        int correct = 0;
-        double loss = model_forward(&m, x, y, n, &correct);
-        ep_loss += loss;
-        iv_loss += loss;
-        ep_correct += correct;
-        ep_count += n;
-        iv_count += n;
-        int sync = (mb == m1 - 1);
-        double t_backward = ddp_now();
-        timeline_span(&r.trace, "forward", "compute", TIMELINE_TID_STEPS,
-                      t_forward, t_backward, NULL);
-        if (r.comm)
-          ddp_begin_backward(&dp, sync);
-        tracer.mark = t_backward;
-        tracer.previous = -1;
-        model_backward(&m, n, 1.0f / (float)step_samples);
-        double t_wait = ddp_now();
-        if (r.trace.file) {
-          char args[64];
-          snprintf(args, sizeof args, "\"micro_batch\":%" PRId64 ",\"sync\":%d",
-                   mb - m0, r.comm ? sync : 0);
-          timeline_span(&r.trace, "backward", "compute", TIMELINE_TID_STEPS,
-                        t_backward, t_wait, args);
-        }
-        if (r.comm && sync) {
-          check_xcoll(&r, ddp_finish_backward(&dp), "gradient all-reduce");
-          timeline_span(&r.trace, "ddp wait", "ddp", TIMELINE_TID_STEPS, t_wait,
-                        ddp_now(), NULL);
-          trace_buckets(&r, &dp, &m);
-          ep_comm += dp.last.comm_time;
-          ep_blocked += dp.last.blocked_time;
-          iv_comm += dp.last.comm_time;
-          iv_blocked += dp.last.blocked_time;
-        }
-      }
-      double t_optim = ddp_now();
-      if (c->clip_grad_norm > 0.0)
-        clip_grad_norm(m.grads, m.num_elements, c->clip_grad_norm);
-      float lr = schedule_lr(c->schedule, c->lr, global_step, c->warmup_steps,
-                             schedule_steps);
-      optim_step(&opt, m.params, m.grads, lr);
-      model_zero_grad(&m);
-      global_step++;
-      double t_end = ddp_now();
-      double dt = t_end - t0;
-      if (r.trace.file) {
-        char name[48], args[64];
-        timeline_span(&r.trace, "optimizer step", "compute", TIMELINE_TID_STEPS,
-                      t_optim, t_end, NULL);
-        snprintf(name, sizeof name, "step %" PRId64, global_step);
-        snprintf(args, sizeof args, "\"step\":%" PRId64 ",\"epoch\":%d",
-                 global_step, epoch);
-        timeline_span(&r.trace, name, "step", TIMELINE_TID_STEPS, t0, t_end,
-                      args);
-      }
-      ep_time += dt;
-      iv_time += dt;
-      run_samples += (double)step_samples * r.world_size;
-      progress(&r, epoch, s + 1, steps_per_epoch, iv_count > 0 ? iv_loss / iv_count : 0.0);
-      if (c->log_every > 0 && global_step % c->log_every == 0) {
-        double v[2] = {iv_loss, iv_count};
-        sum_over_ranks(&r, v, 2);
-        if (r.rank == 0) {
-          double steps_in = (double)c->log_every;
-          double share = hidden_share(iv_comm, iv_blocked);
-          if (r.tty)
-            printf("\n");
-          printf("step %" PRId64 " epoch %d loss %.4f lr %.5f step_time %.2f ms "
-                 "samples/s %.0f comm %.2f ms overlap %.0f%%\n",
-                 global_step, epoch, v[0] / v[1], lr, 1e3 * iv_time / steps_in,
-                 v[1] / iv_time, 1e3 * iv_comm / steps_in, 100.0 * share);
-          cJSON *o = cJSON_CreateObject();
-          cJSON_AddStringToObject(o, "event", "step");
-          cJSON_AddNumberToObject(o, "step", (double)global_step);
-          cJSON_AddNumberToObject(o, "epoch", epoch);
-          cJSON_AddNumberToObject(o, "loss", v[0] / v[1]);
-          cJSON_AddNumberToObject(o, "lr", lr);
-          cJSON_AddNumberToObject(o, "step_time_s", iv_time / steps_in);
-          cJSON_AddNumberToObject(o, "samples_per_s", v[1] / iv_time);
-          cJSON_AddNumberToObject(o, "comm_time_s", iv_comm / steps_in);
-          cJSON_AddNumberToObject(o, "overlap", share);
-          json_line(&r, o);
-        }
-        iv_loss = iv_count = iv_time = iv_comm = iv_blocked = 0.0;
-      }
-    }
-    int64_t done_in_epoch = s;
-    int64_t updates = done_in_epoch - first;
-    run_train_time += ep_time;
-    run_comm += ep_comm;
-    run_blocked += ep_blocked;
-    double sums[3] = {ep_loss, ep_correct, ep_count};
-    sum_over_ranks(&r, sums, 3);
-    double test_acc, test_loss;
-    double t_eval = ddp_now();
-    evaluate(&r, &m, &test, mean, std, x, y, &test_acc, &test_loss);
-    if (r.trace.file) {
-      char args[32];
-      snprintf(args, sizeof args, "\"epoch\":%d", epoch);
-      timeline_span(&r.trace, "evaluate", "eval", TIMELINE_TID_STEPS, t_eval,
-                    ddp_now(), args);
-    }
-    int finished = done_in_epoch >= steps_per_epoch;
-    meta.step = global_step;
-    meta.epoch = finished ? epoch + 1 : epoch;
-    meta.step_in_epoch = finished ? 0 : done_in_epoch;
-    if (r.rank == 0) {
-      double share = hidden_share(ep_comm, ep_blocked);
-      double sps = ep_time > 0 ? sums[2] / ep_time : 0.0;
-      if (r.tty)
-        printf("\n");
-      printf("epoch %d%s: loss %.4f train_acc %.4f test_loss %.4f test_acc "
-             "%.4f samples/s %.0f step_time %.2f ms comm %.2f ms/step "
-             "overlap %.0f%%\n",
-             epoch, finished ? "" : " (partial)",
-             sums[2] > 0 ? sums[0] / sums[2] : 0.0,
-             sums[2] > 0 ? sums[1] / sums[2] : 0.0, test_loss, test_acc, sps,
-             updates > 0 ? 1e3 * ep_time / updates : 0.0,
-             updates > 0 ? 1e3 * ep_comm / updates : 0.0, 100.0 * share);
-      fflush(stdout);
-      cJSON *o = cJSON_CreateObject();
-      cJSON_AddStringToObject(o, "event", "epoch");
-      cJSON_AddNumberToObject(o, "epoch", epoch);
-      cJSON_AddNumberToObject(o, "step", (double)global_step);
-      cJSON_AddNumberToObject(o, "loss", sums[2] > 0 ? sums[0] / sums[2] : 0.0);
-      cJSON_AddNumberToObject(o, "train_acc", sums[2] > 0 ? sums[1] / sums[2] : 0.0);
-      cJSON_AddNumberToObject(o, "test_loss", test_loss);
-      cJSON_AddNumberToObject(o, "test_acc", test_acc);
-      cJSON_AddNumberToObject(o, "samples_per_s", sps);
-      cJSON_AddNumberToObject(o, "step_time_s", updates > 0 ? ep_time / updates : 0.0);
-      cJSON_AddNumberToObject(o, "comm_time_s", updates > 0 ? ep_comm / updates : 0.0);
-      cJSON_AddNumberToObject(o, "overlap", share);
-      json_line(&r, o);
-      if (c->checkpoint_dir) {
-        if (test_acc > best) {
-          best = test_acc;
-          meta.best_test_acc = best;
-          save_checkpoint(&r, "checkpoint_best.safetensors", &m, &opt, &meta);
-        }
-        meta.best_test_acc = best;
-        save_checkpoint(&r, "checkpoint_latest.safetensors", &m, &opt, &meta);
-      }
-    }
-  }
-  if (r.rank == 0) {
-    double share = hidden_share(run_comm, run_blocked);
-    double sps = run_train_time > 0 ? run_samples / run_train_time : 0.0;
-    printf("done: %" PRId64 " updates, %.0f samples/s (training only), "
-           "comm %.1f s, overlap %.0f%%\n",
-           global_step, sps, run_comm, 100.0 * share);
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "event", "summary");
-    cJSON_AddNumberToObject(o, "step", (double)global_step);
-    cJSON_AddNumberToObject(o, "world_size", r.world_size);
-    cJSON_AddNumberToObject(o, "samples_per_s", sps);
-    cJSON_AddNumberToObject(o, "train_time_s", run_train_time);
-    cJSON_AddNumberToObject(o, "comm_time_s", run_comm);
-    cJSON_AddNumberToObject(o, "overlap", share);
-    json_line(&r, o);
-  }
+           model_kind_name(c->model), r.m.num_elements, r.world_size,
+           c->batch_size, r.world_size, c->grad_accum,
+           c->batch_size * r.world_size * c->grad_accum, r.steps_per_epoch,
+           r.train.count, r.test.count, r.mean, r.std);
+  if (r.rank == 0 || r.strat.kind == STRATEGY_FSDP)
+    print_memory(&r);
+  train(&r);
   if (c->dump_params)
-    dump_params(&r, &m);
-  if (r.trace.file) {
-    char trace_err[4200];
-    if (timeline_close(&r.trace, trace_err, sizeof trace_err) != 0)
-      fail(&r, "%s", trace_err);
-  }
-  if (r.json)
-    fclose(r.json);
-  free(x);
-  free(y);
-  sampler_free(&smp);
-  optim_free(&opt);
-  model_free(&m);
-  data_free(&train);
-  data_free(&test);
-  if (r.comm) {
-    xcoll_status st = xcoll_comm_destroy(r.comm);
-    if (st != XCOLL_SUCCESS)
-      fprintf(stderr, "xtrain: xcoll_comm_destroy: %s\n", xcoll_strerror(st));
-  }
+    dump_params(&r);
+  teardown(&r);
   return 0;
 }

@@ -73,6 +73,15 @@ expect 2 "usage:" -- "$xtrain" --no-such-flag
 expect 2 "usage:" -- "$xtrain" --resume
 expect 2 "usage:" -- "$xtrain" --cnn-channels 6
 expect 2 "usage:" -- "$xtrain" extra-argument
+expect 2 "--sharding must be full_shard, shard_grad_op, no_shard or hybrid_shard, got 'zero3'" -- "$xtrain" --strategy fsdp --sharding zero3
+expect 2 "--backward-prefetch must be pre, post or none" -- "$xtrain" --strategy fsdp --backward-prefetch early
+expect 2 "--forward-prefetch must be on or off" -- "$xtrain" --strategy fsdp --forward-prefetch yes
+expect 2 "need --strategy fsdp" -- "$xtrain" --sharding full_shard
+expect 2 "--strategy must be none, dp, ddp or fsdp" -- "$xtrain" --strategy zero
+expect 2 "--dp-devices needs --strategy dp" -- "$xtrain" --dp-devices 2
+expect 2 "--dp-devices expects an integer" -- "$xtrain" --strategy dp --dp-devices 0
+expect 2 "give at least one sample per replica" -- "$xtrain" --strategy dp --dp-devices 4 --batch-size 2
+expect 2 "--checkpoint-dir is not supported with --strategy fsdp" -- "$xtrain" --strategy fsdp --checkpoint-dir "$tmp/ck"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures case(s) failed"

@@ -31,6 +31,7 @@
 #include "model.h"
 #include "optim.h"
 #include "rng.h"
+#include "units.h"
 
 #define TOL 2e-3
 
@@ -447,6 +448,72 @@ static void test_ddp_buckets(void **state) {
   model_free(&m);
 }
 
+/* FSDP units in forward order: one per layer with no minimum; fc2 (65792)
+ * and fc3 (2570) share one when a unit needs 100000 parameters (fc1 has
+ * 200960 and closes its own); everything in one unit above the model size.
+ * CNN (channels 6, 16): conv1 (156) and conv2 (2416) join to pass 1000. */
+static void test_fsdp_units(void **state) {
+  (void)state;
+  model m;
+  unit_plan p;
+  assert_int_equal(model_create(&m, MODEL_MLP, 0, 0, 4), 0);
+  units_plan_forward_by_min_params(&p, &m, 0);
+  assert_int_equal(p.num_units, 3);
+  for (int u = 0; u < 3; u++) {
+    assert_int_equal(p.units[u].first_param, 2 * u);
+    assert_int_equal(p.units[u].last_param, 2 * u + 1);
+  }
+  units_plan_forward_by_min_params(&p, &m, 100000);
+  assert_int_equal(p.num_units, 2);
+  assert_int_equal(p.units[0].count, 200704 + 256);
+  assert_int_equal(p.units[1].first_param, 2);
+  assert_int_equal(p.units[1].last_param, 5);
+  assert_int_equal(p.units[1].offset, m.views[2].offset);
+  assert_int_equal(p.units[1].count, 65536 + 256 + 2560 + 10);
+  for (int q = 0; q < m.num_params; q++)
+    assert_int_equal(p.unit_of_param[q], q < 2 ? 0 : 1);
+  units_plan_forward_by_min_params(&p, &m, 1000000);
+  assert_int_equal(p.num_units, 1);
+  assert_int_equal(p.units[0].count, m.num_elements);
+  model_free(&m);
+  assert_int_equal(model_create(&m, MODEL_CNN, 6, 16, 4), 0);
+  units_plan_forward_by_min_params(&p, &m, 1000);
+  assert_int_equal(p.num_units, 4);
+  assert_int_equal(p.units[0].first_param, 0);
+  assert_int_equal(p.units[0].last_param, 3);
+  assert_int_equal(p.units[0].count, 6 * 25 + 6 + 16 * 6 * 25 + 16);
+  model_free(&m);
+}
+
+/* param_needed comes before each layer, in forward then reverse order, with
+ * the layer's first tensor. */
+static int needed[2 * MODEL_MAX_PARAMS], needed_pass[2 * MODEL_MAX_PARAMS],
+    needed_count;
+static void record_needed(void *ctx, int p, model_pass pass) {
+  (void)ctx;
+  needed[needed_count] = p;
+  needed_pass[needed_count++] = (int)pass;
+}
+static void test_param_needed_order(void **state) {
+  (void)state;
+  model m;
+  assert_int_equal(model_create(&m, MODEL_MLP, 0, 0, 2), 0);
+  m.param_needed = record_needed;
+  float *x = rand_array(2 * 784, 1.0f);
+  unsigned char y[2] = {1, 2};
+  needed_count = 0;
+  model_forward(&m, x, y, 2, NULL);
+  model_backward(&m, 2, 0.5f);
+  int want[6] = {0, 2, 4, 4, 2, 0};
+  assert_int_equal(needed_count, 6);
+  for (int i = 0; i < 6; i++) {
+    assert_int_equal(needed[i], want[i]);
+    assert_int_equal(needed_pass[i], i < 3 ? MODEL_FORWARD : MODEL_BACKWARD);
+  }
+  free(x);
+  model_free(&m);
+}
+
 int main(void) {
   rng_seed(&R, 12345);
   const struct CMUnitTest tests[] = {
@@ -463,6 +530,8 @@ int main(void) {
       cmocka_unit_test(test_schedule_and_clip),
       cmocka_unit_test(test_sampler),
       cmocka_unit_test(test_ddp_buckets),
+      cmocka_unit_test(test_fsdp_units),
+      cmocka_unit_test(test_param_needed_order),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

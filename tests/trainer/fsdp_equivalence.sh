@@ -1,0 +1,68 @@
+#!/bin/sh
+# fsdp_equivalence.sh XTRAIN XCOLLRUN COMPARE N OPTIMIZER RTOL VARIANT...
+# Each VARIANT is "SHARDING[:LWS] [FLAG...]": N ranks under --strategy fsdp
+# --sharding SHARDING with per-rank batch 16 (FLAGs added: a prefetch mode,
+# --fsdp-min-params, --grad-accum K) for 10 updates must give the parameters
+# of N DDP ranks with the same batch and accumulation, and of one process
+# with batch 16*N*K, within RTOL (relative L2, as ddp_equivalence.sh), and
+# every rank's gathered dump must be bitwise identical. LWS simulates nodes
+# of that many ranks (hybrid_shard). The references are made once per K.
+set -eu
+xtrain=$1 xcollrun=$2 compare=$3 n=$4 optimizer=$5 rtol=$6
+shift 6
+b=16
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# 960 samples: divisible by N*16 for N = 2, 3, 4. Clipping at 0.5 is active
+# in the first updates (norms about 1 to 2), so the global norm over shards
+# is part of what is compared.
+common="--model mlp --optimizer $optimizer --epochs 1 --max-steps 10 \
+  --train-limit 960 --test-limit 200 --seed 3 --weight-decay 0.01 \
+  --momentum 0.9 --nesterov --clip-grad-norm 0.5"
+# reference K: the one-process and DDP runs for --grad-accum K, once.
+reference() {
+  [ -s "$tmp/single$1.rank0" ] && return 0
+  "$xtrain" --strategy none --batch-size $((n * b * $1)) $common \
+    --dump-params "$tmp/single$1" > "$tmp/single$1.log"
+  timeout 40 "$xcollrun" --nproc-per-node "$n" --master-port 0 "$xtrain" \
+    --strategy ddp --batch-size $b --grad-accum "$1" $common \
+    --dump-params "$tmp/ddp$1" > "$tmp/ddp$1.log" 2>&1 \
+    || { cat "$tmp/ddp$1.log"; exit 1; }
+}
+# Nodes of LWS ranks out of one xcollrun: a wrapper rewrites the launcher's
+# variables as a launch with --nnodes N/LWS would set them.
+cat > "$tmp/nodes.sh" <<'WRAP'
+lws=$1
+shift
+export LOCAL_WORLD_SIZE=$lws LOCAL_RANK=$((RANK % lws))
+export GROUP_RANK=$((RANK / lws)) GROUP_WORLD_SIZE=$((WORLD_SIZE / lws))
+exec "$@"
+WRAP
+v=0
+for variant in "$@"; do
+  v=$((v + 1))
+  set -- $variant
+  sharding=${1%%:*}
+  wrap=""
+  case $1 in *:*) wrap="sh $tmp/nodes.sh ${1#*:}" ;; esac
+  shift
+  accum=1
+  case " $* " in *" --grad-accum "*) accum=$(echo "$*" | sed 's/.*--grad-accum \([0-9]*\).*/\1/') ;; esac
+  reference "$accum"
+  echo "== fsdp $variant: $n ranks"
+  # shellcheck disable=SC2086
+  timeout 40 "$xcollrun" --nproc-per-node "$n" --master-port 0 $wrap "$xtrain" \
+    --strategy fsdp --sharding "$sharding" --batch-size $b $common "$@" \
+    --dump-params "$tmp/fsdp$v" > "$tmp/fsdp$v.log" 2>&1 \
+    || { cat "$tmp/fsdp$v.log"; exit 1; }
+  grep "fsdp: [0-9]* ranks" "$tmp/fsdp$v.log"
+  files=""
+  r=0
+  while [ $r -lt "$n" ]; do files="$files $tmp/fsdp$v.rank$r"; r=$((r + 1)); done
+  echo "all ranks identical:"
+  "$compare" 0 "$tmp/fsdp$v.rank0" $files
+  echo "vs ddp ($n x $b x accum $accum):"
+  "$compare" "$rtol" "$tmp/ddp$accum.rank0" "$tmp/fsdp$v.rank0"
+  echo "vs one process (batch $((n * b * accum))):"
+  "$compare" "$rtol" "$tmp/single$accum.rank0" "$tmp/fsdp$v.rank0"
+done
