@@ -110,6 +110,14 @@ if(TARGET xtrain)
   set_tests_properties(trainer.bad_inputs PROPERTIES TIMEOUT 60 LABELS trainer)
 endif()
 
+# Live progress under xcollrun, where stdout is a pipe (tests/trainer/progress.sh).
+if(TARGET xtrain)
+  add_test(NAME trainer.progress
+    COMMAND sh ${XTRAIN_TEST_DIR}/progress.sh $<TARGET_FILE:xtrain>
+      $<TARGET_FILE:xcollrun> ${XTRAIN_DATA_DIR})
+  set_tests_properties(trainer.progress PROPERTIES TIMEOUT 150 LABELS "trainer;mp")
+endif()
+
 # trainer/plot.sh draws a real log (needs gnuplot, installed by setup.sh).
 find_program(XCOLL_GNUPLOT gnuplot)
 if(TARGET xtrain AND XCOLL_GNUPLOT)

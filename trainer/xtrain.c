@@ -55,6 +55,7 @@ typedef struct config {
   const char *checkpoint_dir;
   int resume;
   int64_t log_every;
+  double progress_every; /* seconds; < 0: 10 when stdout is not a terminal */
   const char *log_json;
   int drop_last;
   int64_t max_steps;
@@ -98,6 +99,9 @@ static void usage(FILE *out) {
 "  --checkpoint-dir DIR     write checkpoint_latest/best.safetensors there [none]\n"
 "  --resume                 continue from DIR/checkpoint_latest.safetensors\n"
 "  --log-every N            log every N updates; 0 = per epoch only [0]\n"
+"  --progress-every S       when stdout is not a terminal (under xcollrun, or\n"
+"                           redirected), rank 0 prints a progress line every S\n"
+"                           seconds; 0 = never; a terminal gets a bar [10]\n"
 "  --log-json FILE          also write JSON lines to FILE (rank 0)\n"
 "  --drop-last              drop the tail instead of padding / partial batches\n"
 "  --max-steps N            stop after N updates in total (the schedule still\n"
@@ -149,7 +153,7 @@ static int64_t parse_int(const char *flag, const char *s, int64_t lo,
 enum {
   OPT_MODEL = 256, OPT_STRATEGY, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_OPTIM,
   OPT_MOMENTUM, OPT_WD, OPT_NESTEROV, OPT_SCHEDULE, OPT_WARMUP, OPT_CLIP,
-  OPT_BUCKET, OPT_ACCUM, OPT_SEED, OPT_DATA, OPT_CKPT, OPT_RESUME, OPT_LOG_EVERY,
+  OPT_BUCKET, OPT_ACCUM, OPT_SEED, OPT_DATA, OPT_CKPT, OPT_RESUME, OPT_LOG_EVERY, OPT_PROGRESS_EVERY,
   OPT_LOG_JSON, OPT_DROP_LAST, OPT_MAX_STEPS, OPT_THREADS, OPT_TRAIN_LIMIT,
   OPT_TEST_LIMIT, OPT_CHANNELS, OPT_DUMP, OPT_FIRST_BUCKET, OPT_TRACE, OPT_HELP,
   OPT_VERSION, OPT_SHARDING, OPT_BACKWARD_PREFETCH, OPT_FORWARD_PREFETCH,
@@ -183,6 +187,7 @@ static void parse_args(config *c, int argc, char **argv) {
       {"checkpoint-dir", required_argument, 0, OPT_CKPT},
       {"resume", no_argument, 0, OPT_RESUME},
       {"log-every", required_argument, 0, OPT_LOG_EVERY},
+      {"progress-every", required_argument, 0, OPT_PROGRESS_EVERY},
       {"log-json", required_argument, 0, OPT_LOG_JSON},
       {"drop-last", no_argument, 0, OPT_DROP_LAST},
       {"max-steps", required_argument, 0, OPT_MAX_STEPS},
@@ -204,6 +209,7 @@ static void parse_args(config *c, int argc, char **argv) {
   c->first_bucket_mb = 1.0;
   c->bucket_cap_mb = 25.0;
   c->grad_accum = 1;
+  c->progress_every = 10.0;
   c->data_dir = DATA_DEFAULT_DIR;
   c->threads = 1;
   c->conv1_channels = 16;
@@ -306,6 +312,7 @@ static void parse_args(config *c, int argc, char **argv) {
     case OPT_CKPT: c->checkpoint_dir = optarg; break;
     case OPT_RESUME: c->resume = 1; break;
     case OPT_LOG_EVERY: c->log_every = parse_int("--log-every", optarg, 0, INT64_MAX / 2); break;
+    case OPT_PROGRESS_EVERY: c->progress_every = parse_double("--progress-every", optarg, 0.0, 1e6); break;
     case OPT_LOG_JSON: c->log_json = optarg; break;
     case OPT_DROP_LAST: c->drop_last = 1; break;
     case OPT_MAX_STEPS: c->max_steps = parse_int("--max-steps", optarg, 0, INT64_MAX / 2); break;
@@ -417,6 +424,9 @@ typedef struct run {
   int rank, world_size;
   FILE *json;
   int tty;
+  double progress_at; /* when the next progress line is due (ddp_now), 0 before the first step */
+  double progress_from; /* ddp_now at the first step */
+  int64_t progress_steps; /* updates since then */
   timeline trace; /* --trace; file NULL when off */
   /* data */
   dataset train, test;
@@ -530,10 +540,41 @@ static void json_line(run *r, cJSON *o) {
   cJSON_Delete(o);
 }
 
+/* Live progress on rank 0. A terminal gets a bar redrawn every step. Any
+ * other stdout (xcollrun's pipe, a file) would show nothing between epoch
+ * lines, so it gets one line every --progress-every seconds: rank 0's own
+ * running loss and samples/s (no collective: the ranks are not synchronised
+ * for it). */
 static void progress(run *r, int epoch, int64_t step, int64_t steps,
                      double loss) {
-  if (!r->tty || r->rank != 0)
+  if (r->rank != 0)
     return;
+  if (!r->tty) {
+    double every = r->cfg.progress_every;
+    if (every <= 0)
+      return;
+    double now = ddp_now();
+    r->progress_steps++;
+    if (r->progress_at == 0) {
+      r->progress_from = now;
+      r->progress_at = now + every;
+      return;
+    }
+    if (now < r->progress_at)
+      return;
+    double elapsed = now - r->progress_from;
+    double sps = elapsed > 0 ? (double)r->progress_steps *
+                                   (double)r->cfg.batch_size * r->cfg.grad_accum *
+                                   r->world_size /
+                                   elapsed
+                             : 0.0;
+    printf("progress: epoch %d step %" PRId64 "/%" PRId64 " (%.0f%%) loss %.4f "
+           "(rank 0) samples/s %.0f\n",
+           epoch, step, steps, 100.0 * (double)step / (double)steps, loss, sps);
+    fflush(stdout);
+    r->progress_at = now + every;
+    return;
+  }
   int width = 30, filled = (int)(width * (double)step / (double)steps);
   char bar[64];
   for (int i = 0; i < width; i++)
