@@ -6,10 +6,10 @@
 #              epoch, and the test loss after each epoch;
 #   accuracy:  test (and training) accuracy after each epoch;
 #   lr:        the learning rate of each logged step.
-# usage: trainer/plot.sh LOG.json OUT.png
+# usage: trainer/plot.sh LOG.json OUT.png [TITLE]   (TITLE: default the log's name)
 set -eu
-[ $# -eq 2 ] || { echo "usage: $0 LOG.json OUT.png" >&2; exit 2; }
-log=$1 out=$2
+[ $# -eq 2 ] || [ $# -eq 3 ] || { echo "usage: $0 LOG.json OUT.png [TITLE]" >&2; exit 2; }
+log=$1 out=$2 title=${3:-$(basename "$1")}
 if [ ! -s "$log" ]; then
   echo "plot.sh: no log at '$log': run xtrain with --log-json $log first" >&2
   exit 1
@@ -51,19 +51,21 @@ with open(tmp + "/epochs.dat", "w") as f:
         f.write("nan nan nan nan nan nan\n")
 # epoch ticks: the update at which each whole epoch ended
 ticks = ", ".join('"%d" %d' % (e[0] + 1, e[1]) for e in epochs)
-open(tmp + "/ticks.gp", "w").write(
-    ("set x2tics (%s)\nset x2label \"end of epoch\"\n" % ticks) if ticks else "unset x2tics\n")
+last = max([s[0] for s in steps] + [e[1] for e in epochs])
+with open(tmp + "/ticks.gp", "w") as f:
+    # one x range for the three panels, so that the epoch ticks line up
+    f.write("set xrange [0:%d]\n" % max(last, 1))
+    f.write(("set x2tics (%s)\nset x2label \"end of epoch\"\n" % ticks) if ticks else "unset x2tics\n")
 PY
 gnuplot <<GP
 set terminal pngcairo size 1500,450 noenhanced
 set output "$out"
-set multiplot layout 1,3 title "$log" offset 0,-0.5
+set multiplot layout 1,3 title "$title" offset 0,-0.5
 set tmargin 6
 set xlabel "update"
-set xrange [0:*]
 set link x2
 set grid x2tics ytics
-set xtics nomirror
+set xtics nomirror rotate by -30
 load "$tmp/ticks.gp"
 set ylabel "loss"
 plot "$tmp/steps.dat" using 1:2 with lines title "train (logged steps)", \
