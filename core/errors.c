@@ -69,9 +69,16 @@ xcoll_status xcoll_error(struct xcoll_comm *comm, xcoll_status status,
   va_start(ap, fmt);
   vsnprintf(message, sizeof message, fmt, ap);
   va_end(ap);
+  /* A message that ends with the thread's last one re-raises it with more
+   * context (the callers pass xcoll_last_error() as the last argument): that
+   * one was logged already, so the log says each failure once. */
+  size_t len = strlen(message), last = strlen(thread_error);
+  int rewrap = last > 0 && len > last &&
+               memcmp(message + len - last, thread_error, last) == 0;
   memcpy(thread_error, message, sizeof thread_error);
   comm_store_message(comm, message);
-  XCOLL_WARN("%s: %s", xcoll_strerror(status), message);
+  if (!rewrap)
+    XCOLL_WARN("%s: %s", xcoll_strerror(status), message);
   return status;
 }
 
