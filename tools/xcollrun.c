@@ -56,6 +56,7 @@ typedef struct options {
   int max_restarts;
   double grace_s;
   char **program; /* argv of the program, NULL-terminated */
+  int program_count; /* arguments from the program on, in main's argv */
   int no_python;  /* --no-python: run a .py program as it is */
   int module;     /* -m: the program is a Python module */
   int run_path;   /* --run-path: the program is a Python file, any name */
@@ -218,7 +219,7 @@ static char **python_program(const options *o, int count, char **program) {
     argv[1] = "-m";
   for (int k = 0; k < count; k++)
     argv[extra + k] = program[k];
-  return argv; /* lives until exit */
+  return argv; /* main frees it */
 }
 
 /* The cores this process may run on (sched_getaffinity), as torchrun's
@@ -426,6 +427,7 @@ static void parse_options(int argc, char **argv, options *o) {
   }
   if (i >= argc)
     usage_error(o->module ? "-m needs a module name" : "no program to run");
+  o->program_count = argc - i;
   o->program = python_program(o, argc - i, &argv[i]);
   if (o->nproc_spec)
     o->nproc_per_node = nproc_from_spec(o->nproc_spec);
@@ -994,5 +996,8 @@ int main(int argc, char **argv) {
               o.master_port ? "" : " on a new port");
   }
   close(signal_fd);
+  free(o.shown);
+  if (o.program != argv + (argc - o.program_count))
+    free(o.program); /* python_program built it */
   return exit_code;
 }
