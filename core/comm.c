@@ -9,6 +9,7 @@
 
 #include "comm.h"
 #include "device.h"
+#include "staging.h"
 #include "dispatch.h"
 #include "env.h"
 #include "params.h"
@@ -213,6 +214,7 @@ static void comm_free(xcoll_comm *comm, int held) {
   if (held & HAVE_TRACE)
     xcoll_trace_close();
   free((void *)comm->options.socket_ifname);
+  xcoll_cuda_close(comm->cuda);
   comm->magic = 0;
   pthread_mutex_destroy(&comm->error_lock);
   free(comm);
@@ -364,6 +366,10 @@ static xcoll_status comm_init_world(xcoll_comm_t *out,
   xcoll_log_set_rank(comm->rank);
 
   int held = 0;
+  status = xcoll_device_open(comm->device, backend,
+                             "config.device (or XCOLL_DEVICE)", &comm->cuda);
+  if (status != XCOLL_SUCCESS)
+    goto fail;
   status = xcoll_algorithm_check_env(comm);
   if (status != XCOLL_SUCCESS)
     goto fail;
@@ -710,6 +716,7 @@ xcoll_status xcoll_comm_split(xcoll_comm_t comm, int color, int key,
   child->local_rank = local_rank;
   child->local_world_size = local_world_size;
   child->device = comm->device;
+  child->cuda = comm->cuda != NULL ? xcoll_cuda_ref(comm->cuda) : NULL;
   child->comm_id = comm_id;
   child->timeout_s = comm->timeout_s;
   child->options = comm->options;

@@ -33,6 +33,9 @@ typedef struct xcoll_comm {
   int local_rank;       /* -1 if unknown */
   int local_world_size; /* -1 if unknown */
   int device;           /* XCOLL_DEVICE_HOST or a CUDA ordinal (device.h) */
+  /* A CUDA device's driver state when device >= 0 (core/staging.h: tcp
+   * and ucx stage device buffers through pinned memory); else NULL. */
+  struct xcoll_cuda *cuda;
   /* Unique among the job's communicators: the world is 0, a split child
    * gets one from the store's counter. Written into every wire header. */
   uint64_t comm_id;

@@ -10,6 +10,8 @@
 
 #include "env.h"
 #include "error.h"
+#include "staging.h"
+#include <stdio.h>
 
 xcoll_status xcoll_device_check(int device, const char *source) {
   if (device == XCOLL_DEVICE_HOST)
@@ -19,13 +21,30 @@ xcoll_status xcoll_device_check(int device, const char *source) {
                        "%s=%d: use XCOLL_DEVICE_HOST (-1) for host memory, or "
                        "a CUDA device ordinal >= 0",
                        source, device);
-  return xcoll_error(NULL, XCOLL_ERR_NOT_SUPPORTED,
-                     "%s=%d asks for a GPU rank on CUDA device %d: this "
-                     "build of xcoll runs host ranks only (its CUDA ring "
-                     "kernels are compiled but not driven yet); use host "
-                     "memory (XCOLL_DEVICE=host, config.device = "
-                     "XCOLL_DEVICE_HOST)",
-                     source, device, device);
+  return XCOLL_SUCCESS;
+}
+
+xcoll_status xcoll_device_open(int device, const xcoll_backend *backend,
+                               const char *source, struct xcoll_cuda **cuda) {
+  *cuda = NULL;
+  if (device == XCOLL_DEVICE_HOST)
+    return XCOLL_SUCCESS;
+  if (backend->coll != NULL)
+    return xcoll_error(NULL, XCOLL_ERR_NOT_SUPPORTED,
+                       "%s asks for a GPU rank on CUDA device %d with "
+                       "backend '%s', whose CUDA engine is compiled but not "
+                       "driven yet: use XCOLL_BACKEND=tcp or ucx (they stage "
+                       "device buffers through pinned host memory), or a "
+                       "host rank (XCOLL_DEVICE=host, config.device = "
+                       "XCOLL_DEVICE_HOST)",
+                       source, device, backend->name);
+  xcoll_status status = xcoll_cuda_open(device, backend->name, cuda);
+  if (status != XCOLL_SUCCESS) {
+    char cause[1024];
+    snprintf(cause, sizeof cause, "%s", xcoll_last_error());
+    return xcoll_error(NULL, status, "%s: %s", source, cause);
+  }
+  return XCOLL_SUCCESS;
 }
 
 xcoll_status xcoll_device_from_env(int local_rank, int *device) {

@@ -2,20 +2,32 @@
  *
  * A communicator is bound to a device as in NCCL (one communicator per
  * device): xcoll_config.device, or XCOLL_DEVICE for xcoll_comm_init_env.
- * This build runs host ranks only: a CUDA device is refused with
- * XCOLL_ERR_NOT_SUPPORTED at communicator creation (the ring kernels in
- * kernels/cuda/ are compiled, not yet driven by an engine). What every build
- * does is tell CUDA device memory from host memory, so that a device buffer
- * handed to a host rank is a clear error instead of a crash in memcpy. */
+ * A CUDA device is accepted on the host-driven backends (tcp, ucx), which
+ * stage device buffers through pinned host memory (core/staging.h), and
+ * refused with XCOLL_ERR_NOT_SUPPORTED on nccl_like (its CUDA ring kernels
+ * in kernels/cuda/ are compiled, not yet driven by an engine). Every build
+ * tells CUDA device memory from host memory, so that a device buffer handed
+ * to a host rank is a clear error instead of a crash in memcpy. */
 #ifndef XCOLL_CORE_DEVICE_H
 #define XCOLL_CORE_DEVICE_H
 
+#include "backend.h"
 #include "xcoll.h"
 
 /* Checks config.device (XCOLL_DEVICE_HOST, or a CUDA ordinal >= 0).
- * Errors: XCOLL_ERR_INVALID_ARGUMENT (below XCOLL_DEVICE_HOST),
- * XCOLL_ERR_NOT_SUPPORTED (a CUDA device: this build has no GPU engine). */
+ * Errors: XCOLL_ERR_INVALID_ARGUMENT (below XCOLL_DEVICE_HOST). */
 xcoll_status xcoll_device_check(int device, const char *source);
+
+/* Bind a new communicator on backend to device (source names where the
+ * value came from, for messages): nothing for a host rank; for a CUDA
+ * ordinal on a host-driven backend (tcp, ucx), *cuda receives the driver
+ * state that stages device buffers (core/staging.h). Errors:
+ * XCOLL_ERR_NOT_SUPPORTED (a device-driven backend, whose CUDA engine is not
+ * driven yet; or no usable CUDA driver), XCOLL_ERR_INVALID_ARGUMENT (no such
+ * device), XCOLL_ERR_NO_MEMORY. */
+struct xcoll_cuda;
+xcoll_status xcoll_device_open(int device, const xcoll_backend *backend,
+                               const char *source, struct xcoll_cuda **cuda);
 
 /* Reads XCOLL_DEVICE: unset, "" or "host" -> XCOLL_DEVICE_HOST; "cuda" ->
  * local_rank (0 when unknown), as torchrun programs place one rank per GPU;

@@ -16,6 +16,7 @@
 #include "error.h"
 #include "log.h"
 #include "request.h"
+#include "staging.h"
 #include "trace.h"
 
 /* Bytes of the larger of the two buffers (the size NCCL's tests report):
@@ -250,10 +251,51 @@ static xcoll_status dispatch_backend(xcoll_comm *comm,
   return XCOLL_SUCCESS;
 }
 
+/* A communicator bound to a CUDA device on a host-driven backend: the
+ * host algorithms run on pinned copies of the device buffers
+ * (core/staging.h). A non-blocking call's result is copied back by the
+ * xcoll_wait or xcoll_test that sees it done. */
+static xcoll_status dispatch_staged(xcoll_comm *comm, const xcoll_coll_args *args,
+                                    xcoll_request_t *request) {
+  xcoll_coll_args host_args;
+  xcoll_staging *staging = NULL;
+  xcoll_status status = xcoll_staging_begin(comm, args, &host_args, &staging);
+  if (status != XCOLL_SUCCESS)
+    return status;
+  if (request == NULL)
+    return xcoll_staging_end(staging, xcoll_queue_run(comm, &host_args));
+  status = xcoll_queue_submit(comm, &host_args, request);
+  if (status != XCOLL_SUCCESS)
+    return xcoll_staging_end(staging, status);
+  pthread_mutex_lock(&(*request)->lock);
+  (*request)->staging = staging;
+  pthread_mutex_unlock(&(*request)->lock);
+  return XCOLL_SUCCESS;
+}
+
+/* Copy a staged request's result back once it is done (at most once);
+ * returns the request's final status. */
+static xcoll_status finish_staging(struct xcoll_request *request,
+                                   xcoll_status status) {
+  pthread_mutex_lock(&request->lock);
+  xcoll_staging *staging = request->staging;
+  request->staging = NULL;
+  pthread_mutex_unlock(&request->lock);
+  if (staging == NULL)
+    return status;
+  status = xcoll_staging_end(staging, status);
+  pthread_mutex_lock(&request->lock);
+  request->status = status;
+  pthread_mutex_unlock(&request->lock);
+  return status;
+}
+
 xcoll_status xcoll_dispatch(xcoll_comm *comm, const xcoll_coll_args *args,
                             xcoll_request_t *request) {
   const xcoll_backend_coll_ops *coll = comm->backend->coll;
   const char *name = xcoll_coll_name(args->kind);
+  if (comm->cuda != NULL)
+    return dispatch_staged(comm, args, request);
   /* Host ranks only: a device buffer would crash the first memcpy. */
   const void *device_buffer = xcoll_device_pointer(args->sendbuf)   ? args->sendbuf
                               : xcoll_device_pointer(args->recvbuf) ? args->recvbuf
@@ -296,7 +338,7 @@ xcoll_status xcoll_wait(xcoll_request_t request) {
     finish_backend_request(request);
     xcoll_inflight_remove(request->comm, request);
   }
-  xcoll_status status = xcoll_request_wait_done(request);
+  xcoll_status status = finish_staging(request, xcoll_request_wait_done(request));
   xcoll_request_release(request);
   return status;
 }
@@ -316,5 +358,7 @@ xcoll_status xcoll_test(xcoll_request_t request, int *done) {
   *done = request->done;
   xcoll_status status = request->done ? request->status : XCOLL_SUCCESS;
   pthread_mutex_unlock(&request->lock);
+  if (*done)
+    status = finish_staging(request, status);
   return status;
 }

@@ -3,6 +3,8 @@
  * contract as a CUDA stream or Gloo's work queue), plus the in-flight list of
  * device-driven requests. xcoll_wait and xcoll_test are in core/dispatch.c. */
 #include <errno.h>
+
+#include "staging.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +50,9 @@ void xcoll_request_release(struct xcoll_request *request) {
   pthread_mutex_unlock(&request->lock);
   if (!last)
     return;
+  /* Never waited for: drop the result, return the pinned memory. */
+  if (request->staging != NULL)
+    xcoll_staging_end(request->staging, XCOLL_ERR_ABORTED);
   pthread_cond_destroy(&request->completed);
   pthread_mutex_destroy(&request->lock);
   free(request);

@@ -34,6 +34,10 @@ struct xcoll_request {
   struct xcoll_request *inflight_next; /* on the in-flight list */
   int inflight;                        /* 1 while on that list */
   int refs; /* the caller's reference + the in-flight list's; under lock */
+  /* The pinned copies of a staged call's device buffers (core/staging.h),
+   * copied back by whoever sees the request done (xcoll_wait, xcoll_test);
+   * NULL otherwise. Under lock. */
+  struct xcoll_staging *staging;
 };
 
 /* The function the progress thread runs each queued collective with

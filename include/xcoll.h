@@ -18,13 +18,27 @@
  *   used concurrently from different threads.
  * - A communicator is bound to a device, as in NCCL: config.device (or
  *   XCOLL_DEVICE) is XCOLL_DEVICE_HOST for a host rank, whose buffers are
- *   host memory, or a CUDA device ordinal for a GPU rank. This build runs
- *   host ranks only and refuses a CUDA device at creation
- *   (XCOLL_ERR_NOT_SUPPORTED). A buffer in CUDA device memory handed to a
- *   host rank is XCOLL_ERR_INVALID_ARGUMENT (every build detects it once the
- *   CUDA driver is loaded in the process); managed memory counts as host
- *   memory. The stream argument of the non-blocking calls is reserved for
- *   GPU ranks (a cudaStream_t); host ranks require it to be NULL.
+ *   host memory, or a CUDA device ordinal for a GPU rank. A buffer in CUDA
+ *   device memory handed to a host rank is XCOLL_ERR_INVALID_ARGUMENT
+ *   (detected once the CUDA driver is loaded in the process); managed
+ *   memory counts as host memory. Host ranks require the stream argument
+ *   of the non-blocking calls to be NULL.
+ * - GPU ranks on tcp and ucx (Gloo's way): buffers may be device or host
+ *   memory. At call time the caller's stream (a cudaStream_t; NULL = the
+ *   legacy default stream; the blocking calls use NULL) is synchronised and
+ *   device inputs are copied to pinned host memory on it; the host
+ *   algorithm then runs as on a host rank, and the result is copied back on
+ *   the same stream, which is synchronised again, when the call completes:
+ *   before a blocking call returns, and inside the xcoll_wait or xcoll_test
+ *   that first reports a non-blocking call done. So: work queued on the
+ *   stream before the call is seen by it; results are in device memory
+ *   once the call has completed; work queued on the stream after a
+ *   non-blocking call must not read its recvbuf until xcoll_wait or a
+ *   successful xcoll_test has returned (as with Gloo's Work.wait()). The
+ *   driver (libcuda.so.1) is loaded at run time: no CUDA toolkit is needed
+ *   to build. nccl_like refuses a CUDA device at creation
+ *   (XCOLL_ERR_NOT_SUPPORTED): its CUDA kernels are compiled, not yet
+ *   driven.
  */
 #ifndef XCOLL_H
 #define XCOLL_H
@@ -144,7 +158,8 @@ typedef struct xcoll_config {
   const char *backend;  /* "tcp", "ucx", "nccl_like"; NULL: XCOLL_BACKEND or "tcp" */
   double timeout_s;     /* how long any wait may last; <= 0: XCOLL_TIMEOUT_S or 300 */
   int device;           /* XCOLL_DEVICE_HOST, or a CUDA device ordinal >= 0
-                           (a GPU rank: XCOLL_ERR_NOT_SUPPORTED in this build) */
+                           (a GPU rank: tcp and ucx stage device buffers
+                           through pinned host memory; nccl_like refuses it) */
 } xcoll_config;
 
 /* config.device of a host rank: buffers are host memory. */
@@ -167,8 +182,9 @@ XCOLL_API void xcoll_config_init(xcoll_config *config);
  * retrying until XCOLL_TIMEOUT_S.
  * Collective over all ranks of the job: every rank must call it.
  * Errors: XCOLL_ERR_ENV (a malformed variable, named in the message),
- * XCOLL_ERR_NOT_SUPPORTED (XCOLL_DEVICE names a CUDA device: host ranks only
- * in this build),
+ * XCOLL_ERR_NOT_SUPPORTED (XCOLL_DEVICE names a CUDA device and the backend
+ * is nccl_like, or no CUDA driver could be loaded), XCOLL_ERR_INVALID_ARGUMENT
+ * (no such CUDA device),
  * XCOLL_ERR_TIMEOUT (master unreachable: address and port in the message),
  * XCOLL_ERR_SYSTEM (port taken, socket failure), XCOLL_ERR_NOT_SUPPORTED
  * (backend not compiled in: the message lists those that are),

@@ -18,6 +18,8 @@ add_executable(conformance ${CMAKE_CURRENT_SOURCE_DIR}/conformance/conformance.c
 target_link_libraries(conformance PRIVATE xcoll_static m)
 add_executable(split_threads ${CMAKE_CURRENT_SOURCE_DIR}/conformance/split_threads.c)
 target_link_libraries(split_threads PRIVATE xcoll_static Threads::Threads)
+add_executable(staging ${CMAKE_CURRENT_SOURCE_DIR}/conformance/staging.c)
+target_link_libraries(staging PRIVATE xcoll_static ${CMAKE_DL_LIBS})
 add_executable(fault_init ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_init.c)
 target_link_libraries(fault_init PRIVATE xcoll_static m)
 add_executable(fault_peer ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_peer.c)
@@ -156,6 +158,35 @@ if(TARGET xcollrun)
         LABELS "conformance;${backend}" PROCESSORS 2
         ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=${backend}")
     endforeach()
+  endforeach()
+
+  # CUDA device buffers staged through pinned memory on tcp and ucx, over
+  # the stand-in driver (tests/unit/fake_libcuda.c: device memory the host
+  # cannot touch, copies that land only when their stream is synchronised).
+  foreach(backend ${XCOLL_SPLIT_BACKENDS})
+    foreach(np 2 3)
+      set(test conformance.staging.${backend}.np${np})
+      set(args "")
+      if(XCOLL_SANITIZE)
+        set(args --quick)
+      endif()
+      add_test(NAME ${test}
+        COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node ${np} --master-port 0
+                $<TARGET_FILE:staging> ${args})
+      set_tests_properties(${test} PROPERTIES TIMEOUT 180
+        LABELS "conformance;${backend};staging" PROCESSORS 2
+        ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=${backend};XCOLL_DEVICE=cuda;FAKE_CUDA_DEVICES=8;LD_LIBRARY_PATH=$<TARGET_FILE_DIR:fake_libcuda>")
+    endforeach()
+  endforeach()
+
+  # The same on a real GPU (label gpu): skipped, exit 77, without one.
+  foreach(backend ${XCOLL_SPLIT_BACKENDS})
+    set(test gpu.staging.${backend})
+    add_test(NAME ${test}
+      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_staging.sh
+              $<TARGET_FILE:xcollrun> $<TARGET_FILE:staging> ${backend})
+    set_tests_properties(${test} PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77
+      LABELS "gpu;${backend}" PROCESSORS 2 ENVIRONMENT "${XCOLL_MP_ENV}")
   endforeach()
 
   # A peer dies (SIGKILL) or hangs (SIGSTOP) during an allreduce loop.
