@@ -1,7 +1,8 @@
 /*
  * model.c - the MLP (784-256-256-10, ReLU) and the LeNet-5-like CNN
  * (conv5x5 pad 2 + ReLU + pool, conv5x5 + ReLU + pool, fc 120, fc 84, fc 10)
- * written as sequences of the layers in layers.c over one parameter buffer.
+ * written as sequences of the layers in layers.c over one parameter buffer;
+ * the tensor registry and initialisation shared with the gpt (gpt.c).
  */
 #include "model.h"
 
@@ -11,25 +12,42 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpt.h"
 #include "layers.h"
 
 enum { MLP_HIDDEN = 256, CNN_FC1 = 120, CNN_FC2 = 84, CNN_K = 5 };
 
-static void add_param(model *m, const char *name, int fan_in, int ndim, ...) {
+static void add_param_va(model *m, const char *name, param_init init,
+                         int fan_in, int ndim, va_list ap) {
   param_view *v = &m->views[m->num_params++];
   snprintf(v->name, sizeof v->name, "%s", name);
   v->ndim = ndim;
   v->numel = 1;
   v->fan_in = fan_in;
-  va_list ap;
-  va_start(ap, ndim);
+  v->init = init;
   for (int i = 0; i < ndim; i++) {
     v->shape[i] = va_arg(ap, int);
     v->numel *= (size_t)v->shape[i];
   }
-  va_end(ap);
   v->offset = m->num_elements;
   m->num_elements += v->numel;
+}
+
+static void add_param(model *m, const char *name, int fan_in, int ndim, ...) {
+  va_list ap;
+  va_start(ap, ndim);
+  add_param_va(m, name, PARAM_INIT_FAN_IN, fan_in, ndim, ap);
+  va_end(ap);
+}
+
+int model_add_param(model *m, const char *name, param_init init, int fan_in,
+                    int ndim, ...) {
+  int index = m->num_params;
+  va_list ap;
+  va_start(ap, ndim);
+  add_param_va(m, name, init, fan_in, ndim, ap);
+  va_end(ap);
+  return index;
 }
 
 static void add_linear(model *m, const char *prefix, int in, int out) {
@@ -53,11 +71,51 @@ int model_kind_parse(const char *name) {
     return MODEL_MLP;
   if (strcmp(name, "cnn") == 0)
     return MODEL_CNN;
+  if (strcmp(name, "gpt") == 0)
+    return MODEL_GPT;
   return -1;
 }
 
 const char *model_kind_name(model_kind kind) {
+  if (kind == MODEL_GPT)
+    return "gpt";
   return kind == MODEL_CNN ? "cnn" : "mlp";
+}
+
+/* params, grads and the per-tensor pointers, once the tensors are
+ * registered. */
+static int allocate_params(model *m) {
+  m->params = calloc(m->num_elements, sizeof(float));
+  m->grads = calloc(m->num_elements, sizeof(float));
+  if (!m->params || !m->grads)
+    return -1;
+  for (int i = 0; i < m->num_params; i++) {
+    m->tensor_params[i] = m->params + m->views[i].offset;
+    m->tensor_grads[i] = m->grads + m->views[i].offset;
+  }
+  return 0;
+}
+
+int model_create_gpt(model *m, const gpt_config *cfg, int max_batch) {
+  memset(m, 0, sizeof *m);
+  m->kind = MODEL_GPT;
+  m->max_batch = max_batch;
+  m->gpt = *cfg;
+  m->sample_inputs = cfg->context;
+  m->sample_targets = cfg->context;
+  gpt_register_params(m);
+  if (gpt_allocate_activations(m) != 0 || allocate_params(m) != 0) {
+    model_free(m);
+    return -1;
+  }
+  return 0;
+}
+
+int model_create_like(model *m, const model *src, int max_batch) {
+  if (src->kind == MODEL_GPT)
+    return model_create_gpt(m, &src->gpt, max_batch);
+  return model_create(m, src->kind, src->conv1_channels, src->conv2_channels,
+                      max_batch);
 }
 
 int model_create(model *m, model_kind kind, int conv1_channels,
@@ -65,6 +123,8 @@ int model_create(model *m, model_kind kind, int conv1_channels,
   memset(m, 0, sizeof *m);
   m->kind = kind;
   m->max_batch = max_batch;
+  m->sample_inputs = MODEL_IMAGE_PIXELS;
+  m->sample_targets = 1;
   size_t B = (size_t)max_batch;
   size_t act_size[12] = {0};
   int num_acts;
@@ -113,15 +173,9 @@ int model_create(model *m, model_kind kind, int conv1_channels,
     }
   }
   m->probs = malloc(B * MODEL_CLASSES * sizeof(float));
-  m->params = calloc(m->num_elements, sizeof(float));
-  m->grads = calloc(m->num_elements, sizeof(float));
-  if (!m->probs || !m->params || !m->grads) {
+  if (!m->probs || allocate_params(m) != 0) {
     model_free(m);
     return -1;
-  }
-  for (int i = 0; i < m->num_params; i++) {
-    m->tensor_params[i] = m->params + m->views[i].offset;
-    m->tensor_grads[i] = m->grads + m->views[i].offset;
   }
   return 0;
 }
@@ -138,16 +192,29 @@ void model_free(model *m) {
   free(m->probs);
   free(m->params);
   free(m->grads);
+  gpt_free_activations(m);
   memset(m, 0, sizeof *m);
 }
 
 void model_init_params(model *m, rng *r) {
   for (int i = 0; i < m->num_params; i++) {
     const param_view *v = &m->views[i];
-    float bound = 1.0f / sqrtf((float)v->fan_in);
     float *p = m->params + v->offset;
-    for (size_t j = 0; j < v->numel; j++)
-      p[j] = (2.0f * rng_uniform(r) - 1.0f) * bound;
+    if (v->init == PARAM_INIT_ONES || v->init == PARAM_INIT_ZEROS) {
+      for (size_t j = 0; j < v->numel; j++)
+        p[j] = v->init == PARAM_INIT_ONES ? 1.0f : 0.0f;
+    } else if (v->init == PARAM_INIT_NORMAL) {
+      /* Box-Muller; 1 - u is in (0, 1], so the logarithm is finite. */
+      for (size_t j = 0; j < v->numel; j++) {
+        float u1 = 1.0f - rng_uniform(r), u2 = rng_uniform(r);
+        p[j] = 0.02f * sqrtf(-2.0f * logf(u1)) *
+               cosf(6.2831853071795864f * u2);
+      }
+    } else {
+      float bound = 1.0f / sqrtf((float)v->fan_in);
+      for (size_t j = 0; j < v->numel; j++)
+        p[j] = (2.0f * rng_uniform(r) - 1.0f) * bound;
+    }
   }
 }
 
@@ -176,6 +243,8 @@ static void ready(model *m, int weight_index) {
 
 double model_forward(model *m, const float *x, const unsigned char *targets,
                      int B, int *correct) {
+  if (m->kind == MODEL_GPT)
+    return gpt_forward(m, x, targets, B);
   m->input = x;
   m->targets = targets;
   float **a = m->act;
@@ -225,6 +294,10 @@ double model_forward(model *m, const float *x, const unsigned char *targets,
 }
 
 void model_backward(model *m, int B, float loss_scale) {
+  if (m->kind == MODEL_GPT) {
+    gpt_backward(m, B, loss_scale);
+    return;
+  }
   float **a = m->act, **d = m->dact;
   if (m->kind == MODEL_MLP) {
     softmax_cross_entropy_backward(d[2], m->probs, m->targets, B, MODEL_CLASSES,
