@@ -59,6 +59,23 @@ if(TARGET xtrain)
     set_tests_properties(trainer.fsdp_equivalence.sgd.${n} PROPERTIES
       TIMEOUT 200 LABELS "trainer;mp")
   endforeach()
+  # The same on --model gpt (a tiny transformer, one unit per block):
+  # full_shard, shard_grad_op and hybrid_shard vs DDP vs one process.
+  set(XTRAIN_GPT_FSDP_VARIANTS_2 "full_shard --forward-prefetch on"
+    "shard_grad_op --grad-accum 2" "hybrid_shard:1")
+  set(XTRAIN_GPT_FSDP_VARIANTS_3 "full_shard --backward-prefetch post"
+    "shard_grad_op" "hybrid_shard:3")
+  set(XTRAIN_GPT_FSDP_VARIANTS_4 "full_shard --backward-prefetch none"
+    "shard_grad_op --fsdp-min-params 5000" "hybrid_shard:2")
+  foreach(n 2 3 4)
+    add_test(NAME trainer.gpt.fsdp_equivalence.sgd.${n}
+      COMMAND sh ${XTRAIN_TEST_DIR}/fsdp_equivalence.sh --model gpt
+        $<TARGET_FILE:xtrain> $<TARGET_FILE:xcollrun>
+        $<TARGET_FILE:xtrain_compare_params> ${n} sgd 1e-5
+        ${XTRAIN_GPT_FSDP_VARIANTS_${n}})
+    set_tests_properties(trainer.gpt.fsdp_equivalence.sgd.${n} PROPERTIES
+      TIMEOUT 200 LABELS "trainer;mp")
+  endforeach()
   # AdamW: 1e-4, for the reason given for ddp_equivalence.adamw.
   add_test(NAME trainer.fsdp_equivalence.adamw.2
     COMMAND sh ${XTRAIN_TEST_DIR}/fsdp_equivalence.sh $<TARGET_FILE:xtrain>
