@@ -11,6 +11,14 @@ if(TARGET xtrain)
   add_test(NAME trainer.layers COMMAND test_trainer_layers)
   set_tests_properties(trainer.layers PROPERTIES TIMEOUT 60 LABELS trainer)
 
+  # --model gpt: its layers and the whole model against finite differences,
+  # causality, hook order, text windows, deterministic generation.
+  add_executable(test_trainer_gpt ${CMAKE_CURRENT_LIST_DIR}/trainer/test_gpt.c)
+  target_include_directories(test_trainer_gpt PRIVATE ${CMOCKA_INCLUDE_DIR})
+  target_link_libraries(test_trainer_gpt PRIVATE xtrain_core ${CMOCKA_LIBRARY} m)
+  add_test(NAME trainer.gpt.layers COMMAND test_trainer_gpt)
+  set_tests_properties(trainer.gpt.layers PROPERTIES TIMEOUT 60 LABELS trainer)
+
   add_executable(xtrain_compare_params ${CMAKE_CURRENT_LIST_DIR}/trainer/compare_params.c)
   target_link_libraries(xtrain_compare_params PRIVATE m)
 

@@ -319,6 +319,8 @@ void gpt_backward(model *m, int B, float loss_scale) {
 
 /* ---- generation ---- */
 
+const float *gpt_logits(const model *m) { return m->gpt_acts->logits; }
+
 void gpt_generate(model *m, const unsigned char *prompt, int prompt_len, int n,
                   float temperature, rng *r, unsigned char *out) {
   int T = m->gpt.context, V = MODEL_GPT_VOCAB;
@@ -339,7 +341,7 @@ void gpt_generate(model *m, const unsigned char *prompt, int prompt_len, int n,
     x[i] = prompt[prompt_len - len + i];
   for (int k = 0; k < n; k++) {
     gpt_forward(m, x, targets, 1);
-    const float *z = m->gpt_acts->logits + (size_t)(len - 1) * V;
+    const float *z = gpt_logits(m) + (size_t)(len - 1) * V;
     float maxv = z[0];
     for (int v = 1; v < V; v++)
       if (z[v] > maxv)

@@ -46,6 +46,9 @@ double gpt_forward(model *m, const float *x, const unsigned char *targets,
                    int B);
 void gpt_backward(model *m, int B, float loss_scale);
 
+/* (B, T, 256) logits of the last forward. */
+const float *gpt_logits(const model *m);
+
 /* Append n bytes to out sampled one at a time from m (max_batch >= 1, no
  * hooks needed: call it on a model holding the whole parameters): the
  * context is the last T bytes of prompt (prompt_len >= 1) followed by what
