@@ -130,6 +130,14 @@ if(TARGET xtrain)
       $<TARGET_FILE:xcollrun> ${PROJECT_SOURCE_DIR}/tools/xcoll-trace-merge)
   set_tests_properties(trainer.trace PROPERTIES TIMEOUT 60 LABELS "trainer;mp")
 
+  add_test(NAME trainer.gpt.data
+    COMMAND sh ${XTRAIN_TEST_DIR}/gpt_data.sh $<TARGET_FILE:xtrain>)
+  set_tests_properties(trainer.gpt.data PROPERTIES TIMEOUT 60 LABELS trainer)
+  add_test(NAME trainer.gpt.train
+    COMMAND sh ${XTRAIN_TEST_DIR}/gpt_train.sh $<TARGET_FILE:xtrain>
+      $<TARGET_FILE:xtrain_compare_params>)
+  set_tests_properties(trainer.gpt.train PROPERTIES TIMEOUT 120 LABELS trainer)
+
   add_test(NAME trainer.bad_inputs
     COMMAND sh ${XTRAIN_TEST_DIR}/bad_inputs.sh $<TARGET_FILE:xtrain> ${XTRAIN_DATA_DIR})
   set_tests_properties(trainer.bad_inputs PROPERTIES TIMEOUT 60 LABELS trainer)
