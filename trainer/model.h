@@ -51,6 +51,42 @@ typedef enum param_init {
   PARAM_INIT_NORMAL = 3
 } param_init;
 
+/* Registration indices (into model.views) of the MLP's tensors:
+ * fc1 784 -> 256, fc2 256 -> 256, fc3 256 -> 10, weights (out, in). */
+typedef struct mlp_params {
+  int fc1_weight, fc1_bias; /* (256, 784), (256) */
+  int fc2_weight, fc2_bias; /* (256, 256), (256) */
+  int fc3_weight, fc3_bias; /* (10, 256), (10) */
+} mlp_params;
+
+/* B = max_batch. Each array holds the layer's output after its ReLU; the
+ * gradients of the same outputs use the same struct. */
+typedef struct mlp_activations {
+  float *fc1;    /* (B, 256) */
+  float *fc2;    /* (B, 256) */
+  float *logits; /* (B, 10) */
+} mlp_activations;
+
+/* Registration indices of the CNN's tensors, C1 and C2 its channels. */
+typedef struct cnn_params {
+  int conv1_weight, conv1_bias; /* (C1, 1, 5, 5), (C1) */
+  int conv2_weight, conv2_bias; /* (C2, C1, 5, 5), (C2) */
+  int fc1_weight, fc1_bias;     /* (120, C2*25), (120) */
+  int fc2_weight, fc2_bias;     /* (84, 120), (84) */
+  int fc3_weight, fc3_bias;     /* (10, 84), (10) */
+} cnn_params;
+
+/* B = max_batch; convolution and fc outputs after their ReLU. */
+typedef struct cnn_activations {
+  float *conv1;  /* (B, C1, 28, 28) */
+  float *pool1;  /* (B, C1, 14, 14) */
+  float *conv2;  /* (B, C2, 10, 10) */
+  float *pool2;  /* (B, C2, 5, 5), fc1's input as (B, C2*25) */
+  float *fc1;    /* (B, 120) */
+  float *fc2;    /* (B, 84) */
+  float *logits; /* (B, 10) */
+} cnn_activations;
+
 /* --model gpt's shape. */
 typedef struct gpt_config {
   int n_layer;  /* transformer blocks */
@@ -127,12 +163,16 @@ typedef struct model {
   void *grad_ready_ctx;
   param_needed_fn param_needed; /* may be NULL */
   void *param_needed_ctx;
-  /* Activations and their gradients, owned by the model (see model.c). */
-  float *act[12];
-  float *dact[12];
-  int *pool_argmax[2];
+  /* Tensors by name, and activations and their gradients, owned by the
+   * model (see model.c): MLP only / CNN only. */
+  mlp_params mlp_index;
+  mlp_activations mlp_act, mlp_grad;
+  cnn_params cnn_index;
+  cnn_activations cnn_act, cnn_grad;
+  int *pool1_argmax; /* (B, C1, 14, 14) index in each 28x28 plane */
+  int *pool2_argmax; /* (B, C2, 5, 5) index in each 10x10 plane */
   float *col, *dcol; /* im2col scratch, one sample */
-  float *probs;
+  float *probs;      /* (B, 10) softmax of the logits */
   const float *input; /* last forward's input, kept for backward */
   const unsigned char *targets;
 } model;
