@@ -9,7 +9,7 @@
 set -euo pipefail
 
 required=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev
-  zlib1g-dev libucx-dev ucx-utils libcjson-dev dataset-fashion-mnist
+  zlib1g-dev libucx-dev ucx-utils libcjson-dev dataset-fashion-mnist fortunes
   libsodium-dev clang libclang-rt-14-dev python3 iproute2 iptables gnuplot-nox
   libibverbs-dev python3-torch libtorch-dev pybind11-dev python3-dev)
 # libibverbs-dev: the ibverbs net plugin's headers (the library is loaded at

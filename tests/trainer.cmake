@@ -11,6 +11,14 @@ if(TARGET xtrain)
   add_test(NAME trainer.layers COMMAND test_trainer_layers)
   set_tests_properties(trainer.layers PROPERTIES TIMEOUT 60 LABELS trainer)
 
+  # --model gpt: its layers and the whole model against finite differences,
+  # causality, hook order, text windows, deterministic generation.
+  add_executable(test_trainer_gpt ${CMAKE_CURRENT_LIST_DIR}/trainer/test_gpt.c)
+  target_include_directories(test_trainer_gpt PRIVATE ${CMOCKA_INCLUDE_DIR})
+  target_link_libraries(test_trainer_gpt PRIVATE xtrain_core ${CMOCKA_LIBRARY} m)
+  add_test(NAME trainer.gpt.layers COMMAND test_trainer_gpt)
+  set_tests_properties(trainer.gpt.layers PROPERTIES TIMEOUT 60 LABELS trainer)
+
   add_executable(xtrain_compare_params ${CMAKE_CURRENT_LIST_DIR}/trainer/compare_params.c)
   target_link_libraries(xtrain_compare_params PRIVATE m)
 
@@ -59,6 +67,23 @@ if(TARGET xtrain)
     set_tests_properties(trainer.fsdp_equivalence.sgd.${n} PROPERTIES
       TIMEOUT 200 LABELS "trainer;mp")
   endforeach()
+  # The same on --model gpt (a tiny transformer, one unit per block):
+  # full_shard, shard_grad_op and hybrid_shard vs DDP vs one process.
+  set(XTRAIN_GPT_FSDP_VARIANTS_2 "full_shard --forward-prefetch on"
+    "shard_grad_op --grad-accum 2" "hybrid_shard:1")
+  set(XTRAIN_GPT_FSDP_VARIANTS_3 "full_shard --backward-prefetch post"
+    "shard_grad_op" "hybrid_shard:3")
+  set(XTRAIN_GPT_FSDP_VARIANTS_4 "full_shard --backward-prefetch none"
+    "shard_grad_op --fsdp-min-params 5000" "hybrid_shard:2")
+  foreach(n 2 3 4)
+    add_test(NAME trainer.gpt.fsdp_equivalence.sgd.${n}
+      COMMAND sh ${XTRAIN_TEST_DIR}/fsdp_equivalence.sh --model gpt
+        $<TARGET_FILE:xtrain> $<TARGET_FILE:xcollrun>
+        $<TARGET_FILE:xtrain_compare_params> ${n} sgd 1e-5
+        ${XTRAIN_GPT_FSDP_VARIANTS_${n}})
+    set_tests_properties(trainer.gpt.fsdp_equivalence.sgd.${n} PROPERTIES
+      TIMEOUT 200 LABELS "trainer;mp")
+  endforeach()
   # AdamW: 1e-4, for the reason given for ddp_equivalence.adamw.
   add_test(NAME trainer.fsdp_equivalence.adamw.2
     COMMAND sh ${XTRAIN_TEST_DIR}/fsdp_equivalence.sh $<TARGET_FILE:xtrain>
@@ -104,6 +129,14 @@ if(TARGET xtrain)
     COMMAND sh ${XTRAIN_TEST_DIR}/trace.sh $<TARGET_FILE:xtrain>
       $<TARGET_FILE:xcollrun> ${PROJECT_SOURCE_DIR}/tools/xcoll-trace-merge)
   set_tests_properties(trainer.trace PROPERTIES TIMEOUT 60 LABELS "trainer;mp")
+
+  add_test(NAME trainer.gpt.data
+    COMMAND sh ${XTRAIN_TEST_DIR}/gpt_data.sh $<TARGET_FILE:xtrain>)
+  set_tests_properties(trainer.gpt.data PROPERTIES TIMEOUT 60 LABELS trainer)
+  add_test(NAME trainer.gpt.train
+    COMMAND sh ${XTRAIN_TEST_DIR}/gpt_train.sh $<TARGET_FILE:xtrain>
+      $<TARGET_FILE:xtrain_compare_params>)
+  set_tests_properties(trainer.gpt.train PROPERTIES TIMEOUT 120 LABELS trainer)
 
   add_test(NAME trainer.bad_inputs
     COMMAND sh ${XTRAIN_TEST_DIR}/bad_inputs.sh $<TARGET_FILE:xtrain> ${XTRAIN_DATA_DIR})

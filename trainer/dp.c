@@ -87,8 +87,8 @@ static double hook_forward_backward(strategy *s, const float *x,
     dp_replica *rp = &d->replicas[i];
     int lo = i * chunk < n ? i * chunk : n;
     int hi = lo + chunk < n ? lo + chunk : n;
-    rp->x = x + (size_t)lo * MODEL_IMAGE_PIXELS;
-    rp->y = y + lo;
+    rp->x = x + (size_t)lo * m0->sample_inputs;
+    rp->y = y + (size_t)lo * m0->sample_targets;
     rp->rows = hi - lo;
   }
   double t1 = ddp_now();
@@ -175,8 +175,7 @@ xcoll_status strategy_init_dp(strategy *s, model *m, int devices, char *err,
   replicas[0].m = m;
   int rows = (m->max_batch + devices - 1) / devices;
   for (int i = 1; i < devices; i++) {
-    if (model_create(&replicas[i].own, m->kind, m->conv1_channels,
-                     m->conv2_channels, rows) != 0) {
+    if (model_create_like(&replicas[i].own, m, rows) != 0) {
       snprintf(err, err_size, "out of memory creating replica %d", i);
       hook_destroy(s);
       return XCOLL_ERR_NO_MEMORY;

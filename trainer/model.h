@@ -1,6 +1,7 @@
 /*
- * model.h - xtrain's models (an MLP and a LeNet-5-like CNN) over one
- * contiguous parameter buffer.
+ * model.h - xtrain's models (an MLP and a LeNet-5-like CNN on images, a
+ * small GPT-style transformer on bytes of text, gpt.c) over one contiguous
+ * parameter buffer.
  *
  * All parameters live in ONE float32 allocation (model.params) and their
  * gradients in another of the same layout (model.grads). Each tensor is a
@@ -26,13 +27,99 @@
 
 #include "rng.h"
 
-#define MODEL_MAX_PARAMS 16
+/* A gpt block registers 12 tensors; 256 allows 20 blocks. */
+#define MODEL_MAX_PARAMS 256
 #define MODEL_MAX_DIMS 4
 #define MODEL_IMAGE_SIDE 28
 #define MODEL_IMAGE_PIXELS 784
 #define MODEL_CLASSES 10
+#define MODEL_GPT_VOCAB 256 /* gpt: one token per byte */
 
-typedef enum model_kind { MODEL_MLP = 0, MODEL_CNN = 1 } model_kind;
+typedef enum model_kind {
+  MODEL_MLP = 0,
+  MODEL_CNN = 1,
+  MODEL_GPT = 2
+} model_kind;
+
+/* How model_init_params fills a tensor. FAN_IN is PyTorch's default for
+ * nn.Linear and nn.Conv2d (see model_init_params); the others are what
+ * GPT-2 uses for LayerNorm (ones, zeros) and embeddings (normal, std 0.02). */
+typedef enum param_init {
+  PARAM_INIT_FAN_IN = 0,
+  PARAM_INIT_ONES = 1,
+  PARAM_INIT_ZEROS = 2,
+  PARAM_INIT_NORMAL = 3
+} param_init;
+
+/* Registration indices (into model.views) of the MLP's tensors:
+ * fc1 784 -> 256, fc2 256 -> 256, fc3 256 -> 10, weights (out, in). */
+typedef struct mlp_params {
+  int fc1_weight, fc1_bias; /* (256, 784), (256) */
+  int fc2_weight, fc2_bias; /* (256, 256), (256) */
+  int fc3_weight, fc3_bias; /* (10, 256), (10) */
+} mlp_params;
+
+/* B = max_batch. Each array holds the layer's output after its ReLU; the
+ * gradients of the same outputs use the same struct. */
+typedef struct mlp_activations {
+  float *fc1;    /* (B, 256) */
+  float *fc2;    /* (B, 256) */
+  float *logits; /* (B, 10) */
+} mlp_activations;
+
+/* Registration indices of the CNN's tensors, C1 and C2 its channels. */
+typedef struct cnn_params {
+  int conv1_weight, conv1_bias; /* (C1, 1, 5, 5), (C1) */
+  int conv2_weight, conv2_bias; /* (C2, C1, 5, 5), (C2) */
+  int fc1_weight, fc1_bias;     /* (120, C2*25), (120) */
+  int fc2_weight, fc2_bias;     /* (84, 120), (84) */
+  int fc3_weight, fc3_bias;     /* (10, 84), (10) */
+} cnn_params;
+
+/* B = max_batch; convolution and fc outputs after their ReLU. */
+typedef struct cnn_activations {
+  float *conv1;  /* (B, C1, 28, 28) */
+  float *pool1;  /* (B, C1, 14, 14) */
+  float *conv2;  /* (B, C2, 10, 10) */
+  float *pool2;  /* (B, C2, 5, 5), fc1's input as (B, C2*25) */
+  float *fc1;    /* (B, 120) */
+  float *fc2;    /* (B, 84) */
+  float *logits; /* (B, 10) */
+} cnn_activations;
+
+/* --model gpt's shape. */
+typedef struct gpt_config {
+  int n_layer;  /* transformer blocks */
+  int n_head;   /* attention heads; divides d_model */
+  int d_model;  /* width C of the residual stream */
+  int context;  /* sequence length T */
+} gpt_config;
+
+/* Registration indices (into model.views) of one transformer block's
+ * tensors, C = d_model. All are registered under the layer name "h<l>", so
+ * that units.h makes one layer, hence one FSDP unit, of each block. */
+typedef struct gpt_block_params {
+  int ln1_weight, ln1_bias;       /* (C), (C) */
+  int qkv_weight, qkv_bias;       /* (3C, C), (3C) */
+  int attn_proj_weight, attn_proj_bias; /* (C, C), (C) */
+  int ln2_weight, ln2_bias;       /* (C), (C) */
+  int fc_weight, fc_bias;         /* (4C, C), (4C) */
+  int fc_proj_weight, fc_proj_bias; /* (C, 4C), (C) */
+} gpt_block_params;
+
+/* 12 tensors per block, plus wte, wpe, ln_f (2) and lm_head. */
+#define GPT_MAX_LAYERS ((MODEL_MAX_PARAMS - 5) / 12)
+
+/* Registration indices of the whole gpt's tensors, V = 256, T = context. */
+typedef struct gpt_params {
+  int wte;     /* (V, C) token embedding */
+  int wpe;     /* (T, C) position embedding */
+  gpt_block_params blocks[GPT_MAX_LAYERS]; /* n_layer used */
+  int ln_f_weight, ln_f_bias; /* (C), (C) */
+  int lm_head; /* (V, C) output projection, untied from wte, no bias */
+} gpt_params;
+
+struct gpt_activations; /* gpt.c */
 
 /* One parameter tensor inside the flat buffers. offset and numel are in
  * elements (floats), not bytes. fan_in drives PyTorch's default init. */
@@ -43,6 +130,7 @@ typedef struct param_view {
   int ndim;
   int shape[MODEL_MAX_DIMS];
   int fan_in;
+  param_init init;
 } param_view;
 
 typedef void (*grad_ready_fn)(void *ctx, int param_index);
@@ -53,6 +141,13 @@ typedef void (*param_needed_fn)(void *ctx, int param_index, model_pass pass);
 typedef struct model {
   model_kind kind;
   int conv1_channels, conv2_channels; /* CNN only */
+  gpt_config gpt;                     /* GPT only */
+  gpt_params gpt_index;               /* GPT only */
+  struct gpt_activations *gpt_acts;   /* GPT only, owned (gpt.c) */
+  /* One sample is sample_inputs floats of model_forward's x and
+   * sample_targets bytes of its targets: 784 and 1 for mlp and cnn, T and T
+   * for gpt. */
+  int sample_inputs, sample_targets;
   int max_batch;                      /* activations are sized for this */
   int num_params;
   param_view views[MODEL_MAX_PARAMS];
@@ -68,12 +163,16 @@ typedef struct model {
   void *grad_ready_ctx;
   param_needed_fn param_needed; /* may be NULL */
   void *param_needed_ctx;
-  /* Activations and their gradients, owned by the model (see model.c). */
-  float *act[12];
-  float *dact[12];
-  int *pool_argmax[2];
+  /* Tensors by name, and activations and their gradients, owned by the
+   * model (see model.c): MLP only / CNN only. */
+  mlp_params mlp_index;
+  mlp_activations mlp_act, mlp_grad;
+  cnn_params cnn_index;
+  cnn_activations cnn_act, cnn_grad;
+  int *pool1_argmax; /* (B, C1, 14, 14) index in each 28x28 plane */
+  int *pool2_argmax; /* (B, C2, 5, 5) index in each 10x10 plane */
   float *col, *dcol; /* im2col scratch, one sample */
-  float *probs;
+  float *probs;      /* (B, 10) softmax of the logits */
   const float *input; /* last forward's input, kept for backward */
   const unsigned char *targets;
 } model;
@@ -83,30 +182,41 @@ typedef struct model {
  * Returns 0, or -1 when an allocation fails (nothing is left allocated). */
 int model_create(model *m, model_kind kind, int conv1_channels,
                  int conv2_channels, int max_batch);
+/* The gpt of cfg (validated by the caller: positive sizes, n_head divides
+ * d_model, 12 * n_layer + 5 <= MODEL_MAX_PARAMS) for batches of up to
+ * max_batch sequences. Returns 0, or -1 when an allocation fails. */
+int model_create_gpt(model *m, const gpt_config *cfg, int max_batch);
+/* A model of src's kind and shape (not its values) for max_batch samples. */
+int model_create_like(model *m, const model *src, int max_batch);
 void model_free(model *m);
 
 /* PyTorch's default initialisation of nn.Linear and nn.Conv2d:
  * kaiming_uniform_(a=sqrt(5)) reduces to weight ~ U(-1/sqrt(fan_in),
- * 1/sqrt(fan_in)), and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)). Tensors are
- * filled in registration order from r. */
+ * 1/sqrt(fan_in)), and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)); gpt's
+ * LayerNorms start at weight 1, bias 0, and its embeddings at N(0, 0.02^2)
+ * (GPT-2's). Tensors are filled in registration order from r. */
 void model_init_params(model *m, rng *r);
 
 /* Forward on x (B, 784) normalised pixels (viewed as (B, 1, 28, 28) by the
  * CNN) with targets (B); returns the summed cross-entropy over the batch,
  * and adds the number of correct predictions to *correct if not NULL.
- * B <= max_batch. */
+ * B <= max_batch.
+ * gpt: x (B, T) byte tokens stored as floats (exact integers 0..255) and
+ * targets (B, T) the next byte of each position; the loss of one sample is
+ * its MEAN cross-entropy per position, so the return value is the sum over
+ * the B sequences of that mean, and *correct receives nothing. */
 double model_forward(model *m, const float *x, const unsigned char *targets,
                      int B, int *correct);
 
 /* Backward of the last forward: ACCUMULATES into m->grads the gradient of
- * loss_scale * (summed cross-entropy). For a mean over the B samples of
- * this batch, loss_scale = 1/B. Calls grad_ready for every tensor, in
+ * loss_scale * (the value model_forward returned). For a mean over the B
+ * samples of this batch, loss_scale = 1/B. Calls grad_ready for every tensor, in
  * reverse registration order, once its gradient is final. */
 void model_backward(model *m, int B, float loss_scale);
 
 void model_zero_grad(model *m);
 
-/* "mlp" / "cnn" to a kind; -1 if unknown. */
+/* "mlp" / "cnn" / "gpt" to a kind; -1 if unknown. */
 int model_kind_parse(const char *name);
 const char *model_kind_name(model_kind kind);
 

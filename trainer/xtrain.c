@@ -1,5 +1,6 @@
 /*
- * xtrain.c - the xtrain program: trains an MLP or a CNN on Fashion-MNIST with
+ * xtrain.c - the xtrain program: trains an MLP or a CNN on Fashion-MNIST, or
+ * a small GPT-style transformer on bytes of text (--model gpt), with
  * one process (--strategy none), DataParallel threads in one process
  * (--strategy dp), data-parallel over xcoll (--strategy ddp) or fully
  * sharded (--strategy fsdp), the last two launched by xcollrun or any
@@ -26,9 +27,11 @@
 #include "ddp.h"
 #include "dp.h"
 #include "fsdp.h"
+#include "gpt.h"
 #include "model.h"
 #include "optim.h"
 #include "strategy.h"
+#include "text.h"
 #include "timeline.h"
 #include "xcoll.h"
 
@@ -62,6 +65,8 @@ typedef struct config {
   int threads;
   size_t train_limit, test_limit;
   int conv1_channels, conv2_channels;
+  gpt_config gpt;        /* --n-layer, --n-head, --d-model, --context */
+  const char *data_file; /* gpt: --data-file, instead of the fortunes */
   const char *dump_params;
   const char *trace;
 } config;
@@ -69,8 +74,18 @@ typedef struct config {
 static void usage(FILE *out) {
   fprintf(out,
 "usage: xtrain [options]   (multi-rank: xcollrun --nproc-per-node N xtrain --strategy ddp ...)\n"
-"  --model mlp|cnn          model (mlp: 784-256-256-10; cnn: LeNet-5-like) [mlp]\n"
+"  --model mlp|cnn|gpt      model (mlp: 784-256-256-10; cnn: LeNet-5-like) [mlp]\n"
 "  --cnn-channels C1,C2     channels of the CNN's two convolutions [16,32]\n"
+"  --model gpt              a decoder-only transformer on bytes of text, trained\n"
+"                           on " TEXT_DEFAULT_DIR " (Debian's fortunes)\n"
+"                           or --data-file; epochs default to 1, the optimizer\n"
+"                           to adamw (see docs/trainer.md)\n"
+"  --n-layer N              gpt: transformer blocks [2]\n"
+"  --n-head H               gpt: attention heads, dividing --d-model [4]\n"
+"  --d-model C              gpt: width of the residual stream [64]\n"
+"  --context T              gpt: sequence length; a sample is T+1 bytes [64]\n"
+"  --data-file FILE         gpt: train on FILE (any text; the last 10%% is the\n"
+"                           validation set) instead of the fortunes\n"
 "  --strategy none|dp|ddp|fsdp  one process; DataParallel (one process,\n"
 "                           threads); DistributedDataParallel or Fully Sharded\n"
 "                           Data Parallel over xcoll [none]\n"
@@ -157,7 +172,8 @@ enum {
   OPT_LOG_JSON, OPT_DROP_LAST, OPT_MAX_STEPS, OPT_THREADS, OPT_TRAIN_LIMIT,
   OPT_TEST_LIMIT, OPT_CHANNELS, OPT_DUMP, OPT_FIRST_BUCKET, OPT_TRACE, OPT_HELP,
   OPT_VERSION, OPT_SHARDING, OPT_BACKWARD_PREFETCH, OPT_FORWARD_PREFETCH,
-  OPT_FSDP_MIN_PARAMS, OPT_DP_DEVICES
+  OPT_FSDP_MIN_PARAMS, OPT_DP_DEVICES, OPT_N_LAYER, OPT_N_HEAD, OPT_D_MODEL,
+  OPT_CONTEXT, OPT_DATA_FILE
 };
 
 static void parse_args(config *c, int argc, char **argv) {
@@ -169,6 +185,11 @@ static void parse_args(config *c, int argc, char **argv) {
       {"forward-prefetch", required_argument, 0, OPT_FORWARD_PREFETCH},
       {"fsdp-min-params", required_argument, 0, OPT_FSDP_MIN_PARAMS},
       {"dp-devices", required_argument, 0, OPT_DP_DEVICES},
+      {"n-layer", required_argument, 0, OPT_N_LAYER},
+      {"n-head", required_argument, 0, OPT_N_HEAD},
+      {"d-model", required_argument, 0, OPT_D_MODEL},
+      {"context", required_argument, 0, OPT_CONTEXT},
+      {"data-file", required_argument, 0, OPT_DATA_FILE},
       {"epochs", required_argument, 0, OPT_EPOCHS},
       {"batch-size", required_argument, 0, OPT_BATCH},
       {"lr", required_argument, 0, OPT_LR},
@@ -220,6 +241,12 @@ static void parse_args(config *c, int argc, char **argv) {
   int fsdp_flag = 0; /* an fsdp-only flag was given */
   int dp_flag = 0;   /* --dp-devices was given */
   c->dp_devices = 2;
+  c->gpt.n_layer = 2;
+  c->gpt.n_head = 4;
+  c->gpt.d_model = 64;
+  c->gpt.context = 64;
+  int gpt_flag = 0;    /* a gpt-only flag was given */
+  int epochs_flag = 0, optim_flag = 0, data_dir_flag = 0;
   opterr = 0;
   int opt;
   while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -227,7 +254,7 @@ static void parse_args(config *c, int argc, char **argv) {
     case OPT_MODEL: {
       int k = model_kind_parse(optarg);
       if (k < 0)
-        die_usage("--model must be mlp or cnn, got '%s'", optarg);
+        die_usage("--model must be mlp, cnn or gpt, got '%s'", optarg);
       c->model = (model_kind)k;
       break;
     }
@@ -243,6 +270,26 @@ static void parse_args(config *c, int argc, char **argv) {
       else
         die_usage("--strategy must be none, dp, ddp or fsdp, got '%s'",
                   optarg);
+      break;
+    case OPT_N_LAYER:
+      c->gpt.n_layer = (int)parse_int("--n-layer", optarg, 1, GPT_MAX_LAYERS);
+      gpt_flag = 1;
+      break;
+    case OPT_N_HEAD:
+      c->gpt.n_head = (int)parse_int("--n-head", optarg, 1, 1024);
+      gpt_flag = 1;
+      break;
+    case OPT_D_MODEL:
+      c->gpt.d_model = (int)parse_int("--d-model", optarg, 1, 8192);
+      gpt_flag = 1;
+      break;
+    case OPT_CONTEXT:
+      c->gpt.context = (int)parse_int("--context", optarg, 1, 4096);
+      gpt_flag = 1;
+      break;
+    case OPT_DATA_FILE:
+      c->data_file = optarg;
+      gpt_flag = 1;
       break;
     case OPT_DP_DEVICES:
       c->dp_devices = (int)parse_int("--dp-devices", optarg, 1, 256);
@@ -280,10 +327,11 @@ static void parse_args(config *c, int argc, char **argv) {
           (size_t)parse_int("--fsdp-min-params", optarg, 0, INT64_MAX / 2);
       fsdp_flag = 1;
       break;
-    case OPT_EPOCHS: c->epochs = (int)parse_int("--epochs", optarg, 1, 100000); break;
+    case OPT_EPOCHS: c->epochs = (int)parse_int("--epochs", optarg, 1, 100000); epochs_flag = 1; break;
     case OPT_BATCH: c->batch_size = (int)parse_int("--batch-size", optarg, 1, 65536); break;
     case OPT_LR: c->lr = (float)parse_double("--lr", optarg, 0.0, 1e3); break;
     case OPT_OPTIM:
+      optim_flag = 1;
       if (strcmp(optarg, "sgd") == 0)
         c->optimizer = OPTIM_SGD;
       else if (strcmp(optarg, "adamw") == 0)
@@ -308,7 +356,7 @@ static void parse_args(config *c, int argc, char **argv) {
     case OPT_BUCKET: c->bucket_cap_mb = parse_double("--bucket-cap-mb", optarg, 1e-6, 1e6); break;
     case OPT_ACCUM: c->grad_accum = (int)parse_int("--grad-accum", optarg, 1, 65536); break;
     case OPT_SEED: c->seed = (uint64_t)parse_int("--seed", optarg, 0, INT64_MAX); break;
-    case OPT_DATA: c->data_dir = optarg; break;
+    case OPT_DATA: c->data_dir = optarg; data_dir_flag = 1; break;
     case OPT_CKPT: c->checkpoint_dir = optarg; break;
     case OPT_RESUME: c->resume = 1; break;
     case OPT_LOG_EVERY: c->log_every = parse_int("--log-every", optarg, 0, INT64_MAX / 2); break;
@@ -342,6 +390,26 @@ static void parse_args(config *c, int argc, char **argv) {
   }
   if (optind < argc)
     die_usage("unexpected argument '%s'", argv[optind]);
+  if (gpt_flag && c->model != MODEL_GPT)
+    die_usage("--n-layer, --n-head, --d-model, --context and --data-file need "
+              "--model gpt");
+  if (c->model == MODEL_GPT) {
+    if (c->gpt.d_model % c->gpt.n_head != 0)
+      die_usage("--d-model %d is not divisible by --n-head %d (each head "
+                "gets d_model / n_head dimensions)", c->gpt.d_model,
+                c->gpt.n_head);
+    if (c->data_file && data_dir_flag)
+      die_usage("give --data-file or --data-dir, not both");
+    if (!data_dir_flag)
+      c->data_dir = TEXT_DEFAULT_DIR;
+    /* A pass over the fortunes is ~550 updates of 64 windows: one epoch is
+     * a run of about a minute, and AdamW trains a transformer much faster
+     * than SGD at any single learning rate. */
+    if (!epochs_flag)
+      c->epochs = 1;
+    if (!optim_flag)
+      c->optimizer = OPTIM_ADAMW;
+  }
   if (c->lr < 0.0f)
     c->lr = c->optimizer == OPTIM_ADAMW ? 0.001f : 0.02f;
   if (c->resume && !c->checkpoint_dir)
@@ -377,6 +445,12 @@ static char *config_json(const config *c) {
   cJSON_AddStringToObject(o, "model", model_kind_name(c->model));
   cJSON_AddNumberToObject(o, "conv1_channels", c->conv1_channels);
   cJSON_AddNumberToObject(o, "conv2_channels", c->conv2_channels);
+  if (c->model == MODEL_GPT) {
+    cJSON_AddNumberToObject(o, "n_layer", c->gpt.n_layer);
+    cJSON_AddNumberToObject(o, "n_head", c->gpt.n_head);
+    cJSON_AddNumberToObject(o, "d_model", c->gpt.d_model);
+    cJSON_AddNumberToObject(o, "context", c->gpt.context);
+  }
   cJSON_AddStringToObject(o, "strategy", strategy_label(c));
   if (c->strategy == STRATEGY_FSDP) {
     cJSON_AddStringToObject(o, "sharding", fsdp_sharding_name(c->fsdp.sharding));
@@ -431,9 +505,11 @@ typedef struct run {
   /* data */
   dataset train, test;
   float mean, std; /* of the whole training set */
+  text_corpus corpus;               /* gpt */
+  text_dataset text_train, text_val; /* gpt: windows of the corpus */
   sampler smp;
-  float *x;          /* (B, 784) one micro-batch */
-  unsigned char *y;  /* (B) */
+  float *x;          /* (B, 784) one micro-batch; gpt: (B, T) bytes */
+  unsigned char *y;  /* (B); gpt: (B, T) */
   /* model, optimizer, strategy */
   model m;
   optimizer opt;
@@ -494,27 +570,50 @@ static void sum_over_ranks(run *r, double *v, size_t n) {
  * runs collectives) every rank runs as many batches as rank 0, which has
  * the most samples; a rank out of samples runs its first sample again and
  * does not count it. */
+static int is_gpt(const run *r) { return r->cfg.model == MODEL_GPT; }
+
+/* Samples of the training and the test (gpt: validation) set. */
+static size_t train_count(const run *r) {
+  return is_gpt(r) ? r->text_train.count : r->train.count;
+}
+static size_t test_count(const run *r) {
+  return is_gpt(r) ? r->text_val.count : r->test.count;
+}
+
+/* r->x and r->y for samples indices[0..n) of the training or test set. */
+static void fill_batch(run *r, int test, const size_t *indices, int n) {
+  if (is_gpt(r))
+    text_fill_batch(test ? &r->text_val : &r->text_train, indices, n, r->x,
+                    r->y);
+  else
+    data_fill_batch(test ? &r->test : &r->train, indices, n, r->mean, r->std,
+                    r->x, r->y);
+}
+
+/* For gpt, *acc is exp(-loss), the geometric mean of the probability given
+ * to the right next byte (1 / perplexity): higher is better, as accuracy,
+ * so that checkpoint_best.safetensors keeps the lowest validation loss. */
 static void evaluate(run *r, double *acc, double *loss) {
   size_t idx[65536];
   double totals[3] = {0, 0, 0}; /* correct, count, loss sum */
-  const dataset *ds = &r->test;
+  size_t count = test_count(r);
   int B = r->m.max_batch > 65536 ? 65536 : r->m.max_batch;
   size_t W = (size_t)r->world_size;
-  size_t mine = ds->count > (size_t)r->rank
-                    ? (ds->count - (size_t)r->rank + W - 1) / W : 0;
-  size_t most = (ds->count + W - 1) / W; /* rank 0's */
+  size_t mine = count > (size_t)r->rank
+                    ? (count - (size_t)r->rank + W - 1) / W : 0;
+  size_t most = (count + W - 1) / W; /* rank 0's */
   size_t batches = ((r->strat.lockstep ? most : mine) + (size_t)B - 1) / (size_t)B;
   size_t i = (size_t)r->rank;
   for (size_t b = 0; b < batches; b++) {
     int n = 0;
-    for (; n < B && i < ds->count; n++, i += W)
+    for (; n < B && i < count; n++, i += W)
       idx[n] = i;
     int counted = n;
     if (n == 0) {
       idx[0] = 0;
       n = 1;
     }
-    data_fill_batch(ds, idx, n, r->mean, r->std, r->x, r->y);
+    fill_batch(r, 1, idx, n);
     int correct = 0;
     strategy_before_forward(&r->strat);
     double l = model_forward(&r->m, r->x, r->y, n, &correct);
@@ -528,6 +627,8 @@ static void evaluate(run *r, double *acc, double *loss) {
   sum_over_ranks(r, totals, 3);
   *acc = totals[1] > 0 ? totals[0] / totals[1] : 0.0;
   *loss = totals[1] > 0 ? totals[2] / totals[1] : 0.0;
+  if (is_gpt(r))
+    *acc = exp(-*loss);
 }
 
 static void json_line(run *r, cJSON *o) {
@@ -721,8 +822,31 @@ static void setup_outputs(run *r) {
   }
 }
 
+/* gpt: the corpus, 90% training and 10% validation by offset. */
+static void load_text(run *r) {
+  char err[1024];
+  const config *c = &r->cfg;
+  if (text_load(&r->corpus, c->data_file, c->data_dir, err, sizeof err) != 0)
+    fail(r, "%s", err);
+  text_split(&r->corpus, 0.1, c->gpt.context, &r->text_train, &r->text_val);
+  if (r->text_train.count == 0 || r->text_val.count == 0)
+    fail(r, "%s has %zu bytes: too short for one training and one validation "
+         "window of --context + 1 = %d bytes (the last 10%% is validation; "
+         "give at least %d bytes, or a shorter --context)",
+         c->data_file ? c->data_file : c->data_dir, r->corpus.size,
+         c->gpt.context + 1, 10 * (c->gpt.context + 1));
+  if (c->train_limit > 0 && c->train_limit < r->text_train.count)
+    r->text_train.count = c->train_limit;
+  if (c->test_limit > 0 && c->test_limit < r->text_val.count)
+    r->text_val.count = c->test_limit;
+}
+
 static void load_data(run *r) {
   char err[1024];
+  if (is_gpt(r)) {
+    load_text(r);
+    return;
+  }
   if (data_load(&r->train, r->cfg.data_dir, "train", err, sizeof err) != 0)
     fail(r, "%s", err);
   if (data_load(&r->test, r->cfg.data_dir, "t10k", err, sizeof err) != 0)
@@ -735,8 +859,11 @@ static void load_data(run *r) {
 /* Model and its initial parameters, from the seed or the checkpoint. */
 static void setup_model(run *r) {
   const config *c = &r->cfg;
-  if (model_create(&r->m, c->model, c->conv1_channels, c->conv2_channels,
-                   c->batch_size) != 0)
+  int created = c->model == MODEL_GPT
+                    ? model_create_gpt(&r->m, &c->gpt, c->batch_size)
+                    : model_create(&r->m, c->model, c->conv1_channels,
+                                   c->conv2_channels, c->batch_size);
+  if (created != 0)
     fail(r, "out of memory creating the %s model for batch %d",
          model_kind_name(c->model), c->batch_size);
   rng init_rng;
@@ -888,7 +1015,7 @@ static void setup_trace(run *r) {
 
 static void setup_schedule(run *r) {
   const config *c = &r->cfg;
-  if (sampler_init(&r->smp, r->train.count, r->rank, r->world_size,
+  if (sampler_init(&r->smp, train_count(r), r->rank, r->world_size,
                    c->drop_last, c->seed) != 0)
     fail(r, "out of memory creating the sampler");
   int B = c->batch_size, K = c->grad_accum;
@@ -905,8 +1032,8 @@ static void setup_schedule(run *r) {
   r->total_steps = r->schedule_steps;
   if (c->max_steps > 0 && c->max_steps < r->total_steps)
     r->total_steps = c->max_steps;
-  r->x = malloc((size_t)B * MODEL_IMAGE_PIXELS * sizeof(float));
-  r->y = malloc((size_t)B);
+  r->x = malloc((size_t)B * r->m.sample_inputs * sizeof(float));
+  r->y = malloc((size_t)B * r->m.sample_targets);
   if (!r->x || !r->y)
     fail(r, "out of memory for a batch of %d", B);
 }
@@ -945,8 +1072,7 @@ static void train_step(run *r, int epoch, int64_t s, window *w) {
     int n = (int)((lo + B > r->smp.num_samples) ? r->smp.num_samples - lo
                                                 : (size_t)B);
     double t_load = ddp_now();
-    data_fill_batch(&r->train, r->smp.indices + lo, n, r->mean, r->std, r->x,
-                    r->y);
+    fill_batch(r, 0, r->smp.indices + lo, n);
     double t_forward = ddp_now();
     timeline_span(&r->trace, "load batch", "data", TIMELINE_TID_STEPS, t_load,
                   t_forward, NULL);
@@ -1085,14 +1211,24 @@ static void end_epoch(run *r, int epoch, int64_t first, int64_t done_in_epoch,
   double sps = ep->time > 0 ? sums[2] / ep->time : 0.0;
   if (r->tty)
     printf("\n");
-  printf("epoch %d%s: loss %.4f train_acc %.4f test_loss %.4f test_acc "
-         "%.4f samples/s %.0f step_time %.2f ms comm %.2f ms/step "
-         "overlap %.0f%%\n",
-         epoch, finished ? "" : " (partial)",
-         sums[2] > 0 ? sums[0] / sums[2] : 0.0,
-         sums[2] > 0 ? sums[1] / sums[2] : 0.0, test_loss, test_acc, sps,
-         updates > 0 ? 1e3 * ep->time / updates : 0.0,
-         updates > 0 ? 1e3 * ep->comm / updates : 0.0, 100.0 * share);
+  if (is_gpt(r))
+    printf("epoch %d%s: loss %.4f val_loss %.4f val_bpc %.4f val_ppl %.2f "
+           "samples/s %.0f step_time %.2f ms comm %.2f ms/step "
+           "overlap %.0f%%\n",
+           epoch, finished ? "" : " (partial)",
+           sums[2] > 0 ? sums[0] / sums[2] : 0.0, test_loss,
+           test_loss / log(2.0), exp(test_loss), sps,
+           updates > 0 ? 1e3 * ep->time / updates : 0.0,
+           updates > 0 ? 1e3 * ep->comm / updates : 0.0, 100.0 * share);
+  else
+    printf("epoch %d%s: loss %.4f train_acc %.4f test_loss %.4f test_acc "
+           "%.4f samples/s %.0f step_time %.2f ms comm %.2f ms/step "
+           "overlap %.0f%%\n",
+           epoch, finished ? "" : " (partial)",
+           sums[2] > 0 ? sums[0] / sums[2] : 0.0,
+           sums[2] > 0 ? sums[1] / sums[2] : 0.0, test_loss, test_acc, sps,
+           updates > 0 ? 1e3 * ep->time / updates : 0.0,
+           updates > 0 ? 1e3 * ep->comm / updates : 0.0, 100.0 * share);
   fflush(stdout);
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "event", "epoch");
@@ -1200,6 +1336,59 @@ static void train(run *r) {
   log_summary(r, &all, run_samples);
 }
 
+/* gpt, before training: the validation loss of the initial parameters,
+ * against the uniform distribution's ln(256). */
+static void log_initial_validation(run *r) {
+  double acc, loss;
+  evaluate(r, &acc, &loss);
+  if (r->rank != 0)
+    return;
+  printf("step %" PRId64 ": val_loss %.4f val_bpc %.4f (uniform over %d "
+         "bytes: %.4f)\n",
+         r->meta.step, loss, loss / log(2.0), MODEL_GPT_VOCAB,
+         log((double)MODEL_GPT_VOCAB));
+  fflush(stdout);
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "event", "initial_validation");
+  cJSON_AddNumberToObject(o, "step", (double)r->meta.step);
+  cJSON_AddNumberToObject(o, "test_loss", loss);
+  json_line(r, o);
+}
+
+#define GPT_SAMPLE_PROMPT "The "
+#define GPT_SAMPLE_BYTES 200
+#define GPT_SAMPLE_TEMPERATURE 0.8f
+
+/* gpt, after training: every rank takes part in gathering the parameters
+ * (a collective under fsdp); rank 0 generates GPT_SAMPLE_BYTES bytes from
+ * GPT_SAMPLE_PROMPT on a copy of the model with a generator seeded from
+ * --seed, so the text depends only on the parameters and the seed. */
+static void print_sample(run *r) {
+  float *all = malloc(r->m.num_elements * sizeof(float));
+  if (!all)
+    fail(r, "out of memory gathering parameters for the sample");
+  check_xcoll(r, strategy_gather_params(&r->strat, all),
+              "gathering parameters for the sample");
+  if (r->rank == 0) {
+    model g;
+    if (model_create_like(&g, &r->m, 1) != 0)
+      fail(r, "out of memory creating the sampling model");
+    memcpy(g.params, all, r->m.num_elements * sizeof(float));
+    rng sample_rng;
+    rng_seed(&sample_rng, r->cfg.seed ^ 0x5eed5eedULL);
+    unsigned char text[GPT_SAMPLE_BYTES];
+    const char *prompt = GPT_SAMPLE_PROMPT;
+    gpt_generate(&g, (const unsigned char *)prompt, (int)strlen(prompt),
+                 GPT_SAMPLE_BYTES, GPT_SAMPLE_TEMPERATURE, &sample_rng, text);
+    printf("sample (temperature %.1f, seed %" PRIu64 "):\n%s%.*s\n",
+           (double)GPT_SAMPLE_TEMPERATURE, r->cfg.seed, prompt,
+           GPT_SAMPLE_BYTES, (const char *)text);
+    fflush(stdout);
+    model_free(&g);
+  }
+  free(all);
+}
+
 static void teardown(run *r) {
   if (r->trace.file) {
     char trace_err[4200];
@@ -1216,6 +1405,7 @@ static void teardown(run *r) {
   model_free(&r->m);
   data_free(&r->train);
   data_free(&r->test);
+  text_free(&r->corpus);
   if (r->comm) {
     xcoll_status st = xcoll_comm_destroy(r->comm);
     if (st != XCOLL_SUCCESS)
@@ -1235,7 +1425,18 @@ int main(int argc, char **argv) {
   setup_trace(&r);
   setup_schedule(&r);
   const config *c = &r.cfg;
-  if (r.rank == 0)
+  if (r.rank == 0 && c->model == MODEL_GPT)
+    printf("xtrain: gpt, %d layers, %d heads, d_model %d, context %d, "
+           "%zu parameters, %d rank(s), batch %d x %d rank(s) x %d accum = "
+           "%d windows per update, %" PRId64 " updates/epoch, text %zu "
+           "bytes from %d file(s): train %zu windows, validation %zu windows "
+           "of %d bytes\n",
+           c->gpt.n_layer, c->gpt.n_head, c->gpt.d_model, c->gpt.context,
+           r.m.num_elements, r.world_size, c->batch_size, r.world_size,
+           c->grad_accum, c->batch_size * r.world_size * c->grad_accum,
+           r.steps_per_epoch, r.corpus.size, r.corpus.files,
+           r.text_train.count, r.text_val.count, c->gpt.context + 1);
+  else if (r.rank == 0)
     printf("xtrain: %s, %zu parameters, %d rank(s), batch %d x %d rank(s) x "
            "%d accum = %d per update, %" PRId64 " updates/epoch, "
            "train %zu test %zu, mean %.4f std %.4f\n",
@@ -1245,7 +1446,11 @@ int main(int argc, char **argv) {
            r.train.count, r.test.count, r.mean, r.std);
   if (r.rank == 0 || r.strat.kind == STRATEGY_FSDP)
     print_memory(&r);
+  if (c->model == MODEL_GPT)
+    log_initial_validation(&r);
   train(&r);
+  if (c->model == MODEL_GPT)
+    print_sample(&r);
   if (c->dump_params)
     dump_params(&r);
   teardown(&r);

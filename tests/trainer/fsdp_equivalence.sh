@@ -1,5 +1,5 @@
 #!/bin/sh
-# fsdp_equivalence.sh XTRAIN XCOLLRUN COMPARE N OPTIMIZER RTOL VARIANT...
+# fsdp_equivalence.sh [--model mlp|gpt] XTRAIN XCOLLRUN COMPARE N OPTIMIZER RTOL VARIANT...
 # Each VARIANT is "SHARDING[:LWS] [FLAG...]": N ranks under --strategy fsdp
 # --sharding SHARDING with per-rank batch 16 (FLAGs added: a prefetch mode,
 # --fsdp-min-params, --grad-accum K) for 10 updates must give the parameters
@@ -7,7 +7,15 @@
 # with batch 16*N*K, within RTOL (relative L2, as ddp_equivalence.sh), and
 # every rank's gathered dump must be bitwise identical. LWS simulates nodes
 # of that many ranks (hybrid_shard). The references are made once per K.
+# --model gpt runs a tiny transformer (2 blocks, 2 heads, d_model 16,
+# context 16: one FSDP unit per block) on the first 960 windows of the
+# fortunes instead of the MLP on Fashion-MNIST.
 set -eu
+model=mlp
+if [ "$1" = --model ]; then
+  model=$2
+  shift 2
+fi
 xtrain=$1 xcollrun=$2 compare=$3 n=$4 optimizer=$5 rtol=$6
 shift 6
 b=16
@@ -16,7 +24,11 @@ trap 'rm -rf "$tmp"' EXIT
 # 960 samples: divisible by N*16 for N = 2, 3, 4. Clipping at 0.5 is active
 # in the first updates (norms about 1 to 2), so the global norm over shards
 # is part of what is compared.
-common="--model mlp --optimizer $optimizer --epochs 1 --max-steps 10 \
+model_flags="--model mlp"
+if [ "$model" = gpt ]; then
+  model_flags="--model gpt --n-layer 2 --n-head 2 --d-model 16 --context 16"
+fi
+common="$model_flags --optimizer $optimizer --epochs 1 --max-steps 10 \
   --train-limit 960 --test-limit 200 --seed 3 --weight-decay 0.01 \
   --momentum 0.9 --nesterov --clip-grad-norm 0.5"
 # reference K: the one-process and DDP runs for --grad-accum K, once.
