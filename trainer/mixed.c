@@ -1,0 +1,200 @@
+/*
+ * mixed.c - casts between float32 and float16 / bfloat16, and dynamic loss
+ * scaling (see mixed.h).
+ *
+ * Narrowing works on the bit pattern: the float32 mantissa is shifted right
+ * by the bits the narrow format lacks, and the discarded bits decide the
+ * rounding: above half an ulp rounds up, below rounds down, exactly half
+ * rounds to the even result. A carry out of the mantissa bumps the
+ * exponent, which is also how the largest finite value rounds to infinity.
+ * float16 subnormals shift further (the value is below 2^-14), with the
+ * same rounding on everything shifted out.
+ */
+#include "mixed.h"
+
+#include <math.h>
+#include <string.h>
+
+static uint32_t bits_of(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+static float float_of(uint32_t u) {
+  float x;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+/* value >> shift, rounded to nearest even on the bits shifted out
+ * (1 <= shift <= 31). */
+static uint32_t shift_round_even(uint32_t value, int shift) {
+  uint32_t kept = value >> shift;
+  uint32_t rest = value & ((1u << shift) - 1u);
+  uint32_t half = 1u << (shift - 1);
+  if (rest > half || (rest == half && (kept & 1u)))
+    kept++;
+  return kept;
+}
+
+uint16_t mixed_f32_to_bf16(float x) {
+  uint32_t u = bits_of(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it quiet and signed */
+    return (uint16_t)((u >> 16) | 0x0040u);
+  /* The carry of rounding runs into the exponent: the largest finite
+   * float32 values round to infinity, as they should. */
+  uint32_t sign = u & 0x80000000u;
+  return (uint16_t)((sign >> 16) | shift_round_even(u & 0x7fffffffu, 16));
+}
+
+float mixed_bf16_to_f32(uint16_t b) { return float_of((uint32_t)b << 16); }
+
+uint16_t mixed_f32_to_f16(float x) {
+  uint32_t u = bits_of(x);
+  uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+  uint32_t mag = u & 0x7fffffffu;
+  if (mag > 0x7f800000u) /* NaN */
+    return (uint16_t)(sign | 0x7e00u | ((mag >> 13) & 0x03ffu));
+  if (mag == 0x7f800000u) /* infinity */
+    return (uint16_t)(sign | 0x7c00u);
+  int exp = (int)(mag >> 23) - 127; /* unbiased */
+  if (exp >= 16) /* >= 65536: past anything that rounds to 65504 */
+    return (uint16_t)(sign | 0x7c00u);
+  if (exp >= -14) {
+    /* Normal in float16: rebias the exponent (127 -> 15) and drop 13
+     * mantissa bits; a carry may reach exponent 31 = infinity. */
+    uint32_t rebased = mag - ((uint32_t)(127 - 15) << 23);
+    return (uint16_t)(sign | shift_round_even(rebased, 13));
+  }
+  if (exp < -25) /* below half the smallest subnormal (2^-25): zero */
+    return sign;
+  /* Subnormal in float16: value = m * 2^-24 with m = mant24 >> shift,
+   * where mant24 has the implicit 1 (exp >= -25 here, also catching
+   * exactly 2^-25, a tie that rounds to even: zero). */
+  uint32_t mant24 = (mag & 0x007fffffu) | 0x00800000u;
+  int shift = -exp - 1; /* 14..24: value = mant24 * 2^(exp-23) */
+  return (uint16_t)(sign | shift_round_even(mant24, shift));
+}
+
+float mixed_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x03ffu;
+  if (exp == 0x1fu) /* inf, NaN (payload kept) */
+    return float_of(sign | 0x7f800000u | (mant << 13));
+  if (exp == 0) {
+    if (mant == 0)
+      return float_of(sign);
+    /* Subnormal: mant * 2^-24, exact in float32. */
+    float v = (float)mant * 0x1p-24f;
+    return sign ? -v : v;
+  }
+  return float_of(sign | ((exp + 127 - 15) << 23) | (mant << 13));
+}
+
+void mixed_narrow(uint16_t *out, const float *in, size_t n, float scale,
+                  xcoll_datatype dtype) {
+  if (dtype == XCOLL_BFLOAT16) {
+    for (size_t i = 0; i < n; i++)
+      out[i] = mixed_f32_to_bf16(scale * in[i]);
+  } else {
+    for (size_t i = 0; i < n; i++)
+      out[i] = mixed_f32_to_f16(scale * in[i]);
+  }
+}
+
+void mixed_widen(float *out, const uint16_t *in, size_t n,
+                 xcoll_datatype dtype) {
+  if (dtype == XCOLL_BFLOAT16) {
+    for (size_t i = 0; i < n; i++)
+      out[i] = mixed_bf16_to_f32(in[i]);
+  } else {
+    for (size_t i = 0; i < n; i++)
+      out[i] = mixed_f16_to_f32(in[i]);
+  }
+}
+
+void mixed_round(float *x, size_t n, xcoll_datatype dtype) {
+  if (dtype == XCOLL_BFLOAT16) {
+    for (size_t i = 0; i < n; i++)
+      x[i] = mixed_bf16_to_f32(mixed_f32_to_bf16(x[i]));
+  } else if (dtype == XCOLL_FLOAT16) {
+    for (size_t i = 0; i < n; i++)
+      x[i] = mixed_f16_to_f32(mixed_f32_to_f16(x[i]));
+  }
+}
+
+int mixed_dtype_parse(const char *name) {
+  if (strcmp(name, "float32") == 0)
+    return XCOLL_FLOAT32;
+  if (strcmp(name, "bfloat16") == 0)
+    return XCOLL_BFLOAT16;
+  if (strcmp(name, "float16") == 0)
+    return XCOLL_FLOAT16;
+  return -1;
+}
+
+const char *mixed_dtype_name(xcoll_datatype dtype) {
+  return dtype == XCOLL_BFLOAT16  ? "bfloat16"
+         : dtype == XCOLL_FLOAT16 ? "float16"
+                                  : "float32";
+}
+
+size_t mixed_dtype_size(xcoll_datatype dtype) {
+  return dtype == XCOLL_BFLOAT16 || dtype == XCOLL_FLOAT16 ? 2 : 4;
+}
+
+size_t mixed_wire_allreduce(size_t bytes, int world_size) {
+  if (world_size <= 1)
+    return 0;
+  return 2 * (size_t)(world_size - 1) * bytes / (size_t)world_size;
+}
+
+size_t mixed_wire_reduce_scatter(size_t bytes, int world_size) {
+  if (world_size <= 1)
+    return 0;
+  return (size_t)(world_size - 1) * bytes / (size_t)world_size;
+}
+
+size_t mixed_wire_allgather(size_t bytes, int world_size) {
+  return world_size <= 1 ? 0 : (size_t)(world_size - 1) * bytes;
+}
+
+/* ---- dynamic loss scaling ---- */
+
+void loss_scaler_init(loss_scaler *ls, int enabled, double init_scale,
+                      int64_t growth_interval) {
+  memset(ls, 0, sizeof *ls);
+  ls->enabled = enabled;
+  ls->scale = enabled ? init_scale : 1.0;
+  ls->growth_factor = 2.0;
+  ls->backoff_factor = 0.5;
+  ls->growth_interval = growth_interval;
+}
+
+int loss_scaler_unscale(const loss_scaler *ls, float *grads, size_t n) {
+  /* GradScaler multiplies by the float32 reciprocal of the scale. */
+  float inv = (float)(1.0 / ls->scale);
+  int found = 0;
+  for (size_t i = 0; i < n; i++) {
+    grads[i] *= inv;
+    if (!isfinite(grads[i]))
+      found = 1;
+  }
+  return found;
+}
+
+int loss_scaler_update(loss_scaler *ls, int found_inf) {
+  if (found_inf) {
+    ls->scale *= ls->backoff_factor;
+    ls->good_steps = 0;
+    ls->skipped_steps++;
+    return 1;
+  }
+  if (++ls->good_steps >= ls->growth_interval) {
+    ls->scale *= ls->growth_factor;
+    ls->good_steps = 0;
+  }
+  return 0;
+}
