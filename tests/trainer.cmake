@@ -11,6 +11,13 @@ if(TARGET xtrain)
   add_test(NAME trainer.layers COMMAND test_trainer_layers)
   set_tests_properties(trainer.layers PROPERTIES TIMEOUT 60 LABELS trainer)
 
+  # Mixed precision: the float16/bfloat16 casts against an independent
+  # reference, and the loss scaler's rules.
+  add_executable(test_trainer_mixed ${CMAKE_CURRENT_LIST_DIR}/trainer/test_mixed.c)
+  target_link_libraries(test_trainer_mixed PRIVATE xtrain_core m)
+  add_test(NAME trainer.mixed_casts COMMAND test_trainer_mixed)
+  set_tests_properties(trainer.mixed_casts PROPERTIES TIMEOUT 60 LABELS trainer)
+
   add_executable(xtrain_compare_params ${CMAKE_CURRENT_LIST_DIR}/trainer/compare_params.c)
   target_link_libraries(xtrain_compare_params PRIVATE m)
 
