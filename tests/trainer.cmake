@@ -2,7 +2,8 @@
 # optimizer/sampler unit tests (cmocka), DDP and FSDP equivalence with 2, 3
 # and 4 ranks, DataParallel with 2, 3 and 4 threads, FSDP's per-rank memory,
 # gradient accumulation, checkpoint resume, bad data and flags, the --trace
-# output, and (when UCX is built) tcp vs ucx giving equal parameters.
+# output, mixed precision and DDP communication hooks, and (when UCX is
+# built) tcp vs ucx giving equal parameters.
 # Multi-process tests run through xcollrun with --master-port 0.
 if(TARGET xtrain)
   add_executable(test_trainer_layers ${CMAKE_CURRENT_LIST_DIR}/trainer/test_layers.c)
@@ -111,6 +112,17 @@ if(TARGET xtrain)
     COMMAND sh ${XTRAIN_TEST_DIR}/trace.sh $<TARGET_FILE:xtrain>
       $<TARGET_FILE:xcollrun> ${PROJECT_SOURCE_DIR}/tools/xcoll-trace-merge)
   set_tests_properties(trainer.trace PROPERTIES TIMEOUT 60 LABELS "trainer;mp")
+
+  # Mixed precision and DDP communication hooks (tests/trainer/mixed_precision.sh):
+  # bfloat16 and PowerSGD accuracy within 1 point of float32, wire bytes per
+  # step against their formulas, float16 dynamic loss scaling.
+  foreach(mode accuracy wire loss_scale)
+    add_test(NAME trainer.mixed_precision.${mode}
+      COMMAND sh ${XTRAIN_TEST_DIR}/mixed_precision.sh $<TARGET_FILE:xtrain>
+        $<TARGET_FILE:xcollrun> ${mode})
+    set_tests_properties(trainer.mixed_precision.${mode} PROPERTIES TIMEOUT 240
+      LABELS "trainer;mp")
+  endforeach()
 
   add_test(NAME trainer.bad_inputs
     COMMAND sh ${XTRAIN_TEST_DIR}/bad_inputs.sh $<TARGET_FILE:xtrain> ${XTRAIN_DATA_DIR})
