@@ -19,6 +19,13 @@ if(TARGET xtrain)
   add_test(NAME trainer.mixed_casts COMMAND test_trainer_mixed)
   set_tests_properties(trainer.mixed_casts PROPERTIES TIMEOUT 60 LABELS trainer)
 
+  # DDP communication hooks on one rank: fp16/bf16 rounding, PowerSGD's
+  # approximation, orthonormal P and error feedback.
+  add_executable(test_trainer_comm_hooks ${CMAKE_CURRENT_LIST_DIR}/trainer/test_comm_hooks.c)
+  target_link_libraries(test_trainer_comm_hooks PRIVATE xtrain_core m)
+  add_test(NAME trainer.comm_hooks COMMAND test_trainer_comm_hooks)
+  set_tests_properties(trainer.comm_hooks PROPERTIES TIMEOUT 60 LABELS trainer)
+
   add_executable(xtrain_compare_params ${CMAKE_CURRENT_LIST_DIR}/trainer/compare_params.c)
   target_link_libraries(xtrain_compare_params PRIVATE m)
 

@@ -143,11 +143,23 @@ static void compress_bucket(comm_hook *h, ddp *d, int bucket) {
 
 /* ---- PowerSGD ---- */
 
-/* Columns of P (n x r, row-major) made orthonormal, in order (classical
- * Gram-Schmidt as PyTorch's _orthogonalize_gram_schmidt); a zero column
- * stays zero. */
+/* Columns of P (n x r, row-major) made orthonormal, in order: Gram-Schmidt
+ * (as PyTorch's _orthogonalize_gram_schmidt), each column projected off the
+ * earlier ones twice ("twice is enough", Giraud et al. 2005). One pass
+ * leaves a column that was nearly dependent on the earlier ones (a gradient
+ * of rank < r) as float32 noise that is not orthogonal to them; the second
+ * pass makes it so, and then P P^T M still reproduces M. A zero column
+ * stays zero. Dot products in double. */
 static void orthonormalise(float *P, int n, int r) {
   for (int j = 0; j < r; j++) {
+    for (int pass = 0; pass < 2; pass++)
+      for (int k = 0; k < j; k++) {
+        double dot = 0.0;
+        for (int i = 0; i < n; i++)
+          dot += (double)P[i * r + k] * P[i * r + j];
+        for (int i = 0; i < n; i++)
+          P[i * r + j] -= (float)dot * P[i * r + k];
+      }
     double norm = 0.0;
     for (int i = 0; i < n; i++)
       norm += (double)P[i * r + j] * P[i * r + j];
@@ -155,13 +167,6 @@ static void orthonormalise(float *P, int n, int r) {
     if (norm > 0.0)
       for (int i = 0; i < n; i++)
         P[i * r + j] = (float)(P[i * r + j] / norm);
-    for (int k = j + 1; k < r; k++) {
-      double dot = 0.0;
-      for (int i = 0; i < n; i++)
-        dot += (double)P[i * r + j] * P[i * r + k];
-      for (int i = 0; i < n; i++)
-        P[i * r + k] -= (float)dot * P[i * r + j];
-    }
   }
 }
 
