@@ -42,10 +42,13 @@ uint16_t mixed_f32_to_bf16(float x) {
   uint32_t u = bits_of(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it quiet and signed */
     return (uint16_t)((u >> 16) | 0x0040u);
-  /* The carry of rounding runs into the exponent: the largest finite
-   * float32 values round to infinity, as they should. */
-  uint32_t sign = u & 0x80000000u;
-  return (uint16_t)((sign >> 16) | shift_round_even(u & 0x7fffffffu, 16));
+  /* shift_round_even(u, 16) without branches: adding 0x7fff carries into
+   * bit 16 when the low half is above 0x8000, and adding the kept lowest
+   * bit too carries at exactly 0x8000 only when that bit is odd. The carry
+   * runs into the exponent (the largest finite values round to infinity)
+   * but never into the sign. */
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
 }
 
 float mixed_bf16_to_f32(uint16_t b) { return float_of((uint32_t)b << 16); }
