@@ -123,12 +123,7 @@ static void compress_bucket(comm_hook *h, ddp *d, int bucket) {
   float world = (float)h->world_size;
   /* Divide in float32 first, then round once (PyTorch casts, then divides
    * in the 16-bit type: the same for power-of-two world sizes). */
-  if (h->dtype == XCOLL_BFLOAT16)
-    for (size_t i = 0; i < b->count; i++)
-      low[i] = mixed_f32_to_bf16(g[i] / world);
-  else
-    for (size_t i = 0; i < b->count; i++)
-      low[i] = mixed_f32_to_f16(g[i] / world);
+  mixed_narrow(low, g, b->count, world, h->dtype);
   b->launch_time = ddp_now();
   xcoll_status st = xcoll_iallreduce(low, low, b->count, h->dtype, XCOLL_SUM,
                                      d->comm, NULL, &b->request);

@@ -223,12 +223,7 @@ static void accumulate(fsdp *f, int u) {
   fsdp_unit *fu = &f->units[u];
   float *g = f->local_grads + fu->local_offset;
   if (fu->reduced_lowp) {
-    if (f->reduce_dtype == XCOLL_BFLOAT16)
-      for (size_t i = 0; i < fu->shard; i++)
-        g[i] += mixed_bf16_to_f32(fu->reduced_lowp[i]);
-    else
-      for (size_t i = 0; i < fu->shard; i++)
-        g[i] += mixed_f16_to_f32(fu->reduced_lowp[i]);
+    mixed_widen_add(g, fu->reduced_lowp, fu->shard, f->reduce_dtype);
     give16(f, &fu->reduced_lowp, fu->shard);
     return;
   }

@@ -38,7 +38,7 @@ static uint32_t shift_round_even(uint32_t value, int shift) {
   return kept;
 }
 
-uint16_t mixed_f32_to_bf16(float x) {
+static inline uint16_t to_bf16(float x) {
   uint32_t u = bits_of(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it quiet and signed */
     return (uint16_t)((u >> 16) | 0x0040u);
@@ -51,9 +51,9 @@ uint16_t mixed_f32_to_bf16(float x) {
   return (uint16_t)(u >> 16);
 }
 
-float mixed_bf16_to_f32(uint16_t b) { return float_of((uint32_t)b << 16); }
+static inline float from_bf16(uint16_t b) { return float_of((uint32_t)b << 16); }
 
-uint16_t mixed_f32_to_f16(float x) {
+static inline uint16_t to_f16(float x) {
   uint32_t u = bits_of(x);
   uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
   uint32_t mag = u & 0x7fffffffu;
@@ -80,7 +80,7 @@ uint16_t mixed_f32_to_f16(float x) {
   return (uint16_t)(sign | shift_round_even(mant24, shift));
 }
 
-float mixed_f16_to_f32(uint16_t h) {
+static inline float from_f16(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t mant = h & 0x03ffu;
@@ -96,14 +96,28 @@ float mixed_f16_to_f32(uint16_t h) {
   return float_of(sign | ((exp + 127 - 15) << 23) | (mant << 13));
 }
 
-void mixed_narrow(uint16_t *out, const float *in, size_t n, float scale,
+/* The public one-element casts; the loops below use the inline forms so
+ * that the compiler can keep them in registers (a call per element cost
+ * more than the conversion). */
+uint16_t mixed_f32_to_bf16(float x) { return to_bf16(x); }
+float mixed_bf16_to_f32(uint16_t b) { return from_bf16(b); }
+uint16_t mixed_f32_to_f16(float x) { return to_f16(x); }
+float mixed_f16_to_f32(uint16_t h) { return from_f16(h); }
+
+void mixed_narrow(uint16_t *out, const float *in, size_t n, float divisor,
                   xcoll_datatype dtype) {
-  if (dtype == XCOLL_BFLOAT16) {
+  if (divisor == 1.0f && dtype == XCOLL_BFLOAT16) {
     for (size_t i = 0; i < n; i++)
-      out[i] = mixed_f32_to_bf16(scale * in[i]);
+      out[i] = to_bf16(in[i]);
+  } else if (divisor == 1.0f) {
+    for (size_t i = 0; i < n; i++)
+      out[i] = to_f16(in[i]);
+  } else if (dtype == XCOLL_BFLOAT16) {
+    for (size_t i = 0; i < n; i++)
+      out[i] = to_bf16(in[i] / divisor);
   } else {
     for (size_t i = 0; i < n; i++)
-      out[i] = mixed_f32_to_f16(scale * in[i]);
+      out[i] = to_f16(in[i] / divisor);
   }
 }
 
@@ -111,20 +125,21 @@ void mixed_widen(float *out, const uint16_t *in, size_t n,
                  xcoll_datatype dtype) {
   if (dtype == XCOLL_BFLOAT16) {
     for (size_t i = 0; i < n; i++)
-      out[i] = mixed_bf16_to_f32(in[i]);
+      out[i] = from_bf16(in[i]);
   } else {
     for (size_t i = 0; i < n; i++)
-      out[i] = mixed_f16_to_f32(in[i]);
+      out[i] = from_f16(in[i]);
   }
 }
 
-void mixed_round(float *x, size_t n, xcoll_datatype dtype) {
+void mixed_widen_add(float *acc, const uint16_t *in, size_t n,
+                     xcoll_datatype dtype) {
   if (dtype == XCOLL_BFLOAT16) {
     for (size_t i = 0; i < n; i++)
-      x[i] = mixed_bf16_to_f32(mixed_f32_to_bf16(x[i]));
-  } else if (dtype == XCOLL_FLOAT16) {
+      acc[i] += from_bf16(in[i]);
+  } else {
     for (size_t i = 0; i < n; i++)
-      x[i] = mixed_f16_to_f32(mixed_f32_to_f16(x[i]));
+      acc[i] += from_f16(in[i]);
   }
 }
 

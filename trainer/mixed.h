@@ -28,17 +28,17 @@ uint16_t mixed_f32_to_bf16(float x);
 float mixed_f16_to_f32(uint16_t h);
 float mixed_bf16_to_f32(uint16_t b);
 
-/* dtype is XCOLL_FLOAT16 or XCOLL_BFLOAT16: out[i] = narrow(scale * in[i])
- * for n elements (scale 1 is a plain cast). */
-void mixed_narrow(uint16_t *out, const float *in, size_t n, float scale,
+/* dtype is XCOLL_FLOAT16 or XCOLL_BFLOAT16: out[i] = narrow(in[i] /
+ * divisor) for n elements, the division in float32 (divisor 1 is a plain
+ * cast). */
+void mixed_narrow(uint16_t *out, const float *in, size_t n, float divisor,
                   xcoll_datatype dtype);
 /* out[i] = widen(in[i]) for n elements. */
 void mixed_widen(float *out, const uint16_t *in, size_t n,
                  xcoll_datatype dtype);
-/* Round n floats in place to dtype's precision (narrow, then widen):
- * what a layer sees of a parameter stored in dtype. No-op for float32. */
-void mixed_round(float *x, size_t n, xcoll_datatype dtype);
-
+/* acc[i] += widen(in[i]) for n elements. */
+void mixed_widen_add(float *acc, const uint16_t *in, size_t n,
+                     xcoll_datatype dtype);
 /* "float32", "bfloat16", "float16" to XCOLL_FLOAT32 / _BFLOAT16 / _FLOAT16;
  * -1 when unknown. */
 int mixed_dtype_parse(const char *name);
