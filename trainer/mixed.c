@@ -2,13 +2,16 @@
  * mixed.c - casts between float32 and float16 / bfloat16, and dynamic loss
  * scaling (see mixed.h).
  *
- * Narrowing works on the bit pattern: the float32 mantissa is shifted right
- * by the bits the narrow format lacks, and the discarded bits decide the
- * rounding: above half an ulp rounds up, below rounds down, exactly half
- * rounds to the even result. A carry out of the mantissa bumps the
- * exponent, which is also how the largest finite value rounds to infinity.
- * float16 subnormals shift further (the value is below 2^-14), with the
- * same rounding on everything shifted out.
+ * Narrowing works on the bit pattern, without branches on the common path:
+ * the float32 mantissa loses the bits the narrow format lacks, and adding
+ * "half an ulp minus one, plus the kept lowest bit" before the shift rounds
+ * to nearest with ties to even (above half carries, below does not,
+ * exactly half carries only from an odd result). A carry out of the
+ * mantissa bumps the exponent, which is also how the largest finite values
+ * round to infinity. float16 subnormals (below 2^-14) are rounded by the
+ * FPU itself, by adding 0.5 (see to_f16). trainer.mixed_casts checks all of
+ * it against a reference that never touches bits. Per element on this
+ * host: about 1 ns to narrow, 0.5 to 1.3 ns to widen.
  */
 #include "mixed.h"
 
@@ -27,22 +30,11 @@ static float float_of(uint32_t u) {
   return x;
 }
 
-/* value >> shift, rounded to nearest even on the bits shifted out
- * (1 <= shift <= 31). */
-static uint32_t shift_round_even(uint32_t value, int shift) {
-  uint32_t kept = value >> shift;
-  uint32_t rest = value & ((1u << shift) - 1u);
-  uint32_t half = 1u << (shift - 1);
-  if (rest > half || (rest == half && (kept & 1u)))
-    kept++;
-  return kept;
-}
-
 static inline uint16_t to_bf16(float x) {
   uint32_t u = bits_of(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it quiet and signed */
     return (uint16_t)((u >> 16) | 0x0040u);
-  /* shift_round_even(u, 16) without branches: adding 0x7fff carries into
+  /* Round away the low 16 bits, nearest even, without branches: adding 0x7fff carries into
    * bit 16 when the low half is above 0x8000, and adding the kept lowest
    * bit too carries at exactly 0x8000 only when that bit is odd. The carry
    * runs into the exponent (the largest finite values round to infinity)
@@ -57,27 +49,26 @@ static inline uint16_t to_f16(float x) {
   uint32_t u = bits_of(x);
   uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
   uint32_t mag = u & 0x7fffffffu;
-  if (mag > 0x7f800000u) /* NaN */
-    return (uint16_t)(sign | 0x7e00u | ((mag >> 13) & 0x03ffu));
-  if (mag == 0x7f800000u) /* infinity */
+  if (mag >= 0x47800000u) { /* >= 2^16: infinity, or NaN kept quiet */
+    if (mag > 0x7f800000u)
+      return (uint16_t)(sign | 0x7e00u | ((mag >> 13) & 0x03ffu));
     return (uint16_t)(sign | 0x7c00u);
-  int exp = (int)(mag >> 23) - 127; /* unbiased */
-  if (exp >= 16) /* >= 65536: past anything that rounds to 65504 */
-    return (uint16_t)(sign | 0x7c00u);
-  if (exp >= -14) {
-    /* Normal in float16: rebias the exponent (127 -> 15) and drop 13
-     * mantissa bits; a carry may reach exponent 31 = infinity. */
-    uint32_t rebased = mag - ((uint32_t)(127 - 15) << 23);
-    return (uint16_t)(sign | shift_round_even(rebased, 13));
   }
-  if (exp < -25) /* below half the smallest subnormal (2^-25): zero */
-    return sign;
-  /* Subnormal in float16: value = m * 2^-24 with m = mant24 >> shift,
-   * where mant24 has the implicit 1 (exp >= -25 here, also catching
-   * exactly 2^-25, a tie that rounds to even: zero). */
-  uint32_t mant24 = (mag & 0x007fffffu) | 0x00800000u;
-  int shift = -exp - 1; /* 14..24: value = mant24 * 2^(exp-23) */
-  return (uint16_t)(sign | shift_round_even(mant24, shift));
+  if (mag < 0x38800000u) {
+    /* Below 2^-14, float16's subnormals: adding 0.5, whose float32 ulp is
+     * 2^-24 (float16's subnormal step), lets the FPU round the value to
+     * that step, nearest even; what remains above 0.5's bits is the
+     * float16 pattern (0x400, the smallest normal, when it rounds up). */
+    uint32_t sum = bits_of(float_of(mag) + 0.5f);
+    return (uint16_t)(sign | (sum - 0x3f000000u));
+  }
+  /* Normal: rebias the exponent (127 -> 15) and round away 13 mantissa
+   * bits (adding 0xfff carries when they exceed half an ulp, adding the
+   * kept lowest bit too carries at exactly half only when it is odd); a carry
+   * may reach exponent 31, infinity. */
+  uint32_t odd = (mag >> 13) & 1u;
+  mag += ((uint32_t)(15 - 127) << 23) + 0xfffu + odd;
+  return (uint16_t)(sign | (mag >> 13));
 }
 
 static inline float from_f16(uint16_t h) {
