@@ -227,8 +227,8 @@ static xcoll_status powersgd_bucket(comm_hook *h, ddp *d, const ddp_bucket *b) {
     powersgd_matrix *pm = &h->matrices[i];
     float *P = h->p_all + pm->p_offset;
     orthonormalise(P, pm->n, r);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pm->m, r, pm->n,
-                1.0f, grads + m->views[pm->param].offset, pm->m, P, r, 0.0f,
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pm->m, r, pm->n, 1.0f,
+                grads + m->views[pm->param].offset, pm->m, P, r, 0.0f,
                 h->q_all + pm->q_offset, r);
   }
   st = allreduce_sum(h, d, h->q_all + a->q_offset,

@@ -53,21 +53,21 @@ int comm_hook_parse(const char *name);
 const char *comm_hook_name(comm_hook_kind kind);
 
 typedef struct powersgd_matrix {
-  int param;        /* tensor index in the model */
-  int n, m;         /* rows, columns */
-  float *error;     /* (n, m) error feedback */
-  size_t p_offset;  /* elements into the bucket's packed P buffer */
-  size_t q_offset;  /* into the packed Q buffer */
+  int param;       /* tensor index in the model */
+  int n, m;        /* rows, columns */
+  float *error;    /* (n, m) error feedback */
+  size_t p_offset; /* elements into the bucket's packed P buffer */
+  size_t q_offset; /* into the packed Q buffer */
 } powersgd_matrix;
 
 typedef struct comm_hook {
   comm_hook_kind kind;
   xcoll_datatype dtype; /* fp16/bf16: XCOLL_FLOAT16 / XCOLL_BFLOAT16 */
   int world_size;
-  int rank_r;           /* powersgd: matrix approximation rank */
-  int64_t warmup;       /* powersgd: plain steps first */
-  int64_t iteration;    /* synchronised backward passes so far */
-  uint16_t *lowp;       /* fp16/bf16: (model.num_elements) bucket copies */
+  int rank_r;        /* powersgd: matrix approximation rank */
+  int64_t warmup;    /* powersgd: plain steps first */
+  int64_t iteration; /* synchronised backward passes so far */
+  uint16_t *lowp;    /* fp16/bf16: (model.num_elements) bucket copies */
   powersgd_matrix matrices[MODEL_MAX_PARAMS];
   int num_matrices;
   int compressed[MODEL_MAX_PARAMS]; /* tensor -> matrices index, or -1 */

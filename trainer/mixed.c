@@ -34,16 +34,18 @@ static inline uint16_t to_bf16(float x) {
   uint32_t u = bits_of(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it quiet and signed */
     return (uint16_t)((u >> 16) | 0x0040u);
-  /* Round away the low 16 bits, nearest even, without branches: adding 0x7fff carries into
-   * bit 16 when the low half is above 0x8000, and adding the kept lowest
-   * bit too carries at exactly 0x8000 only when that bit is odd. The carry
-   * runs into the exponent (the largest finite values round to infinity)
+  /* Round away the low 16 bits, nearest even, without branches: adding 0x7fff
+   * carries into bit 16 when the low half is above 0x8000, and adding the kept
+   * lowest bit too carries at exactly 0x8000 only when that bit is odd. The
+   * carry runs into the exponent (the largest finite values round to infinity)
    * but never into the sign. */
   u += 0x7fffu + ((u >> 16) & 1u);
   return (uint16_t)(u >> 16);
 }
 
-static inline float from_bf16(uint16_t b) { return float_of((uint32_t)b << 16); }
+static inline float from_bf16(uint16_t b) {
+  return float_of((uint32_t)b << 16);
+}
 
 static inline uint16_t to_f16(float x) {
   uint32_t u = bits_of(x);
@@ -90,10 +92,18 @@ static inline float from_f16(uint16_t h) {
 /* The public one-element casts; the loops below use the inline forms so
  * that the compiler can keep them in registers (a call per element cost
  * more than the conversion). */
-uint16_t mixed_f32_to_bf16(float x) { return to_bf16(x); }
-float mixed_bf16_to_f32(uint16_t b) { return from_bf16(b); }
-uint16_t mixed_f32_to_f16(float x) { return to_f16(x); }
-float mixed_f16_to_f32(uint16_t h) { return from_f16(h); }
+uint16_t mixed_f32_to_bf16(float x) {
+  return to_bf16(x);
+}
+float mixed_bf16_to_f32(uint16_t b) {
+  return from_bf16(b);
+}
+uint16_t mixed_f32_to_f16(float x) {
+  return to_f16(x);
+}
+float mixed_f16_to_f32(uint16_t h) {
+  return from_f16(h);
+}
 
 void mixed_narrow(uint16_t *out, const float *in, size_t n, float divisor,
                   xcoll_datatype dtype) {

@@ -63,12 +63,12 @@ size_t mixed_wire_allgather(size_t bytes, int world_size);
  * growth_interval consecutive finite steps scale *= growth_factor (2). */
 typedef struct loss_scaler {
   int enabled;
-  double scale;           /* now; --init-scale, 2^16 by default */
-  double growth_factor;   /* 2.0 */
-  double backoff_factor;  /* 0.5 */
+  double scale;            /* now; --init-scale, 2^16 by default */
+  double growth_factor;    /* 2.0 */
+  double backoff_factor;   /* 0.5 */
   int64_t growth_interval; /* --scale-growth-interval, 2000 by default */
-  int64_t good_steps;     /* consecutive finite steps since the last change */
-  int64_t skipped_steps;  /* in the whole run */
+  int64_t good_steps;      /* consecutive finite steps since the last change */
+  int64_t skipped_steps;   /* in the whole run */
 } loss_scaler;
 
 void loss_scaler_init(loss_scaler *ls, int enabled, double init_scale,

@@ -28,7 +28,7 @@ static int failures;
   do {                                                                         \
     if (!(cond)) {                                                             \
       failures++;                                                              \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                             \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__);                              \
       printf(__VA_ARGS__);                                                     \
       printf("\n");                                                            \
     }                                                                          \
@@ -68,8 +68,9 @@ static void test_compress(xcoll_comm_t comm, comm_hook_kind kind) {
   m.grads[0] = 1e-6f; /* a float16 subnormal */
   float *want = malloc(m.num_elements * sizeof(float));
   for (size_t i = 0; i < m.num_elements; i++)
-    want[i] = kind == COMM_HOOK_FP16 ? mixed_f16_to_f32(mixed_f32_to_f16(m.grads[i]))
-                                     : mixed_bf16_to_f32(mixed_f32_to_bf16(m.grads[i]));
+    want[i] = kind == COMM_HOOK_FP16
+                  ? mixed_f16_to_f32(mixed_f32_to_f16(m.grads[i]))
+                  : mixed_bf16_to_f32(mixed_f32_to_bf16(m.grads[i]));
   one_step(&d);
   CHECK(memcmp(want, m.grads, m.num_elements * sizeof(float)) == 0,
         "%s: one rank's gradients must come back rounded to the 16-bit type",
@@ -133,16 +134,20 @@ static void test_powersgd(xcoll_comm_t comm) {
         double dot = 0.0;
         for (int i = 0; i < pm->n; i++)
           dot += (double)P[i * r + a] * P[i * r + b];
-        CHECK(fabs(dot - (a == b)) < 1e-5, "%s: P^T P [%d][%d] = %g",
-              pv->name, a, b, dot);
+        CHECK(fabs(dot - (a == b)) < 1e-5, "%s: P^T P [%d][%d] = %g", pv->name,
+              a, b, dot);
       }
     double approx = rel_diff(out, in, pv->numel);
     if (p == 0)
-      CHECK(approx < 1e-5, "fc1.weight has rank 2 <= 4: it must come back "
-            "unchanged, relative difference %g", approx);
+      CHECK(approx < 1e-5,
+            "fc1.weight has rank 2 <= 4: it must come back "
+            "unchanged, relative difference %g",
+            approx);
     else
-      CHECK(approx > 1e-2, "%s is full rank: a rank-4 approximation cannot "
-            "be exact (relative difference %g)", pv->name, approx);
+      CHECK(approx > 1e-2,
+            "%s is full rank: a rank-4 approximation cannot "
+            "be exact (relative difference %g)",
+            pv->name, approx);
     printf("%s (%d x %d): rank-%d relative error %.3g\n", pv->name, pm->n,
            pm->m, r, approx);
   }
@@ -158,11 +163,15 @@ static void test_powersgd(xcoll_comm_t comm) {
   for (size_t i = 0; i < n2; i++)
     sum[i] = out2[i] + pm2->error[i];
   double e = rel_diff(sum, old_error, n2);
-  CHECK(e < 1e-6, "error feedback: output + new error differs from the old "
-        "error by %g", e);
+  CHECK(e < 1e-6,
+        "error feedback: output + new error differs from the old "
+        "error by %g",
+        e);
   double moved = rel_diff(out2, old_error, n2);
-  CHECK(moved < 1.0, "the second step must send part of the old error "
-        "(relative difference %g)", moved);
+  CHECK(moved < 1.0,
+        "the second step must send part of the old error "
+        "(relative difference %g)",
+        moved);
   free(sum);
   free(old_error);
   free(before);

@@ -28,7 +28,7 @@ static int failures;
   do {                                                                         \
     if (!(cond)) {                                                             \
       if (failures++ < 20) {                                                   \
-        printf("FAIL %s:%d: ", __FILE__, __LINE__);                           \
+        printf("FAIL %s:%d: ", __FILE__, __LINE__);                            \
         printf(__VA_ARGS__);                                                   \
         printf("\n");                                                          \
       }                                                                        \
@@ -102,8 +102,12 @@ static void check_narrow(const format *f, float x) {
         (double)x, got, want);
 }
 
-static float next_up(float x) { return nextafterf(x, INFINITY); }
-static float next_down(float x) { return nextafterf(x, -INFINITY); }
+static float next_up(float x) {
+  return nextafterf(x, INFINITY);
+}
+static float next_down(float x) {
+  return nextafterf(x, -INFINITY);
+}
 
 static void test_format(format *f) {
   build_table(f);
@@ -123,8 +127,8 @@ static void test_format(format *f) {
     }
     CHECK((double)w == want && (signbit(w) != 0) == (int)(p >> 15),
           "%s: widen(0x%04x) = %a, reference %a", f->name, p, (double)w, want);
-    CHECK(f->narrow(w) == h, "%s: round trip of 0x%04x gave 0x%04x", f->name,
-          p, f->narrow(w));
+    CHECK(f->narrow(w) == h, "%s: round trip of 0x%04x gave 0x%04x", f->name, p,
+          f->narrow(w));
   }
   /* Midpoints between neighbours (ties), and one float32 ulp around them. */
   for (int p = 0; p < f->finite_top; p++) {
@@ -139,8 +143,8 @@ static void test_format(format *f) {
       check_narrow(f, next_down(y));
     }
     CHECK(f->narrow(x) == ((p & 1) ? p + 1 : p),
-          "%s: tie between 0x%04x and 0x%04x went to 0x%04x", f->name, p,
-          p + 1, f->narrow(x));
+          "%s: tie between 0x%04x and 0x%04x went to 0x%04x", f->name, p, p + 1,
+          f->narrow(x));
   }
   /* Overflow boundary and specials. */
   double top = f->table[f->finite_top];
@@ -156,7 +160,7 @@ static void test_format(format *f) {
   CHECK(is_nan16(f, f->narrow(-NAN)), "%s: -nan", f->name);
   CHECK(f->narrow(-0.0f) == 0x8000, "%s: -0", f->name);
   CHECK(f->narrow(FLT_MAX) == f->finite_top + 1, "%s: FLT_MAX", f->name);
-  check_narrow(f, 0x1p-149f);  /* smallest float32 subnormal */
+  check_narrow(f, 0x1p-149f); /* smallest float32 subnormal */
   check_narrow(f, 0x1p-127f);
   check_narrow(f, -0x1.fffffcp-127f);
   /* Random float32 bit patterns (xorshift64*, fixed seed). */
@@ -201,9 +205,9 @@ static void test_scaler(void) {
 }
 
 int main(void) {
-  static format f16 = {"float16", 5, 10, 15, mixed_f32_to_f16,
+  static format f16 = {"float16",        5,   10, 15, mixed_f32_to_f16,
                        mixed_f16_to_f32, {0}, 0};
-  static format bf16 = {"bfloat16", 8, 7, 127, mixed_f32_to_bf16,
+  static format bf16 = {"bfloat16",        8,   7, 127, mixed_f32_to_bf16,
                         mixed_bf16_to_f32, {0}, 0};
   test_format(&f16);
   test_format(&bf16);
