@@ -2,7 +2,8 @@
 # optimizer/sampler unit tests (cmocka), DDP and FSDP equivalence with 2, 3
 # and 4 ranks, DataParallel with 2, 3 and 4 threads, FSDP's per-rank memory,
 # gradient accumulation, checkpoint resume, bad data and flags, the --trace
-# output, and (when UCX is built) tcp vs ucx giving equal parameters.
+# output, mixed precision and DDP communication hooks, and (when UCX is
+# built) tcp vs ucx giving equal parameters.
 # Multi-process tests run through xcollrun with --master-port 0.
 if(TARGET xtrain)
   add_executable(test_trainer_layers ${CMAKE_CURRENT_LIST_DIR}/trainer/test_layers.c)
@@ -18,6 +19,19 @@ if(TARGET xtrain)
   target_link_libraries(test_trainer_gpt PRIVATE xtrain_core ${CMOCKA_LIBRARY} m)
   add_test(NAME trainer.gpt.layers COMMAND test_trainer_gpt)
   set_tests_properties(trainer.gpt.layers PROPERTIES TIMEOUT 60 LABELS trainer)
+  # Mixed precision: the float16/bfloat16 casts against an independent
+  # reference, and the loss scaler's rules.
+  add_executable(test_trainer_mixed ${CMAKE_CURRENT_LIST_DIR}/trainer/test_mixed.c)
+  target_link_libraries(test_trainer_mixed PRIVATE xtrain_core m)
+  add_test(NAME trainer.mixed_casts COMMAND test_trainer_mixed)
+  set_tests_properties(trainer.mixed_casts PROPERTIES TIMEOUT 60 LABELS trainer)
+
+  # DDP communication hooks on one rank: fp16/bf16 rounding, PowerSGD's
+  # approximation, orthonormal P and error feedback.
+  add_executable(test_trainer_comm_hooks ${CMAKE_CURRENT_LIST_DIR}/trainer/test_comm_hooks.c)
+  target_link_libraries(test_trainer_comm_hooks PRIVATE xtrain_core m)
+  add_test(NAME trainer.comm_hooks COMMAND test_trainer_comm_hooks)
+  set_tests_properties(trainer.comm_hooks PROPERTIES TIMEOUT 60 LABELS trainer)
 
   add_executable(xtrain_compare_params ${CMAKE_CURRENT_LIST_DIR}/trainer/compare_params.c)
   target_link_libraries(xtrain_compare_params PRIVATE m)
@@ -137,6 +151,16 @@ if(TARGET xtrain)
     COMMAND sh ${XTRAIN_TEST_DIR}/gpt_train.sh $<TARGET_FILE:xtrain>
       $<TARGET_FILE:xtrain_compare_params>)
   set_tests_properties(trainer.gpt.train PROPERTIES TIMEOUT 120 LABELS trainer)
+  # Mixed precision and DDP communication hooks (tests/trainer/mixed_precision.sh):
+  # bfloat16 and PowerSGD accuracy within 1 point of float32, wire bytes per
+  # step against their formulas, float16 dynamic loss scaling.
+  foreach(mode accuracy wire loss_scale)
+    add_test(NAME trainer.mixed_precision.${mode}
+      COMMAND sh ${XTRAIN_TEST_DIR}/mixed_precision.sh $<TARGET_FILE:xtrain>
+        $<TARGET_FILE:xcollrun> ${mode})
+    set_tests_properties(trainer.mixed_precision.${mode} PROPERTIES TIMEOUT 240
+      LABELS "trainer;mp")
+  endforeach()
 
   add_test(NAME trainer.bad_inputs
     COMMAND sh ${XTRAIN_TEST_DIR}/bad_inputs.sh $<TARGET_FILE:xtrain> ${XTRAIN_DATA_DIR})

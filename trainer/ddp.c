@@ -14,6 +14,9 @@
 #include "ddp.h"
 
 #include <string.h>
+
+#include "comm_hooks.h"
+#include "mixed.h"
 #include <time.h>
 
 double ddp_now(void) {
@@ -47,6 +50,8 @@ void ddp_poll(ddp *d) {
 void ddp_bucket_ready(ddp *d, int bucket) {
   if (!d->sync || d->status != XCOLL_SUCCESS)
     return;
+  if (d->hook && comm_hook_bucket_ready(d->hook, d, bucket))
+    return;
   ddp_bucket *b = &d->buckets[bucket];
   float *range = d->m->grads + b->offset;
   b->launch_time = ddp_now();
@@ -59,12 +64,16 @@ void ddp_bucket_ready(ddp *d, int bucket) {
     return;
   }
   b->launched = 1;
+  d->wire_bytes += mixed_wire_allreduce(b->count * sizeof(float), d->world_size);
 }
 
 void ddp_init(ddp *d, xcoll_comm_t comm, model *m, double first_bucket_mb,
               double bucket_cap_mb) {
   memset(d, 0, sizeof *d);
   d->comm = comm;
+  d->world_size = 1;
+  if (comm)
+    xcoll_comm_size(comm, &d->world_size);
   d->m = m;
   /* The unit of placement is a layer: backward reports a layer's tensors
    * ready together, so splitting one across buckets gains nothing, and the
@@ -92,6 +101,7 @@ void ddp_begin_backward(ddp *d, int sync) {
   d->sync = sync;
   d->backward_start = ddp_now();
   d->blocked_in_calls = 0.0;
+  d->wire_bytes = 0;
   for (int i = 0; i < d->num_buckets; i++) {
     ddp_bucket *b = &d->buckets[i];
     b->launched = b->done = b->done_at_wait = 0;
@@ -108,6 +118,8 @@ xcoll_status ddp_finish_backward(ddp *d) {
     ddp_bucket *b = &d->buckets[i];
     if (!b->launched)
       continue; /* only after an error: the bucket was never started */
+    if (!b->request)
+      continue; /* a hook ran it to completion (powersgd) */
     xcoll_status st = xcoll_wait(b->request); /* also releases done ones */
     if (!b->done) {
       b->done = 1;
@@ -123,6 +135,8 @@ xcoll_status ddp_finish_backward(ddp *d) {
       if (!d->buckets[i].launched)
         result = XCOLL_ERR_INTERNAL; /* a tensor was never reported ready */
   }
+  if (result == XCOLL_SUCCESS && d->hook)
+    comm_hook_finish(d->hook, d);
   double end = ddp_now();
   double comm = 0.0, prev_done = 0.0;
   for (int i = 0; i < d->num_buckets; i++) {
@@ -135,6 +149,7 @@ xcoll_status ddp_finish_backward(ddp *d) {
     prev_done = b->done_time;
   }
   d->last.comm_time = comm;
+  d->last.wire_bytes = d->wire_bytes;
   d->last.blocked_time = end - backward_end + d->blocked_in_calls;
   d->status = XCOLL_SUCCESS;
   d->sync = 0;

@@ -47,14 +47,20 @@ typedef struct ddp_bucket {
 
 /* Communication statistics of one synchronised backward pass, seconds. */
 typedef struct ddp_stats {
+  size_t wire_bytes;   /* bytes this rank sent (mixed.h's ring model) */
   double comm_time;    /* time all-reduces were running (see ddp.c) */
   double blocked_time; /* time compute was stalled by communication: in
                         * xcoll calls during backward and waiting after it */
 } ddp_stats;
 
+struct comm_hook; /* comm_hooks.h */
+
 typedef struct ddp {
   xcoll_comm_t comm;
+  int world_size;
   model *m;
+  struct comm_hook *hook; /* NULL: float32 XCOLL_AVG all-reduce per bucket */
+  size_t wire_bytes;      /* sent in the current backward */
   unit_plan plan; /* bucket i is plan.units[i] */
   int num_buckets;
   ddp_bucket buckets[DDP_MAX_BUCKETS];

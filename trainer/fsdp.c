@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mixed.h"
+
 #define FSDP_MAX_OPS (4 * UNITS_MAX)
 
 typedef enum op_kind { OP_GATHER, OP_REDUCE_SCATTER, OP_ALLREDUCE } op_kind;
@@ -37,6 +39,10 @@ typedef struct fsdp_unit {
   float *full;      /* (S * shard) gathered parameters, or NULL */
   float *full_grad; /* (S * shard) unsharded gradient in backward, or NULL */
   float *reduced;   /* (shard) reduce-scatter output until accumulated */
+  /* Mixed precision: the same buffers in param_dtype / reduce_dtype. */
+  uint16_t *full_lowp;    /* (S * shard) gathered, until widened into full */
+  uint16_t *grad_lowp;    /* (S * shard) unsharded gradient, cast */
+  uint16_t *reduced_lowp; /* (shard) reduce-scatter output */
   int gather_op;    /* ops index of a running all-gather, or -1 */
 } fsdp_unit;
 
@@ -52,6 +58,10 @@ typedef struct fsdp {
   float *local_params, *local_grads; /* (local_count) this rank's shards */
   size_t local_count;
   float *scratch; /* (largest S * shard) used when an allocation fails */
+  xcoll_datatype param_dtype, reduce_dtype; /* FLOAT32, BFLOAT16, FLOAT16 */
+  int param_lowp, reduce_lowp; /* the dtype above is a 16-bit one */
+  uint16_t *local_lowp; /* (local_count) shards cast to param_dtype */
+  int replicate_size;   /* hybrid: ranks across nodes */
   fsdp_op ops[FSDP_MAX_OPS];
   int num_ops;
   int last_forward_unit;
@@ -122,6 +132,57 @@ static void give(fsdp *f, float **p, size_t n) {
   *p = NULL;
 }
 
+/* take and give for 16-bit buffers (the scratch buffer is large enough). */
+static uint16_t *take16(fsdp *f, size_t n) {
+  uint16_t *p = malloc(n * sizeof(uint16_t));
+  if (!p) {
+    note_error(f, XCOLL_ERR_NO_MEMORY);
+    return (uint16_t *)f->scratch;
+  }
+  f->gathered_bytes += n * sizeof(uint16_t);
+  if (f->gathered_bytes > *f->peak_bytes)
+    *f->peak_bytes = f->gathered_bytes;
+  return p;
+}
+
+static void give16(fsdp *f, uint16_t **p, size_t n) {
+  if (*p && *p != (uint16_t *)f->scratch) {
+    free(*p);
+    f->gathered_bytes -= n * sizeof(uint16_t);
+  }
+  *p = NULL;
+}
+
+/* Gathered parameters in param_dtype: widen them for the layers, so that
+ * they carry param_dtype's rounding. */
+static void widen_gathered(fsdp *f, fsdp_unit *fu) {
+  if (!fu->full_lowp)
+    return;
+  if (f->status == XCOLL_SUCCESS)
+    mixed_widen(fu->full, fu->full_lowp, padded(f, fu), f->param_dtype);
+  give16(f, &fu->full_lowp, padded(f, fu));
+}
+
+/* The all-gather's arguments for unit u: the float32 shard, or the shard
+ * cast to param_dtype into a 16-bit receive buffer. */
+static void gather_buffers(fsdp *f, int u, const void **send, void **recv,
+                           xcoll_datatype *dtype) {
+  fsdp_unit *fu = &f->units[u];
+  if (!f->param_lowp) {
+    *send = f->local_params + fu->local_offset;
+    *recv = fu->full;
+    *dtype = XCOLL_FLOAT32;
+    return;
+  }
+  uint16_t *low = f->local_lowp + fu->local_offset;
+  mixed_narrow(low, f->local_params + fu->local_offset, fu->shard, 1.0f,
+               f->param_dtype);
+  fu->full_lowp = take16(f, padded(f, fu));
+  *send = low;
+  *recv = fu->full_lowp;
+  *dtype = f->param_dtype;
+}
+
 /* Point the tensors of unit u at its gathered parameters (or NULL). */
 static void point_params(fsdp *f, int u, float *full) {
   const unit *pu = &f->plan->units[u];
@@ -161,6 +222,11 @@ static int record(fsdp *f, op_kind kind, int u, int comm_index, double t0,
 static void accumulate(fsdp *f, int u) {
   fsdp_unit *fu = &f->units[u];
   float *g = f->local_grads + fu->local_offset;
+  if (fu->reduced_lowp) {
+    mixed_widen_add(g, fu->reduced_lowp, fu->shard, f->reduce_dtype);
+    give16(f, &fu->reduced_lowp, fu->shard);
+    return;
+  }
   for (size_t i = 0; i < fu->shard; i++)
     g[i] += fu->reduced[i];
   give(f, &fu->reduced, fu->shard);
@@ -177,14 +243,19 @@ static void complete(fsdp *f, int i) {
   fsdp_unit *fu = &f->units[op->unit];
   if (op->kind == OP_GATHER) {
     fu->gather_op = -1;
+    widen_gathered(f, fu);
   } else if (op->kind == OP_REDUCE_SCATTER) {
     give(f, &fu->full_grad, padded(f, fu));
+    give16(f, &fu->grad_lowp, padded(f, fu));
     if (f->cfg.sharding == FSDP_HYBRID_SHARD && f->status == XCOLL_SUCCESS) {
       /* The node's mean, averaged again over nodes: the mean over all. */
       xcoll_request_t req = NULL;
       double t0 = ddp_now();
+      void *buf = fu->reduced_lowp ? (void *)fu->reduced_lowp
+                                   : (void *)fu->reduced;
       xcoll_status st =
-          xcoll_iallreduce(fu->reduced, fu->reduced, fu->shard, XCOLL_FLOAT32,
+          xcoll_iallreduce(buf, buf, fu->shard,
+                           fu->reduced_lowp ? f->reduce_dtype : XCOLL_FLOAT32,
                            XCOLL_AVG, f->replicate_comm, NULL, &req);
       record(f, OP_ALLREDUCE, op->unit, 1, t0, st, req);
     } else {
@@ -231,9 +302,12 @@ static void issue_gather(fsdp *f, int u) {
   if (f->status != XCOLL_SUCCESS)
     return;
   xcoll_request_t req = NULL;
+  const void *send;
+  void *recv;
+  xcoll_datatype dtype;
+  gather_buffers(f, u, &send, &recv, &dtype);
   double t0 = ddp_now();
-  xcoll_status st = xcoll_iallgather(f->local_params + fu->local_offset,
-                                     fu->full, fu->shard, XCOLL_FLOAT32,
+  xcoll_status st = xcoll_iallgather(send, recv, fu->shard, dtype,
                                      f->shard_comm, NULL, &req);
   fu->gather_op = record(f, OP_GATHER, u, 0, t0, st, req);
 }
@@ -247,15 +321,19 @@ static void ensure_gathered(fsdp *f, int u) {
   if (!fu->full) {
     fu->full = take(f, padded(f, fu), 0);
     if (f->status == XCOLL_SUCCESS) {
+      const void *send;
+      void *recv;
+      xcoll_datatype dtype;
+      gather_buffers(f, u, &send, &recv, &dtype);
       double t0 = ddp_now();
-      xcoll_status st = xcoll_allgather(f->local_params + fu->local_offset,
-                                        fu->full, fu->shard, XCOLL_FLOAT32,
-                                        f->shard_comm);
+      xcoll_status st =
+          xcoll_allgather(send, recv, fu->shard, dtype, f->shard_comm);
       int i = record(f, OP_GATHER, u, 0, t0, st, NULL);
       if (i >= 0) {
         f->ops[i].done = 1;
         f->ops[i].done_time = ddp_now();
       }
+      widen_gathered(f, fu);
     }
   }
   wait_op(f, fu->gather_op);
@@ -266,6 +344,7 @@ static void reshard(fsdp *f, int u) {
   fsdp_unit *fu = &f->units[u];
   wait_op(f, fu->gather_op);
   give(f, &fu->full, padded(f, fu));
+  give16(f, &fu->full_lowp, padded(f, fu)); /* only after a failed gather */
   point_params(f, u, NULL);
 }
 
@@ -306,14 +385,28 @@ static void hook_grad_ready(strategy *s, int u) {
   fsdp_unit *fu = &f->units[u];
   point_grads(f, u, NULL);
   reshard(f, u); /* parameters are not needed again in this micro-batch */
-  fu->reduced = take(f, fu->shard, 0);
+  if (f->reduce_lowp) {
+    /* Reduce in reduce_dtype: cast the unsharded gradient, which is then
+     * not needed any more. */
+    fu->grad_lowp = take16(f, padded(f, fu));
+    mixed_narrow(fu->grad_lowp, fu->full_grad, padded(f, fu), 1.0f,
+                 f->reduce_dtype);
+    give(f, &fu->full_grad, padded(f, fu));
+    fu->reduced_lowp = take16(f, fu->shard);
+  } else {
+    fu->reduced = take(f, fu->shard, 0);
+  }
   if (f->status == XCOLL_SUCCESS) {
     xcoll_request_t req = NULL;
     double t0 = ddp_now();
     xcoll_status st =
-        xcoll_ireduce_scatter(fu->full_grad, fu->reduced, fu->shard,
-                              XCOLL_FLOAT32, XCOLL_AVG, f->shard_comm, NULL,
-                              &req);
+        f->reduce_lowp
+            ? xcoll_ireduce_scatter(fu->grad_lowp, fu->reduced_lowp, fu->shard,
+                                    f->reduce_dtype, XCOLL_AVG, f->shard_comm,
+                                    NULL, &req)
+            : xcoll_ireduce_scatter(fu->full_grad, fu->reduced, fu->shard,
+                                    XCOLL_FLOAT32, XCOLL_AVG, f->shard_comm,
+                                    NULL, &req);
     record(f, OP_REDUCE_SCATTER, u, 0, t0, st, req);
   }
   if (f->cfg.backward_prefetch == FSDP_PREFETCH_POST && u > 0)
@@ -340,6 +433,8 @@ static xcoll_status hook_after_backward(strategy *s) {
   for (int u = 0; u < f->plan->num_units; u++) {
     give(f, &f->units[u].full_grad, padded(f, &f->units[u]));
     give(f, &f->units[u].reduced, f->units[u].shard);
+    give16(f, &f->units[u].grad_lowp, padded(f, &f->units[u]));
+    give16(f, &f->units[u].reduced_lowp, f->units[u].shard);
   }
   double comm = 0.0, prev_done[2] = {0.0, 0.0};
   for (int i = 0; i < f->num_ops; i++) {
@@ -362,8 +457,15 @@ static xcoll_status hook_after_backward(strategy *s) {
     rec->what = names[op->kind];
     rec->unit = op->unit;
     rec->across_nodes = op->comm_index;
-    rec->bytes = (op->kind == OP_REDUCE_SCATTER ? padded(f, fu) : fu->shard) *
-                 sizeof(float);
+    size_t elem = mixed_dtype_size(op->kind == OP_GATHER ? f->param_dtype
+                                                         : f->reduce_dtype);
+    rec->bytes =
+        (op->kind == OP_REDUCE_SCATTER ? padded(f, fu) : fu->shard) * elem;
+    s->wire_bytes +=
+        op->kind == OP_GATHER ? mixed_wire_allgather(rec->bytes, f->shard_size)
+        : op->kind == OP_REDUCE_SCATTER
+            ? mixed_wire_reduce_scatter(rec->bytes, f->shard_size)
+            : mixed_wire_allreduce(rec->bytes, f->replicate_size);
     rec->issue_time = op->issue_time;
     rec->done_time = op->done_time;
   }
@@ -385,6 +487,7 @@ static xcoll_status hook_before_step(strategy *s, double clip_norm) {
   double sum = 0.0;
   for (size_t i = 0; i < f->local_count; i++)
     sum += (double)f->local_grads[i] * f->local_grads[i];
+  s->wire_bytes += mixed_wire_allreduce(sizeof sum, f->shard_size);
   xcoll_status st =
       xcoll_allreduce(&sum, &sum, 1, XCOLL_FLOAT64, XCOLL_SUM, f->shard_comm);
   if (st != XCOLL_SUCCESS)
@@ -442,6 +545,9 @@ static void hook_destroy(strategy *s) {
     give(f, &fu->full, padded(f, fu));
     give(f, &fu->full_grad, padded(f, fu));
     give(f, &fu->reduced, fu->shard);
+    give16(f, &fu->full_lowp, padded(f, fu));
+    give16(f, &fu->grad_lowp, padded(f, fu));
+    give16(f, &fu->reduced_lowp, fu->shard);
   }
   if (f->own_comms) {
     xcoll_comm_destroy(f->shard_comm);
@@ -450,6 +556,7 @@ static void hook_destroy(strategy *s) {
   free(f->local_params);
   free(f->local_grads);
   free(f->scratch);
+  free(f->local_lowp);
   free(f);
   s->impl = NULL;
 }
@@ -519,6 +626,15 @@ xcoll_status strategy_init_fsdp(strategy *s, model *m, xcoll_comm_t comm,
   }
   xcoll_comm_rank(f->shard_comm, &f->shard_rank);
   xcoll_comm_size(f->shard_comm, &f->shard_size);
+  f->replicate_size = 1;
+  if (f->replicate_comm)
+    xcoll_comm_size(f->replicate_comm, &f->replicate_size);
+  f->param_lowp = cfg->param_dtype == XCOLL_BFLOAT16 ||
+                  cfg->param_dtype == XCOLL_FLOAT16;
+  f->reduce_lowp = cfg->reduce_dtype == XCOLL_BFLOAT16 ||
+                   cfg->reduce_dtype == XCOLL_FLOAT16;
+  f->param_dtype = f->param_lowp ? cfg->param_dtype : XCOLL_FLOAT32;
+  f->reduce_dtype = f->reduce_lowp ? cfg->reduce_dtype : XCOLL_FLOAT32;
   snprintf(f->name, sizeof f->name, "fsdp %s", fsdp_sharding_name(cfg->sharding));
   s->name = f->name;
 
@@ -537,7 +653,10 @@ xcoll_status strategy_init_fsdp(strategy *s, model *m, xcoll_comm_t comm,
   f->local_params = calloc(f->local_count, sizeof(float));
   f->local_grads = calloc(f->local_count, sizeof(float));
   f->scratch = calloc(largest, sizeof(float));
-  if (!f->local_params || !f->local_grads || !f->scratch) {
+  if (f->param_lowp)
+    f->local_lowp = calloc(f->local_count, sizeof(uint16_t));
+  if (!f->local_params || !f->local_grads || !f->scratch ||
+      (f->param_lowp && !f->local_lowp)) {
     snprintf(err, err_size, "out of memory for %zu shard elements",
              f->local_count);
     hook_destroy(s);

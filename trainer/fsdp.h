@@ -65,6 +65,14 @@ typedef struct fsdp_config {
   int forward_prefetch;   /* 1: issue unit u+1's all-gather before u's forward */
   size_t min_params;      /* smallest unit, elements (units.h) */
   int local_world_size;   /* hybrid_shard: ranks per node */
+  /* Mixed precision (PyTorch's MixedPrecision): XCOLL_BFLOAT16 or
+   * XCOLL_FLOAT16 cast the shard before its all-gather and widen the
+   * gathered parameters back to float32 for the layers (param_dtype), or
+   * cast the unsharded gradient before its reduce-scatter (and hybrid's
+   * all-reduce) and widen the result into the float32 shard gradient
+   * (reduce_dtype). Anything else is float32. Master parameters, gradient
+   * shards and optimizer state stay float32. */
+  xcoll_datatype param_dtype, reduce_dtype;
 } fsdp_config;
 
 /* One collective of the last micro-batch, for --trace. */

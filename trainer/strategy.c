@@ -140,6 +140,7 @@ static xcoll_status ddp_hook_after_backward(strategy *s) {
   xcoll_status st = ddp_finish_backward(d);
   s->last.comm_time = d->last.comm_time;
   s->last.blocked_time = d->last.blocked_time;
+  s->wire_bytes += d->last.wire_bytes;
   return st;
 }
 

@@ -67,6 +67,8 @@ struct strategy {
   int lockstep; /* 1 when every rank must run the same forwards (fsdp) */
   int replicas; /* dp: copies of parameters and gradients held (0 = 1) */
   strategy_stats last; /* of the last update that communicated */
+  size_t wire_bytes; /* bytes this rank sent in the training steps so far
+                        (mixed.h's ring model); never reset */
   strategy_memory memory;
   void *impl;
   /* dp: runs a micro-batch's forward and backward itself, over its

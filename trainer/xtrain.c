@@ -23,11 +23,13 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "comm_hooks.h"
 #include "data.h"
 #include "ddp.h"
 #include "dp.h"
 #include "fsdp.h"
 #include "gpt.h"
+#include "mixed.h"
 #include "model.h"
 #include "optim.h"
 #include "strategy.h"
@@ -69,6 +71,13 @@ typedef struct config {
   const char *data_file; /* gpt: --data-file, instead of the fortunes */
   const char *dump_params;
   const char *trace;
+  /* mixed precision and communication hooks (mixed.h, comm_hooks.h) */
+  xcoll_datatype param_dtype, reduce_dtype;
+  double init_scale;
+  int64_t scale_growth_interval;
+  comm_hook_kind comm_hook;
+  int powersgd_rank;
+  int64_t powersgd_warmup;
 } config;
 
 static void usage(FILE *out) {
@@ -126,6 +135,17 @@ static void usage(FILE *out) {
 "  --test-limit N           use the first N test samples; 0 = all [0]\n"
 "  --dump-params FILE       at the end, each rank writes FILE.rank<r>: the whole\n"
 "                           model's parameters, raw float32 (gathered under fsdp)\n"
+"  --param-dtype D          fsdp: float32|bfloat16|float16, the dtype parameters\n"
+"                           are all-gathered in (layers see them rounded to it);\n"
+"                           master weights stay float32 [float32]\n"
+"  --reduce-dtype D         ddp, fsdp: float32|bfloat16|float16, the dtype\n"
+"                           gradients are reduced in [float32]\n"
+"  --init-scale X           float16: initial dynamic loss scale [65536]\n"
+"  --scale-growth-interval N  float16: double the scale after N good steps [2000]\n"
+"  --comm-hook H            ddp: none|fp16|bf16|powersgd (PyTorch's DDP\n"
+"                           communication hooks) [none]\n"
+"  --powersgd-rank R        powersgd: rank of the approximation [1]\n"
+"  --powersgd-warmup N      powersgd: plain all-reduce for the first N steps [1000]\n"
 "  --trace FILE             Chrome trace of steps, layers and bucket all-reduces;\n"
 "                           each rank writes FILE with .rank<r> before the\n"
 "                           extension (or %%r replaced by the rank)\n"
@@ -173,8 +193,38 @@ enum {
   OPT_TEST_LIMIT, OPT_CHANNELS, OPT_DUMP, OPT_FIRST_BUCKET, OPT_TRACE, OPT_HELP,
   OPT_VERSION, OPT_SHARDING, OPT_BACKWARD_PREFETCH, OPT_FORWARD_PREFETCH,
   OPT_FSDP_MIN_PARAMS, OPT_DP_DEVICES, OPT_N_LAYER, OPT_N_HEAD, OPT_D_MODEL,
-  OPT_CONTEXT, OPT_DATA_FILE
+  OPT_CONTEXT, OPT_DATA_FILE, OPT_PARAM_DTYPE, OPT_REDUCE_DTYPE,
+  OPT_INIT_SCALE, OPT_GROWTH_INTERVAL, OPT_COMM_HOOK, OPT_POWERSGD_RANK,
+  OPT_POWERSGD_WARMUP
 };
+
+/* Mixed precision and hooks: refuse what has no meaning for the strategy. */
+static void check_mixed_flags(config *c, int scale_flag, int powersgd_flag) {
+  int distributed = c->strategy == STRATEGY_DDP || c->strategy == STRATEGY_FSDP;
+  if (c->reduce_dtype != XCOLL_FLOAT32 && !distributed)
+    die_usage("--reduce-dtype needs --strategy ddp or fsdp (nothing is reduced "
+              "over ranks otherwise)");
+  if (c->param_dtype != XCOLL_FLOAT32 && c->strategy != STRATEGY_FSDP)
+    die_usage("--param-dtype needs --strategy fsdp: it is the dtype of the "
+              "parameter all-gather, and ddp does not gather parameters "
+              "(use --reduce-dtype or --comm-hook for ddp)");
+  if (c->comm_hook != COMM_HOOK_NONE && c->strategy != STRATEGY_DDP)
+    die_usage("--comm-hook needs --strategy ddp (or fsdp --sharding no_shard)");
+  if (c->comm_hook != COMM_HOOK_NONE && c->reduce_dtype != XCOLL_FLOAT32)
+    die_usage("--comm-hook %s and --reduce-dtype %s both choose how ddp "
+              "reduces gradients: give one of them",
+              comm_hook_name(c->comm_hook), mixed_dtype_name(c->reduce_dtype));
+  if (powersgd_flag && c->comm_hook != COMM_HOOK_POWERSGD)
+    die_usage("--powersgd-rank and --powersgd-warmup need --comm-hook powersgd");
+  if (scale_flag && c->param_dtype != XCOLL_FLOAT16 &&
+      c->reduce_dtype != XCOLL_FLOAT16)
+    die_usage("--init-scale and --scale-growth-interval need --param-dtype or "
+              "--reduce-dtype float16 (loss scaling is for float16)");
+  /* Under ddp, --reduce-dtype is the matching compression hook. */
+  if (c->strategy == STRATEGY_DDP && c->reduce_dtype != XCOLL_FLOAT32)
+    c->comm_hook = c->reduce_dtype == XCOLL_FLOAT16 ? COMM_HOOK_FP16
+                                                     : COMM_HOOK_BF16;
+}
 
 static void parse_args(config *c, int argc, char **argv) {
   static const struct option options[] = {
@@ -218,6 +268,13 @@ static void parse_args(config *c, int argc, char **argv) {
       {"cnn-channels", required_argument, 0, OPT_CHANNELS},
       {"dump-params", required_argument, 0, OPT_DUMP},
       {"trace", required_argument, 0, OPT_TRACE},
+      {"param-dtype", required_argument, 0, OPT_PARAM_DTYPE},
+      {"reduce-dtype", required_argument, 0, OPT_REDUCE_DTYPE},
+      {"init-scale", required_argument, 0, OPT_INIT_SCALE},
+      {"scale-growth-interval", required_argument, 0, OPT_GROWTH_INTERVAL},
+      {"comm-hook", required_argument, 0, OPT_COMM_HOOK},
+      {"powersgd-rank", required_argument, 0, OPT_POWERSGD_RANK},
+      {"powersgd-warmup", required_argument, 0, OPT_POWERSGD_WARMUP},
       {"help", no_argument, 0, OPT_HELP},
       {"version", no_argument, 0, OPT_VERSION},
       {0, 0, 0, 0}};
@@ -247,6 +304,12 @@ static void parse_args(config *c, int argc, char **argv) {
   c->gpt.context = 64;
   int gpt_flag = 0;    /* a gpt-only flag was given */
   int epochs_flag = 0, optim_flag = 0, data_dir_flag = 0;
+  c->param_dtype = c->reduce_dtype = XCOLL_FLOAT32;
+  c->init_scale = 65536.0; /* GradScaler's 2^16 */
+  c->scale_growth_interval = 2000;
+  c->powersgd_rank = 1;     /* PyTorch's matrix_approximation_rank */
+  c->powersgd_warmup = 1000; /* PyTorch's start_powerSGD_iter */
+  int scale_flag = 0, powersgd_flag = 0;
   opterr = 0;
   int opt;
   while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -379,6 +442,45 @@ static void parse_args(config *c, int argc, char **argv) {
     }
     case OPT_DUMP: c->dump_params = optarg; break;
     case OPT_TRACE: c->trace = optarg; break;
+    case OPT_PARAM_DTYPE:
+    case OPT_REDUCE_DTYPE: {
+      int v = mixed_dtype_parse(optarg);
+      if (v < 0)
+        die_usage("%s must be float32, bfloat16 or float16, got '%s'",
+                  opt == OPT_PARAM_DTYPE ? "--param-dtype" : "--reduce-dtype",
+                  optarg);
+      if (opt == OPT_PARAM_DTYPE)
+        c->param_dtype = (xcoll_datatype)v;
+      else
+        c->reduce_dtype = (xcoll_datatype)v;
+      break;
+    }
+    case OPT_INIT_SCALE:
+      c->init_scale = parse_double("--init-scale", optarg, 1e-30, 1e38);
+      scale_flag = 1;
+      break;
+    case OPT_GROWTH_INTERVAL:
+      c->scale_growth_interval =
+          parse_int("--scale-growth-interval", optarg, 1, INT64_MAX / 2);
+      scale_flag = 1;
+      break;
+    case OPT_COMM_HOOK: {
+      int v = comm_hook_parse(optarg);
+      if (v < 0)
+        die_usage("--comm-hook must be none, fp16, bf16 or powersgd, got '%s'",
+                  optarg);
+      c->comm_hook = (comm_hook_kind)v;
+      break;
+    }
+    case OPT_POWERSGD_RANK:
+      c->powersgd_rank = (int)parse_int("--powersgd-rank", optarg, 1, 1024);
+      powersgd_flag = 1;
+      break;
+    case OPT_POWERSGD_WARMUP:
+      c->powersgd_warmup =
+          parse_int("--powersgd-warmup", optarg, 0, INT64_MAX / 2);
+      powersgd_flag = 1;
+      break;
     case OPT_HELP: usage(stdout); exit(0);
     case OPT_VERSION:
       printf("xtrain (xcoll) %s\n", XCOLL_PROJECT_VERSION);
@@ -426,6 +528,11 @@ static void parse_args(config *c, int argc, char **argv) {
   /* no_shard replicates parameters and all-reduces gradients: the DDP path. */
   if (c->strategy == STRATEGY_FSDP && c->fsdp.sharding == FSDP_NO_SHARD)
     c->strategy = STRATEGY_DDP;
+  check_mixed_flags(c, scale_flag, powersgd_flag);
+  if (c->param_dtype != XCOLL_FLOAT32 || c->reduce_dtype != XCOLL_FLOAT32) {
+    c->fsdp.param_dtype = c->param_dtype;
+    c->fsdp.reduce_dtype = c->reduce_dtype;
+  }
   if (c->strategy == STRATEGY_FSDP && c->checkpoint_dir)
     die_usage("--checkpoint-dir is not supported with --strategy fsdp and "
               "--sharding %s yet (no_shard, ddp and none write checkpoints)",
@@ -477,6 +584,18 @@ static char *config_json(const config *c) {
   cJSON_AddNumberToObject(o, "seed", (double)c->seed);
   cJSON_AddBoolToObject(o, "drop_last", c->drop_last);
   cJSON_AddNumberToObject(o, "train_limit", (double)c->train_limit);
+  /* Only when used, so that a float32 run's config (and checkpoint) reads
+   * as before. */
+  if (c->param_dtype != XCOLL_FLOAT32)
+    cJSON_AddStringToObject(o, "param_dtype", mixed_dtype_name(c->param_dtype));
+  if (c->reduce_dtype != XCOLL_FLOAT32)
+    cJSON_AddStringToObject(o, "reduce_dtype", mixed_dtype_name(c->reduce_dtype));
+  if (c->comm_hook != COMM_HOOK_NONE)
+    cJSON_AddStringToObject(o, "comm_hook", comm_hook_name(c->comm_hook));
+  if (c->comm_hook == COMM_HOOK_POWERSGD) {
+    cJSON_AddNumberToObject(o, "powersgd_rank", c->powersgd_rank);
+    cJSON_AddNumberToObject(o, "powersgd_warmup", (double)c->powersgd_warmup);
+  }
   char *s = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   return s;
@@ -515,6 +634,8 @@ typedef struct run {
   optimizer opt;
   strategy strat;
   ddp dp; /* --strategy ddp: strat.impl */
+  comm_hook hook; /* --comm-hook, --reduce-dtype under ddp */
+  loss_scaler scaler; /* float16 */
   checkpoint_meta meta;
   /* schedule */
   int64_t micro_per_epoch, steps_per_epoch, schedule_steps, total_steps;
@@ -524,6 +645,8 @@ typedef struct run {
 typedef struct window {
   double loss, correct, count; /* summed over this rank's samples */
   double time, comm, blocked;  /* seconds */
+  double wire;                 /* bytes this rank sent */
+  double skipped;              /* steps skipped by the loss scaler */
 } window;
 
 static void window_add(window *w, const window *d) {
@@ -533,6 +656,8 @@ static void window_add(window *w, const window *d) {
   w->time += d->time;
   w->comm += d->comm;
   w->blocked += d->blocked;
+  w->wire += d->wire;
+  w->skipped += d->skipped;
 }
 
 static void fail(run *r, const char *fmt, ...) {
@@ -938,6 +1063,35 @@ static void print_fsdp_layout(run *r) {
   }
 }
 
+/* Communication hook (ddp) and loss scaler (float16), after the strategy. */
+static void setup_mixed(run *r) {
+  const config *c = &r->cfg;
+  if (c->strategy == STRATEGY_DDP && c->comm_hook != COMM_HOOK_NONE) {
+    if (comm_hook_init(&r->hook, &r->dp, c->comm_hook, c->reduce_dtype,
+                       c->powersgd_rank, c->powersgd_warmup,
+                       c->seed + 0x9e3779b97f4a7c15ull) != 0)
+      fail(r, "out of memory setting up --comm-hook %s",
+           comm_hook_name(c->comm_hook));
+  }
+  int fp16 = c->param_dtype == XCOLL_FLOAT16 || c->reduce_dtype == XCOLL_FLOAT16;
+  loss_scaler_init(&r->scaler, fp16, c->init_scale, c->scale_growth_interval);
+  if (r->rank != 0 || (c->comm_hook == COMM_HOOK_NONE &&
+                       c->param_dtype == XCOLL_FLOAT32 &&
+                       c->reduce_dtype == XCOLL_FLOAT32))
+    return;
+  printf("mixed precision: param_dtype %s, reduce_dtype %s, comm_hook %s",
+         mixed_dtype_name(c->param_dtype), mixed_dtype_name(c->reduce_dtype),
+         comm_hook_name(c->comm_hook));
+  if (c->comm_hook == COMM_HOOK_POWERSGD)
+    printf(" (rank %d, %d matrices compressed, plain for the first %" PRId64
+           " steps)", c->powersgd_rank, r->hook.num_matrices,
+           c->powersgd_warmup);
+  if (fp16)
+    printf(", dynamic loss scale from %g, doubled after %" PRId64
+           " good steps", c->init_scale, c->scale_growth_interval);
+  printf("\n");
+}
+
 /* The strategy, and the optimizer over what it lets this rank update. */
 static void setup_strategy(run *r) {
   const config *c = &r->cfg;
@@ -979,6 +1133,7 @@ static void setup_strategy(run *r) {
   }
   strategy_attach(&r->strat);
   strategy_count_memory(&r->strat, r->opt.num_state);
+  setup_mixed(r);
 }
 
 static layer_tracer tracer;
@@ -1050,6 +1205,32 @@ static void print_memory(run *r) {
 
 /* ---- one update ---- */
 
+/* float16 loss scaling: unscale this rank's gradients (all of them under
+ * ddp, its shard under fsdp), agree over ranks whether any is inf or nan
+ * (an all-reduce of one flag), update the scale; 1 when the step must be
+ * skipped. */
+static int scaler_says_skip(run *r) {
+  int32_t found =
+      loss_scaler_unscale(&r->scaler, r->strat.grads, r->strat.count);
+  if (r->comm) {
+    check_xcoll(r, xcoll_allreduce(&found, &found, 1, XCOLL_INT32, XCOLL_MAX,
+                                   r->comm),
+                "all-reduce of the loss scaler's inf/nan flag");
+    r->strat.wire_bytes += mixed_wire_allreduce(sizeof found, r->world_size);
+  }
+  double before = r->scaler.scale;
+  int skip = loss_scaler_update(&r->scaler, found);
+  if (skip && r->rank == 0) {
+    if (r->tty)
+      printf("\n");
+    printf("loss scaler: inf/nan in the gradients, step %" PRId64
+           " skipped (%" PRId64 " so far), scale %g -> %g\n",
+           r->meta.step + 1, r->scaler.skipped_steps, before,
+           r->scaler.scale);
+  }
+  return skip;
+}
+
 /* Runs update s of the epoch (its K micro-batches, the strategy's
  * communication and the optimizer step); returns its sums in *w. */
 static void train_step(run *r, int epoch, int64_t s, window *w) {
@@ -1057,6 +1238,7 @@ static void train_step(run *r, int epoch, int64_t s, window *w) {
   int B = c->batch_size, K = c->grad_accum;
   memset(w, 0, sizeof *w);
   double t0 = ddp_now();
+  size_t wire_before = r->strat.wire_bytes;
   int64_t m0 = s * K, m1 = m0 + K;
   if (m1 > r->micro_per_epoch)
     m1 = r->micro_per_epoch;
@@ -1079,6 +1261,8 @@ static void train_step(run *r, int epoch, int64_t s, window *w) {
     int correct = 0;
     int sync = (mb == m1 - 1);
     float loss_scale = 1.0f / (float)step_samples;
+    if (r->scaler.enabled) /* GradScaler: the loss times the scale */
+      loss_scale = (float)(r->scaler.scale / (double)step_samples);
     if (r->strat.forward_backward) {
       /* dp: replicate, scatter, forward and backward on every replica,
        * gather, reduce */
@@ -1132,12 +1316,17 @@ static void train_step(run *r, int epoch, int64_t s, window *w) {
     w->blocked += r->strat.last.blocked_time;
   }
   double t_optim = ddp_now();
-  check_xcoll(r, strategy_before_step(&r->strat, c->clip_grad_norm),
-              "gradient norm all-reduce");
-  float lr = schedule_lr(c->schedule, c->lr, r->meta.step, c->warmup_steps,
-                         r->schedule_steps);
-  optim_step(&r->opt, r->strat.params, r->strat.grads, lr);
+  int skip = r->scaler.enabled && scaler_says_skip(r);
+  if (!skip) {
+    check_xcoll(r, strategy_before_step(&r->strat, c->clip_grad_norm),
+                "gradient norm all-reduce");
+    float lr = schedule_lr(c->schedule, c->lr, r->meta.step, c->warmup_steps,
+                           r->schedule_steps);
+    optim_step(&r->opt, r->strat.params, r->strat.grads, lr);
+  }
   strategy_after_step(&r->strat);
+  w->skipped = skip;
+  w->wire = (double)(r->strat.wire_bytes - wire_before);
   r->meta.step++;
   double t_end = ddp_now();
   if (r->trace.file) {
@@ -1155,6 +1344,16 @@ static void train_step(run *r, int epoch, int64_t s, window *w) {
 
 /* ---- logging ---- */
 
+/* Wire bytes per step and the loss scaler's state, in a JSON record. */
+static void add_mixed_json(run *r, cJSON *o, double wire_per_step) {
+  cJSON_AddNumberToObject(o, "wire_bytes_per_step", wire_per_step);
+  if (r->scaler.enabled) {
+    cJSON_AddNumberToObject(o, "loss_scale", r->scaler.scale);
+    cJSON_AddNumberToObject(o, "skipped_steps",
+                            (double)r->scaler.skipped_steps);
+  }
+}
+
 static void log_interval(run *r, int epoch, window *iv) {
   const config *c = &r->cfg;
   double v[2] = {iv->loss, iv->count};
@@ -1167,9 +1366,14 @@ static void log_interval(run *r, int epoch, window *iv) {
     if (r->tty)
       printf("\n");
     printf("step %" PRId64 " epoch %d loss %.4f lr %.5f step_time %.2f ms "
-           "samples/s %.0f comm %.2f ms overlap %.0f%%\n",
+           "samples/s %.0f comm %.2f ms overlap %.0f%% wire %.0f B/step",
            r->meta.step, epoch, v[0] / v[1], lr, 1e3 * iv->time / steps_in,
-           v[1] / iv->time, 1e3 * iv->comm / steps_in, 100.0 * share);
+           v[1] / iv->time, 1e3 * iv->comm / steps_in, 100.0 * share,
+           iv->wire / steps_in);
+    if (r->scaler.enabled)
+      printf(" loss_scale %g skipped %" PRId64, r->scaler.scale,
+             r->scaler.skipped_steps);
+    printf("\n");
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "event", "step");
     cJSON_AddNumberToObject(o, "step", (double)r->meta.step);
@@ -1180,6 +1384,7 @@ static void log_interval(run *r, int epoch, window *iv) {
     cJSON_AddNumberToObject(o, "samples_per_s", v[1] / iv->time);
     cJSON_AddNumberToObject(o, "comm_time_s", iv->comm / steps_in);
     cJSON_AddNumberToObject(o, "overlap", share);
+    add_mixed_json(r, o, iv->wire / steps_in);
     json_line(r, o);
   }
   memset(iv, 0, sizeof *iv);
@@ -1211,24 +1416,29 @@ static void end_epoch(run *r, int epoch, int64_t first, int64_t done_in_epoch,
   double sps = ep->time > 0 ? sums[2] / ep->time : 0.0;
   if (r->tty)
     printf("\n");
+  double wire = updates > 0 ? ep->wire / (double)updates : 0.0;
   if (is_gpt(r))
     printf("epoch %d%s: loss %.4f val_loss %.4f val_bpc %.4f val_ppl %.2f "
            "samples/s %.0f step_time %.2f ms comm %.2f ms/step "
-           "overlap %.0f%%\n",
+           "overlap %.0f%% wire %.0f B/step",
            epoch, finished ? "" : " (partial)",
            sums[2] > 0 ? sums[0] / sums[2] : 0.0, test_loss,
            test_loss / log(2.0), exp(test_loss), sps,
            updates > 0 ? 1e3 * ep->time / updates : 0.0,
-           updates > 0 ? 1e3 * ep->comm / updates : 0.0, 100.0 * share);
+           updates > 0 ? 1e3 * ep->comm / updates : 0.0, 100.0 * share, wire);
   else
     printf("epoch %d%s: loss %.4f train_acc %.4f test_loss %.4f test_acc "
            "%.4f samples/s %.0f step_time %.2f ms comm %.2f ms/step "
-           "overlap %.0f%%\n",
+           "overlap %.0f%% wire %.0f B/step",
            epoch, finished ? "" : " (partial)",
            sums[2] > 0 ? sums[0] / sums[2] : 0.0,
            sums[2] > 0 ? sums[1] / sums[2] : 0.0, test_loss, test_acc, sps,
            updates > 0 ? 1e3 * ep->time / updates : 0.0,
-           updates > 0 ? 1e3 * ep->comm / updates : 0.0, 100.0 * share);
+           updates > 0 ? 1e3 * ep->comm / updates : 0.0, 100.0 * share, wire);
+  if (r->scaler.enabled)
+    printf(" loss_scale %g skipped %" PRId64, r->scaler.scale,
+           r->scaler.skipped_steps);
+  printf("\n");
   fflush(stdout);
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "event", "epoch");
@@ -1242,6 +1452,7 @@ static void end_epoch(run *r, int epoch, int64_t first, int64_t done_in_epoch,
   cJSON_AddNumberToObject(o, "step_time_s", updates > 0 ? ep->time / updates : 0.0);
   cJSON_AddNumberToObject(o, "comm_time_s", updates > 0 ? ep->comm / updates : 0.0);
   cJSON_AddNumberToObject(o, "overlap", share);
+  add_mixed_json(r, o, wire);
   json_line(r, o);
   if (c->checkpoint_dir) {
     if (test_acc > *best) {
@@ -1401,6 +1612,7 @@ static void teardown(run *r) {
   free(r->y);
   sampler_free(&r->smp);
   strategy_destroy(&r->strat);
+  comm_hook_free(&r->hook);
   optim_free(&r->opt);
   model_free(&r->m);
   data_free(&r->train);

@@ -82,6 +82,15 @@ expect 2 "--dp-devices needs --strategy dp" -- "$xtrain" --dp-devices 2
 expect 2 "--dp-devices expects an integer" -- "$xtrain" --strategy dp --dp-devices 0
 expect 2 "give at least one sample per replica" -- "$xtrain" --strategy dp --dp-devices 4 --batch-size 2
 expect 2 "--checkpoint-dir is not supported with --strategy fsdp" -- "$xtrain" --strategy fsdp --checkpoint-dir "$tmp/ck"
+expect 2 "--param-dtype must be float32, bfloat16 or float16, got 'fp8'" -- "$xtrain" --strategy fsdp --param-dtype fp8
+expect 2 "--param-dtype needs --strategy fsdp" -- "$xtrain" --strategy ddp --param-dtype bfloat16
+expect 2 "--reduce-dtype needs --strategy ddp or fsdp" -- "$xtrain" --reduce-dtype bfloat16
+expect 2 "--comm-hook must be none, fp16, bf16 or powersgd" -- "$xtrain" --strategy ddp --comm-hook topk
+expect 2 "--comm-hook needs --strategy ddp" -- "$xtrain" --strategy fsdp --comm-hook fp16
+expect 2 "give one of them" -- "$xtrain" --strategy ddp --comm-hook powersgd --reduce-dtype bfloat16
+expect 2 "need --comm-hook powersgd" -- "$xtrain" --strategy ddp --powersgd-rank 4
+expect 2 "loss scaling is for float16" -- "$xtrain" --strategy ddp --reduce-dtype bfloat16 --init-scale 1024
+expect 2 "--powersgd-rank expects an integer" -- "$xtrain" --strategy ddp --comm-hook powersgd --powersgd-rank 0
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures case(s) failed"
