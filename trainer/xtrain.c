@@ -13,6 +13,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -845,7 +846,7 @@ static void setup_model(run *r) {
   char init_err[1024];
   if (c->init_from &&
       init_params_load(c->init_from, &r->m, init_err, sizeof init_err) != 0)
-    fail(r, "--init-from: %s", init_err);
+    fail(r, "%s", init_err);
   if (c->export_init && r->rank == 0) {
     if (init_params_export(c->export_init, &r->m, c->seed, r->mean, r->std,
                            init_err, sizeof init_err) != 0)
@@ -1335,6 +1336,12 @@ static void teardown(run *r) {
 
 int main(int argc, char **argv) {
   static run r; /* large (the ddp buckets): not on the stack */
+  /* Serve the parameter, gradient and optimizer buffers (about 1 MiB each
+   * for the MLP) from the heap instead of one mmap each: with glibc's
+   * default 128 KiB threshold the SGD step over them ran 1.2 to 8 times
+   * slower, varying from run to run, and single-rank training 20k instead
+   * of 50k samples/s (docs/trainer.md, "Allocation and throughput"). */
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
   parse_args(&r.cfg, argc, argv);
   openblas_set_num_threads(r.cfg.threads);
   setup_comm(&r);

@@ -81,7 +81,12 @@ expect 2 "--strategy must be none, dp, ddp or fsdp" -- "$xtrain" --strategy zero
 expect 2 "--dp-devices needs --strategy dp" -- "$xtrain" --dp-devices 2
 expect 2 "--dp-devices expects an integer" -- "$xtrain" --strategy dp --dp-devices 0
 expect 2 "give at least one sample per replica" -- "$xtrain" --strategy dp --dp-devices 4 --batch-size 2
-expect 2 "--checkpoint-dir is not supported with --strategy fsdp" -- "$xtrain" --strategy fsdp --checkpoint-dir "$tmp/ck"
+expect 2 "--checkpoint-format sharded needs --strategy fsdp" -- "$xtrain" --checkpoint-dir "$tmp/ck" --checkpoint-format sharded
+expect 2 "--checkpoint-format must be full or sharded" -- "$xtrain" --strategy fsdp --checkpoint-format local
+expect 2 "--sampler must be random or sequential" -- "$xtrain" --sampler shuffled
+expect 1 "cannot open --init-from file" -- "$xtrain" --data-dir "$data" --train-limit 64 --init-from "$tmp/none.safetensors"
+printf 'not a safetensors file' > "$tmp/junk.safetensors"
+expect 1 "junk.safetensors: header length .* not a safetensors file" -- "$xtrain" --data-dir "$data" --train-limit 64 --init-from "$tmp/junk.safetensors"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures case(s) failed"
