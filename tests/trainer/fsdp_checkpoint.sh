@@ -7,6 +7,7 @@
 #    process (32), and a full file written by DDP resumes FSDP: the same
 #    samples per update, so equal to the straight runs of the resuming
 #    strategy within float32 summation order (1e-5, as ddp_equivalence);
+#  - the same, bitwise, under hybrid_shard (2 simulated nodes of 2 ranks);
 #  - a sharded set is refused at another world size, another unit layout,
 #    by DDP, and with a broken index, each with a message saying why.
 set -eu
@@ -60,6 +61,29 @@ grep -q "resumed from .*step 7" "$tmp/y.2.log"
 run 2 "$tmp/z.log" $ddp --checkpoint-dir "$tmp/z" --max-steps 7
 run 4 "$tmp/z.2.log" $fsdp --checkpoint-dir "$tmp/z" --resume --dump-params "$tmp/fsdp_from_ddp"
 "$compare" 1e-5 "$tmp/straight.rank0" "$tmp/fsdp_from_ddp.rank0"
+
+# hybrid_shard over 2 simulated nodes of 2 ranks (as fsdp_equivalence.sh
+# sets them up): the sharding group is a node; both formats resume bitwise.
+cat > "$tmp/nodes.sh" <<'WRAP'
+export LOCAL_WORLD_SIZE=2 LOCAL_RANK=$((RANK % 2))
+export GROUP_RANK=$((RANK / 2)) GROUP_WORLD_SIZE=$((WORLD_SIZE / 2))
+exec "$@"
+WRAP
+hybrid() { # hybrid LOG ARGS...
+  log=$1
+  shift
+  timeout 60 "$xcollrun" --nproc-per-node 4 --master-port 0 sh "$tmp/nodes.sh" \
+    "$xtrain" $common $fsdp --sharding hybrid_shard "$@" > "$log" 2>&1 \
+    || { cat "$log"; return 1; }
+}
+hybrid "$tmp/h.log" --dump-params "$tmp/h_straight"
+for format in full sharded; do
+  hybrid "$tmp/h$format.1.log" --checkpoint-dir "$tmp/h$format" \
+    --checkpoint-format $format --max-steps 7
+  hybrid "$tmp/h$format.2.log" --checkpoint-dir "$tmp/h$format" \
+    --checkpoint-format $format --resume --dump-params "$tmp/h$format"
+  "$compare" 0 "$tmp/h_straight.rank0" "$tmp/h$format.rank0" "$tmp/h$format.rank3"
+done
 
 # Refusals. The sharded set of 4 ranks at step 40 (the end of the runs above).
 s="$tmp/sharded"
