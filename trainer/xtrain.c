@@ -109,7 +109,7 @@ static void usage(FILE *out) {
 "                           and strategy); sharded = one file per rank and\n"
 "                           checkpoint_latest.index.json (same world size) [full]\n"
 "  --resume                 continue from DIR/checkpoint_latest.safetensors\n"
-"                           (or the sharded set when it is the one there)\n"
+"                           (or the sharded set, when it is there and newer)\n"
 "  --init-from FILE         initial parameters from a safetensors file with\n"
 "                           PyTorch's names and shapes (fc1.weight, ...)\n"
 "  --export-init FILE       write the initial parameters (after --seed or\n"
@@ -791,7 +791,7 @@ static void load_data(run *r) {
 
 /* --resume: dir/checkpoint_latest.safetensors (full, any strategy) or the
  * sharded set (checkpoint_latest.index.json, fsdp only). When both are
- * there (the format was changed between runs), --checkpoint-format picks.
+ * there (the format was changed between runs), the newer one.
  * A full one is read here, into the whole model; a sharded one once fsdp
  * has made the shards (resume_sharded). */
 static void resume_full(run *r) {
@@ -806,9 +806,24 @@ static void resume_full(run *r) {
            c->checkpoint_dir);
   snprintf(index, sizeof index, "%s/checkpoint_latest.index.json",
            c->checkpoint_dir);
-  int have_full = access(path, F_OK) == 0;
-  int have_sharded = access(index, F_OK) == 0;
-  if (have_sharded && (!have_full || c->checkpoint_format == CHECKPOINT_SHARDED)) {
+  struct stat full_st, sharded_st;
+  int have_full = stat(path, &full_st) == 0;
+  int have_sharded = stat(index, &sharded_st) == 0;
+  int use_sharded = have_sharded && !have_full;
+  if (have_sharded && have_full) {
+    /* The format was changed between runs: the newer one is where
+     * training stopped; --checkpoint-format decides a tie. */
+    double full_t = full_st.st_mtim.tv_sec + 1e-9 * full_st.st_mtim.tv_nsec;
+    double sharded_t =
+        sharded_st.st_mtim.tv_sec + 1e-9 * sharded_st.st_mtim.tv_nsec;
+    use_sharded = sharded_t > full_t ||
+                  (sharded_t == full_t &&
+                   c->checkpoint_format == CHECKPOINT_SHARDED);
+    if (r->rank == 0)
+      printf("xtrain: --resume: both %s and %s exist; reading the newer, "
+             "%s\n", path, index, use_sharded ? index : path);
+  }
+  if (use_sharded) {
     if (c->strategy != STRATEGY_FSDP)
       fail(r, "%s is a sharded FSDP checkpoint: resume it with --strategy "
            "fsdp at the world size that wrote it (and save with "
