@@ -130,6 +130,27 @@ if(TARGET xtrain)
       LABELS "trainer;mp")
   endforeach()
 
+  # FSDP checkpoints: full and sharded resume bitwise, full across
+  # strategies and world sizes, sharded refusals (tests/trainer/fsdp_checkpoint.sh).
+  foreach(opt sgd adamw)
+    add_test(NAME trainer.fsdp_checkpoint.${opt}
+      COMMAND sh ${XTRAIN_TEST_DIR}/fsdp_checkpoint.sh $<TARGET_FILE:xtrain>
+        $<TARGET_FILE:xcollrun> $<TARGET_FILE:xtrain_compare_params> ${opt})
+    set_tests_properties(trainer.fsdp_checkpoint.${opt} PROPERTIES TIMEOUT 200
+      LABELS "trainer;mp")
+  endforeach()
+
+  # xtrain vs PyTorch from the same --export-init, sample order and
+  # optimizer: the loss curves agree step by step (needs python3 with torch).
+  find_package(Python3 COMPONENTS Interpreter)
+  if(Python3_Interpreter_FOUND)
+    add_test(NAME trainer.torch_loss_curve
+      COMMAND ${Python3_EXECUTABLE} ${XTRAIN_TEST_DIR}/torch_loss_curve.py
+        $<TARGET_FILE:xtrain> $<TARGET_FILE:xcollrun> ${XTRAIN_DATA_DIR})
+    set_tests_properties(trainer.torch_loss_curve PROPERTIES TIMEOUT 200
+      LABELS "trainer;mp" SKIP_RETURN_CODE 77)
+  endif()
+
   # Same run over XCOLL_BACKEND=tcp and ucx: bitwise equal parameters.
   if(XCOLL_HAVE_UCX)
     add_test(NAME trainer.backend_equivalence.ucx_tcp

@@ -13,6 +13,9 @@
  * updates done), epoch and step_in_epoch (where training resumes),
  * best_test_acc, rng_state (the init generator's four words, hex) and config
  * (the command-line configuration as a JSON string).
+ *
+ * FSDP writes this same file from its gathered shards, or one file per rank
+ * plus an index: see checkpoint_fsdp.h.
  */
 #ifndef XTRAIN_CHECKPOINT_H
 #define XTRAIN_CHECKPOINT_H

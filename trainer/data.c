@@ -274,6 +274,7 @@ int sampler_init(sampler *s, size_t dataset_size, int rank, int world_size,
   s->world_size = world_size;
   s->drop_last = drop_last;
   s->seed = seed;
+  s->shuffle = 1;
   size_t W = (size_t)world_size;
   s->num_samples = drop_last ? dataset_size / W : (dataset_size + W - 1) / W;
   s->indices = malloc((s->num_samples ? s->num_samples : 1) * sizeof(size_t));
@@ -290,7 +291,7 @@ int sampler_set_epoch(sampler *s, int epoch) {
     perm[i] = i;
   rng r;
   rng_seed(&r, s->seed + (uint64_t)epoch);
-  for (size_t i = n; i > 1; i--) { /* Fisher-Yates */
+  for (size_t i = s->shuffle ? n : 0; i > 1; i--) { /* Fisher-Yates */
     size_t j = (size_t)rng_below(&r, i);
     size_t t = perm[i - 1];
     perm[i - 1] = perm[j];

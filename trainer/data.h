@@ -58,6 +58,8 @@ typedef struct sampler {
   int rank, world_size;
   int drop_last;
   uint64_t seed;
+  int shuffle;        /* 1 (sampler_init's default); 0: the identity
+                         permutation (DistributedSampler(shuffle=False)) */
   size_t num_samples; /* per rank */
   size_t *indices;    /* this rank's num_samples indices for the current epoch */
 } sampler;

@@ -567,6 +567,14 @@ int fsdp_last_ops(const strategy *s, const fsdp_op_record **ops) {
   return f->num_last_ops;
 }
 
+void fsdp_shard_group(const strategy *s, int *shard_rank, int *shard_size,
+                      xcoll_comm_t *comm) {
+  const fsdp *f = s->impl;
+  *shard_rank = f->shard_rank;
+  *shard_size = f->shard_size;
+  *comm = f->shard_comm;
+}
+
 /* ---- setup ---- */
 
 static xcoll_status split_nodes(fsdp *f, xcoll_comm_t comm, int rank,

@@ -100,4 +100,12 @@ xcoll_status strategy_init_fsdp(strategy *s, model *m, xcoll_comm_t comm,
                                 const fsdp_config *cfg, char *err,
                                 size_t err_size);
 
+/* The sharding group of s (an fsdp strategy): this rank's index in it, its
+ * size S and its communicator (the world, or this node's ranks under
+ * hybrid_shard). Unit u of s->plan holds ceil(plan.units[u].count / S)
+ * elements of s->params, after the shards of units 0..u-1: what
+ * checkpoint_fsdp.c needs to map shards to the model's layout. */
+void fsdp_shard_group(const strategy *s, int *shard_rank, int *shard_size,
+                      xcoll_comm_t *comm);
+
 #endif /* XTRAIN_FSDP_H */

@@ -14,6 +14,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,12 +25,14 @@
 
 #include "checkpoint.h"
 #include "comm_hooks.h"
+#include "checkpoint_fsdp.h"
 #include "data.h"
 #include "ddp.h"
 #include "dp.h"
 #include "fsdp.h"
 #include "gpt.h"
 #include "mixed.h"
+#include "init_params.h"
 #include "model.h"
 #include "optim.h"
 #include "strategy.h"
@@ -58,7 +61,11 @@ typedef struct config {
   uint64_t seed;
   const char *data_dir;
   const char *checkpoint_dir;
+  checkpoint_format checkpoint_format; /* fsdp: full or sharded */
   int resume;
+  const char *init_from;   /* safetensors with PyTorch's names */
+  const char *export_init; /* write the initial parameters there */
+  int sampler_sequential;  /* --sampler sequential: no shuffle */
   int64_t log_every;
   double progress_every; /* seconds; < 0: 10 when stdout is not a terminal */
   const char *log_json;
@@ -121,7 +128,18 @@ static void usage(FILE *out) {
 "  --seed S                 seed of init and sampler [0]\n"
 "  --data-dir DIR           IDX .gz files [" DATA_DEFAULT_DIR "]\n"
 "  --checkpoint-dir DIR     write checkpoint_latest/best.safetensors there [none]\n"
+"  --checkpoint-format full|sharded  fsdp: full = one file as none/ddp write\n"
+"                           (gathered to rank 0; resumes at any world size\n"
+"                           and strategy); sharded = one file per rank and\n"
+"                           checkpoint_latest.index.json (same world size) [full]\n"
 "  --resume                 continue from DIR/checkpoint_latest.safetensors\n"
+"                           (or the sharded set, when it is there and newer)\n"
+"  --init-from FILE         initial parameters from a safetensors file with\n"
+"                           PyTorch's names and shapes (fc1.weight, ...)\n"
+"  --export-init FILE       write the initial parameters (after --seed or\n"
+"                           --init-from) to FILE in that format, then train\n"
+"  --sampler random|sequential  random: DistributedSampler(shuffle=True);\n"
+"                           sequential: no shuffle [random]\n"
 "  --log-every N            log every N updates; 0 = per epoch only [0]\n"
 "  --progress-every S       when stdout is not a terminal (under xcollrun, or\n"
 "                           redirected), rank 0 prints a progress line every S\n"
@@ -195,7 +213,8 @@ enum {
   OPT_FSDP_MIN_PARAMS, OPT_DP_DEVICES, OPT_N_LAYER, OPT_N_HEAD, OPT_D_MODEL,
   OPT_CONTEXT, OPT_DATA_FILE, OPT_PARAM_DTYPE, OPT_REDUCE_DTYPE,
   OPT_INIT_SCALE, OPT_GROWTH_INTERVAL, OPT_COMM_HOOK, OPT_POWERSGD_RANK,
-  OPT_POWERSGD_WARMUP
+  OPT_POWERSGD_WARMUP, OPT_CKPT_FORMAT, OPT_INIT_FROM, OPT_EXPORT_INIT,
+  OPT_SAMPLER
 };
 
 /* Mixed precision and hooks: refuse what has no meaning for the strategy. */
@@ -257,6 +276,10 @@ static void parse_args(config *c, int argc, char **argv) {
       {"data-dir", required_argument, 0, OPT_DATA},
       {"checkpoint-dir", required_argument, 0, OPT_CKPT},
       {"resume", no_argument, 0, OPT_RESUME},
+      {"checkpoint-format", required_argument, 0, OPT_CKPT_FORMAT},
+      {"init-from", required_argument, 0, OPT_INIT_FROM},
+      {"export-init", required_argument, 0, OPT_EXPORT_INIT},
+      {"sampler", required_argument, 0, OPT_SAMPLER},
       {"log-every", required_argument, 0, OPT_LOG_EVERY},
       {"progress-every", required_argument, 0, OPT_PROGRESS_EVERY},
       {"log-json", required_argument, 0, OPT_LOG_JSON},
@@ -422,6 +445,25 @@ static void parse_args(config *c, int argc, char **argv) {
     case OPT_DATA: c->data_dir = optarg; data_dir_flag = 1; break;
     case OPT_CKPT: c->checkpoint_dir = optarg; break;
     case OPT_RESUME: c->resume = 1; break;
+    case OPT_CKPT_FORMAT:
+      if (strcmp(optarg, "full") == 0)
+        c->checkpoint_format = CHECKPOINT_FULL;
+      else if (strcmp(optarg, "sharded") == 0)
+        c->checkpoint_format = CHECKPOINT_SHARDED;
+      else
+        die_usage("--checkpoint-format must be full or sharded, got '%s'",
+                  optarg);
+      break;
+    case OPT_INIT_FROM: c->init_from = optarg; break;
+    case OPT_EXPORT_INIT: c->export_init = optarg; break;
+    case OPT_SAMPLER:
+      if (strcmp(optarg, "random") == 0)
+        c->sampler_sequential = 0;
+      else if (strcmp(optarg, "sequential") == 0)
+        c->sampler_sequential = 1;
+      else
+        die_usage("--sampler must be random or sequential, got '%s'", optarg);
+      break;
     case OPT_LOG_EVERY: c->log_every = parse_int("--log-every", optarg, 0, INT64_MAX / 2); break;
     case OPT_PROGRESS_EVERY: c->progress_every = parse_double("--progress-every", optarg, 0.0, 1e6); break;
     case OPT_LOG_JSON: c->log_json = optarg; break;
@@ -533,10 +575,9 @@ static void parse_args(config *c, int argc, char **argv) {
     c->fsdp.param_dtype = c->param_dtype;
     c->fsdp.reduce_dtype = c->reduce_dtype;
   }
-  if (c->strategy == STRATEGY_FSDP && c->checkpoint_dir)
-    die_usage("--checkpoint-dir is not supported with --strategy fsdp and "
-              "--sharding %s yet (no_shard, ddp and none write checkpoints)",
-              fsdp_sharding_name(c->fsdp.sharding));
+  if (c->strategy != STRATEGY_FSDP && c->checkpoint_format == CHECKPOINT_SHARDED)
+    die_usage("--checkpoint-format sharded needs --strategy fsdp (other "
+              "strategies hold the whole model: they write full checkpoints)");
 }
 
 static const char *strategy_label(const config *c) {
@@ -596,6 +637,7 @@ static char *config_json(const config *c) {
     cJSON_AddNumberToObject(o, "powersgd_rank", c->powersgd_rank);
     cJSON_AddNumberToObject(o, "powersgd_warmup", (double)c->powersgd_warmup);
   }
+  cJSON_AddStringToObject(o, "sampler", c->sampler_sequential ? "sequential" : "random");
   char *s = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   return s;
@@ -637,6 +679,7 @@ typedef struct run {
   comm_hook hook; /* --comm-hook, --reduce-dtype under ddp */
   loss_scaler scaler; /* float16 */
   checkpoint_meta meta;
+  int resume_sharded; /* --resume reads a sharded set after fsdp's setup */
   /* schedule */
   int64_t micro_per_epoch, steps_per_epoch, schedule_steps, total_steps;
 } run;
@@ -811,8 +854,22 @@ static void progress(run *r, int epoch, int64_t step, int64_t steps,
   fflush(stdout);
 }
 
-static void save_checkpoint(run *r, const char *name) {
+/* Save dir/<stem>.safetensors (or, fsdp sharded, the set of
+ * checkpoint_fsdp.h). Collective under fsdp; rank 0 alone otherwise. */
+static void save_checkpoint(run *r, const char *stem) {
   char err[1024];
+  if (r->strat.kind == STRATEGY_FSDP) {
+    if (fsdp_checkpoint_save(&r->strat, &r->opt, &r->meta,
+                             r->cfg.checkpoint_format, r->cfg.checkpoint_dir,
+                             stem, r->comm, r->rank, r->world_size, err,
+                             sizeof err) != 0)
+      fail(r, "%s", err);
+    return;
+  }
+  if (r->rank != 0)
+    return;
+  char name[256];
+  snprintf(name, sizeof name, "%s.safetensors", stem);
   if (checkpoint_save(r->cfg.checkpoint_dir, name, &r->m, &r->opt, &r->meta,
                       err, sizeof err) != 0)
     fail(r, "%s", err);
@@ -981,6 +1038,65 @@ static void load_data(run *r) {
   data_truncate(&r->test, r->cfg.test_limit);
 }
 
+/* --resume: dir/checkpoint_latest.safetensors (full, any strategy) or the
+ * sharded set (checkpoint_latest.index.json, fsdp only). When both are
+ * there (the format was changed between runs), the newer one.
+ * A full one is read here, into the whole model; a sharded one once fsdp
+ * has made the shards (resume_sharded). */
+static void resume_full(run *r) {
+  const config *c = &r->cfg;
+  checkpoint_meta *meta = &r->meta;
+  char err[1024];
+  /* A save killed mid-write leaves a temporary file; none is ever read. */
+  if (checkpoint_clean_stale(c->checkpoint_dir, err, sizeof err) < 0)
+    fail(r, "%s", err);
+  char path[4096], index[4096];
+  snprintf(path, sizeof path, "%s/checkpoint_latest.safetensors",
+           c->checkpoint_dir);
+  snprintf(index, sizeof index, "%s/checkpoint_latest.index.json",
+           c->checkpoint_dir);
+  struct stat full_st, sharded_st;
+  int have_full = stat(path, &full_st) == 0;
+  int have_sharded = stat(index, &sharded_st) == 0;
+  int use_sharded = have_sharded && !have_full;
+  if (have_sharded && have_full) {
+    /* The format was changed between runs: the newer one is where
+     * training stopped; --checkpoint-format decides a tie. */
+    double full_t = full_st.st_mtim.tv_sec + 1e-9 * full_st.st_mtim.tv_nsec;
+    double sharded_t =
+        sharded_st.st_mtim.tv_sec + 1e-9 * sharded_st.st_mtim.tv_nsec;
+    use_sharded = sharded_t > full_t ||
+                  (sharded_t == full_t &&
+                   c->checkpoint_format == CHECKPOINT_SHARDED);
+    if (r->rank == 0)
+      printf("xtrain: --resume: both %s and %s exist; reading the newer, "
+             "%s\n", path, index, use_sharded ? index : path);
+  }
+  if (use_sharded) {
+    if (c->strategy != STRATEGY_FSDP)
+      fail(r, "%s is a sharded FSDP checkpoint: resume it with --strategy "
+           "fsdp at the world size that wrote it (and save with "
+           "--checkpoint-format full to resume under another strategy)",
+           index);
+    r->resume_sharded = 1;
+    return;
+  }
+  if (!have_full) {
+    if (r->rank == 0)
+      fprintf(stderr, "xtrain: --resume: no %s yet, starting from scratch\n",
+              path);
+    return;
+  }
+  char saved_config[sizeof meta->config];
+  memcpy(saved_config, meta->config, sizeof saved_config);
+  if (checkpoint_load(path, &r->m, &r->opt, meta, err, sizeof err) != 0)
+    fail(r, "%s", err);
+  memcpy(meta->config, saved_config, sizeof saved_config);
+  if (r->rank == 0)
+    printf("resumed from %s: epoch %d, step %" PRId64 "\n", path, meta->epoch,
+           meta->step);
+}
+
 /* Model and its initial parameters, from the seed or the checkpoint. */
 static void setup_model(run *r) {
   const config *c = &r->cfg;
@@ -994,6 +1110,16 @@ static void setup_model(run *r) {
   rng init_rng;
   rng_seed(&init_rng, c->seed);
   model_init_params(&r->m, &init_rng);
+  char init_err[1024];
+  if (c->init_from &&
+      init_params_load(c->init_from, &r->m, init_err, sizeof init_err) != 0)
+    fail(r, "%s", init_err);
+  if (c->export_init && r->rank == 0) {
+    if (init_params_export(c->export_init, &r->m, c->seed, r->mean, r->std,
+                           init_err, sizeof init_err) != 0)
+      fail(r, "%s", init_err);
+    printf("xtrain: wrote the initial parameters to %s\n", c->export_init);
+  }
   if (optim_create(&r->opt, c->optimizer, r->m.num_elements, c->lr,
                    c->momentum, c->weight_decay, c->nesterov) != 0)
     fail(r, "out of memory creating the optimizer state");
@@ -1004,29 +1130,8 @@ static void setup_model(run *r) {
   snprintf(meta->config, sizeof meta->config, "%s", cfg_json ? cfg_json : "{}");
   free(cfg_json);
   meta->rng_state = init_rng;
-  if (c->resume) {
-    char err[1024];
-    /* A save killed mid-write leaves a temporary file; none is ever read. */
-    if (checkpoint_clean_stale(c->checkpoint_dir, err, sizeof err) < 0)
-      fail(r, "%s", err);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/checkpoint_latest.safetensors",
-             c->checkpoint_dir);
-    if (access(path, F_OK) != 0) {
-      if (r->rank == 0)
-        fprintf(stderr, "xtrain: --resume: no %s yet, starting from scratch\n",
-                path);
-    } else {
-      char saved_config[sizeof meta->config];
-      memcpy(saved_config, meta->config, sizeof saved_config);
-      if (checkpoint_load(path, &r->m, &r->opt, meta, err, sizeof err) != 0)
-        fail(r, "%s", err);
-      memcpy(meta->config, saved_config, sizeof saved_config);
-      if (r->rank == 0)
-        printf("resumed from %s: epoch %d, step %" PRId64 "\n", path,
-               meta->epoch, meta->step);
-    }
-  }
+  if (c->resume)
+    resume_full(r);
   if (c->checkpoint_dir && r->rank == 0)
     mkdir(c->checkpoint_dir, 0777); /* an existing directory is fine */
 }
@@ -1123,11 +1228,31 @@ static void setup_strategy(run *r) {
         strategy_init_fsdp(&r->strat, &r->m, r->comm, &fc, err, sizeof err);
     if (st != XCOLL_SUCCESS)
       fail(r, "setting up fsdp: %s", err);
-    /* The shards are what the optimizer updates: state for them only. */
-    optim_free(&r->opt);
+    /* The shards are what the optimizer updates: state for them only,
+     * this rank's chunks of the whole model's (zeros, or a full
+     * checkpoint's). */
+    optimizer full_opt = r->opt;
     if (optim_create(&r->opt, c->optimizer, r->strat.count, c->lr, c->momentum,
                      c->weight_decay, c->nesterov) != 0)
       fail(r, "out of memory creating the optimizer state");
+    for (int i = 0; i < r->opt.num_state; i++)
+      fsdp_shard_from_full(&r->strat, full_opt.state[i], r->opt.state[i]);
+    r->opt.step = full_opt.step;
+    optim_free(&full_opt);
+    if (r->resume_sharded) {
+      char saved_config[sizeof r->meta.config];
+      memcpy(saved_config, r->meta.config, sizeof saved_config);
+      if (fsdp_checkpoint_load_sharded(&r->strat, &r->opt, &r->meta,
+                                       c->checkpoint_dir, "checkpoint_latest",
+                                       r->rank, r->world_size, err,
+                                       sizeof err) != 0)
+        fail(r, "%s", err);
+      memcpy(r->meta.config, saved_config, sizeof saved_config);
+      if (r->rank == 0)
+        printf("resumed from %s/checkpoint_latest.index.json (sharded): "
+               "epoch %d, step %" PRId64 "\n", c->checkpoint_dir,
+               r->meta.epoch, r->meta.step);
+    }
     if (r->rank == 0)
       print_fsdp_layout(r);
   }
@@ -1173,6 +1298,7 @@ static void setup_schedule(run *r) {
   if (sampler_init(&r->smp, train_count(r), r->rank, r->world_size,
                    c->drop_last, c->seed) != 0)
     fail(r, "out of memory creating the sampler");
+  r->smp.shuffle = !c->sampler_sequential;
   int B = c->batch_size, K = c->grad_accum;
   r->micro_per_epoch = c->drop_last
                            ? (int64_t)(r->smp.num_samples / B)
@@ -1410,6 +1536,15 @@ static void end_epoch(run *r, int epoch, int64_t first, int64_t done_in_epoch,
   int finished = done_in_epoch >= r->steps_per_epoch;
   r->meta.epoch = finished ? epoch + 1 : epoch;
   r->meta.step_in_epoch = finished ? 0 : done_in_epoch;
+  if (c->checkpoint_dir) { /* every rank: collective under fsdp */
+    if (test_acc > *best) {
+      *best = test_acc;
+      r->meta.best_test_acc = *best;
+      save_checkpoint(r, "checkpoint_best");
+    }
+    r->meta.best_test_acc = *best;
+    save_checkpoint(r, "checkpoint_latest");
+  }
   if (r->rank != 0)
     return;
   double share = hidden_share(ep->comm, ep->blocked);
@@ -1454,15 +1589,6 @@ static void end_epoch(run *r, int epoch, int64_t first, int64_t done_in_epoch,
   cJSON_AddNumberToObject(o, "overlap", share);
   add_mixed_json(r, o, wire);
   json_line(r, o);
-  if (c->checkpoint_dir) {
-    if (test_acc > *best) {
-      *best = test_acc;
-      r->meta.best_test_acc = *best;
-      save_checkpoint(r, "checkpoint_best.safetensors");
-    }
-    r->meta.best_test_acc = *best;
-    save_checkpoint(r, "checkpoint_latest.safetensors");
-  }
 }
 
 /* Peak resident set size of this process (VmHWM), bytes; 0 if unknown. */
@@ -1627,6 +1753,12 @@ static void teardown(run *r) {
 
 int main(int argc, char **argv) {
   static run r; /* large (the ddp buckets): not on the stack */
+  /* Serve the parameter, gradient and optimizer buffers (about 1 MiB each
+   * for the MLP) from the heap instead of one mmap each: with glibc's
+   * default 128 KiB threshold the SGD step over them ran 1.2 to 8 times
+   * slower, varying from run to run, and single-rank training 20k instead
+   * of 50k samples/s (docs/trainer.md, "Allocation and throughput"). */
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
   parse_args(&r.cfg, argc, argv);
   openblas_set_num_threads(r.cfg.threads);
   setup_comm(&r);

@@ -81,7 +81,6 @@ expect 2 "--strategy must be none, dp, ddp or fsdp" -- "$xtrain" --strategy zero
 expect 2 "--dp-devices needs --strategy dp" -- "$xtrain" --dp-devices 2
 expect 2 "--dp-devices expects an integer" -- "$xtrain" --strategy dp --dp-devices 0
 expect 2 "give at least one sample per replica" -- "$xtrain" --strategy dp --dp-devices 4 --batch-size 2
-expect 2 "--checkpoint-dir is not supported with --strategy fsdp" -- "$xtrain" --strategy fsdp --checkpoint-dir "$tmp/ck"
 expect 2 "--param-dtype must be float32, bfloat16 or float16, got 'fp8'" -- "$xtrain" --strategy fsdp --param-dtype fp8
 expect 2 "--param-dtype needs --strategy fsdp" -- "$xtrain" --strategy ddp --param-dtype bfloat16
 expect 2 "--reduce-dtype needs --strategy ddp or fsdp" -- "$xtrain" --reduce-dtype bfloat16
@@ -91,6 +90,12 @@ expect 2 "give one of them" -- "$xtrain" --strategy ddp --comm-hook powersgd --r
 expect 2 "need --comm-hook powersgd" -- "$xtrain" --strategy ddp --powersgd-rank 4
 expect 2 "loss scaling is for float16" -- "$xtrain" --strategy ddp --reduce-dtype bfloat16 --init-scale 1024
 expect 2 "--powersgd-rank expects an integer" -- "$xtrain" --strategy ddp --comm-hook powersgd --powersgd-rank 0
+expect 2 "--checkpoint-format sharded needs --strategy fsdp" -- "$xtrain" --checkpoint-dir "$tmp/ck" --checkpoint-format sharded
+expect 2 "--checkpoint-format must be full or sharded" -- "$xtrain" --strategy fsdp --checkpoint-format local
+expect 2 "--sampler must be random or sequential" -- "$xtrain" --sampler shuffled
+expect 1 "cannot open --init-from file" -- "$xtrain" --data-dir "$data" --train-limit 64 --init-from "$tmp/none.safetensors"
+printf 'not a safetensors file' > "$tmp/junk.safetensors"
+expect 1 "junk.safetensors: header length .* not a safetensors file" -- "$xtrain" --data-dir "$data" --train-limit 64 --init-from "$tmp/junk.safetensors"
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures case(s) failed"
