@@ -343,7 +343,7 @@ static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
      * and drive them for a few passes (a small send completes as soon as
      * the socket takes it); the proxy thread finishes what is left. */
     for (int pass = 0; pass < NL_TRAILING_PASSES; pass++) {
-      nl_proxy_progress_hook(ch);
+      (void)nl_proxy_progress_hook(ch, 0);
       kick = atomic_load_explicit(&ch->send_mem->tail, memory_order_acquire) >
              atomic_load_explicit(&ch->send_mem->head, memory_order_acquire);
       if (!kick)

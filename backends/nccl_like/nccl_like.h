@@ -43,6 +43,16 @@
  * XCOLL_NCHANNELS), as NCCL lowers nChannels for small sizes: a small op on
  * many channels only adds threads to wake and slots to send. */
 #define NL_MIN_BYTES_PER_CHANNEL ((size_t)256 << 10)
+/* A kernel that waits on its FIFO runs its channel's proxy step on every
+ * poll; from this many idle passes on (about 10 us: each is a recv() that
+ * finds nothing) it sleeps in poll(2) on the channel's sockets instead of
+ * yielding, as the tcp backend spins about 10 us before it polls. With more
+ * ranks than cores, a spinning waiter takes the core the rank holding the
+ * data needs. */
+#define NL_SPINS_BEFORE_POLL 8
+/* Longest sleep in poll (milliseconds): the abort flag and the
+ * fingerprints are looked at between sleeps. */
+#define NL_POLL_MS 1
 /* Passes of the proxy step a kernel's thread makes after the kernel
  * returned, to finish its last sends before it hands them to the proxy
  * thread (engine.c: run_one). */
@@ -318,8 +328,11 @@ const char *nl_net_last_error(void);
  * whose st points back to the state): runs the channel's proxy step when no
  * other thread is running it (trylock), so the thread that waits on a slot
  * also moves it over the network, with no hand-off to the proxy thread.
- * Failures go through nl_fail, which raises the kernels' abort flag. */
-void nl_proxy_progress_hook(void *ctx);
+ * From the NL_SPINS_BEFORE_POLL-th idle pass of a wait (spins) on, when
+ * the plugin has get_fds, it sleeps in poll(2) on the channel's sockets for
+ * at most NL_POLL_MS and returns 1 (0 when it did not sleep). Failures go
+ * through nl_fail, which raises the kernels' abort flag. */
+int nl_proxy_progress_hook(void *ctx, uint64_t spins);
 /* Before a normal comm_destroy: wait (up to timeout_s) until every slot a
  * kernel filled has been sent, so that the last collective's data reaches
  * the next rank before the connections close. */
