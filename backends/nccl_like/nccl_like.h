@@ -39,6 +39,12 @@
  * smallest sizes (8 B: 72 vs 160 us at P=2, 302 vs 871 us at P=4), tied at
  * 4 KiB and lost 2-10x from 1 MiB. */
 #define NL_LL_THRESHOLD_BYTES ((size_t)4 << 10)
+/* An allreduce (and a barrier) below this many bytes runs the gather
+ * algorithm (kernels/ring.h's xc_gather_allreduce: allgather the inputs,
+ * reduce locally: P-1 dependent hops instead of the ring's 2(P-1)); the
+ * choice depends only on the arguments, so every rank makes the same.
+ * Measured with bench/nccl_like.sh (docs/nccl_like.md). */
+#define NL_GATHER_MAX_BYTES ((size_t)4 << 10)
 /* A collective uses one channel per this many bytes (at least one, at most
  * XCOLL_NCHANNELS), as NCCL lowers nChannels for small sizes: a small op on
  * many channels only adds threads to wake and slots to send. */
@@ -118,6 +124,10 @@ typedef struct nl_channel {
   xc_conn recv;  /* from the previous rank */
   nl_fifo_mem *send_mem, *recv_mem;
   uint8_t *send_buff, *recv_buff; /* XCOLL_STEPS * step_bytes each */
+  /* world_size * NL_GATHER_MAX_BYTES: the inputs of a small allreduce
+   * (kernels/ring.h's XC_ALGO_GATHER), one op at a time per channel. */
+  uint8_t *scratch;
+  size_t scratch_bytes;
   nl_ring_link link; /* net plugin objects (channel.c) */
   nl_proxy_conn proxy_send, proxy_recv;
   /* The previous rank closed the receive connection (an error from a posted
