@@ -175,7 +175,7 @@ XC_INLINE XC_HD xcoll_status xc_ring_allreduce(const xc_work *w, xc_prims *p,
 
 /* Allreduce for small buffers (XC_ALGO_GATHER): a ring allgather of the
  * inputs into scratch, then every rank reduces the k inputs itself:
- *   copySend(own input -> scratch[r]); for j=1..k-2
+ *   per chunk: copySend(own input -> scratch[r]); for j=1..k-2
  *   recvCopySend(-> scratch[r-j]); recv(-> scratch[r+1]);
  *   output = ((scratch[0] op scratch[1]) op scratch[2]) ... op scratch[k-1].
  * k-1 dependent hops instead of the ring's 2(k-1), for (k-1) * S bytes on
@@ -191,14 +191,23 @@ XC_INLINE XC_HD xcoll_status xc_gather_allreduce(const xc_work *w,
                                                  size_t n) {
   int k = w->nranks, r = w->ring_index;
   size_t e = p->elem_bytes;
+  size_t chunk = (size_t)w->chunk_steps * p->step_elems;
   uint8_t *out = p->out;
   p->out = (uint8_t *)w->scratch;
-  /* Scratch block q of this channel's share starts at element q * n. */
-  xcoll_status status = xc_copy_send(p, base, (size_t)r * n, n);
-  for (int j = 1; status == XCOLL_SUCCESS && j < k - 1; j++)
-    status = xc_recv_copy_send(p, (size_t)xc_ring_mod(r - j, k) * n, n);
-  if (status == XCOLL_SUCCESS)
-    status = xc_recv(p, (size_t)xc_ring_mod(r + 1, k) * n, n);
+  /* Scratch block q of this channel's share starts at element q * n. In
+   * chunks of at most chunk_steps slots, as xc_ring_allgather: a rank that
+   * sent more than the FIFO holds before receiving would wait for credits
+   * its neighbour, sending too, never gives. */
+  xcoll_status status = XCOLL_SUCCESS;
+  for (size_t off = 0; status == XCOLL_SUCCESS && off < n; off += chunk) {
+    size_t len = n - off < chunk ? n - off : chunk;
+    status = xc_copy_send(p, base + off, (size_t)r * n + off, len);
+    for (int j = 1; status == XCOLL_SUCCESS && j < k - 1; j++)
+      status = xc_recv_copy_send(p, (size_t)xc_ring_mod(r - j, k) * n + off,
+                                 len);
+    if (status == XCOLL_SUCCESS)
+      status = xc_recv(p, (size_t)xc_ring_mod(r + 1, k) * n + off, len);
+  }
   p->out = out;
   if (status != XCOLL_SUCCESS)
     return status;
