@@ -99,7 +99,7 @@ static void fill_work(nl_state *st, nl_op *op) {
   w->proto = choose_proto(st, bytes);
   /* A small allreduce is latency-bound: allgather the inputs and reduce
    * locally (P-1 hops), the scratch is the channel's (set by run_one). */
-  w->algo = w->kind == XCOLL_COLL_ALLREDUCE && bytes < NL_GATHER_MAX_BYTES
+  w->algo = w->kind == XCOLL_COLL_ALLREDUCE && bytes <= NL_GATHER_MAX_BYTES
                 ? XC_ALGO_GATHER
                 : XC_ALGO_RING;
   xcoll_comm_note_algorithm(st->comm,

@@ -39,7 +39,7 @@
  * smallest sizes (8 B: 72 vs 160 us at P=2, 302 vs 871 us at P=4), tied at
  * 4 KiB and lost 2-10x from 1 MiB. */
 #define NL_LL_THRESHOLD_BYTES ((size_t)4 << 10)
-/* An allreduce (and a barrier) below this many bytes runs the gather
+/* An allreduce (and a barrier) of at most this many bytes runs the gather
  * algorithm (kernels/ring.h's xc_gather_allreduce: allgather the inputs,
  * reduce locally: P-1 dependent hops instead of the ring's 2(P-1)); the
  * choice depends only on the arguments, so every rank makes the same.
