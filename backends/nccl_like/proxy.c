@@ -17,10 +17,14 @@
  * (nl_proxy_progress_hook), so a slot goes from the kernel to the socket
  * and back on one thread, with no hand-off; on a 2-core machine with
  * several ranks, every hand-off to another spinning thread cost a
- * scheduler time slice. The proxy thread skips a channel whose lock is
- * taken. It spins (sched_yield between passes) only while a channel whose
- * worker is outside its kernel has slots left to send (the kernel's last
- * slots of an op); while every busy channel is driven by its worker, it
+ * scheduler time slice. After a few idle passes the hook sleeps in poll(2)
+ * on the channel's sockets (net.h's get_fds), so that waiting ranks leave
+ * the cores to the ones that hold data. The proxy thread skips a channel
+ * whose lock is taken. It keeps passing only while a channel whose worker
+ * is outside its kernel has slots left to send (the kernel's last slots of
+ * an op), sleeping in poll on their send sockets between passes (or
+ * yielding, for a plugin without get_fds); while every busy channel is
+ * driven by its worker, it
  * waits on its condition variable for at most NL_PROXY_NAP_MS, and sleeps
  * without a timeout when no op is in flight and nothing is left to send, so
  * idle ranks cost no CPU. It alone owns the "no progress for timeout_s"
