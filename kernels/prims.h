@@ -78,11 +78,17 @@ typedef void (*xc_trace_fn)(void *ctx, int channel, const char *primitive,
                             size_t bytes, uint64_t start_ns, uint64_t end_ns);
 
 /* Host-only progress hook, called by a waiting kernel before each pause of
- * its spin (xc_wait_counter), so that the thread that runs the kernel also
- * moves its channel's slots over the network instead of handing them to
- * another thread (backends/nccl_like: the channel's proxy step). Must not
- * block for long; may be NULL (off; always off on the device). */
-typedef void (*xc_progress_fn)(void *ctx);
+ * its spin (xc_wait_counter) with the number of unsuccessful polls so far
+ * (from 1), so that the thread that runs the kernel also moves its
+ * channel's slots over the network instead of handing them to another
+ * thread (backends/nccl_like: the channel's proxy step). It may sleep
+ * briefly until the network can progress (nccl_like polls the channel's
+ * sockets after a few idle passes, as the tcp backend does) and then
+ * returns nonzero: the kernel skips its own pause (sched_yield) and checks
+ * the abort flag at once. Must not block for long (a millisecond or so:
+ * the abort flag is read between calls); may be NULL (off; always off on
+ * the device). */
+typedef int (*xc_progress_fn)(void *ctx, uint64_t spins);
 
 /* Which of the four roles a primitive plays (NCCL's genericOp arguments). */
 #define XC_OP_RECV 1 /* read a slot from the previous rank */
@@ -192,14 +198,20 @@ XC_INLINE XC_HD xcoll_status xc_wait_counter(const xc_prims *p,
                                              uint64_t target) {
   uint64_t spins = 0;
   while (xc_load_acquire(counter) < target) {
+    ++spins;
 #ifndef __CUDA_ARCH__
     if (p->progress) {
-      p->progress(p->progress_ctx);
+      int slept = p->progress(p->progress_ctx, spins);
       if (xc_load_acquire(counter) >= target)
         break;
+      if (slept) {
+        if (xc_abort_raised(p->abort))
+          return XCOLL_ERR_ABORTED;
+        continue;
+      }
     }
 #endif
-    if (xc_spin_pause(++spins, p->abort))
+    if (xc_spin_pause(spins, p->abort))
       return XCOLL_ERR_ABORTED;
   }
   return XCOLL_SUCCESS;

@@ -13,6 +13,8 @@
  *   allreduce:      send(c=r-1); for j=2..k-1 recvReduceSend(r-j);
  *                   recvReduceCopySend(r) [final]; for j=1..k-2
  *                   recvCopySend(r-j); recv(r+1).        2(k-1) steps
+ *   allreduce, small (XC_ALGO_GATHER): allgather the inputs, reduce
+ *                   locally (xc_gather_allreduce).         k-1 steps
  *   reduce_scatter: send(r-1); for j=2..k-1 recvReduceSend(r-j);
  *                   recvReduceCopy(r -> output).          k-1 steps
  *   allgather:      copySend(r) (send if in place); for j=1..k-2
@@ -88,7 +90,17 @@ typedef struct xc_work {
   void *trace_ctx;
   xc_progress_fn progress; /* host only; NULL = off (see prims.h) */
   void *progress_ctx;
+  /* Allreduce only: XC_ALGO_RING (default, 0) or XC_ALGO_GATHER, chosen by
+   * the caller the same way on every rank (see xc_gather_allreduce). */
+  int algo;
+  void *scratch;         /* XC_ALGO_GATHER: nranks * (this channel's share)
+                            elements of scratch, 16-byte aligned */
+  size_t scratch_bytes;
 } xc_work;
+
+/* Allreduce algorithms (xc_work.algo). */
+#define XC_ALGO_RING 0
+#define XC_ALGO_GATHER 1
 
 /* This channel's contiguous share of total elements: [*offset, *offset +
  * *count), aligned to 16 bytes; possibly empty. */
@@ -158,6 +170,58 @@ XC_INLINE XC_HD xcoll_status xc_ring_allreduce(const xc_work *w, xc_prims *p,
     }
 #undef XC_AR_CHUNK
   }
+  return XCOLL_SUCCESS;
+}
+
+/* Allreduce for small buffers (XC_ALGO_GATHER): a ring allgather of the
+ * inputs into scratch, then every rank reduces the k inputs itself:
+ *   per chunk: copySend(own input -> scratch[r]); for j=1..k-2
+ *   recvCopySend(-> scratch[r-j]); recv(-> scratch[r+1]);
+ *   output = ((scratch[0] op scratch[1]) op scratch[2]) ... op scratch[k-1].
+ * k-1 dependent hops instead of the ring's 2(k-1), for (k-1) * S bytes on
+ * the wire per rank instead of 2(k-1)/k * S: the better trade while a hop
+ * costs more than moving S (a few KiB); at k = 2 it is one exchange, like
+ * recursive doubling's first step (Thakur, Rabenseifner & Gropp 2005).
+ * The reduction order is ring position order on every rank, so results
+ * are bitwise identical on every rank and from run to run (they differ from
+ * XC_ALGO_RING's order). scratch holds k blocks of n elements (block q =
+ * ring position q's input); p->out is pointed at it for the allgather. */
+XC_INLINE XC_HD xcoll_status xc_gather_allreduce(const xc_work *w,
+                                                 xc_prims *p, size_t base,
+                                                 size_t n) {
+  int k = w->nranks, r = w->ring_index;
+  size_t e = p->elem_bytes;
+  size_t chunk = (size_t)w->chunk_steps * p->step_elems;
+  uint8_t *out = p->out;
+  p->out = (uint8_t *)w->scratch;
+  /* Scratch block q of this channel's share starts at element q * n. In
+   * chunks of at most chunk_steps slots, as xc_ring_allgather: a rank that
+   * sent more than the FIFO holds before receiving would wait for credits
+   * its neighbour, sending too, never gives. */
+  xcoll_status status = XCOLL_SUCCESS;
+  for (size_t off = 0; status == XCOLL_SUCCESS && off < n; off += chunk) {
+    size_t len = n - off < chunk ? n - off : chunk;
+    status = xc_copy_send(p, base + off, (size_t)r * n + off, len);
+    for (int j = 1; status == XCOLL_SUCCESS && j < k - 1; j++)
+      status = xc_recv_copy_send(p, (size_t)xc_ring_mod(r - j, k) * n + off,
+                                 len);
+    if (status == XCOLL_SUCCESS)
+      status = xc_recv(p, (size_t)xc_ring_mod(r + 1, k) * n + off, len);
+  }
+  p->out = out;
+  if (status != XCOLL_SUCCESS)
+    return status;
+  XC_BARRIER(); /* every thread's scratch writes before the reduction */
+  size_t lo, hi;
+  xc_thread_range(n, &lo, &hi);
+  const uint8_t *blocks = (const uint8_t *)w->scratch;
+  uint8_t *dst = out + (base + lo) * e;
+  xc_reduce_into(dst, blocks + lo * e, blocks + (n + lo) * e, hi - lo,
+                 p->dtype, p->op);
+  for (int q = 2; q < k; q++)
+    xc_reduce_into(dst, dst, blocks + ((size_t)q * n + lo) * e, hi - lo,
+                   p->dtype, p->op);
+  XC_BARRIER();
   return XCOLL_SUCCESS;
 }
 
@@ -272,7 +336,10 @@ XC_INLINE XC_HD xcoll_status xc_ring_run(const xc_work *w, xc_conn *send,
       w->slice_steps < 1 || w->slice_steps > w->chunk_steps ||
       ((w->kind == XC_COLL_BROADCAST || w->kind == XC_COLL_REDUCE) &&
        (w->root_index < 0 || w->root_index >= w->nranks)) ||
-      (w->nranks > 1 && (send == NULL || recv == NULL)))
+      (w->nranks > 1 && (send == NULL || recv == NULL)) ||
+      (w->algo != XC_ALGO_RING &&
+       (w->algo != XC_ALGO_GATHER || w->kind != XC_COLL_ALLREDUCE ||
+        w->scratch == NULL || (uintptr_t)w->scratch % 16 != 0)))
     return XCOLL_ERR_INVALID_ARGUMENT;
   int single = w->nranks == 1;
   XC_TRY(xc_prims_init(p, single ? NULL : send, single ? NULL : recv,
@@ -288,12 +355,17 @@ XC_INLINE XC_HD xcoll_status xc_ring_run(const xc_work *w, xc_conn *send,
                    &n);
   if (n == 0) /* every rank computes the same empty share: nothing to do */
     return XCOLL_SUCCESS;
+  if (w->algo == XC_ALGO_GATHER &&
+      (size_t)w->nranks * n * p->elem_bytes > w->scratch_bytes)
+    return XCOLL_ERR_INVALID_ARGUMENT;
   xcoll_status status = XCOLL_SUCCESS;
   int divide = 0; /* AVG: divide this rank's output share at the end */
   switch (w->kind) {
   case XC_COLL_ALLREDUCE:
     if (single)
       xc_ring_single(w, p, base, n);
+    else if (w->algo == XC_ALGO_GATHER)
+      status = xc_gather_allreduce(w, p, base, n);
     else
       status = xc_ring_allreduce(w, p, base, n);
     divide = 1;

@@ -10,6 +10,7 @@
 #include "net.h"
 
 #include <dlfcn.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -123,9 +124,18 @@ static xcoll_status load_external(const char *variable, const char *value,
 #endif
     );
   }
+  /* A plugin that knows the optional entries exports the v2 name; one
+   * that does not has a struct that ends before them, so only its v1 fields
+   * are read, into a copy whose optional entries are NULL. */
   dlerror();
-  const xcoll_net_v1 *found = dlsym(lib, XCOLL_NET_PLUGIN_SYMBOL);
+  const xcoll_net_v1 *found = dlsym(lib, XCOLL_NET_PLUGIN_SYMBOL_V2);
   const char *text = dlerror();
+  int v1_only = found == NULL || text != NULL;
+  if (v1_only) {
+    dlerror();
+    found = dlsym(lib, XCOLL_NET_PLUGIN_SYMBOL);
+    text = dlerror();
+  }
   if (found == NULL || text != NULL) {
     xcoll_status s =
         fail(why, why_bytes, XCOLL_ERR_ENV,
@@ -146,6 +156,18 @@ static xcoll_status load_external(const char *variable, const char *value,
                           XCOLL_NET_PLUGIN_SYMBOL);
     dlclose(lib);
     return s;
+  }
+  if (v1_only) {
+    /* Kept for the process's life, like the library (the cache holds it). */
+    xcoll_net_v1 *copy = calloc(1, sizeof *copy);
+    if (copy == NULL) {
+      dlclose(lib);
+      return fail(why, why_bytes, XCOLL_ERR_NO_MEMORY,
+                  "%s=%s: out of memory loading the net plugin", variable,
+                  value);
+    }
+    memcpy(copy, found, offsetof(xcoll_net_v1, get_fds));
+    found = copy;
   }
   *net = found;
   *library = lib;

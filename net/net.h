@@ -6,7 +6,9 @@
  * Plugins: "socket" (net/socket/, always built), "ucx" (net/ucx/, when UCX
  * is found), "ibverbs" (net/ibverbs/, when the verbs headers are found;
  * libibverbs itself is loaded at run time), and any shared object libxcoll-net-NAME.so exporting the symbol
- * XCOLL_NET_PLUGIN_SYMBOL ("xcoll_net_plugin_v1"), found through
+ * XCOLL_NET_PLUGIN_SYMBOL_V2 ("xcoll_net_plugin_v2") or, for one built
+ * before the optional entries existed, XCOLL_NET_PLUGIN_SYMBOL
+ * ("xcoll_net_plugin_v1"), found through
  * XCOLL_NET_PLUGIN (a NAME or a path). XCOLL_NET picks a built-in one
  * (default socket). net/example/ is such a plugin built as its own .so.
  *
@@ -52,6 +54,9 @@
 #define XCOLL_NET_HANDLE_MAXSIZE 128 /* bytes, NCCL_NET_HANDLE_MAXSIZE */
 #define XCOLL_NET_MAX_REQUESTS 32    /* per comm, NCCL_NET_MAX_REQUESTS */
 #define XCOLL_NET_PLUGIN_SYMBOL "xcoll_net_plugin_v1"
+/* The same struct with the optional entries (get_fds) filled in: looked up
+ * first, so a plugin built against this header exports this name. */
+#define XCOLL_NET_PLUGIN_SYMBOL_V2 "xcoll_net_plugin_v2"
 
 /* Where a buffer given to reg_mr/isend/irecv may live (bit mask). */
 #define XCOLL_NET_PTR_HOST 0x1
@@ -153,6 +158,26 @@ typedef struct xcoll_net_v1 {
   void (*close_send)(xcoll_net_send_comm *send_comm);
   void (*close_recv)(xcoll_net_recv_comm *recv_comm);
   void (*close_listen)(xcoll_net_listen_comm *listen_comm);
+
+  /* ---- Optional entries, appended after the v1 fields: NULL means "not
+   * provided". A plugin exported as XCOLL_NET_PLUGIN_SYMBOL (built against
+   * the older header, whose struct ends above) is read only up to here by
+   * xcoll_net_select, so its struct keeps working; a plugin that fills the
+   * entries below exports XCOLL_NET_PLUGIN_SYMBOL_V2 as well (or instead). */
+
+  /* The file descriptors a caller may poll(2) to sleep until a request in
+   * flight on comm (a send or recv comm: pass exactly one, the other NULL)
+   * can make progress: readable (POLLIN) for a recv comm, writable
+   * (POLLOUT) for a send comm. Writes at most max_fds descriptors to fds and
+   * their number to *count (0: nothing to poll; the caller spins instead).
+   * A ready descriptor is a hint: the caller still calls test. A peer that
+   * closes or resets makes them ready (POLLIN/POLLHUP/POLLERR), so a
+   * sleeper wakes and test reports the failure. The descriptors stay the
+   * plugin's: the caller never reads, writes or closes them. Errors: as
+   * test's for a broken comm (the caller may also simply not poll). */
+  xcoll_status (*get_fds)(xcoll_net_send_comm *send_comm,
+                          xcoll_net_recv_comm *recv_comm, int *fds,
+                          int max_fds, int *count);
 } xcoll_net_v1;
 
 /* The plugin XCOLL_NET / XCOLL_NET_PLUGIN select, initialised (net/net.c).

@@ -15,6 +15,8 @@ endif()
 
 add_executable(nl_determinism ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/nl_determinism.c)
 target_link_libraries(nl_determinism PRIVATE xcoll_static m)
+add_executable(nl_late_peer ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/nl_late_peer.c)
+target_link_libraries(nl_late_peer PRIVATE xcoll_static m)
 add_executable(nl_abort_threads ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/nl_abort_threads.c)
 target_link_libraries(nl_abort_threads PRIVATE xcoll_static Threads::Threads)
 
@@ -63,16 +65,40 @@ else()
   endif()
 endif()
 
-# Bit-identical floats across ranks and repetitions, both protocols.
+# Bit-identical floats across ranks and repetitions, both protocols; the
+# ring (300007 floats) and the gather allreduce (1000 floats, < 4 KiB).
 foreach(proto simple ll)
-  set(test nccl_like.determinism.${proto}.np3)
+  foreach(algo ring gather)
+    set(test nccl_like.determinism.${proto}.np3)
+    set(count 300007)
+    if(algo STREQUAL "gather")
+      set(test nccl_like.determinism.gather.${proto}.np3)
+      set(count 1000)
+    endif()
+    add_test(NAME ${test}
+      COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node 3 --master-port 0
+              $<TARGET_FILE:nl_determinism> ${count} 3)
+    set_tests_properties(${test} PROPERTIES TIMEOUT 120
+      LABELS "conformance;nccl_like" PROCESSORS 2
+      ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like;XCOLL_PROTO=${proto};${NL_SMALL}")
+  endforeach()
+endforeach()
+
+# A rank that comes late to each collective in turn: the others sleep in
+# poll on their sockets meanwhile and must finish with the right sums
+# (gather and ring sizes; 3 ranks, and 4 ranks with 2 sockets per
+# connection).
+foreach(np 3 4)
+  set(test nccl_like.late_peer.np${np})
   add_test(NAME ${test}
-    COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node 3 --master-port 0
-            $<TARGET_FILE:nl_determinism> 300007 3)
+    COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node ${np} --master-port 0
+            $<TARGET_FILE:nl_late_peer> 200)
   set_tests_properties(${test} PROPERTIES TIMEOUT 120
     LABELS "conformance;nccl_like" PROCESSORS 2
-    ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like;XCOLL_PROTO=${proto};${NL_SMALL}")
+    ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like")
 endforeach()
+set_property(TEST nccl_like.late_peer.np4 APPEND PROPERTY ENVIRONMENT
+  XCOLL_NSOCKS_PERPEER=2)
 
 # A rank killed mid-collective: every other rank (not only its ring
 # neighbours) fails within 5 s naming it; a stopped rank: TIMEOUT at

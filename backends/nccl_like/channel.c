@@ -46,7 +46,11 @@ static xcoll_status alloc_fifos(nl_state *st) {
     ch->recv_mem = alloc_aligned(sizeof(nl_fifo_mem));
     ch->send_buff = alloc_aligned(st->buffsize);
     ch->recv_buff = alloc_aligned(st->buffsize);
-    if (!ch->send_mem || !ch->recv_mem || !ch->send_buff || !ch->recv_buff)
+    /* The gather allreduce's k input blocks (kernels/ring.h). */
+    ch->scratch_bytes = (size_t)st->world_size * NL_GATHER_MAX_BYTES;
+    ch->scratch = alloc_aligned(ch->scratch_bytes);
+    if (!ch->send_mem || !ch->recv_mem || !ch->send_buff || !ch->recv_buff ||
+        !ch->scratch)
       return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
                          "nccl_like: out of memory for channel %d's FIFOs "
                          "(2 x %zu B; lower XCOLL_BUFFSIZE or "
@@ -270,6 +274,8 @@ void nl_channels_free(nl_state *st) {
     free(ch->recv_mem);
     free(ch->send_buff);
     free(ch->recv_buff);
+    free(ch->scratch);
+    ch->scratch = NULL;
     ch->send_mem = ch->recv_mem = NULL;
     ch->send_buff = ch->recv_buff = NULL;
   }

@@ -97,7 +97,13 @@ static void fill_work(nl_state *st, nl_op *op) {
   op->nchannels = wanted < (size_t)st->nchannels ? (int)wanted : st->nchannels;
   w->nchannels = op->nchannels;
   w->proto = choose_proto(st, bytes);
-  xcoll_comm_note_algorithm(st->comm, "ring",
+  /* A small allreduce is latency-bound: allgather the inputs and reduce
+   * locally (P-1 hops), the scratch is the channel's (set by run_one). */
+  w->algo = w->kind == XCOLL_COLL_ALLREDUCE && bytes <= NL_GATHER_MAX_BYTES
+                ? XC_ALGO_GATHER
+                : XC_ALGO_RING;
+  xcoll_comm_note_algorithm(st->comm,
+                            w->algo == XC_ALGO_GATHER ? "gather" : "ring",
                             w->proto == XC_PROTO_LL ? "ll" : "simple");
 }
 
@@ -335,6 +341,8 @@ static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
     work.channel = ch->id;
     work.progress = nl_proxy_progress_hook;
     work.progress_ctx = ch;
+    work.scratch = ch->scratch;
+    work.scratch_bytes = ch->scratch_bytes;
     double t0 = xcoll_trace_enabled() ? xcoll_time_us() : 0;
     atomic_store(&ch->busy, 1);
     s = xc_ring_run(&work, &ch->send, &ch->recv, &st->abort_flag);
@@ -343,7 +351,7 @@ static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
      * and drive them for a few passes (a small send completes as soon as
      * the socket takes it); the proxy thread finishes what is left. */
     for (int pass = 0; pass < NL_TRAILING_PASSES; pass++) {
-      nl_proxy_progress_hook(ch);
+      (void)nl_proxy_progress_hook(ch, 0);
       kick = atomic_load_explicit(&ch->send_mem->tail, memory_order_acquire) >
              atomic_load_explicit(&ch->send_mem->head, memory_order_acquire);
       if (!kick)

@@ -39,10 +39,26 @@
  * smallest sizes (8 B: 72 vs 160 us at P=2, 302 vs 871 us at P=4), tied at
  * 4 KiB and lost 2-10x from 1 MiB. */
 #define NL_LL_THRESHOLD_BYTES ((size_t)4 << 10)
+/* An allreduce (and a barrier) of at most this many bytes runs the gather
+ * algorithm (kernels/ring.h's xc_gather_allreduce: allgather the inputs,
+ * reduce locally: P-1 dependent hops instead of the ring's 2(P-1)); the
+ * choice depends only on the arguments, so every rank makes the same.
+ * Measured with bench/nccl_like.sh (docs/nccl_like.md). */
+#define NL_GATHER_MAX_BYTES ((size_t)4 << 10)
 /* A collective uses one channel per this many bytes (at least one, at most
  * XCOLL_NCHANNELS), as NCCL lowers nChannels for small sizes: a small op on
  * many channels only adds threads to wake and slots to send. */
 #define NL_MIN_BYTES_PER_CHANNEL ((size_t)256 << 10)
+/* A kernel that waits on its FIFO runs its channel's proxy step on every
+ * poll; from this many idle passes on (about 10 us: each is a recv() that
+ * finds nothing) it sleeps in poll(2) on the channel's sockets instead of
+ * yielding, as the tcp backend spins about 10 us before it polls. With more
+ * ranks than cores, a spinning waiter takes the core the rank holding the
+ * data needs. */
+#define NL_SPINS_BEFORE_POLL 8
+/* Longest sleep in poll (milliseconds): the abort flag and the
+ * fingerprints are looked at between sleeps. */
+#define NL_POLL_MS 1
 /* Passes of the proxy step a kernel's thread makes after the kernel
  * returned, to finish its last sends before it hands them to the proxy
  * thread (engine.c: run_one). */
@@ -108,6 +124,10 @@ typedef struct nl_channel {
   xc_conn recv;  /* from the previous rank */
   nl_fifo_mem *send_mem, *recv_mem;
   uint8_t *send_buff, *recv_buff; /* XCOLL_STEPS * step_bytes each */
+  /* world_size * NL_GATHER_MAX_BYTES: the inputs of a small allreduce
+   * (kernels/ring.h's XC_ALGO_GATHER), one op at a time per channel. */
+  uint8_t *scratch;
+  size_t scratch_bytes;
   nl_ring_link link; /* net plugin objects (channel.c) */
   nl_proxy_conn proxy_send, proxy_recv;
   /* The previous rank closed the receive connection (an error from a posted
@@ -318,8 +338,11 @@ const char *nl_net_last_error(void);
  * whose st points back to the state): runs the channel's proxy step when no
  * other thread is running it (trylock), so the thread that waits on a slot
  * also moves it over the network, with no hand-off to the proxy thread.
- * Failures go through nl_fail, which raises the kernels' abort flag. */
-void nl_proxy_progress_hook(void *ctx);
+ * From the NL_SPINS_BEFORE_POLL-th idle pass of a wait (spins) on, when
+ * the plugin has get_fds, it sleeps in poll(2) on the channel's sockets for
+ * at most NL_POLL_MS and returns 1 (0 when it did not sleep). Failures go
+ * through nl_fail, which raises the kernels' abort flag. */
+int nl_proxy_progress_hook(void *ctx, uint64_t spins);
 /* Before a normal comm_destroy: wait (up to timeout_s) until every slot a
  * kernel filled has been sent, so that the last collective's data reaches
  * the next rank before the connections close. */

@@ -17,10 +17,14 @@
  * (nl_proxy_progress_hook), so a slot goes from the kernel to the socket
  * and back on one thread, with no hand-off; on a 2-core machine with
  * several ranks, every hand-off to another spinning thread cost a
- * scheduler time slice. The proxy thread skips a channel whose lock is
- * taken. It spins (sched_yield between passes) only while a channel whose
- * worker is outside its kernel has slots left to send (the kernel's last
- * slots of an op); while every busy channel is driven by its worker, it
+ * scheduler time slice. After a few idle passes the hook sleeps in poll(2)
+ * on the channel's sockets (net.h's get_fds), so that waiting ranks leave
+ * the cores to the ones that hold data. The proxy thread skips a channel
+ * whose lock is taken. It keeps passing only while a channel whose worker
+ * is outside its kernel has slots left to send (the kernel's last slots of
+ * an op), sleeping in poll on their send sockets between passes (or
+ * yielding, for a plugin without get_fds); while every busy channel is
+ * driven by its worker, it
  * waits on its condition variable for at most NL_PROXY_NAP_MS, and sleeps
  * without a timeout when no op is in flight and nothing is left to send, so
  * idle ranks cost no CPU. It alone owns the "no progress for timeout_s"
@@ -30,6 +34,7 @@
  * same way: the proxy runs its step on every pass and stays awake while
  * fingerprints are left to send; channel 0's hook runs it too. */
 #include <inttypes.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -75,6 +80,8 @@ int nl_recvs_ahead(const xcoll_net_v1 *net, int device) {
 /* Channel 0's progress hook runs the fingerprint step on one idle pass in
  * this many (desync.c). */
 #define NL_FP_HOOK_EVERY 64
+/* Descriptors one comm may give to poll (a socket comm has at most 16). */
+#define NL_POLL_MAX_FDS 16
 
 const char *nl_net_last_error(void) {
   const char *message = xcoll_net_last_error();
@@ -382,6 +389,10 @@ static void *proxy_main(void *arg) {
     unsigned kicks = read_kicks(st, &draining);
     int progress = 0;
     int spin = 0; /* a channel no worker drives has slots left to send */
+    /* The send sockets of such channels: the pass sleeps on them in poll
+     * rather than yield, when the plugin can name them. */
+    struct pollfd send_fds[NL_POLL_MAX_FDS];
+    int nsend_fds = 0, all_pollable = 1;
     for (int c = 0; c < st->nchannels; c++) {
       nl_channel *ch = &st->channels[c];
       if (pthread_mutex_trylock(&ch->progress_lock) != 0)
@@ -390,12 +401,25 @@ static void *proxy_main(void *arg) {
       xcoll_status s = progress_send(st, ch, &progress);
       if (s == XCOLL_SUCCESS)
         s = progress_recv(st, ch, &progress);
-      if (!busy && ch->proxy_send.posted > ch->proxy_send.completed)
+      if (!busy && ch->proxy_send.posted > ch->proxy_send.completed) {
         spin = 1;
+        int count = 0, ids[NL_POLL_MAX_FDS];
+        if (st->net->get_fds != NULL &&
+            st->net->get_fds(ch->link.send_comm, NULL, ids,
+                             NL_POLL_MAX_FDS - nsend_fds,
+                             &count) == XCOLL_SUCCESS &&
+            count > 0) {
+          for (int i = 0; i < count; i++)
+            send_fds[nsend_fds++] =
+                (struct pollfd){.fd = ids[i], .events = POLLOUT};
+        } else {
+          all_pollable = 0;
+        }
+      }
       if (!busy && atomic_load_explicit(&ch->send_mem->tail,
                                         memory_order_acquire) >
                        ch->proxy_send.posted)
-        spin = 1;
+        spin = 1, all_pollable = 0; /* isend said "retry": no fd to wait on */
       pthread_mutex_unlock(&ch->progress_lock);
       if (s != XCOLL_SUCCESS)
         break;
@@ -426,6 +450,11 @@ static void *proxy_main(void *arg) {
       fail_timeout(st, idle);
       continue;
     }
+    if (spin && !progress && all_pollable && nsend_fds > 0) {
+      /* Trailing sends only, each waiting for room in its socket. */
+      (void)poll(send_fds, (nfds_t)nsend_fds, NL_POLL_MS);
+      continue;
+    }
     if (spin || draining) {
       sched_yield();
       continue;
@@ -436,23 +465,68 @@ static void *proxy_main(void *arg) {
   }
 }
 
-void nl_proxy_progress_hook(void *ctx) {
+/* The descriptors whose readiness lets channel ch's requests in flight
+ * progress (net.h's get_fds): the recv comm's while a receive is posted,
+ * the send comm's while a send is. Called with the channel's
+ * progress_lock held. Returns how many were written to fds (0: nothing to
+ * wait on, or the plugin cannot say). */
+static int channel_poll_fds(nl_state *st, nl_channel *ch, struct pollfd *fds,
+                            int max_fds) {
+  int n = 0, count = 0;
+  int ids[2 * NL_POLL_MAX_FDS];
+  if (st->net->get_fds == NULL)
+    return 0;
+  if (ch->recv_broken == XCOLL_SUCCESS &&
+      ch->proxy_recv.posted > ch->proxy_recv.completed &&
+      st->net->get_fds(NULL, ch->link.recv_comm, ids, max_fds, &count) ==
+          XCOLL_SUCCESS)
+    for (int i = 0; i < count && n < max_fds; i++)
+      fds[n++] = (struct pollfd){.fd = ids[i], .events = POLLIN};
+  count = 0;
+  if (ch->proxy_send.posted > ch->proxy_send.completed &&
+      st->net->get_fds(ch->link.send_comm, NULL, ids, max_fds - n, &count) ==
+          XCOLL_SUCCESS)
+    for (int i = 0; i < count && n < max_fds; i++)
+      fds[n++] = (struct pollfd){.fd = ids[i], .events = POLLOUT};
+  return n;
+}
+
+int nl_proxy_progress_hook(void *ctx, uint64_t spins) {
   nl_channel *ch = ctx;
   nl_state *st = ch->st;
   if (atomic_load_explicit(&st->failed, memory_order_relaxed))
-    return;
+    return 0;
   if (pthread_mutex_trylock(&ch->progress_lock) != 0)
-    return; /* the proxy thread runs the step right now */
-  int progress = 0;
-  if (progress_send(st, ch, &progress) == XCOLL_SUCCESS)
-    (void)progress_recv(st, ch, &progress);
+    return 0; /* the proxy thread runs the step right now */
+  int progress = 0, slept = 0;
+  xcoll_status s = progress_send(st, ch, &progress);
+  if (s == XCOLL_SUCCESS)
+    s = progress_recv(st, ch, &progress);
+  if (s == XCOLL_SUCCESS && !progress && spins >= NL_SPINS_BEFORE_POLL) {
+    /* Nothing moved for a while: sleep until a socket can move something
+     * (the peer's data or room to send), then move it at once. Holding the
+     * lock meanwhile keeps the proxy thread off this channel: it would only
+     * find the same sockets not ready. */
+    struct pollfd fds[2 * NL_POLL_MAX_FDS];
+    int n = channel_poll_fds(st, ch, fds, 2 * NL_POLL_MAX_FDS);
+    if (n > 0) {
+      slept = 1;
+      if (poll(fds, (nfds_t)n, NL_POLL_MS) > 0) {
+        s = progress_send(st, ch, &progress);
+        if (s == XCOLL_SUCCESS)
+          (void)progress_recv(st, ch, &progress);
+      }
+    }
+  }
   pthread_mutex_unlock(&ch->progress_lock);
   /* Fingerprints from a kernel that waits long too, so that a mismatch
    * fails the wait at once rather than after the proxy's nap; not on every
    * idle pass: the proxy thread moves them meanwhile, off the path of the
    * loop that watches for data. */
-  if (ch->id == 0 && !progress && ++ch->fp_polls % NL_FP_HOOK_EVERY == 0)
+  if (ch->id == 0 && !progress &&
+      (slept || ++ch->fp_polls % NL_FP_HOOK_EVERY == 0))
     nl_fp_progress(st, &progress);
+  return slept;
 }
 
 xcoll_status nl_proxy_start(nl_state *st) {

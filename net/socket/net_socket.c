@@ -1237,6 +1237,27 @@ static xcoll_status socket_test(xcoll_net_request *request, int *done,
   return XCOLL_SUCCESS;
 }
 
+/* The sockets that still have a part of a posted message to move: those
+ * are the ones whose readiness (POLLIN on a recv comm, POLLOUT on a send
+ * comm) lets test progress. An idle send socket is left out: it is always
+ * writable, and a caller polling it would never sleep. */
+static xcoll_status socket_get_fds(xcoll_net_send_comm *send_comm,
+                                   xcoll_net_recv_comm *recv_comm, int *fds,
+                                   int max_fds, int *count) {
+  sock_comm *c = send_comm != NULL ? (sock_comm *)send_comm
+                                   : (sock_comm *)recv_comm;
+  if (c == NULL || (send_comm != NULL && recv_comm != NULL) || fds == NULL ||
+      count == NULL || max_fds < 0)
+    return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
+                    "net socket: get_fds needs exactly one comm, fds and "
+                    "count");
+  *count = 0;
+  if (c->error != XCOLL_SUCCESS) return net_fail(c->error, "%s", c->error_text);
+  for (int i = 0; i < c->nsocks && *count < max_fds; i++)
+    if (c->cursor[i] < c->posted) fds[(*count)++] = c->fds[i];
+  return XCOLL_SUCCESS;
+}
+
 static void socket_close_send(xcoll_net_send_comm *send_comm) {
   comm_free((sock_comm *)send_comm);
 }
@@ -1271,4 +1292,5 @@ const xcoll_net_v1 xcoll_net_socket = {
     .close_send = socket_close_send,
     .close_recv = socket_close_recv,
     .close_listen = socket_close_listen,
+    .get_fds = socket_get_fds,
 };

@@ -25,6 +25,8 @@
 
 #include <cmocka.h>
 
+#include <poll.h>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -448,6 +450,95 @@ static void test_peer_close_is_remote(void **state) {
   assert_int_equal(status, XCOLL_ERR_REMOTE);
   assert_non_null(strstr(xcoll_net_last_error(), "closed the connection"));
   free(out);
+  close_link(&l);
+}
+
+/* get_fds (net.h's optional entry): the descriptors a waiting proxy may
+ * sleep on in poll(2). A receive posted before its data: poll finds
+ * nothing, then wakes once the data is sent and test completes it; a peer
+ * that closes while the receiver polls wakes it, and test says REMOTE; a
+ * send stuck on a full socket buffer names its sockets for POLLOUT, and an
+ * idle send comm names none (it would always be writable). */
+static void test_get_fds(void **state) {
+  (void)state;
+  assert_non_null(net->get_fds);
+  for (int nsocks = 1; nsocks <= 2; nsocks++) {
+    net_link l;
+    open_link(&l, nsocks);
+    int ids[16], count = -1;
+    assert_int_equal(net->get_fds(l.send, l.recv, ids, 16, &count),
+                     XCOLL_ERR_INVALID_ARGUMENT);
+    assert_int_equal(net->get_fds(NULL, l.recv, ids, 16, &count),
+                     XCOLL_SUCCESS);
+    assert_int_equal(count, 0); /* nothing posted */
+    char out[100], in[100];
+    fill((unsigned char *)out, sizeof out, 3);
+    xcoll_net_request *r, *s;
+    assert_int_equal(net->irecv(l.recv, in, sizeof in, 0, NULL, &r),
+                     XCOLL_SUCCESS);
+    int done = 0;
+    assert_int_equal(net->test(r, &done, NULL), XCOLL_SUCCESS);
+    assert_false(done);
+    assert_int_equal(net->get_fds(NULL, l.recv, ids, 16, &count),
+                     XCOLL_SUCCESS);
+    assert_true(count >= 1 && count <= nsocks);
+    struct pollfd fds[16];
+    for (int i = 0; i < count; i++)
+      fds[i] = (struct pollfd){.fd = ids[i], .events = POLLIN};
+    assert_int_equal(poll(fds, (nfds_t)count, 0), 0); /* no data yet */
+    /* The data comes late: the sleeper wakes and the receive completes. */
+    assert_int_equal(net->isend(l.send, out, sizeof out, 0, NULL, &s),
+                     XCOLL_SUCCESS);
+    assert_int_equal(wait_request(s, NULL), XCOLL_SUCCESS);
+    assert_int_equal(net->get_fds(l.send, NULL, ids, 16, &count),
+                     XCOLL_SUCCESS);
+    assert_int_equal(count, 0); /* the send is done: an idle send comm */
+    assert_true(poll(fds, (nfds_t)1, (int)(WAIT_S * 1000)) > 0);
+    size_t got = 0;
+    assert_int_equal(wait_request(r, &got), XCOLL_SUCCESS);
+    assert_int_equal(got, sizeof out);
+    assert_memory_equal(in, out, sizeof out);
+
+    /* A peer that closes while the receiver sleeps wakes it. */
+    assert_int_equal(net->irecv(l.recv, in, sizeof in, 1, NULL, &r),
+                     XCOLL_SUCCESS);
+    assert_int_equal(net->get_fds(NULL, l.recv, ids, 16, &count),
+                     XCOLL_SUCCESS);
+    assert_true(count >= 1);
+    for (int i = 0; i < count; i++)
+      fds[i] = (struct pollfd){.fd = ids[i], .events = POLLIN};
+    net->close_send(l.send);
+    l.send = NULL;
+    double t0 = now_s();
+    assert_true(poll(fds, (nfds_t)count, (int)(WAIT_S * 1000)) > 0);
+    assert_true(now_s() - t0 < WAIT_S);
+    assert_int_equal(wait_request(r, NULL), XCOLL_ERR_REMOTE);
+    close_link(&l);
+  }
+
+  /* A send that fills the socket buffers waits for POLLOUT on them. */
+  net_link l;
+  open_link(&l, 1);
+  size_t bytes = 16u << 20;
+  unsigned char *out = malloc(bytes), *in = malloc(bytes);
+  assert_non_null(out);
+  assert_non_null(in);
+  fill(out, bytes, 5);
+  xcoll_net_request *s, *r;
+  assert_int_equal(net->isend(l.send, out, bytes, 2, NULL, &s), XCOLL_SUCCESS);
+  int done = 0, ids[16], count = 0;
+  assert_int_equal(net->test(s, &done, NULL), XCOLL_SUCCESS);
+  assert_false(done); /* 16 MiB do not fit loopback's socket buffers */
+  assert_int_equal(net->get_fds(l.send, NULL, ids, 16, &count),
+                   XCOLL_SUCCESS);
+  assert_int_equal(count, 1);
+  assert_int_equal(net->irecv(l.recv, in, bytes, 2, NULL, &r), XCOLL_SUCCESS);
+  size_t got = 0;
+  assert_int_equal(wait_pair(s, r, &got, 0), XCOLL_SUCCESS);
+  assert_int_equal(got, bytes);
+  assert_memory_equal(in, out, bytes);
+  free(out);
+  free(in);
   close_link(&l);
 }
 
@@ -1039,6 +1130,7 @@ int main(void) {
       cmocka_unit_test(test_peer_close_is_remote),
       cmocka_unit_test(test_complete_then_close),
       cmocka_unit_test(test_close_with_requests_in_flight),
+      cmocka_unit_test(test_get_fds),
       cmocka_unit_test(test_strangers_do_not_break_accept),
       cmocka_unit_test(test_connect_timeout),
       cmocka_unit_test_teardown(test_auth_same_token, no_secret),

@@ -356,6 +356,7 @@ typedef struct coll_case {
   uint64_t first_step;
   int root_rank;
   int permute; /* ring order differs from rank order */
+  int algo;    /* allreduce: XC_ALGO_RING or XC_ALGO_GATHER */
 } coll_case;
 
 typedef struct rank_buffers {
@@ -369,6 +370,7 @@ typedef struct rank_buffers {
 typedef struct worker {
   ring_fixture *rf;
   xc_work work;
+  void *scratch; /* XC_ALGO_GATHER's, freed by the test */
   int position;
   xcoll_status status;
 } worker;
@@ -388,13 +390,15 @@ static void *worker_main(void *arg) {
 static void describe(const coll_case *cc, char *buf, size_t len) {
   snprintf(buf, len,
            "%s dtype=%s op=%d count=%zu %s %s nranks=%d nchannels=%d "
-           "chunk=%d slice=%d step_bytes=%zu first_step=%llu root=%d perm=%d",
+           "chunk=%d slice=%d step_bytes=%zu first_step=%llu root=%d perm=%d "
+           "algo=%s",
            xcoll_coll_name((xcoll_coll_kind)cc->kind),
            xcoll_datatype_name(cc->dtype), (int)cc->op, cc->count,
            cc->in_place ? "in-place" : "out-of-place",
            cc->proto == XC_PROTO_LL ? "LL" : "SIMPLE", cc->nranks,
            cc->nchannels, cc->chunk_steps, cc->slice_steps, cc->step_bytes,
-           (unsigned long long)cc->first_step, cc->root_rank, cc->permute);
+           (unsigned long long)cc->first_step, cc->root_rank, cc->permute,
+           cc->algo == XC_ALGO_GATHER ? "gather" : "ring");
 }
 
 static void run_case(const coll_case *cc) {
@@ -499,6 +503,15 @@ static void run_case(const coll_case *cc) {
       w->proto = cc->proto;
       w->chunk_steps = cc->chunk_steps;
       w->slice_steps = cc->slice_steps;
+      w->algo = cc->algo;
+      wk->scratch = NULL;
+      if (cc->algo == XC_ALGO_GATHER) {
+        /* k blocks of this channel's share (at most n elements). */
+        w->scratch_bytes = ((size_t)k * n * esize(cc->dtype) + 15) / 16 * 16;
+        wk->scratch = aligned_alloc(16, w->scratch_bytes + 16);
+        assert_non_null(wk->scratch);
+        w->scratch = wk->scratch;
+      }
       assert_int_equal(pthread_create(&threads[p][c], NULL, worker_main, wk),
                        0);
     }
@@ -523,6 +536,9 @@ static void run_case(const coll_case *cc) {
     fail_msg("%s: not done after %d s (ranks disagree on the schedule, or a "
              "step was lost); aborted",
              what, CASE_TIMEOUT_S);
+  for (int p = 0; p < k; p++)
+    for (int c = 0; c < cc->nchannels; c++)
+      free(workers[p][c].scratch);
   for (int p = 0; p < k; p++)
     for (int c = 0; c < cc->nchannels; c++)
       if (workers[p][c].status != XCOLL_SUCCESS)
@@ -613,7 +629,8 @@ static int full_matrix(void) {
   return !SANITIZED || (v && strcmp(v, "1") == 0);
 }
 
-static void run_matrix(int kind, int min_ranks, int max_ranks) {
+static void run_matrix_algo(int kind, int algo, int min_ranks,
+                            int max_ranks) {
   static const size_t counts[] = {0, 1, 7, 1021, 100003};
   int full = full_matrix();
   unsigned index = 0, ran = 0;
@@ -652,15 +669,27 @@ static void run_matrix(int kind, int min_ranks, int max_ranks) {
             cc.first_step = (i * 7) % 23;
             cc.root_rank = (int)(i % (unsigned)nranks);
             cc.permute = nranks > 2 && i % 5 == 1;
+            cc.algo = algo;
             run_case(&cc);
             ran++;
           }
   assert_true(ran > 0);
 }
 
+static void run_matrix(int kind, int min_ranks, int max_ranks) {
+  run_matrix_algo(kind, XC_ALGO_RING, min_ranks, max_ranks);
+}
+
 static void test_allreduce(void **state) {
   (void)state;
   run_matrix(XC_COLL_ALLREDUCE, 1, MAX_RANKS);
+}
+
+/* The small-buffer allreduce (allgather the inputs, reduce locally) over
+ * the same matrix: every count, both protocols, wrapping FIFOs. */
+static void test_allreduce_gather(void **state) {
+  (void)state;
+  run_matrix_algo(XC_COLL_ALLREDUCE, XC_ALGO_GATHER, 1, MAX_RANKS);
 }
 static void test_reduce_scatter(void **state) {
   (void)state;
@@ -733,12 +762,13 @@ static int allreduce_chunk_of(size_t i, size_t count, size_t e, int k,
 }
 
 /* result[c] = (((x[c+1] + x[c+2]) + ...) + x[c]), rounded to the dtype at
- * every hop (bfloat16: each partial travels as bfloat16), bitwise. */
+ * every hop (bfloat16: each partial travels as bfloat16), bitwise; with
+ * XC_ALGO_GATHER, ((x[0] + x[1]) + ...) + x[k-1] for every element. */
 static void test_allreduce_reduction_order(void **state) {
   (void)state;
   enum { N = 1021 };
-  for (int variant = 0; variant < 4; variant++) {
-    int bf16 = variant & 1, proto = variant >> 1;
+  for (int variant = 0; variant < 8; variant++) {
+    int bf16 = variant & 1, proto = (variant >> 1) & 1, gather = variant >> 2;
     int k = 5 - (variant & 1), nch = 3;
     xcoll_datatype d = bf16 ? XCOLL_BFLOAT16 : XCOLL_FLOAT32;
     size_t e = esize(d), step_bytes = 64;
@@ -777,9 +807,9 @@ static void test_allreduce_reduction_order(void **state) {
           memcpy(&x[r], buf[r] + i * e, 4);
         }
       }
-      float acc = x[(c + 1) % k];
+      float acc = gather ? x[0] : x[(c + 1) % k];
       for (int m = 2; m <= k; m++) {
-        acc = acc + x[(c + m) % k];
+        acc = acc + x[gather ? m - 1 : (c + m) % k];
         if (bf16)
           acc = to_bf16_value(acc);
       }
@@ -809,7 +839,14 @@ static void test_allreduce_reduction_order(void **state) {
                              .nchannels = nch,
                              .proto = proto ? XC_PROTO_LL : XC_PROTO_SIMPLE,
                              .chunk_steps = chunk_steps,
-                             .slice_steps = 2};
+                             .slice_steps = 2,
+                             .algo = gather ? XC_ALGO_GATHER : XC_ALGO_RING};
+        if (gather) {
+          wk->work.scratch_bytes = ((size_t)k * N * e + 15) / 16 * 16;
+          wk->scratch = aligned_alloc(16, wk->work.scratch_bytes);
+          assert_non_null(wk->scratch);
+          wk->work.scratch = wk->scratch;
+        }
         assert_int_equal(
             pthread_create(&threads[r][c], NULL, worker_main, wk), 0);
       }
@@ -817,15 +854,17 @@ static void test_allreduce_reduction_order(void **state) {
       for (int c = 0; c < nch; c++) {
         pthread_join(threads[r][c], NULL);
         assert_int_equal(workers[r][c].status, XCOLL_SUCCESS);
+        free(workers[r][c].scratch);
       }
     atomic_store(&rf->stop, 1);
     pthread_join(mover, NULL);
     for (int r = 0; r < k; r++)
       for (size_t i = 0; i < N; i++)
         if (memcmp(buf[r] + i * e, expect + i * e, e) != 0)
-          fail_msg("%s %s k=%d: rank %d element %zu differs from the "
+          fail_msg("%s %s %s k=%d: rank %d element %zu differs from the "
                    "documented order",
-                   xcoll_datatype_name(d), proto ? "LL" : "SIMPLE", k, r, i);
+                   xcoll_datatype_name(d), proto ? "LL" : "SIMPLE",
+                   gather ? "gather" : "ring", k, r, i);
     for (int r = 0; r < k; r++)
       free(buf[r]);
     free(expect);
@@ -1034,6 +1073,27 @@ static void test_bad_arguments(void **state) {
   assert_int_equal(xc_ring_run(&w, NULL, NULL, NULL),
                    XCOLL_ERR_INVALID_ARGUMENT);
   w.slice_steps = 2;
+  /* The gather allreduce needs 16-byte aligned scratch for nranks shares,
+   * and is an allreduce only. */
+  _Alignas(16) float scratch[4];
+  w.algo = XC_ALGO_GATHER;
+  assert_int_equal(xc_ring_run(&w, NULL, NULL, NULL),
+                   XCOLL_ERR_INVALID_ARGUMENT); /* no scratch */
+  w.scratch = scratch;
+  w.scratch_bytes = 2; /* less than one element */
+  assert_int_equal(xc_ring_run(&w, NULL, NULL, NULL),
+                   XCOLL_ERR_INVALID_ARGUMENT);
+  w.scratch_bytes = sizeof scratch;
+  assert_int_equal(xc_ring_run(&w, NULL, NULL, NULL), XCOLL_SUCCESS);
+  w.kind = XC_COLL_BROADCAST;
+  assert_int_equal(xc_ring_run(&w, NULL, NULL, NULL),
+                   XCOLL_ERR_INVALID_ARGUMENT);
+  w.kind = XC_COLL_ALLREDUCE;
+  w.algo = 7; /* unknown */
+  assert_int_equal(xc_ring_run(&w, NULL, NULL, NULL),
+                   XCOLL_ERR_INVALID_ARGUMENT);
+  w.algo = XC_ALGO_RING;
+  w.scratch = NULL;
   w.nranks = 2; /* no connections */
   assert_int_equal(xc_ring_run(&w, NULL, NULL, NULL),
                    XCOLL_ERR_INVALID_ARGUMENT);
@@ -1051,6 +1111,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_arguments),
       cmocka_unit_test(test_allreduce),
+      cmocka_unit_test(test_allreduce_gather),
       cmocka_unit_test(test_allreduce_every_dtype_op),
       cmocka_unit_test(test_reduce_scatter),
       cmocka_unit_test(test_allgather),
