@@ -114,7 +114,13 @@ int checkpoint_save(const char *dir, const char *name, const model *m,
   for (int s = 0; s < o->num_state; s++)
     rc |= write_all(f, o->state[s], bytes);
   free(header);
-  if (rc != 0 || fflush(f) != 0 || fsync(fileno(f)) != 0) {
+  return checkpoint_commit(f, rc, tmp, path, dir, err, err_size);
+}
+
+int checkpoint_commit(FILE *f, int write_failed, const char *tmp,
+                      const char *path, const char *dir, char *err,
+                      size_t err_size) {
+  if (write_failed || fflush(f) != 0 || fsync(fileno(f)) != 0) {
     snprintf(err, err_size, "writing %s failed: %s", tmp, strerror(errno));
     fclose(f);
     unlink(tmp);

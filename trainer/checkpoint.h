@@ -21,6 +21,7 @@
 #define XTRAIN_CHECKPOINT_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "model.h"
@@ -43,6 +44,15 @@ typedef struct checkpoint_meta {
 int checkpoint_save(const char *dir, const char *name, const model *m,
                     const optimizer *o, const checkpoint_meta *meta, char *err,
                     size_t err_size);
+
+/* Finish an atomic write: f holds the whole file under the temporary name
+ * tmp (in dir); write_failed is non-zero when a write to it failed. Flush
+ * and fsync f, close it, rename tmp to path, fsync dir so that the rename
+ * is durable. On any failure tmp is removed. Returns 0, or -1 with a
+ * sentence in err. Used by every checkpoint writer (checkpoint_fsdp.c). */
+int checkpoint_commit(FILE *f, int write_failed, const char *tmp,
+                      const char *path, const char *dir, char *err,
+                      size_t err_size);
 
 /* Read path into m->params and o's state (both already created with the same
  * layout) and *meta. Every header field is validated first (as

@@ -99,24 +99,8 @@ static int write_text_atomic(const char *dir, const char *name,
     return -1;
   }
   size_t n = strlen(text);
-  if (fwrite(text, 1, n, f) != n || fflush(f) != 0 || fsync(fileno(f)) != 0) {
-    snprintf(err, err_size, "writing %s failed: %s", tmp, strerror(errno));
-    fclose(f);
-    unlink(tmp);
-    return -1;
-  }
-  if (fclose(f) != 0 || rename(tmp, path) != 0) {
-    snprintf(err, err_size, "cannot move %s to %s: %s", tmp, path,
-             strerror(errno));
-    unlink(tmp);
-    return -1;
-  }
-  int dfd = open(dir, O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    fsync(dfd);
-    close(dfd);
-  }
-  return 0;
+  return checkpoint_commit(f, fwrite(text, 1, n, f) != n, tmp, path, dir, err,
+                           err_size);
 }
 
 static char *build_index(const strategy *s, const optimizer *o,
