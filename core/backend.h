@@ -81,6 +81,12 @@ typedef struct xcoll_backend {
   /* The pipelining chunk (bytes) the algorithms use on this backend when
    * XCOLL_CHUNK_SIZE is unset; 0 means core's default (512 KiB). */
   size_t default_chunk_bytes;
+  /* Nonzero: on a communicator bound to a CUDA device (comm->cuda), coll
+   * runs the collectives on the device itself (kernels on the caller's
+   * stream) and core hands it every call; zero: core stages device
+   * buffers through pinned memory for p2p backends, and refuses a CUDA
+   * device for coll-only ones. */
+  int device_engine;
 } xcoll_backend;
 
 /* The backend called name, or NULL with XCOLL_ERR_NOT_SUPPORTED set (the

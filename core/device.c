@@ -10,6 +10,7 @@
 
 #include "env.h"
 #include "error.h"
+#include "log.h"
 #include "staging.h"
 #include <stdio.h>
 
@@ -29,14 +30,14 @@ xcoll_status xcoll_device_open(int device, const xcoll_backend *backend,
   *cuda = NULL;
   if (device == XCOLL_DEVICE_HOST)
     return XCOLL_SUCCESS;
-  if (backend->coll != NULL)
+  if (backend->coll != NULL && !backend->device_engine)
     return xcoll_error(NULL, XCOLL_ERR_NOT_SUPPORTED,
                        "%s asks for a GPU rank on CUDA device %d with "
-                       "backend '%s', whose CUDA engine is compiled but not "
-                       "driven yet: use XCOLL_BACKEND=tcp or ucx (they stage "
-                       "device buffers through pinned host memory), or a "
-                       "host rank (XCOLL_DEVICE=host, config.device = "
-                       "XCOLL_DEVICE_HOST)",
+                       "backend '%s', which runs host buffers only: use "
+                       "XCOLL_BACKEND=nccl_like (CUDA ring kernels), tcp or "
+                       "ucx (they stage device buffers through pinned host "
+                       "memory), or a host rank (XCOLL_DEVICE=host, "
+                       "config.device = XCOLL_DEVICE_HOST)",
                        source, device, backend->name);
   xcoll_status status = xcoll_cuda_open(device, backend->name, cuda);
   if (status != XCOLL_SUCCESS) {
@@ -44,6 +45,14 @@ xcoll_status xcoll_device_open(int device, const xcoll_backend *backend,
     snprintf(cause, sizeof cause, "%s", xcoll_last_error());
     return xcoll_error(NULL, status, "%s: %s", source, cause);
   }
+  if (backend->device_engine)
+    XCOLL_INFO("CUDA device %d on backend '%s': collectives run as the "
+               "backend's kernels on the caller's stream",
+               device, backend->name);
+  else
+    XCOLL_INFO("CUDA device %d on backend '%s': device buffers are staged "
+               "through pinned host memory",
+               device, backend->name);
   return XCOLL_SUCCESS;
 }
 
@@ -129,4 +138,14 @@ int xcoll_device_pointer(const void *ptr) {
       managed)
     return 0; /* managed memory is readable from the host */
   return 1;
+}
+
+int xcoll_device_known(const void *ptr) {
+  if (ptr == NULL)
+    return 0;
+  cu_pointer_get_attribute_fn get = driver_get_attribute();
+  unsigned int memory_type = 0;
+  return get != NULL &&
+         get(&memory_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (uintptr_t)ptr) ==
+             0;
 }

@@ -3,9 +3,9 @@
  * A communicator is bound to a device as in NCCL (one communicator per
  * device): xcoll_config.device, or XCOLL_DEVICE for xcoll_comm_init_env.
  * A CUDA device is accepted on the host-driven backends (tcp, ucx), which
- * stage device buffers through pinned host memory (core/staging.h), and
- * refused with XCOLL_ERR_NOT_SUPPORTED on nccl_like (its CUDA ring kernels
- * in kernels/cuda/ are compiled, not yet driven by an engine). Every build
+ * stage device buffers through pinned host memory (core/staging.h), and on
+ * a backend with a device engine (xcoll_backend.device_engine: nccl_like,
+ * whose ring kernels run on the caller's stream). Every build
  * tells CUDA device memory from host memory, so that a device buffer handed
  * to a host rank is a clear error instead of a crash in memcpy. */
 #ifndef XCOLL_CORE_DEVICE_H
@@ -20,10 +20,11 @@ xcoll_status xcoll_device_check(int device, const char *source);
 
 /* Bind a new communicator on backend to device (source names where the
  * value came from, for messages): nothing for a host rank; for a CUDA
- * ordinal on a host-driven backend (tcp, ucx), *cuda receives the driver
- * state that stages device buffers (core/staging.h). Errors:
- * XCOLL_ERR_NOT_SUPPORTED (a device-driven backend, whose CUDA engine is not
- * driven yet; or no usable CUDA driver), XCOLL_ERR_INVALID_ARGUMENT (no such
+ * ordinal, *cuda receives the device's driver state (core/cuda.h): the
+ * backend's device engine runs on it, or core stages device buffers through
+ * it for a host-driven backend (core/staging.h). Errors:
+ * XCOLL_ERR_NOT_SUPPORTED (a device-driven backend without a device
+ * engine, or no usable CUDA driver), XCOLL_ERR_INVALID_ARGUMENT (no such
  * device), XCOLL_ERR_NO_MEMORY. */
 struct xcoll_cuda;
 xcoll_status xcoll_device_open(int device, const xcoll_backend *backend,
@@ -42,5 +43,10 @@ xcoll_status xcoll_device_from_env(int local_rank, int *device);
  * loaded, its cuPointerGetAttribute decides (CUDA Driver API, "Unified
  * Addressing": CU_POINTER_ATTRIBUTE_MEMORY_TYPE and _IS_MANAGED). */
 int xcoll_device_pointer(const void *ptr);
+
+/* 1 when the CUDA driver knows ptr (device, managed or pinned host memory:
+ * cuPointerGetAttribute answers), so that a kernel may reach it; 0 for
+ * plain host memory, or when no driver is loaded. */
+int xcoll_device_known(const void *ptr);
 
 #endif

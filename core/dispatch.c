@@ -294,6 +294,8 @@ xcoll_status xcoll_dispatch(xcoll_comm *comm, const xcoll_coll_args *args,
                             xcoll_request_t *request) {
   const xcoll_backend_coll_ops *coll = comm->backend->coll;
   const char *name = xcoll_coll_name(args->kind);
+  if (comm->cuda != NULL && comm->backend->device_engine)
+    return dispatch_backend(comm, args, request);
   if (comm->cuda != NULL)
     return dispatch_staged(comm, args, request);
   /* Host ranks only: a device buffer would crash the first memcpy. */

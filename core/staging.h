@@ -13,40 +13,20 @@
  * a host synchronisation with the stream, which is why NCCL instead runs the
  * collective as a kernel on the stream (docs/nccl-vs-gloo.md).
  *
- * The CUDA driver (libcuda.so.1) is loaded with dlopen when the first such
- * communicator is created, so that builds without the CUDA toolkit stage
- * too; every driver call runs with the device's primary context pushed on
- * the calling thread and popped again (the caller's own current context is
- * left as it was). */
+ * The CUDA driver is core/cuda.h's (dlopen, so that builds without the CUDA
+ * toolkit stage too); every driver call runs with the device's primary
+ * context pushed on the calling thread and popped again. */
 #ifndef XCOLL_CORE_STAGING_H
 #define XCOLL_CORE_STAGING_H
 
 #include "algorithm.h"
+#include "cuda.h"
 #include "xcoll.h"
 
 struct xcoll_comm;
 
-/* One device's driver handles and a spare pinned buffer, shared by a
- * communicator and the communicators split from it (reference counted). */
-typedef struct xcoll_cuda xcoll_cuda;
-
 /* The pinned copies of one collective's device buffers. */
 typedef struct xcoll_staging xcoll_staging;
-
-/* Load the driver and retain device's primary context for a communicator
- * on backend_name. Errors: XCOLL_ERR_NOT_SUPPORTED (no libcuda.so.1, or a
- * driver call failed: the message says which and why),
- * XCOLL_ERR_INVALID_ARGUMENT (device >= the number of devices),
- * XCOLL_ERR_NO_MEMORY. */
-xcoll_status xcoll_cuda_open(int device, const char *backend_name,
-                             xcoll_cuda **out);
-
-/* Another reference (for a split child). */
-xcoll_cuda *xcoll_cuda_ref(xcoll_cuda *cuda);
-
-/* Drop a reference; the last one frees the spare pinned buffer and
- * releases the primary context. NULL is fine. */
-void xcoll_cuda_close(xcoll_cuda *cuda);
 
 /* Prepare args of a collective on comm (bound to a CUDA device) for the
  * host algorithms: synchronise args->stream, copy each device buffer's

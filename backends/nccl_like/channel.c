@@ -17,7 +17,12 @@
 #include "log.h"
 #include "nccl_like.h"
 
-static void *alloc_aligned(size_t bytes) {
+/* Zeroed page-aligned memory: host memory on a host rank, a piece of the
+ * mapped pinned block on a GPU rank (gpu_engine.c), which the device
+ * reaches over PCIe and nl_gpu_close frees. */
+static void *alloc_aligned(nl_state *st, size_t bytes) {
+  if (st->gpu != NULL)
+    return nl_gpu_carve(st, bytes);
   void *p = NULL;
   if (posix_memalign(&p, 4096, bytes) != 0)
     return NULL;
@@ -42,15 +47,17 @@ static xcoll_status alloc_fifos(nl_state *st) {
     nl_channel *ch = &st->channels[c];
     ch->id = c;
     ch->st = st;
-    ch->send_mem = alloc_aligned(sizeof(nl_fifo_mem));
-    ch->recv_mem = alloc_aligned(sizeof(nl_fifo_mem));
-    ch->send_buff = alloc_aligned(st->buffsize);
-    ch->recv_buff = alloc_aligned(st->buffsize);
+    ch->send_mem = alloc_aligned(st, sizeof(nl_fifo_mem));
+    ch->recv_mem = alloc_aligned(st, sizeof(nl_fifo_mem));
+    ch->send_buff = alloc_aligned(st, st->buffsize);
+    ch->recv_buff = alloc_aligned(st, st->buffsize);
     /* The gather allreduce's k input blocks (kernels/ring.h). */
     ch->scratch_bytes = (size_t)st->world_size * NL_GATHER_MAX_BYTES;
-    ch->scratch = alloc_aligned(ch->scratch_bytes);
+    /* A GPU rank's is device memory (gpu_engine.c). */
+    ch->scratch =
+        st->gpu != NULL ? NULL : alloc_aligned(st, ch->scratch_bytes);
     if (!ch->send_mem || !ch->recv_mem || !ch->send_buff || !ch->recv_buff ||
-        !ch->scratch)
+        (!ch->scratch && st->gpu == NULL))
       return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
                          "nccl_like: out of memory for channel %d's FIFOs "
                          "(2 x %zu B; lower XCOLL_BUFFSIZE or "
@@ -270,11 +277,13 @@ void nl_channels_free(nl_state *st) {
       ch->proxy_send.mhandle = ch->proxy_recv.mhandle = NULL;
     }
     link_close(st, &ch->link);
-    free(ch->send_mem);
-    free(ch->recv_mem);
-    free(ch->send_buff);
-    free(ch->recv_buff);
-    free(ch->scratch);
+    if (st->gpu == NULL) { /* else the mapped block holds them */
+      free(ch->send_mem);
+      free(ch->recv_mem);
+      free(ch->send_buff);
+      free(ch->recv_buff);
+      free(ch->scratch);
+    }
     ch->scratch = NULL;
     ch->send_mem = ch->recv_mem = NULL;
     ch->send_buff = ch->recv_buff = NULL;

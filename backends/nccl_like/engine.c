@@ -141,11 +141,13 @@ static xcoll_status broken_status(nl_state *st) {
 }
 
 static int nl_supports(void *state, const xcoll_coll_args *args) {
-  (void)state;
-  /* Every collective runs as a ring kernel (there is no p2p interface). A
-   * stream is declined: this engine runs on the host, so core answers
-   * INVALID_ARGUMENT for it ("pass NULL") as for any host backend. */
-  return args->stream == NULL;
+  nl_state *st = state;
+  /* Every collective runs as a ring kernel (there is no p2p interface). On
+   * a host rank a stream is declined: this engine runs on the host, so core
+   * answers INVALID_ARGUMENT for it ("pass NULL") as for any host backend.
+   * A GPU rank takes every call (start() refuses host buffers, saying
+   * why). */
+  return st->gpu != NULL || args->stream == NULL;
 }
 
 static xcoll_status nl_start(xcoll_comm *comm, void *state,
@@ -160,8 +162,27 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
                        "nccl_like: out of memory for an op handle");
   op->args = *args;
   op->start_us = xcoll_trace_enabled() ? xcoll_time_us() : 0;
+  if (st->gpu != NULL && !nl_gpu_supports(st, args)) {
+    char why[512];
+    free(op);
+    return xcoll_error(comm, XCOLL_ERR_INVALID_ARGUMENT, "xcoll_%s: %s",
+                       xcoll_coll_name(args->kind),
+                       nl_gpu_refusal(st, args, why, sizeof why));
+  }
 
-  /* A world of one copies and has no one to compare fingerprints with. */
+  /* A world of one copies and has no one to compare fingerprints with; on
+   * a GPU rank its kernel copies, on the stream. */
+  if (st->world_size == 1 && st->gpu != NULL) {
+    fill_work(st, op);
+    xcoll_status s = nl_gpu_launch(st, op);
+    if (s != XCOLL_SUCCESS) {
+      free(op);
+      return s;
+    }
+    op->channels_left = 0;
+    *out = op;
+    return XCOLL_SUCCESS;
+  }
   if (st->world_size == 1) {
     if (args->kind != XCOLL_COLL_BARRIER && args->count > 0 &&
         args->sendbuf && args->recvbuf && args->sendbuf != args->recvbuf)
@@ -186,6 +207,19 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
   if (args->count == 0 && args->kind != XCOLL_COLL_BARRIER) {
     pthread_mutex_unlock(&st->lock);
     op->channels_left = 0;
+    *out = op;
+    return XCOLL_SUCCESS;
+  }
+  if (st->gpu != NULL) {
+    /* The kernel goes on the stream in the order the fingerprints were
+     * recorded: start() runs on the issuing thread, in issue order. */
+    pthread_mutex_unlock(&st->lock);
+    op->channels_left = 0;
+    xcoll_status s = nl_gpu_launch(st, op);
+    if (s != XCOLL_SUCCESS) {
+      free(op);
+      return s;
+    }
     *out = op;
     return XCOLL_SUCCESS;
   }
@@ -234,6 +268,15 @@ static xcoll_status nl_start_abi(xcoll_comm *comm, void *state,
 static xcoll_status nl_test(void *state, xcoll_backend_op *handle, int *done) {
   nl_state *st = state;
   nl_op *op = (nl_op *)handle;
+  if (op->event != NULL) { /* a GPU rank's kernel */
+    xcoll_status s = nl_gpu_test(st, op, done);
+    if (s != XCOLL_SUCCESS) {
+      op->status = s;
+      return op_finish(st, op);
+    }
+    if (!*done)
+      return XCOLL_SUCCESS;
+  }
   pthread_mutex_lock(&st->lock);
   *done = op->channels_left == 0;
   pthread_mutex_unlock(&st->lock);
@@ -281,6 +324,11 @@ static nl_channel *steal_item(nl_state *st, nl_op *op) {
 static xcoll_status nl_wait(void *state, xcoll_backend_op *handle) {
   nl_state *st = state;
   nl_op *op = (nl_op *)handle;
+  if (op->event != NULL) { /* a GPU rank's kernel */
+    xcoll_status s = nl_gpu_wait(st, op);
+    if (s != XCOLL_SUCCESS)
+      op->status = s;
+  }
   pthread_mutex_lock(&st->lock);
   /* Workers always finish: kernels poll the abort flag, which a failure,
    * the proxy's timeout or comm_abort raises. */
@@ -345,7 +393,7 @@ static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
     work.scratch_bytes = ch->scratch_bytes;
     double t0 = xcoll_trace_enabled() ? xcoll_time_us() : 0;
     atomic_store(&ch->busy, 1);
-    s = xc_ring_run(&work, &ch->send, &ch->recv, &st->abort_flag);
+    s = xc_ring_run(&work, &ch->send, &ch->recv, st->abort);
     atomic_store(&ch->busy, 0);
     /* Post the slots the kernel filled last (nothing waited after them)
      * and drive them for a few passes (a small send completes as soon as

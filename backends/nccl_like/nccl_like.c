@@ -180,7 +180,7 @@ static int record_failure(nl_state *st, xcoll_status status,
     st->fail_status = status;
     snprintf(st->fail_message, sizeof st->fail_message, "%s", message);
     atomic_store(&st->failed, 1);
-    atomic_store_explicit(&st->abort_flag, 1, memory_order_release);
+    atomic_store_explicit(st->abort, 1, memory_order_release);
     pthread_cond_broadcast(&st->done_cond);
     pthread_cond_broadcast(&st->proxy_cond);
     for (int c = 0; c < st->nchannels; c++)
@@ -324,7 +324,7 @@ static void watcher_join(nl_state *st) {
 static void stop_threads(nl_state *st) {
   pthread_mutex_lock(&st->lock);
   st->stopping = 1;
-  atomic_store_explicit(&st->abort_flag, 1, memory_order_release);
+  atomic_store_explicit(st->abort, 1, memory_order_release);
   pthread_cond_broadcast(&st->proxy_cond);
   pthread_cond_broadcast(&st->done_cond);
   for (int c = 0; c < st->nchannels; c++)
@@ -340,6 +340,7 @@ static void free_state(nl_state *st) {
     return;
   stop_threads(st);
   nl_channels_free(st);
+  nl_gpu_close(st);
   for (int c = 0; c < NL_MAX_CHANNELS; c++) {
     pthread_cond_destroy(&st->channels[c].queue_cond);
     pthread_mutex_destroy(&st->channels[c].progress_lock);
@@ -382,11 +383,15 @@ static void log_choices(nl_state *st, const char *net_why) {
              st->buffsize, XCOLL_STEPS, st->step_bytes);
   XCOLL_INFO("nccl_like: net plugin %s (%s), device %d '%s' (%d Mbps), "
              "%d receive(s) posted ahead per connection; "
-             "engine: host (worker thread per channel, proxy thread%s)",
+             "engine: %s%s",
              st->net ? st->net->name : "none", net_why, st->net_device,
              props.name, props.speed_mbps, st->recvs_ahead,
-             st->inline_wait ? "; wait runs untaken items, XCOLL_WAIT_RUNS=1"
-                             : "");
+             st->gpu != NULL ? "CUDA (a kernel per collective on the "
+                               "caller's stream, proxy thread"
+                             : "host (worker thread per channel, proxy thread",
+             st->gpu == NULL && st->inline_wait
+                 ? "; wait runs untaken items, XCOLL_WAIT_RUNS=1)"
+                 : ")");
 }
 
 /* Names the channel and proxy tracks of XCOLL_TRACE (trace.h). */
@@ -423,6 +428,7 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
   }
   pthread_mutex_init(&st->fp.lock, NULL);
   atomic_init(&st->abort_flag, 0);
+  st->abort = &st->abort_flag;
   atomic_init(&st->failed, 0);
   atomic_init(&st->store_lost, 0);
   atomic_init(&st->fp.started, 0);
@@ -432,6 +438,9 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
   atomic_init(&st->fp.room_waiters, 0);
 
   xcoll_status s = read_options(st);
+  /* A GPU rank: the kernels run on the device, the FIFOs in mapped memory. */
+  if (s == XCOLL_SUCCESS && comm->cuda != NULL)
+    s = nl_gpu_open(st, comm->cuda);
   if (s == XCOLL_SUCCESS && xcoll_trace_enabled())
     name_trace_tracks(st);
   char net_why[256] = "a world of one rank needs no network";
@@ -446,7 +455,9 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
   st->recvs_ahead = nl_recvs_ahead(st->net, st->net_device);
   if (s == XCOLL_SUCCESS)
     s = nl_channels_setup(st);
-  if (s == XCOLL_SUCCESS)
+  if (s == XCOLL_SUCCESS && st->gpu != NULL)
+    nl_gpu_bind_conns(st);
+  if (s == XCOLL_SUCCESS && st->gpu == NULL)
     s = nl_workers_start(st);
   if (s == XCOLL_SUCCESS && st->world_size > 1)
     s = nl_proxy_start(st);
@@ -494,4 +505,5 @@ const xcoll_backend xcoll_backend_nccl_like = {
     .p2p = NULL,
     .coll = &nl_coll_ops,
     .default_chunk_bytes = 0,
+    .device_engine = 1,
 };

@@ -9,7 +9,9 @@
  * its propagation through the store), channel.c (FIFOs and net
  * connections), proxy.c (the proxy thread), engine.c (worker threads, work
  * queues, op handles: the ABI 2 coll ops), desync.c (collective
- * fingerprints around the ring: desync detection). */
+ * fingerprints around the ring: desync detection), gpu_engine.c (a GPU
+ * rank: the same kernels launched on the caller's CUDA stream, the FIFOs
+ * in mapped pinned memory). */
 #ifndef XCOLL_NCCL_LIKE_H
 #define XCOLL_NCCL_LIKE_H
 
@@ -203,7 +205,13 @@ typedef struct nl_op {
   xcoll_status status;    /* the first failing channel's status */
   double start_us;        /* trace */
   int32_t barrier_value;  /* barrier = 1-element allreduce of this */
+  void *event; /* GPU rank: recorded after the op's kernel (gpu_engine.c) */
 } nl_op;
+
+/* The GPU engine's state (gpu_engine.c); NULL on a host rank. */
+typedef struct nl_gpu nl_gpu;
+/* Kernel families (XC_COLL_ALLREDUCE .. XC_COLL_REDUCE). */
+#define NL_GPU_KINDS 5
 
 typedef struct nl_state {
   xcoll_comm *comm;
@@ -243,8 +251,12 @@ typedef struct nl_state {
    * lock, with done_cond broadcast, so comm_destroy can wait for it). */
   int proxy_idle;
   /* Nonzero stops every kernel (kernels/conn.h's abort flag), raised by
-   * nl_fail and comm_abort. */
+   * nl_fail and comm_abort: abort_flag on a host rank, a word of mapped
+   * pinned memory the device reads on a GPU rank. */
   xc_abort abort_flag;
+  xc_abort *abort;
+  /* A GPU rank (the comm is bound to a CUDA device), else NULL. */
+  nl_gpu *gpu;
   _Atomic int failed;                    /* nonzero once fail_status is set */
   xcoll_status fail_status;              /* under lock */
   char fail_message[XCOLL_ERROR_BYTES];  /* under lock */
@@ -347,6 +359,39 @@ int nl_proxy_progress_hook(void *ctx, uint64_t spins);
  * kernel filled has been sent, so that the last collective's data reaches
  * the next rank before the connections close. */
 void nl_proxy_drain(nl_state *st);
+
+/* ---- gpu_engine.c ---- */
+struct xcoll_cuda;
+/* Make st a GPU rank on cuda's device: load the ring kernels, allocate the
+ * mapped block the FIFOs are carved from (before nl_channels_setup), the
+ * gather scratch and the order event; st->abort moves to mapped memory.
+ * Errors: NOT_SUPPORTED (built without nvcc, or a driver without the
+ * calls), SYSTEM (a driver call failed, named), NO_MEMORY. */
+xcoll_status nl_gpu_open(nl_state *st, struct xcoll_cuda *cuda);
+/* bytes of zeroed, page-aligned mapped pinned memory from the block, or
+ * NULL when it is exhausted (channel.c's FIFOs on a GPU rank). */
+void *nl_gpu_carve(nl_state *st, size_t bytes);
+/* After the FIFOs exist: write the kernels' connections (device
+ * addresses) into mapped memory. */
+void nl_gpu_bind_conns(nl_state *st);
+/* Free everything nl_gpu_open took (after the proxy has stopped). */
+void nl_gpu_close(nl_state *st);
+/* Whether a call's buffers are reachable by the device (device, managed or
+ * pinned memory); nl_gpu_refusal writes why not into out. */
+int nl_gpu_supports(nl_state *st, const xcoll_coll_args *args);
+const char *nl_gpu_refusal(nl_state *st, const xcoll_coll_args *args,
+                           char *out, size_t bytes);
+/* Enqueue op's kernel on its stream (after the previous launch of this
+ * comm, whatever its stream) and record op->event. Errors: SYSTEM (a
+ * driver call failed; the comm is failed, since the ring expected the
+ * kernel's slots). */
+xcoll_status nl_gpu_launch(nl_state *st, nl_op *op);
+/* Query / wait for op's kernel; once it ended, op->status holds a failed
+ * kernel's status. Errors: SYSTEM (the driver failed). */
+xcoll_status nl_gpu_test(nl_state *st, nl_op *op, int *done);
+xcoll_status nl_gpu_wait(nl_state *st, nl_op *op);
+/* The proxy thread: retire launches that completed (ops_in_flight). */
+void nl_gpu_retire(nl_state *st);
 
 /* ---- engine.c ---- */
 xcoll_status nl_workers_start(nl_state *st);

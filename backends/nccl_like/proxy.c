@@ -167,7 +167,9 @@ static xcoll_status progress_recv(nl_state *st, nl_channel *ch,
     /* The kernel has consumed every slot that landed and still runs: it
      * waits for one that can no longer come. */
     uint64_t head = atomic_load_explicit(&mem->head, memory_order_acquire);
-    if (head == pc->completed && atomic_load(&ch->busy) &&
+    int kernel_runs = atomic_load(&ch->busy) ||
+                      (st->gpu != NULL && atomic_load(&st->ops_in_flight) > 0);
+    if (head == pc->completed && kernel_runs &&
         nl_now() - ch->recv_broken_since > NL_RECV_BROKEN_GRACE_S)
       return nl_fail(st, ch->recv_broken,
                      ch->recv_broken == XCOLL_ERR_REMOTE ? st->prev : -1,
@@ -389,10 +391,16 @@ static void *proxy_main(void *arg) {
     unsigned kicks = read_kicks(st, &draining);
     int progress = 0;
     int spin = 0; /* a channel no worker drives has slots left to send */
+    if (st->gpu != NULL) {
+      /* A GPU rank: no worker drives a channel; while a kernel runs, every
+       * slot it fills or waits for moves only through this thread. */
+      nl_gpu_retire(st);
+      spin = atomic_load(&st->ops_in_flight) > 0;
+    }
     /* The send sockets of such channels: the pass sleeps on them in poll
      * rather than yield, when the plugin can name them. */
     struct pollfd send_fds[NL_POLL_MAX_FDS];
-    int nsend_fds = 0, all_pollable = 1;
+    int nsend_fds = 0, all_pollable = !spin; /* a kernel waits on receives too */
     for (int c = 0; c < st->nchannels; c++) {
       nl_channel *ch = &st->channels[c];
       if (pthread_mutex_trylock(&ch->progress_lock) != 0)

@@ -2,33 +2,43 @@
  * collective family, each running xc_ring_run (kernels/ring.h) with one
  * thread block per channel; the threads of a block share every slice.
  *
- * Built only as a compile check today (ctest unit.kernels_nvcc, for sm_75,
- * sm_80 and sm_90 plus PTX): the project's machines have nvcc but no GPU, so
- * none of these kernels has ever run. Launch shape, when a GPU rank exists:
- * <<<nchannels, threads>>>, works/sends/recvs indexed by blockIdx.x, the
- * FIFOs in pinned mapped host memory (conn.h), status[channel] set by thread
- * 0 of each block. */
+ * Launched by backends/nccl_like/gpu_engine.c through the driver API
+ * (cuLaunchKernel on the caller's stream) with <<<channels, threads>>>:
+ * - work, by value: the collective as on a host rank, channel 0; block c
+ *   runs channel c of gridDim.x, and the gather allreduce's scratch is
+ *   work.scratch + c * work.scratch_bytes;
+ * - sends[c], recvs[c]: channel c's connections, in pinned host memory
+ *   mapped into the device (conn.h), whose step counters persist from one
+ *   launch to the next;
+ * - abort: the flag the host raises to stop a kernel that waits on a peer;
+ * - status[c]: written by thread 0 of block c only when the channel failed
+ *   (a kernel never clears it: the communicator has failed).
+ * The project's machines have nvcc but no GPU: the build compiles this for
+ * sm_75, sm_80 and sm_90 plus PTX; it has never run here. */
 #include "../ring.h"
 
-/* One channel per block; every thread calls xc_ring_run with the same
- * arguments (it is written for that: thread 0 waits and posts). */
-__device__ static void xc_run_block(const xc_work *works, xc_conn *sends,
+__device__ static void xc_run_block(xc_work work, xc_conn *sends,
                                     xc_conn *recvs, const xc_abort *abort,
-                                    xcoll_status *status, int kind) {
-  const xc_work *w = &works[blockIdx.x];
-  xcoll_status s = w->kind == kind
-                       ? xc_ring_run(w, &sends[blockIdx.x], &recvs[blockIdx.x],
-                                     abort)
-                       : XCOLL_ERR_INVALID_ARGUMENT;
-  if (threadIdx.x == 0)
-    status[blockIdx.x] = s;
+                                    int *status, int kind) {
+  int c = (int)blockIdx.x;
+  work.channel = c;
+  work.nchannels = (int)gridDim.x;
+  if (work.scratch != NULL)
+    work.scratch = (char *)work.scratch + (size_t)c * work.scratch_bytes;
+  xcoll_status s =
+      work.kind == kind
+          ? xc_ring_run(&work, sends ? &sends[c] : NULL,
+                        recvs ? &recvs[c] : NULL, abort)
+          : XCOLL_ERR_INVALID_ARGUMENT;
+  if (threadIdx.x == 0 && s != XCOLL_SUCCESS)
+    status[c] = (int)s;
 }
 
 #define XC_DEFINE_KERNEL(NAME, KIND)                                           \
-  extern "C" __global__ void NAME(const xc_work *works, xc_conn *sends,        \
+  extern "C" __global__ void NAME(xc_work work, xc_conn *sends,                \
                                   xc_conn *recvs, const xc_abort *abort,       \
-                                  xcoll_status *status) {                      \
-    xc_run_block(works, sends, recvs, abort, status, KIND);                    \
+                                  int *status) {                               \
+    xc_run_block(work, sends, recvs, abort, status, KIND);                     \
   }
 
 XC_DEFINE_KERNEL(xc_allreduce_kernel, XC_COLL_ALLREDUCE)

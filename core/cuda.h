@@ -1,0 +1,124 @@
+/* cuda.h - the CUDA driver, reached through dlopen, and a communicator's
+ * binding to one CUDA device (core/cuda.c).
+ *
+ * libcuda.so.1 is loaded when the first communicator bound to a CUDA device
+ * is created, so that xcoll builds without the CUDA toolkit and a host-only
+ * machine runs it; its entry points are declared here with the CUDA Driver
+ * API's documented signatures (cuda.h: CUresult and CUdevice are ints,
+ * CUcontext, CUstream, CUevent, CUmodule and CUfunction opaque pointers,
+ * CUdeviceptr an unsigned 64-bit integer). Two users:
+ * - core/staging.c: tcp and ucx stage device buffers through pinned host
+ *   memory (Gloo's way);
+ * - backends/nccl_like/gpu_engine.c: the CUDA ring kernels, launched on
+ *   the caller's stream (NCCL's way). The entry points only it needs are
+ *   optional (NULL when the driver lacks them): staging still works with a
+ *   driver that has only the copy calls.
+ * Every call runs with the device's primary context pushed on the calling
+ * thread (xcoll_cuda_push) and popped again, so that the caller's own
+ * current context is left as it was. */
+#ifndef XCOLL_CORE_CUDA_H
+#define XCOLL_CORE_CUDA_H
+
+#include <pthread.h>
+#include <stddef.h>
+
+#include "xcoll.h"
+
+typedef int xcoll_cu_result; /* CUDA_SUCCESS = 0 */
+typedef unsigned long long xcoll_cu_deviceptr;
+
+/* cuda.h's values used by xcoll. */
+#define XCOLL_CU_ERROR_NOT_READY 600
+#define XCOLL_CU_MEMHOSTALLOC_PORTABLE 0x01
+#define XCOLL_CU_MEMHOSTALLOC_DEVICEMAP 0x02
+#define XCOLL_CU_EVENT_DISABLE_TIMING 0x02
+
+typedef struct xcoll_cu_driver {
+  void *handle; /* dlopen's; NULL until loaded */
+  /* Always present (staging needs them). */
+  xcoll_cu_result (*init)(unsigned int flags);
+  xcoll_cu_result (*device_get_count)(int *count);
+  xcoll_cu_result (*device_get)(int *device, int ordinal);
+  xcoll_cu_result (*primary_ctx_retain)(void **ctx, int device);
+  xcoll_cu_result (*primary_ctx_release)(int device);
+  xcoll_cu_result (*ctx_push)(void *ctx);
+  xcoll_cu_result (*ctx_pop)(void **ctx);
+  xcoll_cu_result (*mem_host_alloc)(void **p, size_t bytes,
+                                    unsigned int flags);
+  xcoll_cu_result (*mem_free_host)(void *p);
+  xcoll_cu_result (*memcpy_dtoh_async)(void *dst, xcoll_cu_deviceptr src,
+                                       size_t bytes, void *stream);
+  xcoll_cu_result (*memcpy_htod_async)(xcoll_cu_deviceptr dst,
+                                       const void *src, size_t bytes,
+                                       void *stream);
+  xcoll_cu_result (*stream_synchronize)(void *stream);
+  xcoll_cu_result (*get_error_string)(xcoll_cu_result result,
+                                      const char **text);
+  /* Optional: the kernel engine's (nccl_like). */
+  xcoll_cu_result (*module_load_data)(void **module, const void *image);
+  xcoll_cu_result (*module_unload)(void *module);
+  xcoll_cu_result (*module_get_function)(void **function, void *module,
+                                         const char *name);
+  xcoll_cu_result (*launch_kernel)(void *function, unsigned int grid_x,
+                                   unsigned int grid_y, unsigned int grid_z,
+                                   unsigned int block_x, unsigned int block_y,
+                                   unsigned int block_z,
+                                   unsigned int shared_bytes, void *stream,
+                                   void **params, void **extra);
+  xcoll_cu_result (*event_create)(void **event, unsigned int flags);
+  xcoll_cu_result (*event_destroy)(void *event);
+  xcoll_cu_result (*event_record)(void *event, void *stream);
+  xcoll_cu_result (*event_query)(void *event);
+  xcoll_cu_result (*event_synchronize)(void *event);
+  xcoll_cu_result (*stream_wait_event)(void *stream, void *event,
+                                       unsigned int flags);
+  xcoll_cu_result (*mem_host_get_device_pointer)(xcoll_cu_deviceptr *dptr,
+                                                 void *p, unsigned int flags);
+  xcoll_cu_result (*mem_alloc)(xcoll_cu_deviceptr *dptr, size_t bytes);
+  xcoll_cu_result (*mem_free)(xcoll_cu_deviceptr dptr);
+  const char *missing; /* the first optional entry point not found */
+} xcoll_cu_driver;
+
+/* The loaded driver: valid once xcoll_cuda_open has succeeded (it is never
+ * unloaded while the process runs). */
+extern xcoll_cu_driver xcoll_cu;
+
+/* The driver's sentence for result ("unknown CUDA error" when it has none). */
+const char *xcoll_cu_text(xcoll_cu_result result);
+
+/* One device's driver handles, shared by a communicator and the
+ * communicators split from it (reference counted). */
+typedef struct xcoll_cuda {
+  pthread_mutex_t lock;
+  int refs;    /* under lock */
+  int ordinal; /* the CUDA device ordinal */
+  int device;  /* the driver's CUdevice */
+  void *ctx;   /* the device's primary context */
+  /* One pinned buffer kept between staged calls (core/staging.c):
+   * cuMemHostAlloc is slow (it pins pages), and most programs repeat the
+   * same sizes. Under lock. */
+  void *spare;
+  size_t spare_bytes;
+} xcoll_cuda;
+
+/* Load the driver and retain device's primary context for a communicator
+ * on backend_name. Errors: XCOLL_ERR_NOT_SUPPORTED (no libcuda.so.1, or a
+ * driver call failed: the message says which and why),
+ * XCOLL_ERR_INVALID_ARGUMENT (device >= the number of devices),
+ * XCOLL_ERR_NO_MEMORY. */
+xcoll_status xcoll_cuda_open(int device, const char *backend_name,
+                             xcoll_cuda **out);
+
+/* Another reference (for a split child). */
+xcoll_cuda *xcoll_cuda_ref(xcoll_cuda *cuda);
+
+/* Drop a reference; the last one frees the spare pinned buffer and
+ * releases the primary context. NULL is fine. */
+void xcoll_cuda_close(xcoll_cuda *cuda);
+
+/* Push cuda's context on the calling thread (0 on success, else the
+ * driver's error); xcoll_cuda_pop pops it. */
+xcoll_cu_result xcoll_cuda_push(xcoll_cuda *cuda);
+void xcoll_cuda_pop(void);
+
+#endif
