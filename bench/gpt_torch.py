@@ -38,9 +38,7 @@ import argparse
 import json
 import math
 import os
-import socket
 import sys
-import time
 
 try:
     import torch
@@ -55,6 +53,8 @@ except ImportError:
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+
+import torch_common
 
 VOCAB = 256
 FORTUNES = "/usr/share/games/fortunes"
@@ -197,8 +197,7 @@ def wrap_fsdp(model):
 
 
 def worker(rank, world_size, args):
-    torch.set_num_threads(args.threads)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    torch_common.init_gloo(rank, world_size, args.threads)
     windows = train_windows(load_corpus(args.data_file, args.data_dir), args.context)
     torch.manual_seed(args.seed)
     model = GPT(args.n_layer, args.n_head, args.d_model, args.context)
@@ -229,14 +228,7 @@ def worker(rank, world_size, args):
         return loss
 
     try:
-        for i in range(args.warmup):
-            step(i)
-        dist.barrier()
-        t0 = time.perf_counter()
-        for i in range(args.steps):
-            loss = step(args.warmup + i)
-        dist.barrier()
-        elapsed = time.perf_counter() - t0
+        elapsed, loss = torch_common.timed_steps(step, args.warmup, args.steps)
     except Exception as e:  # noqa: BLE001 - FSDP on CPU may fail only here
         if args.strategy != "fsdp":
             raise
@@ -252,18 +244,6 @@ def worker(rank, world_size, args):
             "samples_per_s": args.steps * B * world_size / elapsed,
             "loss": float(loss)}), flush=True)
     dist.destroy_process_group()
-
-
-def spawned(rank, world_size, port, args):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    worker(rank, world_size, args)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main():
@@ -300,9 +280,7 @@ def main():
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
     else:
-        import torch.multiprocessing as mp
-        mp.spawn(spawned, args=(args.world_size, free_port(), args),
-                 nprocs=args.world_size, join=True)
+        torch_common.spawn(worker, args.world_size, args)
 
 
 if __name__ == "__main__":

@@ -12,15 +12,14 @@ import argparse
 import gzip
 import json
 import os
-import socket
 import struct
-import time
 
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
+
+import torch_common
 
 
 def load_idx(path, magic):
@@ -33,11 +32,8 @@ def load_idx(path, magic):
     return np.frombuffer(data, dtype=np.uint8, offset=header), count
 
 
-def worker(rank, args, port):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    torch.set_num_threads(args.threads)
-    dist.init_process_group("gloo", rank=rank, world_size=args.world_size)
+def worker(rank, world_size, args):
+    torch_common.init_gloo(rank, world_size, args.threads)
     pixels, n = load_idx(os.path.join(args.data_dir, "train-images-idx3-ubyte.gz"), 0x803)
     labels, _ = load_idx(os.path.join(args.data_dir, "train-labels-idx1-ubyte.gz"), 0x801)
     x = torch.from_numpy(pixels.reshape(n, 784).astype(np.float32) / 255.0)
@@ -64,26 +60,13 @@ def worker(rank, args, port):
         opt.step()
         return loss
 
-    for i in range(args.warmup):
-        step(i)
-    dist.barrier()
-    t0 = time.perf_counter()
-    for i in range(args.steps):
-        loss = step(args.warmup + i)
-    dist.barrier()
-    elapsed = time.perf_counter() - t0
+    elapsed, loss = torch_common.timed_steps(step, args.warmup, args.steps)
     if rank == 0:
         print(json.dumps({"impl": "torch-ddp-gloo", "world_size": args.world_size,
                           "batch_size": B, "steps": args.steps,
                           "samples_per_s": args.steps * B * args.world_size / elapsed,
                           "loss": float(loss)}), flush=True)
     dist.destroy_process_group()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main():
@@ -97,7 +80,7 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     args = p.parse_args()
-    mp.spawn(worker, args=(args, free_port()), nprocs=args.world_size, join=True)
+    torch_common.spawn(worker, args.world_size, args)
 
 
 if __name__ == "__main__":

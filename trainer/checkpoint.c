@@ -429,6 +429,67 @@ int checkpoint_clean_stale(const char *dir, char *err, size_t err_size) {
   return removed;
 }
 
+/* "(d0, d1, ...)" of a header's shape array (entries that are not numbers
+ * show as -1), for messages. */
+static void header_shape_text(const cJSON *shape, char *out, size_t size) {
+  size_t at = (size_t)snprintf(out, size, "(");
+  for (const cJSON *dim = cJSON_IsArray(shape) ? shape->child : NULL;
+       dim && at < size - 16; dim = dim->next)
+    at += (size_t)snprintf(out + at, size - at, "%s%g", at > 1 ? ", " : "",
+                           cJSON_IsNumber(dim) ? dim->valuedouble : -1.0);
+  snprintf(out + at, size - at, ")");
+}
+
+/* "(d0, d1, ...)" of a parameter's shape. */
+static void view_shape_text(const param_view *v, char *out, size_t size) {
+  size_t at = (size_t)snprintf(out, size, "(");
+  for (int d = 0; d < v->ndim && at < size; d++)
+    at += (size_t)snprintf(out + at, size - at, "%s%d", d ? ", " : "",
+                           v->shape[d]);
+  if (at < size)
+    snprintf(out + at, size - at, ")");
+}
+
+int checkpoint_check_tensor(const char *path, const char *name,
+                            const struct cJSON *entry, const param_view *v,
+                            uint64_t data_bytes, const char *shape_hint,
+                            uint64_t *offset, char *err, size_t err_size) {
+  const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(entry, "dtype");
+  if (!cJSON_IsString(dtype) || strcmp(dtype->valuestring, "F32") != 0) {
+    snprintf(err, err_size, "%s: tensor %s has dtype %s, expected F32 "
+             "(float32; convert with .float() before saving)", path, name,
+             cJSON_IsString(dtype) ? dtype->valuestring : "(missing)");
+    return -1;
+  }
+  const cJSON *shape = cJSON_GetObjectItemCaseSensitive(entry, "shape");
+  int ok = cJSON_IsArray(shape) && cJSON_GetArraySize(shape) == v->ndim;
+  for (int d = 0; ok && d < v->ndim; d++) {
+    const cJSON *dim = cJSON_GetArrayItem(shape, d);
+    ok = cJSON_IsNumber(dim) && dim->valuedouble == v->shape[d];
+  }
+  if (!ok) {
+    char got[128], want[64];
+    header_shape_text(shape, got, sizeof got);
+    view_shape_text(v, want, sizeof want);
+    snprintf(err, err_size, "%s: tensor %s has shape %s, this model's is %s "
+             "(%s)", path, name, got, want, shape_hint);
+    return -1;
+  }
+  const cJSON *offs = cJSON_GetObjectItemCaseSensitive(entry, "data_offsets");
+  const cJSON *b = cJSON_GetArrayItem(offs, 0), *e = cJSON_GetArrayItem(offs, 1);
+  if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
+      !cJSON_IsNumber(b) || !cJSON_IsNumber(e) || b->valuedouble < 0 ||
+      e->valuedouble - b->valuedouble != (double)(v->numel * 4) ||
+      e->valuedouble > (double)data_bytes) {
+    snprintf(err, err_size, "%s: tensor %s has data_offsets outside the file "
+             "or not %zu bytes long (a truncated or damaged file: write it "
+             "again)", path, name, v->numel * 4);
+    return -1;
+  }
+  *offset = (uint64_t)b->valuedouble;
+  return 0;
+}
+
 /* Check a tensor's entry and read its data from f into dst. */
 static int load_tensor(FILE *f, const char *path, long data_start,
                        size_t data_bytes, const cJSON *root, const char *name,
@@ -440,34 +501,14 @@ static int load_tensor(FILE *f, const char *path, long data_start,
              "model or optimizer?)", path, name);
     return -1;
   }
-  const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(t, "dtype");
-  if (!cJSON_IsString(dtype) || strcmp(dtype->valuestring, "F32") != 0) {
-    snprintf(err, err_size, "%s: tensor %s has dtype %s, expected F32", path,
-             name, cJSON_IsString(dtype) ? dtype->valuestring : "(none)");
+  uint64_t offset = 0;
+  if (checkpoint_check_tensor(path, name, t, v, data_bytes,
+                              "resume with the --model and sizes it was "
+                              "saved with: --cnn-channels, --d-model, "
+                              "--n-layer, --context",
+                              &offset, err, err_size) != 0)
     return -1;
-  }
-  const cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
-  int ok = cJSON_IsArray(shape) && cJSON_GetArraySize(shape) == v->ndim;
-  for (int d = 0; ok && d < v->ndim; d++) {
-    const cJSON *dim = cJSON_GetArrayItem(shape, d);
-    ok = cJSON_IsNumber(dim) && dim->valuedouble == v->shape[d];
-  }
-  if (!ok) {
-    snprintf(err, err_size, "%s: tensor %s has a shape other than this "
-             "model's (check --model and the CNN channels)", path, name);
-    return -1;
-  }
-  const cJSON *offs = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
-  const cJSON *b = cJSON_GetArrayItem(offs, 0), *e = cJSON_GetArrayItem(offs, 1);
-  if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
-      !cJSON_IsNumber(b) || !cJSON_IsNumber(e) || b->valuedouble < 0 ||
-      e->valuedouble - b->valuedouble != (double)(v->numel * 4) ||
-      e->valuedouble > (double)data_bytes) {
-    snprintf(err, err_size, "%s: tensor %s has bad data_offsets (outside the "
-             "file or of the wrong length)", path, name);
-    return -1;
-  }
-  if (fseek(f, data_start + (long)b->valuedouble, SEEK_SET) != 0 ||
+  if (fseek(f, data_start + (long)offset, SEEK_SET) != 0 ||
       fread(dst, 4, v->numel, f) != v->numel) {
     snprintf(err, err_size, "%s: cannot read tensor %s: truncated file", path,
              name);

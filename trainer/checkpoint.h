@@ -70,6 +70,32 @@ int checkpoint_load(const char *path, model *m, optimizer *o,
  * when dir cannot be read (a missing dir is 0: nothing to clean). */
 int checkpoint_clean_stale(const char *dir, char *err, size_t err_size);
 
+struct cJSON;
+
+/* Check one tensor's entry of a safetensors header against the parameter it
+ * will fill, before any of its data is read (checkpoint_load and
+ * init_params_load both use it).
+ *   path, name  the file and the tensor's name in it, for messages only;
+ *   entry       the tensor's JSON object in the header ({"dtype", "shape",
+ *               "data_offsets"});
+ *   v           the parameter: its shape, and numel (elements, 4 bytes each);
+ *   data_bytes  the size of the file's data section (bytes after the header);
+ *   shape_hint  what to check when the shape differs (e.g. "check --model"),
+ *               added to that message in parentheses;
+ *   offset      out: the tensor's first byte, from the start of the data
+ *               section (set only on success).
+ * Returns 0, or -1 with one sentence naming the file and the tensor in err:
+ *   - dtype missing or not "F32": the file holds another type (bf16, f16...);
+ *     the message says to convert with .float() before saving;
+ *   - shape not v's (another rank, another size, or a transposed matrix):
+ *     the message gives both shapes and shape_hint;
+ *   - data_offsets not two numbers, not v->numel * 4 bytes apart, or ending
+ *     past data_bytes: a truncated or damaged file. */
+int checkpoint_check_tensor(const char *path, const char *name,
+                            const struct cJSON *entry, const param_view *v,
+                            uint64_t data_bytes, const char *shape_hint,
+                            uint64_t *offset, char *err, size_t err_size);
+
 /* Validate a whole safetensors file held in memory (bytes, size bytes long),
  * as checkpoint_load does before it reads a tensor, without a model: the
  * header length, the JSON, __metadata__ (step, epoch and step_in_epoch

@@ -8,16 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_HEADER_BYTES (16u << 20)
+#include "checkpoint.h"
 
-static void shape_text(const param_view *v, char *out, size_t size) {
-  size_t at = (size_t)snprintf(out, size, "(");
-  for (int d = 0; d < v->ndim && at < size; d++)
-    at += (size_t)snprintf(out + at, size - at, "%s%d", d ? ", " : "",
-                           v->shape[d]);
-  if (at < size)
-    snprintf(out + at, size - at, ")");
-}
+#define MAX_HEADER_BYTES (16u << 20)
 
 int init_params_export(const char *path, const model *m, uint64_t seed,
                        float data_mean, float data_std, char *err,
@@ -80,46 +73,12 @@ int init_params_export(const char *path, const model *m, uint64_t seed,
 static int load_one(const char *path, const cJSON *t, const param_view *v,
                     const unsigned char *data, uint64_t data_bytes, float *dst,
                     char *err, size_t err_size) {
-  char want[64];
-  shape_text(v, want, sizeof want);
-  const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(t, "dtype");
-  if (!cJSON_IsString(dtype) || strcmp(dtype->valuestring, "F32") != 0) {
-    snprintf(err, err_size, "%s: tensor %s has dtype %s, expected F32 "
-             "(float32; convert with .float() before saving)", path, v->name,
-             cJSON_IsString(dtype) ? dtype->valuestring : "(missing)");
+  uint64_t offset = 0;
+  if (checkpoint_check_tensor(path, v->name, t, v, data_bytes,
+                              "PyTorch's layout: Linear weight (out, in)",
+                              &offset, err, err_size) != 0)
     return -1;
-  }
-  const cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
-  int ok = cJSON_IsArray(shape) && cJSON_GetArraySize(shape) == v->ndim;
-  for (int d = 0; ok && d < v->ndim; d++) {
-    const cJSON *dim = cJSON_GetArrayItem(shape, d);
-    ok = cJSON_IsNumber(dim) && dim->valuedouble == v->shape[d];
-  }
-  if (!ok) {
-    char got[128] = "(";
-    size_t at = 1;
-    for (const cJSON *dim = cJSON_IsArray(shape) ? shape->child : NULL;
-         dim && at < sizeof got - 16; dim = dim->next)
-      at += (size_t)snprintf(got + at, sizeof got - at, "%s%g",
-                             at > 1 ? ", " : "",
-                             cJSON_IsNumber(dim) ? dim->valuedouble : -1.0);
-    snprintf(got + at, sizeof got - at, ")");
-    snprintf(err, err_size, "%s: tensor %s has shape %s, this model's is %s "
-             "(PyTorch's layout: Linear weight (out, in))", path, v->name,
-             got, want);
-    return -1;
-  }
-  const cJSON *offs = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
-  const cJSON *b = cJSON_GetArrayItem(offs, 0), *e = cJSON_GetArrayItem(offs, 1);
-  if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
-      !cJSON_IsNumber(b) || !cJSON_IsNumber(e) || b->valuedouble < 0 ||
-      e->valuedouble - b->valuedouble != (double)(v->numel * 4) ||
-      e->valuedouble > (double)data_bytes) {
-    snprintf(err, err_size, "%s: tensor %s has data_offsets outside the file "
-             "or not %zu bytes long", path, v->name, v->numel * 4);
-    return -1;
-  }
-  memcpy(dst, data + (size_t)b->valuedouble, v->numel * 4);
+  memcpy(dst, data + offset, v->numel * 4);
   return 0;
 }
 

@@ -6,7 +6,9 @@
  * Connection (one reliable-connected queue pair per comm):
  *   listen:  open the QP (RESET -> INIT) and put its number, PSN, LID, GID
  *            and MTU in the handle, next to a socket-plugin handle for the
- *            bootstrap connection (authenticated by the socket plugin).
+ *            bootstrap connection (authenticated by the socket plugin; the
+ *            socket part of listen, connect and accept is net/handshake.c,
+ *            shared with ucx).
  *   connect: socket connect; QP INIT -> RTR -> RTS towards the listener's QP;
  *            send the hello {QP number, PSN, LID, GID, MTU, address and rkey
  *            of this comm's CTS FIFO} over the socket.
@@ -53,6 +55,7 @@
 #include <time.h>
 
 #include "env.h"
+#include "handshake.h"
 #include "ibv_wrap.h"
 #include "net.h"
 #include "net_plugin_log.h"
@@ -60,7 +63,7 @@
 #define IBN_HANDLE_MAGIC 0x48494e58u /* bytes "XNIH" */
 #define IBN_HELLO_MAGIC 0x43494e58u  /* bytes "XNIC" */
 #define IBN_VERSION 1
-#define IBN_INNER_OFFSET 8 /* the socket handle, 32 bytes */
+/* The socket handle, from NET_HANDSHAKE_INNER_OFFSET (8). */
 #define IBN_INNER_BYTES 32
 #define IBN_QP_OFFSET 40 /* qpn u32 | psn u32 | lid u16 | mtu u8 | 0 | gid */
 #define IBN_HELLO_BYTES                                                        \
@@ -81,12 +84,6 @@
                                */
 /* wr_id of a CTS write: the request slot with this bit. */
 #define IBN_WR_CTS 0x100u
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void put_u16(uint8_t *p, uint16_t v) {
   p[0] = (uint8_t)v;
@@ -612,7 +609,7 @@ static int qp_info_valid(const ibn_qp_info *q) {
 
 static xcoll_status ib_init(xcoll_net_log_fn log) {
   net_plugin_log_set(log);
-  xcoll_status s = xcoll_net_socket.init(log); /* the bootstrap connection */
+  xcoll_status s = net_handshake_init(log); /* the bootstrap connection */
   if (s != XCOLL_SUCCESS)
     return s;
   pthread_once(&device_once, open_device);
@@ -661,19 +658,10 @@ static xcoll_status ib_get_properties(int device_index,
 /* ---- listen / accept ---- */
 
 typedef struct ibn_listen {
-  xcoll_net_listen_comm *socket_listen;
-  xcoll_net_config config;
+  net_handshake_receiver bootstrap;
   ibn_comm *comm; /* its QP's number is in the handle */
-  int stage;      /* 0 socket accept, 1 hello */
-  xcoll_net_recv_comm *socket_recv;
-  xcoll_net_request *socket_request;
   uint8_t hello[IBN_HELLO_BYTES];
-  double deadline;
 } ibn_listen;
-
-static double timeout_of(const xcoll_net_config *config) {
-  return config->timeout_s > 0 ? config->timeout_s : 1e9;
-}
 
 static xcoll_status ib_listen(int device_index, const xcoll_net_config *config,
                               void *handle,
@@ -701,20 +689,15 @@ static xcoll_status ib_listen(int device_index, const xcoll_net_config *config,
     return net_fail(XCOLL_ERR_SYSTEM, "net ibverbs: rank %d on %s: %s",
                     config->rank, device.name, err);
   }
-  uint8_t inner[XCOLL_NET_HANDLE_MAXSIZE];
-  xcoll_status s = xcoll_net_socket.listen(0, config, inner, &l->socket_listen);
+  xcoll_status s =
+      net_handshake_listen(&l->bootstrap, 0, config, IBN_HANDLE_MAGIC,
+                           IBN_VERSION, IBN_INNER_BYTES, handle);
   if (s != XCOLL_SUCCESS) {
     comm_free(l->comm);
     free(l);
     return s;
   }
-  l->config = *config;
-  uint8_t *out = handle;
-  memset(out, 0, XCOLL_NET_HANDLE_MAXSIZE);
-  put_u32(out, IBN_HANDLE_MAGIC);
-  put_u32(out + 4, IBN_VERSION);
-  memcpy(out + IBN_INNER_OFFSET, inner, IBN_INNER_BYTES);
-  put_qp_info(out + IBN_QP_OFFSET, &l->comm->mine);
+  put_qp_info((uint8_t *)handle + IBN_QP_OFFSET, &l->comm->mine);
   *listen_comm = (xcoll_net_listen_comm *)l;
   return XCOLL_SUCCESS;
 }
@@ -732,35 +715,14 @@ static xcoll_status ib_accept(xcoll_net_listen_comm *listen_comm,
     return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                     "net ibverbs: accept called again after it succeeded "
                     "(one listen takes one connection)");
-  xcoll_status s = XCOLL_SUCCESS;
-  if (l->stage == 0) {
-    s = xcoll_net_socket.accept(l->socket_listen, expected_rank,
-                                &l->socket_recv);
-    if (s != XCOLL_SUCCESS || l->socket_recv == NULL)
-      return s;
-    s = xcoll_net_socket.irecv(l->socket_recv, l->hello, sizeof l->hello, 0,
-                               NULL, &l->socket_request);
-    if (s != XCOLL_SUCCESS)
-      return s;
-    l->stage = 1;
-    l->deadline = now_s() + timeout_of(&l->config);
-  }
-  int done = 0;
+  int received = 0;
   size_t size = 0;
-  s = xcoll_net_socket.test(l->socket_request, &done, &size);
-  if (s != XCOLL_SUCCESS) {
-    l->socket_request = NULL;
+  xcoll_status s =
+      net_handshake_receive_hello(&l->bootstrap, "ibverbs", expected_rank,
+                                  l->hello, sizeof l->hello, &received, &size);
+  if (s != XCOLL_SUCCESS || !received)
     return s;
-  }
-  if (!done) {
-    if (now_s() < l->deadline)
-      return XCOLL_SUCCESS;
-    return net_fail(XCOLL_ERR_TIMEOUT,
-                    "net ibverbs: rank %d's handshake with rank %d made no "
-                    "progress in %.1f s",
-                    l->config.rank, expected_rank, timeout_of(&l->config));
-  }
-  l->socket_request = NULL;
+  int rank = l->bootstrap.config.rank;
   ibn_qp_info remote;
   get_qp_info(l->hello + 8, &remote);
   if (size != IBN_HELLO_BYTES || get_u32(l->hello) != IBN_HELLO_MAGIC ||
@@ -780,54 +742,61 @@ static xcoll_status ib_accept(xcoll_net_listen_comm *listen_comm,
     return net_fail(XCOLL_ERR_SYSTEM,
                     "net ibverbs: rank %d: moving the QP from rank %d to %s "
                     "failed: %s",
-                    l->config.rank, expected_rank, stage, strerror(e));
+                    rank, expected_rank, stage, strerror(e));
   /* Liveness: a one-byte receive the sender never fills; it fails when the
    * sender's process is gone. */
-  c->socket_recv = l->socket_recv;
-  l->socket_recv = NULL;
+  c->socket_recv = l->bootstrap.socket_recv;
+  l->bootstrap.socket_recv = NULL;
   s = xcoll_net_socket.irecv(c->socket_recv, &c->liveness_byte, 1, 0, NULL,
                              &c->liveness);
   if (s != XCOLL_SUCCESS)
     return s;
   l->comm = NULL;
-  net_info("net ibverbs: rank %d accepted rank %d (QP %u <- %u)",
-           l->config.rank, expected_rank, c->mine.qpn, remote.qpn);
+  net_info("net ibverbs: rank %d accepted rank %d (QP %u <- %u)", rank,
+           expected_rank, c->mine.qpn, remote.qpn);
   *recv_comm = (xcoll_net_recv_comm *)c;
   return XCOLL_SUCCESS;
 }
 
 /* ---- connect ---- */
 
-/* A connect in progress, keyed by its arguments (the const handle cannot
- * hold state), as in the socket plugin. */
+/* A connect in progress (see net_handshake_sender_get). */
 typedef struct ibn_connecting {
-  uint8_t key_handle[XCOLL_NET_HANDLE_MAXSIZE];
-  uint64_t comm_id;
-  int rank, peer_rank;
-  int stage; /* 0 socket connect, 1 hello sent */
-  xcoll_net_send_comm *socket_send;
-  xcoll_net_request *socket_request;
+  net_handshake_sender bootstrap; /* first: the handshake allocates it */
   ibn_comm *comm;
   uint8_t hello[IBN_HELLO_BYTES];
-  double deadline;
-  struct ibn_connecting *next;
 } ibn_connecting;
 
-static pthread_mutex_t connecting_lock = PTHREAD_MUTEX_INITIALIZER;
-static ibn_connecting *connecting_list;
+static net_handshake_senders connecting = NET_HANDSHAKE_SENDERS_INIT;
 
 static void connecting_drop(ibn_connecting *k) {
-  pthread_mutex_lock(&connecting_lock);
-  for (ibn_connecting **p = &connecting_list; *p; p = &(*p)->next)
-    if (*p == k) {
-      *p = k->next;
-      break;
-    }
-  pthread_mutex_unlock(&connecting_lock);
-  if (k->socket_send)
-    xcoll_net_socket.close_send(k->socket_send);
   comm_free(k->comm);
-  free(k);
+  net_handshake_sender_drop(&connecting, &k->bootstrap);
+}
+
+/* The socket is connected: this comm's QP ready towards the listener's
+ * (remote), and the hello with its QP and CTS FIFO on its way. */
+static xcoll_status send_hello(ibn_connecting *k, int rank, int peer_rank,
+                               const ibn_qp_info *remote) {
+  char err[256];
+  k->comm = comm_new(1, rank, peer_rank, err, sizeof err);
+  if (k->comm == NULL)
+    return net_fail(XCOLL_ERR_SYSTEM, "net ibverbs: rank %d on %s: %s", rank,
+                    device.name, err);
+  const char *stage = "";
+  int e = qp_connect(k->comm, remote, &stage);
+  if (e != 0)
+    return net_fail(XCOLL_ERR_SYSTEM,
+                    "net ibverbs: rank %d: moving the QP to rank %d to %s "
+                    "failed: %s",
+                    rank, peer_rank, stage, strerror(e));
+  put_u32(k->hello, IBN_HELLO_MAGIC);
+  put_u32(k->hello + 4, IBN_VERSION);
+  put_qp_info(k->hello + 8, &k->comm->mine);
+  put_u64(k->hello + 36, (uint64_t)(uintptr_t)k->comm->fifo);
+  put_u32(k->hello + 44, k->comm->fifo_mr->mr->rkey);
+  return net_handshake_send_hello(&k->bootstrap, "ibverbs", k->hello,
+                                  sizeof k->hello);
 }
 
 static xcoll_status ib_connect(int device_index, const xcoll_net_config *config,
@@ -853,83 +822,37 @@ static xcoll_status ib_connect(int device_index, const xcoll_net_config *config,
                     "net ibverbs: the handle of rank %d is not an ibverbs "
                     "plugin handle: do both ranks use XCOLL_NET=ibverbs?",
                     peer_rank);
-  pthread_mutex_lock(&connecting_lock);
-  ibn_connecting *k = connecting_list;
-  while (k != NULL &&
-         !(memcmp(k->key_handle, handle, sizeof k->key_handle) == 0 &&
-           k->comm_id == config->comm_id && k->rank == config->rank &&
-           k->peer_rank == peer_rank))
-    k = k->next;
-  if (k == NULL) {
-    k = calloc(1, sizeof *k);
-    if (k == NULL) {
-      pthread_mutex_unlock(&connecting_lock);
-      return net_fail(XCOLL_ERR_NO_MEMORY,
-                      "net ibverbs: no memory for a connect");
-    }
-    memcpy(k->key_handle, handle, sizeof k->key_handle);
-    k->comm_id = config->comm_id;
-    k->rank = config->rank;
-    k->peer_rank = peer_rank;
-    k->deadline = now_s() + timeout_of(config);
-    k->next = connecting_list;
-    connecting_list = k;
-  }
-  pthread_mutex_unlock(&connecting_lock);
+  net_handshake_sender *sender;
+  xcoll_status s =
+      net_handshake_sender_get(&connecting, "ibverbs", handle, config,
+                               peer_rank, sizeof(ibn_connecting), &sender);
+  if (s != XCOLL_SUCCESS)
+    return s;
+  ibn_connecting *k = (ibn_connecting *)sender;
 
-  xcoll_status s = XCOLL_SUCCESS;
-  if (k->stage == 0) {
-    uint8_t inner[XCOLL_NET_HANDLE_MAXSIZE] = {0};
-    memcpy(inner, in + IBN_INNER_OFFSET, IBN_INNER_BYTES);
-    s = xcoll_net_socket.connect(0, config, inner, peer_rank, &k->socket_send);
+  if (k->bootstrap.stage == NET_HANDSHAKE_CONNECTING) {
+    s = net_handshake_connect(&k->bootstrap, 0, config, handle,
+                              IBN_INNER_BYTES);
     if (s != XCOLL_SUCCESS)
       goto failed;
-    if (k->socket_send == NULL)
+    if (k->bootstrap.socket_send == NULL)
       goto check_time;
-    char err[256];
-    k->comm = comm_new(1, config->rank, peer_rank, err, sizeof err);
-    if (k->comm == NULL) {
-      s = net_fail(XCOLL_ERR_SYSTEM, "net ibverbs: rank %d on %s: %s",
-                   config->rank, device.name, err);
-      goto failed;
-    }
-    const char *stage = "";
-    int e = qp_connect(k->comm, &remote, &stage);
-    if (e != 0) {
-      s = net_fail(XCOLL_ERR_SYSTEM,
-                   "net ibverbs: rank %d: moving the QP to rank %d to %s "
-                   "failed: %s",
-                   config->rank, peer_rank, stage, strerror(e));
-      goto failed;
-    }
-    put_u32(k->hello, IBN_HELLO_MAGIC);
-    put_u32(k->hello + 4, IBN_VERSION);
-    put_qp_info(k->hello + 8, &k->comm->mine);
-    put_u64(k->hello + 36, (uint64_t)(uintptr_t)k->comm->fifo);
-    put_u32(k->hello + 44, k->comm->fifo_mr->mr->rkey);
-    s = xcoll_net_socket.isend(k->socket_send, k->hello, sizeof k->hello, 0,
-                               NULL, &k->socket_request);
+    s = send_hello(k, config->rank, peer_rank, &remote);
     if (s != XCOLL_SUCCESS)
       goto failed;
-    if (k->socket_request == NULL) {
-      s = net_fail(XCOLL_ERR_INTERNAL,
-                   "net ibverbs: a fresh socket comm is full");
-      goto failed;
-    }
-    k->stage = 1;
   }
-  int done = 0;
-  s = xcoll_net_socket.test(k->socket_request, &done, NULL);
-  if (s != XCOLL_SUCCESS) {
-    k->socket_request = NULL;
+  int sent = 0;
+  s = net_handshake_hello_sent(&k->bootstrap, &sent);
+  if (s != XCOLL_SUCCESS)
     goto failed;
-  }
-  if (!done)
+  if (!sent)
     goto check_time;
+  /* The bootstrap socket stays with the comm: the receiver's liveness
+   * check. */
   ibn_comm *c = k->comm;
   k->comm = NULL;
-  c->socket_send = k->socket_send;
-  k->socket_send = NULL;
+  c->socket_send = k->bootstrap.socket_send;
+  k->bootstrap.socket_send = NULL;
   connecting_drop(k);
   net_info("net ibverbs: rank %d connected to rank %d (QP %u -> %u)",
            config->rank, peer_rank, c->mine.qpn, remote.qpn);
@@ -937,12 +860,9 @@ static xcoll_status ib_connect(int device_index, const xcoll_net_config *config,
   return XCOLL_SUCCESS;
 
 check_time:
-  if (now_s() < k->deadline)
+  s = net_handshake_sender_waiting(&k->bootstrap, "ibverbs");
+  if (s == XCOLL_SUCCESS)
     return XCOLL_SUCCESS;
-  s = net_fail(XCOLL_ERR_TIMEOUT,
-               "net ibverbs: rank %d's connection to rank %d made no "
-               "progress in %.1f s",
-               config->rank, peer_rank, timeout_of(config));
 failed:
   connecting_drop(k);
   return s;
@@ -1366,10 +1286,8 @@ static void ib_close_listen(xcoll_net_listen_comm *listen_comm) {
   ibn_listen *l = (ibn_listen *)listen_comm;
   if (l == NULL)
     return;
-  if (l->socket_recv)
-    xcoll_net_socket.close_recv(l->socket_recv);
   comm_free(l->comm);
-  xcoll_net_socket.close_listen(l->socket_listen);
+  net_handshake_receiver_close(&l->bootstrap);
   free(l);
 }
 

@@ -14,6 +14,8 @@
  *   accept:  socket accept -> receive the hello -> endpoint to the sender's
  *            worker -> UCP-send this worker's address as the answer: recv
  *            comm ready once it left.
+ * The socket part (the handle's layout, the authenticated connection, the
+ * hello's trip and the deadline) is net/handshake.c, shared with ibverbs.
  * Each comm has its own UCP worker (one endpoint), so that comms never share
  * a worker across threads.
  *
@@ -28,14 +30,13 @@
  * by UCX's peer failure handling (UCP_ERR_HANDLING_MODE_PEER) as
  * XCOLL_ERR_REMOTE. */
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "handshake.h"
 #include "net.h"
 #include "net_plugin_log.h"
 #include "ucx_wrap.h"
@@ -43,7 +44,8 @@
 #define UCXN_HANDLE_MAGIC 0x48554e58u /* bytes "XNUH" */
 #define UCXN_HELLO_MAGIC 0x43554e58u  /* bytes "XNUC" */
 #define UCXN_VERSION 1
-#define UCXN_INNER_OFFSET 8 /* the socket handle starts here in ours */
+/* How much of the socket plugin's handle ours holds, bytes. */
+#define UCXN_INNER_BYTES (XCOLL_NET_HANDLE_MAXSIZE - NET_HANDSHAKE_INNER_OFFSET)
 #define UCXN_HELLO_HEADER 12
 /* Largest worker address accepted from a peer, bytes. */
 #define UCXN_MAX_ADDRESS (64u * 1024u)
@@ -52,12 +54,6 @@
 #define UCXN_ANSWER_TAG 0xfffffffffffffffful
 #define UCXN_KEEPALIVE "1s"
 #define UCXN_MESSAGE_BYTES 512
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void put_u32(uint8_t *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -156,7 +152,7 @@ static xcoll_status comm_check(ucxn_comm *c) {
 static xcoll_status ucx_init(xcoll_net_log_fn log) {
   net_plugin_log_set(log);
   /* The handshake runs over the socket plugin: same log. */
-  xcoll_status s = xcoll_net_socket.init(log);
+  xcoll_status s = net_handshake_init(log);
   if (s != XCOLL_SUCCESS) return s;
   net_info("net ucx: UCX %s", ucp_get_version_string());
   return XCOLL_SUCCESS;
@@ -205,22 +201,13 @@ static const void *decode_hello(const uint8_t *in, size_t size) {
 }
 
 typedef struct ucxn_listen {
-  xcoll_net_listen_comm *socket_listen;
-  xcoll_net_config config;
-  /* The connection being accepted. */
-  int stage; /* 0 socket accept, 1 hello, 2 answer */
-  xcoll_net_recv_comm *socket_recv;
-  xcoll_net_request *socket_request;
+  net_handshake_receiver bootstrap;
+  /* The connection being accepted, once its hello arrived. */
   ucxn_comm *comm;
   xcoll_ucx_request *answer;
   uint8_t hello[UCXN_HELLO_HEADER + UCXN_MAX_ADDRESS];
   uint8_t mine[UCXN_HELLO_HEADER + UCXN_MAX_ADDRESS];
-  double deadline;
 } ucxn_listen;
-
-static double timeout_of(const xcoll_net_config *config) {
-  return config->timeout_s > 0 ? config->timeout_s : 1e9;
-}
 
 static xcoll_status ucx_listen(int device, const xcoll_net_config *config,
                                void *handle,
@@ -231,33 +218,54 @@ static xcoll_status ucx_listen(int device, const xcoll_net_config *config,
                 "net ucx: listen with a NULL config, handle or listen_comm");
   ucxn_listen *l = calloc(1, sizeof *l);
   if (l == NULL) return net_fail(XCOLL_ERR_NO_MEMORY, "net ucx: no memory");
-  uint8_t inner[XCOLL_NET_HANDLE_MAXSIZE];
   xcoll_status s =
-      xcoll_net_socket.listen(device, config, inner, &l->socket_listen);
+      net_handshake_listen(&l->bootstrap, device, config, UCXN_HANDLE_MAGIC,
+                           UCXN_VERSION, UCXN_INNER_BYTES, handle);
   if (s != XCOLL_SUCCESS) {
     free(l);
     return s;
   }
-  l->config = *config;
-  uint8_t *out = handle;
-  memset(out, 0, XCOLL_NET_HANDLE_MAXSIZE);
-  put_u32(out, UCXN_HANDLE_MAGIC);
-  put_u32(out + 4, UCXN_VERSION);
-  memcpy(out + UCXN_INNER_OFFSET, inner,
-         XCOLL_NET_HANDLE_MAXSIZE - UCXN_INNER_OFFSET);
   *listen_comm = (xcoll_net_listen_comm *)l;
   return XCOLL_SUCCESS;
 }
 
 static void reset_accept(ucxn_listen *l) {
-  if (l->socket_recv) xcoll_net_socket.close_recv(l->socket_recv);
-  l->socket_recv = NULL;
-  l->socket_request = NULL;
   if (l->answer) xcoll_ucx_request_put(l->comm->worker, l->answer);
   l->answer = NULL;
   comm_free(l->comm);
   l->comm = NULL;
-  l->stage = 0;
+  net_handshake_receiver_reset(&l->bootstrap);
+}
+
+/* The hello arrived (size bytes in l->hello): the endpoint to the sender's
+ * worker, and this worker's address on its way back as the answer. */
+static xcoll_status answer_hello(ucxn_listen *l, int expected_rank,
+                                 size_t size) {
+  int rank = l->bootstrap.config.rank;
+  const void *address = decode_hello(l->hello, size);
+  if (address == NULL)
+    return net_fail(XCOLL_ERR_PROTOCOL,
+             "net ucx: rank %d's hello (%zu bytes) is not a UCX worker "
+             "address: do both ranks use XCOLL_NET=ucx of the same build?",
+             expected_rank, size);
+  char err[256];
+  l->comm = comm_new(0, expected_rank, err, sizeof err);
+  if (l->comm == NULL)
+    return net_fail(XCOLL_ERR_SYSTEM, "net ucx: rank %d: %s (check UCX_TLS)",
+             rank, err);
+  if (xcoll_ucx_connect(l->comm->worker, 0, address, 1, on_peer_error,
+                        l->comm, err, sizeof err) != UCS_OK)
+    return net_fail(XCOLL_ERR_SYSTEM,
+             "net ucx: rank %d cannot reach rank %d's worker: %s", rank,
+             expected_rank, err);
+  size_t bytes = encode_hello(l->comm->worker, l->mine);
+  l->answer = xcoll_ucx_request_get(l->comm->worker);
+  if (l->answer == NULL ||
+      xcoll_ucx_isend(l->comm->worker, 0, UCXN_ANSWER_TAG, l->mine, bytes,
+                      l->answer) != UCS_OK)
+    return net_fail(XCOLL_ERR_SYSTEM,
+             "net ucx: rank %d could not answer rank %d", rank, expected_rank);
+  return XCOLL_SUCCESS;
 }
 
 static xcoll_status ucx_accept(xcoll_net_listen_comm *listen_comm,
@@ -269,119 +277,78 @@ static xcoll_status ucx_accept(xcoll_net_listen_comm *listen_comm,
     return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net ucx: accept with a NULL listen_comm or recv_comm");
   xcoll_status s = XCOLL_SUCCESS;
-  if (l->stage == 0) {
-    s = xcoll_net_socket.accept(l->socket_listen, expected_rank,
-                                &l->socket_recv);
-    if (s != XCOLL_SUCCESS || l->socket_recv == NULL) return s;
-    s = xcoll_net_socket.irecv(l->socket_recv, l->hello, sizeof l->hello, 0,
-                               NULL, &l->socket_request);
-    if (s != XCOLL_SUCCESS) goto failed;
-    l->stage = 1;
-    l->deadline = now_s() + timeout_of(&l->config);
-  }
-  if (l->stage == 1) {
-    int done = 0;
+  if (l->comm == NULL) {
+    int received = 0;
     size_t size = 0;
-    s = xcoll_net_socket.test(l->socket_request, &done, &size);
+    s = net_handshake_receive_hello(&l->bootstrap, "ucx", expected_rank,
+                                    l->hello, sizeof l->hello, &received,
+                                    &size);
     if (s != XCOLL_SUCCESS) goto failed;
-    if (!done) goto check_time;
-    l->socket_request = NULL;
-    const void *address = decode_hello(l->hello, size);
-    if (address == NULL) {
-      s = net_fail(XCOLL_ERR_PROTOCOL,
-               "net ucx: rank %d's hello (%zu bytes) is not a UCX worker "
-               "address: do both ranks use XCOLL_NET=ucx of the same build?",
-               expected_rank, size);
+    if (!received) return XCOLL_SUCCESS;
+    if ((s = answer_hello(l, expected_rank, size)) != XCOLL_SUCCESS)
       goto failed;
-    }
-    char err[256];
-    l->comm = comm_new(0, expected_rank, err, sizeof err);
-    if (l->comm == NULL) {
-      s = net_fail(XCOLL_ERR_SYSTEM, "net ucx: rank %d: %s (check UCX_TLS)",
-               l->config.rank, err);
-      goto failed;
-    }
-    if (xcoll_ucx_connect(l->comm->worker, 0, address, 1, on_peer_error,
-                          l->comm, err, sizeof err) != UCS_OK) {
-      s = net_fail(XCOLL_ERR_SYSTEM,
-               "net ucx: rank %d cannot reach rank %d's worker: %s",
-               l->config.rank, expected_rank, err);
-      goto failed;
-    }
-    size_t bytes = encode_hello(l->comm->worker, l->mine);
-    l->answer = xcoll_ucx_request_get(l->comm->worker);
-    if (l->answer == NULL ||
-        xcoll_ucx_isend(l->comm->worker, 0, UCXN_ANSWER_TAG, l->mine, bytes,
-                        l->answer) != UCS_OK) {
-      s = net_fail(XCOLL_ERR_SYSTEM, "net ucx: rank %d could not answer rank %d",
-               l->config.rank, expected_rank);
-      goto failed;
-    }
-    l->stage = 2;
   }
-  if (l->stage == 2) {
-    xcoll_ucx_progress(l->comm->worker);
-    if ((s = comm_check(l->comm)) != XCOLL_SUCCESS) goto failed;
-    if (!l->answer->done) goto check_time;
-    if (l->answer->status != UCS_OK) {
-      s = net_fail(XCOLL_ERR_REMOTE, "net ucx: the answer to rank %d failed: %s",
-               expected_rank, ucs_status_string(l->answer->status));
-      goto failed;
-    }
-    xcoll_ucx_request_put(l->comm->worker, l->answer);
-    l->answer = NULL;
-    ucxn_comm *c = l->comm;
-    l->comm = NULL;
-    reset_accept(l);
-    net_info("net ucx: rank %d accepted rank %d", l->config.rank, expected_rank);
-    *recv_comm = (xcoll_net_recv_comm *)c;
-    return XCOLL_SUCCESS;
+  xcoll_ucx_progress(l->comm->worker);
+  if ((s = comm_check(l->comm)) != XCOLL_SUCCESS) goto failed;
+  if (!l->answer->done) {
+    s = net_handshake_receiver_waiting(&l->bootstrap, "ucx", expected_rank);
+    if (s == XCOLL_SUCCESS) return XCOLL_SUCCESS;
+    goto failed;
   }
+  if (l->answer->status != UCS_OK) {
+    s = net_fail(XCOLL_ERR_REMOTE, "net ucx: the answer to rank %d failed: %s",
+             expected_rank, ucs_status_string(l->answer->status));
+    goto failed;
+  }
+  xcoll_ucx_request_put(l->comm->worker, l->answer);
+  l->answer = NULL;
+  ucxn_comm *c = l->comm;
+  l->comm = NULL;
+  reset_accept(l);
+  net_info("net ucx: rank %d accepted rank %d", l->bootstrap.config.rank,
+           expected_rank);
+  *recv_comm = (xcoll_net_recv_comm *)c;
   return XCOLL_SUCCESS;
 
-check_time:
-  if (now_s() < l->deadline) return XCOLL_SUCCESS;
-  s = net_fail(XCOLL_ERR_TIMEOUT,
-           "net ucx: rank %d's handshake with rank %d made no progress in "
-           "%.1f s",
-           l->config.rank, expected_rank, timeout_of(&l->config));
 failed:
   reset_accept(l);
   return s;
 }
 
-/* A connect in progress, keyed like the socket plugin's (the const handle
- * cannot hold state). */
+/* A connect in progress (see net_handshake_sender_get). */
 typedef struct ucxn_connecting {
-  uint8_t key_handle[XCOLL_NET_HANDLE_MAXSIZE];
-  uint64_t comm_id;
-  int rank, peer_rank;
-  int stage; /* 0 socket connect, 1 hello sent, 2 answer */
-  xcoll_net_send_comm *socket_send;
-  xcoll_net_request *socket_request;
+  net_handshake_sender bootstrap; /* first: the handshake allocates it */
   ucxn_comm *comm;
   xcoll_ucx_request *answer;
-  double deadline;
   uint8_t mine[UCXN_HELLO_HEADER + UCXN_MAX_ADDRESS];
   uint8_t theirs[UCXN_HELLO_HEADER + UCXN_MAX_ADDRESS];
-  struct ucxn_connecting *next;
 } ucxn_connecting;
 
-static pthread_mutex_t connecting_lock = PTHREAD_MUTEX_INITIALIZER;
-static ucxn_connecting *connecting_list;
+static net_handshake_senders connecting = NET_HANDSHAKE_SENDERS_INIT;
 
 static void connecting_drop(ucxn_connecting *k) {
-  pthread_mutex_lock(&connecting_lock);
-  for (ucxn_connecting **p = &connecting_list; *p; p = &(*p)->next)
-    if (*p == k) {
-      *p = k->next;
-      break;
-    }
-  pthread_mutex_unlock(&connecting_lock);
-  if (k->socket_send) xcoll_net_socket.close_send(k->socket_send);
   if (k->answer) xcoll_ucx_request_put(k->comm->worker, k->answer);
   comm_free(k->comm);
-  free(k);
+  net_handshake_sender_drop(&connecting, &k->bootstrap);
+}
+
+/* The socket is connected: this comm's worker, the receive of the answer
+ * (posted first, so that the answer is never unexpected), and the hello on
+ * its way. */
+static xcoll_status send_hello(ucxn_connecting *k, int rank, int peer_rank) {
+  char err[256];
+  k->comm = comm_new(1, peer_rank, err, sizeof err);
+  if (k->comm == NULL)
+    return net_fail(XCOLL_ERR_SYSTEM, "net ucx: rank %d: %s (check UCX_TLS)",
+             rank, err);
+  size_t bytes = encode_hello(k->comm->worker, k->mine);
+  k->answer = xcoll_ucx_request_get(k->comm->worker);
+  if (k->answer == NULL ||
+      xcoll_ucx_irecv(k->comm->worker, 0, UCXN_ANSWER_TAG, ~(ucp_tag_t)0,
+                      k->theirs, sizeof k->theirs, k->answer) != UCS_OK)
+    return net_fail(XCOLL_ERR_SYSTEM, "net ucx: rank %d could not post a receive",
+             rank);
+  return net_handshake_send_hello(&k->bootstrap, "ucx", k->mine, bytes);
 }
 
 static xcoll_status ucx_connect(int device, const xcoll_net_config *config,
@@ -396,109 +363,58 @@ static xcoll_status ucx_connect(int device, const xcoll_net_config *config,
     return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net ucx: the handle given to connect is not a ucx plugin "
                 "handle: do both ranks use XCOLL_NET=ucx?");
-  pthread_mutex_lock(&connecting_lock);
-  ucxn_connecting *k = connecting_list;
-  while (k != NULL && !(memcmp(k->key_handle, handle, sizeof k->key_handle) ==
-                            0 &&
-                        k->comm_id == config->comm_id &&
-                        k->rank == config->rank && k->peer_rank == peer_rank))
-    k = k->next;
-  if (k == NULL) {
-    k = calloc(1, sizeof *k);
-    if (k == NULL) {
-      pthread_mutex_unlock(&connecting_lock);
-      return net_fail(XCOLL_ERR_NO_MEMORY, "net ucx: no memory for a connect");
-    }
-    memcpy(k->key_handle, handle, sizeof k->key_handle);
-    k->comm_id = config->comm_id;
-    k->rank = config->rank;
-    k->peer_rank = peer_rank;
-    k->deadline = now_s() + timeout_of(config);
-    k->next = connecting_list;
-    connecting_list = k;
-  }
-  pthread_mutex_unlock(&connecting_lock);
+  net_handshake_sender *sender;
+  xcoll_status s =
+      net_handshake_sender_get(&connecting, "ucx", handle, config, peer_rank,
+                               sizeof(ucxn_connecting), &sender);
+  if (s != XCOLL_SUCCESS) return s;
+  ucxn_connecting *k = (ucxn_connecting *)sender;
 
-  xcoll_status s = XCOLL_SUCCESS;
-  if (k->stage == 0) {
-    uint8_t inner[XCOLL_NET_HANDLE_MAXSIZE] = {0};
-    memcpy(inner, in + UCXN_INNER_OFFSET,
-           XCOLL_NET_HANDLE_MAXSIZE - UCXN_INNER_OFFSET);
-    s = xcoll_net_socket.connect(device, config, inner, peer_rank,
-                                 &k->socket_send);
+  if (k->bootstrap.stage == NET_HANDSHAKE_CONNECTING) {
+    s = net_handshake_connect(&k->bootstrap, device, config, handle,
+                              UCXN_INNER_BYTES);
     if (s != XCOLL_SUCCESS) goto failed;
-    if (k->socket_send == NULL) goto check_time;
-    char err[256];
-    k->comm = comm_new(1, peer_rank, err, sizeof err);
-    if (k->comm == NULL) {
-      s = net_fail(XCOLL_ERR_SYSTEM, "net ucx: rank %d: %s (check UCX_TLS)",
-               config->rank, err);
+    if (k->bootstrap.socket_send == NULL) goto check_time;
+    if ((s = send_hello(k, config->rank, peer_rank)) != XCOLL_SUCCESS)
       goto failed;
-    }
-    size_t bytes = encode_hello(k->comm->worker, k->mine);
-    /* the answer's receive first, so that it is never unexpected */
-    k->answer = xcoll_ucx_request_get(k->comm->worker);
-    if (k->answer == NULL ||
-        xcoll_ucx_irecv(k->comm->worker, 0, UCXN_ANSWER_TAG, ~(ucp_tag_t)0,
-                        k->theirs, sizeof k->theirs, k->answer) != UCS_OK) {
-      s = net_fail(XCOLL_ERR_SYSTEM, "net ucx: rank %d could not post a receive",
-               config->rank);
-      goto failed;
-    }
-    s = xcoll_net_socket.isend(k->socket_send, k->mine, bytes, 0, NULL,
-                               &k->socket_request);
-    if (s != XCOLL_SUCCESS) goto failed;
-    if (k->socket_request == NULL) {
-      s = net_fail(XCOLL_ERR_INTERNAL, "net ucx: a fresh socket comm is full");
-      goto failed;
-    }
-    k->stage = 1;
   }
-  if (k->stage == 1) {
-    int done = 0;
-    s = xcoll_net_socket.test(k->socket_request, &done, NULL);
-    if (s != XCOLL_SUCCESS) goto failed;
-    if (!done) goto check_time;
-    k->socket_request = NULL;
-    k->stage = 2;
+  int sent = 0;
+  if ((s = net_handshake_hello_sent(&k->bootstrap, &sent)) != XCOLL_SUCCESS)
+    goto failed;
+  if (!sent) goto check_time;
+  /* The answer: the receiver's worker address, through UCX. */
+  xcoll_ucx_progress(k->comm->worker);
+  if (!k->answer->done) goto check_time;
+  const void *address =
+      k->answer->status == UCS_OK
+          ? decode_hello(k->theirs, k->answer->received)
+          : NULL;
+  if (address == NULL) {
+    s = net_fail(XCOLL_ERR_PROTOCOL,
+             "net ucx: rank %d's answer is not a UCX worker address (%s)",
+             peer_rank, ucs_status_string(k->answer->status));
+    goto failed;
   }
-  if (k->stage == 2) {
-    xcoll_ucx_progress(k->comm->worker);
-    if (!k->answer->done) goto check_time;
-    const void *address =
-        k->answer->status == UCS_OK
-            ? decode_hello(k->theirs, k->answer->received)
-            : NULL;
-    if (address == NULL) {
-      s = net_fail(XCOLL_ERR_PROTOCOL,
-               "net ucx: rank %d's answer is not a UCX worker address (%s)",
-               peer_rank, ucs_status_string(k->answer->status));
-      goto failed;
-    }
-    char err[256];
-    if (xcoll_ucx_connect(k->comm->worker, 0, address, 1, on_peer_error,
-                          k->comm, err, sizeof err) != UCS_OK) {
-      s = net_fail(XCOLL_ERR_SYSTEM,
-               "net ucx: rank %d cannot reach rank %d's worker: %s",
-               config->rank, peer_rank, err);
-      goto failed;
-    }
-    ucxn_comm *c = k->comm;
-    k->comm = NULL;
-    xcoll_ucx_request_put(c->worker, k->answer);
-    k->answer = NULL;
-    connecting_drop(k);
-    net_info("net ucx: rank %d connected to rank %d", config->rank, peer_rank);
-    *send_comm = (xcoll_net_send_comm *)c;
+  char err[256];
+  if (xcoll_ucx_connect(k->comm->worker, 0, address, 1, on_peer_error,
+                        k->comm, err, sizeof err) != UCS_OK) {
+    s = net_fail(XCOLL_ERR_SYSTEM,
+             "net ucx: rank %d cannot reach rank %d's worker: %s",
+             config->rank, peer_rank, err);
+    goto failed;
   }
+  ucxn_comm *c = k->comm;
+  k->comm = NULL;
+  xcoll_ucx_request_put(c->worker, k->answer);
+  k->answer = NULL;
+  connecting_drop(k);
+  net_info("net ucx: rank %d connected to rank %d", config->rank, peer_rank);
+  *send_comm = (xcoll_net_send_comm *)c;
   return XCOLL_SUCCESS;
 
 check_time:
-  if (now_s() < k->deadline) return XCOLL_SUCCESS;
-  s = net_fail(XCOLL_ERR_TIMEOUT,
-           "net ucx: rank %d's connection to rank %d made no progress in "
-           "%.1f s",
-           config->rank, peer_rank, timeout_of(config));
+  s = net_handshake_sender_waiting(&k->bootstrap, "ucx");
+  if (s == XCOLL_SUCCESS) return XCOLL_SUCCESS;
 failed:
   connecting_drop(k);
   return s;
@@ -678,7 +594,7 @@ static void ucx_close_listen(xcoll_net_listen_comm *listen_comm) {
   ucxn_listen *l = (ucxn_listen *)listen_comm;
   if (l == NULL) return;
   reset_accept(l);
-  xcoll_net_socket.close_listen(l->socket_listen);
+  net_handshake_receiver_close(&l->bootstrap);
   free(l);
 }
 
