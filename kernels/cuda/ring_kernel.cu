@@ -4,31 +4,43 @@
  *
  * Built only as a compile check today (ctest unit.kernels_nvcc, for sm_75,
  * sm_80 and sm_90 plus PTX): the project's machines have nvcc but no GPU, so
- * none of these kernels has ever run. Launch shape, when a GPU rank exists:
- * <<<nchannels, threads>>>, works/sends/recvs indexed by blockIdx.x, the
- * FIFOs in pinned mapped host memory (conn.h), status[channel] set by thread
- * 0 of each block. */
+ * none of these kernels has ever run on a GPU; the stand-in driver
+ * tests/unit/fake_libcuda.c runs the host build of the same body (ctest
+ * unit.fake_cuda_kernel). Launch shape: <<<nchannels, threads>>>, block c =
+ * channel c; sends, recvs, abort and status in pinned mapped host memory
+ * (conn.h), status[c] written by thread 0 of block c on failure only.
+ *
+ * Parameters: work by value (one launch per collective, so the host writes
+ * no per-channel work array the GPU would have to read first); each block
+ * derives its channel from blockIdx.x and gridDim.x, and its scratch (when
+ * work.scratch is set) as scratch + c * scratch_bytes. status is sticky: a
+ * success leaves it as the host set it (zero), so one status array can
+ * collect the first failure of several launches. */
 #include "../ring.h"
 
 /* One channel per block; every thread calls xc_ring_run with the same
  * arguments (it is written for that: thread 0 waits and posts). */
-__device__ static void xc_run_block(const xc_work *works, xc_conn *sends,
-                                    xc_conn *recvs, const xc_abort *abort,
-                                    xcoll_status *status, int kind) {
-  const xc_work *w = &works[blockIdx.x];
-  xcoll_status s = w->kind == kind
-                       ? xc_ring_run(w, &sends[blockIdx.x], &recvs[blockIdx.x],
-                                     abort)
+__device__ static void xc_run_block(xc_work w, xc_conn *sends, xc_conn *recvs,
+                                    const xc_abort *abort, int *status,
+                                    int kind) {
+  int c = (int)blockIdx.x;
+  w.channel = c;
+  w.nchannels = (int)gridDim.x;
+  if (w.scratch != NULL)
+    w.scratch = (char *)w.scratch + (size_t)c * w.scratch_bytes;
+  xcoll_status s = w.kind == kind
+                       ? xc_ring_run(&w, sends != NULL ? &sends[c] : NULL,
+                                     recvs != NULL ? &recvs[c] : NULL, abort)
                        : XCOLL_ERR_INVALID_ARGUMENT;
-  if (threadIdx.x == 0)
-    status[blockIdx.x] = s;
+  if (s != XCOLL_SUCCESS && threadIdx.x == 0)
+    status[c] = (int)s;
 }
 
 #define XC_DEFINE_KERNEL(NAME, KIND)                                           \
-  extern "C" __global__ void NAME(const xc_work *works, xc_conn *sends,        \
+  extern "C" __global__ void NAME(xc_work work, xc_conn *sends,              \
                                   xc_conn *recvs, const xc_abort *abort,       \
-                                  xcoll_status *status) {                      \
-    xc_run_block(works, sends, recvs, abort, status, KIND);                    \
+                                  int *status) {                               \
+    xc_run_block(work, sends, recvs, abort, status, KIND);                     \
   }
 
 XC_DEFINE_KERNEL(xc_allreduce_kernel, XC_COLL_ALLREDUCE)
