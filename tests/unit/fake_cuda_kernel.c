@@ -9,7 +9,9 @@
  * the other's recv FIFO as kernels/conn.h asks a proxy to. The proxy starts
  * moving only when the test opens its gate, so a kernel cannot finish
  * before that, and the events and stream queries are checked NOT_READY
- * without any sleep. Also: stream order (an asynchronous input copy on the
+ * without any sleep; before any query, the test waits for each kernel's
+ * first send to land in its FIFO, which it does only if the kernel runs
+ * without the host synchronising. Also: stream order (an asynchronous input copy on the
  * kernel's stream, another on a third stream awaited through an event),
  * lazy copies, the gather allreduce with per-block scratch, a wrong kind,
  * sticky status, launch, device pointer and module refusals, and the leak
@@ -335,6 +337,22 @@ static void run_allreduce(size_t count, int algo, int proto) {
     assert_int_equal(cuEventRecord(done[r], streams[r]), CU_OK);
   }
   if (count > 0) {
+    /* The kernels run without the host synchronising or querying (the other
+     * ranks of a real ring depend on it), after the copies queued before
+     * them: each one's first send lands in its FIFO on credits alone. */
+    for (int r = 0; r < RANKS; r++)
+      for (int c = 0; c < CHANNELS; c++)
+        while (atomic_load_explicit(&g.m->send_fifo[r][c].tail,
+                                    memory_order_acquire) == 0)
+          sched_yield();
+    /* A copy out of a buffer a running kernel reads: the input copied
+     * before the launch is there, and the copy's end must not close the
+     * kernel's window on that memory (it crashes on its next read if so). */
+    float *probe = malloc(bytes);
+    assert_non_null(probe);
+    assert_int_equal(cuMemcpyDtoH(probe, send[0], bytes), CU_OK);
+    assert_memory_equal(probe, host_in[0], bytes);
+    free(probe);
     /* Neither kernel can finish before the proxy moves a slot. */
     for (int r = 0; r < RANKS; r++) {
       assert_int_equal(cuEventQuery(done[r]), CU_NOT_READY);
