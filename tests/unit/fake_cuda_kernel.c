@@ -11,10 +11,10 @@
  * before that, and the events and stream queries are checked NOT_READY
  * without any sleep; before any query, the test waits for each kernel's
  * first send to land in its FIFO, which it does only if the kernel runs
- * without the host synchronising. Also: stream order (an asynchronous input copy on the
- * kernel's stream, another on a third stream awaited through an event),
- * lazy copies, the gather allreduce with per-block scratch, a wrong kind,
- * sticky status, launch, device pointer and module refusals, and the leak
+ * without the host synchronising. Also: stream order (an asynchronous input
+ * copy on the kernel's stream, another on a third stream awaited through an
+ * event), lazy copies, the gather allreduce with per-block scratch, a wrong
+ * kind, sticky status, launch, device pointer and module refusals, and the leak
  * counters. Every wait is bounded by the ctest TIMEOUT. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -318,15 +318,16 @@ static void run_allreduce(size_t count, int algo, int proto) {
   assert_int_equal(cuStreamCreate(&side_stream, 0), CU_OK);
   assert_int_equal(cuEventCreate(&inputs_ready, 0), CU_OK);
 
-  assert_int_equal(
-      cuMemcpyHtoDAsync(send[0], host_in[0], bytes, streams[0]), CU_OK);
-  assert_int_equal(
-      cuMemcpyHtoDAsync(send[1], host_in[1], bytes, side_stream), CU_OK);
+  assert_int_equal(cuMemcpyHtoDAsync(send[0], host_in[0], bytes, streams[0]),
+                   CU_OK);
+  assert_int_equal(cuMemcpyHtoDAsync(send[1], host_in[1], bytes, side_stream),
+                   CU_OK);
   assert_int_equal(cuEventRecord(inputs_ready, side_stream), CU_OK);
   assert_int_equal(cuStreamWaitEvent(streams[1], inputs_ready, 0), CU_OK);
 
   for (int r = 0; r < RANKS; r++) {
-    xc_work w = allreduce_work((const void *)send[r], (void *)recv[r], count, r);
+    xc_work w =
+        allreduce_work((const void *)send[r], (void *)recv[r], count, r);
     w.algo = algo;
     w.proto = proto;
     w.scratch = scratch_bytes > 0 ? (void *)scratch[r] : NULL;
@@ -375,8 +376,8 @@ static void run_allreduce(size_t count, int algo, int proto) {
       double expected = (double)input(0, i) + (double)input(1, i);
       if ((double)host_out[r][i] != expected)
         fail_msg("count %zu algo %d proto %d rank %d element %zu: %g, "
-                 "expected %g", count, algo, proto, r, i,
-                 (double)host_out[r][i], expected);
+                 "expected %g",
+                 count, algo, proto, r, i, (double)host_out[r][i], expected);
     }
   }
   ring_stop(&g);
@@ -515,9 +516,9 @@ static void test_device_pointer_refusals(void **state) {
   assert_int_equal(cuMemHostGetDevicePointer(&address, plain, 0),
                    CU_INVALID_VALUE);
   free(plain);
-  assert_int_equal(cuMemHostGetDevicePointer(&address,
-                                             (char *)mapped_block + 4096, 0),
-                   CU_INVALID_VALUE);
+  assert_int_equal(
+      cuMemHostGetDevicePointer(&address, (char *)mapped_block + 4096, 0),
+      CU_INVALID_VALUE);
   assert_int_equal(cuMemFreeHost(mapped_block), CU_OK);
   assert_int_equal(cuMemHostGetDevicePointer(&address, mapped_block, 0),
                    CU_INVALID_VALUE);
@@ -532,7 +533,9 @@ static void test_module_refusals(void **state) {
   assert_int_equal(fake_cuda_modules_loaded(), 0);
   void *ptx = NULL, *elf = NULL;
   assert_int_equal(cuModuleLoadData(&ptx, "//\n.version 8.0\n"), CU_OK);
-  assert_int_equal(cuModuleLoadData(&elf, "\x7f" "ELF\x02\x01"), CU_OK);
+  assert_int_equal(cuModuleLoadData(&elf, "\x7f"
+                                          "ELF\x02\x01"),
+                   CU_OK);
   assert_int_equal(fake_cuda_modules_loaded(), 2);
   static const char *const names[] = {
       "xc_allreduce_kernel", "xc_reduce_scatter_kernel", "xc_allgather_kernel",

@@ -27,8 +27,11 @@
  * - Pinned memory (cuMemHostAlloc) is page aligned and filled with 0xA5, not
  *   zeroed; with CU_MEMHOSTALLOC_DEVICEMAP its device address
  *   (cuMemHostGetDevicePointer) is its host address (unified addressing).
- * - Copies, launches, events and pinned allocations need a context pushed
- *   on the calling thread (CUDA_ERROR_INVALID_CONTEXT otherwise); counters
+ * - Copies, launches, stream calls, module loads, cuEventCreate,
+ *   cuEventRecord, cuStreamWaitEvent and pinned allocations need a context
+ *   pushed on the calling thread (CUDA_ERROR_INVALID_CONTEXT otherwise; an
+ *   event keeps its context, so querying, synchronising or destroying one
+ *   does not, nor do cuModuleGetFunction and cuModuleUnload); counters
  *   expose pinned buffers outstanding, the context stack depth, copies
  *   queued and not run, modules loaded and events alive, so a test can
  *   check that a library frees and pops what it takes.
@@ -212,8 +215,11 @@ int cuCtxPopCurrent(void **ctx) {
 int fake_cuda_ctx_depth(void) { return ctx_depth; }
 
 /* ---- pinned host memory ---- */
-enum { HOSTALLOC_PORTABLE = 1, HOSTALLOC_DEVICEMAP = 2,
-       HOSTALLOC_WRITECOMBINED = 4 };
+enum {
+  HOSTALLOC_PORTABLE = 1,
+  HOSTALLOC_DEVICEMAP = 2,
+  HOSTALLOC_WRITECOMBINED = 4
+};
 
 /* Every live cuMemHostAlloc block, for cuMemHostGetDevicePointer and for
  * the reachability checks of a launch. */
@@ -528,8 +534,7 @@ static void check_reachable(const struct launch *l) {
   if (l->work.ring_ranks != NULL)
     REQUIRE(l->work.ring_ranks, (size_t)l->work.nranks * sizeof(int),
             "work.ring_ranks");
-  const void *buffers[3] = {l->work.sendbuf, l->work.recvbuf,
-                            l->work.scratch};
+  const void *buffers[3] = {l->work.sendbuf, l->work.recvbuf, l->work.scratch};
   const char *names[3] = {"work.sendbuf", "work.recvbuf", "work.scratch"};
   for (int i = 0; i < 3; i++)
     if (buffers[i] != NULL)
