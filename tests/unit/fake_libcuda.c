@@ -27,11 +27,12 @@
  * - Pinned memory (cuMemHostAlloc) is page aligned and filled with 0xA5, not
  *   zeroed; with CU_MEMHOSTALLOC_DEVICEMAP its device address
  *   (cuMemHostGetDevicePointer) is its host address (unified addressing).
- * - Copies, launches, stream calls, module loads, cuEventCreate,
- *   cuEventRecord, cuStreamWaitEvent and pinned allocations need a context
- *   pushed on the calling thread (CUDA_ERROR_INVALID_CONTEXT otherwise; an
- *   event keeps its context, so querying, synchronising or destroying one
- *   does not, nor do cuModuleGetFunction and cuModuleUnload); counters
+ * - Asynchronous copies, cuLaunchKernel, cuStreamSynchronize,
+ *   cuStreamQuery, cuStreamWaitEvent, cuCtxSynchronize, cuModuleLoadData,
+ *   cuEventCreate, cuEventRecord and pinned allocations need a context
+ *   pushed on the calling thread (CUDA_ERROR_INVALID_CONTEXT otherwise); the
+ *   other calls (cuStreamCreate/Destroy, cuEventQuery/Synchronize/Destroy,
+ *   cuModuleGetFunction/Unload, cuMemHostGetDevicePointer) do not. Counters
  *   expose pinned buffers outstanding, the context stack depth, copies
  *   queued and not run, modules loaded and events alive, so a test can
  *   check that a library frees and pops what it takes.
@@ -39,7 +40,8 @@
  *   cuPointerGetAttribute only (unit.device's detection tests).
  * Not modelled: the legacy stream's implicit synchronisation with other
  * streams (the NULL stream is an ordinary stream here), stream priorities
- * and flags, event timing, more than one context.
+ * and flags, event timing, more than one context, and cuMemFree's implicit
+ * wait for kernels using the memory (here the kernel crashes instead).
  * Error codes and attribute numbers are those of cuda.h (CUDA_SUCCESS 0,
  * CUDA_ERROR_INVALID_VALUE 1, CUDA_ERROR_INVALID_DEVICE 101,
  * CUDA_ERROR_INVALID_IMAGE 200, CUDA_ERROR_INVALID_CONTEXT 201,
