@@ -1,42 +1,90 @@
 /* fake_libcuda.c - a stand-in for the CUDA driver (built as libcuda.so.1 in
- * its own directory) for the tests of device buffers on a machine without a
- * GPU: unit.device and the staging tests (tests/conformance/staging.c).
+ * its own directory) for the tests of device buffers and of the CUDA ring
+ * kernels on a machine without a GPU: unit.device, the staging tests
+ * (tests/conformance/staging.c) and unit.fake_cuda_kernel.
  *
  * What it models, and how it catches a wrong caller:
  * - "Device memory" from cuMemAlloc is mapped PROT_NONE: any host read or
- *   write of it outside the driver's own copies crashes (SIGSEGV), as a
- *   host access to real device memory would fail.
- * - Asynchronous copies are queued on their stream and run only when that
- *   stream is synchronised: a caller that reads a staging buffer before
- *   cuStreamSynchronize sees stale bytes.
- * - Copies and pinned allocations need a context pushed on the calling
- *   thread (CUDA_ERROR_INVALID_CONTEXT otherwise); counters expose pinned
- *   buffers outstanding and the context stack depth, so a test can check
- *   that a library frees and pops what it takes.
+ *   write of it outside the driver's own copies and kernels crashes
+ *   (SIGSEGV), as a host access to real device memory would fail. A copy or
+ *   a kernel opens an allocation read-write for its duration; an open count
+ *   per allocation keeps a copy from closing a running kernel's window.
+ * - Streams run their items (copies, kernels, event waits) in order, each
+ *   on a worker thread of its own. Asynchronous copies are still lazy: one
+ *   runs only once something needs it done (cuStreamSynchronize,
+ *   cuStreamQuery, cuCtxSynchronize, an event recorded after it being
+ *   queried, synchronised or waited for by another stream, or a kernel
+ *   launched after it on its stream), so a caller that reads a staging
+ *   buffer without synchronising sees stale bytes.
+ * - Kernels (cuModuleLoadData / cuModuleGetFunction / cuLaunchKernel) are
+ *   the ring kernels of kernels/cuda/ring_kernel.cu, run as their host build
+ *   (kernels/ring.h's xc_ring_run): one host thread per block, all blocks of
+ *   a launch at once, started as soon as the stream's earlier items are
+ *   done, without the caller synchronising (the other ranks of a ring
+ *   depend on it). A kernel whose arguments point at memory a GPU could not
+ *   reach (neither cuMemAlloc'd nor mapped pinned memory) aborts the
+ *   process: the stand-in's "illegal address".
+ * - Pinned memory (cuMemHostAlloc) is page aligned and filled with 0xA5, not
+ *   zeroed; with CU_MEMHOSTALLOC_DEVICEMAP its device address
+ *   (cuMemHostGetDevicePointer) is its host address (unified addressing).
+ * - Asynchronous copies, cuLaunchKernel, cuStreamSynchronize,
+ *   cuStreamQuery, cuStreamWaitEvent, cuCtxSynchronize, cuModuleLoadData,
+ *   cuEventCreate, cuEventRecord and pinned allocations need a context
+ *   pushed on the calling thread (CUDA_ERROR_INVALID_CONTEXT otherwise); the
+ *   other calls (cuStreamCreate/Destroy, cuEventQuery/Synchronize/Destroy,
+ *   cuModuleGetFunction/Unload, cuMemHostGetDevicePointer) do not. Counters
+ *   expose pinned buffers outstanding, the context stack depth, copies
+ *   queued and not run, modules loaded and events alive, so a test can
+ *   check that a library frees and pops what it takes.
  * - fake_cuda_set_device_range calls one host range device memory for
  *   cuPointerGetAttribute only (unit.device's detection tests).
+ * Not modelled: the legacy stream's implicit synchronisation with other
+ * streams (the NULL stream is an ordinary stream here), stream priorities
+ * and flags, event timing, more than one context, and cuMemFree's implicit
+ * wait for kernels using the memory (here the kernel crashes instead).
  * Error codes and attribute numbers are those of cuda.h (CUDA_SUCCESS 0,
  * CUDA_ERROR_INVALID_VALUE 1, CUDA_ERROR_INVALID_DEVICE 101,
- * CUDA_ERROR_INVALID_CONTEXT 201). FAKE_CUDA_DEVICES sets the device count
+ * CUDA_ERROR_INVALID_IMAGE 200, CUDA_ERROR_INVALID_CONTEXT 201,
+ * CUDA_ERROR_INVALID_HANDLE 400, CUDA_ERROR_NOT_FOUND 500,
+ * CUDA_ERROR_NOT_READY 600). FAKE_CUDA_DEVICES sets the device count
  * (default 1). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
+#include "ring.h"
+
 enum {
   OK = 0,
   INVALID_VALUE = 1,
+  OUT_OF_MEMORY = 2,
   INVALID_DEVICE = 101,
+  INVALID_IMAGE = 200,
   INVALID_CONTEXT = 201,
+  INVALID_HANDLE = 400,
+  NOT_FOUND = 500,
+  NOT_READY = 600,
   MAX_ALLOCATIONS = 256,
   MAX_PENDING = 1024
 };
 
+/* Guards allocations, pinned blocks, streams, events and modules. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+/* Broadcast whenever a stream item completes or more of a stream becomes
+ * needed: stream workers and every synchronising caller wait on it. */
+static pthread_cond_t progress = PTHREAD_COND_INITIALIZER;
+
+/* Prints why and aborts: what a GPU would report as an illegal address or
+ * a launch failure, for a caller the stand-in cannot otherwise answer. */
+static void fault(const char *what) {
+  fprintf(stderr, "fake_libcuda: %s\n", what);
+  abort();
+}
 
 /* ---- the legacy single range (pointer attributes only) ---- */
 static uintptr_t range_base;
@@ -54,6 +102,7 @@ static struct allocation {
   uintptr_t base;
   size_t bytes;  /* asked for */
   size_t mapped; /* rounded up to pages */
+  int opened;    /* copies and kernels using it now: read-write while > 0 */
 } allocations[MAX_ALLOCATIONS];
 
 /* The allocation holding [p, p + bytes), or NULL. Under lock. */
@@ -75,18 +124,18 @@ int cuMemAlloc(uintptr_t *dptr, size_t bytes) {
     mapped = 4096;
   void *p = mmap(NULL, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
-    return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+    return OUT_OF_MEMORY;
   pthread_mutex_lock(&lock);
   for (int i = 0; i < MAX_ALLOCATIONS; i++)
     if (allocations[i].base == 0) {
-      allocations[i] = (struct allocation){(uintptr_t)p, bytes, mapped};
+      allocations[i] = (struct allocation){(uintptr_t)p, bytes, mapped, 0};
       pthread_mutex_unlock(&lock);
       *dptr = (uintptr_t)p;
       return OK;
     }
   pthread_mutex_unlock(&lock);
   munmap(p, mapped);
-  return 2;
+  return OUT_OF_MEMORY;
 }
 
 int cuMemFree(uintptr_t dptr) {
@@ -102,12 +151,24 @@ int cuMemFree(uintptr_t dptr) {
   return INVALID_VALUE;
 }
 
+/* Opens a (read-write) for one more user; close_allocation undoes it, and
+ * the pages go back to PROT_NONE only when the last user is done. Under
+ * lock. */
+static void open_allocation(struct allocation *a) {
+  if (a->opened++ == 0)
+    mprotect((void *)a->base, a->mapped, PROT_READ | PROT_WRITE);
+}
+static void close_allocation(struct allocation *a) {
+  if (--a->opened == 0)
+    mprotect((void *)a->base, a->mapped, PROT_NONE);
+}
+
 /* Copy with device pages opened for the copy only. Under lock. */
 static void copy_open(struct allocation *a, void *dst, const void *src,
                       size_t bytes) {
-  mprotect((void *)a->base, a->mapped, PROT_READ | PROT_WRITE);
+  open_allocation(a);
   memcpy(dst, src, bytes);
-  mprotect((void *)a->base, a->mapped, PROT_NONE);
+  close_allocation(a);
 }
 
 /* ---- contexts, devices ---- */
@@ -155,58 +216,482 @@ int cuCtxPopCurrent(void **ctx) {
 }
 int fake_cuda_ctx_depth(void) { return ctx_depth; }
 
+/* ---- pinned host memory ---- */
+enum {
+  HOSTALLOC_PORTABLE = 1,
+  HOSTALLOC_DEVICEMAP = 2,
+  HOSTALLOC_WRITECOMBINED = 4
+};
+
+/* Every live cuMemHostAlloc block, for cuMemHostGetDevicePointer and for
+ * the reachability checks of a launch. */
+static struct host_block {
+  uintptr_t base;
+  size_t bytes;
+  unsigned int flags;
+  struct host_block *next;
+} *host_blocks;
+
+/* The live block holding [p, p + bytes) or NULL. Under lock. */
+static struct host_block *find_host_block(uintptr_t p, size_t bytes) {
+  for (struct host_block *b = host_blocks; b != NULL; b = b->next)
+    if (p >= b->base && p < b->base + b->bytes &&
+        bytes <= b->base + b->bytes - p)
+      return b;
+  return NULL;
+}
+
 int cuMemHostAlloc(void **p, size_t bytes, unsigned int flags) {
-  (void)flags;
   if (ctx_depth == 0)
     return INVALID_CONTEXT;
-  *p = malloc(bytes > 0 ? bytes : 1);
-  if (*p == NULL)
-    return 2;
+  if ((flags & ~(unsigned)(HOSTALLOC_PORTABLE | HOSTALLOC_DEVICEMAP |
+                           HOSTALLOC_WRITECOMBINED)) != 0)
+    return INVALID_VALUE;
+  struct host_block *b = malloc(sizeof *b);
+  void *memory = NULL;
+  size_t size = bytes > 0 ? bytes : 1;
+  /* Page aligned, as the driver's are; junk-filled, because pinned memory
+   * is not zeroed and a caller must not rely on it. */
+  if (b == NULL || posix_memalign(&memory, 4096, size) != 0) {
+    free(b);
+    return OUT_OF_MEMORY;
+  }
+  memset(memory, 0xA5, size);
+  *b = (struct host_block){(uintptr_t)memory, size, flags, NULL};
+  pthread_mutex_lock(&lock);
+  b->next = host_blocks;
+  host_blocks = b;
+  pthread_mutex_unlock(&lock);
   atomic_fetch_add(&pinned_outstanding, 1);
+  *p = memory;
   return OK;
 }
 int cuMemFreeHost(void *p) {
   if (ctx_depth == 0)
     return INVALID_CONTEXT;
+  pthread_mutex_lock(&lock);
+  struct host_block **at = &host_blocks;
+  while (*at != NULL && (*at)->base != (uintptr_t)p)
+    at = &(*at)->next;
+  struct host_block *b = *at;
+  if (b != NULL)
+    *at = b->next;
+  pthread_mutex_unlock(&lock);
+  if (b == NULL)
+    return INVALID_VALUE;
   free(p);
+  free(b);
   atomic_fetch_sub(&pinned_outstanding, 1);
   return OK;
 }
 int fake_cuda_pinned_outstanding(void) { return atomic_load(&pinned_outstanding); }
 
-/* ---- copies ---- */
-static struct pending {
-  void *stream;
-  void *dst;
-  const void *src;
-  size_t bytes;
-} pending[MAX_PENDING];
-static int num_pending;
+/* Unified addressing: the device sees a mapped block at its host address.
+ * Only blocks allocated with CU_MEMHOSTALLOC_DEVICEMAP are mapped. */
+int cuMemHostGetDevicePointer(unsigned long long *dptr, void *p,
+                              unsigned int flags) {
+  if (dptr == NULL || flags != 0)
+    return INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  struct host_block *b = find_host_block((uintptr_t)p, 0);
+  int mapped = b != NULL && (b->flags & HOSTALLOC_DEVICEMAP) != 0;
+  pthread_mutex_unlock(&lock);
+  if (!mapped)
+    return INVALID_VALUE;
+  *dptr = (unsigned long long)(uintptr_t)p;
+  return OK;
+}
 
-static int enqueue(void *stream, void *dst, const void *src, size_t bytes,
-                   uintptr_t device_side, const void *host_side) {
+/* Whether a kernel could reach [p, p + bytes): device memory or a mapped
+ * pinned block. Under lock. */
+static int device_reachable(const void *p, size_t bytes) {
+  if (find_allocation((uintptr_t)p, bytes) != NULL)
+    return 1;
+  struct host_block *b = find_host_block((uintptr_t)p, bytes);
+  return b != NULL && (b->flags & HOSTALLOC_DEVICEMAP) != 0;
+}
+
+/* ---- modules and functions ---- */
+enum { MODULE_MAGIC = 0x6d6f64 };
+struct module {
+  int magic;
+};
+static int modules_loaded; /* under lock */
+
+static const struct function {
+  const char *name;
+  int kind; /* XC_COLL_* */
+} functions[] = {
+    {"xc_allreduce_kernel", XC_COLL_ALLREDUCE},
+    {"xc_reduce_scatter_kernel", XC_COLL_REDUCE_SCATTER},
+    {"xc_allgather_kernel", XC_COLL_ALLGATHER},
+    {"xc_broadcast_kernel", XC_COLL_BROADCAST},
+    {"xc_reduce_kernel", XC_COLL_REDUCE},
+};
+enum { NUM_FUNCTIONS = sizeof functions / sizeof functions[0] };
+
+/* Accepts what the driver would try to load: a fatbin (magic 0xBA55ED50,
+ * little endian), a cubin (ELF) or PTX text; the image's contents are not
+ * read further, the kernels being the host build of ring_kernel.cu's. */
+int cuModuleLoadData(void **module, const void *image) {
   if (ctx_depth == 0)
     return INVALID_CONTEXT;
+  if (module == NULL || image == NULL)
+    return INVALID_VALUE;
+  const unsigned char *b = image;
+  int fatbin = b[0] == 0x50 && b[1] == 0xED && b[2] == 0x55 && b[3] == 0xBA;
+  int elf = b[0] == 0x7F && b[1] == 'E' && b[2] == 'L' && b[3] == 'F';
+  int ptx = b[0] == '/' && b[1] == '/';
+  if (!fatbin && !elf && !ptx)
+    return INVALID_IMAGE;
+  struct module *m = malloc(sizeof *m);
+  if (m == NULL)
+    return OUT_OF_MEMORY;
+  m->magic = MODULE_MAGIC;
+  pthread_mutex_lock(&lock);
+  modules_loaded++;
+  pthread_mutex_unlock(&lock);
+  *module = m;
+  return OK;
+}
+int cuModuleUnload(void *module) {
+  struct module *m = module;
+  if (m == NULL || m->magic != MODULE_MAGIC)
+    return INVALID_HANDLE;
+  m->magic = 0;
+  free(m);
+  pthread_mutex_lock(&lock);
+  modules_loaded--;
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+int fake_cuda_modules_loaded(void) {
+  pthread_mutex_lock(&lock);
+  int n = modules_loaded;
+  pthread_mutex_unlock(&lock);
+  return n;
+}
+int cuModuleGetFunction(void **fn, void *module, const char *name) {
+  const struct module *m = module;
+  if (m == NULL || m->magic != MODULE_MAGIC)
+    return INVALID_HANDLE;
+  if (fn == NULL || name == NULL)
+    return INVALID_VALUE;
+  for (int i = 0; i < NUM_FUNCTIONS; i++)
+    if (strcmp(functions[i].name, name) == 0) {
+      *fn = (void *)&functions[i];
+      return OK;
+    }
+  return NOT_FOUND;
+}
+
+static const struct function *as_function(const void *f) {
+  for (int i = 0; i < NUM_FUNCTIONS; i++)
+    if (f == &functions[i])
+      return &functions[i];
+  return NULL;
+}
+
+/* ---- streams: ordered queues of items, each run by a worker thread ---- */
+enum item_kind { ITEM_COPY, ITEM_KERNEL, ITEM_WAIT };
+
+struct stream;
+
+/* A launch as the kernel sees it: parameters are copied at launch time, as
+ * the driver does; what they point at is read when the kernel runs. */
+struct launch {
+  const struct function *fn;
+  unsigned int blocks;
+  xc_work work;
+  xc_conn *sends, *recvs;
+  const xc_abort *abort;
+  int *status;
+};
+
+struct item {
+  enum item_kind kind;
+  uint64_t ticket; /* position on its stream, from 1 */
+  union {
+    struct {
+      void *dst;
+      const void *src;
+      size_t bytes;
+    } copy;
+    struct launch launch;
+    struct {
+      struct stream *stream; /* wait until its done count reaches ticket */
+      uint64_t ticket;
+    } wait;
+  } u;
+  struct item *next;
+};
+
+/* Items get tickets 1, 2, ... in order; the worker completes them in order,
+ * so "everything up to ticket t is done" is done >= t. Streams are never
+ * freed (events may name a destroyed one), only marked destroyed. */
+struct stream {
+  void *handle;
+  uint64_t issued; /* tickets handed out */
+  uint64_t done;   /* items completed */
+  uint64_t needed; /* copies with ticket <= needed may run */
+  struct item *first, *last;
+  int has_worker, destroyed;
+  pthread_t worker;
+  struct stream *next;
+};
+static struct stream *streams; /* under lock */
+static int num_pending;        /* copies queued and not run, under lock */
+
+/* The stream of handle, created on first use. Under lock. */
+static struct stream *find_stream(void *handle) {
+  for (struct stream *s = streams; s != NULL; s = s->next)
+    if (s->handle == handle && !s->destroyed)
+      return s;
+  struct stream *s = calloc(1, sizeof *s);
+  if (s == NULL)
+    fault("out of memory for a stream");
+  s->handle = handle;
+  s->next = streams;
+  streams = s;
+  return s;
+}
+
+/* Lets the copies of s up to ticket run. Under lock. */
+static void need(struct stream *s, uint64_t ticket) {
+  if (ticket > s->needed) {
+    s->needed = ticket;
+    pthread_cond_broadcast(&progress);
+  }
+}
+
+/* Waits until everything on s up to ticket is done. Under lock. */
+static void wait_done(struct stream *s, uint64_t ticket) {
+  need(s, ticket);
+  while (s->done < ticket)
+    pthread_cond_wait(&progress, &lock);
+}
+
+static void run_copy(const struct item *it) {
+  pthread_mutex_lock(&lock);
+  struct allocation *a =
+      find_allocation((uintptr_t)it->u.copy.dst, it->u.copy.bytes);
+  if (a == NULL)
+    a = find_allocation((uintptr_t)it->u.copy.src, it->u.copy.bytes);
+  if (a == NULL)
+    fault("a queued copy's device memory was freed before the copy ran");
+  copy_open(a, it->u.copy.dst, it->u.copy.src, it->u.copy.bytes);
+  num_pending--;
+  pthread_mutex_unlock(&lock);
+}
+
+struct block {
+  const struct launch *launch;
+  unsigned int index;
+  pthread_t thread;
+};
+
+/* Block c of a launch: ring_kernel.cu's xc_run_block, host build. */
+static void *run_block(void *arg) {
+  const struct block *b = arg;
+  const struct launch *l = b->launch;
+  unsigned int c = b->index;
+  xc_work w = l->work;
+  w.channel = (int)c;
+  w.nchannels = (int)l->blocks;
+  if (w.scratch != NULL)
+    w.scratch = (char *)w.scratch + (size_t)c * w.scratch_bytes;
+  /* The hooks are host function pointers: the device build compiles them
+   * out, so the stand-in ignores them too. */
+  w.trace = NULL;
+  w.progress = NULL;
+  xcoll_status s =
+      w.kind == l->fn->kind
+          ? xc_ring_run(&w, l->sends != NULL ? &l->sends[c] : NULL,
+                        l->recvs != NULL ? &l->recvs[c] : NULL, l->abort)
+          : XCOLL_ERR_INVALID_ARGUMENT;
+  if (s != XCOLL_SUCCESS)
+    l->status[c] = (int)s;
+  return NULL;
+}
+
+/* Aborts unless every pointer the kernel will follow is memory a GPU could
+ * reach: a real kernel would fault on it. The conn arrays are read here at
+ * start, as the kernel reads them first. Under lock. */
+static void check_reachable(const struct launch *l) {
+  char why[256];
+  unsigned int n = l->blocks;
+#define REQUIRE(p, bytes, what)                                                \
+  do {                                                                         \
+    if (!device_reachable((p), (bytes))) {                                     \
+      snprintf(why, sizeof why,                                                \
+               "%s: %s at %p (%zu bytes) is neither device memory nor mapped " \
+               "pinned memory (illegal address)",                              \
+               l->fn->name, what, (const void *)(p), (size_t)(bytes));         \
+      fault(why);                                                              \
+    }                                                                          \
+  } while (0)
+  REQUIRE(l->status, n * sizeof(int), "status");
+  if (l->abort != NULL)
+    REQUIRE(l->abort, sizeof *l->abort, "abort");
+  if (l->work.ring_ranks != NULL)
+    REQUIRE(l->work.ring_ranks, (size_t)l->work.nranks * sizeof(int),
+            "work.ring_ranks");
+  const void *buffers[3] = {l->work.sendbuf, l->work.recvbuf, l->work.scratch};
+  const char *names[3] = {"work.sendbuf", "work.recvbuf", "work.scratch"};
+  for (int i = 0; i < 3; i++)
+    if (buffers[i] != NULL)
+      REQUIRE(buffers[i], 0, names[i]);
+  /* A one-rank ring never touches its connections (xc_ring_run). */
+  const xc_conn *sides[2] = {l->sends, l->recvs};
+  for (int side = 0; side < 2 && l->work.nranks > 1; side++) {
+    if (sides[side] == NULL)
+      continue;
+    REQUIRE(sides[side], n * sizeof(xc_conn), side ? "recvs" : "sends");
+    for (unsigned int c = 0; c < n; c++) {
+      const xc_conn *conn = &sides[side][c];
+      REQUIRE(conn->buff, XCOLL_STEPS * conn->step_bytes, "conn buff");
+      REQUIRE(conn->head, sizeof *conn->head, "conn head");
+      REQUIRE(conn->tail, sizeof *conn->tail, "conn tail");
+      REQUIRE(conn->sizes, XCOLL_STEPS * sizeof(int64_t), "conn sizes");
+    }
+  }
+#undef REQUIRE
+}
+
+/* Runs a launch's blocks, each on a thread of its own, with the device
+ * allocations its work points into opened for the kernel's duration. */
+static void run_kernel(const struct launch *l) {
+  const void *buffers[3] = {l->work.sendbuf, l->work.recvbuf, l->work.scratch};
+  struct allocation *opened[3] = {NULL, NULL, NULL};
+  pthread_mutex_lock(&lock);
+  check_reachable(l);
+  for (int i = 0; i < 3; i++) {
+    /* One allocation opened once even when two buffers lie in it. */
+    struct allocation *a =
+        buffers[i] != NULL ? find_allocation((uintptr_t)buffers[i], 0) : NULL;
+    for (int j = 0; j < i && a != NULL; j++)
+      if (opened[j] == a)
+        a = NULL;
+    if (a != NULL)
+      open_allocation(a);
+    opened[i] = a;
+  }
+  pthread_mutex_unlock(&lock);
+  struct block *blocks = calloc(l->blocks, sizeof *blocks);
+  if (blocks == NULL)
+    fault("out of memory for a launch");
+  for (unsigned int c = 0; c < l->blocks; c++) {
+    blocks[c] = (struct block){l, c, 0};
+    if (pthread_create(&blocks[c].thread, NULL, run_block, &blocks[c]) != 0)
+      fault("cannot start a thread for a block");
+  }
+  for (unsigned int c = 0; c < l->blocks; c++)
+    pthread_join(blocks[c].thread, NULL);
+  free(blocks);
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < 3; i++)
+    if (opened[i] != NULL)
+      close_allocation(opened[i]);
+  pthread_mutex_unlock(&lock);
+}
+
+/* The worker of s: runs its items in order, forever (it sleeps when the
+ * queue is empty) or until s is destroyed and drained. A copy waits until
+ * it is needed (the lazy copies above); a wait waits for the other stream,
+ * making the copies it waits for needed. */
+static void *stream_worker(void *arg) {
+  struct stream *s = arg;
+  pthread_mutex_lock(&lock);
+  for (;;) {
+    struct item *it = s->first;
+    if (it == NULL) {
+      if (s->destroyed)
+        break;
+      pthread_cond_wait(&progress, &lock);
+      continue;
+    }
+    if (it->kind == ITEM_COPY && it->ticket > s->needed) {
+      pthread_cond_wait(&progress, &lock);
+      continue;
+    }
+    if (it->kind == ITEM_WAIT) {
+      wait_done(it->u.wait.stream, it->u.wait.ticket);
+    } else {
+      pthread_mutex_unlock(&lock);
+      if (it->kind == ITEM_COPY)
+        run_copy(it);
+      else
+        run_kernel(&it->u.launch);
+      pthread_mutex_lock(&lock);
+    }
+    s->first = it->next;
+    if (s->first == NULL)
+      s->last = NULL;
+    free(it);
+    s->done++;
+    pthread_cond_broadcast(&progress);
+  }
+  pthread_mutex_unlock(&lock);
+  return NULL;
+}
+
+/* Appends it to stream handle and starts its worker if it has none; sets
+ * it->ticket. Under lock. */
+static struct stream *enqueue_item(void *handle, struct item *it) {
+  struct stream *s = find_stream(handle);
+  it->ticket = ++s->issued;
+  it->next = NULL;
+  if (s->last != NULL)
+    s->last->next = it;
+  else
+    s->first = it;
+  s->last = it;
+  if (!s->has_worker) {
+    if (pthread_create(&s->worker, NULL, stream_worker, s) != 0)
+      fault("cannot start a stream worker");
+    pthread_detach(s->worker);
+    s->has_worker = 1;
+  }
+  pthread_cond_broadcast(&progress);
+  return s;
+}
+
+/* ---- copies ---- */
+static int enqueue_copy(void *stream, void *dst, const void *src, size_t bytes,
+                        uintptr_t device_side, const void *host_side) {
+  if (ctx_depth == 0)
+    return INVALID_CONTEXT;
+  struct item *it = malloc(sizeof *it);
+  if (it == NULL)
+    return OUT_OF_MEMORY;
+  it->kind = ITEM_COPY;
+  it->u.copy.dst = dst;
+  it->u.copy.src = src;
+  it->u.copy.bytes = bytes;
   pthread_mutex_lock(&lock);
   int rc = OK;
   if (find_allocation(device_side, bytes) == NULL ||
       is_device((uintptr_t)host_side) || num_pending == MAX_PENDING)
     rc = INVALID_VALUE;
-  else
-    pending[num_pending++] = (struct pending){stream, dst, src, bytes};
+  else {
+    num_pending++;
+    enqueue_item(stream, it);
+  }
   pthread_mutex_unlock(&lock);
+  if (rc != OK)
+    free(it);
   return rc;
 }
 
 int cuMemcpyDtoHAsync(void *dst, uintptr_t src, size_t bytes, void *stream) {
-  return enqueue(stream, dst, (const void *)src, bytes, src, dst);
+  return enqueue_copy(stream, dst, (const void *)src, bytes, src, dst);
 }
 int cuMemcpyHtoDAsync(uintptr_t dst, const void *src, size_t bytes,
                       void *stream) {
-  return enqueue(stream, (void *)dst, src, bytes, dst, src);
+  return enqueue_copy(stream, (void *)dst, src, bytes, dst, src);
 }
 
-/* Streams are handles only: a copy is queued under its stream's handle. */
+/* Handles 0x5000 + n; the queue behind one is made on first use. */
 int cuStreamCreate(void **stream, unsigned int flags) {
   static atomic_int next = 1;
   (void)flags;
@@ -214,31 +699,205 @@ int cuStreamCreate(void **stream, unsigned int flags) {
   return OK;
 }
 
+/* As the driver: returns at once; work already queued still completes. */
+int cuStreamDestroy(void *stream) {
+  if (stream == NULL)
+    return INVALID_HANDLE;
+  pthread_mutex_lock(&lock);
+  struct stream *s = find_stream(stream);
+  need(s, s->issued);
+  s->destroyed = 1;
+  pthread_cond_broadcast(&progress);
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+
 int cuStreamSynchronize(void *stream) {
   if (ctx_depth == 0)
     return INVALID_CONTEXT;
   pthread_mutex_lock(&lock);
-  int kept = 0;
-  for (int i = 0; i < num_pending; i++) {
-    struct pending *op = &pending[i];
-    if (op->stream != stream) {
-      pending[kept++] = *op;
-      continue;
-    }
-    struct allocation *a = find_allocation((uintptr_t)op->dst, op->bytes);
-    if (a == NULL)
-      a = find_allocation((uintptr_t)op->src, op->bytes);
-    copy_open(a, op->dst, op->src, op->bytes);
-  }
-  num_pending = kept;
+  struct stream *s = find_stream(stream);
+  wait_done(s, s->issued);
   pthread_mutex_unlock(&lock);
   return OK;
 }
+
+/* 0 when everything queued on stream is done, else CUDA_ERROR_NOT_READY;
+ * asking makes its copies needed, so polling alone completes a stream. */
+int cuStreamQuery(void *stream) {
+  if (ctx_depth == 0)
+    return INVALID_CONTEXT;
+  pthread_mutex_lock(&lock);
+  struct stream *s = find_stream(stream);
+  need(s, s->issued);
+  int rc = s->done >= s->issued ? OK : NOT_READY;
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+int cuCtxSynchronize(void) {
+  if (ctx_depth == 0)
+    return INVALID_CONTEXT;
+  pthread_mutex_lock(&lock);
+  for (struct stream *s = streams; s != NULL; s = s->next)
+    wait_done(s, s->issued);
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+
 int fake_cuda_pending_copies(void) {
   pthread_mutex_lock(&lock);
   int n = num_pending;
   pthread_mutex_unlock(&lock);
   return n;
+}
+
+/* ---- kernels ---- */
+int cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz,
+                   unsigned int bx, unsigned int by, unsigned int bz,
+                   unsigned int shared_bytes, void *stream, void **params,
+                   void **extra) {
+  (void)shared_bytes;
+  if (ctx_depth == 0)
+    return INVALID_CONTEXT;
+  const struct function *fn = as_function(f);
+  if (fn == NULL)
+    return INVALID_HANDLE;
+  if (gx < 1 || gy != 1 || gz != 1 || bx < 1 || by != 1 || bz != 1 ||
+      params == NULL || extra != NULL)
+    return INVALID_VALUE;
+  for (int i = 0; i < 5; i++)
+    if (params[i] == NULL)
+      return INVALID_VALUE;
+  struct item *it = malloc(sizeof *it);
+  if (it == NULL)
+    return OUT_OF_MEMORY;
+  it->kind = ITEM_KERNEL;
+  struct launch *l = &it->u.launch;
+  l->fn = fn;
+  l->blocks = gx;
+  memcpy(&l->work, params[0], sizeof l->work);
+  memcpy(&l->sends, params[1], sizeof l->sends);
+  memcpy(&l->recvs, params[2], sizeof l->recvs);
+  memcpy(&l->abort, params[3], sizeof l->abort);
+  memcpy(&l->status, params[4], sizeof l->status);
+  pthread_mutex_lock(&lock);
+  /* The kernel runs as soon as what precedes it is done, copies included:
+   * the host does not synchronise before the other ranks need it. */
+  struct stream *s = enqueue_item(stream, it);
+  need(s, it->ticket);
+  pthread_mutex_unlock(&lock);
+  return OK;
+}
+
+/* ---- events ---- */
+enum { EVENT_MAGIC = 0x657674 };
+struct event {
+  int magic;
+  struct stream *stream; /* NULL until recorded */
+  uint64_t ticket;       /* complete once stream->done >= ticket */
+};
+static int events_live; /* under lock */
+
+static struct event *as_event(void *ev) {
+  struct event *e = ev;
+  return e != NULL && e->magic == EVENT_MAGIC ? e : NULL;
+}
+
+int cuEventCreate(void **ev, unsigned int flags) {
+  (void)flags;
+  if (ctx_depth == 0)
+    return INVALID_CONTEXT;
+  if (ev == NULL)
+    return INVALID_VALUE;
+  struct event *e = calloc(1, sizeof *e);
+  if (e == NULL)
+    return OUT_OF_MEMORY;
+  e->magic = EVENT_MAGIC;
+  pthread_mutex_lock(&lock);
+  events_live++;
+  pthread_mutex_unlock(&lock);
+  *ev = e;
+  return OK;
+}
+int cuEventDestroy(void *ev) {
+  pthread_mutex_lock(&lock);
+  struct event *e = as_event(ev);
+  if (e != NULL) {
+    e->magic = 0;
+    events_live--;
+  }
+  pthread_mutex_unlock(&lock);
+  if (e == NULL)
+    return INVALID_HANDLE;
+  free(e);
+  return OK;
+}
+int fake_cuda_events_live(void) {
+  pthread_mutex_lock(&lock);
+  int n = events_live;
+  pthread_mutex_unlock(&lock);
+  return n;
+}
+
+/* The event stands for everything queued on stream so far. */
+int cuEventRecord(void *ev, void *stream) {
+  if (ctx_depth == 0)
+    return INVALID_CONTEXT;
+  pthread_mutex_lock(&lock);
+  struct event *e = as_event(ev);
+  if (e != NULL) {
+    e->stream = find_stream(stream);
+    e->ticket = e->stream->issued;
+  }
+  pthread_mutex_unlock(&lock);
+  return e != NULL ? OK : INVALID_HANDLE;
+}
+
+/* An event never recorded is complete, as in the driver. */
+int cuEventQuery(void *ev) {
+  pthread_mutex_lock(&lock);
+  struct event *e = as_event(ev);
+  int rc = e == NULL ? INVALID_HANDLE : OK;
+  if (e != NULL && e->stream != NULL) {
+    need(e->stream, e->ticket);
+    rc = e->stream->done >= e->ticket ? OK : NOT_READY;
+  }
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+int cuEventSynchronize(void *ev) {
+  pthread_mutex_lock(&lock);
+  struct event *e = as_event(ev);
+  if (e != NULL && e->stream != NULL)
+    wait_done(e->stream, e->ticket);
+  pthread_mutex_unlock(&lock);
+  return e != NULL ? OK : INVALID_HANDLE;
+}
+
+/* Later items on stream wait for the event as recorded now. */
+int cuStreamWaitEvent(void *stream, void *ev, unsigned int flags) {
+  if (ctx_depth == 0)
+    return INVALID_CONTEXT;
+  if (flags != 0)
+    return INVALID_VALUE;
+  struct item *it = malloc(sizeof *it);
+  if (it == NULL)
+    return OUT_OF_MEMORY;
+  pthread_mutex_lock(&lock);
+  struct event *e = as_event(ev);
+  int rc = e != NULL ? OK : INVALID_HANDLE;
+  if (e != NULL && e->stream != NULL) {
+    it->kind = ITEM_WAIT;
+    it->u.wait.stream = e->stream;
+    it->u.wait.ticket = e->ticket;
+    enqueue_item(stream, it);
+    it = NULL;
+  }
+  pthread_mutex_unlock(&lock);
+  free(it);
+  return rc;
 }
 
 /* Synchronous copies, for the tests' own use (no context needed here). */
@@ -263,8 +922,13 @@ int cuGetErrorString(int result, const char **text) {
   switch (result) {
   case OK: *text = "no error"; return OK;
   case INVALID_VALUE: *text = "invalid argument"; return OK;
+  case OUT_OF_MEMORY: *text = "out of memory"; return OK;
   case INVALID_DEVICE: *text = "invalid device ordinal"; return OK;
+  case INVALID_IMAGE: *text = "device kernel image is invalid"; return OK;
   case INVALID_CONTEXT: *text = "invalid device context"; return OK;
+  case INVALID_HANDLE: *text = "invalid resource handle"; return OK;
+  case NOT_FOUND: *text = "named symbol not found"; return OK;
+  case NOT_READY: *text = "device not ready"; return OK;
   default: *text = NULL; return INVALID_VALUE;
   }
 }
