@@ -141,3 +141,54 @@ target_compile_definitions(test_nl_engine PRIVATE XCOLL_HAVE_NCCL_LIKE)
 add_test(NAME unit.nl_engine COMMAND test_nl_engine)
 set_tests_properties(unit.nl_engine PROPERTIES TIMEOUT 120
   LABELS "unit;nccl_like" PROCESSORS 2)
+
+# GPU ranks (backends/nccl_like/gpu_engine.c) over the stand-in driver
+# (tests/unit/fake_libcuda.c), which runs the ring kernels' host build on
+# threads, one per block, from a worker thread per stream: device memory the
+# host cannot touch, FIFOs in "mapped" memory, events, streams ordered.
+# This proves the engine's host half (launch parameters, mapped FIFOs, the
+# order across streams, completion, the proxy driving a kernel it does not
+# run) and the mixed ring's wire compatibility; not the CUDA build of the
+# kernels, which only a GPU runs (label gpu, scripts/gpu-check.sh). Needs
+# the fatbin (nvcc at build time): a GPU rank is refused without one.
+add_executable(nl_mixed ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/nl_mixed.c)
+target_link_libraries(nl_mixed PRIVATE xcoll_static m ${CMAKE_DL_LIBS})
+if(XCOLL_HAVE_CUDA AND TARGET staging)
+  set(_fake_env "FAKE_CUDA_DEVICES=8;LD_LIBRARY_PATH=$<TARGET_FILE_DIR:fake_libcuda>")
+  set(_quick "")
+  if(XCOLL_SANITIZE)
+    set(_quick --quick)
+  endif()
+  # Every collective on device buffers, every rank a GPU rank: the staging
+  # program (tests/conformance/staging.c) on nccl_like.
+  foreach(cfg "np2;2;" "np3.ll.small;3;XCOLL_PROTO=ll;${NL_SMALL}"
+              "np3.simple.4ch;3;XCOLL_PROTO=simple;XCOLL_NCHANNELS=4;${NL_SMALL}")
+    list(GET cfg 0 name)
+    list(GET cfg 1 np)
+    list(SUBLIST cfg 2 -1 extra)
+    set(test conformance.gpu_ranks.nccl_like.${name})
+    add_test(NAME ${test}
+      COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node ${np} --master-port 0
+              $<TARGET_FILE:staging> ${_quick})
+    set_tests_properties(${test} PROPERTIES TIMEOUT 240
+      LABELS "conformance;nccl_like;staging" PROCESSORS 2
+      ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like;XCOLL_DEVICE=cuda;${_fake_env};${extra}")
+  endforeach()
+  # Mixed rings: GPU ranks and host ranks in one ring, results bit-identical
+  # to a host-only ring's (tests/nccl_like/nl_mixed.sh).
+  foreach(cfg "np2;0;" "np3;1;" "np4;0,2;XCOLL_NCHANNELS=4"
+              "np4.ll.small;3;XCOLL_PROTO=ll;${NL_SMALL}")
+    list(GET cfg 0 name)
+    list(GET cfg 1 ranks)
+    list(SUBLIST cfg 2 -1 extra)
+    string(REGEX MATCH "[0-9]+" np "${name}")
+    set(test nccl_like.mixed_ring.${name})
+    add_test(NAME ${test}
+      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/nl_mixed.sh
+              $<TARGET_FILE:xcollrun> $<TARGET_FILE:nl_mixed> ${np} ${ranks}
+              --quick)
+    set_tests_properties(${test} PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
+      LABELS "conformance;nccl_like" PROCESSORS 2
+      ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like;${_fake_env};${extra}")
+  endforeach()
+endif()

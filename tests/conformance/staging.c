@@ -1,6 +1,8 @@
 /* staging.c - CUDA device buffers on the host-driven backends (tcp, ucx),
- * staged through pinned host memory (core/staging.h), against the stand-in
- * driver tests/unit/fake_libcuda.c.
+ * staged through pinned host memory (core/staging.h), and on nccl_like's
+ * GPU ranks (its ring kernels on the caller's stream), against the
+ * stand-in driver tests/unit/fake_libcuda.c, which runs the kernels' host
+ * build on threads.
  *
  * Run one copy per rank under a launcher, with the stand-in first on the
  * library path and every rank bound to a device:
@@ -301,12 +303,25 @@ out:
   free(expect);
 }
 
-/* Host buffers, and host in / device out, on a device communicator. */
+/* Host buffers, and host in / device out, on a device communicator: the
+ * staging backends take them; nccl_like's GPU rank refuses them (its
+ * kernels read device memory), saying what to pass instead. On every rank
+ * alike, so the refusal leaves the ring in step. */
 static void run_host_mix(xcoll_comm_t comm) {
   enum { N = 1000 };
   float in[N], out[N];
   for (int i = 0; i < N; i++)
     in[i] = (float)input(rank, (size_t)i, 1);
+  const char *backend = getenv("XCOLL_BACKEND");
+  if (backend != NULL && strcmp(backend, "nccl_like") == 0) {
+    xcoll_status refused =
+        xcoll_allreduce(in, out, N, XCOLL_FLOAT32, XCOLL_SUM, comm);
+    CHECK(refused == XCOLL_ERR_INVALID_ARGUMENT,
+          "host buffers on a GPU rank: status %d", (int)refused);
+    CHECK(strstr(xcoll_last_error(), "pass device buffers") != NULL,
+          "host buffers on a GPU rank: message '%s'", xcoll_last_error());
+    return;
+  }
   xcoll_status status = xcoll_allreduce(in, out, N, XCOLL_FLOAT32, XCOLL_SUM, comm);
   CHECK(status == XCOLL_SUCCESS, "host buffers on a device comm: %d", (int)status);
   int wrong = 0;

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# nl_mixed.sh - a mixed CPU/GPU ring on nccl_like must give a host-only
+# ring's results bit for bit (tests/nccl_like/nl_mixed.c). Runs nl_mixed
+# twice under xcollrun, host-only ("none") and with GPU_RANKS on CUDA
+# devices, and compares every rank's HASH lines.
+#   nl_mixed.sh XCOLLRUN NL_MIXED NP GPU_RANKS [--quick]
+# The CUDA driver is the real one, or the stand-in when LD_LIBRARY_PATH
+# puts tests/fake_cuda first (ctest does). Exit 77 when there is neither.
+set -u
+xcollrun=$1
+program=$2
+np=$3
+gpu_ranks=$4
+shift 4
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for run in host mixed; do
+  ranks=none
+  [ "$run" = mixed ] && ranks=$gpu_ranks
+  echo "== $np ranks, GPU ranks: $ranks"
+  if ! timeout -k 5 240 "$xcollrun" --nproc-per-node "$np" --master-port 0 \
+      "$program" "$ranks" "$@" > "$tmp/$run.out" 2> "$tmp/$run.err"; then
+    cat "$tmp/$run.err" "$tmp/$run.out" | tail -n 40
+    if grep -q "dlopen libcuda.so.1" "$tmp/$run.err"; then
+      echo "SKIP: no CUDA driver (libcuda.so.1)"
+      exit 77
+    fi
+    echo "FAIL: the $run run failed"
+    exit 1
+  fi
+  grep "nl_mixed: rank" "$tmp/$run.out"
+  grep -E '^\[rank [0-9]+\] HASH' "$tmp/$run.out" | sort > "$tmp/$run.hash"
+done
+lines=$(wc -l < "$tmp/host.hash")
+if [ "$lines" -eq 0 ]; then
+  echo "FAIL: no HASH lines"
+  exit 1
+fi
+if ! diff "$tmp/host.hash" "$tmp/mixed.hash" > "$tmp/diff"; then
+  head -n 20 "$tmp/diff"
+  echo "FAIL: the mixed ring's results differ from the host-only ring's"
+  exit 1
+fi
+echo "ok: $lines results bit-identical between the host-only and the mixed ring"
