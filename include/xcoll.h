@@ -36,9 +36,23 @@
  *   non-blocking call must not read its recvbuf until xcoll_wait or a
  *   successful xcoll_test has returned (as with Gloo's Work.wait()). The
  *   driver (libcuda.so.1) is loaded at run time: no CUDA toolkit is needed
- *   to build. nccl_like refuses a CUDA device at creation
- *   (XCOLL_ERR_NOT_SUPPORTED): its CUDA kernels are compiled, not yet
- *   driven.
+ *   to build.
+ * - GPU ranks on nccl_like (NCCL's way): buffers must be memory the device
+ *   reaches (cudaMalloc'd, managed or pinned); plain host memory is
+ *   XCOLL_ERR_INVALID_ARGUMENT. Each call is *enqueued* on the caller's
+ *   stream at call time as one ring kernel (NULL = the legacy default
+ *   stream) and returns without waiting for it, except that the blocking
+ *   calls then wait for that kernel (and so for everything queued on the
+ *   stream before it). So: work queued on the stream before the call is
+ *   seen by it; work queued on the same stream after the call sees its
+ *   results, with no host synchronisation; another stream must wait for it
+ *   (an event, or xcoll_wait). A communicator's kernels run one at a time
+ *   in issue order, whatever their streams: a call on stream B waits on
+ *   the device for the previous call on stream A, as NCCL orders them.
+ *   xcoll_wait / xcoll_test complete when the kernel has finished. Ranks of
+ *   one communicator may mix GPU and host ranks; results are the same bits
+ *   as on a host-only ring. A GPU rank needs a build with nvcc (the kernels
+ *   are compiled in); without it, creation is XCOLL_ERR_NOT_SUPPORTED.
  */
 #ifndef XCOLL_H
 #define XCOLL_H
