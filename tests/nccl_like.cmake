@@ -191,4 +191,12 @@ if(XCOLL_HAVE_CUDA AND TARGET staging)
       LABELS "conformance;nccl_like" PROCESSORS 2
       ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like;${_fake_env};${extra}")
   endforeach()
+  # The same on a real GPU (label gpu): skipped, exit 77, without one.
+  add_test(NAME gpu.nccl_like
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_nccl_like.sh
+            $<TARGET_FILE:xcollrun> $<TARGET_FILE:staging>
+            ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/nl_mixed.sh
+            $<TARGET_FILE:nl_mixed>)
+  set_tests_properties(gpu.nccl_like PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77
+    LABELS "gpu;nccl_like" PROCESSORS 2 ENVIRONMENT "${XCOLL_MP_ENV}")
 endif()

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# gpu_nccl_like.sh - nccl_like's GPU ranks on a real GPU (label gpu): the
+# staging program (every collective on device buffers; tests/conformance/
+# staging.c) with every rank a GPU rank on CUDA device 0, at 2 and 4 ranks
+# sharing the one GPU; then a mixed ring of 1 GPU rank and 3 host ranks
+# against a host-only ring, bit for bit (tests/nccl_like/nl_mixed.sh). Exits
+# 77 (ctest's SKIP_RETURN_CODE) with the reason when no CUDA device is found.
+#   gpu_nccl_like.sh XCOLLRUN STAGING NL_MIXED_SH NL_MIXED
+set -u
+xcollrun=$1
+staging=$2
+mixed_sh=$3
+mixed=$4
+"$staging" --probe || exit $?
+fail=0
+for np in 2 4; do
+  echo "== $np GPU ranks on CUDA device 0, XCOLL_BACKEND=nccl_like"
+  XCOLL_BACKEND=nccl_like XCOLL_DEVICE=cuda:0 timeout -k 5 300 "$xcollrun" \
+    --nproc-per-node $np --master-port 0 "$staging" || fail=1
+done
+echo "== mixed ring: rank 0 on CUDA device 0, ranks 1-3 on the host"
+XCOLL_BACKEND=nccl_like NL_MIXED_DEVICES=1 \
+  bash "$mixed_sh" "$xcollrun" "$mixed" 4 0 || fail=1
+exit $fail
