@@ -231,6 +231,10 @@ static void run(int call, kind k, xcoll_datatype t, xcoll_op op,
     while (!done && s == XCOLL_SUCCESS)
       s = xcoll_test(request, &done);
     CHECK(s == XCOLL_SUCCESS, "call %d test: %s", call, xcoll_last_error());
+    /* xcoll_wait releases the request (it returns the same status) */
+    xcoll_status again = xcoll_wait(request);
+    CHECK(again == s, "call %d: wait after test: %d, test said %d", call,
+          (int)again, (int)s);
     if (s == XCOLL_SUCCESS)
       (void)cu.stream_sync(stream);
   }
