@@ -11,7 +11,9 @@
 #     compute_90 PTX, then checks with cuobjdump that every architecture and
 #     every kernel is in the object.
 #     With FATBIN set to the fatbin the build made (same flags), step 2
-#     inspects that instead of compiling again.
+#     inspects that instead of compiling again;
+#  3. xc_work and xc_conn, which a GPU rank's host code lays out (gcc) and
+#     its kernel reads (nvcc), have the same size and field offsets on both.
 # Exit 77 (ctest SKIP_RETURN_CODE) when nvcc is absent: set NVCC to use
 # another one than /usr/local/cuda/bin/nvcc.
 set -eu
@@ -38,6 +40,39 @@ if [ ! -x "$nvcc" ]; then
   echo "SKIP: $nvcc not found (no CUDA toolkit); set NVCC to check the CUDA build"
   exit 77
 fi
+
+# A GPU rank hands the kernel an xc_work by value and xc_conn arrays in
+# mapped memory, both laid out by gcc (backends/nccl_like/gpu_engine.c):
+# nvcc's device pass must agree on every size and offset. gcc prints them as
+# static_asserts, which nvcc then compiles for the device.
+cat > "$tmp/layout.c" <<'LAYOUT'
+#include <stddef.h>
+#include <stdio.h>
+#include "ring.h"
+#define F(T, f) printf("static_assert(offsetof(" #T ", " #f ") == %zu, \"" #T "." #f "\");\n", offsetof(T, f))
+int main(void) {
+  printf("#include \"ring.h\"\n#include <stddef.h>\n__device__ void xc_layout_check(void) {\n");
+  printf("static_assert(sizeof(xc_work) == %zu, \"xc_work\");\n", sizeof(xc_work));
+  printf("static_assert(sizeof(xc_conn) == %zu, \"xc_conn\");\n", sizeof(xc_conn));
+  F(xc_work, kind); F(xc_work, dtype); F(xc_work, op); F(xc_work, sendbuf);
+  F(xc_work, recvbuf); F(xc_work, count); F(xc_work, nranks);
+  F(xc_work, ring_index); F(xc_work, root_index); F(xc_work, ring_ranks);
+  F(xc_work, channel); F(xc_work, nchannels); F(xc_work, proto);
+  F(xc_work, chunk_steps); F(xc_work, slice_steps); F(xc_work, trace);
+  F(xc_work, progress); F(xc_work, algo); F(xc_work, scratch);
+  F(xc_work, scratch_bytes);
+  F(xc_conn, buff); F(xc_conn, step_bytes); F(xc_conn, head); F(xc_conn, tail);
+  F(xc_conn, sizes); F(xc_conn, step);
+  printf("}\n");
+  return 0;
+}
+LAYOUT
+gcc -std=c11 -I"$src/include" -I"$src/kernels" "$tmp/layout.c" -o "$tmp/layout"
+"$tmp/layout" > "$tmp/layout.cu"
+"$nvcc" -std=c++17 -Werror all-warnings -I"$src/include" -I"$src/kernels" \
+  -gencode arch=compute_75,code=compute_75 -c "$tmp/layout.cu" \
+  -o "$tmp/layout.o"
+echo "ok: xc_work ($(grep -o 'sizeof(xc_work) == [0-9]*' "$tmp/layout.cu" | grep -o '[0-9]*$') B) and xc_conn have gcc's layout in nvcc's device code"
 "$nvcc" --version | tail -n 1
 if [ -n "${FATBIN:-}" ] && [ -f "$FATBIN" ]; then
   # The build compiled ring_kernel.cu with the same flags into the fatbin
