@@ -312,6 +312,66 @@ XC_INLINE XC_HD void xc_reduce_into(void *dst, const void *a, const void *b,
   }
 }
 
+/* ---- a CUDA block's share of a step ----
+ * xc_reduce_block and xc_copy_block are called by every thread of a block
+ * with the same arguments (on the host, by the channel's one thread: they
+ * are then xc_reduce_into and memcpy). On the device thread t takes the
+ * 16-byte packs t, t + T, t + 2T ... (T threads) when every pointer is
+ * 16-byte aligned, else the elements (words, bytes) t, t + T ...: the 32
+ * threads of a warp touch adjacent addresses, so their accesses coalesce
+ * into whole transactions, and an aligned pack is one 128-bit load or
+ * store (NCCL's kernels move data in 16-byte packs the same way). A
+ * caller that reads what another thread wrote waits at XC_BARRIER first. */
+#ifdef __CUDA_ARCH__
+XC_INLINE __device__ int xc_aligned16(const void *p) {
+  return ((uintptr_t)p & 15u) == 0;
+}
+#endif
+
+XC_INLINE XC_HD void xc_reduce_block(void *dst, const void *a, const void *b,
+                                     size_t n, xcoll_datatype dtype,
+                                     xcoll_op op) {
+#ifdef __CUDA_ARCH__
+  size_t e = xc_dtype_size(dtype), tid = threadIdx.x, nth = blockDim.x;
+  size_t done = 0;
+  if (e > 0 && xc_aligned16(dst) && xc_aligned16(a) && xc_aligned16(b)) {
+    size_t per = 16 / e, packs = n / per;
+    for (size_t v = tid; v < packs; v += nth) {
+      uint4 x = ((const uint4 *)a)[v], y = ((const uint4 *)b)[v], r;
+      xc_reduce_into(&r, &x, &y, per, dtype, op);
+      ((uint4 *)dst)[v] = r;
+    }
+    done = packs * per;
+  }
+  for (size_t i = done + tid; i < n; i += nth)
+    xc_reduce_into((uint8_t *)dst + i * e, (const uint8_t *)a + i * e,
+                   (const uint8_t *)b + i * e, 1, dtype, op);
+#else
+  xc_reduce_into(dst, a, b, n, dtype, op);
+#endif
+}
+
+XC_INLINE XC_HD void xc_copy_block(void *dst, const void *src, size_t bytes) {
+#ifdef __CUDA_ARCH__
+  size_t tid = threadIdx.x, nth = blockDim.x, done = 0;
+  if (xc_aligned16(dst) && xc_aligned16(src)) {
+    size_t packs = bytes / 16;
+    for (size_t v = tid; v < packs; v += nth)
+      ((uint4 *)dst)[v] = ((const uint4 *)src)[v];
+    done = packs * 16;
+  } else if ((((uintptr_t)dst | (uintptr_t)src) & 3u) == 0) {
+    size_t words = bytes / 4;
+    for (size_t v = tid; v < words; v += nth)
+      ((uint32_t *)dst)[v] = ((const uint32_t *)src)[v];
+    done = words * 4;
+  }
+  for (size_t i = done + tid; i < bytes; i += nth)
+    ((uint8_t *)dst)[i] = ((const uint8_t *)src)[i];
+#else
+  memcpy(dst, src, bytes);
+#endif
+}
+
 /* buf[i] /= nranks for the n elements of a floating-point dtype (AVG's last
  * step; integers are left alone: AVG is rejected for them). A true division,
  * not a product with 1/nranks: it is correctly rounded (1/3 is inexact). The
