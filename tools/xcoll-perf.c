@@ -576,11 +576,13 @@ typedef struct perf_cuda {
   int (*device_get)(int *device, int ordinal);
   int (*primary_ctx_retain)(void **ctx, int device);
   int (*ctx_set_current)(void *ctx);
+  int (*primary_ctx_release)(int device);
   int (*mem_alloc)(unsigned long long *dptr, size_t bytes);
   int (*mem_free)(unsigned long long dptr);
   int (*htod)(unsigned long long dst, const void *src, size_t bytes);
   int (*dtoh)(void *dst, unsigned long long src, size_t bytes);
-  int stand_in; /* tests/unit/fake_libcuda.c: needs no current context */
+  int stand_in;     /* tests/unit/fake_libcuda.c: needs no current context */
+  int bound_device; /* whose primary context cuda_bind retained; -1: none */
 } perf_cuda;
 
 /* cuda.h maps most names to a _v2 entry point (cuMemAlloc -> cuMemAlloc_v2):
@@ -631,6 +633,8 @@ static int cuda_load(perf_cuda *cu) {
   memcpy(&cu->mem_free, &sym[6], sizeof sym[6]);
   memcpy(&cu->htod, &sym[7], sizeof sym[7]);
   memcpy(&cu->dtoh, &sym[8], sizeof sym[8]);
+  void *release = cuda_symbol(h, "cuDevicePrimaryCtxRelease");
+  memcpy(&cu->primary_ctx_release, &release, sizeof release);
   int rc = cu->init(0);
   if (rc != 0) {
     fprintf(stderr, "xcoll-perf: cuInit failed: CUresult %d\n", rc);
@@ -649,14 +653,24 @@ static int cuda_bind(perf_cuda *cu, int device) {
     return 0;
   int handle = 0, rc;
   void *ctx = NULL;
-  if ((rc = cu->device_get(&handle, device)) != 0 ||
-      (rc = cu->primary_ctx_retain(&ctx, handle)) != 0 ||
-      (rc = cu->ctx_set_current(ctx)) != 0) {
+  if ((rc = cu->device_get(&handle, device)) == 0 &&
+      (rc = cu->primary_ctx_retain(&ctx, handle)) == 0) {
+    cu->bound_device = handle;
+    rc = cu->ctx_set_current(ctx);
+  }
+  if (rc != 0) {
     fprintf(stderr, "xcoll-perf: no context on CUDA device %d: CUresult %d\n",
             device, rc);
     return -1;
   }
   return 0;
+}
+
+/* Release the primary context cuda_bind retained (none on the stand-in). */
+static void cuda_unbind(perf_cuda *cu) {
+  if (cu->bound_device >= 0 && cu->primary_ctx_release)
+    cu->primary_ctx_release(cu->bound_device);
+  cu->bound_device = -1;
 }
 
 /* ---- one benchmark ---- */
@@ -1291,6 +1305,7 @@ int main(int argc, char **argv) {
   perf_run run;
   memset(&run, 0, sizeof run);
   run.opt = &opt;
+  run.cuda.bound_device = -1;
   run.elem_bytes = xcoll_datatype_size(opt.dtype);
   perf_failure failure = {XCOLL_SUCCESS, "xcoll_comm_init_env"};
 
@@ -1472,6 +1487,14 @@ done:
   if (json)
     fclose(json);
   free(run.requests);
+  /* Destroy first: after a failure a kernel of the communicator may still
+   * use the device buffers until the communicator is torn down. */
+  st = xcoll_comm_destroy(run.comm);
+  if (st != XCOLL_SUCCESS && exit_code == 0) {
+    fprintf(stderr, "xcoll-perf: rank %d: xcoll_comm_destroy failed: %s\n",
+            run.rank, xcoll_strerror(st));
+    exit_code = 1;
+  }
   if (run.on_device) {
     if (run.sendbuf && run.sendbuf != run.host_send)
       run.cuda.mem_free((unsigned long long)(uintptr_t)run.sendbuf);
@@ -1480,13 +1503,8 @@ done:
   }
   if (run.scratch)
     run.cuda.mem_free((unsigned long long)(uintptr_t)run.scratch);
+  cuda_unbind(&run.cuda);
   free(run.host_send);
   free(run.host_recv);
-  st = xcoll_comm_destroy(run.comm);
-  if (st != XCOLL_SUCCESS && exit_code == 0) {
-    fprintf(stderr, "xcoll-perf: rank %d: xcoll_comm_destroy failed: %s\n",
-            run.rank, xcoll_strerror(st));
-    exit_code = 1;
-  }
   return exit_code;
 }
