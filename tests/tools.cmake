@@ -24,6 +24,10 @@ endif()
 # stand-in. The same command lines run on a GPU in scripts/gpu-check.sh.
 if(TARGET staging AND TARGET xcoll-perf AND TARGET xcollrun)
   set(_perf_device_cases tcp)
+  set(_perf_device_quick "")
+  if(XCOLL_SANITIZE)
+    set(_perf_device_quick --quick)
+  endif()
   if(XCOLL_HAVE_CUDA)
     list(APPEND _perf_device_cases nccl_like mixed)
   endif()
@@ -31,7 +35,7 @@ if(TARGET staging AND TARGET xcoll-perf AND TARGET xcollrun)
     set(test tools.xcoll_perf_device.${case})
     add_test(NAME ${test}
       COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/tools/test_xcoll_perf_device.sh
-              $<TARGET_FILE_DIR:xcoll-perf> ${case})
+              $<TARGET_FILE_DIR:xcoll-perf> ${case} ${_perf_device_quick})
     set_tests_properties(${test} PROPERTIES TIMEOUT 300
       LABELS "tools;conformance" PROCESSORS 2
       ENVIRONMENT "XCOLL_TIMEOUT_S=60;FAKE_CUDA_DEVICES=8;LD_LIBRARY_PATH=$<TARGET_FILE_DIR:fake_libcuda>")
