@@ -106,8 +106,13 @@ step standin ctest --output-on-failure -R \
   'conformance\.staging|conformance\.gpu_ranks|nccl_like\.mixed_ring|tools\.xcoll_perf_device|unit\.device|unit\.kernels_nvcc'
 
 # 5. The reduce-copy micro-benchmark (not part of the CMake build).
+# The GPU's own architecture (compute_cap "9.0" -> sm_90); -arch=native
+# where nvidia-smi is too old to say (native silently falls back to a
+# default architecture when it finds no GPU).
+cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')
 arch=native
-nvcc -arch=native -o /dev/null -x cu - <<< '__global__ void k() {}' 2>/dev/null || arch=sm_90
+[[ "$cap" =~ ^[0-9]+$ ]] && arch=sm_$cap
+echo "      bench built for $arch" >> "$summary"
 step bench-build nvcc -O3 -std=c++17 -arch="$arch" -I "$root/include" \
   "$root/kernels/bench/bench_reduce_cuda.cu" -o "$build/bench_reduce_cuda"
 step bench-float32 ./bench_reduce_cuda --dtype float32 --minbytes 1M --maxbytes 256M
