@@ -685,7 +685,6 @@ typedef struct perf_run {
   int gpu_ranks;  /* ranks bound to a CUDA device, over the communicator */
   int device_buffer_ranks; /* ranks with on_device, over the communicator */
   size_t elem_bytes;
-  size_t buffer_bytes;
   /* What the calls get: max_bytes each, host memory 64-byte aligned, or
    * device memory (cuMemAlloc, 256-byte aligned) when on_device. */
   char *sendbuf;
@@ -1418,7 +1417,6 @@ int main(int argc, char **argv) {
   size_t buffer_bytes = (opt.max_bytes + 63u) / 64u * 64u;
   if (buffer_bytes == 0)
     buffer_bytes = 64;
-  run.buffer_bytes = buffer_bytes;
   run.host_send = aligned_alloc(64, buffer_bytes);
   run.host_recv = aligned_alloc(64, buffer_bytes);
   size_t max_requests = (size_t)(opt.iters > opt.warmup_iters ? opt.iters
