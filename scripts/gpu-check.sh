@@ -1,41 +1,162 @@
 #!/usr/bin/env bash
-# gpu-check.sh - what can be checked of xcoll's GPU support on a machine with
-# an NVIDIA GPU, nvcc and the CUDA driver (no UCX needed). Rerun it wherever
-# a GPU is available and put its output in the issue's note.
+# gpu-check.sh - everything issue 8 asks of xcoll's GPU support, in one run
+# on a machine with an NVIDIA GPU, nvcc and the CUDA driver (no UCX needed).
+# Rerun it wherever a GPU is available and paste its closing summary into
+# the issue's note; every command it runs is below, to rerun one alone.
 #   bash scripts/gpu-check.sh [BUILD_DIR]      (default build-gpu/)
+# Environment: GPU_CHECK_MAXBYTES (largest xcoll-perf message, default 64M;
+# 4 ranks x 2 buffers of it live on device 0), GPU_CHECK_SKIP_BUILD=1 (reuse
+# BUILD_DIR as it is).
 # cmocka: the unit tests need it; where it is not installed, fetch Debian's
 # packages on a machine with apt (apt-get download libcmocka0 libcmocka-dev),
 # unpack them (dpkg -x PKG.deb DIR) and set CMOCKA_ROOT=DIR/usr.
-# What it runs:
+# What it runs, in order (each step is PASS or FAIL in the summary; a
+# failing step does not stop the others):
 #   1. a CUDA build (XCOLL_WITH_CUDA=ON: the ring kernels for sm_75/80/90 +
 #      PTX, checked by unit.kernels_nvcc) without UCX;
-#   2. ctest -L gpu: device buffers staged through pinned memory on tcp
-#      (tests/gpu/gpu_staging.sh: 2 and 4 ranks sharing CUDA device 0, every
-#      collective, in place and out of place, blocking and non-blocking on
-#      a stream), then the same staging run under compute-sanitizer's
-#      memcheck (CUDA API errors, bad copies);
-#   3. the stand-in driver tests (conformance.staging.*) and unit.device,
-#      which must still pass with a real driver installed.
-# Not here yet: nccl_like's CUDA engine (the kernels are compiled, not
-# driven), so no mixed CPU/GPU ring and no kernel bandwidth figure.
-set -euo pipefail
+#   2. ctest -L gpu: gpu.staging.tcp (device buffers staged through pinned
+#      memory, 2 and 4 ranks sharing device 0, every collective, then the
+#      same under compute-sanitizer memcheck) and gpu.nccl_like (nccl_like's
+#      GPU ranks: the staging program on the CUDA ring kernel at 2 and 4
+#      ranks sharing device 0, then a mixed ring of 1 GPU + 3 host ranks
+#      whose results must be bit-identical to a host-only ring's:
+#      tests/nccl_like/nl_mixed.sh; that is the bit-identity check);
+#   3. compute-sanitizer --tool memcheck and --tool racecheck on a 2-rank
+#      nccl_like GPU allreduce (xcoll-perf on device buffers with --check,
+#      8 B to 256 KiB: LL, SIMPLE, gather and ring); racecheck looks for
+#      shared-memory hazards inside each kernel, memcheck for bad device
+#      accesses and CUDA API errors; --error-exitcode 1 fails the step;
+#      then memcheck on the tcp staging path (tests/staging --quick);
+#   4. the stand-in driver tests (conformance.staging.*, the GPU-rank and
+#      mixed-ring tests, tools.xcoll_perf_device.*) and unit.device, which
+#      must still pass with a real driver installed;
+#   5. kernels/bench/bench_reduce_cuda.cu, built with nvcc: the ring
+#      kernel's reduce-copy step against cudaMemcpy device-to-device on one
+#      GPU (float32 1 MiB-256 MiB; bfloat16; the slot in mapped pinned
+#      memory as on a GPU rank): goal reduce-copy / memcpy >= 0.70;
+#   6. xcoll-perf allreduce busbw, device buffers: nccl_like GPU ranks at 2
+#      and 4 ranks sharing device 0; a mixed ring (rank 0 on the GPU, 3 host
+#      ranks) against the host-only ring of 4; tcp GPU ranks (staging) at 4
+#      against tcp host ranks. docs/benchmarks.md says what each figure is.
+# Output: BUILD_DIR/gpu-check/ holds each step's full log; the summary is
+# printed last and saved as BUILD_DIR/gpu-check/summary.txt.
+set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$root/build-gpu}
+maxbytes=${GPU_CHECK_MAXBYTES:-64M}
 prefix=()
 [ -n "${CMOCKA_ROOT:-}" ] && prefix=(-DCMAKE_PREFIX_PATH="$CMOCKA_ROOT")
 [ -n "${CMOCKA_ROOT:-}" ] && export LD_LIBRARY_PATH="$CMOCKA_ROOT/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 nvidia-smi -L || { echo "gpu-check: no GPU (nvidia-smi failed)"; exit 77; }
 PATH=/usr/local/cuda/bin:$PATH
-cmake -S "$root" -B "$build" -DXCOLL_WITH_CUDA=ON -DXCOLL_WITH_UCX=OFF \
-  -DXCOLL_WITH_TORCH=OFF -DXCOLL_BUILD_TRAINER=OFF "${prefix[@]}"
-cmake --build "$build" -j"$(nproc)"
-cd "$build"
-echo "== ctest -L gpu"
-ctest --output-on-failure -L gpu
-echo "== staging under compute-sanitizer --tool memcheck (2 ranks, tcp)"
-XCOLL_BACKEND=tcp XCOLL_DEVICE=cuda:0 XCOLL_TIMEOUT_S=120 \
-  tools/xcollrun --nproc-per-node 2 --master-port 0 \
+
+if [ "${GPU_CHECK_SKIP_BUILD:-0}" != 1 ]; then
+  cmake -S "$root" -B "$build" -DXCOLL_WITH_CUDA=ON -DXCOLL_WITH_UCX=OFF \
+    -DXCOLL_WITH_TORCH=OFF -DXCOLL_BUILD_TRAINER=OFF "${prefix[@]}" || exit 1
+  cmake --build "$build" -j"$(nproc)" || exit 1
+fi
+cd "$build" || exit 1
+logs=$build/gpu-check
+mkdir -p "$logs"
+summary=$logs/summary.txt
+{
+  echo "gpu-check $(date -u +%Y-%m-%dT%H:%MZ), xcoll $(git -C "$root" describe --always --dirty 2>/dev/null || echo '?')"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | sed 's/^/  GPU: /'
+  echo "  nvcc: $(nvcc --version | tail -n 1)"
+} > "$summary"
+failed=0
+
+# step NAME COMMAND...: run it, its output teed to gpu-check/NAME.log, and
+# record PASS or FAIL in the summary.
+step() {
+  local name=$1
+  shift
+  echo "== $name: $*"
+  if "$@" 2>&1 | tee "$logs/$name.log"; then
+    echo "PASS  $name" >> "$summary"
+  else
+    echo "FAIL  $name (log: $logs/$name.log)" >> "$summary"
+    failed=1
+  fi
+}
+
+# -V: the tests' own output in the log, for the bit-identity line below.
+step ctest-gpu ctest -V -L gpu
+{
+  echo "      bit-identity (gpu.nccl_like: nl_mixed.sh, 1 GPU + 3 host ranks vs host-only):"
+  grep -hoE "ok: [0-9]+ results bit-identical.*" "$logs/ctest-gpu.log" | sed 's/^/        /' ||
+    echo "        no 'bit-identical' line: see $logs/ctest-gpu.log"
+} >> "$summary"
+
+# 3. compute-sanitizer. Under it the kernels run many times slower and the
+# ring's other rank waits on them: the timeout is raised to match.
+for tool in memcheck racecheck; do
+  step "sanitizer-$tool-nccl_like" env XCOLL_BACKEND=nccl_like \
+    XCOLL_DEVICE=cuda:0 XCOLL_TIMEOUT_S=900 timeout -k 10 1200 \
+    tools/xcollrun --nproc-per-node 2 --master-port 0 \
+    compute-sanitizer --tool "$tool" --error-exitcode 1 \
+    tools/xcoll-perf -b 8 -e 256K -f 8 -n 1 -w 1 -c 1
+done
+step sanitizer-memcheck-tcp env XCOLL_BACKEND=tcp XCOLL_DEVICE=cuda:0 \
+  XCOLL_TIMEOUT_S=120 tools/xcollrun --nproc-per-node 2 --master-port 0 \
   compute-sanitizer --tool memcheck --error-exitcode 1 tests/staging --quick
-echo "== stand-in driver tests and the nvcc compile check"
-ctest --output-on-failure -R 'conformance\.staging|unit\.device|unit\.kernels_nvcc'
+
+# 4. The stand-in driver's tests, real driver installed beside it.
+step standin ctest --output-on-failure -R \
+  'conformance\.staging|conformance\.gpu_ranks|nccl_like\.mixed_ring|tools\.xcoll_perf_device|unit\.device|unit\.kernels_nvcc'
+
+# 5. The reduce-copy micro-benchmark (not part of the CMake build).
+# The GPU's own architecture (compute_cap "9.0" -> sm_90); -arch=native
+# where nvidia-smi is too old to say (native silently falls back to a
+# default architecture when it finds no GPU).
+cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')
+arch=native
+[[ "$cap" =~ ^[0-9]+$ ]] && arch=sm_$cap
+echo "      bench built for $arch" >> "$summary"
+step bench-build nvcc -O3 -std=c++17 -arch="$arch" -I "$root/include" \
+  "$root/kernels/bench/bench_reduce_cuda.cu" -o "$build/bench_reduce_cuda"
+step bench-float32 ./bench_reduce_cuda --dtype float32 --minbytes 1M --maxbytes 256M
+step bench-bfloat16 ./bench_reduce_cuda --dtype bfloat16 --minbytes 1M \
+  --maxbytes 256M --blocks 2,32,0
+step bench-pinned-slot ./bench_reduce_cuda --dtype float32 --minbytes 1M \
+  --maxbytes 64M --blocks 2,32,0 --pinned-slot
+for b in float32 bfloat16 pinned-slot; do
+  grep -h "best reduce-copy" "$logs/bench-$b.log" | sed "s/^# /      bench $b: /" >> "$summary"
+done
+# The default nccl_like launch: 2 channels = 2 blocks, at the largest size.
+awk '$1 ~ /^[0-9]+$/ && $2 == 2 {row = $0} END {if (row != "") print "      bench float32, 2 blocks (nccl_like default), largest size:" row}' \
+  "$logs/bench-float32.log" >> "$summary"
+
+# 6. xcoll-perf busbw. perf NAME NPROC ENV... -- ARGS...: an allreduce sweep
+# of 1 MiB to GPU_CHECK_MAXBYTES with --check; the summary keeps the
+# largest row's out-of-place and in-place busbw.
+perf() {
+  local name=$1 np=$2
+  shift 2
+  local env=()
+  while [ "$1" != -- ]; do env+=("$1"); shift; done
+  shift
+  step "perf-$name" env XCOLL_TIMEOUT_S=300 "${env[@]}" timeout -k 10 1200 \
+    tools/xcollrun --nproc-per-node "$np" --master-port 0 \
+    tools/xcoll-perf -b 1M -e "$maxbytes" -f 4 -n 10 -w 3 -c 1 "$@"
+  sed 's/^\[rank 0\] //' "$logs/perf-$name.log" | awk -v name="$name" '
+    $1 ~ /^[0-9]+$/ && NF >= 13 {size = $1; oop = $8; ip = $12; alg = $14}
+    /Out of bounds values/ {check = $NF}
+    END {printf "      %-22s %10s B  busbw %s (oop) %s (ip) GB/s  %s  check %s\n",
+                name, size, oop, ip, alg, check}' >> "$summary"
+}
+perf nccl_like.gpu.np2 2 XCOLL_BACKEND=nccl_like XCOLL_DEVICE=cuda:0 --
+perf nccl_like.gpu.np4 4 XCOLL_BACKEND=nccl_like XCOLL_DEVICE=cuda:0 --
+perf nccl_like.mixed1+3 4 XCOLL_BACKEND=nccl_like -- --gpu-ranks 0
+perf nccl_like.host.np4 4 XCOLL_BACKEND=nccl_like XCOLL_DEVICE=host --
+perf tcp.gpu.np4 4 XCOLL_BACKEND=tcp XCOLL_DEVICE=cuda:0 --
+perf tcp.host.np4 4 XCOLL_BACKEND=tcp XCOLL_DEVICE=host --
+
+echo
+echo "==== summary (also in $summary)"
+cat "$summary"
+if [ "$failed" -ne 0 ]; then
+  echo "gpu-check: some steps FAILED"
+  exit 1
+fi
 echo "gpu-check: all passed"

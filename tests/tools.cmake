@@ -16,3 +16,28 @@ if(TARGET xcoll-perf AND TARGET xcoll-info AND TARGET xcollrun)
     tools.xcoll_info_matches_library tools.tcp_ipv6 PROPERTIES TIMEOUT 60
     LABELS tools SKIP_RETURN_CODE 77)
 endif()
+
+# xcoll-perf on device buffers, with --check, over the stand-in CUDA driver
+# (tests/unit/fake_libcuda.c): nccl_like GPU ranks (the ring kernels' host
+# build), a mixed ring (--gpu-ranks 0) and tcp staging. The nccl_like cases
+# need the embedded kernels (XCOLL_HAVE_CUDA); tcp staging needs only the
+# stand-in. The same command lines run on a GPU in scripts/gpu-check.sh.
+if(TARGET staging AND TARGET xcoll-perf AND TARGET xcollrun)
+  set(_perf_device_cases tcp)
+  set(_perf_device_quick "")
+  if(XCOLL_SANITIZE)
+    set(_perf_device_quick --quick)
+  endif()
+  if(XCOLL_HAVE_CUDA)
+    list(APPEND _perf_device_cases nccl_like mixed)
+  endif()
+  foreach(case ${_perf_device_cases})
+    set(test tools.xcoll_perf_device.${case})
+    add_test(NAME ${test}
+      COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/tools/test_xcoll_perf_device.sh
+              $<TARGET_FILE_DIR:xcoll-perf> ${case} ${_perf_device_quick})
+    set_tests_properties(${test} PROPERTIES TIMEOUT 300
+      LABELS "tools;conformance" PROCESSORS 2
+      ENVIRONMENT "XCOLL_TIMEOUT_S=60;FAKE_CUDA_DEVICES=8;LD_LIBRARY_PATH=$<TARGET_FILE_DIR:fake_libcuda>")
+  endforeach()
+endif()

@@ -22,7 +22,15 @@
  *   busbw = algbw * factor, factor = 2(P-1)/P for allreduce, (P-1)/P for
  *   allgather and reduce_scatter, 1 for broadcast and reduce (P ranks);
  * see docs/benchmarks.md for why.
+ *
+ * Buffers: a rank whose communicator is bound to a CUDA device (XCOLL_DEVICE,
+ * or --gpu-ranks) benchmarks device memory, as nccl-tests always does;
+ * other ranks use host memory. Device memory comes from the CUDA driver API,
+ * loaded with dlopen("libcuda.so.1") as the library loads it, so the tool
+ * builds and runs without the CUDA toolkit. --check fills and reads device
+ * buffers through host copies, outside the timed loop.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -69,6 +77,8 @@ typedef struct perf_options {
   perf_coll coll;
   int blocking;
   const char *json_path;
+  int device_buffers;    /* --device-buffers: -1 auto, 0 host, 1 device */
+  const char *gpu_ranks; /* --gpu-ranks LIST; NULL: XCOLL_DEVICE decides */
 } perf_options;
 
 static const char *const average_names[4] = {"rank0", "avg", "min", "max"};
@@ -121,11 +131,26 @@ static void usage(FILE *out, const char *argv0) {
           "                           accepted for nccl-tests command lines: one rank\n"
           "                           per process, so only these values\n"
           "  -J, --json FILE          also write one JSON object per row to FILE (rank 0)\n"
+          "      --device-buffers auto|0|1\n"
+          "                           1: buffers in CUDA device memory (cuMemAlloc), as\n"
+          "                           nccl-tests always has them; 0: host memory; auto:\n"
+          "                           device memory on ranks bound to a CUDA device\n"
+          "                           (XCOLL_DEVICE, --gpu-ranks), host memory on the\n"
+          "                           others (default auto). 1 needs a GPU rank.\n"
+          "      --gpu-ranks LIST     ranks bound to CUDA device LOCAL_RANK %% devices,\n"
+          "                           the others host ranks: comma-separated ranks, all\n"
+          "                           or none; overrides XCOLL_DEVICE (a mixed ring on\n"
+          "                           nccl_like: --gpu-ranks 0)\n"
           "  -h, --help               this text\n"
           "      --version            print the version and exit\n"
           "Run one process per rank with torchrun-style variables, e.g.\n"
-          "  xcollrun --nproc-per-node 4 --master-port 0 %s -b 8 -e 64M -f 2\n",
-          argv0, argv0);
+          "  xcollrun --nproc-per-node 4 --master-port 0 %s -b 8 -e 64M -f 2\n"
+          "GPU ranks on device buffers (nccl_like runs the CUDA ring kernel):\n"
+          "  XCOLL_BACKEND=nccl_like XCOLL_DEVICE=cuda xcollrun --nproc-per-node 2 \\\n"
+          "    --master-port 0 %s -b 8 -e 256M -f 2\n"
+          "(nccl-tests' -G is its CUDA-graph flag, so device buffers have no short\n"
+          "flag here.)\n",
+          argv0, argv0, argv0);
 }
 
 /* ---- parsing ---- */
@@ -232,9 +257,33 @@ static int reject_multi(const char *flag, const char *text) {
   return 2;
 }
 
+/* --gpu-ranks: 1 if rank is in LIST ("all", "none" or comma-separated
+ * ranks), 0 if not, -1 if LIST is malformed. */
+static int rank_listed(const char *list, int rank) {
+  if (strcmp(list, "all") == 0)
+    return 1;
+  if (strcmp(list, "none") == 0)
+    return 0;
+  int found = 0;
+  const char *p = list;
+  for (;;) {
+    char *end = NULL;
+    errno = 0;
+    long value = strtol(p, &end, 10);
+    if (errno != 0 || end == p || value < 0 || value > (1L << 30) ||
+        (*end != ',' && *end != '\0'))
+      return -1;
+    if (value == rank)
+      found = 1;
+    if (*end == '\0')
+      return found;
+    p = end + 1;
+  }
+}
+
 /* Returns 0 to run, 1 after --help or --version, 2 on a bad command line (message printed). */
 static int parse_options(int argc, char **argv, perf_options *opt) {
-  enum { OPT_COLL = 1000, OPT_VERSION };
+  enum { OPT_COLL = 1000, OPT_VERSION, OPT_DEVICE_BUFFERS, OPT_GPU_RANKS };
   static const struct option long_options[] = {
       {"minbytes", required_argument, NULL, 'b'},
       {"maxbytes", required_argument, NULL, 'e'},
@@ -258,6 +307,8 @@ static int parse_options(int argc, char **argv, perf_options *opt) {
       {"coll", required_argument, NULL, OPT_COLL},
       {"collective", required_argument, NULL, OPT_COLL},
       {"op-kind", required_argument, NULL, OPT_COLL},
+      {"device-buffers", required_argument, NULL, OPT_DEVICE_BUFFERS},
+      {"gpu-ranks", required_argument, NULL, OPT_GPU_RANKS},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, OPT_VERSION},
       {NULL, 0, NULL, 0}};
@@ -280,6 +331,8 @@ static int parse_options(int argc, char **argv, perf_options *opt) {
   opt->coll = PERF_ALLREDUCE;
   opt->blocking = 0;
   opt->json_path = NULL;
+  opt->device_buffers = -1;
+  opt->gpu_ranks = NULL;
 
   int c;
   while ((c = getopt_long(argc, argv, "b:e:f:i:n:w:m:N:a:d:o:c:r:z:T:g:t:p:J:h",
@@ -333,6 +386,16 @@ static int parse_options(int argc, char **argv, perf_options *opt) {
     case 'p': bad = parse_int(optarg, 0, 1, &single); break;
     case 'J': opt->json_path = optarg; break;
     case OPT_COLL: bad = parse_coll(optarg, &opt->coll); break;
+    case OPT_DEVICE_BUFFERS:
+      if (strcmp(optarg, "auto") == 0)
+        opt->device_buffers = -1;
+      else
+        bad = parse_int(optarg, 0, 1, &opt->device_buffers);
+      break;
+    case OPT_GPU_RANKS:
+      opt->gpu_ranks = optarg;
+      bad = rank_listed(optarg, 0) < 0;
+      break;
     case 'h': usage(stdout, argv0); return 1;
     case OPT_VERSION:
       printf("xcoll-perf (xcoll) %s\n", XCOLL_PROJECT_VERSION);
@@ -342,7 +405,10 @@ static int parse_options(int argc, char **argv, perf_options *opt) {
     if (bad) {
       char name[3] = {'-', (char)c, '\0'};
       fprintf(stderr, "xcoll-perf: bad value '%s' for option %s\n", optarg,
-              c == OPT_COLL ? "--coll" : name);
+              c == OPT_COLL             ? "--coll"
+              : c == OPT_DEVICE_BUFFERS ? "--device-buffers"
+              : c == OPT_GPU_RANKS      ? "--gpu-ranks"
+                                        : name);
       usage(stderr, argv0);
       return 2;
     }
@@ -499,6 +565,114 @@ static int element_matches(double got, double want, xcoll_datatype dtype,
   return fabs(got - want) <= 4.0 * ulp * (fabs(want) > 1.0 ? fabs(want) : 1.0);
 }
 
+/* ---- device memory: the CUDA driver API through dlopen ---- */
+
+/* The driver entry points this tool uses (cuda.h's signatures; CUdeviceptr
+ * is unsigned long long, CUresult an int whose 0 is CUDA_SUCCESS). */
+typedef struct perf_cuda {
+  void *handle;
+  int (*init)(unsigned int flags);
+  int (*device_get_count)(int *count);
+  int (*device_get)(int *device, int ordinal);
+  int (*primary_ctx_retain)(void **ctx, int device);
+  int (*ctx_set_current)(void *ctx);
+  int (*primary_ctx_release)(int device);
+  int (*mem_alloc)(unsigned long long *dptr, size_t bytes);
+  int (*mem_free)(unsigned long long dptr);
+  int (*htod)(unsigned long long dst, const void *src, size_t bytes);
+  int (*dtoh)(void *dst, unsigned long long src, size_t bytes);
+  int stand_in;     /* tests/unit/fake_libcuda.c: needs no current context */
+  int bound_device; /* whose primary context cuda_bind retained; -1: none */
+} perf_cuda;
+
+/* cuda.h maps most names to a _v2 entry point (cuMemAlloc -> cuMemAlloc_v2):
+ * take the _v2 symbol where there is one, as core/cuda.c does. */
+static void *cuda_symbol(void *handle, const char *name) {
+  char versioned[64];
+  snprintf(versioned, sizeof versioned, "%s_v2", name);
+  void *sym = dlsym(handle, versioned);
+  return sym ? sym : dlsym(handle, name);
+}
+
+/* Load libcuda.so.1 once and cuInit it. Returns 0, or -1 with a message. */
+static int cuda_load(perf_cuda *cu) {
+  if (cu->handle)
+    return 0;
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (!h) {
+    fprintf(stderr, "xcoll-perf: device buffers need the CUDA driver: dlopen "
+            "libcuda.so.1: %s\n", dlerror());
+    return -1;
+  }
+  void *sym[9] = {cuda_symbol(h, "cuInit"), cuda_symbol(h, "cuDeviceGetCount"),
+                  cuda_symbol(h, "cuDeviceGet"),
+                  cuda_symbol(h, "cuDevicePrimaryCtxRetain"),
+                  cuda_symbol(h, "cuCtxSetCurrent"), cuda_symbol(h, "cuMemAlloc"),
+                  cuda_symbol(h, "cuMemFree"), cuda_symbol(h, "cuMemcpyHtoD"),
+                  cuda_symbol(h, "cuMemcpyDtoH")};
+  /* The stand-in driver has no cuCtxSetCurrent: its allocations and
+   * synchronous copies need no context. It is told by its counters. */
+  cu->stand_in = dlsym(h, "fake_cuda_ctx_depth") != NULL;
+  for (int i = 0; i < 9; i++) {
+    if (!sym[i] && !(i == 4 && cu->stand_in)) {
+      fprintf(stderr, "xcoll-perf: libcuda.so.1 lacks entry point %d of "
+              "cuInit, cuDeviceGetCount, cuDeviceGet, cuDevicePrimaryCtxRetain, "
+              "cuCtxSetCurrent, cuMemAlloc, cuMemFree, cuMemcpyHtoD, "
+              "cuMemcpyDtoH\n", i);
+      dlclose(h);
+      return -1;
+    }
+  }
+  /* Object pointers to function pointers: memcpy, as ISO C has no cast. */
+  memcpy(&cu->init, &sym[0], sizeof sym[0]);
+  memcpy(&cu->device_get_count, &sym[1], sizeof sym[1]);
+  memcpy(&cu->device_get, &sym[2], sizeof sym[2]);
+  memcpy(&cu->primary_ctx_retain, &sym[3], sizeof sym[3]);
+  memcpy(&cu->ctx_set_current, &sym[4], sizeof sym[4]);
+  memcpy(&cu->mem_alloc, &sym[5], sizeof sym[5]);
+  memcpy(&cu->mem_free, &sym[6], sizeof sym[6]);
+  memcpy(&cu->htod, &sym[7], sizeof sym[7]);
+  memcpy(&cu->dtoh, &sym[8], sizeof sym[8]);
+  void *release = cuda_symbol(h, "cuDevicePrimaryCtxRelease");
+  memcpy(&cu->primary_ctx_release, &release, sizeof release);
+  int rc = cu->init(0);
+  if (rc != 0) {
+    fprintf(stderr, "xcoll-perf: cuInit failed: CUresult %d\n", rc);
+    dlclose(h);
+    return -1;
+  }
+  cu->handle = h;
+  return 0;
+}
+
+/* Make device's primary context current on this thread: the driver API's
+ * allocations and copies act on the current context, and the primary one
+ * is the context the library (and the CUDA runtime) use on that device. */
+static int cuda_bind(perf_cuda *cu, int device) {
+  if (cu->stand_in)
+    return 0;
+  int handle = 0, rc;
+  void *ctx = NULL;
+  if ((rc = cu->device_get(&handle, device)) == 0 &&
+      (rc = cu->primary_ctx_retain(&ctx, handle)) == 0) {
+    cu->bound_device = handle;
+    rc = cu->ctx_set_current(ctx);
+  }
+  if (rc != 0) {
+    fprintf(stderr, "xcoll-perf: no context on CUDA device %d: CUresult %d\n",
+            device, rc);
+    return -1;
+  }
+  return 0;
+}
+
+/* Release the primary context cuda_bind retained (none on the stand-in). */
+static void cuda_unbind(perf_cuda *cu) {
+  if (cu->bound_device >= 0 && cu->primary_ctx_release)
+    cu->primary_ctx_release(cu->bound_device);
+  cu->bound_device = -1;
+}
+
 /* ---- one benchmark ---- */
 
 typedef struct perf_run {
@@ -506,12 +680,52 @@ typedef struct perf_run {
   xcoll_comm_t comm;
   int rank;
   int world_size;
+  int device;     /* the communicator's: XCOLL_DEVICE_HOST or a CUDA ordinal */
+  int on_device;  /* sendbuf/recvbuf are CUDA device memory */
+  int gpu_ranks;  /* ranks bound to a CUDA device, over the communicator */
+  int device_buffer_ranks; /* ranks with on_device, over the communicator */
   size_t elem_bytes;
-  char *sendbuf; /* max_bytes, 64-byte aligned */
+  /* What the calls get: max_bytes each, host memory 64-byte aligned, or
+   * device memory (cuMemAlloc, 256-byte aligned) when on_device. */
+  char *sendbuf;
   char *recvbuf;
+  /* Host copies of the two for --check: the same memory as sendbuf/recvbuf
+   * on host buffers; filled then copied to the device, or copied back and
+   * read, on device buffers. */
+  char *host_send;
+  char *host_recv;
+  /* On a GPU rank, 64 bytes of device memory for the tool's own small
+   * collectives (times, counts): nccl_like's GPU ranks take only memory the
+   * device reaches. NULL on a host rank. */
+  char *scratch;
+  perf_cuda cuda;
   /* max(iters, warmup_iters) * agg_iters slots, for --blocking 0 */
   xcoll_request_t *requests;
 } perf_run;
+
+/* The tool's own small collectives: count <= 3 elements, <= 16 bytes.
+ * On a GPU rank the values travel through run->scratch. */
+static xcoll_status small_collective(perf_run *run, int broadcast,
+                                     const void *in, void *out, size_t count,
+                                     xcoll_datatype dtype, xcoll_op op) {
+  size_t bytes = count * xcoll_datatype_size(dtype);
+  const void *send = in;
+  void *recv = out;
+  if (run->scratch) {
+    unsigned long long base = (unsigned long long)(uintptr_t)run->scratch;
+    if (run->cuda.htod(base, in, bytes) != 0)
+      return XCOLL_ERR_SYSTEM;
+    send = run->scratch;
+    recv = run->scratch + 32;
+  }
+  xcoll_status st = broadcast
+                        ? xcoll_broadcast(send, recv, count, dtype, 0, run->comm)
+                        : xcoll_allreduce(send, recv, count, dtype, op, run->comm);
+  if (st == XCOLL_SUCCESS && run->scratch &&
+      run->cuda.dtoh(out, (unsigned long long)(uintptr_t)recv, bytes) != 0)
+    return XCOLL_ERR_SYSTEM;
+  return st;
+}
 
 /* Per-rank element counts and buffer sizes for one row of size total_bytes,
  * following the NCCL argument conventions. */
@@ -561,25 +775,37 @@ typedef struct perf_buffers {
   void *output; /* where to check the result (== recv) */
 } perf_buffers;
 
-static perf_buffers buffers_for(const perf_run *run, const perf_shape *s,
-                                int in_place) {
+static perf_buffers buffers_at(const perf_run *run, const perf_shape *s,
+                               int in_place, char *sendbuf, char *recvbuf) {
   perf_buffers b;
   if (!in_place) {
-    b.send = run->sendbuf;
-    b.recv = run->recvbuf;
+    b.send = sendbuf;
+    b.recv = recvbuf;
   } else if (run->opt->coll == PERF_ALLGATHER) {
-    b.recv = run->recvbuf;
-    b.send = run->recvbuf + (size_t)run->rank * s->call_count * run->elem_bytes;
+    b.recv = recvbuf;
+    b.send = recvbuf + (size_t)run->rank * s->call_count * run->elem_bytes;
   } else if (run->opt->coll == PERF_REDUCE_SCATTER) {
-    b.send = run->recvbuf;
-    b.recv = run->recvbuf + (size_t)run->rank * s->call_count * run->elem_bytes;
+    b.send = recvbuf;
+    b.recv = recvbuf + (size_t)run->rank * s->call_count * run->elem_bytes;
   } else {
-    b.send = run->recvbuf;
-    b.recv = run->recvbuf;
+    b.send = recvbuf;
+    b.recv = recvbuf;
   }
   b.input = b.send;
   b.output = b.recv;
   return b;
+}
+
+/* The pointers the calls get. */
+static perf_buffers buffers_for(const perf_run *run, const perf_shape *s,
+                                int in_place) {
+  return buffers_at(run, s, in_place, run->sendbuf, run->recvbuf);
+}
+
+/* Their host copies, where --check writes inputs and reads results. */
+static perf_buffers host_buffers_for(const perf_run *run, const perf_shape *s,
+                                     int in_place) {
+  return buffers_at(run, s, in_place, run->host_send, run->host_recv);
 }
 
 /* Issue one operation; with request non-NULL, its non-blocking form. */
@@ -666,8 +892,8 @@ static double now_seconds(void) {
 /* Fill this rank's input and poison the part of the output that the
  * operation must write (for in-place operations they overlap: the output
  * slot of an in-place allgather/broadcast/reduce holds the input). */
-static void prepare_check(const perf_run *run, const perf_shape *s,
-                          const perf_buffers *b, int in_place) {
+static void fill_check(const perf_run *run, const perf_shape *s,
+                       const perf_buffers *b, int in_place) {
   const perf_options *o = run->opt;
   xcoll_datatype t = o->dtype;
   if (!in_place) {
@@ -689,9 +915,31 @@ static void prepare_check(const perf_run *run, const perf_shape *s,
                   input_value(run->rank, run->world_size, offset + i, o->op));
 }
 
-/* Elements of the output that differ from the reference, on this rank. */
-static int64_t count_wrong(const perf_run *run, const perf_shape *s,
-                           const perf_buffers *b) {
+/* fill_check on the host copies; on device buffers, then copy both to the
+ * device (a row's whole span, s->bytes, of each: in place, the input lives
+ * in recvbuf). The synchronous copies run on the legacy default stream, so
+ * they are ordered with the calls, which use it too. Returns 0 or -1. */
+static int prepare_check(const perf_run *run, const perf_shape *s, int in_place,
+                         perf_failure *failure) {
+  perf_buffers host = host_buffers_for(run, s, in_place);
+  fill_check(run, s, &host, in_place);
+  if (!run->on_device || s->bytes == 0)
+    return 0;
+  if (run->cuda.htod((unsigned long long)(uintptr_t)run->sendbuf, run->host_send,
+                     s->bytes) != 0 ||
+      run->cuda.htod((unsigned long long)(uintptr_t)run->recvbuf, run->host_recv,
+                     s->bytes) != 0) {
+    failure->status = XCOLL_ERR_SYSTEM;
+    failure->what = "cuMemcpyHtoD (check inputs)";
+    return -1;
+  }
+  return 0;
+}
+
+/* Elements of the output that differ from the reference, on this rank,
+ * read from the host copies. */
+static int64_t count_wrong_host(const perf_run *run, const perf_shape *s,
+                                const perf_buffers *b) {
   const perf_options *o = run->opt;
   xcoll_datatype t = o->dtype;
   int P = run->world_size;
@@ -735,6 +983,21 @@ static double bus_factor(perf_coll coll, int world_size) {
   }
 }
 
+/* count_wrong_host after copying device results back (recvbuf's span).
+ * Returns -1 with failure set when the copy fails. */
+static int64_t count_wrong(const perf_run *run, const perf_shape *s, int in_place,
+                           perf_failure *failure) {
+  if (run->on_device && s->bytes > 0 &&
+      run->cuda.dtoh(run->host_recv, (unsigned long long)(uintptr_t)run->recvbuf,
+                     s->bytes) != 0) {
+    failure->status = XCOLL_ERR_SYSTEM;
+    failure->what = "cuMemcpyDtoH (check results)";
+    return -1;
+  }
+  perf_buffers host = host_buffers_for(run, s, in_place);
+  return count_wrong_host(run, s, &host);
+}
+
 /* Combine this rank's seconds per operation over ranks as -a says:
  * nccl-tests' 0 (rank 0's), 1 (mean), 2 (min), 3 (max). */
 static xcoll_status combine_time(perf_run *run, double mine, double *out,
@@ -743,16 +1006,16 @@ static xcoll_status combine_time(perf_run *run, double mine, double *out,
   *out = mine;
   switch (run->opt->average) {
   case 0:
-    st = xcoll_broadcast(&mine, out, 1, XCOLL_FLOAT64, 0, run->comm);
+    st = small_collective(run, 1, &mine, out, 1, XCOLL_FLOAT64, XCOLL_SUM);
     break;
   case 2:
-    st = xcoll_allreduce(&mine, out, 1, XCOLL_FLOAT64, XCOLL_MIN, run->comm);
+    st = small_collective(run, 0, &mine, out, 1, XCOLL_FLOAT64, XCOLL_MIN);
     break;
   case 3:
-    st = xcoll_allreduce(&mine, out, 1, XCOLL_FLOAT64, XCOLL_MAX, run->comm);
+    st = small_collective(run, 0, &mine, out, 1, XCOLL_FLOAT64, XCOLL_MAX);
     break;
   default:
-    st = xcoll_allreduce(&mine, out, 1, XCOLL_FLOAT64, XCOLL_SUM, run->comm);
+    st = small_collective(run, 0, &mine, out, 1, XCOLL_FLOAT64, XCOLL_SUM);
     *out /= run->world_size;
     break;
   }
@@ -770,8 +1033,8 @@ static xcoll_status measure(perf_run *run, const perf_shape *s, int in_place,
   perf_buffers b = buffers_for(run, s, in_place);
   xcoll_status st;
 
-  if (o->check)
-    prepare_check(run, s, &b, in_place);
+  if (o->check && prepare_check(run, s, in_place, failure) != 0)
+    return failure->status;
   if (o->warmup_iters > 0 &&
       (st = run_iterations(run, s, &b, o->warmup_iters, o->agg_iters,
                            failure)) != XCOLL_SUCCESS)
@@ -808,13 +1071,17 @@ static xcoll_status measure(perf_run *run, const perf_shape *s, int in_place,
      * from known data before each checked operation (-c of them). */
     int64_t wrong = 0, total = 0;
     for (int k = 0; k < o->check; k++) {
-      prepare_check(run, s, &b, in_place);
+      if (prepare_check(run, s, in_place, failure) != 0)
+        return failure->status;
       if ((st = run_iterations(run, s, &b, 1, 1, failure)) != XCOLL_SUCCESS)
         return st;
-      wrong += count_wrong(run, s, &b);
+      int64_t row_wrong = count_wrong(run, s, in_place, failure);
+      if (row_wrong < 0)
+        return failure->status;
+      wrong += row_wrong;
     }
-    if ((st = xcoll_allreduce(&wrong, &total, 1, XCOLL_INT64, XCOLL_SUM,
-                              run->comm)) != XCOLL_SUCCESS) {
+    if ((st = small_collective(run, 0, &wrong, &total, 1, XCOLL_INT64,
+                               XCOLL_SUM)) != XCOLL_SUCCESS) {
       failure->status = st;
       failure->what = "xcoll_allreduce (check)";
       return st;
@@ -839,6 +1106,10 @@ static void print_header(const perf_run *run) {
          average_names[o->average], o->average,
          forced && forced[0] ? forced : "unset: by size",
          proto && proto[0] ? proto : "unset");
+  printf("# GPU ranks (bound to a CUDA device): %d of %d; buffers: CUDA device "
+         "memory on %d ranks, host memory on %d\n",
+         run->gpu_ranks, run->world_size, run->device_buffer_ranks,
+         run->world_size - run->device_buffer_ranks);
   printf("# minbytes %zu maxbytes %zu step %s%g iters %d warmup_iters %d "
          "agg_iters %d run_cycles %d check %d timeout %d\n#\n",
          o->min_bytes, o->max_bytes, o->step_factor > 0 ? "x" : "+",
@@ -913,13 +1184,14 @@ static void write_json_row(FILE *f, const perf_run *run, const perf_shape *s,
           "{\"tool\":\"xcoll-perf\",\"collective\":\"%s\",\"backend\":\"%s\","
           "\"algorithm\":\"%s\",\"protocol\":\"%s\","
           "\"ip_algorithm\":\"%s\",\"ip_protocol\":\"%s\","
-          "\"world_size\":%d,\"blocking\":%d,\"average\":\"%s\",\"cycle\":%d,"
+          "\"world_size\":%d,\"gpu_ranks\":%d,\"device_buffer_ranks\":%d,"
+          "\"blocking\":%d,\"average\":\"%s\",\"cycle\":%d,"
           "\"size\":%zu,\"count\":%zu,"
           "\"type\":\"%s\",\"redop\":\"%s\",\"root\":%d,\"iters\":%d,"
           "\"warmup_iters\":%d,\"agg_iters\":%d,",
           coll_names[o->coll], xcoll_comm_backend(run->comm), oop->algorithm,
           oop->protocol, ip->algorithm, ip->protocol, run->world_size,
-          o->blocking, average_names[o->average], cycle, s->bytes, s->count,
+          run->gpu_ranks, run->device_buffer_ranks, o->blocking, average_names[o->average], cycle, s->bytes, s->count,
           xcoll_datatype_name(o->dtype), redop_column(o), root_column(o),
           o->iters, o->warmup_iters, o->agg_iters);
   const perf_result *halves[2] = {oop, ip};
@@ -1032,6 +1304,7 @@ int main(int argc, char **argv) {
   perf_run run;
   memset(&run, 0, sizeof run);
   run.opt = &opt;
+  run.cuda.bound_device = -1;
   run.elem_bytes = xcoll_datatype_size(opt.dtype);
   perf_failure failure = {XCOLL_SUCCESS, "xcoll_comm_init_env"};
 
@@ -1048,6 +1321,31 @@ int main(int argc, char **argv) {
     }
   }
 
+  /* --gpu-ranks: bind this rank (RANK, from the launcher) before the
+   * communicator reads XCOLL_DEVICE, to CUDA device LOCAL_RANK % devices, as
+   * one GPU per local rank would be placed, sharing when there are fewer. */
+  if (opt.gpu_ranks) {
+    const char *rank_text = getenv("RANK");
+    const char *local_text = getenv("LOCAL_RANK");
+    int rank = rank_text ? atoi(rank_text) : 0;
+    int local_rank = local_text ? atoi(local_text) : 0;
+    char device_text[32] = "host";
+    if (rank_listed(opt.gpu_ranks, rank) == 1) {
+      int devices = 0;
+      if (cuda_load(&run.cuda) != 0 || run.cuda.device_get_count(&devices) != 0 ||
+          devices <= 0) {
+        fprintf(stderr, "xcoll-perf: rank %d: --gpu-ranks lists it, but no CUDA "
+                "device was found\n", rank);
+        return 1;
+      }
+      snprintf(device_text, sizeof device_text, "cuda:%d", local_rank % devices);
+    }
+    if (setenv("XCOLL_DEVICE", device_text, 1) != 0) {
+      fprintf(stderr, "xcoll-perf: cannot set XCOLL_DEVICE: %s\n", strerror(errno));
+      return 1;
+    }
+  }
+
   xcoll_status st = xcoll_comm_init_env(&run.comm);
   if (st != XCOLL_SUCCESS) {
     failure.status = st;
@@ -1056,9 +1354,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   if ((st = xcoll_comm_rank(run.comm, &run.rank)) != XCOLL_SUCCESS ||
-      (st = xcoll_comm_size(run.comm, &run.world_size)) != XCOLL_SUCCESS) {
+      (st = xcoll_comm_size(run.comm, &run.world_size)) != XCOLL_SUCCESS ||
+      (st = xcoll_comm_device(run.comm, &run.device)) != XCOLL_SUCCESS) {
     failure.status = st;
-    failure.what = "xcoll_comm_rank/size";
+    failure.what = "xcoll_comm_rank/size/device";
     int code = fail(run.comm, run.rank, &failure);
     xcoll_comm_destroy(run.comm);
     return code;
@@ -1074,25 +1373,86 @@ int main(int argc, char **argv) {
     return 2;
   }
 
+  int is_gpu_rank = run.device != XCOLL_DEVICE_HOST;
+  run.on_device = opt.device_buffers < 0 ? is_gpu_rank : opt.device_buffers;
+  if (run.on_device && !is_gpu_rank) {
+    /* Every rank checks alone; the bad one tells, and all return 2 after
+     * the count below, in step. */
+    fprintf(stderr, "xcoll-perf: rank %d: --device-buffers 1 on a host rank: "
+            "bind it to a CUDA device (XCOLL_DEVICE=cuda, --gpu-ranks)\n",
+            run.rank);
+  }
+  /* A GPU rank loads the driver and makes its device's context current:
+   * its small collectives go through device memory, whatever the buffers. */
+  if (is_gpu_rank) {
+    unsigned long long scratch = 0;
+    if (cuda_load(&run.cuda) != 0 || cuda_bind(&run.cuda, run.device) != 0 ||
+        run.cuda.mem_alloc(&scratch, 64) != 0) {
+      fprintf(stderr, "xcoll-perf: rank %d: cannot allocate device memory on "
+              "CUDA device %d\n", run.rank, run.device);
+      exit_code = 1;
+      goto done;
+    }
+    run.scratch = (char *)(uintptr_t)scratch;
+  }
+  {
+    int32_t flags[3] = {is_gpu_rank, run.on_device, run.on_device && !is_gpu_rank};
+    int32_t totals[3] = {0, 0, 0};
+    if ((st = small_collective(&run, 0, flags, totals, 3, XCOLL_INT32,
+                               XCOLL_SUM)) != XCOLL_SUCCESS) {
+      failure.status = st;
+      failure.what = "counting GPU ranks";
+      exit_code = fail(run.comm, run.rank, &failure);
+      goto done;
+    }
+    run.gpu_ranks = totals[0];
+    run.device_buffer_ranks = totals[1];
+    if (totals[2] > 0) {
+      exit_code = 2;
+      goto done;
+    }
+  }
+
   /* Round the buffer up to a whole cache line so aligned_alloc accepts it. */
   size_t buffer_bytes = (opt.max_bytes + 63u) / 64u * 64u;
   if (buffer_bytes == 0)
     buffer_bytes = 64;
-  run.sendbuf = aligned_alloc(64, buffer_bytes);
-  run.recvbuf = aligned_alloc(64, buffer_bytes);
+  run.host_send = aligned_alloc(64, buffer_bytes);
+  run.host_recv = aligned_alloc(64, buffer_bytes);
   size_t max_requests = (size_t)(opt.iters > opt.warmup_iters ? opt.iters
                                                               : opt.warmup_iters) *
                         (size_t)opt.agg_iters;
   run.requests = calloc(max_requests, sizeof *run.requests);
-  if (!run.sendbuf || !run.recvbuf || !run.requests) {
+  if (!run.host_send || !run.host_recv || !run.requests) {
     fprintf(stderr, "xcoll-perf: rank %d: cannot allocate 2 x %zu bytes of "
             "buffers: lower --maxbytes\n", run.rank, buffer_bytes);
     exit_code = 1;
     goto done;
   }
   /* Touch every page now, so first-touch faults do not land in a timing. */
-  memset(run.sendbuf, 0, buffer_bytes);
-  memset(run.recvbuf, 0, buffer_bytes);
+  memset(run.host_send, 0, buffer_bytes);
+  memset(run.host_recv, 0, buffer_bytes);
+  run.sendbuf = run.host_send;
+  run.recvbuf = run.host_recv;
+  if (run.on_device) {
+    unsigned long long send = 0, recv = 0;
+    int rc = run.cuda.mem_alloc(&send, buffer_bytes);
+    if (rc == 0)
+      run.sendbuf = (char *)(uintptr_t)send;
+    if (rc == 0 && (rc = run.cuda.mem_alloc(&recv, buffer_bytes)) == 0)
+      run.recvbuf = (char *)(uintptr_t)recv;
+    /* Defined contents, so an unchecked run never reduces garbage (NaNs
+     * can be slower on some paths). */
+    if (rc == 0 && (rc = run.cuda.htod(send, run.host_send, buffer_bytes)) == 0)
+      rc = run.cuda.htod(recv, run.host_recv, buffer_bytes);
+    if (rc != 0) {
+      fprintf(stderr, "xcoll-perf: rank %d: cannot allocate or clear 2 x %zu "
+              "bytes of device memory on CUDA device %d (CUresult %d): lower "
+              "--maxbytes\n", run.rank, buffer_bytes, run.device, rc);
+      exit_code = 1;
+      goto done;
+    }
+  }
 
   if (run.rank == 0 && opt.json_path) {
     json = fopen(opt.json_path, "w");
@@ -1125,13 +1485,24 @@ done:
   if (json)
     fclose(json);
   free(run.requests);
-  free(run.sendbuf);
-  free(run.recvbuf);
+  /* Destroy first: after a failure a kernel of the communicator may still
+   * use the device buffers until the communicator is torn down. */
   st = xcoll_comm_destroy(run.comm);
   if (st != XCOLL_SUCCESS && exit_code == 0) {
     fprintf(stderr, "xcoll-perf: rank %d: xcoll_comm_destroy failed: %s\n",
             run.rank, xcoll_strerror(st));
     exit_code = 1;
   }
+  if (run.on_device) {
+    if (run.sendbuf && run.sendbuf != run.host_send)
+      run.cuda.mem_free((unsigned long long)(uintptr_t)run.sendbuf);
+    if (run.recvbuf && run.recvbuf != run.host_recv)
+      run.cuda.mem_free((unsigned long long)(uintptr_t)run.recvbuf);
+  }
+  if (run.scratch)
+    run.cuda.mem_free((unsigned long long)(uintptr_t)run.scratch);
+  cuda_unbind(&run.cuda);
+  free(run.host_send);
+  free(run.host_recv);
   return exit_code;
 }

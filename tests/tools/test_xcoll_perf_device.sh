@@ -1,0 +1,59 @@
+#!/bin/sh
+# test_xcoll_perf_device.sh TOOLS_DIR CASE [--quick]: xcoll-perf in device-buffer mode
+# with --check, over the CUDA driver that LD_LIBRARY_PATH finds first (ctest
+# puts the stand-in, tests/unit/fake_libcuda.c, there: device memory the
+# host cannot touch, so a fill or a check that skipped the driver's copies
+# would crash). CASE is one of
+#   nccl_like  every rank a GPU rank (XCOLL_DEVICE=cuda): the ring kernel
+#   mixed      --gpu-ranks 0: one GPU rank, the others host ranks
+#   tcp        every rank a GPU rank on tcp: staged through pinned memory
+# Each runs the five collectives at 3 ranks, blocking and not, and must
+# report "Out of bounds values : 0 OK", exit 0, and say how many ranks had
+# device buffers. --quick (sanitizer builds): allreduce and allgather,
+# non-blocking only, up to 32 KiB.
+set -u
+tools=$1
+case_name=$2
+quick=${3:-}
+colls="allreduce allgather reduce_scatter broadcast reduce"
+modes="0 1"
+maxbytes=1M
+if [ "$quick" = --quick ]; then
+  colls="allreduce allgather"
+  modes=0
+  maxbytes=32K
+fi
+perf=$tools/xcoll-perf
+run=$tools/xcollrun
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+np=3
+case $case_name in
+nccl_like) backend=nccl_like; device=cuda; extra=""; device_ranks=3 ;;
+mixed) backend=nccl_like; device=host; extra="--gpu-ranks 0"; device_ranks=1 ;;
+tcp) backend=tcp; device=cuda; extra=""; device_ranks=3 ;;
+*) echo "unknown case $case_name"; exit 2 ;;
+esac
+for coll in $colls; do
+  for blocking in $modes; do
+    out=$tmp/$coll.$blocking.out
+    # Sizes from 8 B (nccl_like's LL protocol) to 1 MiB (SIMPLE, several
+    # slots per channel; 32 KiB with --quick); -c 2: two checked
+    # operations per half-row.
+    # shellcheck disable=SC2086 # $extra is empty or two words
+    if ! XCOLL_BACKEND=$backend XCOLL_DEVICE=$device timeout -k 5 100 \
+        "$run" --nproc-per-node $np --master-port 0 "$perf" -b 8 -e $maxbytes -f 32 \
+        -n 3 -w 1 -c 2 -z $blocking -r 1 --coll $coll $extra >"$out" 2>&1; then
+      fail "$coll -z $blocking exited non-zero: $(tail -n 5 "$out")"
+      continue
+    fi
+    grep -q 'Out of bounds values : 0 OK' "$out" ||
+      fail "$coll -z $blocking: check did not pass: $(tail -n 5 "$out")"
+    grep -q "buffers: CUDA device memory on $device_ranks ranks" "$out" ||
+      fail "$coll -z $blocking: expected device buffers on $device_ranks ranks: $(grep 'GPU ranks' "$out")"
+  done
+done
+[ "$failures" -eq 0 ] && echo "ok: xcoll-perf device buffers ($case_name) checked"
+exit $((failures > 0))
