@@ -50,12 +50,15 @@
  * many channels only adds threads to wake and slots to send. */
 #define NL_MIN_BYTES_PER_CHANNEL ((size_t)256 << 10)
 /* A kernel that waits on its FIFO runs its channel's proxy step on every
- * poll; from this many idle passes on (about 10 us: each is a recv() that
- * finds nothing) it sleeps in poll(2) on the channel's sockets instead of
- * yielding, as the tcp backend spins about 10 us before it polls. With more
- * ranks than cores, a spinning waiter takes the core the rank holding the
- * data needs. */
-#define NL_SPINS_BEFORE_POLL 8
+ * poll; from this many idle passes on (each is a recv() that finds
+ * nothing, 0.5-2 us) it sleeps in poll(2) on the channel's sockets instead
+ * of yielding, as the tcp backend spins about 10 us before it polls. With
+ * more ranks than cores, a spinning waiter takes the core the rank holding
+ * the data needs; with a core each, a sleep and its wake-up cost more than
+ * the spin. 64 (kernels/device.h's busy polls before it yields) measured
+ * P=2 8 B-4 KiB at 17-23 us against 33-47 us with 8, and P=4 (latency and
+ * busbw) the same within noise (2026-11-25, load 2-6, docs/nccl_like.md). */
+#define NL_SPINS_BEFORE_POLL 64
 /* Longest sleep in poll (milliseconds): the abort flag and the
  * fingerprints are looked at between sleeps. */
 #define NL_POLL_MS 1
