@@ -59,7 +59,7 @@
  * rank with a core of its own), halved after a longer one (with more
  * runnable threads than cores a spinning waiter takes the core the rank
  * holding the data needs). Fixed at 8, P=2 8 B-4 KiB took 33-47 us at
- * load 2 and 46-53 us at load 8; fixed at 64, 17-23 us and 70-80 us. */
+ * load 2 and 48-53 us at load 8; fixed at 64, 17-23 us and 76-82 us. */
 #define NL_SPINS_BEFORE_POLL 8
 #define NL_SPINS_BEFORE_POLL_MAX 64
 #define NL_POLL_SHORT_S 20e-6
