@@ -219,12 +219,6 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
       atomic_fetch_sub(&st->ops_in_flight, 1);
   }
   pthread_mutex_unlock(&st->lock);
-  /* Send the fingerprint now, ahead of the data: the call completes only
-   * once the previous rank's fingerprint is here (nl_wait), and one sent
-   * after the kernel (by the proxy or nl_fp_await) made a small collective
-   * two dependent message latencies instead of one. */
-  int progress = 0;
-  nl_fp_progress(st, &progress);
   *out = op;
   return XCOLL_SUCCESS;
 }

@@ -50,19 +50,12 @@
  * many channels only adds threads to wake and slots to send. */
 #define NL_MIN_BYTES_PER_CHANNEL ((size_t)256 << 10)
 /* A kernel that waits on its FIFO runs its channel's proxy step on every
- * poll; from the spin_budget-th idle pass on (each is a recv() that finds
- * nothing, 0.5-2 us) it sleeps in poll(2) on the channel's sockets instead
- * of yielding, as the tcp backend spins about 10 us before it polls. The
- * budget adapts per channel between NL_SPINS_BEFORE_POLL and
- * NL_SPINS_BEFORE_POLL_MAX (proxy.c): doubled after a sleep that ended
- * within NL_POLL_SHORT_S (a wake-up a longer spin would have saved: a
- * rank with a core of its own), halved after a longer one (with more
- * runnable threads than cores a spinning waiter takes the core the rank
- * holding the data needs). Fixed at 8, P=2 8 B-4 KiB took 33-47 us at
- * load 2 and 48-53 us at load 8; fixed at 64, 17-23 us and 76-82 us. */
+ * poll; from this many idle passes on (about 10 us: each is a recv() that
+ * finds nothing) it sleeps in poll(2) on the channel's sockets instead of
+ * yielding, as the tcp backend spins about 10 us before it polls. With more
+ * ranks than cores, a spinning waiter takes the core the rank holding the
+ * data needs. */
 #define NL_SPINS_BEFORE_POLL 8
-#define NL_SPINS_BEFORE_POLL_MAX 64
-#define NL_POLL_SHORT_S 20e-6
 /* Longest sleep in poll (milliseconds): the abort flag and the
  * fingerprints are looked at between sleeps. */
 #define NL_POLL_MS 1
@@ -151,9 +144,6 @@ typedef struct nl_channel {
   /* Idle passes of the progress hook (proxy.c), by the thread running the
    * channel's item: it paces the fingerprint step on channel 0. */
   unsigned fp_polls;
-  /* Idle passes before the progress hook sleeps in poll (proxy.c; under
-   * progress_lock): NL_SPINS_BEFORE_POLL..NL_SPINS_BEFORE_POLL_MAX. */
-  unsigned spin_budget;
   /* The worker is inside xc_ring_run (read by the proxy). */
   _Atomic int busy;
   /* Held (trylock only) by the one thread that runs this channel's proxy

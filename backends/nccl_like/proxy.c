@@ -510,9 +510,7 @@ int nl_proxy_progress_hook(void *ctx, uint64_t spins) {
   xcoll_status s = progress_send(st, ch, &progress);
   if (s == XCOLL_SUCCESS)
     s = progress_recv(st, ch, &progress);
-  if (ch->spin_budget < NL_SPINS_BEFORE_POLL)
-    ch->spin_budget = NL_SPINS_BEFORE_POLL;
-  if (s == XCOLL_SUCCESS && !progress && spins >= ch->spin_budget) {
+  if (s == XCOLL_SUCCESS && !progress && spins >= NL_SPINS_BEFORE_POLL) {
     /* Nothing moved for a while: sleep until a socket can move something
      * (the peer's data or room to send), then move it at once. Holding the
      * lock meanwhile keeps the proxy thread off this channel: it would only
@@ -521,21 +519,7 @@ int nl_proxy_progress_hook(void *ctx, uint64_t spins) {
     int n = channel_poll_fds(st, ch, fds, 2 * NL_POLL_MAX_FDS);
     if (n > 0) {
       slept = 1;
-      double t0 = nl_now();
-      int ready = poll(fds, (nfds_t)n, NL_POLL_MS);
-      /* The spin adapts (NL_SPINS_BEFORE_POLL_MAX): a sleep that ended
-       * soon after it began was a wake-up a longer spin would have saved;
-       * a long one (the peer was slow, or descheduled on a loaded
-       * machine) was spin time taken from the ranks that hold the data. */
-      if (ready > 0 && nl_now() - t0 < NL_POLL_SHORT_S)
-        ch->spin_budget = ch->spin_budget * 2 < NL_SPINS_BEFORE_POLL_MAX
-                              ? ch->spin_budget * 2
-                              : NL_SPINS_BEFORE_POLL_MAX;
-      else
-        ch->spin_budget = ch->spin_budget / 2 > NL_SPINS_BEFORE_POLL
-                              ? ch->spin_budget / 2
-                              : NL_SPINS_BEFORE_POLL;
-      if (ready > 0) {
+      if (poll(fds, (nfds_t)n, NL_POLL_MS) > 0) {
         s = progress_send(st, ch, &progress);
         if (s == XCOLL_SUCCESS)
           (void)progress_recv(st, ch, &progress);
