@@ -3,7 +3,10 @@
 allreduce float32 sum, at P=2 and P=4 ranks on this host, in interleaved
 rounds so that a shared, loaded machine slows every backend alike:
 
-  round r: for P in NPROCS: for kind in (lat, bw): tcp, simple, ll[, base]
+  round r: for P in NPROCS: for kind in (lat, bw): tcp, simple, ll, slot
+           [, base]
+
+slot is SIMPLE with XCOLL_DIRECT=0 (every step copied through a slot).
 
 Each row is then the MEDIAN over the rounds of the time (latency rows,
 8 B .. 4 KiB, us) or busbw (bandwidth rows, 1 MiB .. 16 MiB, GB/s), and of the
@@ -62,7 +65,11 @@ def main():
     runs = [("tcp", build, {"XCOLL_BACKEND": "tcp"}),
             ("simple", build, {"XCOLL_BACKEND": "nccl_like",
                                "XCOLL_PROTO": "simple"}),
-            ("ll", build, {"XCOLL_BACKEND": "nccl_like", "XCOLL_PROTO": "ll"})]
+            ("ll", build, {"XCOLL_BACKEND": "nccl_like", "XCOLL_PROTO": "ll"}),
+            # The same build with direct sends off: every step through a
+            # slot, as before them (and as a CUDA rank runs).
+            ("slot", build, {"XCOLL_BACKEND": "nccl_like",
+                             "XCOLL_PROTO": "simple", "XCOLL_DIRECT": "0"})]
     if base:
         runs.append(("base", base, {"XCOLL_BACKEND": "nccl_like"}))
     print("# before:", uptime())

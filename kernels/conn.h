@@ -25,6 +25,10 @@
  *   sizes[] = bytes received and releases tail = k + 1. Kernel = consumer:
  *   once tail > k reads the slot, checks sizes[], releases head = k + 1.
  *   The proxy must publish tail in step order (k, then k + 1, ...).
+ * Direct sends (optional, host engine only): when direct_from is set, the
+ *   proxy sends step k from direct_from[k % XCOLL_STEPS] when that is not
+ *   NULL, instead of from the slot; the kernel then owns the user bytes
+ *   until head passes k (it waits for that before it returns).
  *
  * A slice of one primitive call may fill up to slice_steps consecutive steps
  * (each a full slot except the last); the counters then move by that many
@@ -72,6 +76,13 @@ typedef struct xc_conn {
   uint64_t step;        /* the kernel's running step counter on this conn:
                            kernel-private, starts at 0, never reset while the
                            connection lives (the proxy keeps its own count) */
+  /* Send side, optional (NULL = off: every step travels from its slot, as
+   * on a CUDA rank). XCOLL_STEPS entries: where the proxy sends step k
+   * from, written by the kernel before tail like sizes[]: NULL = the slot,
+   * else user memory (SIMPLE only, "direct": the kernel skips the copy
+   * into the slot; see prims.h). Only for a proxy whose net plugin can send
+   * from any host address. The wire bytes are the same either way. */
+  const uint8_t **direct_from;
 } xc_conn;
 
 #endif

@@ -59,6 +59,26 @@
  *   recvReduceCopySend: slot and input read, written to output, then output
  *     copied to the send slot.
  *
+ * Direct sends (host engine only, SIMPLE, when the send connection has
+ * direct_from: conn.h): a primitive whose send bytes are user memory that
+ * no later primitive of the collective writes skips the slot copy and
+ * publishes the address instead, and the proxy sends from there (NCCL's
+ * direct* primitives, with the net plugin in the place of the peer GPU):
+ *   send: from the input (nothing copied);
+ *   copySend: input -> output, sent from the output;
+ *   recvCopySend: slot -> output, sent from the output;
+ *   recvReduceCopySend: reduced into the output, sent from the output.
+ * recvSend and recvReduceSend keep the slot (no user memory holds their
+ * bytes). Why the bytes stay untouched until sent: the output a direct
+ * send reads is final for the collective, and an input that an in-place
+ * collective later overwrites (allreduce's first send) is overwritten only
+ * with data that came back round the ring, which the peers computed from
+ * these bytes, so the plugin had read them; before the kernel returns
+ * (and before AVG divides the output) it waits until the proxy has
+ * completed every direct send (xc_prims_wait_direct), so the caller may
+ * reuse its buffers. The wire bytes and sizes[] are the same as the slot
+ * path's, so a peer cannot tell, and results are bitwise the same.
+ *
  * Threads: on a CUDA rank all threads of the block call the same primitive;
  * thread 0 waits and posts, the elements of a step are split among threads
  * in contiguous ranges (coalesced striding is a later GPU tuning), and the
@@ -123,6 +143,8 @@ typedef struct xc_prims {
   xc_progress_fn progress; /* host only; NULL = off */
   void *progress_ctx;
   int channel;
+  uint64_t direct_until; /* send steps before this went direct (from user
+                            memory): xc_prims_wait_direct waits for them */
 } xc_prims;
 
 /* Payload bytes a slot of step_bytes carries under proto. */
@@ -346,6 +368,16 @@ XC_INLINE XC_HD xcoll_status xc_generic_op(xc_prims *p, int flags,
                                            size_t nelem) {
   size_t e = p->elem_bytes;
   size_t slice_elems = p->step_elems * (size_t)p->slice_steps;
+  /* Direct send (see the top of this file): the role list without SEND is
+   * what remains to do here; the proxy reads the bytes from the output
+   * (or, for a plain send, the input). */
+  int direct = 0;
+#ifndef __CUDA_ARCH__
+  direct = (flags & XC_OP_SEND) && p->proto == XC_PROTO_SIMPLE &&
+           p->send->direct_from != NULL &&
+           ((flags & XC_OP_DST) || !(flags & XC_OP_RECV));
+#endif
+  int step_flags = direct ? flags & ~XC_OP_SEND : flags;
   for (size_t done = 0; done < nelem; done += slice_elems) {
     size_t n = nelem - done < slice_elems ? nelem - done : slice_elems;
     uint64_t nsteps = (n + p->step_elems - 1) / p->step_elems;
@@ -378,14 +410,18 @@ XC_INLINE XC_HD xcoll_status xc_generic_op(xc_prims *p, int flags,
             p->recv->sizes[rstep % XCOLL_STEPS] != xc_step_wire_bytes(p, seg_n))
           failed = 2;
       }
-      if (flags & XC_OP_SEND)
+      if (flags & XC_OP_SEND) {
         sslot = p->send->buff + (sstep % XCOLL_STEPS) * p->send->step_bytes;
+        if (p->send->direct_from != NULL && XC_TID() == 0)
+          p->send->direct_from[sstep % XCOLL_STEPS] =
+              !direct ? NULL : (flags & XC_OP_DST) ? out : in;
+      }
       if (p->proto == XC_PROTO_LL) {
         if (xc_ll_step(p, flags, in, rslot, out, sslot, seg_n,
                        (uint32_t)(rstep + 1), (uint32_t)(sstep + 1)))
           failed = 2;
       } else {
-        xc_simple_step(p, flags, in, rslot, out, sslot, seg_n);
+        xc_simple_step(p, step_flags, in, rslot, out, sslot, seg_n);
       }
       if ((flags & XC_OP_SEND) && XC_TID() == 0)
         p->send->sizes[sstep % XCOLL_STEPS] = xc_step_wire_bytes(p, seg_n);
@@ -405,8 +441,22 @@ XC_INLINE XC_HD xcoll_status xc_generic_op(xc_prims *p, int flags,
       p->recv_step += nsteps;
     if (flags & XC_OP_SEND)
       p->send_step += nsteps;
+    if (direct)
+      p->direct_until = p->send_step;
   }
   return XCOLL_SUCCESS;
+}
+
+/* Waits until the proxy has completed every direct send of this
+ * collective (send head >= direct_until), so that the user memory they
+ * read may change: before an AVG division of the output and before the
+ * kernel returns. XCOLL_ERR_ABORTED as xc_wait_counter. */
+XC_INLINE XC_HD xcoll_status xc_prims_wait_direct(xc_prims *p) {
+  int failed = 0;
+  if (XC_TID() == 0 && p->direct_until > 0 &&
+      xc_wait_counter(p, p->send->head, p->direct_until))
+    failed = 1;
+  return XC_BARRIER_OR(failed) ? XCOLL_ERR_ABORTED : XCOLL_SUCCESS;
 }
 
 /* Runs the generic op, reporting it to the trace hook on the host. */

@@ -399,6 +399,8 @@ XC_INLINE XC_HD xcoll_status xc_ring_run(const xc_work *w, xc_conn *send,
   default:
     return XCOLL_ERR_INVALID_ARGUMENT;
   }
+  if (status == XCOLL_SUCCESS)
+    status = xc_prims_wait_direct(p);
   xc_prims_finish(p);
   if (status == XCOLL_SUCCESS && divide && w->op == XCOLL_AVG) {
     size_t lo, hi;

@@ -48,6 +48,10 @@ else()
   # Only the workers run kernels (XCOLL_WAIT_RUNS=0): the path every
   # nonblocking call takes, here for the blocking calls too.
   nl_conf(np3.workers_only 3 240 "XCOLL_WAIT_RUNS=0;XCOLL_NCHANNELS=2" --quick)
+  # Direct sends off (XCOLL_DIRECT=0): the slot path, as a CUDA rank runs
+  # it, on the socket plugin where direct sends are the default.
+  nl_conf(np3.slot_path 3 240 "XCOLL_DIRECT=0;XCOLL_PROTO=simple;${NL_SMALL}"
+    --quick)
   nl_conf(np3.ll.nch4.small 3 240 "XCOLL_PROTO=ll;XCOLL_NCHANNELS=4;${NL_SMALL}"
     --quick)
   nl_conf(np4.simple 4 240 "XCOLL_PROTO=simple" --quick)

@@ -27,6 +27,7 @@
  * is found at its next call, by the sequence number). */
 #define XCOLL_LOG_SUBSYS XCOLL_SUBSYS_COLL /* log.h */
 #include <inttypes.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -278,13 +279,45 @@ int nl_fp_judged(nl_state *st, uint64_t index) {
          atomic_load(&fp->broken) || atomic_load(&fp->judged) > index;
 }
 
+/* Sleeps in poll(2), at most NL_POLL_MS, until the previous rank's next
+ * fingerprint message can be read; 0 when it cannot (no get_fds, no
+ * receive posted, or another thread runs the step). */
+static int sleep_on_fp(nl_state *st) {
+  nl_fp_link *fp = &st->fp;
+  int ids[16], count = 0, slept = 0;
+  if (st->net->get_fds == NULL || pthread_mutex_trylock(&fp->lock) != 0)
+    return 0;
+  if (fp->recv_request != NULL && !atomic_load(&fp->broken) &&
+      st->net->get_fds(NULL, fp->link.recv_comm, ids, 16, &count) ==
+          XCOLL_SUCCESS &&
+      count > 0) {
+    struct pollfd fds[16];
+    for (int i = 0; i < count; i++)
+      fds[i] = (struct pollfd){.fd = ids[i], .events = POLLIN};
+    (void)poll(fds, (nfds_t)count, NL_POLL_MS);
+    slept = 1;
+  }
+  pthread_mutex_unlock(&fp->lock);
+  return slept;
+}
+
 void nl_fp_await(nl_state *st, uint64_t index, double limit_s) {
   double deadline = nl_now() + limit_s;
+  unsigned idle = 0;
   while (!nl_fp_judged(st, index) && nl_now() < deadline) {
     int progress = 0;
     nl_fp_progress(st, &progress);
-    if (!progress)
-      sched_yield(); /* the proxy thread may hold the step: let it run */
+    if (progress) {
+      idle = 0;
+      continue;
+    }
+    /* As the kernels' hook does: a short spin, then sleep on the socket
+     * rather than yield; on a loaded machine one sched_yield could give
+     * the core away for a whole slice (1 ms seen) while the message was
+     * already there to read. */
+    if (++idle >= NL_SPINS_BEFORE_POLL && sleep_on_fp(st))
+      continue;
+    sched_yield(); /* the proxy thread may hold the step: let it run */
   }
 }
 

@@ -16,6 +16,7 @@
 #include "error.h"
 #include "log.h"
 #include "nccl_like.h"
+#include "params.h"
 #include "trace.h"
 
 _Static_assert(XC_COLL_ALLREDUCE == (int)XCOLL_COLL_ALLREDUCE &&
@@ -456,9 +457,36 @@ static void *worker_main(void *arg) {
   }
 }
 
+/* Direct sends (kernels/prims.h): on with XCOLL_DIRECT=1 (default) for a
+ * plugin whose isend takes any host address with a NULL mhandle (socket,
+ * ucx: they register nothing). ibverbs needs every buffer registered, and
+ * registering user buffers per op would cost more than the copy saved. */
+static xcoll_status setup_direct(nl_state *st) {
+  long direct = 1;
+  xcoll_status s = xcoll_param_int("XCOLL_DIRECT", &direct);
+  if (s != XCOLL_SUCCESS)
+    return xcoll_error_adopt(st->comm, s);
+  st->direct = direct && st->net != NULL &&
+               (strcmp(st->net->name, "socket") == 0 ||
+                strcmp(st->net->name, "ucx") == 0);
+  for (int c = 0; c < st->nchannels; c++) {
+    nl_channel *ch = &st->channels[c];
+    memset(ch->send_from, 0, sizeof ch->send_from);
+    ch->send.direct_from = st->direct ? ch->send_from : NULL;
+  }
+  XCOLL_INFO("nccl_like: direct sends %s (XCOLL_DIRECT=%ld, net plugin %s)",
+             st->direct ? "on: SIMPLE sends of user data skip the slot copy"
+                        : "off: every step is copied into a slot",
+             direct, st->net ? st->net->name : "none");
+  return XCOLL_SUCCESS;
+}
+
 xcoll_status nl_workers_start(nl_state *st) {
   if (st->world_size == 1)
     return XCOLL_SUCCESS;
+  xcoll_status s = setup_direct(st);
+  if (s != XCOLL_SUCCESS)
+    return s;
   for (int c = 0; c < st->nchannels; c++) {
     worker_arg *wa = malloc(sizeof *wa);
     if (!wa)

@@ -126,6 +126,10 @@ typedef struct nl_channel {
   xc_conn recv;  /* from the previous rank */
   nl_fifo_mem *send_mem, *recv_mem;
   uint8_t *send_buff, *recv_buff; /* XCOLL_STEPS * step_bytes each */
+  /* Direct sends (st->direct): send.direct_from points here (kernels/
+   * conn.h); entry k % XCOLL_STEPS, when not NULL, is where step k's bytes
+   * are sent from instead of its slot. */
+  const uint8_t *send_from[XCOLL_STEPS];
   /* world_size * NL_GATHER_MAX_BYTES: the inputs of a small allreduce
    * (kernels/ring.h's XC_ALGO_GATHER), one op at a time per channel. */
   uint8_t *scratch;
@@ -222,6 +226,8 @@ typedef struct nl_state {
   size_t step_bytes; /* buffsize / XCOLL_STEPS */
   nl_proto_choice proto;
   int inline_wait; /* XCOLL_WAIT_RUNS: nl_wait runs untaken items */
+  int direct; /* XCOLL_DIRECT and a plugin that sends from any host address:
+                 SIMPLE sends skip the slot copy (engine.c) */
   double timeout_s;
   const xcoll_net_v1 *net;
   int net_device;

@@ -117,11 +117,19 @@ static xcoll_status progress_send(nl_state *st, nl_channel *ch,
                      "nccl_like: rank %d channel %d: the kernel filled slot "
                      "%d with %" PRId64 " B (step %zu B): a bug, please report",
                      st->rank, ch->id, slot, bytes, st->step_bytes);
+    /* A direct step (kernels/conn.h) goes from user memory, which no
+     * reg_mr covers: st->direct is set only for plugins that take NULL. */
+    const uint8_t *from = ch->send_buff + (size_t)slot * st->step_bytes;
+    void *mhandle = pc->mhandle;
+    if (st->direct && ch->send_from[slot] != NULL) {
+      from = ch->send_from[slot];
+      mhandle = NULL;
+    }
     xcoll_net_request *request = NULL;
     pc->started_us[slot] = xcoll_trace_enabled() ? xcoll_time_us() : 0;
-    xcoll_status s = st->net->isend(
-        ch->link.send_comm, ch->send_buff + (size_t)slot * st->step_bytes,
-        (size_t)bytes, (uint32_t)pc->posted, pc->mhandle, &request);
+    xcoll_status s =
+        st->net->isend(ch->link.send_comm, from, (size_t)bytes,
+                       (uint32_t)pc->posted, mhandle, &request);
     if (s != XCOLL_SUCCESS)
       return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? st->next : -1,
                      "nccl_like: rank %d channel %d: sending to rank %d "

@@ -81,6 +81,7 @@ typedef struct fifo {
   uint8_t *buff;
   xc_atomic_u64 head, tail;
   int64_t sizes[XCOLL_STEPS];
+  const uint8_t *from[XCOLL_STEPS]; /* direct sends (conn.h's direct_from) */
   xc_conn conn;
 } fifo;
 
@@ -92,8 +93,14 @@ typedef struct ring_fixture {
   uint64_t moved[MAX_RANKS][MAX_CHANNELS];
   _Atomic int stop;
   _Atomic uint64_t total_moved;
+  int direct;                    /* send FIFOs have direct_from */
+  _Atomic uint64_t direct_moved; /* steps the mover took from user memory */
   xc_abort abort;
 } ring_fixture;
+
+/* ring_init gives the send connections direct_from (kernels/prims.h's
+ * direct sends) while this is set. */
+static int g_direct;
 
 static void fifo_init(fifo *f, size_t step_bytes, uint64_t first_step) {
   f->buff = aligned_alloc(16, XCOLL_STEPS * step_bytes);
@@ -119,11 +126,15 @@ static void ring_init(ring_fixture *rf, int nranks, int nchannels,
   rf->step_bytes = step_bytes;
   atomic_init(&rf->stop, 0);
   atomic_init(&rf->total_moved, 0);
+  atomic_init(&rf->direct_moved, 0);
   atomic_init(&rf->abort, 0);
+  rf->direct = g_direct;
   for (int r = 0; r < nranks; r++)
     for (int c = 0; c < nchannels; c++) {
       fifo_init(&rf->send[r][c], step_bytes, first_step);
       fifo_init(&rf->recv[r][c], step_bytes, first_step);
+      if (rf->direct)
+        rf->send[r][c].conn.direct_from = rf->send[r][c].from;
       rf->moved[r][c] = first_step;
     }
 }
@@ -153,7 +164,11 @@ static int move_pair(ring_fixture *rf, int r, int c) {
       fail_msg("send fifo rank %d channel %d step %llu: sizes[%zu] = %lld", r,
                c, (unsigned long long)step, slot, (long long)bytes);
     }
-    uint8_t *from = src->buff + slot * rf->step_bytes;
+    const uint8_t *from = src->buff + slot * rf->step_bytes;
+    if (rf->direct && src->from[slot] != NULL) {
+      from = src->from[slot]; /* user memory, as a direct proxy sends it */
+      atomic_fetch_add(&rf->direct_moved, 1);
+    }
     uint8_t *to = dst->buff + slot * rf->step_bytes;
     size_t half = (size_t)bytes / 2;
     memcpy(to + half, from + half, (size_t)bytes - half);
@@ -357,6 +372,7 @@ typedef struct coll_case {
   int root_rank;
   int permute; /* ring order differs from rank order */
   int algo;    /* allreduce: XC_ALGO_RING or XC_ALGO_GATHER */
+  int direct;  /* send connections with direct_from (kernels/prims.h) */
 } coll_case;
 
 typedef struct rank_buffers {
@@ -391,14 +407,15 @@ static void describe(const coll_case *cc, char *buf, size_t len) {
   snprintf(buf, len,
            "%s dtype=%s op=%d count=%zu %s %s nranks=%d nchannels=%d "
            "chunk=%d slice=%d step_bytes=%zu first_step=%llu root=%d perm=%d "
-           "algo=%s",
+           "algo=%s%s",
            xcoll_coll_name((xcoll_coll_kind)cc->kind),
            xcoll_datatype_name(cc->dtype), (int)cc->op, cc->count,
            cc->in_place ? "in-place" : "out-of-place",
            cc->proto == XC_PROTO_LL ? "LL" : "SIMPLE", cc->nranks,
            cc->nchannels, cc->chunk_steps, cc->slice_steps, cc->step_bytes,
            (unsigned long long)cc->first_step, cc->root_rank, cc->permute,
-           cc->algo == XC_ALGO_GATHER ? "gather" : "ring");
+           cc->algo == XC_ALGO_GATHER ? "gather" : "ring",
+           cc->direct ? " direct" : "");
 }
 
 static void run_case(const coll_case *cc) {
@@ -473,7 +490,9 @@ static void run_case(const coll_case *cc) {
 
   ring_fixture *rf = malloc(sizeof *rf);
   assert_non_null(rf);
+  g_direct = cc->direct;
   ring_init(rf, k, cc->nchannels, cc->step_bytes, cc->first_step);
+  g_direct = 0;
   pthread_t mover;
   if (k > 1)
     assert_int_equal(pthread_create(&mover, NULL, mover_main, rf), 0);
@@ -536,6 +555,14 @@ static void run_case(const coll_case *cc) {
     fail_msg("%s: not done after %d s (ranks disagree on the schedule, or a "
              "step was lost); aborted",
              what, CASE_TIMEOUT_S);
+  /* Every schedule starts with a send or copySend of user data, so a
+   * SIMPLE run with direct sends must have sent some steps from user
+   * memory (and none with LL, whose lines are always built in a slot). */
+  if (cc->direct && k > 1 && n > 0 && cc->proto == XC_PROTO_SIMPLE &&
+      atomic_load(&rf->direct_moved) == 0)
+    fail_msg("%s: no step was sent from user memory", what);
+  if (cc->proto == XC_PROTO_LL && atomic_load(&rf->direct_moved) != 0)
+    fail_msg("%s: an LL step was sent from user memory", what);
   for (int p = 0; p < k; p++)
     for (int c = 0; c < cc->nchannels; c++)
       free(workers[p][c].scratch);
@@ -670,6 +697,8 @@ static void run_matrix_algo(int kind, int algo, int min_ranks,
             cc.root_rank = (int)(i % (unsigned)nranks);
             cc.permute = nranks > 2 && i % 5 == 1;
             cc.algo = algo;
+            /* Half the cases with direct sends: the same bits expected. */
+            cc.direct = (i / 2) % 2;
             run_case(&cc);
             ran++;
           }
@@ -767,8 +796,10 @@ static int allreduce_chunk_of(size_t i, size_t count, size_t e, int k,
 static void test_allreduce_reduction_order(void **state) {
   (void)state;
   enum { N = 1021 };
-  for (int variant = 0; variant < 8; variant++) {
-    int bf16 = variant & 1, proto = (variant >> 1) & 1, gather = variant >> 2;
+  for (int variant = 0; variant < 16; variant++) {
+    int bf16 = variant & 1, proto = (variant >> 1) & 1,
+        gather = (variant >> 2) & 1;
+    g_direct = variant >> 3; /* the same bits with direct sends */
     int k = 5 - (variant & 1), nch = 3;
     xcoll_datatype d = bf16 ? XCOLL_BFLOAT16 : XCOLL_FLOAT32;
     size_t e = esize(d), step_bytes = 64;
@@ -778,6 +809,7 @@ static void test_allreduce_reduction_order(void **state) {
     ring_fixture *rf = malloc(sizeof *rf);
     assert_non_null(rf);
     ring_init(rf, k, nch, step_bytes, 9);
+    g_direct = 0;
     uint8_t *buf[MAX_RANKS];
     for (int r = 0; r < k; r++) {
       buf[r] = malloc(N * e);
