@@ -81,7 +81,8 @@
  *
  * Threads: on a CUDA rank all threads of the block call the same primitive;
  * thread 0 waits and posts, the elements of a step are split among threads
- * in contiguous ranges (coalesced striding is a later GPU tuning), and the
+ * in 16-byte packs (LL: lines) interleaved across the block, so that a
+ * warp's accesses coalesce, and the
  * threads meet at barriers; errors are combined with a barrier-or so every
  * thread returns the same status. On the host there is one thread. */
 #ifndef XCOLL_KERNELS_PRIMS_H
@@ -251,6 +252,30 @@ XC_INLINE XC_HD void xc_thread_range(size_t n, size_t *lo, size_t *hi) {
 XC_INLINE XC_HD void xc_simple_step(const xc_prims *p, int flags,
                                     const uint8_t *in, const uint8_t *rslot,
                                     uint8_t *out, uint8_t *sslot, size_t n) {
+#ifdef __CUDA_ARCH__
+  /* The block shares the step in 16-byte packs interleaved across its
+   * threads (reduce.h's xc_reduce_block, xc_copy_block), so that a warp's
+   * loads and stores coalesce; every thread calls this with the same
+   * arguments. */
+  size_t bytes_all = n * p->elem_bytes;
+  if (bytes_all == 0)
+    return;
+  if ((flags & XC_OP_RECV) && (flags & XC_OP_SRC)) {
+    uint8_t *first = (flags & XC_OP_DST) ? out : sslot;
+    xc_reduce_block(first, rslot, in, n, p->dtype, p->op);
+    if ((flags & XC_OP_DST) && (flags & XC_OP_SEND)) {
+      XC_BARRIER(); /* other threads' packs of out are read below */
+      xc_copy_block(sslot, out, bytes_all);
+    }
+    return;
+  }
+  const uint8_t *from = (flags & XC_OP_RECV) ? rslot : in;
+  if ((flags & XC_OP_DST) && out != from)
+    xc_copy_block(out, from, bytes_all);
+  if (flags & XC_OP_SEND)
+    xc_copy_block(sslot, from, bytes_all);
+  return;
+#endif
   size_t lo, hi, e = p->elem_bytes;
   xc_thread_range(n, &lo, &hi);
   size_t at = lo * e, bytes = (hi - lo) * e;
@@ -316,10 +341,19 @@ XC_INLINE XC_HD int xc_ll_step(const xc_prims *p, int flags, const uint8_t *in,
   size_t lo, hi;
   int bad = 0;
   uint64_t bounce[XC_LL_BATCH_LINES];
+  /* The host's one thread takes batches of lines; a CUDA block's threads
+   * take one line each, interleaved, so that a warp reads and writes 32
+   * adjacent lines (coalesced). */
+#ifdef __CUDA_ARCH__
+  size_t stride = (size_t)XC_NTHREADS(), batch_max = 1;
+  lo = (size_t)XC_TID();
+  hi = nlines;
+#else
+  size_t stride = XC_LL_BATCH_LINES, batch_max = XC_LL_BATCH_LINES;
   xc_thread_range(nlines, &lo, &hi);
-  for (size_t line = lo; line < hi; line += XC_LL_BATCH_LINES) {
-    size_t batch = hi - line < XC_LL_BATCH_LINES ? hi - line
-                                                 : XC_LL_BATCH_LINES;
+#endif
+  for (size_t line = lo; line < hi; line += stride) {
+    size_t batch = hi - line < batch_max ? hi - line : batch_max;
     size_t at = line * XC_LL_PAYLOAD_BYTES; /* payload byte offset */
     size_t bytes = batch * XC_LL_PAYLOAD_BYTES;
     if (bytes > total - at)

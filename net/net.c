@@ -40,6 +40,10 @@ void xcoll_net_log_bridge(xcoll_net_log_level level, const char *message) {
   case XCOLL_NET_LOG_INFO:
     XCOLL_INFO("%s", message);
     break;
+  case XCOLL_NET_LOG_ERROR_EXPECTED:
+    snprintf(last_error, sizeof last_error, "%s", message);
+    XCOLL_INFO("%s", message);
+    break;
   default:
     XCOLL_TRACE("%s", message);
     break;

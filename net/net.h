@@ -66,7 +66,13 @@ typedef enum xcoll_net_log_level {
   XCOLL_NET_LOG_ERROR = 0, /* the sentence explaining a failed call */
   XCOLL_NET_LOG_WARN = 1,
   XCOLL_NET_LOG_INFO = 2,
-  XCOLL_NET_LOG_TRACE = 3
+  XCOLL_NET_LOG_TRACE = 3,
+  /* The sentence explaining a failed call that a normal end may cause: a
+   * peer closed the connection at a message boundary, with a receive
+   * posted ahead that nothing may need. Recorded as the call's error like
+   * ERROR (xcoll_net_last_error), logged at INFO only: the caller decides
+   * whether it matters, and says so itself. */
+  XCOLL_NET_LOG_ERROR_EXPECTED = 4
 } xcoll_net_log_level;
 
 /* Called by the plugin with one formatted sentence (no newline). Thread-safe. */

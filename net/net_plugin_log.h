@@ -47,6 +47,20 @@ static inline xcoll_status net_fail(xcoll_status status, const char *fmt,
   return status;
 }
 
+/* As net_fail, for a failure a normal end may cause (net.h's
+ * XCOLL_NET_LOG_ERROR_EXPECTED): the same record, logged at INFO. */
+static inline xcoll_status net_fail_expected(xcoll_status status,
+                                             const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static inline xcoll_status net_fail_expected(xcoll_status status,
+                                             const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  net_say(XCOLL_NET_LOG_ERROR_EXPECTED, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
 static inline void net_warn(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)));
 static inline void net_warn(const char *fmt, ...) {

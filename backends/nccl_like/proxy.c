@@ -415,7 +415,12 @@ static void *proxy_main(void *arg) {
         continue; /* its worker runs the step */
       int busy = atomic_load(&ch->busy);
       xcoll_status s = progress_send(st, ch, &progress);
-      if (s == XCOLL_SUCCESS)
+      /* With no op in flight only trailing sends are left: a receive
+       * posted ahead waits for the next op. Testing it now would report
+       * the previous rank's normal close at the end of a job as a broken
+       * connection (a GPU rank's proxy passes until it retires the last
+       * kernel, while the previous rank may already be gone). */
+      if (s == XCOLL_SUCCESS && atomic_load(&st->ops_in_flight) > 0)
         s = progress_recv(st, ch, &progress);
       if (!busy && ch->proxy_send.posted > ch->proxy_send.completed) {
         spin = 1;

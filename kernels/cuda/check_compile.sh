@@ -62,7 +62,7 @@ int main(void) {
   F(xc_work, progress); F(xc_work, algo); F(xc_work, scratch);
   F(xc_work, scratch_bytes);
   F(xc_conn, buff); F(xc_conn, step_bytes); F(xc_conn, head); F(xc_conn, tail);
-  F(xc_conn, sizes); F(xc_conn, step);
+  F(xc_conn, sizes); F(xc_conn, step); F(xc_conn, direct_from);
   printf("}\n");
   return 0;
 }

@@ -264,6 +264,7 @@ struct sock_comm {
   uint8_t header_in[SOCK_HEADER_BYTES];
   xcoll_status error;         /* first failure; sticks */
   char error_text[SOCK_MESSAGE_BYTES];
+  int error_expected; /* the peer closed at a message boundary (see fail) */
   sock_request requests[XCOLL_NET_MAX_REQUESTS];
 };
 
@@ -319,6 +320,14 @@ static void comm_free(sock_comm *c) {
   free(c);
 }
 
+/* Say c's failure again: an expected one (a peer's close at a message
+ * boundary, which ends every job) is recorded without a warning. */
+static xcoll_status comm_repeat(sock_comm *c) {
+  if (c->error_expected)
+    return net_fail_expected(c->error, "%s", c->error_text);
+  return net_fail(c->error, "%s", c->error_text);
+}
+
 /* Break c with status and a sentence; later calls repeat it. */
 static xcoll_status comm_fail(sock_comm *c, xcoll_status status,
                               const char *fmt, ...)
@@ -332,7 +341,7 @@ static xcoll_status comm_fail(sock_comm *c, xcoll_status status,
     va_end(ap);
     c->error = status;
   }
-  return net_fail(c->error, "%s", c->error_text);
+  return comm_repeat(c);
 }
 
 /* A failed send() or recv() on socket i (r = its return value). */
@@ -463,6 +472,12 @@ static ssize_t recv_progress(sock_comm *c, int i) {
       if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return moved;
       if (got <= 0) {
+        /* End of stream before any byte of the next message: the peer
+         * closed between messages, as every rank does at the end of a
+         * job while a receive is posted ahead; whether that receive was
+         * needed is the caller's to judge. */
+        if (got == 0 && c->header_done == 0 && c->error == XCOLL_SUCCESS)
+          c->error_expected = 1;
         io_error(c, 0, got, got == 0 ? 0 : errno);
         return -1;
       }
@@ -1166,7 +1181,7 @@ static xcoll_status socket_isend(xcoll_net_send_comm *send_comm,
                 "net socket: isend needs a send comm, data and request");
   xcoll_status s = check_region(mhandle, data, bytes, "isend");
   if (s != XCOLL_SUCCESS) return s;
-  if (c->error != XCOLL_SUCCESS) return net_fail(c->error, "%s", c->error_text);
+  if (c->error != XCOLL_SUCCESS) return comm_repeat(c);
   sock_request *r = take_request(c);
   if (r == NULL) return comm_progress(c); /* full: NULL request, not an error */
   r->data = (char *)data;
@@ -1197,7 +1212,7 @@ static xcoll_status socket_irecv(xcoll_net_recv_comm *recv_comm, void *data,
                 "net socket: irecv needs a recv comm, data and request");
   xcoll_status s = check_region(mhandle, data, bytes, "irecv");
   if (s != XCOLL_SUCCESS) return s;
-  if (c->error != XCOLL_SUCCESS) return net_fail(c->error, "%s", c->error_text);
+  if (c->error != XCOLL_SUCCESS) return comm_repeat(c);
   sock_request *r = take_request(c);
   if (r == NULL) return XCOLL_SUCCESS; /* full: call again later */
   r->data = data;
@@ -1231,7 +1246,7 @@ static xcoll_status socket_test(xcoll_net_request *request, int *done,
     r->used = 0;
     /* A failure found now was logged by comm_fail; an older one is said
      * again for this request's caller. */
-    if (before != XCOLL_SUCCESS) net_fail(s, "%s", c->error_text);
+    if (before != XCOLL_SUCCESS) comm_repeat(c);
     return s;
   }
   return XCOLL_SUCCESS;
@@ -1252,7 +1267,7 @@ static xcoll_status socket_get_fds(xcoll_net_send_comm *send_comm,
                     "net socket: get_fds needs exactly one comm, fds and "
                     "count");
   *count = 0;
-  if (c->error != XCOLL_SUCCESS) return net_fail(c->error, "%s", c->error_text);
+  if (c->error != XCOLL_SUCCESS) return comm_repeat(c);
   for (int i = 0; i < c->nsocks && *count < max_fds; i++)
     if (c->cursor[i] < c->posted) fds[(*count)++] = c->fds[i];
   return XCOLL_SUCCESS;

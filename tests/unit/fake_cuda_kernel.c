@@ -123,7 +123,12 @@ static void fifo_conn(fifo *f, xc_conn *conn) {
   atomic_init(&f->tail, 0);
   for (int s = 0; s < XCOLL_STEPS; s++)
     f->sizes[s] = -1;
-  *conn = (xc_conn){f->buff, STEP_BYTES, &f->head, &f->tail, f->sizes, 0};
+  memset(conn, 0, sizeof *conn); /* direct_from NULL: the slot path */
+  conn->buff = f->buff;
+  conn->step_bytes = STEP_BYTES;
+  conn->head = &f->head;
+  conn->tail = &f->tail;
+  conn->sizes = f->sizes;
 }
 
 /* Moves what it can from rank r's send FIFO of channel c to the next rank's
