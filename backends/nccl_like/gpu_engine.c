@@ -240,10 +240,16 @@ void nl_gpu_close(nl_state *st) {
   nl_gpu *g = st->gpu;
   if (g == NULL)
     return;
-  /* The FIFOs go with the mapped block: channel.c must not free them. */
+  /* The FIFOs go with the mapped block: channel.c must not free them. A
+   * kernel still running (a comm aborted with calls nobody waited for)
+   * reads that block: wait for it first. The abort flag is up by now
+   * (stop_threads), so a kernel waiting on a peer returns soon. */
   if (xcoll_cuda_push(g->cuda) == 0) {
-    for (unsigned i = g->flight_head; i != g->flight_tail; i++)
-      xcoll_cu.event_destroy(g->flights[i % NL_QUEUE_DEPTH].event);
+    for (unsigned i = g->flight_head; i != g->flight_tail; i++) {
+      void *event = g->flights[i % NL_QUEUE_DEPTH].event;
+      (void)xcoll_cu.event_synchronize(event);
+      xcoll_cu.event_destroy(event);
+    }
     if (g->order_event != NULL)
       xcoll_cu.event_destroy(g->order_event);
     if (g->scratch != 0)
