@@ -23,7 +23,7 @@ target_link_libraries(staging PRIVATE xcoll_static ${CMAKE_DL_LIBS})
 add_executable(fault_init ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_init.c)
 target_link_libraries(fault_init PRIVATE xcoll_static m)
 add_executable(fault_peer ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_peer.c)
-target_link_libraries(fault_peer PRIVATE xcoll_static m)
+target_link_libraries(fault_peer PRIVATE xcoll_static m ${CMAKE_DL_LIBS})
 
 set(XCOLL_MP_ENV "XCOLL_TIMEOUT_S=60")
 

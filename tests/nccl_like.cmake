@@ -195,6 +195,23 @@ if(XCOLL_HAVE_CUDA AND TARGET staging)
       LABELS "conformance;nccl_like" PROCESSORS 2
       ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like;${_fake_env};${extra}")
   endforeach()
+  # A peer killed (SIGKILL) or stopped (SIGSTOP) in an allreduce loop with
+  # GPU ranks in the ring: survivors fail within the bound naming it, a
+  # GPU rank's kernel included (the abort flag in mapped memory). gpu0_3:
+  # ranks 0 and 3 GPU, the victim (2) a host rank; gpu2: the victim is the
+  # GPU rank.
+  foreach(cfg "kill;0,3" "stop;0,3" "kill;2")
+    list(GET cfg 0 mode)
+    list(GET cfg 1 ranks)
+    string(REPLACE "," "_" tag "${ranks}")
+    set(test faults.peer_${mode}.nccl_like.gpu${tag})
+    add_test(NAME ${test}
+      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_peer.sh
+              $<TARGET_FILE:xcollrun> $<TARGET_FILE:fault_peer> ${mode})
+    set_tests_properties(${test} PROPERTIES TIMEOUT 90
+      LABELS "faults;nccl_like" PROCESSORS 2
+      ENVIRONMENT "XCOLL_BACKEND=nccl_like;FAULT_PEER_GPU_RANKS=${ranks};${_fake_env}")
+  endforeach()
   # The same on a real GPU (label gpu): skipped, exit 77, without one.
   add_test(NAME gpu.nccl_like
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_nccl_like.sh

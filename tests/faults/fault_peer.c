@@ -18,7 +18,12 @@
  *                          pid was exchanged at start), so that nothing is
  *                          left stopped.
  * Every survivor prints one line "SURVIVOR-OK rank R ..." or
- * "SURVIVOR-BAD rank R ..." and exits 0 or 1 accordingly. */
+ * "SURVIVOR-BAD rank R ..." and exits 0 or 1 accordingly.
+ * FAULT_PEER_GPU_RANKS=LIST (comma-separated ranks): those ranks are GPU
+ * ranks on CUDA device LOCAL_RANK (nccl_like's kernels on a stream; the
+ * stand-in driver in ctest), whose buffers are device memory: the kernel of
+ * a survivor must return when the ring breaks, as the host engine does. */
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
@@ -36,6 +41,71 @@
 #define FAIL_AT_ITERATION 5
 #define ITERATIONS 100000  /* far more than can run before the bound */
 #define COUNT (256 * 1024) /* 1 MiB of float32: several ring chunks */
+
+/* A GPU rank's device buffers, through the CUDA driver (dlopen). */
+static struct {
+  int (*alloc)(uintptr_t *dptr, size_t bytes);
+  int (*htod)(uintptr_t dst, const void *src, size_t bytes);
+  int (*dtoh)(void *dst, uintptr_t src, size_t bytes);
+} cu;
+
+static void *driver_symbol(void *h, const char *name) {
+  char versioned[64];
+  snprintf(versioned, sizeof versioned, "%s_v2", name);
+  void *fn = dlsym(h, versioned);
+  return fn != NULL ? fn : dlsym(h, name);
+}
+
+/* 1 when this rank is listed in FAULT_PEER_GPU_RANKS: binds it to its CUDA
+ * device (XCOLL_DEVICE) and loads the driver; 0 for a host rank; -1 when
+ * the driver is unusable. With a real driver the device's primary context
+ * is made current for the buffers (the stand-in needs none). */
+static int gpu_setup(void) {
+  const char *list = getenv("FAULT_PEER_GPU_RANKS");
+  const char *rank_text = getenv("RANK"), *local = getenv("LOCAL_RANK");
+  if (list == NULL || rank_text == NULL)
+    return 0;
+  int me = atoi(rank_text), listed = 0;
+  char copy[256];
+  snprintf(copy, sizeof copy, "%s", list);
+  for (char *t = strtok(copy, ","); t != NULL; t = strtok(NULL, ","))
+    listed |= atoi(t) == me;
+  if (!listed)
+    return 0;
+  int device = local != NULL ? atoi(local) : 0;
+  char value[32];
+  snprintf(value, sizeof value, "cuda:%d", device);
+  setenv("XCOLL_DEVICE", value, 1);
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (h == NULL)
+    return -1;
+  void *sym[3] = {driver_symbol(h, "cuMemAlloc"),
+                  driver_symbol(h, "cuMemcpyHtoD"),
+                  driver_symbol(h, "cuMemcpyDtoH")};
+  if (!sym[0] || !sym[1] || !sym[2])
+    return -1;
+  memcpy(&cu.alloc, &sym[0], sizeof sym[0]);
+  memcpy(&cu.htod, &sym[1], sizeof sym[1]);
+  memcpy(&cu.dtoh, &sym[2], sizeof sym[2]);
+  if (dlsym(h, "fake_cuda_ctx_depth") == NULL) {
+    int (*init)(unsigned) = NULL, (*get)(int *, int) = NULL;
+    int (*retain)(void **, int) = NULL, (*set)(void *) = NULL;
+    void *f[4] = {dlsym(h, "cuInit"), dlsym(h, "cuDeviceGet"),
+                  driver_symbol(h, "cuDevicePrimaryCtxRetain"),
+                  dlsym(h, "cuCtxSetCurrent")};
+    memcpy(&init, &f[0], sizeof f[0]);
+    memcpy(&get, &f[1], sizeof f[1]);
+    memcpy(&retain, &f[2], sizeof f[2]);
+    memcpy(&set, &f[3], sizeof f[3]);
+    int handle = 0;
+    void *ctx = NULL;
+    if (!init || !get || !retain || !set || init(0) != 0 ||
+        get(&handle, device) != 0 || retain(&ctx, handle) != 0 ||
+        set(ctx) != 0)
+      return -1;
+  }
+  return 1;
+}
 
 static double now_s(void) {
   struct timespec ts;
@@ -78,6 +148,12 @@ int main(int argc, char **argv) {
     }
   }
 
+  int gpu = gpu_setup();
+  if (gpu < 0) {
+    printf("FATAL: FAULT_PEER_GPU_RANKS names this rank, but the CUDA "
+           "driver (libcuda.so.1) is not usable\n");
+    return 2;
+  }
   xcoll_comm_t comm = NULL;
   xcoll_status st = xcoll_comm_init_env(&comm);
   if (st != XCOLL_SUCCESS) {
@@ -98,7 +174,24 @@ int main(int argc, char **argv) {
   float *buf = malloc(COUNT * sizeof *buf);
   if (!pids || !buf)
     return 2;
-  st = xcoll_allgather(&my_pid, pids, 1, XCOLL_INT64, comm);
+  /* A GPU rank's collectives take device memory: dbuf for the loop, and
+   * the pid exchange through dpid (1 element) and dpids. */
+  uintptr_t dbuf = 0, dpid = 0, dpids = 0;
+  if (gpu && (cu.alloc(&dbuf, COUNT * sizeof *buf) != 0 ||
+              cu.alloc(&dpid, sizeof my_pid) != 0 ||
+              cu.alloc(&dpids, (size_t)world_size * sizeof *pids) != 0 ||
+              cu.htod(dpid, &my_pid, sizeof my_pid) != 0)) {
+    printf("FATAL rank %d: device buffers\n", rank);
+    return 2;
+  }
+  if (gpu) {
+    st = xcoll_allgather((const void *)dpid, (void *)dpids, 1, XCOLL_INT64,
+                         comm);
+    if (st == XCOLL_SUCCESS)
+      cu.dtoh(pids, dpids, (size_t)world_size * sizeof *pids);
+  } else {
+    st = xcoll_allgather(&my_pid, pids, 1, XCOLL_INT64, comm);
+  }
   if (st != XCOLL_SUCCESS) {
     printf("FATAL rank %d: allgather of pids: %s\n", rank,
            xcoll_comm_last_error(comm));
@@ -116,9 +209,16 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < COUNT; i++)
       buf[i] = (float)(rank + i % 7);
+    void *data = buf;
+    if (gpu) {
+      cu.htod(dbuf, buf, COUNT * sizeof *buf);
+      data = (void *)dbuf;
+    }
     double start = now_s();
-    st = xcoll_allreduce(buf, buf, COUNT, XCOLL_FLOAT32, XCOLL_SUM, comm);
+    st = xcoll_allreduce(data, data, COUNT, XCOLL_FLOAT32, XCOLL_SUM, comm);
     double elapsed = now_s() - start;
+    if (gpu && st == XCOLL_SUCCESS)
+      cu.dtoh(buf, dbuf, COUNT * sizeof *buf);
     if (st == XCOLL_SUCCESS) {
       /* Check the sum: a wrong result would hide a broken run. */
       float want0 = (float)(world_size * (world_size - 1) / 2);
