@@ -481,8 +481,15 @@ static xcoll_status post(ucxn_comm *c, int is_send, void *data, size_t bytes,
     return net_fail(XCOLL_ERR_NO_MEMORY, "net ucx: no memory for a request");
   r->tag = tag;
   ucp_tag_t ucx_tag = (c->seq << 32) | tag;
+  /* Sends complete once the receiver matched them (a synchronous send):
+   * the caller's drain before close then means delivered. With plain
+   * sends, a rank that returned from its last collective and closed by
+   * force dropped bytes UCX still queued, and the next rank, still in that
+   * collective, failed with "Endpoint timeout" (seen in
+   * conformance.nccl_like.np4.ucx). Closing with a flush instead made UCX's
+   * tcp transport reconnect to peers already gone, and abort. */
   ucs_status_t us =
-      is_send ? xcoll_ucx_isend(c->worker, 0, ucx_tag, data, bytes, r->ucx)
+      is_send ? xcoll_ucx_isend_sync(c->worker, 0, ucx_tag, data, bytes, r->ucx)
               : xcoll_ucx_irecv(c->worker, 0, c->seq << 32,
                                 UCXN_SEQ_MASK, data, bytes, r->ucx);
   if (us != UCS_OK) {

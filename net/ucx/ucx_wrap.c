@@ -312,9 +312,9 @@ static void recv_done(void *handle, ucs_status_t status,
   request->done = 1;
 }
 
-ucs_status_t xcoll_ucx_isend(xcoll_ucx_worker *w, int peer, ucp_tag_t tag,
-                             const void *buf, size_t bytes,
-                             xcoll_ucx_request *request) {
+static ucs_status_t isend(xcoll_ucx_worker *w, int peer, ucp_tag_t tag,
+                          const void *buf, size_t bytes,
+                          xcoll_ucx_request *request, int sync) {
   request->peer = peer;
   request->is_recv = 0;
   request->bytes = bytes;
@@ -327,7 +327,9 @@ ucs_status_t xcoll_ucx_isend(xcoll_ucx_worker *w, int peer, ucp_tag_t tag,
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = send_done;
   param.user_data = request;
-  ucs_status_ptr_t handle = ucp_tag_send_nbx(ep, buf, bytes, tag, &param);
+  ucs_status_ptr_t handle =
+      sync ? ucp_tag_send_sync_nbx(ep, buf, bytes, tag, &param)
+           : ucp_tag_send_nbx(ep, buf, bytes, tag, &param);
   if (handle == NULL) {
     request->status = UCS_OK;
     request->done = 1;
@@ -337,6 +339,18 @@ ucs_status_t xcoll_ucx_isend(xcoll_ucx_worker *w, int peer, ucp_tag_t tag,
     return UCS_PTR_STATUS(handle);
   request->handle = handle;
   return UCS_OK;
+}
+
+ucs_status_t xcoll_ucx_isend(xcoll_ucx_worker *w, int peer, ucp_tag_t tag,
+                             const void *buf, size_t bytes,
+                             xcoll_ucx_request *request) {
+  return isend(w, peer, tag, buf, bytes, request, 0);
+}
+
+ucs_status_t xcoll_ucx_isend_sync(xcoll_ucx_worker *w, int peer,
+                                  ucp_tag_t tag, const void *buf,
+                                  size_t bytes, xcoll_ucx_request *request) {
+  return isend(w, peer, tag, buf, bytes, request, 1);
 }
 
 ucs_status_t xcoll_ucx_irecv(xcoll_ucx_worker *w, int peer, ucp_tag_t tag,

@@ -90,6 +90,14 @@ void xcoll_ucx_request_put(xcoll_ucx_worker *worker, xcoll_ucx_request *request)
 ucs_status_t xcoll_ucx_isend(xcoll_ucx_worker *worker, int peer, ucp_tag_t tag,
                              const void *buf, size_t bytes,
                              xcoll_ucx_request *request);
+/* As xcoll_ucx_isend, but complete only once the receiver has matched the
+ * message (ucp_tag_send_sync_nbx): the bytes have left this process for
+ * good, so closing the endpoint afterwards cannot drop them. A plain send
+ * completes as soon as UCX has taken the buffer, possibly into a transport
+ * queue that a forced close discards. */
+ucs_status_t xcoll_ucx_isend_sync(xcoll_ucx_worker *worker, int peer,
+                                  ucp_tag_t tag, const void *buf,
+                                  size_t bytes, xcoll_ucx_request *request);
 /* Post a tagged receive of up to bytes into buf for a message whose tag
  * matches tag under tag_mask; peer is recorded for error messages only.
  * Once request->done, received and sender_tag are the matched message's
