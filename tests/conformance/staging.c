@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../gpu/test_cuda.h"
 #include "xcoll.h"
 
 static struct {
@@ -58,67 +59,28 @@ static long checks, failures;
     }                                                                          \
   } while (0)
 
-/* A driver entry point under its versioned name when there is one (cuda.h
- * maps cuMemAlloc to cuMemAlloc_v2 and so on). */
-static void *symbol(void *h, const char *name) {
-  char versioned[64];
-  snprintf(versioned, sizeof versioned, "%s_v2", name);
-  void *fn = dlsym(h, versioned);
-  return fn != NULL ? fn : dlsym(h, name);
-}
-
 static int zero(void) { return 0; }
 
 /* The stand-in driver, or a real one (scripts/gpu-check.sh): then the
- * stand-in's own counters read 0 and this process makes the device's
- * primary context current for its own allocations and copies. */
+ * stand-in's own counters read 0 (tests/gpu/test_cuda.h makes the device's
+ * primary context current for this process's own buffers). */
 static int load_driver(int device) {
-  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-  if (h == NULL) {
-    fprintf(stderr, "staging: dlopen libcuda.so.1: %s\n", dlerror());
+  test_cuda d;
+  if (test_cuda_load(&d, device, "staging") != 0)
     return -1;
-  }
-  void *sym[7] = {symbol(h, "cuMemAlloc"),
-                  symbol(h, "cuMemFree"),
-                  symbol(h, "cuMemcpyHtoD"),
-                  symbol(h, "cuMemcpyDtoH"),
-                  dlsym(h, "fake_cuda_pinned_outstanding"),
-                  dlsym(h, "fake_cuda_ctx_depth"),
-                  dlsym(h, "fake_cuda_pending_copies")};
-  void *create = dlsym(h, "cuStreamCreate");
-  memcpy(&cu.stream_create, &create, sizeof create);
-  for (int i = 0; i < 4; i++)
-    if (sym[i] == NULL || create == NULL) {
-      fprintf(stderr, "staging: libcuda.so.1 lacks entry point %d\n", i);
-      return -1;
-    }
-  int fake = sym[4] != NULL && sym[5] != NULL && sym[6] != NULL;
-  if (!fake) {
-    int (*init)(unsigned) = NULL, (*get)(int *, int) = NULL;
-    int (*retain)(void **, int) = NULL, (*set)(void *) = NULL;
-    void *s[4] = {dlsym(h, "cuInit"), dlsym(h, "cuDeviceGet"),
-                  symbol(h, "cuDevicePrimaryCtxRetain"), dlsym(h, "cuCtxSetCurrent")};
-    memcpy(&init, &s[0], sizeof s[0]);
-    memcpy(&get, &s[1], sizeof s[1]);
-    memcpy(&retain, &s[2], sizeof s[2]);
-    memcpy(&set, &s[3], sizeof s[3]);
-    int handle = 0;
-    void *ctx = NULL;
-    if (!init || !get || !retain || !set || init(0) != 0 ||
-        get(&handle, device) != 0 || retain(&ctx, handle) != 0 || set(ctx) != 0) {
-      fprintf(stderr, "staging: the CUDA driver did not give device %d a "
-                      "context\n", device);
-      return -1;
-    }
-    sym[4] = sym[5] = sym[6] = (void *)(uintptr_t)zero;
-  }
-  memcpy(&cu.mem_alloc, &sym[0], sizeof sym[0]);
-  memcpy(&cu.mem_free, &sym[1], sizeof sym[1]);
-  memcpy(&cu.htod, &sym[2], sizeof sym[2]);
-  memcpy(&cu.dtoh, &sym[3], sizeof sym[3]);
-  memcpy(&cu.pinned_outstanding, &sym[4], sizeof sym[4]);
-  memcpy(&cu.ctx_depth, &sym[5], sizeof sym[5]);
-  memcpy(&cu.pending_copies, &sym[6], sizeof sym[6]);
+  void *sym[3] = {dlsym(d.handle, "fake_cuda_pinned_outstanding"),
+                  dlsym(d.handle, "fake_cuda_ctx_depth"),
+                  dlsym(d.handle, "fake_cuda_pending_copies")};
+  if (!d.fake || !sym[0] || !sym[1] || !sym[2])
+    sym[0] = sym[1] = sym[2] = (void *)(uintptr_t)zero;
+  cu.mem_alloc = d.mem_alloc;
+  cu.mem_free = d.mem_free;
+  cu.htod = d.htod;
+  cu.dtoh = d.dtoh;
+  cu.stream_create = d.stream_create;
+  memcpy(&cu.pinned_outstanding, &sym[0], sizeof sym[0]);
+  memcpy(&cu.ctx_depth, &sym[1], sizeof sym[1]);
+  memcpy(&cu.pending_copies, &sym[2], sizeof sym[2]);
   return 0;
 }
 

@@ -23,7 +23,6 @@
  * ranks on CUDA device LOCAL_RANK (nccl_like's kernels on a stream; the
  * stand-in driver in ctest), whose buffers are device memory: the kernel of
  * a survivor must return when the ring breaks, as the host engine does. */
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
@@ -35,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../gpu/test_cuda.h"
 #include "xcoll.h"
 
 #define VICTIM 2
@@ -42,24 +42,12 @@
 #define ITERATIONS 100000  /* far more than can run before the bound */
 #define COUNT (256 * 1024) /* 1 MiB of float32: several ring chunks */
 
-/* A GPU rank's device buffers, through the CUDA driver (dlopen). */
-static struct {
-  int (*alloc)(uintptr_t *dptr, size_t bytes);
-  int (*htod)(uintptr_t dst, const void *src, size_t bytes);
-  int (*dtoh)(void *dst, uintptr_t src, size_t bytes);
-} cu;
-
-static void *driver_symbol(void *h, const char *name) {
-  char versioned[64];
-  snprintf(versioned, sizeof versioned, "%s_v2", name);
-  void *fn = dlsym(h, versioned);
-  return fn != NULL ? fn : dlsym(h, name);
-}
+/* A GPU rank's device buffers (tests/gpu/test_cuda.h). */
+static test_cuda cu;
 
 /* 1 when this rank is listed in FAULT_PEER_GPU_RANKS: binds it to its CUDA
  * device (XCOLL_DEVICE) and loads the driver; 0 for a host rank; -1 when
- * the driver is unusable. With a real driver the device's primary context
- * is made current for the buffers (the stand-in needs none). */
+ * the driver is unusable. */
 static int gpu_setup(void) {
   const char *list = getenv("FAULT_PEER_GPU_RANKS");
   const char *rank_text = getenv("RANK"), *local = getenv("LOCAL_RANK");
@@ -76,34 +64,8 @@ static int gpu_setup(void) {
   char value[32];
   snprintf(value, sizeof value, "cuda:%d", device);
   setenv("XCOLL_DEVICE", value, 1);
-  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-  if (h == NULL)
+  if (test_cuda_load(&cu, device, "fault_peer") != 0)
     return -1;
-  void *sym[3] = {driver_symbol(h, "cuMemAlloc"),
-                  driver_symbol(h, "cuMemcpyHtoD"),
-                  driver_symbol(h, "cuMemcpyDtoH")};
-  if (!sym[0] || !sym[1] || !sym[2])
-    return -1;
-  memcpy(&cu.alloc, &sym[0], sizeof sym[0]);
-  memcpy(&cu.htod, &sym[1], sizeof sym[1]);
-  memcpy(&cu.dtoh, &sym[2], sizeof sym[2]);
-  if (dlsym(h, "fake_cuda_ctx_depth") == NULL) {
-    int (*init)(unsigned) = NULL, (*get)(int *, int) = NULL;
-    int (*retain)(void **, int) = NULL, (*set)(void *) = NULL;
-    void *f[4] = {dlsym(h, "cuInit"), dlsym(h, "cuDeviceGet"),
-                  driver_symbol(h, "cuDevicePrimaryCtxRetain"),
-                  dlsym(h, "cuCtxSetCurrent")};
-    memcpy(&init, &f[0], sizeof f[0]);
-    memcpy(&get, &f[1], sizeof f[1]);
-    memcpy(&retain, &f[2], sizeof f[2]);
-    memcpy(&set, &f[3], sizeof f[3]);
-    int handle = 0;
-    void *ctx = NULL;
-    if (!init || !get || !retain || !set || init(0) != 0 ||
-        get(&handle, device) != 0 || retain(&ctx, handle) != 0 ||
-        set(ctx) != 0)
-      return -1;
-  }
   return 1;
 }
 
@@ -177,9 +139,9 @@ int main(int argc, char **argv) {
   /* A GPU rank's collectives take device memory: dbuf for the loop, and
    * the pid exchange through dpid (1 element) and dpids. */
   uintptr_t dbuf = 0, dpid = 0, dpids = 0;
-  if (gpu && (cu.alloc(&dbuf, COUNT * sizeof *buf) != 0 ||
-              cu.alloc(&dpid, sizeof my_pid) != 0 ||
-              cu.alloc(&dpids, (size_t)world_size * sizeof *pids) != 0 ||
+  if (gpu && (cu.mem_alloc(&dbuf, COUNT * sizeof *buf) != 0 ||
+              cu.mem_alloc(&dpid, sizeof my_pid) != 0 ||
+              cu.mem_alloc(&dpids, (size_t)world_size * sizeof *pids) != 0 ||
               cu.htod(dpid, &my_pid, sizeof my_pid) != 0)) {
     printf("FATAL rank %d: device buffers\n", rank);
     return 2;

@@ -20,23 +20,16 @@
  * rounding bound and integer results exactly. A driver script
  * (nl_mixed.sh) runs it mixed and host-only and compares the HASH lines.
  * Exit 0 when every check passed. */
-#include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../gpu/test_cuda.h"
 #include "xcoll.h"
 
-static struct {
-  int (*mem_alloc)(uintptr_t *dptr, size_t bytes);
-  int (*mem_free)(uintptr_t dptr);
-  int (*htod)(uintptr_t dst, const void *src, size_t bytes);
-  int (*dtoh)(void *dst, uintptr_t src, size_t bytes);
-  int (*stream_create)(void **stream, unsigned int flags);
-  int (*stream_sync)(void *stream);
-} cu;
+static test_cuda cu;
 
 static int rank, world_size, gpu;
 static long checks, failures;
@@ -53,58 +46,6 @@ static long checks, failures;
       }                                                                        \
     }                                                                          \
   } while (0)
-
-static void *symbol(void *h, const char *name) {
-  char versioned[64];
-  snprintf(versioned, sizeof versioned, "%s_v2", name);
-  void *fn = dlsym(h, versioned);
-  return fn != NULL ? fn : dlsym(h, name);
-}
-
-/* The driver for this process's own buffers and streams; with a real
- * driver the device's primary context is made current first (the stand-in
- * needs none for these calls). */
-static int load_driver(int device) {
-  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-  if (h == NULL) {
-    fprintf(stderr, "nl_mixed: dlopen libcuda.so.1: %s\n", dlerror());
-    return -1;
-  }
-  void *sym[6] = {symbol(h, "cuMemAlloc"),   symbol(h, "cuMemFree"),
-                  symbol(h, "cuMemcpyHtoD"), symbol(h, "cuMemcpyDtoH"),
-                  dlsym(h, "cuStreamCreate"), dlsym(h, "cuStreamSynchronize")};
-  for (int i = 0; i < 6; i++)
-    if (sym[i] == NULL) {
-      fprintf(stderr, "nl_mixed: libcuda.so.1 lacks entry point %d\n", i);
-      return -1;
-    }
-  memcpy(&cu.mem_alloc, &sym[0], sizeof sym[0]);
-  memcpy(&cu.mem_free, &sym[1], sizeof sym[1]);
-  memcpy(&cu.htod, &sym[2], sizeof sym[2]);
-  memcpy(&cu.dtoh, &sym[3], sizeof sym[3]);
-  memcpy(&cu.stream_create, &sym[4], sizeof sym[4]);
-  memcpy(&cu.stream_sync, &sym[5], sizeof sym[5]);
-  if (dlsym(h, "fake_cuda_ctx_depth") == NULL) {
-    int (*init)(unsigned) = NULL, (*get)(int *, int) = NULL;
-    int (*retain)(void **, int) = NULL, (*set)(void *) = NULL;
-    void *s[4] = {dlsym(h, "cuInit"), dlsym(h, "cuDeviceGet"),
-                  symbol(h, "cuDevicePrimaryCtxRetain"),
-                  dlsym(h, "cuCtxSetCurrent")};
-    memcpy(&init, &s[0], sizeof s[0]);
-    memcpy(&get, &s[1], sizeof s[1]);
-    memcpy(&retain, &s[2], sizeof s[2]);
-    memcpy(&set, &s[3], sizeof s[3]);
-    int handle = 0;
-    void *ctx = NULL;
-    if (!init || !get || !retain || !set || init(0) != 0 ||
-        get(&handle, device) != 0 || retain(&ctx, handle) != 0 ||
-        set(ctx) != 0) {
-      fprintf(stderr, "nl_mixed: no context on CUDA device %d\n", device);
-      return -1;
-    }
-  }
-  return 0;
-}
 
 static uint64_t mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
@@ -317,7 +258,7 @@ int main(int argc, char **argv) {
   char value_text[32];
   snprintf(value_text, sizeof value_text, "cuda:%d", device);
   setenv("XCOLL_DEVICE", gpu ? value_text : "host", 1);
-  if (gpu && load_driver(device) != 0)
+  if (gpu && test_cuda_load(&cu, device, "nl_mixed") != 0)
     return 2;
   xcoll_comm_t comm = NULL;
   xcoll_status s = xcoll_comm_init_env(&comm);
