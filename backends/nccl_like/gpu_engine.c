@@ -310,7 +310,10 @@ static void retire_locked(nl_state *st) {
 
 void nl_gpu_retire(nl_state *st) {
   nl_gpu *g = st->gpu;
-  if (g == NULL || xcoll_cuda_push(g->cuda) != 0)
+  /* Every pass of the proxy calls this: skip the context push when no
+   * launch is in flight (on a GPU rank ops_in_flight counts launches). */
+  if (g == NULL || atomic_load(&st->ops_in_flight) == 0 ||
+      xcoll_cuda_push(g->cuda) != 0)
     return;
   pthread_mutex_lock(&st->lock);
   retire_locked(st);
