@@ -99,7 +99,10 @@ static const xcoll_param params[] = {
      "libxcoll-net-NAME.so",
      0},
     {"XCOLL_NCHANNELS", XCOLL_PARAM_INT, "nccl_like", 2, 1, 16, NULL, NULL,
-     NULL, "nccl_like's channels (rings run side by side)", 0},
+     NULL,
+     "nccl_like's channels (rings run side by side); unset: cores per local "
+     "rank, at most this default, the smallest over ranks",
+     0},
     {"XCOLL_BUFFSIZE", XCOLL_PARAM_SIZE, "nccl_like", 4 * MIB, NL_BUFFSIZE_MIN,
      GIB, NULL, NULL, NULL,
      "nccl_like's FIFO bytes per connection, a multiple of 128", 0},

@@ -56,8 +56,11 @@ if(TARGET xcollrun)
       add_test(NAME netns.loss${loss}.${backend}
         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/netns/netns.sh
                 $<TARGET_FILE:netns_loop> ${backend} loss ${loss})
+      # Not RUN_SERIAL: under loss the ranks mostly wait for TCP's
+      # retransmissions (netns.loss5.ucx took 69 s alone), so another test
+      # may use the core; no bound on time is asserted here.
       set_tests_properties(netns.loss${loss}.${backend} PROPERTIES TIMEOUT 240
-        LABELS "netns;${backend}" SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+        LABELS "netns;${backend}" SKIP_RETURN_CODE 77)
     endforeach()
     set_tests_properties(netns.cut.${backend} PROPERTIES TIMEOUT 180
       LABELS "netns;${backend}" SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)

@@ -31,14 +31,19 @@ function(nl_conf name nproc timeout env)
 endfunction()
 
 if(XCOLL_SANITIZE)
+  # 2 channels, as the default was before it followed the cores: worker
+  # threads of two channels, the proxy and the waiter all under the
+  # sanitizers.
   foreach(np 1 2 3)
-    nl_conf(np${np} ${np} 300 "" --quick)
+    nl_conf(np${np} ${np} 300 "XCOLL_NCHANNELS=2" --quick)
   endforeach()
   nl_conf(np2.ll.small 2 300 "XCOLL_PROTO=ll;${NL_SMALL}" --quick)
 else()
   nl_conf(np1 1 120 "")
-  # socket plugin, simple protocol, the default 2 channels, all combinations
-  nl_conf(np2.simple 2 240 "XCOLL_NET=socket;XCOLL_PROTO=simple")
+  # socket plugin, simple protocol, 2 channels (the default on a host with
+  # 2 cores per rank; np5 and np8 below take the default, which on a 2-core
+  # machine is 1), all combinations
+  nl_conf(np2.simple 2 240 "XCOLL_NET=socket;XCOLL_PROTO=simple;XCOLL_NCHANNELS=2")
   nl_conf(np2.ll.nch1 2 240 "XCOLL_NET=socket;XCOLL_PROTO=ll;XCOLL_NCHANNELS=1"
     --quick)
   nl_conf(np2.simple.nch4.small 2 240
@@ -54,7 +59,7 @@ else()
     --quick)
   nl_conf(np3.ll.nch4.small 3 240 "XCOLL_PROTO=ll;XCOLL_NCHANNELS=4;${NL_SMALL}"
     --quick)
-  nl_conf(np4.simple 4 240 "XCOLL_PROTO=simple" --quick)
+  nl_conf(np4.simple 4 240 "XCOLL_PROTO=simple;XCOLL_NCHANNELS=2" --quick)
   nl_conf(np4.ll.small 4 240 "XCOLL_PROTO=ll;${NL_SMALL}" --quick
     --max-count 1021)
   nl_conf(np4.auto.nch4 4 240 "XCOLL_PROTO=auto;XCOLL_NCHANNELS=4" --quick
@@ -64,7 +69,11 @@ else()
   # The ucx net plugin (net/ucx/) comes with UCX.
   if(XCOLL_HAVE_UCX AND EXISTS ${PROJECT_SOURCE_DIR}/net/ucx)
     nl_conf(np2.ucx.simple 2 240 "XCOLL_NET=ucx;XCOLL_PROTO=simple" --quick)
-    nl_conf(np3.ucx.ll 3 240 "XCOLL_NET=ucx;XCOLL_PROTO=ll;${NL_SMALL}" --quick)
+    # 4 KiB slots, not NL_SMALL's 1 KiB: the ucx plugin's sends are
+    # synchronous (a match round trip each), and 1 KiB slots made this
+    # entry 50-80 s; it still wraps the FIFO several times per ring step.
+    nl_conf(np3.ucx.ll 3 240 "XCOLL_NET=ucx;XCOLL_PROTO=ll;XCOLL_BUFFSIZE=32K"
+      --quick)
     nl_conf(np4.ucx 4 240 "XCOLL_NET=ucx" --quick --max-count 1021)
   endif()
 endif()

@@ -127,8 +127,8 @@ static xcoll_status exchange_handles(nl_state *st, uint8_t *next_handles) {
     if (s != XCOLL_SUCCESS)
       s = net_error(st, s, "listen", i, st->prev);
   }
-  /* The blob's size depends on XCOLL_NCHANNELS: a rank that set another
-   * value fails the allgather with PROTOCOL naming it. */
+  /* The blob's size depends on the channel count, which every rank agreed
+   * on before (nccl_like.c: agree_channels). */
   if (s == XCOLL_SUCCESS)
     s = xcoll_bootstrap_allgather(comm, "nl_handles", mine, blob_bytes, all);
   if (s == XCOLL_SUCCESS)

@@ -52,6 +52,7 @@ extern const unsigned char xc_ring_fatbin[];
 extern const unsigned char xc_ring_fatbin_end[];
 #endif
 
+#ifdef XCOLL_HAVE_RING_FATBIN /* used only where the kernels are built */
 /* The kernels' names in the module, by XC_COLL_* kind. */
 static const char *const kernel_names[NL_GPU_KINDS] = {
     [XC_COLL_ALLREDUCE] = "xc_allreduce_kernel",
@@ -60,6 +61,7 @@ static const char *const kernel_names[NL_GPU_KINDS] = {
     [XC_COLL_BROADCAST] = "xc_broadcast_kernel",
     [XC_COLL_REDUCE] = "xc_reduce_kernel",
 };
+#endif
 
 /* A launch the proxy has not seen complete yet (ring of NL_QUEUE_DEPTH). */
 typedef struct nl_gpu_flight {
@@ -122,6 +124,7 @@ void *nl_gpu_carve(nl_state *st, size_t bytes) {
   return g->mapped + at;
 }
 
+#ifdef XCOLL_HAVE_RING_FATBIN
 /* Bytes of the mapped block: what alloc_fifos (channel.c) carves per
  * channel, rounded to pages as nl_gpu_carve does, plus the tail page
  * holding conns, abort and status. */
@@ -134,6 +137,7 @@ static size_t mapped_size(const nl_state *st) {
   return (size_t)st->nchannels * 2 * (mem + buff) +
          (tail + page - 1) / page * page + page;
 }
+#endif
 
 xcoll_status nl_gpu_open(nl_state *st, xcoll_cuda *cuda) {
 #ifndef XCOLL_HAVE_RING_FATBIN

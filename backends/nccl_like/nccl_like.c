@@ -5,12 +5,15 @@
  * peer's death to the store so that every rank, not only the dead rank's ring
  * neighbours, fails naming it (and nl_fail_everywhere, which does the same
  * for a collective mismatch). */
+#include <sched.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "bootstrap.h"
 #include "env.h"
 #include "params.h"
 #include "error.h"
@@ -29,6 +32,30 @@ const xcoll_net_v1 *nl_net_override = NULL;
 
 /* ---- options ---- */
 
+/* The channels a host rank proposes when XCOLL_NCHANNELS is unset: one per
+ * core this process may run on, shared among the ranks of its host
+ * (LOCAL_WORLD_SIZE; 1 when unknown), between 1 and the table's default.
+ * A host channel is a thread that spins while its ring step waits: with
+ * fewer cores than busy threads, a second channel takes the core the
+ * neighbour rank needs to forward the next slot (measured on 2 cores,
+ * P=2 and P=4, 1-16 MiB: docs/nccl_like.md "Channels"). NCCL bounds its
+ * channel count by hardware too (the SMs, the NICs' bandwidth: ncclTopoCompute
+ * in src/graph/search.cc). A GPU rank's channels are CUDA blocks, not host
+ * threads: it proposes the default. */
+static int channels_for_cores(const nl_state *st, int fallback) {
+  if (st->comm->cuda != NULL)
+    return fallback;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  long cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                           : 1;
+  long local = st->comm->local_world_size > 0 ? st->comm->local_world_size : 1;
+  long per_rank = cores / local;
+  if (per_rank < 1)
+    per_rank = 1;
+  return per_rank < fallback ? (int)per_rank : fallback;
+}
+
 static xcoll_status read_options(nl_state *st) {
   xcoll_comm *comm = st->comm;
   long nchannels = 0;
@@ -41,7 +68,10 @@ static xcoll_status read_options(nl_state *st) {
                        "XCOLL_NCHANNELS's range in core/params.c exceeds "
                        "NL_MAX_CHANNELS (%d)",
                        NL_MAX_CHANNELS);
-  st->nchannels = (int)nchannels;
+  st->nchannels_auto = xcoll_env_str("XCOLL_NCHANNELS") == NULL;
+  st->nchannels = st->nchannels_auto
+                      ? channels_for_cores(st, (int)nchannels)
+                      : (int)nchannels;
 
   size_t buffsize = 0;
   s = xcoll_param_size("XCOLL_BUFFSIZE", 0, &buffsize);
@@ -76,6 +106,52 @@ static xcoll_status read_options(nl_state *st) {
     return xcoll_error_adopt(comm, s);
   st->inline_wait = (int)wait_runs;
   return XCOLL_SUCCESS;
+}
+
+/* Every rank of a ring must run the same channels (a channel is a ring of
+ * its own connections): the ranks exchange their proposals (XCOLL_NCHANNELS,
+ * or channels_for_cores) with one bootstrap allgather and all take the
+ * smallest, as NCCL's init takes the minimum of every rank's channel count
+ * after its allgather of topology graphs (src/init.cc). A rank that set
+ * XCOLL_NCHANNELS and got fewer says so at INFO. */
+static xcoll_status agree_channels(nl_state *st) {
+  if (st->world_size == 1)
+    return XCOLL_SUCCESS;
+  uint8_t mine[2] = {(uint8_t)st->nchannels, (uint8_t)st->nchannels_auto};
+  uint8_t *all = malloc((size_t)st->world_size * sizeof mine);
+  if (!all)
+    return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
+                       "nccl_like: out of memory for %d ranks' channel "
+                       "counts",
+                       st->world_size);
+  xcoll_status s = xcoll_bootstrap_allgather(st->comm, "nl_nchannels", mine,
+                                             sizeof mine, all);
+  if (s == XCOLL_SUCCESS) {
+    int agreed = st->nchannels, from = st->rank;
+    for (int r = 0; r < st->world_size; r++) {
+      int theirs = all[2 * r];
+      if (theirs < 1 || theirs > NL_MAX_CHANNELS) {
+        s = xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
+                        "nccl_like: rank %d proposed %d channels at init "
+                        "(1 to %d expected): another xcoll version?",
+                        r, theirs, NL_MAX_CHANNELS);
+        break;
+      }
+      if (theirs < agreed)
+        agreed = theirs, from = r;
+    }
+    if (s == XCOLL_SUCCESS && agreed < st->nchannels)
+      XCOLL_INFO("nccl_like: rank %d runs %d channel(s), not its %d (%s): "
+                 "rank %d proposed %d (%s), and every rank takes the "
+                 "smallest",
+                 st->rank, agreed, st->nchannels,
+                 st->nchannels_auto ? "from its cores" : "XCOLL_NCHANNELS",
+                 from, agreed,
+                 all[2 * from + 1] ? "from its cores" : "XCOLL_NCHANNELS");
+    st->nchannels = agreed;
+  }
+  free(all);
+  return s;
 }
 
 /* ---- failure ---- */
@@ -375,10 +451,15 @@ static void log_choices(nl_state *st, const char *net_why) {
              "prev %d next %d",
              (unsigned long long)st->comm->comm_id, st->rank, st->world_size,
              ring, st->prev, st->next);
-  XCOLL_INFO("nccl_like: %d channel(s) (XCOLL_NCHANNELS), protocol %s "
+  XCOLL_INFO("nccl_like: %d channel(s) (%s), protocol %s "
              "(XCOLL_PROTO%s), FIFO %zu B per connection = %d slots of %zu B "
              "(XCOLL_BUFFSIZE)",
-             st->nchannels, proto_name(st->proto),
+             st->nchannels,
+             st->nchannels_auto
+                 ? "XCOLL_NCHANNELS unset: the smallest proposal, each rank's "
+                   "cores / local ranks, 1 to 2"
+                 : "XCOLL_NCHANNELS, or a smaller proposal of another rank",
+             proto_name(st->proto),
              st->proto == NL_PROTO_AUTO ? ": LL below 4 KiB, SIMPLE above" : "",
              st->buffsize, XCOLL_STEPS, st->step_bytes);
   XCOLL_INFO("nccl_like: net plugin %s (%s), device %d '%s' (%d Mbps), "
@@ -438,6 +519,8 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
   atomic_init(&st->fp.room_waiters, 0);
 
   xcoll_status s = read_options(st);
+  if (s == XCOLL_SUCCESS)
+    s = agree_channels(st);
   /* A GPU rank: the kernels run on the device, the FIFOs in mapped memory. */
   if (s == XCOLL_SUCCESS && comm->cuda != NULL)
     s = nl_gpu_open(st, comm->cuda);

@@ -221,7 +221,9 @@ typedef struct nl_state {
   xcoll_comm *comm;
   int rank, world_size;
   int prev, next; /* ring neighbours (ring = rank order) */
-  int nchannels;
+  int nchannels; /* agreed by every rank at init (agree_channels) */
+  int nchannels_auto; /* XCOLL_NCHANNELS unset: this rank's proposal came
+                         from its cores (nccl_like.c: channels_for_cores) */
   size_t buffsize;   /* bytes per connection FIFO */
   size_t step_bytes; /* buffsize / XCOLL_STEPS */
   nl_proto_choice proto;

@@ -11,7 +11,8 @@
  * channels, and a FIFO of 8 x 256 B so that messages wrap it many times;
  * several ops in flight at once (issue order kept); a rank that dies
  * mid-collective makes every other rank fail naming it within 5 s, the ones
- * that are not its ring neighbours included; comm_abort ends a wait. */
+ * that are not its ring neighbours included; comm_abort ends a wait; ranks
+ * that propose different channel counts at init all run the smallest. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -286,13 +287,18 @@ typedef struct rank_ctx {
   int rank;
   uint64_t comm_id;
   int scenario;
+  int nchannels; /* what comm_init agreed on */
   int failures;
   xcoll_status fail_status;
   double fail_after_s;
   char message[XCOLL_ERROR_BYTES];
 } rank_ctx;
 
-enum { SCENARIO_ALL, SCENARIO_DEATH, SCENARIO_ABORT };
+/* SCENARIO_CHANNELS: as SCENARIO_ALL, with XCOLL_NCHANNELS unset and rank
+ * 0 alone on its host while the others share theirs with 1000 ranks: rank
+ * 0 proposes up to 2 channels from its cores, the others 1, and every rank
+ * must run the smallest. */
+enum { SCENARIO_ALL, SCENARIO_DEATH, SCENARIO_ABORT, SCENARIO_CHANNELS };
 
 static double now_s(void) {
   struct timespec ts;
@@ -459,13 +465,16 @@ static void *rank_main(void *arg) {
     c->failures++;
     return NULL;
   }
+  if (c->scenario == SCENARIO_CHANNELS)
+    comm->local_world_size = c->rank == 0 ? 1 : 1000;
   if (xcoll_backend_nccl_like.comm_init(comm, &c->state) != XCOLL_SUCCESS) {
     snprintf(c->message, sizeof c->message, "%s", comm->last_error);
     c->failures++;
     xcoll_store_close(comm->store);
     return NULL;
   }
-  if (c->scenario == SCENARIO_ALL) {
+  c->nchannels = ((nl_state *)c->state)->nchannels;
+  if (c->scenario == SCENARIO_ALL || c->scenario == SCENARIO_CHANNELS) {
     run_all(c);
   } else if (c->scenario == SCENARIO_DEATH) {
     enum { N = 100000 };
@@ -563,6 +572,32 @@ static void test_ll(void **unused) {
   }
 }
 
+/* Ranks whose cores allow different channel counts agree on the smallest
+ * (nccl_like.c: agree_channels), and run correct collectives with it; an
+ * explicit XCOLL_NCHANNELS on every rank is kept as set. */
+static void test_channels_agreed(void **unused) {
+  (void)unused;
+  setenv("XCOLL_PROTO", "simple", 1);
+  setenv("XCOLL_BUFFSIZE", "2K", 1);
+  unsetenv("XCOLL_NCHANNELS");
+  rank_ctx *ctx = run_world(3, SCENARIO_CHANNELS);
+  for (int r = 0; r < 3; r++) {
+    if (ctx[r].failures)
+      fprintf(stderr, "rank %d: %d failures %s\n", r, ctx[r].failures,
+              ctx[r].message);
+    assert_int_equal(ctx[r].failures, 0);
+    assert_int_equal(ctx[r].nchannels, 1);
+  }
+  free(ctx);
+  setenv("XCOLL_NCHANNELS", "3", 1);
+  ctx = run_world(3, SCENARIO_CHANNELS);
+  for (int r = 0; r < 3; r++) {
+    assert_int_equal(ctx[r].failures, 0);
+    assert_int_equal(ctx[r].nchannels, 3);
+  }
+  free(ctx);
+}
+
 static void test_death(void **unused) {
   (void)unused;
   setenv("XCOLL_PROTO", "simple", 1);
@@ -602,6 +637,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_simple),
       cmocka_unit_test(test_ll),
+      cmocka_unit_test(test_channels_agreed),
       cmocka_unit_test(test_death),
       cmocka_unit_test(test_abort),
   };
