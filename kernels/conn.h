@@ -29,6 +29,13 @@
  *   proxy sends step k from direct_from[k % XCOLL_STEPS] when that is not
  *   NULL, instead of from the slot; the kernel then owns the user bytes
  *   until head passes k (it waits for that before it returns).
+ * Direct receives (optional, host engine only): when direct_req is set, the
+ *   proxy receives step k only once the kernel has asked for it
+ *   (*direct_req > k, released after direct_to[] and direct_to_bytes[]),
+ *   into direct_to[k % XCOLL_STEPS] with room for exactly
+ *   direct_to_bytes[k % XCOLL_STEPS] bytes when that is not NULL (user
+ *   memory: the step's final output), else into the slot. Receives are then
+ *   never posted ahead of the kernel.
  *
  * A slice of one primitive call may fill up to slice_steps consecutive steps
  * (each a full slot except the last); the counters then move by that many
@@ -83,6 +90,15 @@ typedef struct xc_conn {
    * into the slot; see prims.h). Only for a proxy whose net plugin can send
    * from any host address. The wire bytes are the same either way. */
   const uint8_t **direct_from;
+  /* Recv side, optional (NULL = off, as on a CUDA rank): direct receives.
+   * direct_req: steps the kernel has asked for (release, by the kernel);
+   * direct_to / direct_to_bytes: XCOLL_STEPS entries, where step k lands
+   * (NULL = the slot) and how many bytes fit there, written before
+   * direct_req moves past k. SIMPLE steps whose bytes go unchanged to the
+   * user's output only (recv, recvCopySend: see prims.h). */
+  xc_atomic_u64 *direct_req;
+  uint8_t **direct_to;
+  size_t *direct_to_bytes;
 } xc_conn;
 
 #endif

@@ -79,6 +79,21 @@
  * reuse its buffers. The wire bytes and sizes[] are the same as the slot
  * path's, so a peer cannot tell, and results are bitwise the same.
  *
+ * Direct receives (host engine only, SIMPLE, when the recv connection has
+ * direct_req: conn.h): before it waits for a slice, the kernel names where
+ * each of its steps lands and asks the proxy for them (direct_req). A step
+ * whose bytes go unchanged to the output (recv; recvCopySend, whose send is
+ * then direct from the output too) lands in the output itself and the
+ * kernel copies nothing; the others land in their slots. With both
+ * directions direct, a host rank's allgather steps move no byte in user
+ * space, as tcp's receive into the user buffer and send from it. Why the
+ * output may be written at arrival: the bytes are the step's final output,
+ * which is what the slot path would copy there when the kernel consumed
+ * the step, and any direct send that read that region (allreduce's first
+ * send, in place) had been received by the peers, whose results these
+ * bytes are. The receive is posted only once asked for, so it never
+ * targets a region of another collective.
+ *
  * Threads: on a CUDA rank all threads of the block call the same primitive;
  * thread 0 waits and posts, the elements of a step are split among threads
  * in 16-byte packs (LL: lines) interleaved across the block, so that a
@@ -412,10 +427,33 @@ XC_INLINE XC_HD xcoll_status xc_generic_op(xc_prims *p, int flags,
            ((flags & XC_OP_DST) || !(flags & XC_OP_RECV));
 #endif
   int step_flags = direct ? flags & ~XC_OP_SEND : flags;
+  /* Direct receive (see the top of this file): the proxy writes the
+   * output; nothing is left to copy here (a send is direct too). */
+#ifndef __CUDA_ARCH__
+  int rdirect = (flags & XC_OP_RECV) && (flags & XC_OP_DST) &&
+            !(flags & XC_OP_SRC) && p->proto == XC_PROTO_SIMPLE &&
+            p->recv->direct_req != NULL && (!(flags & XC_OP_SEND) || direct);
+  if (rdirect)
+    step_flags &= ~(XC_OP_RECV | XC_OP_DST);
+#endif
   for (size_t done = 0; done < nelem; done += slice_elems) {
     size_t n = nelem - done < slice_elems ? nelem - done : slice_elems;
     uint64_t nsteps = (n + p->step_elems - 1) / p->step_elems;
     int failed = 0; /* 1 aborted, 2 protocol */
+#ifndef __CUDA_ARCH__
+    if ((flags & XC_OP_RECV) && p->recv->direct_req != NULL) {
+      /* Ask for the slice's steps, naming where each lands. */
+      for (uint64_t j = 0; j < nsteps; j++) {
+        size_t seg = (size_t)j * p->step_elems;
+        size_t seg_n = n - seg < p->step_elems ? n - seg : p->step_elems;
+        size_t slot = (size_t)((p->recv_step + j) % XCOLL_STEPS);
+        p->recv->direct_to[slot] =
+            rdirect ? p->out + (out_off + done + seg) * e : NULL;
+        p->recv->direct_to_bytes[slot] = rdirect ? seg_n * e : 0;
+      }
+      xc_store_release(p->recv->direct_req, p->recv_step + nsteps);
+    }
+#endif
     if (XC_TID() == 0) {
       if ((flags & XC_OP_RECV) &&
           xc_wait_counter(p, p->recv->tail, p->recv_step + nsteps))
@@ -455,7 +493,8 @@ XC_INLINE XC_HD xcoll_status xc_generic_op(xc_prims *p, int flags,
                        (uint32_t)(rstep + 1), (uint32_t)(sstep + 1)))
           failed = 2;
       } else {
-        xc_simple_step(p, step_flags, in, rslot, out, sslot, seg_n);
+        if (step_flags != 0) /* 0: direct both ways, nothing to copy */
+          xc_simple_step(p, step_flags, in, rslot, out, sslot, seg_n);
       }
       if ((flags & XC_OP_SEND) && XC_TID() == 0)
         p->send->sizes[sstep % XCOLL_STEPS] = xc_step_wire_bytes(p, seg_n);

@@ -473,9 +473,16 @@ static xcoll_status setup_direct(nl_state *st) {
     nl_channel *ch = &st->channels[c];
     memset(ch->send_from, 0, sizeof ch->send_from);
     ch->send.direct_from = st->direct ? ch->send_from : NULL;
+    memset(ch->recv_to, 0, sizeof ch->recv_to);
+    memset(ch->recv_to_bytes, 0, sizeof ch->recv_to_bytes);
+    atomic_init(&ch->recv_req, 0);
+    ch->recv.direct_req = st->direct ? &ch->recv_req : NULL;
+    ch->recv.direct_to = st->direct ? ch->recv_to : NULL;
+    ch->recv.direct_to_bytes = st->direct ? ch->recv_to_bytes : NULL;
   }
   XCOLL_INFO("nccl_like: direct sends %s (XCOLL_DIRECT=%ld, net plugin %s)",
-             st->direct ? "on: SIMPLE sends of user data skip the slot copy"
+             st->direct ? "on: SIMPLE sends of user data skip the slot copy, "
+                          "and receives of final output land in it"
                         : "off: every step is copied into a slot",
              direct, st->net ? st->net->name : "none");
   return XCOLL_SUCCESS;

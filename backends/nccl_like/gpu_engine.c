@@ -228,7 +228,10 @@ static void conn_to_device(const nl_gpu *g, const xc_conn *host,
   dev->head = (xc_atomic_u64 *)(uintptr_t)device_address(g, host->head);
   dev->tail = (xc_atomic_u64 *)(uintptr_t)device_address(g, host->tail);
   dev->sizes = (int64_t *)(uintptr_t)device_address(g, host->sizes);
-  dev->direct_from = NULL; /* direct sends are the host engine's */
+  dev->direct_from = NULL; /* direct sends and receives are the host */
+  dev->direct_req = NULL;  /* engine's */
+  dev->direct_to = NULL;
+  dev->direct_to_bytes = NULL;
   dev->step = 0;
 }
 

@@ -130,6 +130,13 @@ typedef struct nl_channel {
    * conn.h); entry k % XCOLL_STEPS, when not NULL, is where step k's bytes
    * are sent from instead of its slot. */
   const uint8_t *send_from[XCOLL_STEPS];
+  /* Direct receives (st->direct): recv.direct_req / direct_to /
+   * direct_to_bytes point here (kernels/conn.h); the proxy posts step k's
+   * receive only once recv_req > k, into recv_to[k % XCOLL_STEPS] (room:
+   * recv_to_bytes[]) when not NULL, else into its slot. */
+  xc_atomic_u64 recv_req;
+  uint8_t *recv_to[XCOLL_STEPS];
+  size_t recv_to_bytes[XCOLL_STEPS];
   /* world_size * NL_GATHER_MAX_BYTES: the inputs of a small allreduce
    * (kernels/ring.h's XC_ALGO_GATHER), one op at a time per channel. */
   uint8_t *scratch;

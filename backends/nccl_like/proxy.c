@@ -187,14 +187,29 @@ static xcoll_status progress_recv(nl_state *st, nl_channel *ch,
     return XCOLL_SUCCESS;
   }
   uint64_t head = atomic_load_explicit(&mem->head, memory_order_acquire);
-  while (pc->posted < head + XCOLL_STEPS &&
+  /* Direct receives: only the steps the kernel asked for, each where it
+   * said (kernels/conn.h). */
+  uint64_t asked = ch->recv.direct_req != NULL
+                       ? atomic_load_explicit(&ch->recv_req,
+                                              memory_order_acquire)
+                       : UINT64_MAX;
+  while (pc->posted < head + XCOLL_STEPS && pc->posted < asked &&
          pc->posted - pc->completed < (uint64_t)st->recvs_ahead) {
     int slot = (int)(pc->posted % XCOLL_STEPS);
+    uint8_t *to = ch->recv_buff + (size_t)slot * st->step_bytes;
+    size_t room = st->step_bytes;
+    void *mhandle = pc->mhandle;
+    if (ch->recv.direct_req != NULL && ch->recv_to[slot] != NULL) {
+      /* User memory, which no reg_mr covers (st->direct: a plugin that
+       * takes NULL), with room for exactly the step's bytes. */
+      to = ch->recv_to[slot];
+      room = ch->recv_to_bytes[slot];
+      mhandle = NULL;
+    }
     xcoll_net_request *request = NULL;
     pc->started_us[slot] = xcoll_trace_enabled() ? xcoll_time_us() : 0;
-    xcoll_status s = st->net->irecv(
-        ch->link.recv_comm, ch->recv_buff + (size_t)slot * st->step_bytes,
-        st->step_bytes, (uint32_t)pc->posted, pc->mhandle, &request);
+    xcoll_status s = st->net->irecv(ch->link.recv_comm, to, room,
+                                    (uint32_t)pc->posted, mhandle, &request);
     if (s != XCOLL_SUCCESS)
       return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? st->prev : -1,
                      "nccl_like: rank %d channel %d: receiving from rank %d "

@@ -82,6 +82,9 @@ typedef struct fifo {
   xc_atomic_u64 head, tail;
   int64_t sizes[XCOLL_STEPS];
   const uint8_t *from[XCOLL_STEPS]; /* direct sends (conn.h's direct_from) */
+  xc_atomic_u64 req;             /* direct receives (conn.h's direct_req, */
+  uint8_t *to[XCOLL_STEPS];      /* direct_to, direct_to_bytes) */
+  size_t to_bytes[XCOLL_STEPS];
   xc_conn conn;
 } fifo;
 
@@ -93,13 +96,16 @@ typedef struct ring_fixture {
   uint64_t moved[MAX_RANKS][MAX_CHANNELS];
   _Atomic int stop;
   _Atomic uint64_t total_moved;
-  int direct;                    /* send FIFOs have direct_from */
+  int direct;                    /* send FIFOs have direct_from, recv FIFOs
+                                    direct_req */
   _Atomic uint64_t direct_moved; /* steps the mover took from user memory */
+  _Atomic uint64_t direct_landed; /* steps it put into user memory */
   xc_abort abort;
 } ring_fixture;
 
-/* ring_init gives the send connections direct_from (kernels/prims.h's
- * direct sends) while this is set. */
+/* ring_init gives the send connections direct_from and the recv ones
+ * direct_req (kernels/prims.h's direct sends and receives) while this is
+ * set. */
 static int g_direct;
 
 static void fifo_init(fifo *f, size_t step_bytes, uint64_t first_step) {
@@ -108,6 +114,7 @@ static void fifo_init(fifo *f, size_t step_bytes, uint64_t first_step) {
   memset(f->buff, 0, XCOLL_STEPS * step_bytes);
   atomic_init(&f->head, first_step);
   atomic_init(&f->tail, first_step);
+  atomic_init(&f->req, first_step);
   for (int s = 0; s < XCOLL_STEPS; s++)
     f->sizes[s] = -1;
   f->conn.buff = f->buff;
@@ -127,14 +134,20 @@ static void ring_init(ring_fixture *rf, int nranks, int nchannels,
   atomic_init(&rf->stop, 0);
   atomic_init(&rf->total_moved, 0);
   atomic_init(&rf->direct_moved, 0);
+  atomic_init(&rf->direct_landed, 0);
   atomic_init(&rf->abort, 0);
   rf->direct = g_direct;
   for (int r = 0; r < nranks; r++)
     for (int c = 0; c < nchannels; c++) {
       fifo_init(&rf->send[r][c], step_bytes, first_step);
       fifo_init(&rf->recv[r][c], step_bytes, first_step);
-      if (rf->direct)
+      if (rf->direct) {
+        fifo *in = &rf->recv[r][c];
         rf->send[r][c].conn.direct_from = rf->send[r][c].from;
+        in->conn.direct_req = &in->req;
+        in->conn.direct_to = in->to;
+        in->conn.direct_to_bytes = in->to_bytes;
+      }
       rf->moved[r][c] = first_step;
     }
 }
@@ -158,6 +171,9 @@ static int move_pair(ring_fixture *rf, int r, int c) {
     if (atomic_load_explicit(&dst->head, memory_order_acquire) + XCOLL_STEPS <=
         step)
       break; /* the receiving kernel has not freed the slot yet */
+    if (rf->direct &&
+        atomic_load_explicit(&dst->req, memory_order_acquire) <= step)
+      break; /* the receiving kernel has not asked for this step yet */
     size_t slot = step % XCOLL_STEPS;
     int64_t bytes = src->sizes[slot];
     if (bytes < 0 || (size_t)bytes > rf->step_bytes) {
@@ -170,6 +186,16 @@ static int move_pair(ring_fixture *rf, int r, int c) {
       atomic_fetch_add(&rf->direct_moved, 1);
     }
     uint8_t *to = dst->buff + slot * rf->step_bytes;
+    if (rf->direct && dst->to[slot] != NULL) {
+      /* User memory, as a direct proxy receives: exactly what fits. */
+      if ((size_t)bytes > dst->to_bytes[slot])
+        fail_msg("recv fifo rank %d channel %d step %llu: %lld bytes for a "
+                 "direct receive of %zu",
+                 (r + 1) % rf->nranks, c, (unsigned long long)step,
+                 (long long)bytes, dst->to_bytes[slot]);
+      to = dst->to[slot];
+      atomic_fetch_add(&rf->direct_landed, 1);
+    }
     size_t half = (size_t)bytes / 2;
     memcpy(to + half, from + half, (size_t)bytes - half);
     memcpy(to, from, half);
@@ -563,6 +589,20 @@ static void run_case(const coll_case *cc) {
     fail_msg("%s: no step was sent from user memory", what);
   if (cc->proto == XC_PROTO_LL && atomic_load(&rf->direct_moved) != 0)
     fail_msg("%s: an LL step was sent from user memory", what);
+  /* Allreduce, allgather and broadcast have steps that receive final
+   * output (recv, recvCopySend; the gather allreduce's go to its scratch):
+   * with direct receives some must have landed there; reduce and
+   * reduce_scatter receive only to reduce, into slots. */
+  int lands_output = cc->kind == XC_COLL_ALLGATHER ||
+                     cc->kind == XC_COLL_BROADCAST ||
+                     cc->kind == XC_COLL_ALLREDUCE;
+  if (cc->direct && k > 1 && n > 0 && cc->proto == XC_PROTO_SIMPLE &&
+      lands_output && atomic_load(&rf->direct_landed) == 0)
+    fail_msg("%s: no step was received into user memory", what);
+  if (atomic_load(&rf->direct_landed) != 0 &&
+      (cc->proto == XC_PROTO_LL || !lands_output))
+    fail_msg("%s: a step was received into user memory where none may be",
+             what);
   for (int p = 0; p < k; p++)
     for (int c = 0; c < cc->nchannels; c++)
       free(workers[p][c].scratch);
