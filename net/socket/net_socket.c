@@ -290,7 +290,7 @@ struct sock_comm {
   char peer[SOCK_ADDR_BYTES]; /* the peer's address, for messages */
   uint64_t posted;            /* messages posted so far */
   uint64_t cursor[SOCK_MAX_NSOCKS]; /* message each socket works on */
-  size_t header_done;         /* sends: header bytes of socket 0's message sent */
+  size_t header_done; /* sends: header bytes of socket 0's message sent */
   xcoll_status error;         /* first failure; sticks */
   char error_text[SOCK_MESSAGE_BYTES];
   int error_expected; /* the peer closed at a message boundary (see fail) */
@@ -426,7 +426,8 @@ static ssize_t send_progress(sock_comm *c, int i, int *drained) {
       n++;
     }
     if (n > 0) {
-      if (*drained) return moved;
+      if (*drained)
+        return moved;
       struct msghdr msg;
       memset(&msg, 0, sizeof msg);
       msg.msg_iov = iov;
@@ -532,7 +533,8 @@ static ssize_t stage_fill(sock_comm *c, int in_header, int *drained) {
     return -1;
   }
   c->stage_end += (size_t)got;
-  if ((size_t)got < room) *drained = 1;
+  if ((size_t)got < room)
+    *drained = 1;
   return got;
 }
 
@@ -542,7 +544,8 @@ static size_t stage_take(sock_comm *c, char *dst, size_t want) {
   size_t take = stage_held(c) < want ? stage_held(c) : want;
   memcpy(dst, c->stage + c->stage_start, take);
   c->stage_start += take;
-  if (c->stage_start == c->stage_end) c->stage_start = c->stage_end = 0;
+  if (c->stage_start == c->stage_end)
+    c->stage_start = c->stage_end = 0;
   return take;
 }
 
@@ -567,12 +570,16 @@ static ssize_t recv_progress(sock_comm *c, int i, int *drained) {
     }
     if (i == 0 && !r->header_known) {
       while (stage_held(c) < SOCK_HEADER_BYTES) {
-        if (*drained) return moved;
-        if (stage_fill(c, 1, drained) < 0) return -1;
+        if (*drained)
+          return moved;
+        if (stage_fill(c, 1, drained) < 0)
+          return -1;
       }
-      if (check_header(c, r, c->stage + c->stage_start) != 0) return -1;
+      if (check_header(c, r, c->stage + c->stage_start) != 0)
+        return -1;
       c->stage_start += SOCK_HEADER_BYTES;
-      if (c->stage_start == c->stage_end) c->stage_start = c->stage_end = 0;
+      if (c->stage_start == c->stage_end)
+        c->stage_start = c->stage_end = 0;
       moved += SOCK_HEADER_BYTES;
     }
     if (!r->header_known) return moved; /* socket 0 has not got there yet */
@@ -591,13 +598,16 @@ static ssize_t recv_progress(sock_comm *c, int i, int *drained) {
         moved += (ssize_t)took;
         continue;
       }
-      if (*drained) return moved;
+      if (*drained)
+        return moved;
       if (i == 0 && want < SOCK_STAGE_BYTES / 2) {
-        if (stage_fill(c, 0, drained) < 0) return -1;
+        if (stage_fill(c, 0, drained) < 0)
+          return -1;
         continue;
       }
       ssize_t got = recv(c->fds[i], dst, want, MSG_DONTWAIT);
-      if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      if (got < 0 &&
+          (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
         *drained = 1;
         return moved;
       }
@@ -607,7 +617,8 @@ static ssize_t recv_progress(sock_comm *c, int i, int *drained) {
       }
       moved += got;
       r->part_done[i] += (size_t)got;
-      if ((size_t)got < want) *drained = 1;
+      if ((size_t)got < want)
+        *drained = 1;
     }
     r->parts_left--;
     c->cursor[i]++;
@@ -640,9 +651,11 @@ static xcoll_status comm_progress(sock_comm *c) {
  * system call: bytes in the stage do not make the socket readable, so a
  * message that sits there whole must complete without anyone polling. */
 static xcoll_status stage_deliver(sock_comm *c) {
-  if (c->is_send || stage_held(c) == 0) return c->error;
+  if (c->is_send || stage_held(c) == 0)
+    return c->error;
   int no_calls = 1;
-  if (recv_progress(c, 0, &no_calls) < 0) return c->error;
+  if (recv_progress(c, 0, &no_calls) < 0)
+    return c->error;
   return XCOLL_SUCCESS;
 }
 

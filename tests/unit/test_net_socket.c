@@ -13,12 +13,22 @@
  * made with another key is dropped and the real rank still gets in; a
  * secret on one side only, or a listener proving with another key, fails
  * at once with a message naming the cause.
+ * The receive stage (socket 0 read through 16 KiB, one recv() for all it
+ * holds): small messages sent before their receives are posted arrive one
+ * by one with their sizes, tags and bytes; headers straddling the stage's
+ * end and messages bigger than it arrive intact; a close right after a
+ * staged message fails only the receive after it, as an expected close,
+ * and a close inside a staged message (partial header or payload) is an
+ * error; a staged message completes from test with its socket not
+ * readable (a caller polling it would sleep).
  *
  * The test reads the handle's address and port at the offsets net_socket.c
  * writes them (8: IPv4 address, 12: port, both in network order) to knock
- * on the listener as a stranger, and writes hellos, handles and proof
- * contexts as net_socket.c documents them to play a stranger or a fake
- * listener. */
+ * on the listener as a stranger, and writes hellos, handles, proof
+ * contexts and message headers as net_socket.c documents them to play a
+ * stranger, a fake listener or a sender on a raw socket. The stage tests
+ * look at socket 0 (get_fds's first descriptor) with FIONREAD and poll to
+ * know which bytes the plugin has read. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -60,8 +70,10 @@ static void test_log(xcoll_net_log_level level, const char *message) {
     warn_dropped++;
     snprintf(last_warn, sizeof last_warn, "%s", message);
   }
-  if (level == XCOLL_NET_LOG_ERROR) errors_logged++;
-  if (level == XCOLL_NET_LOG_ERROR_EXPECTED) expected_logged++;
+  if (level == XCOLL_NET_LOG_ERROR)
+    errors_logged++;
+  if (level == XCOLL_NET_LOG_ERROR_EXPECTED)
+    expected_logged++;
   pthread_mutex_unlock(&warn_lock);
   xcoll_net_log_bridge(level, message);
 }
@@ -1177,9 +1189,9 @@ static void test_small_messages_received_late(void **state) {
       n[m] = m % 7 == 3 ? 0 : (size_t)(m * 37 + 1) % MAX;
       fill(out[m], n[m], (unsigned)m);
       xcoll_net_request *s = NULL;
-      assert_int_equal(net->isend(l.send, out[m], n[m], (uint32_t)(1000 + m),
-                                  NULL, &s),
-                       XCOLL_SUCCESS);
+      assert_int_equal(
+          net->isend(l.send, out[m], n[m], (uint32_t)(1000 + m), NULL, &s),
+          XCOLL_SUCCESS);
       assert_non_null(s);
       assert_int_equal(wait_request(s, NULL), XCOLL_SUCCESS);
       total += 16 + (int)n[m];
@@ -1202,7 +1214,8 @@ static void test_small_messages_received_late(void **state) {
       assert_memory_equal(in[m], out[m], n[m]);
       for (size_t k = n[m]; k < sizeof in[m]; k++)
         assert_int_equal(in[m][k], 0xee);
-      if (m == 0) assert_int_equal(queued(fd), 0); /* all in the stage */
+      if (m == 0)
+        assert_int_equal(queued(fd), 0); /* all in the stage */
     }
     close_link(&l);
   }
@@ -1217,9 +1230,8 @@ static void test_stage_boundaries_and_large_messages(void **state) {
   (void)state;
   /* 17 + 116 bytes, then 16 + 16228 end 7 bytes short of 16 KiB: the
    * next header straddles the first read of a 16 KiB stage */
-  static const size_t sizes[] = {1,    100,   16228, 5,     1u << 20, 3,
-                                 40000, 8191, 8192,  0,     300000,   2,
-                                 16384, 7};
+  static const size_t sizes[] = {1,    100, 16228,  5, 1u << 20, 3, 40000, 8191,
+                                 8192, 0,   300000, 2, 16384,    7};
   enum { COUNT = sizeof sizes / sizeof sizes[0], SLACK = 64, SMALL = 5 };
   for (int nsocks = 1; nsocks <= 2; nsocks++) {
     net_link l;
@@ -1234,9 +1246,9 @@ static void test_stage_boundaries_and_large_messages(void **state) {
       assert_non_null(in[m]);
       fill(out[m], sizes[m], (unsigned)m + 50);
       memset(in[m], 0xee, sizes[m] + SLACK);
-      assert_int_equal(net->isend(l.send, out[m], sizes[m], (uint32_t)m, NULL,
-                                  &s[m]),
-                       XCOLL_SUCCESS);
+      assert_int_equal(
+          net->isend(l.send, out[m], sizes[m], (uint32_t)m, NULL, &s[m]),
+          XCOLL_SUCCESS);
       assert_non_null(s[m]);
       sdone[m] = 0;
     }
@@ -1247,9 +1259,9 @@ static void test_stage_boundaries_and_large_messages(void **state) {
     }
     for (int m = 0; m < COUNT; m++) {
       xcoll_net_request *r = NULL;
-      assert_int_equal(net->irecv(l.recv, in[m], sizes[m] + SLACK,
-                                  (uint32_t)m, NULL, &r),
-                       XCOLL_SUCCESS);
+      assert_int_equal(
+          net->irecv(l.recv, in[m], sizes[m] + SLACK, (uint32_t)m, NULL, &r),
+          XCOLL_SUCCESS);
       assert_non_null(r);
       int done = 0;
       size_t got = 0;
@@ -1267,7 +1279,8 @@ static void test_stage_boundaries_and_large_messages(void **state) {
         assert_int_equal(in[m][k], 0xee);
     }
     for (int m = 0; m < COUNT; m++) {
-      if (!sdone[m]) assert_int_equal(wait_request(s[m], NULL), XCOLL_SUCCESS);
+      if (!sdone[m])
+        assert_int_equal(wait_request(s[m], NULL), XCOLL_SUCCESS);
       free(out[m]);
       free(in[m]);
     }
@@ -1376,8 +1389,9 @@ static void test_close_inside_staged_message(void **state) {
     memcpy(wire + 16, payload, sizeof payload);
     make_header(wire + 24, 1, 100); /* 100 bytes announced, at most 50 sent */
     memset(wire + 40, 0x33, 50);
-    size_t length = tail == TAIL_NONE ? 24 : tail == TAIL_HEADER ? 24 + 10
-                                                                 : sizeof wire;
+    size_t length = tail == TAIL_NONE     ? 24
+                    : tail == TAIL_HEADER ? 24 + 10
+                                          : sizeof wire;
     assert_int_equal(send(fd, wire, length, 0), (ssize_t)length);
     close(fd);
 
