@@ -44,6 +44,27 @@
  * ones shorter or empty). Each socket carries its parts in message order, so
  * socket i never needs more than the sizes socket 0 already delivered.
  *
+ * System calls per message. A recv comm reads socket 0 through a stage of
+ * SOCK_STAGE_BYTES (the wire format knows nothing of it): when the next
+ * header is needed, one recv() takes whatever the socket holds, so that a
+ * small message, header and payload, costs one call, and several queued
+ * ones share one; the bytes of later messages stay in the stage, in order,
+ * until their receives are posted, however late. A payload with half the
+ * stage or more still to come is read straight into the receive buffer,
+ * and parts on sockets i > 0 always are. Every socket is read (or written)
+ * until a call moves less than asked: the rest has not arrived (or the
+ * kernel's send buffer is full), and one more call now would only fail
+ * with EAGAIN; the next isend/irecv/test tries each socket again.
+ * Bytes in the stage do not make socket 0 readable, and callers sleep in
+ * poll(2) on get_fds's descriptors when test makes no progress: so irecv
+ * and test give the posted receives what the stage holds before they
+ * return (irecv without a system call). A receive that test reports not
+ * done waits for bytes that no socket has delivered yet, and polling its
+ * descriptors wakes when they come. A peer's close (end of stream) is a
+ * close between messages, an expected failure, only when it comes where a
+ * header is needed and the stage is empty; with part of a header or of a
+ * payload read (in the stage or not) it is an error.
+ *
  * Errors are logged with the log function given to init (ERROR level, one
  * sentence naming the peer) and break the comm: every later call on it
  * returns the same status. */
@@ -82,6 +103,15 @@
 #define SOCK_ADDR_BYTES 64
 #define SOCK_MESSAGE_BYTES 512
 #define SOCK_MR_MAGIC 0x524d534eu
+/* Socket 0's receive stage, per recv comm, bytes. 16 KiB holds the header
+ * and whole payload of any LL-protocol message of the nccl_like backend
+ * (at most NL_LL_THRESHOLD_BYTES = 4 KiB of data, 8 KiB as LL lines) with
+ * room for the next ones queued behind it, so that one recv() takes a
+ * small message, or several; it is small beside a socket buffer, and a
+ * payload with half of it or more still to come is read straight into the
+ * destination instead, so that of a large message only what came with its
+ * header (at most this much) is copied once more. */
+#define SOCK_STAGE_BYTES (16u * 1024u)
 
 /* ---- small helpers ---- */
 
@@ -260,12 +290,16 @@ struct sock_comm {
   char peer[SOCK_ADDR_BYTES]; /* the peer's address, for messages */
   uint64_t posted;            /* messages posted so far */
   uint64_t cursor[SOCK_MAX_NSOCKS]; /* message each socket works on */
-  size_t header_done;         /* header bytes of socket 0's message moved */
-  uint8_t header_in[SOCK_HEADER_BYTES];
+  size_t header_done; /* sends: header bytes of socket 0's message sent */
   xcoll_status error;         /* first failure; sticks */
   char error_text[SOCK_MESSAGE_BYTES];
   int error_expected; /* the peer closed at a message boundary (see fail) */
   sock_request requests[XCOLL_NET_MAX_REQUESTS];
+  /* Recv comms: bytes read from socket 0 that no message has taken yet,
+   * stage[stage_start, stage_end) of SOCK_STAGE_BYTES (see the file's
+   * first comment); send comms have no stage. */
+  size_t stage_start, stage_end;
+  uint8_t stage[];
 };
 
 /* Socket i's part of a size-byte message: [*offset, *offset + *length). */
@@ -298,7 +332,7 @@ static int parts_of(size_t size, int nsocks) {
 
 static sock_comm *comm_new(int is_send, int nsocks, const int *fds,
                            int peer_rank, const char *peer) {
-  sock_comm *c = calloc(1, sizeof *c);
+  sock_comm *c = calloc(1, sizeof *c + (is_send ? 0 : SOCK_STAGE_BYTES));
   if (c == NULL) return NULL;
   c->is_send = is_send;
   c->nsocks = nsocks;
@@ -359,8 +393,11 @@ static xcoll_status io_error(sock_comm *c, int i, ssize_t r, int err) {
 }
 
 /* Move what socket i of a send comm can move now. Returns bytes moved (>0),
- * 0 when it would block or has nothing to do, -1 on error. */
-static ssize_t send_progress(sock_comm *c, int i) {
+ * 0 when it would block or has nothing to do, -1 on error. Sets *drained
+ * when the kernel took less than offered (its buffer is full) or nothing;
+ * with *drained set it makes no more system calls, so that a progress call
+ * does not end with a sendmsg() that is sure to fail with EAGAIN. */
+static ssize_t send_progress(sock_comm *c, int i, int *drained) {
   ssize_t moved = 0;
   while (c->cursor[i] < c->posted) {
     sock_request *r = &c->requests[c->cursor[i] % XCOLL_NET_MAX_REQUESTS];
@@ -389,14 +426,18 @@ static ssize_t send_progress(sock_comm *c, int i) {
       n++;
     }
     if (n > 0) {
+      if (*drained)
+        return moved;
       struct msghdr msg;
       memset(&msg, 0, sizeof msg);
       msg.msg_iov = iov;
       msg.msg_iovlen = (size_t)n;
       ssize_t sent = sendmsg(c->fds[i], &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
       if (sent < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+          *drained = 1;
           return moved;
+        }
         io_error(c, i, sent, errno);
         return -1;
       }
@@ -410,8 +451,10 @@ static ssize_t send_progress(sock_comm *c, int i) {
       }
       r->part_done[i] += left;
       if (c->header_done < (i == 0 ? SOCK_HEADER_BYTES : 0) ||
-          r->part_done[i] < length)
-        return moved; /* the kernel took less: its buffer is full */
+          r->part_done[i] < length) {
+        *drained = 1; /* the kernel took less: its buffer is full */
+        return moved;
+      }
     }
     r->parts_left--;
     c->cursor[i]++;
@@ -420,12 +463,13 @@ static ssize_t send_progress(sock_comm *c, int i) {
   return moved;
 }
 
-/* Socket 0 of a recv comm has read message r's header: check it. */
-static int check_header(sock_comm *c, sock_request *r) {
+/* Socket 0 of a recv comm has read message r's header (SOCK_HEADER_BYTES
+ * at header): check it. */
+static int check_header(sock_comm *c, sock_request *r, const uint8_t *header) {
   uint32_t magic, tag;
   uint64_t size;
   sock_header_verdict verdict =
-      sock_header_check(c->header_in, r->tag, r->bytes, &magic, &tag, &size);
+      sock_header_check(header, r->tag, r->bytes, &magic, &tag, &size);
   if (verdict == SOCK_HEADER_BAD_MAGIC) {
     comm_fail(c, XCOLL_ERR_PROTOCOL,
               "net socket: rank %d (%s) sent a message header with magic "
@@ -455,8 +499,66 @@ static int check_header(sock_comm *c, sock_request *r) {
   return 0;
 }
 
-/* Receive what socket i of a recv comm can receive now; as send_progress. */
-static ssize_t recv_progress(sock_comm *c, int i) {
+static size_t stage_held(const sock_comm *c) {
+  return c->stage_end - c->stage_start;
+}
+
+/* One recv() from socket 0 into the stage, of whatever is there, behind
+ * the bytes it still holds (a partial header, moved to its front first).
+ * in_header: the recv is for a header (an end of stream before any byte
+ * of it is a close between messages). Returns bytes read (0: would
+ * block), -1 on error; sets *drained when it got less than the room. */
+static ssize_t stage_fill(sock_comm *c, int in_header, int *drained) {
+  size_t held = stage_held(c);
+  if (c->stage_start > 0) {
+    memmove(c->stage, c->stage + c->stage_start, held);
+    c->stage_start = 0;
+    c->stage_end = held;
+  }
+  size_t room = SOCK_STAGE_BYTES - held;
+  ssize_t got = recv(c->fds[0], c->stage + held, room, MSG_DONTWAIT);
+  if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+    *drained = 1;
+    return 0;
+  }
+  if (got <= 0) {
+    /* End of stream before any byte of the next message: the peer closed
+     * between messages, as every rank does at the end of a job while a
+     * receive is posted ahead; whether that receive was needed is the
+     * caller's to judge. A part of a header in the stage is not a
+     * boundary. */
+    if (got == 0 && in_header && held == 0 && c->error == XCOLL_SUCCESS)
+      c->error_expected = 1;
+    io_error(c, 0, got, got == 0 ? 0 : errno);
+    return -1;
+  }
+  c->stage_end += (size_t)got;
+  if ((size_t)got < room)
+    *drained = 1;
+  return got;
+}
+
+/* Copy up to want bytes from the front of the stage to dst; returns how
+ * many. */
+static size_t stage_take(sock_comm *c, char *dst, size_t want) {
+  size_t take = stage_held(c) < want ? stage_held(c) : want;
+  memcpy(dst, c->stage + c->stage_start, take);
+  c->stage_start += take;
+  if (c->stage_start == c->stage_end)
+    c->stage_start = c->stage_end = 0;
+  return take;
+}
+
+/* Receive what socket i of a recv comm can receive now; returns bytes given
+ * to messages (headers and parts; from the stage or read straight), -1 on
+ * error. Socket 0 reads through the stage: a header, or a rest of a part
+ * below half the stage, comes from one recv() of all there is, and what
+ * follows stays staged for the messages after; a longer rest is read
+ * straight into the destination. Sets *drained as send_progress does when
+ * a recv() got less than asked or nothing; with *drained set no system
+ * call is made, and socket 0 still gives posted messages what the stage
+ * holds (irecv calls it so, to make no system call). */
+static ssize_t recv_progress(sock_comm *c, int i, int *drained) {
   ssize_t moved = 0;
   while (c->cursor[i] < c->posted) {
     sock_request *r = &c->requests[c->cursor[i] % XCOLL_NET_MAX_REQUESTS];
@@ -467,25 +569,18 @@ static ssize_t recv_progress(sock_comm *c, int i) {
       continue;
     }
     if (i == 0 && !r->header_known) {
-      ssize_t got = recv(c->fds[0], c->header_in + c->header_done,
-                         SOCK_HEADER_BYTES - c->header_done, MSG_DONTWAIT);
-      if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-        return moved;
-      if (got <= 0) {
-        /* End of stream before any byte of the next message: the peer
-         * closed between messages, as every rank does at the end of a
-         * job while a receive is posted ahead; whether that receive was
-         * needed is the caller's to judge. */
-        if (got == 0 && c->header_done == 0 && c->error == XCOLL_SUCCESS)
-          c->error_expected = 1;
-        io_error(c, 0, got, got == 0 ? 0 : errno);
-        return -1;
+      while (stage_held(c) < SOCK_HEADER_BYTES) {
+        if (*drained)
+          return moved;
+        if (stage_fill(c, 1, drained) < 0)
+          return -1;
       }
-      moved += got;
-      c->header_done += (size_t)got;
-      if (c->header_done < SOCK_HEADER_BYTES) return moved;
-      c->header_done = 0;
-      if (check_header(c, r) != 0) return -1;
+      if (check_header(c, r, c->stage + c->stage_start) != 0)
+        return -1;
+      c->stage_start += SOCK_HEADER_BYTES;
+      if (c->stage_start == c->stage_end)
+        c->stage_start = c->stage_end = 0;
+      moved += SOCK_HEADER_BYTES;
     }
     if (!r->header_known) return moved; /* socket 0 has not got there yet */
     size_t offset, length;
@@ -495,16 +590,35 @@ static ssize_t recv_progress(sock_comm *c, int i) {
       continue;
     }
     while (r->part_done[i] < length) {
-      ssize_t got = recv(c->fds[i], r->data + offset + r->part_done[i],
-                         length - r->part_done[i], MSG_DONTWAIT);
-      if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+      char *dst = r->data + offset + r->part_done[i];
+      size_t want = length - r->part_done[i];
+      if (i == 0 && stage_held(c) > 0) {
+        size_t took = stage_take(c, dst, want);
+        r->part_done[0] += took;
+        moved += (ssize_t)took;
+        continue;
+      }
+      if (*drained)
         return moved;
+      if (i == 0 && want < SOCK_STAGE_BYTES / 2) {
+        if (stage_fill(c, 0, drained) < 0)
+          return -1;
+        continue;
+      }
+      ssize_t got = recv(c->fds[i], dst, want, MSG_DONTWAIT);
+      if (got < 0 &&
+          (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        *drained = 1;
+        return moved;
+      }
       if (got <= 0) {
         io_error(c, i, got, got == 0 ? 0 : errno);
         return -1;
       }
       moved += got;
       r->part_done[i] += (size_t)got;
+      if ((size_t)got < want)
+        *drained = 1;
     }
     r->parts_left--;
     c->cursor[i]++;
@@ -512,18 +626,37 @@ static ssize_t recv_progress(sock_comm *c, int i) {
   return moved;
 }
 
-/* Progress every socket of c until none moves a byte. */
+/* Progress every socket of c until none moves a byte, each socket until a
+ * system call on it moves less than asked (the rest is not there yet, or
+ * the kernel's buffer is full), so that the common case ends without a
+ * call that would fail with EAGAIN; the next call tries each socket again.
+ * Another pass is needed when a header read on socket 0 tells the other
+ * sockets the size of their parts. */
 static xcoll_status comm_progress(sock_comm *c) {
   if (c->error != XCOLL_SUCCESS) return c->error;
+  int drained[SOCK_MAX_NSOCKS] = {0};
   for (;;) {
     ssize_t total = 0;
     for (int i = 0; i < c->nsocks; i++) {
-      ssize_t moved = c->is_send ? send_progress(c, i) : recv_progress(c, i);
+      ssize_t moved = c->is_send ? send_progress(c, i, &drained[i])
+                                 : recv_progress(c, i, &drained[i]);
       if (moved < 0) return c->error;
       total += moved;
     }
     if (total == 0) return XCOLL_SUCCESS;
   }
+}
+
+/* Give the posted receives of c what socket 0's stage holds, without a
+ * system call: bytes in the stage do not make the socket readable, so a
+ * message that sits there whole must complete without anyone polling. */
+static xcoll_status stage_deliver(sock_comm *c) {
+  if (c->is_send || stage_held(c) == 0)
+    return c->error;
+  int no_calls = 1;
+  if (recv_progress(c, 0, &no_calls) < 0)
+    return c->error;
+  return XCOLL_SUCCESS;
 }
 
 /* ---- listen / connect / accept ---- */
@@ -1221,7 +1354,14 @@ static xcoll_status socket_irecv(xcoll_net_recv_comm *recv_comm, void *data,
   r->tag = tag;
   r->parts_left = 1; /* unknown until the header arrives */
   *request = (xcoll_net_request *)r;
-  return XCOLL_SUCCESS;
+  /* Its message may already sit in the stage, where polling the socket
+   * would not find it. */
+  s = stage_deliver(c);
+  if (s != XCOLL_SUCCESS) {
+    r->used = 0;
+    *request = NULL;
+  }
+  return s;
 }
 
 static xcoll_status socket_test(xcoll_net_request *request, int *done,

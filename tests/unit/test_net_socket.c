@@ -13,12 +13,22 @@
  * made with another key is dropped and the real rank still gets in; a
  * secret on one side only, or a listener proving with another key, fails
  * at once with a message naming the cause.
+ * The receive stage (socket 0 read through 16 KiB, one recv() for all it
+ * holds): small messages sent before their receives are posted arrive one
+ * by one with their sizes, tags and bytes; headers straddling the stage's
+ * end and messages bigger than it arrive intact; a close right after a
+ * staged message fails only the receive after it, as an expected close,
+ * and a close inside a staged message (partial header or payload) is an
+ * error; a staged message completes from test with its socket not
+ * readable (a caller polling it would sleep).
  *
  * The test reads the handle's address and port at the offsets net_socket.c
  * writes them (8: IPv4 address, 12: port, both in network order) to knock
- * on the listener as a stranger, and writes hellos, handles and proof
- * contexts as net_socket.c documents them to play a stranger or a fake
- * listener. */
+ * on the listener as a stranger, and writes hellos, handles, proof
+ * contexts and message headers as net_socket.c documents them to play a
+ * stranger, a fake listener or a sender on a raw socket. The stage tests
+ * look at socket 0 (get_fds's first descriptor) with FIONREAD and poll to
+ * know which bytes the plugin has read. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -33,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
@@ -45,18 +56,25 @@
 
 static const xcoll_net_v1 *net;
 
-/* WARN lines the plugin logged, for the stranger tests. */
+/* WARN lines the plugin logged, for the stranger tests; failures it
+ * logged, as errors or as expected ones (a close between messages), for
+ * the end-of-stream tests. */
 static pthread_mutex_t warn_lock = PTHREAD_MUTEX_INITIALIZER;
 static int warn_dropped;
 static char last_warn[512];
+static int errors_logged, expected_logged;
 
 static void test_log(xcoll_net_log_level level, const char *message) {
+  pthread_mutex_lock(&warn_lock);
   if (level == XCOLL_NET_LOG_WARN && strstr(message, "dropped") != NULL) {
-    pthread_mutex_lock(&warn_lock);
     warn_dropped++;
     snprintf(last_warn, sizeof last_warn, "%s", message);
-    pthread_mutex_unlock(&warn_lock);
   }
+  if (level == XCOLL_NET_LOG_ERROR)
+    errors_logged++;
+  if (level == XCOLL_NET_LOG_ERROR_EXPECTED)
+    expected_logged++;
+  pthread_mutex_unlock(&warn_lock);
   xcoll_net_log_bridge(level, message);
 }
 
@@ -1118,6 +1136,335 @@ static void test_auth_connector_checks_the_server(void **state) {
   assert_true(now_s() - start < 8.0);
 }
 
+/* ---- socket 0's receive stage: one recv() takes all that socket 0 holds
+ * (up to 16 KiB); what belongs to later messages waits in the stage, where
+ * polling the socket does not see it, until their receives are posted ---- */
+
+/* Bytes waiting in the kernel's receive queue of fd. */
+static int queued(int fd) {
+  int n = -1;
+  assert_int_equal(ioctl(fd, FIONREAD, &n), 0);
+  return n;
+}
+
+/* Wait (bounded, no sleep) until fd's queue holds at least bytes: what was
+ * sent on loopback is there by now or very soon. */
+static void wait_queued(int fd, int bytes) {
+  double deadline = now_s() + WAIT_S;
+  while (queued(fd) < bytes && now_s() < deadline) {
+  }
+  assert_true(queued(fd) >= bytes);
+}
+
+/* Socket 0 of recv: the first descriptor get_fds names while a receive
+ * waits for data. */
+static int socket0_of(xcoll_net_recv_comm *recv) {
+  int ids[16], count = 0;
+  assert_int_equal(net->get_fds(NULL, recv, ids, 16, &count), XCOLL_SUCCESS);
+  assert_true(count >= 1);
+  return ids[0];
+}
+
+static void failures_logged(int *errors, int *expected) {
+  pthread_mutex_lock(&warn_lock);
+  *errors = errors_logged;
+  *expected = expected_logged;
+  pthread_mutex_unlock(&warn_lock);
+}
+
+/* 32 small messages sent before any receive is posted; the first receive's
+ * recv() takes them all (socket 0's queue is empty afterwards), and every
+ * later receive, posted one at a time, gets its own size, tag and bytes,
+ * and nothing beyond its size. */
+static void test_small_messages_received_late(void **state) {
+  (void)state;
+  enum { COUNT = XCOLL_NET_MAX_REQUESTS, MAX = 200, SLACK = 16 };
+  for (int nsocks = 1; nsocks <= 2; nsocks++) {
+    net_link l;
+    open_link(&l, nsocks);
+    static unsigned char out[COUNT][MAX], in[COUNT][MAX + SLACK];
+    size_t n[COUNT];
+    int total = 0;
+    for (int m = 0; m < COUNT; m++) {
+      n[m] = m % 7 == 3 ? 0 : (size_t)(m * 37 + 1) % MAX;
+      fill(out[m], n[m], (unsigned)m);
+      xcoll_net_request *s = NULL;
+      assert_int_equal(
+          net->isend(l.send, out[m], n[m], (uint32_t)(1000 + m), NULL, &s),
+          XCOLL_SUCCESS);
+      assert_non_null(s);
+      assert_int_equal(wait_request(s, NULL), XCOLL_SUCCESS);
+      total += 16 + (int)n[m];
+    }
+    for (int m = 0; m < COUNT; m++) {
+      memset(in[m], 0xee, sizeof in[m]);
+      xcoll_net_request *r = NULL;
+      assert_int_equal(net->irecv(l.recv, in[m], sizeof in[m],
+                                  (uint32_t)(1000 + m), NULL, &r),
+                       XCOLL_SUCCESS);
+      assert_non_null(r);
+      int fd = -1;
+      if (m == 0) {
+        fd = socket0_of(l.recv);
+        wait_queued(fd, total);
+      }
+      size_t got = 0;
+      assert_int_equal(wait_request(r, &got), XCOLL_SUCCESS);
+      assert_int_equal(got, n[m]);
+      assert_memory_equal(in[m], out[m], n[m]);
+      for (size_t k = n[m]; k < sizeof in[m]; k++)
+        assert_int_equal(in[m][k], 0xee);
+      if (m == 0)
+        assert_int_equal(queued(fd), 0); /* all in the stage */
+    }
+    close_link(&l);
+  }
+}
+
+/* Messages around the stage's size, all sent before the receives are
+ * posted: a header that straddles the end of the first 16 KiB read, a
+ * message bigger than the stage behind small ones, payloads just below and
+ * at half the stage (staged or read straight), and a striped one with two
+ * sockets; every receive gets its size and bytes. */
+static void test_stage_boundaries_and_large_messages(void **state) {
+  (void)state;
+  /* 17 + 116 bytes, then 16 + 16228 end 7 bytes short of 16 KiB: the
+   * next header straddles the first read of a 16 KiB stage */
+  static const size_t sizes[] = {1,    100, 16228,  5, 1u << 20, 3, 40000, 8191,
+                                 8192, 0,   300000, 2, 16384,    7};
+  enum { COUNT = sizeof sizes / sizeof sizes[0], SLACK = 64, SMALL = 5 };
+  for (int nsocks = 1; nsocks <= 2; nsocks++) {
+    net_link l;
+    open_link(&l, nsocks);
+    unsigned char *out[COUNT], *in[COUNT];
+    xcoll_net_request *s[COUNT];
+    int sdone[COUNT];
+    for (int m = 0; m < COUNT; m++) {
+      out[m] = malloc(sizes[m] + 1);
+      in[m] = malloc(sizes[m] + SLACK);
+      assert_non_null(out[m]);
+      assert_non_null(in[m]);
+      fill(out[m], sizes[m], (unsigned)m + 50);
+      memset(in[m], 0xee, sizes[m] + SLACK);
+      assert_int_equal(
+          net->isend(l.send, out[m], sizes[m], (uint32_t)m, NULL, &s[m]),
+          XCOLL_SUCCESS);
+      assert_non_null(s[m]);
+      sdone[m] = 0;
+    }
+    /* the small ones ahead of the 1 MiB one leave without a receive */
+    for (int m = 0; m < SMALL; m++) {
+      assert_int_equal(wait_request(s[m], NULL), XCOLL_SUCCESS);
+      sdone[m] = 1;
+    }
+    for (int m = 0; m < COUNT; m++) {
+      xcoll_net_request *r = NULL;
+      assert_int_equal(
+          net->irecv(l.recv, in[m], sizes[m] + SLACK, (uint32_t)m, NULL, &r),
+          XCOLL_SUCCESS);
+      assert_non_null(r);
+      int done = 0;
+      size_t got = 0;
+      double deadline = now_s() + WAIT_S;
+      while (!done && now_s() < deadline) {
+        for (int k = 0; k < COUNT; k++)
+          if (!sdone[k])
+            assert_int_equal(net->test(s[k], &sdone[k], NULL), XCOLL_SUCCESS);
+        assert_int_equal(net->test(r, &done, &got), XCOLL_SUCCESS);
+      }
+      assert_true(done);
+      assert_int_equal(got, sizes[m]);
+      assert_memory_equal(in[m], out[m], sizes[m]);
+      for (size_t k = sizes[m]; k < sizes[m] + SLACK; k++)
+        assert_int_equal(in[m][k], 0xee);
+    }
+    for (int m = 0; m < COUNT; m++) {
+      if (!sdone[m])
+        assert_int_equal(wait_request(s[m], NULL), XCOLL_SUCCESS);
+      free(out[m]);
+      free(in[m]);
+    }
+    close_link(&l);
+  }
+}
+
+/* The sender sends two messages and closes; the receiver's first recv()
+ * takes both and the close is still unread. The second message, staged,
+ * is received whole with nothing logged; only the receive after it sees
+ * the close, as REMOTE, an expected failure (a close between messages). */
+static void test_close_after_staged_message(void **state) {
+  (void)state;
+  for (int nsocks = 1; nsocks <= 2; nsocks++) {
+    net_link l;
+    open_link(&l, nsocks);
+    unsigned char out0[8], out1[24], in0[64], in1[64], in2[64];
+    fill(out0, sizeof out0, 1);
+    fill(out1, sizeof out1, 2);
+    xcoll_net_request *s, *r;
+    assert_int_equal(net->isend(l.send, out0, sizeof out0, 0, NULL, &s),
+                     XCOLL_SUCCESS);
+    assert_int_equal(wait_request(s, NULL), XCOLL_SUCCESS);
+    assert_int_equal(net->isend(l.send, out1, sizeof out1, 1, NULL, &s),
+                     XCOLL_SUCCESS);
+    assert_int_equal(wait_request(s, NULL), XCOLL_SUCCESS);
+    net->close_send(l.send);
+    l.send = NULL;
+
+    assert_int_equal(net->irecv(l.recv, in0, sizeof in0, 0, NULL, &r),
+                     XCOLL_SUCCESS);
+    int fd = socket0_of(l.recv);
+    wait_queued(fd, 16 + 8 + 16 + 24);
+    size_t got = 0;
+    assert_int_equal(wait_request(r, &got), XCOLL_SUCCESS);
+    assert_int_equal(got, sizeof out0);
+    assert_memory_equal(in0, out0, sizeof out0);
+    assert_int_equal(queued(fd), 0); /* the second message is staged */
+
+    int errors0, expected0, errors1, expected1;
+    failures_logged(&errors0, &expected0);
+    assert_int_equal(net->irecv(l.recv, in1, sizeof in1, 1, NULL, &r),
+                     XCOLL_SUCCESS);
+    assert_int_equal(wait_request(r, &got), XCOLL_SUCCESS);
+    assert_int_equal(got, sizeof out1);
+    assert_memory_equal(in1, out1, sizeof out1);
+    failures_logged(&errors1, &expected1);
+    assert_int_equal(errors1, errors0);
+    assert_int_equal(expected1, expected0);
+
+    assert_int_equal(net->irecv(l.recv, in2, sizeof in2, 2, NULL, &r),
+                     XCOLL_SUCCESS);
+    assert_int_equal(wait_request(r, NULL), XCOLL_ERR_REMOTE);
+    failures_logged(&errors1, &expected1);
+    assert_int_equal(errors1, errors0);
+    assert_true(expected1 > expected0);
+    close_link(&l);
+  }
+}
+
+/* A rank 0 played by the test on one raw socket (no secret: hello and
+ * offer, then the listener's answer): l gets the listener and the recv
+ * comm; returns the socket to write messages on. */
+static int raw_sender(net_link *l) {
+  setenv("XCOLL_NSOCKS_PERPEER", "1", 1);
+  memset(l, 0, sizeof *l);
+  xcoll_net_config rx = config_of(7, 1);
+  assert_int_equal(net->listen(0, &rx, l->handle, &l->listen), XCOLL_SUCCESS);
+  int fd = knock(l->handle);
+  unsigned char first[32 + XCOLL_AUTH_OFFER_BYTES];
+  uint8_t client_nonce[XCOLL_AUTH_NONCE_BYTES];
+  make_hello(first, 0, 1, 0, 7, l->handle);
+  xcoll_auth_offer(first + 32, client_nonce);
+  assert_int_equal(send(fd, first, sizeof first, 0), (ssize_t)sizeof first);
+  double deadline = now_s() + WAIT_S;
+  while (l->recv == NULL && now_s() < deadline)
+    assert_int_equal(net->accept(l->listen, 0, &l->recv), XCOLL_SUCCESS);
+  assert_non_null(l->recv);
+  unsigned char answer[XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES];
+  read_exactly(fd, answer, sizeof answer);
+  return fd;
+}
+
+/* The header net_socket.c documents: "XNSM", tag u32, size u64. */
+static void make_header(unsigned char *out, uint32_t tag, uint64_t size) {
+  memcpy(out, "XNSM", 4);
+  put32(out + 4, tag);
+  put32(out + 8, (uint32_t)size);
+  put32(out + 12, (uint32_t)(size >> 32));
+}
+
+/* A peer that closes with part of the next message already sent: the
+ * bytes sit in the stage behind a whole message, which is received; the
+ * next receive fails with REMOTE as an error, not as a close between
+ * messages (a partial header or a partial payload is no boundary). A close
+ * right after a whole message is the expected kind. */
+static void test_close_inside_staged_message(void **state) {
+  (void)state;
+  enum { TAIL_NONE, TAIL_HEADER, TAIL_PAYLOAD };
+  for (int tail = TAIL_NONE; tail <= TAIL_PAYLOAD; tail++) {
+    net_link l;
+    int fd = raw_sender(&l);
+    unsigned char wire[16 + 8 + 16 + 50], payload[8], in[128];
+    fill(payload, sizeof payload, 9);
+    make_header(wire, 0, sizeof payload);
+    memcpy(wire + 16, payload, sizeof payload);
+    make_header(wire + 24, 1, 100); /* 100 bytes announced, at most 50 sent */
+    memset(wire + 40, 0x33, 50);
+    size_t length = tail == TAIL_NONE     ? 24
+                    : tail == TAIL_HEADER ? 24 + 10
+                                          : sizeof wire;
+    assert_int_equal(send(fd, wire, length, 0), (ssize_t)length);
+    close(fd);
+
+    xcoll_net_request *r;
+    assert_int_equal(net->irecv(l.recv, in, sizeof in, 0, NULL, &r),
+                     XCOLL_SUCCESS);
+    wait_queued(socket0_of(l.recv), (int)length);
+    size_t got = 0;
+    assert_int_equal(wait_request(r, &got), XCOLL_SUCCESS);
+    assert_int_equal(got, sizeof payload);
+    assert_memory_equal(in, payload, sizeof payload);
+
+    int errors0, expected0, errors1, expected1;
+    failures_logged(&errors0, &expected0);
+    assert_int_equal(net->irecv(l.recv, in, sizeof in, 1, NULL, &r),
+                     XCOLL_SUCCESS);
+    assert_int_equal(wait_request(r, NULL), XCOLL_ERR_REMOTE);
+    failures_logged(&errors1, &expected1);
+    if (tail == TAIL_NONE) {
+      assert_int_equal(errors1, errors0);
+      assert_true(expected1 > expected0);
+    } else {
+      assert_true(errors1 > errors0);
+      assert_int_equal(expected1, expected0);
+      assert_non_null(strstr(xcoll_net_last_error(), "closed the connection"));
+    }
+    close_link(&l);
+  }
+}
+
+/* Two messages sent; the first receive's recv() takes both, so socket 0 is
+ * no longer readable: a caller that polled it would sleep for ever. The
+ * second receive, posted later with nothing more sent, completes within a
+ * few test calls from the stage alone. */
+static void test_staged_message_completes_without_poll(void **state) {
+  (void)state;
+  net_link l;
+  open_link(&l, 1);
+  unsigned char out0[32], out1[40], in0[64], in1[64];
+  fill(out0, sizeof out0, 3);
+  fill(out1, sizeof out1, 4);
+  xcoll_net_request *s, *r;
+  assert_int_equal(net->isend(l.send, out0, sizeof out0, 5, NULL, &s),
+                   XCOLL_SUCCESS);
+  assert_int_equal(wait_request(s, NULL), XCOLL_SUCCESS);
+  assert_int_equal(net->isend(l.send, out1, sizeof out1, 6, NULL, &s),
+                   XCOLL_SUCCESS);
+  assert_int_equal(wait_request(s, NULL), XCOLL_SUCCESS);
+
+  assert_int_equal(net->irecv(l.recv, in0, sizeof in0, 5, NULL, &r),
+                   XCOLL_SUCCESS);
+  int fd = socket0_of(l.recv);
+  wait_queued(fd, 16 + 32 + 16 + 40);
+  int done = 0;
+  size_t got = 0;
+  assert_int_equal(net->test(r, &done, &got), XCOLL_SUCCESS);
+  assert_true(done); /* all of it was there */
+  assert_int_equal(got, sizeof out0);
+  assert_memory_equal(in0, out0, sizeof out0);
+  struct pollfd pfd = {.fd = fd, .events = POLLIN};
+  assert_int_equal(poll(&pfd, 1, 0), 0); /* the rest is in the stage */
+
+  assert_int_equal(net->irecv(l.recv, in1, sizeof in1, 6, NULL, &r),
+                   XCOLL_SUCCESS);
+  done = 0;
+  for (int k = 0; k < 3 && !done; k++)
+    assert_int_equal(net->test(r, &done, &got), XCOLL_SUCCESS);
+  assert_true(done);
+  assert_int_equal(got, sizeof out1);
+  assert_memory_equal(in1, out1, sizeof out1);
+  close_link(&l);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_select_and_properties),
@@ -1139,6 +1486,11 @@ int main(void) {
       cmocka_unit_test_teardown(test_auth_client_without_secret, no_secret),
       cmocka_unit_test_teardown(test_auth_connector_checks_the_server,
                                 no_secret),
+      cmocka_unit_test(test_small_messages_received_late),
+      cmocka_unit_test(test_stage_boundaries_and_large_messages),
+      cmocka_unit_test(test_close_after_staged_message),
+      cmocka_unit_test(test_close_inside_staged_message),
+      cmocka_unit_test(test_staged_message_completes_without_poll),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }
