@@ -32,6 +32,22 @@ xcoll_fingerprint xcoll_fingerprint_of(const xcoll_coll_args *args) {
   return fp;
 }
 
+uint32_t xcoll_fnv1a32(const void *p, size_t n) {
+  const uint8_t *b = p;
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < n; i++) {
+    h ^= b[i];
+    h *= 16777619u;
+  }
+  return h;
+}
+
+uint32_t xcoll_fingerprint_digest(const xcoll_fingerprint *fp) {
+  uint8_t bytes[XCOLL_FINGERPRINT_BYTES];
+  xcoll_fingerprint_encode(fp, bytes);
+  return xcoll_fnv1a32(bytes, sizeof bytes);
+}
+
 void xcoll_fingerprint_encode(const xcoll_fingerprint *fp, uint8_t *out) {
   for (int i = 0; i < 8; i++) {
     out[i] = (uint8_t)(fp->seq >> (8 * i));

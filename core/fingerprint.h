@@ -46,6 +46,16 @@ xcoll_fingerprint xcoll_fingerprint_of(const xcoll_coll_args *args);
 /* Write fp into out (XCOLL_FINGERPRINT_BYTES bytes). */
 void xcoll_fingerprint_encode(const xcoll_fingerprint *fp, uint8_t *out);
 
+/* FNV-1a, 32 bits (Fowler, Noll, Vo; draft-eastlake-fnv), of n bytes at p:
+ * cheap, and not cryptographic (wire.c's header checksum uses it too). */
+uint32_t xcoll_fnv1a32(const void *p, size_t n);
+
+/* A 32-bit digest of fp: FNV-1a of its encoding. Equal fingerprints give
+ * equal digests on every host; different ones collide with a chance of
+ * about 2^-32. nccl_like mixes it into its LL flags (kernels/prims.h's
+ * xc_ll_flag). */
+uint32_t xcoll_fingerprint_digest(const xcoll_fingerprint *fp);
+
 /* Read XCOLL_FINGERPRINT_BYTES bytes of in into *fp. Returns 0, or -1 when a
  * field is out of range (kind, dtype, op not a known value; valid not 0 or 1;
  * negative root); *fp is filled either way, and describe copes with any

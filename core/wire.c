@@ -30,16 +30,9 @@ static uint64_t get64(const uint8_t *p) {
   return v;
 }
 
-/* FNV-1a: cheap, and catches the corruptions that matter here (a stream
- * that lost sync, a stray connection, a flipped bit in a length). */
-static uint32_t fnv1a(const uint8_t *p, size_t n) {
-  uint32_t h = 2166136261u;
-  for (size_t i = 0; i < n; i++) {
-    h ^= p[i];
-    h *= 16777619u;
-  }
-  return h;
-}
+/* The checksum is FNV-1a (core/fingerprint.h): cheap, and catches the
+ * corruptions that matter here (a stream that lost sync, a stray
+ * connection, a flipped bit in a length). */
 
 static void encode_fields(const xcoll_wire_header *h, uint8_t *out) {
   put32(out + 0, h->magic);
@@ -76,7 +69,7 @@ xcoll_wire_header xcoll_wire_make(xcoll_wire_kind kind, uint64_t comm_id,
 
 void xcoll_wire_encode(const xcoll_wire_header *header, uint8_t *out) {
   encode_fields(header, out);
-  put32(out + CHECKED_BYTES, fnv1a(out, CHECKED_BYTES));
+  put32(out + CHECKED_BYTES, xcoll_fnv1a32(out, CHECKED_BYTES));
 }
 
 int xcoll_wire_decode(const void *in, size_t bytes, xcoll_wire_header *header,
@@ -134,7 +127,7 @@ int xcoll_wire_check(const xcoll_wire_header *h, uint64_t expected_comm_id,
   }
   uint8_t bytes[XCOLL_WIRE_HEADER_BYTES];
   encode_fields(h, bytes);
-  uint32_t sum = fnv1a(bytes, CHECKED_BYTES);
+  uint32_t sum = xcoll_fnv1a32(bytes, CHECKED_BYTES);
   if (sum != h->checksum) {
     WHY("header checksum 0x%08" PRIx32 " does not match its fields "
         "(0x%08" PRIx32 "): corrupted header",

@@ -46,8 +46,9 @@
  * same on both ends of a connection):
  *   SIMPLE: a slot holds raw elements; sizes[] = element bytes.
  *   LL: a slot holds 16-byte lines {u32 data1, u32 flag1, u32 data2,
- *   u32 flag2}, flag = (uint32_t)(step + 1), 8 payload bytes per line (the
- *   last line of a step zero-padded); sizes[] = 16 * lines. The receiving
+ *   u32 flag2}, flag = prims.h's xc_ll_flag (step + 1, plus the
+ *   collective's check, xc_work.check, times an odd constant), 8 payload
+ *   bytes per line (the last line of a step zero-padded); sizes[] = 16 * lines. The receiving
  *   kernel checks every flag; see prims.h for why it still waits for tail.
  *
  * Requirements checked by xc_ring_run (XCOLL_ERR_INVALID_ARGUMENT otherwise):

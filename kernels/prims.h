@@ -29,8 +29,9 @@
  * + steps), read/reduce/copy straight between slots and user memory, write
  * sizes[] of the send steps, release-store send tail; release-store recv head.
  *
- * LL: the sender packs 8 payload bytes per 16-byte line with flag = step + 1
- * beside each 4 data bytes, each 8-byte (data, flag) half written as one
+ * LL: the sender packs 8 payload bytes per 16-byte line with flag =
+ * xc_ll_flag (step + 1, mixed with the collective's check) beside each 4
+ * data bytes, each 8-byte (data, flag) half written as one
  * 64-bit store; it still writes sizes[] and releases tail, so that the proxy
  * knows what to ship. The receiver checks both flags of every line.
  * Why the LL receiver here also waits for tail: NCCL's LL receiver polls the
@@ -161,7 +162,18 @@ typedef struct xc_prims {
   int channel;
   uint64_t direct_until; /* send steps before this went direct (from user
                             memory): xc_prims_wait_direct waits for them */
+  uint32_t check; /* xc_work.check: mixed into LL flags (xc_ll_flag) */
 } xc_prims;
+
+/* The flag of every LL line of a step: step + 1, plus the collective's
+ * check times an odd constant (2^32 / golden ratio, Knuth's multiplicative
+ * hash), modulo 2^32. Equal checks give the same flags on both ends;
+ * different ones differ in every line of every step, so a rank that
+ * receives lines of another collective (the ranks called different ones)
+ * fails with XCOLL_ERR_PROTOCOL at the first step it reads. */
+XC_INLINE XC_HD uint32_t xc_ll_flag(const xc_prims *p, uint64_t step) {
+  return (uint32_t)(step + 1) + p->check * 2654435761u;
+}
 
 /* Payload bytes a slot of step_bytes carries under proto. */
 XC_INLINE XC_HD size_t xc_step_payload_bytes(size_t step_bytes, int proto) {
@@ -490,7 +502,7 @@ XC_INLINE XC_HD xcoll_status xc_generic_op(xc_prims *p, int flags,
       }
       if (p->proto == XC_PROTO_LL) {
         if (xc_ll_step(p, flags, in, rslot, out, sslot, seg_n,
-                       (uint32_t)(rstep + 1), (uint32_t)(sstep + 1)))
+                       xc_ll_flag(p, rstep), xc_ll_flag(p, sstep)))
           failed = 2;
       } else {
         if (step_flags != 0) /* 0: direct both ways, nothing to copy */

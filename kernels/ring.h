@@ -96,6 +96,12 @@ typedef struct xc_work {
   void *scratch;         /* XC_ALGO_GATHER: nranks * (this channel's share)
                             elements of scratch, 16-byte aligned */
   size_t scratch_bytes;
+  /* A 32-bit digest of the collective's identity (nccl_like: of its
+   * fingerprint, core/fingerprint.h), the same on every rank that makes the
+   * same call; mixed into every LL flag (prims.h: xc_ll_flag), so that a
+   * line of another collective fails the receiver's flag check. 0 leaves
+   * the flags at step + 1. */
+  uint32_t check;
 } xc_work;
 
 /* Allreduce algorithms (xc_work.algo). */
@@ -350,6 +356,7 @@ XC_INLINE XC_HD xcoll_status xc_ring_run(const xc_work *w, xc_conn *send,
   p->progress = w->progress;
   p->progress_ctx = w->progress_ctx;
   p->channel = w->channel;
+  p->check = w->check;
   size_t base, n;
   xc_channel_share(w->count, p->elem_bytes, w->channel, w->nchannels, &base,
                    &n);

@@ -45,6 +45,31 @@
 
 static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
+/* urgent = max(urgent, value). */
+static void raise_urgent(nl_fp_link *fp, uint64_t value) {
+  uint64_t seen = atomic_load(&fp->urgent);
+  while (seen < value &&
+         !atomic_compare_exchange_weak(&fp->urgent, &seen, value)) {
+  }
+}
+
+/* Fingerprints the step sends now: every one up to urgent, and all that
+ * started once NL_FP_DEFER are unsent or a start() waits for room. */
+static uint64_t send_target(nl_fp_link *fp, uint64_t started) {
+  if (started - atomic_load(&fp->sent) >= NL_FP_DEFER ||
+      atomic_load(&fp->room_waiters) > 0)
+    return started;
+  return min_u64(atomic_load(&fp->urgent), started);
+}
+
+int nl_fp_deferrable(const nl_state *st, const nl_op *op) {
+  int kind = (int)op->args.kind;
+  return st->gpu == NULL && st->world_size > 1 &&
+         op->work.proto == XC_PROTO_LL &&
+         (kind == XCOLL_COLL_ALLREDUCE || kind == XCOLL_COLL_ALLGATHER ||
+          kind == XCOLL_COLL_REDUCE_SCATTER || kind == XCOLL_COLL_BARRIER);
+}
+
 /* Under st->lock. A slot is free once its fingerprint was both sent and
  * compared. */
 static int has_room(nl_fp_link *fp) {
@@ -54,7 +79,7 @@ static int has_room(nl_fp_link *fp) {
 }
 
 xcoll_status nl_fp_record(nl_state *st, const xcoll_coll_args *args,
-                          uint64_t *index) {
+                          int deferred, uint64_t *index) {
   nl_fp_link *fp = &st->fp;
   if (!has_room(fp) && !atomic_load(&fp->broken)) {
     /* NL_FP_WINDOW ops ahead of what the previous rank has started (or of
@@ -78,8 +103,11 @@ xcoll_status nl_fp_record(nl_state *st, const xcoll_coll_args *args,
   fp->local[slot] = xcoll_fingerprint_of(args);
   xcoll_fingerprint_encode(&fp->local[slot], fp->out[slot]);
   atomic_store_explicit(&fp->started, started + 1, memory_order_release);
-  /* A sleeping proxy must send it: a zero-count op wakes nothing else. */
-  if (st->proxy_idle)
+  if (!deferred)
+    raise_urgent(fp, started + 1);
+  /* A sleeping proxy must send it (a zero-count op wakes nothing else),
+   * unless it waits for a batch. */
+  if (st->proxy_idle && send_target(fp, started + 1) > atomic_load(&fp->sent))
     pthread_cond_signal(&st->proxy_cond);
   return XCOLL_SUCCESS;
 }
@@ -88,9 +116,14 @@ int nl_fp_pending(nl_state *st) {
   nl_fp_link *fp = &st->fp;
   if (st->world_size == 1 || atomic_load(&fp->broken))
     return 0;
+  uint64_t started = atomic_load_explicit(&fp->started, memory_order_acquire);
   return atomic_load(&fp->room_waiters) > 0 ||
-         atomic_load_explicit(&fp->started, memory_order_acquire) >
-             atomic_load(&fp->sent);
+         send_target(fp, started) > atomic_load(&fp->sent);
+}
+
+void nl_fp_flush(nl_state *st) {
+  nl_fp_link *fp = &st->fp;
+  raise_urgent(fp, atomic_load_explicit(&fp->started, memory_order_acquire));
 }
 
 /* A failed plugin call on the fingerprint connection. A closed connection
@@ -112,9 +145,10 @@ static xcoll_status link_failed(nl_state *st, xcoll_status s, int peer,
                  st->rank, what, peer, nl_net_last_error());
 }
 
-/* Send every fingerprint not yet sent, NL_FP_BATCH at most per message
- * (the tag is the first one's counter), one message in flight at a time. */
-static xcoll_status send_step(nl_state *st, uint64_t started, int *progress) {
+/* Send every fingerprint below target not yet sent, NL_FP_BATCH at most
+ * per message (the tag is the first one's counter), one message in flight
+ * at a time. */
+static xcoll_status send_step(nl_state *st, uint64_t target, int *progress) {
   nl_fp_link *fp = &st->fp;
   for (;;) {
     if (fp->send_request) {
@@ -132,11 +166,11 @@ static xcoll_status send_step(nl_state *st, uint64_t started, int *progress) {
       atomic_store(&fp->sent, fp->send_posted);
       *progress = 1;
     }
-    if (fp->send_posted >= started)
+    if (fp->send_posted >= target)
       return XCOLL_SUCCESS;
     /* Up to the end of the ring buffer: a message is contiguous. */
     uint64_t slot = fp->send_posted % NL_FP_WINDOW;
-    uint64_t count = min_u64(started - fp->send_posted,
+    uint64_t count = min_u64(target - fp->send_posted,
                              min_u64(NL_FP_WINDOW - slot, NL_FP_BATCH));
     xcoll_net_request *request = NULL;
     xcoll_status s = st->net->isend(
@@ -252,13 +286,14 @@ void nl_fp_progress(nl_state *st, int *progress) {
    * start (a fingerprint that arrives meanwhile waits in the plugin). This
    * keeps the step off a spinning kernel's path once its op is checked. */
   uint64_t started = atomic_load_explicit(&fp->started, memory_order_acquire);
-  if (atomic_load_explicit(&fp->sent, memory_order_relaxed) == started &&
+  uint64_t target = send_target(fp, started);
+  if (atomic_load_explicit(&fp->sent, memory_order_relaxed) >= target &&
       atomic_load_explicit(&fp->judged, memory_order_relaxed) == started)
     return;
   if (pthread_mutex_trylock(&fp->lock) != 0)
     return; /* another thread runs the step right now */
   int moved = 0;
-  if (send_step(st, started, &moved) == XCOLL_SUCCESS &&
+  if (send_step(st, target, &moved) == XCOLL_SUCCESS &&
       !atomic_load(&fp->broken))
     (void)recv_step(st, started, &moved);
   pthread_mutex_unlock(&fp->lock);
@@ -322,5 +357,8 @@ void nl_fp_await(nl_state *st, uint64_t index, double limit_s) {
 }
 
 void nl_fp_explain(nl_state *st, uint64_t index) {
+  /* Send this rank's, deferred ones included: the next rank may be
+   * explaining too. */
+  raise_urgent(&st->fp, index + 1);
   nl_fp_await(st, index, NL_FP_EXPLAIN_S);
 }

@@ -103,6 +103,10 @@ static void fill_work(nl_state *st, nl_op *op) {
   w->algo = w->kind == XCOLL_COLL_ALLREDUCE && bytes <= NL_GATHER_MAX_BYTES
                 ? XC_ALGO_GATHER
                 : XC_ALGO_RING;
+  /* The call's identity in every LL flag (kernels/prims.h xc_ll_flag): a
+   * desync fails the first LL step it reaches (desync.c). */
+  xcoll_fingerprint fp = xcoll_fingerprint_of(a);
+  w->check = xcoll_fingerprint_digest(&fp);
   xcoll_comm_note_algorithm(st->comm,
                             w->algo == XC_ALGO_GATHER ? "gather" : "ring",
                             w->proto == XC_PROTO_LL ? "ll" : "simple");
@@ -198,7 +202,9 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
   pthread_mutex_lock(&st->lock);
   /* In issue order, so that op k here meets op k of the other ranks. It
    * also wakes a sleeping proxy, which then drives the channels too. */
-  if (nl_fp_record(st, args, &op->fp_index) != XCOLL_SUCCESS) {
+  op->fp_deferred = nl_fp_deferrable(st, op);
+  if (nl_fp_record(st, args, op->fp_deferred, &op->fp_index) !=
+      XCOLL_SUCCESS) {
     pthread_mutex_unlock(&st->lock);
     free(op);
     return broken_status(st);
@@ -281,7 +287,8 @@ static xcoll_status nl_test(void *state, xcoll_backend_op *handle, int *done) {
   pthread_mutex_lock(&st->lock);
   *done = op->channels_left == 0;
   pthread_mutex_unlock(&st->lock);
-  if (*done && st->world_size > 1 && !nl_fp_judged(st, op->fp_index)) {
+  if (*done && st->world_size > 1 && !op->fp_deferred &&
+      !nl_fp_judged(st, op->fp_index)) {
     /* The data moved; the call is not done until its fingerprint was
      * compared (nl_fp_await). */
     int progress = 0;
@@ -348,8 +355,9 @@ static xcoll_status nl_wait(void *state, xcoll_backend_op *handle) {
   }
   pthread_mutex_unlock(&st->lock);
   /* Not done until its fingerprint was compared with the previous rank's
-   * (bounded: the previous rank sent it before its data, which arrived). */
-  if (st->world_size > 1)
+   * (bounded: the previous rank sent it before its data, which arrived);
+   * a deferred one was, in the LL flags of every step it received. */
+  if (st->world_size > 1 && !op->fp_deferred)
     nl_fp_await(st, op->fp_index, st->timeout_s);
   return op_finish(st, op);
 }

@@ -42,13 +42,16 @@ const xcoll_net_v1 *nl_net_override = NULL;
  * channel count by hardware too (the SMs, the NICs' bandwidth: ncclTopoCompute
  * in src/graph/search.cc). A GPU rank's channels are CUDA blocks, not host
  * threads: it proposes the default. */
+static long host_cores(void) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+}
+
 static int channels_for_cores(const nl_state *st, int fallback) {
   if (st->comm->cuda != NULL)
     return fallback;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  long cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-                                                           : 1;
+  long cores = host_cores();
   long local = st->comm->local_world_size > 0 ? st->comm->local_world_size : 1;
   long per_rank = cores / local;
   if (per_rank < 1)
@@ -105,6 +108,12 @@ static xcoll_status read_options(nl_state *st) {
   if (s != XCOLL_SUCCESS)
     return xcoll_error_adopt(comm, s);
   st->inline_wait = (int)wait_runs;
+
+  /* Spin before sleeping only when each rank of the host has a core
+   * (NL_SPIN_US); unknown LOCAL_WORLD_SIZE: do not. */
+  int own_core = comm->local_world_size > 0 &&
+                 host_cores() >= comm->local_world_size;
+  st->spin_s = comm->cuda == NULL && own_core ? NL_SPIN_US * 1e-6 : 0.0;
   return XCOLL_SUCCESS;
 }
 
@@ -517,6 +526,7 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
   atomic_init(&st->fp.judged, 0);
   atomic_init(&st->fp.broken, 0);
   atomic_init(&st->fp.room_waiters, 0);
+  atomic_init(&st->fp.urgent, 0);
 
   xcoll_status s = read_options(st);
   if (s == XCOLL_SUCCESS)

@@ -58,6 +58,15 @@
  * ranks than cores, a spinning waiter takes the core the rank holding the
  * data needs. */
 #define NL_SPINS_BEFORE_POLL 8
+/* ... and, when every rank of the host has a core of its own (cores >=
+ * LOCAL_WORLD_SIZE), not before this many microseconds of waiting: a reply
+ * on loopback takes about 8 us, so a waiter that slept after 8 cheap
+ * passes paid a wake-up per step (measured on 2 cores, P=2, 8-512 B LL
+ * allreduce: 14-22 us per call with passes only, 8-10 us with 10-20 us of
+ * spinning, tcp 8 us). With more ranks than cores spinning takes the core
+ * the peer needs (P=4 on 2 cores: 105 us per call with passes only, 120-150
+ * with 10-40 us), so it stays off there. */
+#define NL_SPIN_US 20
 /* Longest sleep in poll (milliseconds): the abort flag and the
  * fingerprints are looked at between sleeps. */
 #define NL_POLL_MS 1
@@ -87,7 +96,11 @@ typedef enum nl_proto_choice {
  * that accumulated since the last one in one message, so that back-to-back
  * small collectives do not pay a message each. */
 #define NL_FP_BATCH 32
-
+/* Deferred fingerprints (desync.c: an LL collective's travels in its LL
+ * flags, kernels/prims.h xc_ll_flag): sent once this many are unsent, or
+ * with the next one that is not deferred; the receiver catches up on
+ * judging them once it lags by twice this. */
+#define NL_FP_DEFER NL_FP_BATCH
 /* Memory of one direction of one connection on one channel: the slots and
  * the counters that the kernel (worker thread) and the proxy share. head and
  * tail sit on cache lines of their own (NCCL's ncclSendMem/ncclRecvMem). */
@@ -153,6 +166,7 @@ typedef struct nl_channel {
   /* Idle passes of the progress hook (proxy.c), by the thread running the
    * channel's item: it paces the fingerprint step on channel 0. */
   unsigned fp_polls;
+  double wait_since; /* the hook: when the current wait began (nl_now) */
   /* The worker is inside xc_ring_run (read by the proxy). */
   _Atomic int busy;
   /* Held (trylock only) by the one thread that runs this channel's proxy
@@ -204,12 +218,18 @@ typedef struct nl_fp_link {
    * path reports): no more fingerprints move; not an error by itself. */
   _Atomic int broken;
   _Atomic int room_waiters; /* start() waits on done_cond for a free slot */
+  /* Fingerprints below this count must be sent and judged now: those of
+   * ops that await their judgment (not deferred), and of an op whose
+   * failure is being explained. Never decreases. */
+  _Atomic uint64_t urgent;
 } nl_fp_link;
 
 /* A started collective: completes when every channel has run its share. */
 typedef struct nl_op {
   xcoll_coll_args args;
   uint64_t fp_index; /* its fingerprint's slot counter (desync.c) */
+  int fp_deferred;   /* its fingerprint is checked in its LL flags; the op
+                        does not wait for the fingerprint's judgment */
   int nchannels; /* channels this op runs on: 0..nchannels-1 */
   xc_work work; /* channel and nchannels filled per channel by the worker */
   int channels_left;      /* under the state's lock */
@@ -235,6 +255,9 @@ typedef struct nl_state {
   size_t step_bytes; /* buffsize / XCOLL_STEPS */
   nl_proto_choice proto;
   int inline_wait; /* XCOLL_WAIT_RUNS: nl_wait runs untaken items */
+  double spin_s; /* a waiting kernel polls this long before it sleeps in
+                    poll(2) (0: NL_SPINS_BEFORE_POLL passes only); see
+                    NL_SPIN_US */
   int direct; /* XCOLL_DIRECT and a plugin that sends from any host address:
                  SIMPLE sends skip the slot copy (engine.c) */
   double timeout_s;
@@ -324,17 +347,30 @@ void nl_channels_free(nl_state *st);
 /* ---- desync.c ---- */
 /* In start(), under st->lock, world_size > 1: append the call's fingerprint
  * (waiting for a free slot while NL_FP_WINDOW are unsent or unjudged) and
- * write its counter to *index. Errors: the comm's failure status. */
+ * write its counter to *index. deferred: the op's LL flags carry its
+ * fingerprint's digest (nl_fp_deferrable), so the fingerprint may wait for
+ * a batch (NL_FP_DEFER) and nobody awaits its judgment; otherwise it is
+ * sent at once and the op completes only once it was judged. Errors: the
+ * comm's failure status. */
 xcoll_status nl_fp_record(nl_state *st, const xcoll_coll_args *args,
-                          uint64_t *index);
+                          int deferred, uint64_t *index);
+/* 1 when op's fingerprint may be deferred: a host rank's LL collective in
+ * which every rank receives LL lines from the previous one (allreduce,
+ * allgather, reduce_scatter, barrier), so that every adjacent pair of the
+ * ring compares its digest on the data path, as the fingerprints would. */
+int nl_fp_deferrable(const nl_state *st, const nl_op *op);
 /* The fingerprint step, when no other thread runs it (trylock): send this
  * rank's fingerprints, receive the previous rank's and compare those whose
  * op started here; a mismatch is nl_fail_everywhere(PROTOCOL) naming both
  * calls. *progress is set when something moved. */
 void nl_fp_progress(nl_state *st, int *progress);
-/* Fingerprints started and not yet sent, or a start() waiting for a free
- * slot: the proxy must not sleep. */
+/* Fingerprints to send now (not deferred, or a full batch), or a start()
+ * waiting for a free slot: the proxy must not sleep. */
 int nl_fp_pending(nl_state *st);
+/* Make every fingerprint started so far due now (deferred ones included):
+ * called by a kernel that has waited long on an LL step, so that a
+ * neighbour explaining a failed step (nl_fp_explain) gets this rank's. */
+void nl_fp_flush(nl_state *st);
 /* After a kernel of op index failed with PROTOCOL (a slot that does not
  * fit its schedule): run the fingerprint step until the previous rank's
  * fingerprint of that op is compared (at most NL_FP_EXPLAIN_S), so that a

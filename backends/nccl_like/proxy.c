@@ -80,6 +80,9 @@ int nl_recvs_ahead(const xcoll_net_v1 *net, int device) {
 /* Channel 0's progress hook runs the fingerprint step on one idle pass in
  * this many (desync.c). */
 #define NL_FP_HOOK_EVERY 64
+/* A kernel that has waited this many idle passes (several polls of up to
+ * NL_POLL_MS) sends its rank's deferred fingerprints (nl_fp_flush). */
+#define NL_FP_FLUSH_SPINS 256
 /* Descriptors one comm may give to poll (a socket comm has at most 16). */
 #define NL_POLL_MAX_FDS 16
 
@@ -538,7 +541,14 @@ int nl_proxy_progress_hook(void *ctx, uint64_t spins) {
   xcoll_status s = progress_send(st, ch, &progress);
   if (s == XCOLL_SUCCESS)
     s = progress_recv(st, ch, &progress);
-  if (s == XCOLL_SUCCESS && !progress && spins >= NL_SPINS_BEFORE_POLL) {
+  int sleep_now = spins >= NL_SPINS_BEFORE_POLL;
+  if (st->spin_s > 0) {
+    double now = nl_now();
+    if (spins == 1 || progress)
+      ch->wait_since = now;
+    sleep_now = sleep_now && now - ch->wait_since >= st->spin_s;
+  }
+  if (s == XCOLL_SUCCESS && !progress && sleep_now) {
     /* Nothing moved for a while: sleep until a socket can move something
      * (the peer's data or room to send), then move it at once. Holding the
      * lock meanwhile keeps the proxy thread off this channel: it would only
@@ -559,6 +569,8 @@ int nl_proxy_progress_hook(void *ctx, uint64_t spins) {
    * fails the wait at once rather than after the proxy's nap; not on every
    * idle pass: the proxy thread moves them meanwhile, off the path of the
    * loop that watches for data. */
+  if (ch->id == 0 && spins == NL_FP_FLUSH_SPINS)
+    nl_fp_flush(st);
   if (ch->id == 0 && !progress &&
       (slept || ++ch->fp_polls % NL_FP_HOOK_EVERY == 0))
     nl_fp_progress(st, &progress);

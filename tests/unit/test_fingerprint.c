@@ -88,6 +88,28 @@ static void test_each_field_differs(void **unused) {
   assert_true(xcoll_fingerprint_equal(&fb, &none));
 }
 
+/* The digest: FNV-1a of the encoding (its published test vectors: "" ->
+ * 0x811c9dc5, "a" -> 0xe40c292c), equal for equal calls, different when a
+ * field differs. */
+static void test_digest(void **unused) {
+  (void)unused;
+  assert_int_equal(xcoll_fnv1a32("", 0), 0x811c9dc5u);
+  assert_int_equal(xcoll_fnv1a32("a", 1), 0xe40c292cu);
+  xcoll_coll_args a = call(XCOLL_COLL_ALLREDUCE, XCOLL_FLOAT32, XCOLL_SUM, 1000, 0, 7);
+  xcoll_coll_args b = a;
+  xcoll_fingerprint fa = xcoll_fingerprint_of(&a), fb = xcoll_fingerprint_of(&b);
+  assert_int_equal(xcoll_fingerprint_digest(&fa), xcoll_fingerprint_digest(&fb));
+  uint8_t bytes[XCOLL_FINGERPRINT_BYTES];
+  xcoll_fingerprint_encode(&fa, bytes);
+  assert_int_equal(xcoll_fingerprint_digest(&fa), xcoll_fnv1a32(bytes, sizeof bytes));
+  b = call(XCOLL_COLL_ALLREDUCE, XCOLL_FLOAT32, XCOLL_MAX, 1000, 0, 7);
+  fb = xcoll_fingerprint_of(&b);
+  assert_int_not_equal(xcoll_fingerprint_digest(&fa), xcoll_fingerprint_digest(&fb));
+  b = call(XCOLL_COLL_ALLREDUCE, XCOLL_FLOAT32, XCOLL_SUM, 1000, 0, 8);
+  fb = xcoll_fingerprint_of(&b);
+  assert_int_not_equal(xcoll_fingerprint_digest(&fa), xcoll_fingerprint_digest(&fb));
+}
+
 static void test_decode_rejects_garbage(void **unused) {
   (void)unused;
   xcoll_coll_args args = call(XCOLL_COLL_ALLREDUCE, XCOLL_FLOAT32, XCOLL_SUM, 5, 0, 1);
@@ -167,6 +189,7 @@ int main(void) {
       cmocka_unit_test(test_layout_and_roundtrip),
       cmocka_unit_test(test_unused_fields_ignored),
       cmocka_unit_test(test_each_field_differs),
+      cmocka_unit_test(test_digest),
       cmocka_unit_test(test_decode_rejects_garbage),
       cmocka_unit_test(test_describe_and_mismatch),
       cmocka_unit_test(test_judge),

@@ -1013,6 +1013,79 @@ static void test_abort(void **state) {
     }
 }
 
+/* ---- the collective's check in LL flags ---- */
+
+/* An LL allreduce (ring and gather) at 3 positions whose xc_work.check
+ * values agree completes with exact sums; when the last position's differs
+ * (its rank called another collective), the positions that receive its
+ * lines (the next one) return XCOLL_ERR_PROTOCOL, and no position returns
+ * success with the sums of mismatched calls unchecked. */
+static void test_ll_check(void **state) {
+  (void)state;
+  enum { K = 3, N = 37 };
+  for (int variant = 0; variant < 4; variant++) {
+    int gather = variant & 1, odd = variant >> 1;
+    ring_fixture *rf = malloc(sizeof *rf);
+    assert_non_null(rf);
+    ring_init(rf, K, 1, 64, 5);
+    pthread_t mover;
+    assert_int_equal(pthread_create(&mover, NULL, mover_main, rf), 0);
+    float buf[K][N];
+    worker workers[K];
+    pthread_t threads[K];
+    for (int p = 0; p < K; p++) {
+      for (int i = 0; i < N; i++)
+        buf[p][i] = (float)(p * 100 + i);
+      worker *wk = &workers[p];
+      memset(wk, 0, sizeof *wk);
+      wk->rf = rf;
+      wk->position = p;
+      xc_work *w = &wk->work;
+      w->kind = XC_COLL_ALLREDUCE;
+      w->dtype = XCOLL_FLOAT32;
+      w->op = XCOLL_SUM;
+      w->sendbuf = buf[p];
+      w->recvbuf = buf[p];
+      w->count = N;
+      w->nranks = K;
+      w->ring_index = p;
+      w->nchannels = 1;
+      w->proto = XC_PROTO_LL;
+      w->chunk_steps = 4;
+      w->slice_steps = 2;
+      w->check = 0x5eed1234u + (uint32_t)(odd && p == K - 1);
+      if (gather) {
+        w->algo = XC_ALGO_GATHER;
+        w->scratch_bytes = (K * N * sizeof(float) + 15) / 16 * 16;
+        wk->scratch = aligned_alloc(16, w->scratch_bytes);
+        assert_non_null(wk->scratch);
+        w->scratch = wk->scratch;
+      }
+      assert_int_equal(
+          pthread_create(&threads[p], NULL, worker_main, wk), 0);
+    }
+    for (int p = 0; p < K; p++)
+      pthread_join(threads[p], NULL);
+    atomic_store(&rf->stop, 1);
+    pthread_join(mover, NULL);
+    for (int p = 0; p < K; p++) {
+      free(workers[p].scratch);
+      if (!odd) {
+        assert_int_equal(workers[p].status, XCOLL_SUCCESS);
+        for (int i = 0; i < N; i++)
+          assert_true(buf[p][i] == (float)(300 + 3 * i));
+      } else {
+        /* Position 0 receives the odd position's lines first. */
+        if (p == 0)
+          assert_int_equal(workers[p].status, XCOLL_ERR_PROTOCOL);
+        assert_int_not_equal(workers[p].status, XCOLL_SUCCESS);
+      }
+    }
+    ring_free(rf);
+    free(rf);
+  }
+}
+
 /* ---- NaN, trace hook, bad arguments ---- */
 
 typedef struct trace_log {
@@ -1192,6 +1265,7 @@ int main(void) {
       cmocka_unit_test(test_allreduce_reduction_order),
       cmocka_unit_test(test_nan_and_trace),
       cmocka_unit_test(test_abort),
+      cmocka_unit_test(test_ll_check),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
