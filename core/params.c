@@ -107,7 +107,7 @@ static const xcoll_param params[] = {
      GIB, NULL, NULL, NULL,
      "nccl_like's FIFO bytes per connection, a multiple of 128", 0},
     {"XCOLL_PROTO", XCOLL_PARAM_CHOICE, "nccl_like", 0, 0, 0, "auto", protocols,
-     NULL, "nccl_like's protocol: auto is LL below 4 KiB", 0},
+     NULL, "nccl_like's protocol: auto is LL up to 4 KiB", 0},
     {"XCOLL_WAIT_RUNS", XCOLL_PARAM_INT, "nccl_like", 1, 0, 1, NULL, NULL, NULL,
      "1: a waiting thread runs its op's kernels", 0},
     {"XCOLL_DIRECT", XCOLL_PARAM_INT, "nccl_like", 1, 0, 1, NULL, NULL, NULL,

@@ -36,7 +36,7 @@ static size_t op_bytes(const nl_state *st, const xcoll_coll_args *args) {
   return bytes;
 }
 
-/* The protocol for one collective: XCOLL_PROTO, or for auto LL below
+/* The protocol for one collective: XCOLL_PROTO, or for auto LL up to
  * NL_LL_THRESHOLD_BYTES (the same choice on every rank: it depends only on
  * the arguments, which match across ranks). */
 static int choose_proto(const nl_state *st, size_t bytes) {
@@ -44,7 +44,7 @@ static int choose_proto(const nl_state *st, size_t bytes) {
     return XC_PROTO_SIMPLE;
   if (st->proto == NL_PROTO_LL)
     return XC_PROTO_LL;
-  return bytes < NL_LL_THRESHOLD_BYTES ? XC_PROTO_LL : XC_PROTO_SIMPLE;
+  return bytes <= NL_LL_THRESHOLD_BYTES ? XC_PROTO_LL : XC_PROTO_SIMPLE;
 }
 
 /* The kernels' trace hook: one span per primitive call on the channel's

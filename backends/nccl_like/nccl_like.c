@@ -469,7 +469,7 @@ static void log_choices(nl_state *st, const char *net_why) {
                    "cores / local ranks, 1 to 2"
                  : "XCOLL_NCHANNELS, or a smaller proposal of another rank",
              proto_name(st->proto),
-             st->proto == NL_PROTO_AUTO ? ": LL below 4 KiB, SIMPLE above" : "",
+             st->proto == NL_PROTO_AUTO ? ": LL up to 4 KiB, SIMPLE above" : "",
              st->buffsize, XCOLL_STEPS, st->step_bytes);
   XCOLL_INFO("nccl_like: net plugin %s (%s), device %d '%s' (%d Mbps), "
              "%d receive(s) posted ahead per connection; "

@@ -35,11 +35,12 @@
  * least a few LL lines; 1 GiB keeps 2 x 16 FIFOs addressable. */
 #define NL_MIN_BUFFSIZE ((size_t)XCOLL_STEPS * 256)
 #define NL_MAX_BUFFSIZE ((size_t)1 << 30)
-/* XCOLL_PROTO=auto runs LL for collectives below this many bytes (the
+/* XCOLL_PROTO=auto runs LL for collectives of at most this many bytes (the
  * larger of the two buffers) and SIMPLE above. Measured with
  * bench/nccl_like.sh (docs/nccl_like.md): LL was faster only at the
- * smallest sizes (8 B: 72 vs 160 us at P=2, 302 vs 871 us at P=4), tied at
- * 4 KiB and lost 2-10x from 1 MiB. */
+ * smallest sizes (8 B: 72 vs 160 us at P=2, 302 vs 871 us at P=4), and lost
+ * 2-10x from 1 MiB; once LL carried the fingerprint in its flags, 4 KiB
+ * itself went to LL (faster there), while SIMPLE wins from 8 KiB. */
 #define NL_LL_THRESHOLD_BYTES ((size_t)4 << 10)
 /* An allreduce (and a barrier) of at most this many bytes runs the gather
  * algorithm (kernels/ring.h's xc_gather_allreduce: allgather the inputs,
