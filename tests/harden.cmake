@@ -11,9 +11,11 @@ if(TARGET xcollrun)
     list(APPEND desync_backends nccl_like)
   endif()
   # Each case at 2 ranks, and the root case also at 3 (the odd root's
-  # messages reach a rank that waits for someone else).
+  # messages reach a rank that waits for someone else); op and count at 3
+  # too: nccl_like's Bruck allreduce (3 ranks and more) compares the
+  # fingerprint each message carries.
   foreach(backend ${desync_backends})
-    foreach(spec op:2 dtype:2 count:2 root:2 kind:2 root:3 kind:3)
+    foreach(spec op:2 dtype:2 count:2 root:2 kind:2 root:3 kind:3 op:3 count:3)
       string(REPLACE ":" ";" parts ${spec})
       list(GET parts 0 case)
       list(GET parts 1 np)

@@ -64,6 +64,10 @@ else()
     --max-count 1021)
   nl_conf(np4.auto.nch4 4 240 "XCOLL_PROTO=auto;XCOLL_NCHANNELS=4" --quick
     --coll allreduce --coll errors)
+  # The Bruck allreduce off (XCOLL_BRUCK=0): the gather algorithm on host
+  # ranks, as GPU ranks and mixed rings run it.
+  nl_conf(np4.ll.gather 4 240 "XCOLL_PROTO=ll;XCOLL_BRUCK=0" --quick
+    --coll allreduce --max-count 1021)
   nl_conf(np5 5 240 "" --quick)
   nl_conf(np8 8 300 "" --quick --max-count 1021)
   # The ucx net plugin (net/ucx/) comes with UCX.
@@ -79,13 +83,23 @@ else()
 endif()
 
 # Bit-identical floats across ranks and repetitions, both protocols; the
-# ring (300007 floats) and the gather allreduce (1000 floats, < 4 KiB).
+# ring (300007 floats) and the gather allreduce (1000 floats, < 4 KiB;
+# over LL that size runs the Bruck allreduce, and gather with
+# XCOLL_BRUCK=0).
 foreach(proto simple ll)
-  foreach(algo ring gather)
+  foreach(algo ring gather bruck)
     set(test nccl_like.determinism.${proto}.np3)
     set(count 300007)
+    set(extra "")
     if(algo STREQUAL "gather")
       set(test nccl_like.determinism.gather.${proto}.np3)
+      set(count 1000)
+      set(extra "XCOLL_BRUCK=0")
+    elseif(algo STREQUAL "bruck")
+      if(proto STREQUAL "simple")
+        continue()
+      endif()
+      set(test nccl_like.determinism.bruck.np3)
       set(count 1000)
     endif()
     add_test(NAME ${test}
@@ -93,7 +107,7 @@ foreach(proto simple ll)
               $<TARGET_FILE:nl_determinism> ${count} 3)
     set_tests_properties(${test} PROPERTIES TIMEOUT 120
       LABELS "conformance;nccl_like" PROCESSORS 2
-      ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like;XCOLL_PROTO=${proto};${NL_SMALL}")
+      ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like;XCOLL_PROTO=${proto};${NL_SMALL};${extra}")
   endforeach()
 endforeach()
 
@@ -155,6 +169,34 @@ add_test(NAME unit.nl_engine COMMAND test_nl_engine)
 set_tests_properties(unit.nl_engine PROPERTIES TIMEOUT 120
   LABELS "unit;nccl_like" PROCESSORS 2)
 
+# The Bruck allreduce (backends/nccl_like/bruck.c) gives the gather
+# algorithm's bits: nl_mixed's calls on a host-only ring with it and with
+# XCOLL_BRUCK=0 (nl_mixed.sh compares every rank's result hashes); np4
+# with 2 sockets per connection, np5 a world that is no power of two.
+add_executable(nl_mixed ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/nl_mixed.c)
+target_link_libraries(nl_mixed PRIVATE xcoll_static m ${CMAKE_DL_LIBS})
+# nl_mixed_test(TEST CFG ENV): nl_mixed.sh at CFG = "NAME;GPU_RANKS;EXTRA
+# ENV..." (the rank count is NAME's number), ENV before EXTRA ENV.
+function(nl_mixed_test prefix cfg env)
+  list(GET cfg 0 name)
+  list(GET cfg 1 ranks)
+  list(SUBLIST cfg 2 -1 extra)
+  string(REGEX MATCH "[0-9]+" np "${name}")
+  set(test ${prefix}.${name})
+  add_test(NAME ${test}
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/nl_mixed.sh
+            $<TARGET_FILE:xcollrun> $<TARGET_FILE:nl_mixed> ${np} ${ranks}
+            --quick)
+  set_tests_properties(${test} PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
+    LABELS "conformance;nccl_like" PROCESSORS 2
+    ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like;${env};${extra}")
+endfunction()
+foreach(cfg "np3;none;XCOLL_PROTO=ll" "np4;none;XCOLL_NSOCKS_PERPEER=2"
+            "np5;none;")
+  nl_mixed_test(nccl_like.bruck_vs_gather "${cfg}"
+    "NL_MIXED_SECOND_ENV=XCOLL_BRUCK=0")
+endforeach()
+
 # GPU ranks (backends/nccl_like/gpu_engine.c) over the stand-in driver
 # (tests/unit/fake_libcuda.c), which runs the ring kernels' host build on
 # threads, one per block, from a worker thread per stream: device memory the
@@ -164,8 +206,6 @@ set_tests_properties(unit.nl_engine PROPERTIES TIMEOUT 120
 # run) and the mixed ring's wire compatibility; not the CUDA build of the
 # kernels, which only a GPU runs (label gpu, scripts/gpu-check.sh). Needs
 # the fatbin (nvcc at build time): a GPU rank is refused without one.
-add_executable(nl_mixed ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/nl_mixed.c)
-target_link_libraries(nl_mixed PRIVATE xcoll_static m ${CMAKE_DL_LIBS})
 if(XCOLL_HAVE_CUDA AND TARGET staging)
   set(_fake_env "FAKE_CUDA_DEVICES=8;LD_LIBRARY_PATH=$<TARGET_FILE_DIR:fake_libcuda>")
   set(_quick "")
@@ -191,18 +231,7 @@ if(XCOLL_HAVE_CUDA AND TARGET staging)
   # to a host-only ring's (tests/nccl_like/nl_mixed.sh).
   foreach(cfg "np2;0;" "np3;1;" "np4;0,2;XCOLL_NCHANNELS=4"
               "np4.ll.small;3;XCOLL_PROTO=ll;${NL_SMALL}")
-    list(GET cfg 0 name)
-    list(GET cfg 1 ranks)
-    list(SUBLIST cfg 2 -1 extra)
-    string(REGEX MATCH "[0-9]+" np "${name}")
-    set(test nccl_like.mixed_ring.${name})
-    add_test(NAME ${test}
-      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/nl_mixed.sh
-              $<TARGET_FILE:xcollrun> $<TARGET_FILE:nl_mixed> ${np} ${ranks}
-              --quick)
-    set_tests_properties(${test} PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
-      LABELS "conformance;nccl_like" PROCESSORS 2
-      ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like;${_fake_env};${extra}")
+    nl_mixed_test(nccl_like.mixed_ring "${cfg}" "${_fake_env}")
   endforeach()
   # A peer killed (SIGKILL) or stopped (SIGSTOP) in an allreduce loop with
   # GPU ranks in the ring: survivors fail within the bound naming it, a

@@ -2,7 +2,9 @@
  * connection FIFOs (slots + head/tail + sizes) in host memory, one to the
  * next rank of the ring and one from the previous, and the net plugin comms
  * that carry them. The fingerprint connection (desync.c) is set up the
- * same way, as one more link of the ring. Setup follows NCCL's
+ * same way, as one more link of the ring, and so are the Bruck
+ * allreduce's links to the ranks 1, 2, 4, ... away (bruck.c), when every
+ * rank agreed on it at init. Setup follows NCCL's
  * transport/net.cc: the receiver listens and publishes its handle
  * (bootstrap allgather), the sender connects to it, the receiver accepts;
  * connect and accept are non-blocking and retried. */
@@ -77,22 +79,65 @@ static xcoll_status alloc_fifos(nl_state *st) {
   return XCOLL_SUCCESS;
 }
 
-/* The ring links to connect: one per channel, then the fingerprint
- * connection (desync.c). Link i's handle is the i-th of a rank's blob. */
-static int link_count(const nl_state *st) { return st->nchannels + 1; }
-
-static nl_ring_link *link_at(nl_state *st, int i) {
-  return i < st->nchannels ? &st->channels[i].link : &st->fp.link;
+/* The links to connect: one per channel, then the fingerprint connection
+ * (desync.c), then with st->bruck the mesh links 0..mesh_links-1
+ * (bruck.c). Link i's handle is the i-th of a rank's blob. */
+static int link_count(const nl_state *st) {
+  return st->nchannels + 1 + st->mesh_links;
 }
 
-/* "channel 1" or "the fingerprint connection", for messages. */
+static nl_ring_link *link_at(nl_state *st, int i) {
+  if (i < st->nchannels)
+    return &st->channels[i].link;
+  if (i == st->nchannels)
+    return &st->fp.link;
+  return &st->mesh[i - st->nchannels - 1].link;
+}
+
+/* The rank link i sends to (the next in the ring, or the mesh link's). */
+static int link_to(const nl_state *st, int i) {
+  return i <= st->nchannels ? st->next : st->mesh[i - st->nchannels - 1].to;
+}
+
+/* The rank link i receives from. */
+static int link_from(const nl_state *st, int i) {
+  return i <= st->nchannels ? st->prev : st->mesh[i - st->nchannels - 1].from;
+}
+
+/* "channel 1", "the fingerprint connection" or "Bruck link 2", for
+ * messages. */
 static const char *link_name(const nl_state *st, int i, char *out,
                              size_t bytes) {
   if (i < st->nchannels)
     snprintf(out, bytes, "channel %d", i);
-  else
+  else if (i == st->nchannels)
     snprintf(out, bytes, "the fingerprint connection");
+  else
+    snprintf(out, bytes, "Bruck link %d", i - st->nchannels - 1);
   return out;
+}
+
+/* The Bruck mesh's links (to the ranks 2^k away) and message buffers
+ * (st->bruck). */
+static xcoll_status alloc_mesh(nl_state *st) {
+  st->mesh_links = 0;
+  if (!st->bruck)
+    return XCOLL_SUCCESS;
+  int p = st->world_size;
+  st->mesh_out = alloc_aligned(st, NL_BRUCK_BUFFER_BYTES(p));
+  st->mesh_in = alloc_aligned(st, NL_BRUCK_BUFFER_BYTES(p));
+  if (!st->mesh_out || !st->mesh_in)
+    return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
+                       "nccl_like: out of memory for the Bruck allreduce's "
+                       "buffers (XCOLL_BRUCK=0 goes without them)");
+  for (int d = 1; d < p; d *= 2) {
+    nl_mesh_link *m = &st->mesh[st->mesh_links++];
+    memset(m, 0, sizeof *m);
+    m->to = (st->rank + d) % p;
+    m->from = (st->rank - d + p) % p;
+  }
+  atomic_init(&st->mesh_moved, 0);
+  return XCOLL_SUCCESS;
 }
 
 /* The plugin's last ERROR sentence, for messages. */
@@ -108,12 +153,14 @@ static xcoll_status net_error(nl_state *st, xcoll_status s, const char *what,
 
 /* Listen on every link, then exchange the handles with one bootstrap
  * allgather (core/bootstrap.h, NCCL's bootstrapAllGather): every rank
- * contributes link_count x XCOLL_NET_HANDLE_MAXSIZE bytes; this rank keeps
- * its next rank's, the ones it connects to. */
-static xcoll_status exchange_handles(nl_state *st, uint8_t *next_handles) {
+ * contributes link_count x XCOLL_NET_HANDLE_MAXSIZE bytes; *all receives
+ * every rank's blob (free it), of which this rank connects link i to
+ * link_to(i)'s i-th handle. */
+static xcoll_status exchange_handles(nl_state *st, uint8_t **all_out) {
   xcoll_comm *comm = st->comm;
   size_t blob_bytes = (size_t)link_count(st) * XCOLL_NET_HANDLE_MAXSIZE;
   uint8_t *all = calloc((size_t)st->world_size + 1, blob_bytes);
+  *all_out = all;
   if (!all)
     return xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
                        "nccl_like: out of memory for %d ranks' net handles",
@@ -125,40 +172,41 @@ static xcoll_status exchange_handles(nl_state *st, uint8_t *next_handles) {
                         mine + (size_t)i * XCOLL_NET_HANDLE_MAXSIZE,
                         &link_at(st, i)->listen_comm);
     if (s != XCOLL_SUCCESS)
-      s = net_error(st, s, "listen", i, st->prev);
+      s = net_error(st, s, "listen", i, link_from(st, i));
   }
-  /* The blob's size depends on the channel count, which every rank agreed
-   * on before (nccl_like.c: agree_channels). */
+  /* The blob's size depends on the channel count and the Bruck choice,
+   * which every rank agreed on before (nccl_like.c: agree_channels). */
   if (s == XCOLL_SUCCESS)
     s = xcoll_bootstrap_allgather(comm, "nl_handles", mine, blob_bytes, all);
-  if (s == XCOLL_SUCCESS)
-    memcpy(next_handles, all + (size_t)st->next * blob_bytes, blob_bytes);
-  free(all);
   return s;
 }
 
-/* Connect to the next rank and accept from the previous on every link,
- * retrying the non-blocking calls until all are done or st->timeout_s. */
-static xcoll_status connect_ring(nl_state *st, const uint8_t *next_handles) {
+/* Connect link i to link_to(i) and accept from link_from(i) on every
+ * link, retrying the non-blocking calls until all are done or
+ * st->timeout_s. */
+static xcoll_status connect_links(nl_state *st, const uint8_t *all) {
+  size_t blob_bytes = (size_t)link_count(st) * XCOLL_NET_HANDLE_MAXSIZE;
   double deadline = nl_now() + st->timeout_s;
   for (;;) {
     int pending = 0;
     for (int i = 0; i < link_count(st); i++) {
       nl_ring_link *link = link_at(st, i);
+      int to = link_to(st, i), from = link_from(st, i);
       if (!link->send_comm) {
-        xcoll_status s = st->net->connect(
-            st->net_device, &st->net_config,
-            next_handles + (size_t)i * XCOLL_NET_HANDLE_MAXSIZE, st->next,
-            &link->send_comm);
+        xcoll_status s =
+            st->net->connect(st->net_device, &st->net_config,
+                             all + (size_t)to * blob_bytes +
+                                 (size_t)i * XCOLL_NET_HANDLE_MAXSIZE,
+                             to, &link->send_comm);
         if (s != XCOLL_SUCCESS)
-          return net_error(st, s, "connect", i, st->next);
+          return net_error(st, s, "connect", i, to);
         pending += link->send_comm == NULL;
       }
       if (!link->recv_comm) {
         xcoll_status s =
-            st->net->accept(link->listen_comm, st->prev, &link->recv_comm);
+            st->net->accept(link->listen_comm, from, &link->recv_comm);
         if (s != XCOLL_SUCCESS)
-          return net_error(st, s, "accept", i, st->prev);
+          return net_error(st, s, "accept", i, from);
         pending += link->recv_comm == NULL;
       }
     }
@@ -168,18 +216,20 @@ static xcoll_status connect_ring(nl_state *st, const uint8_t *next_handles) {
       for (int i = 0; i < link_count(st); i++) {
         char name[48];
         link_name(st, i, name, sizeof name);
+        int ring = i <= st->nchannels;
         if (!link_at(st, i)->send_comm)
           return xcoll_error(st->comm, XCOLL_ERR_TIMEOUT,
                              "nccl_like: rank %d could not connect %s to "
-                             "rank %d (next in the ring) within %.1f s "
-                             "(XCOLL_TIMEOUT_S)",
-                             st->rank, name, st->next, st->timeout_s);
+                             "rank %d%s within %.1f s (XCOLL_TIMEOUT_S)",
+                             st->rank, name, link_to(st, i),
+                             ring ? " (next in the ring)" : "", st->timeout_s);
         if (!link_at(st, i)->recv_comm)
           return xcoll_error(st->comm, XCOLL_ERR_TIMEOUT,
-                             "nccl_like: rank %d: rank %d (previous in the "
-                             "ring) did not connect %s within %.1f s "
-                             "(XCOLL_TIMEOUT_S)",
-                             st->rank, st->prev, name, st->timeout_s);
+                             "nccl_like: rank %d: rank %d%s did not connect "
+                             "%s within %.1f s (XCOLL_TIMEOUT_S)",
+                             st->rank, link_from(st, i),
+                             ring ? " (previous in the ring)" : "", name,
+                             st->timeout_s);
       }
     }
     /* Ranks start at different times: do not spin a core meanwhile. */
@@ -228,15 +278,14 @@ xcoll_status nl_channels_setup(nl_state *st) {
   st->net_config.secret = NULL;
   st->net_config.secret_bytes = 0;
 
-  uint8_t *next_handles =
-      calloc((size_t)link_count(st), XCOLL_NET_HANDLE_MAXSIZE);
-  if (!next_handles)
-    return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
-                       "nccl_like: out of memory for net handles");
-  s = exchange_handles(st, next_handles);
+  s = alloc_mesh(st);
+  if (s != XCOLL_SUCCESS)
+    return s;
+  uint8_t *all = NULL;
+  s = exchange_handles(st, &all);
   if (s == XCOLL_SUCCESS)
-    s = connect_ring(st, next_handles);
-  free(next_handles);
+    s = connect_links(st, all);
+  free(all);
   if (s == XCOLL_SUCCESS)
     s = register_buffers(st);
   /* Listening is over: each listen comm accepted its one connection. */
@@ -300,4 +349,12 @@ void nl_channels_free(nl_state *st) {
   link_close(st, &fp->link);
   fp->send_request = NULL;
   fp->recv_request = NULL;
+  for (int k = 0; k < st->mesh_links; k++)
+    link_close(st, &st->mesh[k].link);
+  st->mesh_links = 0;
+  if (st->gpu == NULL) { /* a GPU rank never runs Bruck */
+    free(st->mesh_out);
+    free(st->mesh_in);
+  }
+  st->mesh_out = st->mesh_in = NULL;
 }

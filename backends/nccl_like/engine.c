@@ -107,9 +107,19 @@ static void fill_work(nl_state *st, nl_op *op) {
    * desync fails the first LL step it reaches (desync.c). */
   xcoll_fingerprint fp = xcoll_fingerprint_of(a);
   w->check = xcoll_fingerprint_digest(&fp);
+  /* On a comm of host ranks a small LL allreduce runs Bruck's allgather
+   * over the mesh instead (bruck.c): log2 P dependent messages rather than
+   * the gather's P-1. */
+  op->bruck = nl_bruck_applies(st, op);
+  if (op->bruck)
+    op->nchannels = w->nchannels = 1;
   xcoll_comm_note_algorithm(st->comm,
-                            w->algo == XC_ALGO_GATHER ? "gather" : "ring",
-                            w->proto == XC_PROTO_LL ? "ll" : "simple");
+                            op->bruck                   ? "bruck"
+                            : w->algo == XC_ALGO_GATHER ? "gather"
+                                                        : "ring",
+                            op->bruck                 ? "direct"
+                            : w->proto == XC_PROTO_LL ? "ll"
+                                                      : "simple");
 }
 
 /* The op's final status, with the message recorded on this (the waiting)
@@ -393,7 +403,9 @@ static void trace_channel_op(nl_state *st, nl_channel *ch, const nl_op *op,
 static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
   xcoll_status s = XCOLL_ERR_ABORTED;
   int kick = 0; /* slots left to send: the proxy must finish them */
-  if (!atomic_load(&st->failed)) {
+  if (!atomic_load(&st->failed) && op->bruck) {
+    s = nl_bruck_run(st, ch, op);
+  } else if (!atomic_load(&st->failed)) {
     xc_work work = op->work;
     work.channel = ch->id;
     work.progress = nl_proxy_progress_hook;

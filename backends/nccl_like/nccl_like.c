@@ -109,6 +109,17 @@ static xcoll_status read_options(nl_state *st) {
     return xcoll_error_adopt(comm, s);
   st->inline_wait = (int)wait_runs;
 
+  /* XCOLL_BRUCK=1 (default): this rank proposes the Bruck allreduce for
+   * small allreduces (bruck.c); every rank must agree (agree_channels),
+   * and a GPU rank never proposes it (its kernels speak the ring only). */
+  long bruck = 1;
+  s = xcoll_param_int("XCOLL_BRUCK", &bruck);
+  if (s != XCOLL_SUCCESS)
+    return xcoll_error_adopt(comm, s);
+  st->bruck = bruck && comm->cuda == NULL &&
+              st->world_size >= NL_BRUCK_MIN_RANKS &&
+              st->world_size <= NL_BRUCK_MAX_RANKS;
+
   /* Spin before sleeping only when each rank of the host has a core
    * (NL_SPIN_US); unknown LOCAL_WORLD_SIZE: do not. */
   int own_core = comm->local_world_size > 0 &&
@@ -126,7 +137,8 @@ static xcoll_status read_options(nl_state *st) {
 static xcoll_status agree_channels(nl_state *st) {
   if (st->world_size == 1)
     return XCOLL_SUCCESS;
-  uint8_t mine[2] = {(uint8_t)st->nchannels, (uint8_t)st->nchannels_auto};
+  uint8_t mine[3] = {(uint8_t)st->nchannels, (uint8_t)st->nchannels_auto,
+                     (uint8_t)st->bruck};
   uint8_t *all = malloc((size_t)st->world_size * sizeof mine);
   if (!all)
     return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
@@ -137,8 +149,10 @@ static xcoll_status agree_channels(nl_state *st) {
                                              sizeof mine, all);
   if (s == XCOLL_SUCCESS) {
     int agreed = st->nchannels, from = st->rank;
+    int bruck = st->bruck;
     for (int r = 0; r < st->world_size; r++) {
-      int theirs = all[2 * r];
+      int theirs = all[3 * r];
+      bruck = bruck && all[3 * r + 2];
       if (theirs < 1 || theirs > NL_MAX_CHANNELS) {
         s = xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
                         "nccl_like: rank %d proposed %d channels at init "
@@ -156,8 +170,15 @@ static xcoll_status agree_channels(nl_state *st) {
                  st->rank, agreed, st->nchannels,
                  st->nchannels_auto ? "from its cores" : "XCOLL_NCHANNELS",
                  from, agreed,
-                 all[2 * from + 1] ? "from its cores" : "XCOLL_NCHANNELS");
+                 all[3 * from + 1] ? "from its cores" : "XCOLL_NCHANNELS");
     st->nchannels = agreed;
+    /* Bruck needs every rank's mesh: any rank that does not propose it
+     * (XCOLL_BRUCK=0, a GPU rank) turns it off for all. */
+    if (st->bruck && !bruck)
+      XCOLL_INFO("nccl_like: rank %d: Bruck allreduce off: another rank "
+                 "has XCOLL_BRUCK=0 or is a GPU rank",
+                 st->rank);
+    st->bruck = bruck;
   }
   free(all);
   return s;
@@ -546,6 +567,17 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
       s = xcoll_error_adopt(comm, s);
   }
   st->recvs_ahead = nl_recvs_ahead(st->net, st->net_device);
+  /* The mesh sends from and receives into unregistered host memory: only
+   * plugins that take it (socket, ucx; ibverbs needs reg_mr). The plugin is
+   * the same on every rank, so is this choice. */
+  if (st->bruck && (st->net == NULL || (strcmp(st->net->name, "socket") != 0 &&
+                                        strcmp(st->net->name, "ucx") != 0)))
+    st->bruck = 0;
+  if (s == XCOLL_SUCCESS && st->world_size > 1)
+    XCOLL_INFO("nccl_like: Bruck allreduce %s (XCOLL_BRUCK; up to %zu B over "
+               "LL, %d to %d host ranks, net socket or ucx)",
+               st->bruck ? "on" : "off", NL_GATHER_MAX_BYTES,
+               NL_BRUCK_MIN_RANKS, NL_BRUCK_MAX_RANKS);
   if (s == XCOLL_SUCCESS)
     s = nl_channels_setup(st);
   if (s == XCOLL_SUCCESS && st->gpu != NULL)

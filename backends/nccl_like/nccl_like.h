@@ -48,6 +48,21 @@
  * choice depends only on the arguments, so every rank makes the same.
  * Measured with bench/nccl_like.sh (docs/nccl_like.md). */
 #define NL_GATHER_MAX_BYTES ((size_t)4 << 10)
+/* The Bruck allreduce (bruck.c): on a comm of host ranks only, an
+ * allreduce (and a barrier) of at most NL_GATHER_MAX_BYTES that runs LL
+ * allgathers the inputs with Bruck's algorithm over direct connections to
+ * the ranks 1, 2, 4, ... away and reduces the P inputs locally in rank
+ * order: ceil(log2 P) dependent messages, where the gather takes P-1. From
+ * NL_BRUCK_MIN_RANKS ranks (at P = 2 the gather already is one message)
+ * to NL_BRUCK_MAX_RANKS (the inputs of every rank are held at once). */
+#define NL_BRUCK_MIN_RANKS 3
+#define NL_BRUCK_MAX_RANKS 16
+#define NL_BRUCK_MAX_LINKS 4 /* ceil(log2(NL_BRUCK_MAX_RANKS)) */
+/* A Bruck message: this header, then the blocks it carries. The header
+ * holds the sender's fingerprint of the call (core/fingerprint.h) and the
+ * bytes of one block (one rank's input); its size keeps the blocks 16-byte
+ * aligned. */
+#define NL_BRUCK_HEADER_BYTES 32
 /* A collective uses one channel per this many bytes (at least one, at most
  * XCOLL_NCHANNELS), as NCCL lowers nChannels for small sizes: a small op on
  * many channels only adds threads to wake and slots to send. */
@@ -131,6 +146,16 @@ typedef struct nl_ring_link {
   xcoll_net_send_comm *send_comm;
   xcoll_net_recv_comm *recv_comm;
 } nl_ring_link;
+
+/* One link of the Bruck mesh (bruck.c): link k sends to rank + 2^k and
+ * receives from rank - 2^k (mod P), for 2^k < P. Each op posts one message
+ * each way per link, in issue order. */
+typedef struct nl_mesh_link {
+  nl_ring_link link;
+  int to, from; /* the peers of send_comm and recv_comm */
+  xcoll_net_request *send_request, *recv_request;
+  uint32_t sends, recvs; /* messages posted so far: the tags */
+} nl_mesh_link;
 
 typedef struct nl_channel {
   int id;
@@ -231,6 +256,7 @@ typedef struct nl_op {
   uint64_t fp_index; /* its fingerprint's slot counter (desync.c) */
   int fp_deferred;   /* its fingerprint is checked in its LL flags; the op
                         does not wait for the fingerprint's judgment */
+  int bruck;         /* runs nl_bruck_run on channel 0, not a ring kernel */
   int nchannels; /* channels this op runs on: 0..nchannels-1 */
   xc_work work; /* channel and nchannels filled per channel by the worker */
   int channels_left;      /* under the state's lock */
@@ -259,6 +285,16 @@ typedef struct nl_state {
   double spin_s; /* a waiting kernel polls this long before it sleeps in
                     poll(2) (0: NL_SPINS_BEFORE_POLL passes only); see
                     NL_SPIN_US */
+  /* XCOLL_BRUCK and every rank a host rank (agreed at init), P within
+   * NL_BRUCK_{MIN,MAX}_RANKS and a plugin that takes unregistered host
+   * memory: small allreduces run bruck.c over mesh[0..mesh_links-1]. */
+  int bruck;
+  int mesh_links; /* ceil(log2 P) with bruck, else 0 */
+  nl_mesh_link mesh[NL_BRUCK_MAX_LINKS];
+  uint8_t *mesh_out;           /* header + P blocks: what this rank sends */
+  uint8_t *mesh_in;            /* the messages it receives, one per link */
+  _Atomic uint64_t mesh_moved; /* messages sent or landed (the proxy's
+                                  watchdog counts them as progress) */
   int direct; /* XCOLL_DIRECT and a plugin that sends from any host address:
                  SIMPLE sends skip the slot copy (engine.c) */
   double timeout_s;
@@ -444,6 +480,26 @@ xcoll_status nl_gpu_test(nl_state *st, nl_op *op, int *done);
 xcoll_status nl_gpu_wait(nl_state *st, nl_op *op);
 /* The proxy thread: retire launches that completed (ops_in_flight). */
 void nl_gpu_retire(nl_state *st);
+
+/* ---- bruck.c ---- */
+/* Bytes of mesh_out and of mesh_in: a header per link and P blocks. */
+#define NL_BRUCK_BUFFER_BYTES(p)                                               \
+  (NL_BRUCK_MAX_LINKS * NL_BRUCK_HEADER_BYTES + (size_t)(p)*NL_GATHER_MAX_BYTES)
+/* 1 when op (filled by fill_work) runs bruck.c on this comm: st->bruck, an
+ * allreduce (or barrier) of at most NL_GATHER_MAX_BYTES over LL. The same
+ * answer on every rank: it depends on the arguments and on what the ranks
+ * agreed at init. */
+int nl_bruck_applies(const nl_state *st, const nl_op *op);
+/* Run op on the calling thread (channel 0's item): allgather every rank's
+ * input with Bruck's algorithm over the mesh, each message carrying the
+ * sender's fingerprint, which the receiver compares with its own (a
+ * mismatch is nl_fail_everywhere(PROTOCOL) naming both calls), then reduce
+ * the inputs in rank order, the order of the gather algorithm
+ * (kernels/ring.h), so results are bitwise the gather's and the same on
+ * every rank. Waits in poll(2) on the mesh's sockets. Errors: ABORTED (the
+ * comm failed), REMOTE naming a peer that closed, TIMEOUT naming the peers
+ * not heard from within st->timeout_s, PROTOCOL; each through nl_fail. */
+xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op);
 
 /* ---- engine.c ---- */
 xcoll_status nl_workers_start(nl_state *st);

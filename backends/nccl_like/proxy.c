@@ -386,7 +386,7 @@ static void *proxy_main(void *arg) {
   nl_state *st = arg;
   double last_progress = nl_now();
   double last_active = 0;
-  uint64_t last_kernel = 0;
+  uint64_t last_kernel = 0, last_moved = 0;
   int was_active = 0;
   for (;;) {
     int active = !atomic_load(&st->failed) &&
@@ -474,6 +474,15 @@ static void *proxy_main(void *arg) {
     if (progress) {
       last_progress = nl_now();
       continue;
+    }
+    /* Bruck messages (bruck.c) move no FIFO counter: the thread
+     * running the op drives them, so they reset the watchdog without
+     * keeping this thread off its nap. */
+    uint64_t moved =
+        atomic_load_explicit(&st->mesh_moved, memory_order_relaxed);
+    if (moved != last_moved) {
+      last_moved = moved;
+      last_progress = nl_now();
     }
     double idle = nl_now() - last_progress;
     if (atomic_load(&st->store_lost) && idle > NL_STORE_LOST_GRACE_S &&

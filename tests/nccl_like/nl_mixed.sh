@@ -6,6 +6,10 @@
 #   nl_mixed.sh XCOLLRUN NL_MIXED NP GPU_RANKS [--quick]
 # The CUDA driver is the real one, or the stand-in when LD_LIBRARY_PATH
 # puts tests/fake_cuda first (ctest does). Exit 77 when there is neither.
+# NL_MIXED_SECOND_ENV="VAR=value ...": set for the second run only. With
+# GPU_RANKS none, that compares two host-only rings: e.g. XCOLL_BRUCK=0
+# checks that the Bruck allreduce (backends/nccl_like/bruck.c) gives the
+# gather algorithm's bits.
 set -u
 xcollrun=$1
 program=$2
@@ -14,11 +18,16 @@ gpu_ranks=$4
 shift 4
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+second_env=${NL_MIXED_SECOND_ENV:-}
 for run in host mixed; do
   ranks=none
-  [ "$run" = mixed ] && ranks=$gpu_ranks
-  echo "== $np ranks, GPU ranks: $ranks"
-  if ! timeout -k 5 240 "$xcollrun" --nproc-per-node "$np" --master-port 0 \
+  run_env=()
+  if [ "$run" = mixed ]; then
+    ranks=$gpu_ranks
+    read -r -a run_env <<< "$second_env"
+  fi
+  echo "== $np ranks, GPU ranks: $ranks${run_env[*]:+, ${run_env[*]}}"
+  if ! env "${run_env[@]}" timeout -k 5 240 "$xcollrun" --nproc-per-node "$np" --master-port 0 \
       "$program" "$ranks" "$@" > "$tmp/$run.out" 2> "$tmp/$run.err"; then
     cat "$tmp/$run.err" "$tmp/$run.out" | tail -n 40
     if grep -q "dlopen libcuda.so.1" "$tmp/$run.err"; then
@@ -36,9 +45,11 @@ if [ "$lines" -eq 0 ]; then
   echo "FAIL: no HASH lines"
   exit 1
 fi
+what="the host-only and the mixed ring"
+[ -n "$second_env" ] && what="the first run and the second ($second_env)"
 if ! diff "$tmp/host.hash" "$tmp/mixed.hash" > "$tmp/diff"; then
   head -n 20 "$tmp/diff"
-  echo "FAIL: the mixed ring's results differ from the host-only ring's"
+  echo "FAIL: results differ between $what"
   exit 1
 fi
-echo "ok: $lines results bit-identical between the host-only and the mixed ring"
+echo "ok: $lines results bit-identical between $what"

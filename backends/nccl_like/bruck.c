@@ -1,0 +1,347 @@
+/* bruck.c - the Bruck allreduce of the nccl_like host engine, for small
+ * allreduces on comms of host ranks: every rank's input is allgathered with
+ * Bruck's algorithm over direct connections to the ranks 1, 2, 4, ... away
+ * (channel.c's mesh links), then every rank reduces the P inputs itself,
+ * in rank order.
+ *
+ * Why: a small allreduce is latency-bound. The ring takes 2(P-1) dependent
+ * messages and the gather algorithm (kernels/ring.h: a ring allgather of
+ * the inputs, reduced locally) P-1; on a host where ranks outnumber cores
+ * each of them is a wake-up of the next rank by the scheduler. Bruck's
+ * allgather (J. Bruck, C.-T. Ho, S. Kipnis, E. Upfal, D. Weathersby,
+ * "Efficient algorithms for all-to-all communications in multiport
+ * message-passing systems", IEEE TPDS 8(11), 1997) takes ceil(log2 P)
+ * rounds for any P: in round k a rank sends the blocks it holds (block j is
+ * the input of rank - j), at most 2^k of them, to rank + 2^k and receives
+ * as many from rank - 2^k into blocks [2^k, 2^k + cnt). The bytes sent per
+ * rank are (P-1) S, as the gather's. Here a round's send leaves as soon as
+ * the blocks it carries are in, and every receive is posted at once, so at
+ * P=3 both sends leave at once (each carries only the rank's own input).
+ * tcp's recursive doubling also takes log2 P rounds, but exchanges partial
+ * sums, whose order differs from the gather's; NCCL keeps to ring and tree.
+ *
+ * Results: the inputs are reduced as acc = x[0] op x[1], then acc op x[q]
+ * for q = 2..P-1, with kernels/reduce.h's functors: the order and the
+ * functions of xc_gather_allreduce, so a Bruck result is bitwise the
+ * gather's (which GPU ranks and mixed rings run), the same on every rank
+ * and from run to run. AVG divides once at the end (xc_scale_avg), as the
+ * kernels do.
+ *
+ * Checking: each message carries the sender's fingerprint of the call, and
+ * the receiver compares it with its own before it uses the blocks; every
+ * rank's call is compared by the rank after it (round 0), and a block
+ * forwarded later was compared on its way. The op's fingerprint on the
+ * fingerprint connection is deferred, as an LL collective's (desync.c). */
+#include <inttypes.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "error.h"
+#include "fingerprint.h"
+#include "log.h"
+#include "nccl_like.h"
+#include "reduce.h"
+#include "trace.h"
+
+/* Descriptors one comm may give to poll (a socket comm has at most 16). */
+#define NL_BRUCK_FDS_PER_COMM 16
+/* A waiting rank passes over its links, yielding its core after each idle
+ * pass, for this long (seconds) before it sleeps in poll(2), whether or not
+ * ranks outnumber cores, as the tcp backend spins TCP_SPIN_US. Measured at
+ * P=4 on 2 cores, 8-byte allreduce with every rank sending to all others
+ * at once (an earlier form of this file): 0 us (sleep at once) 153 us a
+ * call, 10 us 108 us, 20 us 117 us. */
+#define NL_BRUCK_SPIN_S 10e-6
+
+int nl_bruck_applies(const nl_state *st, const nl_op *op) {
+  const xc_work *w = &op->work;
+  return st->bruck && w->kind == XC_COLL_ALLREDUCE && w->proto == XC_PROTO_LL &&
+         w->count * xcoll_datatype_size(w->dtype) <= NL_GATHER_MAX_BYTES;
+}
+
+/* The header: the 24-byte fingerprint encoding, then the bytes of one
+ * rank's input (little-endian u32), then zeros. */
+static void header_write(uint8_t *out, const xcoll_fingerprint *fp,
+                         size_t block) {
+  memset(out, 0, NL_BRUCK_HEADER_BYTES);
+  xcoll_fingerprint_encode(fp, out);
+  for (int i = 0; i < 4; i++)
+    out[XCOLL_FINGERPRINT_BYTES + i] = (uint8_t)(block >> (8 * i));
+}
+
+static size_t header_block(const uint8_t *in) {
+  size_t block = 0;
+  for (int i = 0; i < 4; i++)
+    block |= (size_t)in[XCOLL_FINGERPRINT_BYTES + i] << (8 * i);
+  return block;
+}
+
+/* One round of the schedule: send this rank's blocks [0, cnt) to rank + d
+ * over mesh link k (d = 2^k), receive rank - d's blocks [0, cnt) into
+ * blocks [d, d + cnt). Its receive lands at mesh_in + stage. */
+typedef struct nl_round {
+  int d, cnt;
+  size_t stage;
+  int sent, landed;
+} nl_round;
+
+/* Room for round r's receive: cnt blocks of the largest size, so that a
+ * peer that called another Bruck allreduce (another count) is found by
+ * its fingerprint, not by a truncated receive. */
+static size_t room_of(const nl_round *r) {
+  return NL_BRUCK_HEADER_BYTES + (size_t)r->cnt * NL_GATHER_MAX_BYTES;
+}
+
+/* Bruck's rounds for p ranks: d = 2^k, cnt = min(2^k, p - 2^k). */
+static int schedule(int p, nl_round *rounds) {
+  int n = 0;
+  size_t stage = 0;
+  for (int d = 1; d < p; d *= 2) {
+    int cnt = d < p - d ? d : p - d;
+    rounds[n] = (nl_round){.d = d, .cnt = cnt, .stage = stage};
+    stage += room_of(&rounds[n++]);
+  }
+  return n;
+}
+
+/* Rank `from`'s message of round r against this rank's call; then its
+ * blocks go to their place. */
+static xcoll_status land(nl_state *st, const xcoll_fingerprint *ours,
+                         const nl_round *r, size_t bytes, size_t block) {
+  int from = (st->rank - r->d + st->world_size) % st->world_size;
+  const uint8_t *msg = st->mesh_in + r->stage;
+  xcoll_fingerprint theirs;
+  if (bytes < NL_BRUCK_HEADER_BYTES ||
+      xcoll_fingerprint_decode(msg, &theirs) != 0 || !theirs.valid)
+    return nl_fail_everywhere(
+        st, XCOLL_ERR_PROTOCOL,
+        "nccl_like: rank %d got a malformed Bruck message (%zu B) from "
+        "rank %d: a corrupted connection or another xcoll version",
+        st->rank, bytes, from);
+  if (!xcoll_fingerprint_equal(ours, &theirs) || header_block(msg) != block ||
+      bytes != NL_BRUCK_HEADER_BYTES + (size_t)r->cnt * block) {
+    char sentence[2 * XCOLL_FINGERPRINT_TEXT_BYTES + 160];
+    xcoll_fingerprint_mismatch(st->rank, ours, from, &theirs, sentence,
+                               sizeof sentence);
+    return nl_fail_everywhere(
+        st, XCOLL_ERR_PROTOCOL,
+        "nccl_like: collective mismatch: %s (found by rank %d in the "
+        "Bruck message rank %d sent for its collective #%" PRIu64 "): "
+        "every rank must call the same collectives in the same order with "
+        "the same count, dtype, op and root",
+        sentence, st->rank, from, theirs.seq);
+  }
+  memcpy(st->mesh_out + NL_BRUCK_HEADER_BYTES + (size_t)r->d * block,
+         msg + NL_BRUCK_HEADER_BYTES, (size_t)r->cnt * block);
+  return XCOLL_SUCCESS;
+}
+
+/* Post what can be posted and test what is posted, round by round. Sets
+ * *progress when something moved; *left = rounds not yet both sent and
+ * landed. */
+static xcoll_status mesh_step(nl_state *st, const xcoll_fingerprint *ours,
+                              nl_round *rounds, int nrounds, size_t block,
+                              int *progress, int *left) {
+  *left = 0;
+  for (int i = 0; i < nrounds; i++) {
+    nl_round *r = &rounds[i];
+    nl_mesh_link *m = &st->mesh[i];
+    xcoll_status s = XCOLL_SUCCESS;
+    size_t bytes_out = NL_BRUCK_HEADER_BYTES + (size_t)r->cnt * block;
+    if (!r->landed && m->recv_request == NULL) {
+      s = st->net->irecv(m->link.recv_comm, st->mesh_in + r->stage, room_of(r),
+                         m->recvs, NULL, &m->recv_request);
+      if (s != XCOLL_SUCCESS)
+        goto recv_failed;
+      if (m->recv_request != NULL)
+        m->recvs++, *progress = 1;
+    }
+    if (!r->landed && m->recv_request != NULL) {
+      int done = 0;
+      size_t bytes = 0;
+      s = st->net->test(m->recv_request, &done, &bytes);
+      if (s != XCOLL_SUCCESS) {
+        m->recv_request = NULL;
+        goto recv_failed;
+      }
+      if (done) {
+        m->recv_request = NULL;
+        s = land(st, ours, r, bytes, block);
+        if (s != XCOLL_SUCCESS)
+          return s;
+        r->landed = 1;
+        atomic_fetch_add(&st->mesh_moved, 1);
+        *progress = 1;
+      }
+    }
+    if (!r->sent && m->send_request == NULL) {
+      int ready = 1; /* the blocks it carries are in */
+      for (int j = 0; j < nrounds && ready; j++)
+        if (rounds[j].d < r->cnt && !rounds[j].landed)
+          ready = 0;
+      if (ready) {
+        s = st->net->isend(m->link.send_comm, st->mesh_out, bytes_out, m->sends,
+                           NULL, &m->send_request);
+        if (s != XCOLL_SUCCESS)
+          goto send_failed;
+        if (m->send_request != NULL)
+          m->sends++, *progress = 1;
+      }
+    }
+    if (!r->sent && m->send_request != NULL) {
+      int done = 0;
+      size_t bytes = 0;
+      s = st->net->test(m->send_request, &done, &bytes);
+      if (s != XCOLL_SUCCESS) {
+        m->send_request = NULL;
+        goto send_failed;
+      }
+      if (done) {
+        m->send_request = NULL;
+        r->sent = 1;
+        atomic_fetch_add(&st->mesh_moved, 1);
+        *progress = 1;
+      }
+    }
+    *left += !r->sent || !r->landed;
+    continue;
+  recv_failed:
+    return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? m->from : -1,
+                   "nccl_like: rank %d: Bruck receive from rank %d "
+                   "failed: %s",
+                   st->rank, m->from, nl_net_last_error());
+  send_failed:
+    return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? m->to : -1,
+                   "nccl_like: rank %d: Bruck send to rank %d failed: %s",
+                   st->rank, m->to, nl_net_last_error());
+  }
+  return XCOLL_SUCCESS;
+}
+
+/* poll(2) the mesh sockets that have a request posted, at most timeout_ms.
+ * Returns 1 when one is ready, 0 when none is (or poll failed: the caller
+ * tests every link anyway), -1 when the plugin names no descriptor. */
+static int mesh_poll(nl_state *st, int timeout_ms) {
+  struct pollfd fds[2 * NL_BRUCK_MAX_LINKS * NL_BRUCK_FDS_PER_COMM];
+  int n = 0, max = (int)(sizeof fds / sizeof fds[0]);
+  if (st->net->get_fds == NULL)
+    return -1;
+  for (int k = 0; k < st->mesh_links; k++) {
+    nl_mesh_link *m = &st->mesh[k];
+    int ids[NL_BRUCK_FDS_PER_COMM], count = 0;
+    if (m->recv_request != NULL &&
+        st->net->get_fds(NULL, m->link.recv_comm, ids, NL_BRUCK_FDS_PER_COMM,
+                         &count) == XCOLL_SUCCESS)
+      for (int i = 0; i < count && n < max; i++)
+        fds[n++] = (struct pollfd){.fd = ids[i], .events = POLLIN};
+    count = 0;
+    if (m->send_request != NULL &&
+        st->net->get_fds(m->link.send_comm, NULL, ids, NL_BRUCK_FDS_PER_COMM,
+                         &count) == XCOLL_SUCCESS)
+      for (int i = 0; i < count && n < max; i++)
+        fds[n++] = (struct pollfd){.fd = ids[i], .events = POLLOUT};
+  }
+  if (n == 0)
+    return -1;
+  return poll(fds, (nfds_t)n, timeout_ms) > 0;
+}
+
+/* The ranks not heard from, for a timeout's message: "1, 3". */
+static void missing_ranks(const nl_state *st, const nl_round *rounds,
+                          int nrounds, char *out, size_t bytes) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (int i = 0; i < nrounds && used < bytes; i++) {
+    if (rounds[i].landed)
+      continue;
+    int from = (st->rank - rounds[i].d + st->world_size) % st->world_size;
+    int w = snprintf(out + used, bytes - used, "%s%d", used ? ", " : "", from);
+    if (w < 0)
+      break;
+    used += (size_t)w;
+  }
+}
+
+xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op) {
+  const xc_work *w = &op->work;
+  int p = st->world_size;
+  size_t block = w->count * xcoll_datatype_size(w->dtype);
+  double t0 = xcoll_trace_enabled() ? xcoll_time_us() : 0;
+  xcoll_fingerprint ours = xcoll_fingerprint_of(&op->args);
+  header_write(st->mesh_out, &ours, block);
+  if (block > 0)
+    memcpy(st->mesh_out + NL_BRUCK_HEADER_BYTES, w->sendbuf, block);
+  nl_round rounds[NL_BRUCK_MAX_LINKS];
+  int nrounds = schedule(p, rounds);
+
+  double last_progress = nl_now(), wait_since = last_progress;
+  uint64_t spins = 0;
+  for (;;) {
+    if (xc_abort_raised(st->abort))
+      return XCOLL_ERR_ABORTED;
+    int progress = 0, left = 0;
+    xcoll_status s =
+        mesh_step(st, &ours, rounds, nrounds, block, &progress, &left);
+    if (s != XCOLL_SUCCESS)
+      return s;
+    if (left == 0)
+      break;
+    double now = nl_now();
+    if (progress) {
+      last_progress = wait_since = now;
+      spins = 0;
+      continue;
+    }
+    spins++;
+    if (now - last_progress > st->timeout_s) {
+      char who[128];
+      missing_ranks(st, rounds, nrounds, who, sizeof who);
+      return nl_fail(st, XCOLL_ERR_TIMEOUT, -1,
+                     "nccl_like: rank %d made no progress for %.1f s "
+                     "(XCOLL_TIMEOUT_S=%.1f) in a Bruck %s: no message "
+                     "from rank(s) %s: are they alive and in the same "
+                     "collective?",
+                     st->rank, now - last_progress, st->timeout_s,
+                     xcoll_coll_name(op->args.kind), who[0] ? who : "none");
+    }
+    /* Fingerprints of earlier ops move meanwhile, as the ring kernels'
+     * hook moves them (proxy.c), and a rank that waits long makes its
+     * deferred ones due, so that a neighbour that called another
+     * collective on the ring explains its failure naming both calls. */
+    if (spins % 64 == 0)
+      nl_fp_progress(st, &progress);
+    if (spins == 256)
+      nl_fp_flush(st);
+    /* Spin NL_BRUCK_SPIN_S, yielding the core on every idle pass, so
+     * that a rank sharing it that has a message to send gets it at once;
+     * then sleep in poll(2) until a mesh socket is ready. */
+    if (now - wait_since < NL_BRUCK_SPIN_S)
+      sched_yield();
+    else
+      (void)mesh_poll(st, NL_POLL_MS);
+  }
+
+  /* Every block is in (block j: rank - j's input): reduce in rank order. */
+  if (block > 0) {
+    const uint8_t *in[NL_BRUCK_MAX_RANKS] = {NULL};
+    for (int q = 0; q < p; q++)
+      in[q] = st->mesh_out + NL_BRUCK_HEADER_BYTES +
+              (size_t)((st->rank - q + p) % p) * block;
+    xc_reduce_into(w->recvbuf, in[0], in[1], w->count, w->dtype, w->op);
+    for (int q = 2; q < p; q++)
+      xc_reduce_into(w->recvbuf, w->recvbuf, in[q], w->count, w->dtype, w->op);
+    if (w->op == XCOLL_AVG)
+      xc_scale_avg(w->recvbuf, w->count, w->dtype, p);
+  }
+  if (xcoll_trace_enabled()) {
+    char args[160];
+    snprintf(args, sizeof args,
+             "\"channel\":%d,\"seq\":%llu,\"count\":%zu,\"rounds\":%d", ch->id,
+             (unsigned long long)op->args.seq, w->count, nrounds);
+    xcoll_trace_span("bruck", "channel", st->trace_base + (unsigned)ch->id, t0,
+                     xcoll_time_us(), args);
+  }
+  return XCOLL_SUCCESS;
+}
