@@ -3,10 +3,13 @@
 allreduce float32 sum, at P=2 and P=4 ranks on this host, in interleaved
 rounds so that a shared, loaded machine slows every backend alike:
 
-  round r: for P in NPROCS: for kind in (lat, bw): tcp, simple, ll, slot
-           [, base]
+  round r: for P in NPROCS: for kind in (lat, bw): tcp, simple, ll, slot,
+           gather [, base]
 
-slot is SIMPLE with XCOLL_DIRECT=0 (every step copied through a slot).
+slot is SIMPLE with XCOLL_DIRECT=0 (every step copied through a slot);
+gather is LL with XCOLL_BRUCK=0 (latency rows only: the small allreduce as
+the gather algorithm instead of the Bruck allreduce, which ll runs on 3 or
+more host ranks).
 
 Each row is then the MEDIAN over the rounds of the time (latency rows,
 8 B .. 4 KiB, us) or busbw (bandwidth rows, 1 MiB .. 16 MiB, GB/s), and of the
@@ -69,7 +72,9 @@ def main():
             # The same build with direct sends off: every step through a
             # slot, as before them (and as a CUDA rank runs).
             ("slot", build, {"XCOLL_BACKEND": "nccl_like",
-                             "XCOLL_PROTO": "simple", "XCOLL_DIRECT": "0"})]
+                             "XCOLL_PROTO": "simple", "XCOLL_DIRECT": "0"}),
+            ("gather", build, {"XCOLL_BACKEND": "nccl_like",
+                               "XCOLL_PROTO": "ll", "XCOLL_BRUCK": "0"})]
     if base:
         runs.append(("base", base, {"XCOLL_BACKEND": "nccl_like"}))
     print("# before:", uptime())
@@ -79,6 +84,8 @@ def main():
         for p in nprocs:
             for kind, args in kinds.items():
                 for name, b, env in runs:
+                    if name == "gather" and kind != "lat":
+                        continue
                     env = dict(env)
                     if name == "base":
                         env["XCOLL_PROTO"] = "ll" if kind == "lat" else "simple"
@@ -95,17 +102,18 @@ def main():
                     if kind == "lat" else
                     "bus bandwidth, GB/s; target >= 0.80x tcp")
             print("## P=%d: allreduce float32, %s" % (p, what))
-            print("%9s " % "bytes" + "".join("%9s " % n for n in names) +
-                  "".join("%18s " % (n + "/tcp") for n in names[1:]))
+            shown = [n for n in names if (p, kind, n) in data]
+            print("%9s " % "bytes" + "".join("%9s " % n for n in shown) +
+                  "".join("%18s " % (n + "/tcp") for n in shown[1:]))
             sizes = sorted(data[(p, kind, "tcp")][0])
             for size in sizes:
                 line = "%9d " % size
-                for n in names:
+                for n in shown:
                     vals = [r[size][col] for r in data[(p, kind, n)]
                             if size in r]
                     line += ("%9.1f " if kind == "lat" else "%9.3f ") % (
                         statistics.median(vals) if vals else float("nan"))
-                for n in names[1:]:
+                for n in shown[1:]:
                     ratios = [r[size][col] / t[size][col]
                               for r, t in zip(data[(p, kind, n)],
                                               data[(p, kind, "tcp")])
