@@ -138,6 +138,18 @@ foreach(mode kill stop)
     LABELS "faults;nccl_like" ENVIRONMENT XCOLL_BACKEND=nccl_like PROCESSORS 2)
 endforeach()
 
+# The same with 16-element allreduces, which 4 host ranks run as the Bruck
+# allreduce (backends/nccl_like/bruck.c): rank 1 has no link from rank 2
+# and must learn of it from the others.
+foreach(mode kill stop)
+  add_test(NAME faults.peer_${mode}.nccl_like.small
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_peer.sh
+            $<TARGET_FILE:xcollrun> $<TARGET_FILE:fault_peer> ${mode})
+  set_tests_properties(faults.peer_${mode}.nccl_like.small PROPERTIES
+    TIMEOUT 90 LABELS "faults;nccl_like" PROCESSORS 2
+    ENVIRONMENT "XCOLL_BACKEND=nccl_like;FAULT_PEER_COUNT=16")
+endforeach()
+
 # No thread left after xcoll_comm_abort + xcoll_comm_destroy.
 add_test(NAME faults.abort_threads.nccl_like
   COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node 3 --master-port 0

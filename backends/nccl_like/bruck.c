@@ -248,16 +248,32 @@ static int mesh_poll(nl_state *st, int timeout_ms) {
   return poll(fds, (nfds_t)n, timeout_ms) > 0;
 }
 
-/* The ranks not heard from, for a timeout's message: "1, 3". */
+/* The messages not yet landed, for a timeout's message: "rank 3 (the
+ * inputs of ranks 3, 2)"; a message carries the inputs of the ranks before
+ * its sender too, so a stopped rank may be one of those. */
 static void missing_ranks(const nl_state *st, const nl_round *rounds,
                           int nrounds, char *out, size_t bytes) {
   size_t used = 0;
+  int p = st->world_size;
   out[0] = '\0';
   for (int i = 0; i < nrounds && used < bytes; i++) {
     if (rounds[i].landed)
       continue;
-    int from = (st->rank - rounds[i].d + st->world_size) % st->world_size;
-    int w = snprintf(out + used, bytes - used, "%s%d", used ? ", " : "", from);
+    int from = (st->rank - rounds[i].d + p) % p;
+    int w =
+        snprintf(out + used, bytes - used, "%srank %d (the input%s of rank%s",
+                 used ? "; " : "", from, rounds[i].cnt > 1 ? "s" : "",
+                 rounds[i].cnt > 1 ? "s" : "");
+    for (int j = 0; j < rounds[i].cnt && w >= 0 && used + (size_t)w < bytes;
+         j++) {
+      used += (size_t)w;
+      w = snprintf(out + used, bytes - used, "%s %d", j ? "," : "",
+                   (from - j + p) % p);
+    }
+    if (w < 0 || used + (size_t)w >= bytes)
+      break;
+    used += (size_t)w;
+    w = snprintf(out + used, bytes - used, ")");
     if (w < 0)
       break;
     used += (size_t)w;
@@ -296,12 +312,12 @@ xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op) {
     }
     spins++;
     if (now - last_progress > st->timeout_s) {
-      char who[128];
+      char who[256];
       missing_ranks(st, rounds, nrounds, who, sizeof who);
       return nl_fail(st, XCOLL_ERR_TIMEOUT, -1,
                      "nccl_like: rank %d made no progress for %.1f s "
                      "(XCOLL_TIMEOUT_S=%.1f) in a Bruck %s: no message "
-                     "from rank(s) %s: are they alive and in the same "
+                     "from %s: are they alive and in the same "
                      "collective?",
                      st->rank, now - last_progress, st->timeout_s,
                      xcoll_coll_name(op->args.kind), who[0] ? who : "none");

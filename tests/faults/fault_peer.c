@@ -19,6 +19,9 @@
  *                          left stopped.
  * Every survivor prints one line "SURVIVOR-OK rank R ..." or
  * "SURVIVOR-BAD rank R ..." and exits 0 or 1 accordingly.
+ * FAULT_PEER_COUNT=N: allreduce N float32 elements instead of 1 MiB's
+ * (nccl_like runs at most 1024 of them, 4 KiB, as the Bruck allreduce on
+ * host ranks: its links, not the ring's, then carry the failure).
  * FAULT_PEER_GPU_RANKS=LIST (comma-separated ranks): those ranks are GPU
  * ranks on CUDA device LOCAL_RANK (nccl_like's kernels on a stream; the
  * stand-in driver in ctest), whose buffers are device memory: the kernel of
@@ -40,7 +43,7 @@
 #define VICTIM 2
 #define FAIL_AT_ITERATION 5
 #define ITERATIONS 100000  /* far more than can run before the bound */
-#define COUNT (256 * 1024) /* 1 MiB of float32: several ring chunks */
+#define COUNT_DEFAULT (256 * 1024) /* 1 MiB of float32: several ring chunks */
 
 /* A GPU rank's device buffers (tests/gpu/test_cuda.h). */
 static test_cuda cu;
@@ -133,13 +136,17 @@ int main(int argc, char **argv) {
   /* Everyone learns the victim's pid, to clean up after --stop. */
   int64_t my_pid = (int64_t)getpid();
   int64_t *pids = calloc((size_t)world_size, sizeof *pids);
-  float *buf = malloc(COUNT * sizeof *buf);
+  const char *count_text = getenv("FAULT_PEER_COUNT");
+  const size_t count = count_text != NULL && atol(count_text) > 0
+                           ? (size_t)atol(count_text)
+                           : COUNT_DEFAULT;
+  float *buf = malloc(count * sizeof *buf);
   if (!pids || !buf)
     return 2;
   /* A GPU rank's collectives take device memory: dbuf for the loop, and
    * the pid exchange through dpid (1 element) and dpids. */
   uintptr_t dbuf = 0, dpid = 0, dpids = 0;
-  if (gpu && (cu.mem_alloc(&dbuf, COUNT * sizeof *buf) != 0 ||
+  if (gpu && (cu.mem_alloc(&dbuf, count * sizeof *buf) != 0 ||
               cu.mem_alloc(&dpid, sizeof my_pid) != 0 ||
               cu.mem_alloc(&dpids, (size_t)world_size * sizeof *pids) != 0 ||
               cu.htod(dpid, &my_pid, sizeof my_pid) != 0)) {
@@ -169,18 +176,18 @@ int main(int argc, char **argv) {
       /* After SIGCONT (if anyone sends it) just leave. */
       return 3;
     }
-    for (int i = 0; i < COUNT; i++)
-      buf[i] = (float)(rank + i % 7);
+    for (size_t i = 0; i < count; i++)
+      buf[i] = (float)(rank + (int)(i % 7));
     void *data = buf;
     if (gpu) {
-      cu.htod(dbuf, buf, COUNT * sizeof *buf);
+      cu.htod(dbuf, buf, count * sizeof *buf);
       data = (void *)dbuf;
     }
     double start = now_s();
-    st = xcoll_allreduce(data, data, COUNT, XCOLL_FLOAT32, XCOLL_SUM, comm);
+    st = xcoll_allreduce(data, data, count, XCOLL_FLOAT32, XCOLL_SUM, comm);
     double elapsed = now_s() - start;
     if (gpu && st == XCOLL_SUCCESS)
-      cu.dtoh(buf, dbuf, COUNT * sizeof *buf);
+      cu.dtoh(buf, dbuf, count * sizeof *buf);
     if (st == XCOLL_SUCCESS) {
       /* Check the sum: a wrong result would hide a broken run. */
       float want0 = (float)(world_size * (world_size - 1) / 2);
