@@ -114,8 +114,8 @@ static const xcoll_param params[] = {
      "1: SIMPLE sends go from user memory, not a slot copy (net socket, ucx)",
      0},
     {"XCOLL_BRUCK", XCOLL_PARAM_INT, "nccl_like", 1, 0, 1, NULL, NULL, NULL,
-     "1: allreduce <= 4 KiB over LL is a Bruck allgather over direct "
-     "connections, reduced locally (3 to 16 host ranks, net socket or ucx)",
+     "1: allreduce and allgather <= 4 KiB over LL run Bruck's allgather "
+     "over direct connections (3 to 16 host ranks, net socket or ucx)",
      0},
     {"XCOLL_UCX_SPIN_US", XCOLL_PARAM_INT, "ucx", 1000, 0, 1e7, NULL, NULL,
      NULL, "microseconds ucx polls before it sleeps", 0},

@@ -2,7 +2,7 @@
  * allreduces on comms of host ranks: every rank's input is allgathered with
  * Bruck's algorithm over direct connections to the ranks 1, 2, 4, ... away
  * (channel.c's mesh links), then every rank reduces the P inputs itself,
- * in rank order.
+ * in rank order. A small allgather is the same without the reduction.
  *
  * Why: a small allreduce is latency-bound. The ring takes 2(P-1) dependent
  * messages and the gather algorithm (kernels/ring.h: a ring allgather of
@@ -57,7 +57,9 @@
 
 int nl_bruck_applies(const nl_state *st, const nl_op *op) {
   const xc_work *w = &op->work;
-  return st->bruck && w->kind == XC_COLL_ALLREDUCE && w->proto == XC_PROTO_LL &&
+  return st->bruck &&
+         (w->kind == XC_COLL_ALLREDUCE || w->kind == XC_COLL_ALLGATHER) &&
+         w->proto == XC_PROTO_LL &&
          w->count * xcoll_datatype_size(w->dtype) <= NL_GATHER_MAX_BYTES;
 }
 
@@ -339,12 +341,16 @@ xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op) {
       (void)mesh_poll(st, NL_POLL_MS);
   }
 
-  /* Every block is in (block j: rank - j's input): reduce in rank order. */
-  if (block > 0) {
-    const uint8_t *in[NL_BRUCK_MAX_RANKS] = {NULL};
+  /* Every block is in (block j: rank - j's input): an allgather puts them
+   * in rank order, an allreduce reduces them in rank order. */
+  const uint8_t *in[NL_BRUCK_MAX_RANKS] = {NULL};
+  for (int q = 0; q < p; q++)
+    in[q] = st->mesh_out + NL_BRUCK_HEADER_BYTES +
+            (size_t)((st->rank - q + p) % p) * block;
+  if (block > 0 && w->kind == XC_COLL_ALLGATHER) {
     for (int q = 0; q < p; q++)
-      in[q] = st->mesh_out + NL_BRUCK_HEADER_BYTES +
-              (size_t)((st->rank - q + p) % p) * block;
+      memcpy((uint8_t *)w->recvbuf + (size_t)q * block, in[q], block);
+  } else if (block > 0) {
     xc_reduce_into(w->recvbuf, in[0], in[1], w->count, w->dtype, w->op);
     for (int q = 2; q < p; q++)
       xc_reduce_into(w->recvbuf, w->recvbuf, in[q], w->count, w->dtype, w->op);

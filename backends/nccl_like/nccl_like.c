@@ -110,7 +110,8 @@ static xcoll_status read_options(nl_state *st) {
   st->inline_wait = (int)wait_runs;
 
   /* XCOLL_BRUCK=1 (default): this rank proposes the Bruck allreduce for
-   * small allreduces (bruck.c); every rank must agree (agree_channels),
+   * small allreduces and allgathers (bruck.c); every rank must agree
+   * (agree_channels),
    * and a GPU rank never proposes it (its kernels speak the ring only). */
   long bruck = 1;
   s = xcoll_param_int("XCOLL_BRUCK", &bruck);
@@ -574,8 +575,9 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
                                         strcmp(st->net->name, "ucx") != 0)))
     st->bruck = 0;
   if (s == XCOLL_SUCCESS && st->world_size > 1)
-    XCOLL_INFO("nccl_like: Bruck allreduce %s (XCOLL_BRUCK; up to %zu B over "
-               "LL, %d to %d host ranks, net socket or ucx)",
+    XCOLL_INFO("nccl_like: Bruck allreduce and allgather %s (XCOLL_BRUCK; up "
+               "to %zu B per rank over LL, %d to %d host ranks, net socket "
+               "or ucx)",
                st->bruck ? "on" : "off", NL_GATHER_MAX_BYTES,
                NL_BRUCK_MIN_RANKS, NL_BRUCK_MAX_RANKS);
   if (s == XCOLL_SUCCESS)

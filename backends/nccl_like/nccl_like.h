@@ -52,7 +52,9 @@
  * allreduce (and a barrier) of at most NL_GATHER_MAX_BYTES that runs LL
  * allgathers the inputs with Bruck's algorithm over direct connections to
  * the ranks 1, 2, 4, ... away and reduces the P inputs locally in rank
- * order: ceil(log2 P) dependent messages, where the gather takes P-1. From
+ * order: ceil(log2 P) dependent messages, where the gather takes P-1. An
+ * allgather over LL of at most NL_GATHER_MAX_BYTES per rank is the same
+ * allgather without the reduction (the ring takes P-1 steps). From
  * NL_BRUCK_MIN_RANKS ranks (at P = 2 the gather already is one message)
  * to NL_BRUCK_MAX_RANKS (the inputs of every rank are held at once). */
 #define NL_BRUCK_MIN_RANKS 3
@@ -287,7 +289,8 @@ typedef struct nl_state {
                     NL_SPIN_US */
   /* XCOLL_BRUCK and every rank a host rank (agreed at init), P within
    * NL_BRUCK_{MIN,MAX}_RANKS and a plugin that takes unregistered host
-   * memory: small allreduces run bruck.c over mesh[0..mesh_links-1]. */
+   * memory: small allreduces and allgathers run bruck.c over
+   * mesh[0..mesh_links-1]. */
   int bruck;
   int mesh_links; /* ceil(log2 P) with bruck, else 0 */
   nl_mesh_link mesh[NL_BRUCK_MAX_LINKS];
@@ -486,15 +489,17 @@ void nl_gpu_retire(nl_state *st);
 #define NL_BRUCK_BUFFER_BYTES(p)                                               \
   (NL_BRUCK_MAX_LINKS * NL_BRUCK_HEADER_BYTES + (size_t)(p)*NL_GATHER_MAX_BYTES)
 /* 1 when op (filled by fill_work) runs bruck.c on this comm: st->bruck, an
- * allreduce (or barrier) of at most NL_GATHER_MAX_BYTES over LL. The same
+ * allreduce (or barrier), or an allgather, over LL of at most
+ * NL_GATHER_MAX_BYTES per rank's input. The same
  * answer on every rank: it depends on the arguments and on what the ranks
  * agreed at init. */
 int nl_bruck_applies(const nl_state *st, const nl_op *op);
 /* Run op on the calling thread (channel 0's item): allgather every rank's
  * input with Bruck's algorithm over the mesh, each message carrying the
  * sender's fingerprint, which the receiver compares with its own (a
- * mismatch is nl_fail_everywhere(PROTOCOL) naming both calls), then reduce
- * the inputs in rank order, the order of the gather algorithm
+ * mismatch is nl_fail_everywhere(PROTOCOL) naming both calls), then (an
+ * allgather) put the inputs in rank order into recvbuf, or (an allreduce)
+ * reduce them in rank order, the order of the gather algorithm
  * (kernels/ring.h), so results are bitwise the gather's and the same on
  * every rank. Waits in poll(2) on the mesh's sockets. Errors: ABORTED (the
  * comm failed), REMOTE naming a peer that closed, TIMEOUT naming the peers
