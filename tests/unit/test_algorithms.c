@@ -69,7 +69,11 @@ typedef struct fake_world {
   int synchronous;
   uint64_t seq;
   pthread_mutex_t lock;
-  pthread_cond_t cond;
+  /* One per rank, signalled when one of its requests completes (a rank
+   * waits on its own requests only): a broadcast to every rank on every
+   * post woke 7 threads for nothing at P=8, and made this test take minutes
+   * under ThreadSanitizer. */
+  pthread_cond_t cond[MAX_RANKS];
   request_queue sends[MAX_RANKS][MAX_RANKS]; /* [src][dst] */
   request_queue recvs[MAX_RANKS][MAX_RANKS];
   int failed;
@@ -109,13 +113,16 @@ static void world_fail(fake_world *w, const char *fmt, ...) {
     va_end(ap);
   }
   w->failed = 1;
-  pthread_cond_broadcast(&w->cond);
+  for (int r = 0; r < w->world_size; r++)
+    pthread_cond_broadcast(&w->cond[r]);
 }
 
 /* Match (src -> dst) in posting order. Called with the lock held. */
 static void match(fake_world *w, int src, int dst) {
   request_queue *sq = &w->sends[src][dst], *rq = &w->recvs[src][dst];
+  int matched = 0;
   while (sq->head && rq->head) {
+    matched = 1;
     struct xcoll_p2p_request *send = queue_pop(sq), *recv = queue_pop(rq);
     if (send->tag != recv->tag || send->bytes != recv->bytes) {
       world_fail(w,
@@ -137,7 +144,10 @@ static void match(fake_world *w, int src, int dst) {
       send->done = 1;
     }
   }
-  pthread_cond_broadcast(&w->cond);
+  if (matched) {
+    pthread_cond_broadcast(&w->cond[src]);
+    pthread_cond_broadcast(&w->cond[dst]);
+  }
 }
 
 static xcoll_status check_post(fake_rank *self, int peer, uint64_t tag,
@@ -228,7 +238,8 @@ static xcoll_status fake_wait(void *state, xcoll_p2p_request **requests,
     if (!r)
       continue;
     while (!r->done && !w->failed) {
-      if (pthread_cond_timedwait(&w->cond, &w->lock, &deadline) == ETIMEDOUT) {
+      if (pthread_cond_timedwait(&w->cond[self->rank], &w->lock, &deadline) ==
+          ETIMEDOUT) {
         world_fail(w, "rank %d: wait timed out (deadlock?) on a %s with %d",
                    self->rank, r->is_send ? "send" : "receive",
                    r->is_send ? r->dst : r->src);
@@ -311,7 +322,8 @@ static void world_reset(int P, int synchronous, uint64_t seq) {
   world.synchronous = synchronous;
   world.seq = seq;
   pthread_mutex_init(&world.lock, NULL);
-  pthread_cond_init(&world.cond, NULL);
+  for (int r = 0; r < MAX_RANKS; r++)
+    pthread_cond_init(&world.cond[r], NULL);
 }
 
 /* Run fn on P threads with per-rank args; returns 1 when every rank returned
@@ -362,7 +374,8 @@ static int run_ranks(int P, xcoll_algorithm_fn fn, xcoll_coll_args *args,
   for (int r = 0; r < P; r++)
     pthread_mutex_destroy(&runs[r].comm.error_lock);
   pthread_mutex_destroy(&world.lock);
-  pthread_cond_destroy(&world.cond);
+  for (int r = 0; r < MAX_RANKS; r++)
+    pthread_cond_destroy(&world.cond[r]);
   return ok;
 }
 
