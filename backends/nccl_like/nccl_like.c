@@ -111,8 +111,8 @@ static xcoll_status read_options(nl_state *st) {
 
   /* XCOLL_BRUCK=1 (default): this rank proposes the Bruck allreduce for
    * small allreduces and allgathers (bruck.c); every rank must agree
-   * (agree_channels),
-   * and a GPU rank never proposes it (its kernels speak the ring only). */
+   * (agree_channels), and a GPU rank never proposes it (its kernels speak
+   * the ring only). */
   long bruck = 1;
   s = xcoll_param_int("XCOLL_BRUCK", &bruck);
   if (s != XCOLL_SUCCESS)
