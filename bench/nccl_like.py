@@ -3,9 +3,13 @@
 allreduce float32 sum, at P=2 and P=4 ranks on this host, in interleaved
 rounds so that a shared, loaded machine slows every backend alike:
 
-  round r: for P in NPROCS: for kind in (lat, bw): tcp, simple, ll, slot,
-           gather [, base]
+  round r: for P in NPROCS: for kind in (lat, bw): tcp, simple, ll, ring,
+           slot, gather [, base]
 
+simple is XCOLL_PROTO=simple with the default algorithm: where ranks
+outnumber cores (P=4 on 2 cores) that is the pairwise allreduce
+(backends/nccl_like/pairwise.c), else the ring; ring is SIMPLE with
+XCOLL_PAIRWISE=0 (the ring kernel everywhere);
 slot is SIMPLE with XCOLL_DIRECT=0 (every step copied through a slot);
 gather is LL with XCOLL_BRUCK=0 (latency rows only: the small allreduce as
 the gather algorithm instead of the Bruck allreduce, which ll runs on 3 or
@@ -69,6 +73,11 @@ def main():
             ("simple", build, {"XCOLL_BACKEND": "nccl_like",
                                "XCOLL_PROTO": "simple"}),
             ("ll", build, {"XCOLL_BACKEND": "nccl_like", "XCOLL_PROTO": "ll"}),
+            # SIMPLE's allreduce as the ring kernel, where the default
+            # (XCOLL_PAIRWISE=auto) runs the pairwise schedule: ranks
+            # outnumber cores.
+            ("ring", build, {"XCOLL_BACKEND": "nccl_like",
+                             "XCOLL_PROTO": "simple", "XCOLL_PAIRWISE": "0"}),
             # The same build with direct sends off: every step through a
             # slot, as before them (and as a CUDA rank runs).
             ("slot", build, {"XCOLL_BACKEND": "nccl_like",

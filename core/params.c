@@ -23,6 +23,7 @@ static const char *const debug_levels[] = {"NONE", "VERSION", "WARN",
 static const char *const protocols[] = {"simple", "ll", "auto", NULL};
 static const char *const socket_families[] = {"AF_INET", "AF_INET6", NULL};
 static const char *const ucx_err_modes[] = {"auto", "peer", NULL};
+static const char *const on_off_auto[] = {"0", "1", "auto", NULL};
 
 static xcoll_status check_subsys(const char *value) {
   unsigned mask = 0;
@@ -116,6 +117,12 @@ static const xcoll_param params[] = {
     {"XCOLL_BRUCK", XCOLL_PARAM_INT, "nccl_like", 1, 0, 1, NULL, NULL, NULL,
      "1: allreduce and allgather <= 4 KiB over LL run Bruck's allgather "
      "over direct connections (3 to 16 host ranks, net socket or ucx)",
+     0},
+    {"XCOLL_PAIRWISE", XCOLL_PARAM_CHOICE, "nccl_like", 0, 0, 0, "auto",
+     on_off_auto, NULL,
+     "1: SIMPLE allreduces send each piece straight to the rank that "
+     "reduces it, in the ring's order (2 to 16 host ranks, net socket or "
+     "ucx); auto: when a host has more ranks than cores",
      0},
     {"XCOLL_UCX_SPIN_US", XCOLL_PARAM_INT, "ucx", 1000, 0, 1e7, NULL, NULL,
      NULL, "microseconds ucx polls before it sleeps", 0},

@@ -29,6 +29,20 @@ if(TARGET xcollrun)
         ENVIRONMENT "XCOLL_TIMEOUT_S=60;XCOLL_BACKEND=${backend}")
     endforeach()
   endforeach()
+  # nccl_like's pairwise allreduce (SIMPLE, every rank sending to every
+  # other): a count mismatch shows as a message of another size, an op or
+  # kind mismatch only in the fingerprints.
+  if(XCOLL_HAVE_NCCL_LIKE)
+    foreach(case op count kind)
+      set(test faults.desync.nccl_like.pairwise.${case}.np3)
+      add_test(NAME ${test}
+        COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node 3 --master-port 0
+                $<TARGET_FILE:fault_desync> ${case})
+      set_tests_properties(${test} PROPERTIES TIMEOUT 90
+        LABELS "faults;nccl_like" PROCESSORS 2
+        ENVIRONMENT "XCOLL_TIMEOUT_S=60;XCOLL_BACKEND=nccl_like;XCOLL_PROTO=simple;XCOLL_PAIRWISE=1")
+    endforeach()
+  endif()
 endif()
 
 # Checkpoint header validation and stale temporary files (trainer/checkpoint.c).

@@ -37,6 +37,11 @@ if(XCOLL_SANITIZE)
   foreach(np 1 2 3)
     nl_conf(np${np} ${np} 300 "XCOLL_NCHANNELS=2" --quick)
   endforeach()
+  # The 3-rank entry runs the pairwise allreduce wherever it runs (it is
+  # the default only where ranks outnumber cores): its links and stage
+  # under the sanitizers; the ring's are at 2 ranks.
+  set_property(TEST conformance.nccl_like.np3 APPEND PROPERTY ENVIRONMENT
+    XCOLL_PAIRWISE=1)
   nl_conf(np2.ll.small 2 300 "XCOLL_PROTO=ll;${NL_SMALL}" --quick)
 else()
   nl_conf(np1 1 120 "")
@@ -59,7 +64,19 @@ else()
     --quick)
   nl_conf(np3.ll.nch4.small 3 240 "XCOLL_PROTO=ll;XCOLL_NCHANNELS=4;${NL_SMALL}"
     --quick)
-  nl_conf(np4.simple 4 240 "XCOLL_PROTO=simple;XCOLL_NCHANNELS=2" --quick)
+  # The ring at 4 host ranks (XCOLL_PAIRWISE=0: the pairwise allreduce is
+  # the default where ranks outnumber cores, as on a 2-core machine).
+  nl_conf(np4.simple 4 240
+    "XCOLL_PROTO=simple;XCOLL_NCHANNELS=2;XCOLL_PAIRWISE=0" --quick)
+  # The pairwise allreduce (backends/nccl_like/pairwise.c) wherever the
+  # tests run: 2 ranks with 2 channels, 4 ranks with 8 KiB FIFOs (pieces of
+  # a few KiB, so every owner holds units from many loops).
+  nl_conf(np2.pairwise 2 240
+    "XCOLL_PAIRWISE=1;XCOLL_PROTO=simple;XCOLL_NCHANNELS=2" --quick
+    --coll allreduce)
+  nl_conf(np4.pairwise.small 4 240
+    "XCOLL_PAIRWISE=1;XCOLL_PROTO=simple;${NL_SMALL}" --quick
+    --coll allreduce)
   nl_conf(np4.ll.small 4 240 "XCOLL_PROTO=ll;${NL_SMALL}" --quick
     --max-count 1021)
   nl_conf(np4.auto.nch4 4 240 "XCOLL_PROTO=auto;XCOLL_NCHANNELS=4" --quick
@@ -73,6 +90,9 @@ else()
   # The ucx net plugin (net/ucx/) comes with UCX.
   if(XCOLL_HAVE_UCX AND EXISTS ${PROJECT_SOURCE_DIR}/net/ucx)
     nl_conf(np2.ucx.simple 2 240 "XCOLL_NET=ucx;XCOLL_PROTO=simple" --quick)
+    nl_conf(np3.ucx.pairwise 3 240
+      "XCOLL_NET=ucx;XCOLL_PROTO=simple;XCOLL_PAIRWISE=1" --quick
+      --coll allreduce)
     # 4 KiB slots, not NL_SMALL's 1 KiB: the ucx plugin's sends are
     # synchronous (a match round trip each), and 1 KiB slots made this
     # entry 50-80 s; it still wraps the FIFO several times per ring step.
@@ -85,13 +105,19 @@ endif()
 # Bit-identical floats across ranks and repetitions, both protocols; the
 # ring (300007 floats) and the gather allreduce (1000 floats, < 4 KiB;
 # over LL that size runs the Bruck allreduce, and gather with
-# XCOLL_BRUCK=0).
+# XCOLL_BRUCK=0); the pairwise allreduce (300007 floats, SIMPLE).
 foreach(proto simple ll)
-  foreach(algo ring gather bruck)
+  foreach(algo ring gather bruck pairwise)
     set(test nccl_like.determinism.${proto}.np3)
     set(count 300007)
-    set(extra "")
-    if(algo STREQUAL "gather")
+    set(extra "XCOLL_PAIRWISE=0")
+    if(algo STREQUAL "pairwise")
+      if(proto STREQUAL "ll")
+        continue()
+      endif()
+      set(test nccl_like.determinism.pairwise.np3)
+      set(extra "XCOLL_PAIRWISE=1")
+    elseif(algo STREQUAL "gather")
       set(test nccl_like.determinism.gather.${proto}.np3)
       set(count 1000)
       set(extra "XCOLL_BRUCK=0")
@@ -130,24 +156,25 @@ set_property(TEST nccl_like.late_peer.np4 APPEND PROPERTY ENVIRONMENT
 # A rank killed mid-collective: every other rank (not only its ring
 # neighbours) fails within 5 s naming it; a stopped rank: TIMEOUT at
 # XCOLL_TIMEOUT_S. The harness is shared with tcp and ucx (tests/faults/).
-foreach(mode kill stop)
-  add_test(NAME faults.peer_${mode}.nccl_like
-    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_peer.sh
-            $<TARGET_FILE:xcollrun> $<TARGET_FILE:fault_peer> ${mode})
-  set_tests_properties(faults.peer_${mode}.nccl_like PROPERTIES TIMEOUT 90
-    LABELS "faults;nccl_like" ENVIRONMENT XCOLL_BACKEND=nccl_like PROCESSORS 2)
-endforeach()
-
-# The same with 16-element allreduces, which 4 host ranks run as the Bruck
-# allreduce (backends/nccl_like/bruck.c): rank 1 has no link from rank 2
-# and must learn of it from the others.
-foreach(mode kill stop)
-  add_test(NAME faults.peer_${mode}.nccl_like.small
-    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_peer.sh
-            $<TARGET_FILE:xcollrun> $<TARGET_FILE:fault_peer> ${mode})
-  set_tests_properties(faults.peer_${mode}.nccl_like.small PROPERTIES
-    TIMEOUT 90 LABELS "faults;nccl_like" PROCESSORS 2
-    ENVIRONMENT "XCOLL_BACKEND=nccl_like;FAULT_PEER_COUNT=16")
+# Three forms: the ring (XCOLL_PAIRWISE=0; the default runs the pairwise
+# allreduce where ranks outnumber cores); 16-element allreduces, which 4
+# host ranks run as the Bruck allreduce (backends/nccl_like/bruck.c: rank 1
+# has no link from rank 2 and must learn of it from the others); and the
+# pairwise allreduce (backends/nccl_like/pairwise.c: every rank has a link
+# to every other).
+foreach(cfg ";XCOLL_PAIRWISE=0" ".small;FAULT_PEER_COUNT=16"
+            ".pairwise;XCOLL_PAIRWISE=1")
+  list(GET cfg 0 suffix)
+  list(GET cfg 1 extra)
+  foreach(mode kill stop)
+    set(test faults.peer_${mode}.nccl_like${suffix})
+    add_test(NAME ${test}
+      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_peer.sh
+              $<TARGET_FILE:xcollrun> $<TARGET_FILE:fault_peer> ${mode})
+    set_tests_properties(${test} PROPERTIES TIMEOUT 90
+      LABELS "faults;nccl_like" PROCESSORS 2
+      ENVIRONMENT "XCOLL_BACKEND=nccl_like;${extra}")
+  endforeach()
 endforeach()
 
 # No thread left after xcoll_comm_abort + xcoll_comm_destroy.
@@ -207,6 +234,17 @@ foreach(cfg "np3;none;XCOLL_PROTO=ll" "np4;none;XCOLL_NSOCKS_PERPEER=2"
             "np5;none;")
   nl_mixed_test(nccl_like.bruck_vs_gather "${cfg}"
     "NL_MIXED_SECOND_ENV=XCOLL_BRUCK=0")
+endforeach()
+
+# The pairwise allreduce (backends/nccl_like/pairwise.c) gives the ring's
+# bits: nl_mixed's calls with XCOLL_PAIRWISE=1 and then 0 on a host-only
+# ring; np3 with 8 KiB FIFOs (many pieces of 1 KiB steps, every owner's
+# units cut from several loops), np4 with 2 channels (the ring's channel
+# shares), np5 a world that is no power of two.
+foreach(cfg "np2;none;" "np3;none;${NL_SMALL}"
+            "np4;none;XCOLL_NCHANNELS=2;XCOLL_NSOCKS_PERPEER=2" "np5;none;")
+  nl_mixed_test(nccl_like.pairwise_vs_ring "${cfg}"
+    "XCOLL_PAIRWISE=1;NL_MIXED_SECOND_ENV=XCOLL_PAIRWISE=0")
 endforeach()
 
 # GPU ranks (backends/nccl_like/gpu_engine.c) over the stand-in driver

@@ -14,6 +14,14 @@ if(Python3_Interpreter_FOUND AND TARGET xcollrun AND TARGET xcoll-perf)
   trace_tracks_test(tcp.np3 tcp 3 collective chunk)
   if(TARGET xcoll_backend_nccl_like OR EXISTS ${PROJECT_SOURCE_DIR}/backends/nccl_like)
     trace_tracks_test(nccl_like.np3 nccl_like 3 collective channel primitive proxy)
+    # The ring's tracks (the pairwise allreduce, the default where ranks
+    # outnumber cores, draws one "pairwise" span per op on channel 0's
+    # track: the entry below).
+    set_property(TEST trace.tracks.nccl_like.np3 APPEND PROPERTY ENVIRONMENT
+      XCOLL_PAIRWISE=0)
+    trace_tracks_test(nccl_like.pairwise.np3 nccl_like 3 collective channel)
+    set_property(TEST trace.tracks.nccl_like.pairwise.np3 APPEND PROPERTY
+      ENVIRONMENT XCOLL_PAIRWISE=1)
   endif()
 endif()
 

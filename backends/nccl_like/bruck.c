@@ -149,7 +149,7 @@ static xcoll_status mesh_step(nl_state *st, const xcoll_fingerprint *ours,
   *left = 0;
   for (int i = 0; i < nrounds; i++) {
     nl_round *r = &rounds[i];
-    nl_mesh_link *m = &st->mesh[i];
+    nl_mesh_link *m = &st->mesh[st->mesh_of[r->d]];
     xcoll_status s = XCOLL_SUCCESS;
     size_t bytes_out = NL_BRUCK_HEADER_BYTES + (size_t)r->cnt * block;
     if (!r->landed && m->recv_request == NULL) {
@@ -222,11 +222,27 @@ static xcoll_status mesh_step(nl_state *st, const xcoll_fingerprint *ours,
   return XCOLL_SUCCESS;
 }
 
-/* poll(2) the mesh sockets that have a request posted, at most timeout_ms.
- * Returns 1 when one is ready, 0 when none is (or poll failed: the caller
- * tests every link anyway), -1 when the plugin names no descriptor. */
-static int mesh_poll(nl_state *st, int timeout_ms) {
-  struct pollfd fds[2 * NL_BRUCK_MAX_LINKS * NL_BRUCK_FDS_PER_COMM];
+void nl_mesh_idle(nl_state *st, uint64_t spins, double waited_s) {
+  /* Fingerprints of earlier ops move meanwhile, as the ring kernels' hook
+   * moves them (proxy.c), and a rank that waits long makes its deferred
+   * ones due, so that a neighbour that called another collective on the
+   * ring explains its failure naming both calls. */
+  int progress = 0;
+  if (spins % 64 == 0)
+    nl_fp_progress(st, &progress);
+  if (spins == 256)
+    nl_fp_flush(st);
+  /* Spin NL_BRUCK_SPIN_S, yielding the core on every idle pass, so that a
+   * rank sharing it that has a message to send gets it at once; then
+   * sleep in poll(2) until a mesh socket is ready. */
+  if (waited_s < NL_BRUCK_SPIN_S)
+    sched_yield();
+  else
+    (void)nl_mesh_poll(st, NL_POLL_MS);
+}
+
+int nl_mesh_poll(nl_state *st, int timeout_ms) {
+  struct pollfd fds[2 * NL_MESH_MAX_LINKS * NL_BRUCK_FDS_PER_COMM];
   int n = 0, max = (int)(sizeof fds / sizeof fds[0]);
   if (st->net->get_fds == NULL)
     return -1;
@@ -287,8 +303,8 @@ xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op) {
   int p = st->world_size;
   size_t block = w->count * xcoll_datatype_size(w->dtype);
   double t0 = xcoll_trace_enabled() ? xcoll_time_us() : 0;
-  xcoll_fingerprint ours = xcoll_fingerprint_of(&op->args);
-  header_write(st->mesh_out, &ours, block);
+  const xcoll_fingerprint *ours = &op->fp;
+  header_write(st->mesh_out, ours, block);
   if (block > 0)
     memcpy(st->mesh_out + NL_BRUCK_HEADER_BYTES, w->sendbuf, block);
   nl_round rounds[NL_BRUCK_MAX_LINKS];
@@ -301,7 +317,7 @@ xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op) {
       return XCOLL_ERR_ABORTED;
     int progress = 0, left = 0;
     xcoll_status s =
-        mesh_step(st, &ours, rounds, nrounds, block, &progress, &left);
+        mesh_step(st, ours, rounds, nrounds, block, &progress, &left);
     if (s != XCOLL_SUCCESS)
       return s;
     if (left == 0)
@@ -324,21 +340,7 @@ xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op) {
                      st->rank, now - last_progress, st->timeout_s,
                      xcoll_coll_name(op->args.kind), who[0] ? who : "none");
     }
-    /* Fingerprints of earlier ops move meanwhile, as the ring kernels'
-     * hook moves them (proxy.c), and a rank that waits long makes its
-     * deferred ones due, so that a neighbour that called another
-     * collective on the ring explains its failure naming both calls. */
-    if (spins % 64 == 0)
-      nl_fp_progress(st, &progress);
-    if (spins == 256)
-      nl_fp_flush(st);
-    /* Spin NL_BRUCK_SPIN_S, yielding the core on every idle pass, so
-     * that a rank sharing it that has a message to send gets it at once;
-     * then sleep in poll(2) until a mesh socket is ready. */
-    if (now - wait_since < NL_BRUCK_SPIN_S)
-      sched_yield();
-    else
-      (void)mesh_poll(st, NL_POLL_MS);
+    nl_mesh_idle(st, spins, now - wait_since);
   }
 
   /* Every block is in (block j: rank - j's input): an allgather puts them

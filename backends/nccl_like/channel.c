@@ -80,8 +80,9 @@ static xcoll_status alloc_fifos(nl_state *st) {
 }
 
 /* The links to connect: one per channel, then the fingerprint connection
- * (desync.c), then with st->bruck the mesh links 0..mesh_links-1
- * (bruck.c). Link i's handle is the i-th of a rank's blob. */
+ * (desync.c), then with st->bruck or st->pairwise the mesh links
+ * 0..mesh_links-1 (bruck.c, pairwise.c). Link i's handle is the i-th of a
+ * rank's blob. */
 static int link_count(const nl_state *st) {
   return st->nchannels + 1 + st->mesh_links;
 }
@@ -104,7 +105,7 @@ static int link_from(const nl_state *st, int i) {
   return i <= st->nchannels ? st->prev : st->mesh[i - st->nchannels - 1].from;
 }
 
-/* "channel 1", "the fingerprint connection" or "Bruck link 2", for
+/* "channel 1", "the fingerprint connection" or "mesh link 2 (to rank 3)", for
  * messages. */
 static const char *link_name(const nl_state *st, int i, char *out,
                              size_t bytes) {
@@ -113,30 +114,48 @@ static const char *link_name(const nl_state *st, int i, char *out,
   else if (i == st->nchannels)
     snprintf(out, bytes, "the fingerprint connection");
   else
-    snprintf(out, bytes, "Bruck link %d", i - st->nchannels - 1);
+    snprintf(out, bytes, "mesh link %d (to rank %d)", i - st->nchannels - 1,
+             st->mesh[i - st->nchannels - 1].to);
   return out;
 }
 
-/* The Bruck mesh's links (to the ranks 2^k away) and message buffers
- * (st->bruck). */
+/* The mesh's links (to the ranks 2^k away for Bruck, to every other rank
+ * for pairwise) and buffers (st->bruck, st->pairwise). */
 static xcoll_status alloc_mesh(nl_state *st) {
   st->mesh_links = 0;
-  if (!st->bruck)
+  memset(st->mesh_of, -1, sizeof st->mesh_of);
+  if (!st->bruck && !st->pairwise)
     return XCOLL_SUCCESS;
   int p = st->world_size;
-  st->mesh_out = alloc_aligned(st, NL_BRUCK_BUFFER_BYTES(p));
-  st->mesh_in = alloc_aligned(st, NL_BRUCK_BUFFER_BYTES(p));
-  if (!st->mesh_out || !st->mesh_in)
-    return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
-                       "nccl_like: out of memory for the Bruck allreduce's "
-                       "buffers (XCOLL_BRUCK=0 goes without them)");
-  for (int d = 1; d < p; d *= 2) {
+  if (st->bruck) {
+    st->mesh_out = alloc_aligned(st, NL_BRUCK_BUFFER_BYTES(p));
+    st->mesh_in = alloc_aligned(st, NL_BRUCK_BUFFER_BYTES(p));
+    if (!st->mesh_out || !st->mesh_in)
+      return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
+                         "nccl_like: out of memory for the Bruck allreduce's "
+                         "buffers (XCOLL_BRUCK=0 goes without them)");
+  }
+  if (st->pairwise) {
+    st->pairwise_stage = alloc_aligned(st, (size_t)(p - 1) * NL_PAIRWISE_DEPTH *
+                                               NL_PAIRWISE_UNIT_BYTES);
+    if (!st->pairwise_stage)
+      return xcoll_error(
+          st->comm, XCOLL_ERR_NO_MEMORY,
+          "nccl_like: out of memory for the pairwise "
+          "allreduce's %d MiB of stage (XCOLL_PAIRWISE=0 goes "
+          "without it)",
+          (int)((size_t)(p - 1) * NL_PAIRWISE_DEPTH * NL_PAIRWISE_UNIT_BYTES >>
+                20));
+  }
+  for (int d = 1; d < p; d = st->pairwise ? d + 1 : 2 * d) {
+    st->mesh_of[d] = (int8_t)st->mesh_links;
     nl_mesh_link *m = &st->mesh[st->mesh_links++];
     memset(m, 0, sizeof *m);
     m->to = (st->rank + d) % p;
     m->from = (st->rank - d + p) % p;
   }
   atomic_init(&st->mesh_moved, 0);
+  atomic_init(&st->mesh_ops_running, 0);
   return XCOLL_SUCCESS;
 }
 
@@ -355,6 +374,8 @@ void nl_channels_free(nl_state *st) {
   if (st->gpu == NULL) { /* a GPU rank never runs Bruck */
     free(st->mesh_out);
     free(st->mesh_in);
+    free(st->pairwise_stage);
   }
   st->mesh_out = st->mesh_in = NULL;
+  st->pairwise_stage = NULL;
 }

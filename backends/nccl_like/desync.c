@@ -78,7 +78,7 @@ static int has_room(nl_fp_link *fp) {
   return started - done < NL_FP_WINDOW;
 }
 
-xcoll_status nl_fp_record(nl_state *st, const xcoll_coll_args *args,
+xcoll_status nl_fp_record(nl_state *st, const xcoll_fingerprint *call,
                           int deferred, uint64_t *index) {
   nl_fp_link *fp = &st->fp;
   if (!has_room(fp) && !atomic_load(&fp->broken)) {
@@ -100,7 +100,7 @@ xcoll_status nl_fp_record(nl_state *st, const xcoll_coll_args *args,
   if (atomic_load(&fp->broken))
     return XCOLL_SUCCESS; /* a neighbour has closed: nothing is compared */
   int slot = (int)(started % NL_FP_WINDOW);
-  fp->local[slot] = xcoll_fingerprint_of(args);
+  fp->local[slot] = *call;
   xcoll_fingerprint_encode(&fp->local[slot], fp->out[slot]);
   atomic_store_explicit(&fp->started, started + 1, memory_order_release);
   if (!deferred)

@@ -105,19 +105,27 @@ static void fill_work(nl_state *st, nl_op *op) {
                 : XC_ALGO_RING;
   /* The call's identity in every LL flag (kernels/prims.h xc_ll_flag): a
    * desync fails the first LL step it reaches (desync.c). */
-  xcoll_fingerprint fp = xcoll_fingerprint_of(a);
-  w->check = xcoll_fingerprint_digest(&fp);
+  op->fp = xcoll_fingerprint_of(a);
+  w->check = xcoll_fingerprint_digest(&op->fp);
   /* On a comm of host ranks a small LL allreduce runs Bruck's allgather
    * over the mesh instead (bruck.c): log2 P dependent messages rather than
    * the gather's P-1. */
   op->bruck = nl_bruck_applies(st, op);
   if (op->bruck)
     op->nchannels = w->nchannels = 1;
+  /* With more ranks than cores, a SIMPLE allreduce runs the ring's
+   * reduction with every piece sent straight to its owner (pairwise.c), on
+   * channel 0's thread; w->nchannels keeps the ring's, which cut the
+   * pieces. */
+  op->pairwise = !op->bruck && nl_pairwise_applies(st, op);
+  if (op->pairwise)
+    op->nchannels = 1;
   xcoll_comm_note_algorithm(st->comm,
                             op->bruck                   ? "bruck"
+                            : op->pairwise              ? "pairwise"
                             : w->algo == XC_ALGO_GATHER ? "gather"
                                                         : "ring",
-                            op->bruck                 ? "direct"
+                            op->bruck || op->pairwise ? "direct"
                             : w->proto == XC_PROTO_LL ? "ll"
                                                       : "simple");
 }
@@ -213,7 +221,7 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
   /* In issue order, so that op k here meets op k of the other ranks. It
    * also wakes a sleeping proxy, which then drives the channels too. */
   op->fp_deferred = nl_fp_deferrable(st, op);
-  if (nl_fp_record(st, args, op->fp_deferred, &op->fp_index) !=
+  if (nl_fp_record(st, &op->fp, op->fp_deferred, &op->fp_index) !=
       XCOLL_SUCCESS) {
     pthread_mutex_unlock(&st->lock);
     free(op);
@@ -404,7 +412,21 @@ static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
   xcoll_status s = XCOLL_ERR_ABORTED;
   int kick = 0; /* slots left to send: the proxy must finish them */
   if (!atomic_load(&st->failed) && op->bruck) {
+    atomic_fetch_add(&st->mesh_ops_running, 1);
     s = nl_bruck_run(st, ch, op);
+    atomic_fetch_sub(&st->mesh_ops_running, 1);
+  } else if (!atomic_load(&st->failed) && op->pairwise) {
+    atomic_fetch_add(&st->mesh_ops_running, 1);
+    s = nl_pairwise_run(st, ch, op);
+    atomic_fetch_sub(&st->mesh_ops_running, 1);
+    /* A message of another size: ranks in different collectives (the
+     * fingerprints say which), or memory. */
+    if (s == XCOLL_ERR_PROTOCOL)
+      nl_fp_explain(st, op->fp_index);
+    if (s != XCOLL_SUCCESS && s != XCOLL_ERR_ABORTED)
+      nl_fail(st, s, -1,
+              "nccl_like: rank %d: the pairwise allreduce failed: %s", st->rank,
+              xcoll_strerror(s));
   } else if (!atomic_load(&st->failed)) {
     xc_work work = op->work;
     work.channel = ch->id;

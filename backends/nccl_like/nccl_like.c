@@ -126,6 +126,21 @@ static xcoll_status read_options(nl_state *st) {
   int own_core = comm->local_world_size > 0 &&
                  host_cores() >= comm->local_world_size;
   st->spin_s = comm->cuda == NULL && own_core ? NL_SPIN_US * 1e-6 : 0.0;
+
+  /* XCOLL_PAIRWISE: this rank proposes the pairwise allreduce (pairwise.c)
+   * when set to 1, or (auto) when the ranks of its host outnumber the
+   * cores: there a ring step waits for the one rank that holds its data to
+   * be scheduled, 2(P-1) times per chunk, while a pairwise message waits on
+   * its sender only (measured in docs/nccl_like.md). Every rank must agree
+   * (agree_channels); a GPU rank never proposes it. */
+  int pairwise = -1;
+  s = xcoll_param_choice("XCOLL_PAIRWISE", &pairwise);
+  if (s != XCOLL_SUCCESS)
+    return xcoll_error_adopt(comm, s);
+  if (pairwise < 0 || pairwise == 2) /* unset or "auto" */
+    pairwise = comm->local_world_size > 0 && !own_core;
+  st->pairwise = pairwise && comm->cuda == NULL && st->world_size >= 2 &&
+                 st->world_size <= NL_PAIRWISE_MAX_RANKS;
   return XCOLL_SUCCESS;
 }
 
@@ -138,8 +153,8 @@ static xcoll_status read_options(nl_state *st) {
 static xcoll_status agree_channels(nl_state *st) {
   if (st->world_size == 1)
     return XCOLL_SUCCESS;
-  uint8_t mine[3] = {(uint8_t)st->nchannels, (uint8_t)st->nchannels_auto,
-                     (uint8_t)st->bruck};
+  uint8_t mine[4] = {(uint8_t)st->nchannels, (uint8_t)st->nchannels_auto,
+                     (uint8_t)st->bruck, (uint8_t)st->pairwise};
   uint8_t *all = malloc((size_t)st->world_size * sizeof mine);
   if (!all)
     return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
@@ -150,10 +165,11 @@ static xcoll_status agree_channels(nl_state *st) {
                                              sizeof mine, all);
   if (s == XCOLL_SUCCESS) {
     int agreed = st->nchannels, from = st->rank;
-    int bruck = st->bruck;
+    int bruck = st->bruck, pairwise = st->pairwise;
     for (int r = 0; r < st->world_size; r++) {
-      int theirs = all[3 * r];
-      bruck = bruck && all[3 * r + 2];
+      int theirs = all[4 * r];
+      bruck = bruck && all[4 * r + 2];
+      pairwise = pairwise && all[4 * r + 3];
       if (theirs < 1 || theirs > NL_MAX_CHANNELS) {
         s = xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
                         "nccl_like: rank %d proposed %d channels at init "
@@ -171,7 +187,7 @@ static xcoll_status agree_channels(nl_state *st) {
                  st->rank, agreed, st->nchannels,
                  st->nchannels_auto ? "from its cores" : "XCOLL_NCHANNELS",
                  from, agreed,
-                 all[3 * from + 1] ? "from its cores" : "XCOLL_NCHANNELS");
+                 all[4 * from + 1] ? "from its cores" : "XCOLL_NCHANNELS");
     st->nchannels = agreed;
     /* Bruck needs every rank's mesh: any rank that does not propose it
      * (XCOLL_BRUCK=0, a GPU rank) turns it off for all. */
@@ -180,6 +196,13 @@ static xcoll_status agree_channels(nl_state *st) {
                  "has XCOLL_BRUCK=0 or is a GPU rank",
                  st->rank);
     st->bruck = bruck;
+    /* Likewise pairwise, which needs a link to every rank. */
+    if (st->pairwise && !pairwise)
+      XCOLL_INFO("nccl_like: rank %d: pairwise allreduce off: another rank "
+                 "has XCOLL_PAIRWISE=0, has a core per rank (auto) or is a "
+                 "GPU rank",
+                 st->rank);
+    st->pairwise = pairwise;
   }
   free(all);
   return s;
@@ -571,15 +594,19 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
   /* The mesh sends from and receives into unregistered host memory: only
    * plugins that take it (socket, ucx; ibverbs needs reg_mr). The plugin is
    * the same on every rank, so is this choice. */
-  if (st->bruck && (st->net == NULL || (strcmp(st->net->name, "socket") != 0 &&
-                                        strcmp(st->net->name, "ucx") != 0)))
-    st->bruck = 0;
+  if (st->net == NULL || (strcmp(st->net->name, "socket") != 0 &&
+                          strcmp(st->net->name, "ucx") != 0))
+    st->bruck = st->pairwise = 0;
   if (s == XCOLL_SUCCESS && st->world_size > 1)
     XCOLL_INFO("nccl_like: Bruck allreduce and allgather %s (XCOLL_BRUCK; up "
                "to %zu B per rank over LL, %d to %d host ranks, net socket "
                "or ucx)",
                st->bruck ? "on" : "off", NL_GATHER_MAX_BYTES,
                NL_BRUCK_MIN_RANKS, NL_BRUCK_MAX_RANKS);
+  if (s == XCOLL_SUCCESS && st->world_size > 1)
+    XCOLL_INFO("nccl_like: pairwise allreduce %s (XCOLL_PAIRWISE; SIMPLE "
+               "allreduces, 2 to %d host ranks, net socket or ucx)",
+               st->pairwise ? "on" : "off", NL_PAIRWISE_MAX_RANKS);
   if (s == XCOLL_SUCCESS)
     s = nl_channels_setup(st);
   if (s == XCOLL_SUCCESS && st->gpu != NULL)

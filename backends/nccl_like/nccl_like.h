@@ -60,6 +60,22 @@
 #define NL_BRUCK_MIN_RANKS 3
 #define NL_BRUCK_MAX_RANKS 16
 #define NL_BRUCK_MAX_LINKS 4 /* ceil(log2(NL_BRUCK_MAX_RANKS)) */
+/* The pairwise allreduce (pairwise.c): on a comm of host ranks only, from
+ * 2 to NL_PAIRWISE_MAX_RANKS ranks, with more ranks on a host than cores
+ * (XCOLL_PAIRWISE=auto) or XCOLL_PAIRWISE=1, an allreduce over SIMPLE runs
+ * the ring's reduction (the same pieces, reduced in the same order) with
+ * every piece sent straight to the rank that reduces it, over a link to
+ * every other rank: no step waits on a chain of ranks. Pieces move in
+ * units of at most NL_PAIRWISE_UNIT_BYTES. */
+#define NL_PAIRWISE_MAX_RANKS 16
+#define NL_PAIRWISE_UNIT_BYTES ((size_t)512 << 10)
+/* Messages in flight per mesh link each way; the stage holds this many
+ * units per peer. Measured at P=4 on 2 cores (1, 4, 16 MiB): 1 MiB x 1,
+ * 512 KiB x 2, 256 KiB x 4 and 128 KiB x 8 were within noise of each other
+ * from 4 MiB, 512 KiB x 2 the fastest at 1 MiB (0.83 ms, 1 MiB x 1 1.09). */
+#define NL_PAIRWISE_DEPTH 2
+/* Links of the mesh: one per other rank with pairwise, else Bruck's. */
+#define NL_MESH_MAX_LINKS (NL_PAIRWISE_MAX_RANKS - 1)
 /* A Bruck message: this header, then the blocks it carries. The header
  * holds the sender's fingerprint of the call (core/fingerprint.h) and the
  * bytes of one block (one rank's input); its size keeps the blocks 16-byte
@@ -149,9 +165,11 @@ typedef struct nl_ring_link {
   xcoll_net_recv_comm *recv_comm;
 } nl_ring_link;
 
-/* One link of the Bruck mesh (bruck.c): link k sends to rank + 2^k and
- * receives from rank - 2^k (mod P), for 2^k < P. Each op posts one message
- * each way per link, in issue order. */
+/* One link of the mesh: it sends to rank + d and receives from rank - d
+ * (mod P), for the distances d = 1, 2, 4, ... < P that Bruck's rounds use
+ * (bruck.c), or every d in 1..P-1 with pairwise (pairwise.c); mesh_of[d]
+ * is the link of distance d. An op posts its messages each way per link
+ * in issue order, at most one at a time. */
 typedef struct nl_mesh_link {
   nl_ring_link link;
   int to, from; /* the peers of send_comm and recv_comm */
@@ -255,10 +273,14 @@ typedef struct nl_fp_link {
 /* A started collective: completes when every channel has run its share. */
 typedef struct nl_op {
   xcoll_coll_args args;
+  xcoll_fingerprint fp; /* the call's (fill_work): LL flags, the fingerprint
+                           connection, Bruck's headers */
   uint64_t fp_index; /* its fingerprint's slot counter (desync.c) */
   int fp_deferred;   /* its fingerprint is checked in its LL flags; the op
                         does not wait for the fingerprint's judgment */
   int bruck;         /* runs nl_bruck_run on channel 0, not a ring kernel */
+  int pairwise;      /* runs nl_pairwise_run on channel 0 (work.nchannels
+                        keeps the ring's channels: its pieces) */
   int nchannels; /* channels this op runs on: 0..nchannels-1 */
   xc_work work; /* channel and nchannels filled per channel by the worker */
   int channels_left;      /* under the state's lock */
@@ -292,12 +314,21 @@ typedef struct nl_state {
    * memory: small allreduces and allgathers run bruck.c over
    * mesh[0..mesh_links-1]. */
   int bruck;
-  int mesh_links; /* ceil(log2 P) with bruck, else 0 */
-  nl_mesh_link mesh[NL_BRUCK_MAX_LINKS];
+  /* XCOLL_PAIRWISE (auto: ranks outnumber the host's cores), every rank a
+   * host rank, P within 2..NL_PAIRWISE_MAX_RANKS and a plugin that takes
+   * unregistered host memory, agreed at init: SIMPLE allreduces run
+   * pairwise.c over the mesh. */
+  int pairwise;
+  uint8_t *pairwise_stage; /* (P-1) x NL_PAIRWISE_DEPTH units: pairwise.c */
+  int mesh_links; /* P-1 with pairwise, ceil(log2 P) with bruck, else 0 */
+  nl_mesh_link mesh[NL_MESH_MAX_LINKS];
+  int8_t mesh_of[NL_PAIRWISE_MAX_RANKS]; /* distance -> link, -1: none */
   uint8_t *mesh_out;           /* header + P blocks: what this rank sends */
   uint8_t *mesh_in;            /* the messages it receives, one per link */
   _Atomic uint64_t mesh_moved; /* messages sent or landed (the proxy's
                                   watchdog counts them as progress) */
+  _Atomic int mesh_ops_running; /* Bruck or pairwise ops on their thread
+                                   now (the proxy naps longer) */
   int direct; /* XCOLL_DIRECT and a plugin that sends from any host address:
                  SIMPLE sends skip the slot copy (engine.c) */
   double timeout_s;
@@ -386,13 +417,13 @@ void nl_channels_free(nl_state *st);
 
 /* ---- desync.c ---- */
 /* In start(), under st->lock, world_size > 1: append the call's fingerprint
- * (waiting for a free slot while NL_FP_WINDOW are unsent or unjudged) and
+ * (op->fp, from fill_work) (waiting for a free slot while NL_FP_WINDOW are unsent or unjudged) and
  * write its counter to *index. deferred: the op's LL flags carry its
  * fingerprint's digest (nl_fp_deferrable), so the fingerprint may wait for
  * a batch (NL_FP_DEFER) and nobody awaits its judgment; otherwise it is
  * sent at once and the op completes only once it was judged. Errors: the
  * comm's failure status. */
-xcoll_status nl_fp_record(nl_state *st, const xcoll_coll_args *args,
+xcoll_status nl_fp_record(nl_state *st, const xcoll_fingerprint *call,
                           int deferred, uint64_t *index);
 /* 1 when op's fingerprint may be deferred: a host rank's LL collective in
  * which every rank receives LL lines from the previous one (allreduce,
@@ -505,6 +536,42 @@ int nl_bruck_applies(const nl_state *st, const nl_op *op);
  * comm failed), REMOTE naming a peer that closed, TIMEOUT naming the peers
  * not heard from within st->timeout_s, PROTOCOL; each through nl_fail. */
 xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op);
+
+/* One idle pass of a thread that drives the mesh (spins: idle passes so
+ * far, waited_s: seconds since the last progress): the fingerprint step
+ * every 64 passes, the deferred fingerprints made due at 256, then a
+ * sched_yield while waited_s < 10 us, else nl_mesh_poll for NL_POLL_MS. */
+void nl_mesh_idle(nl_state *st, uint64_t spins, double waited_s);
+/* poll(2) the mesh sockets that have a request posted, at most timeout_ms.
+ * Returns 1 when one is ready, 0 when none is (or poll failed: the caller
+ * tests every link anyway), -1 when the plugin names no descriptor. */
+int nl_mesh_poll(nl_state *st, int timeout_ms);
+
+/* ---- pairwise.c ---- */
+/* 1 when op (filled by fill_work) runs pairwise.c on this comm:
+ * st->pairwise, an allreduce over SIMPLE of at least one element. The same
+ * answer on every rank. */
+int nl_pairwise_applies(const nl_state *st, const nl_op *op);
+/* Run op on the calling thread (channel 0's item). The buffer is cut into
+ * the ring's pieces (kernels/ring.h xc_ring_allreduce with work.nchannels
+ * channels: piece c of a loop is reduced by ring position c) and each
+ * piece is reduced by its owner in the ring's order, x[c+1] op x[c+2] ...
+ * op x[c], with kernels/reduce.h's functors, so results are bitwise the
+ * ring's. Reduce-scatter: every rank sends each piece of its input
+ * straight to the piece's owner over the mesh (from the user buffer, in
+ * units of at most NL_PAIRWISE_UNIT_BYTES); the owner receives one unit per
+ * peer into its stage and reduces them in that order. Allgather: the owner
+ * sends each reduced unit to every rank, received straight into recvbuf.
+ * Bytes per rank on the wire: 2 (P-1)/P S, as the ring's; messages
+ * 2 (P-1) per unit, none of which waits on a third rank. This is the
+ * pairwise-exchange reduce-scatter of R. Thakur, R. Rabenseifner, W. Gropp,
+ * "Optimization of collective communication operations in MPICH",
+ * IJHPCA 19(1), 2005, followed by a direct allgather. Waits as
+ * nl_bruck_run. Errors: ABORTED (the comm failed), REMOTE naming a peer
+ * that closed, TIMEOUT naming the peers not heard from within
+ * st->timeout_s, PROTOCOL (a message of another size: ranks in different
+ * collectives; the caller lets the fingerprints explain), NO_MEMORY. */
+xcoll_status nl_pairwise_run(nl_state *st, nl_channel *ch, nl_op *op);
 
 /* ---- engine.c ---- */
 xcoll_status nl_workers_start(nl_state *st);
