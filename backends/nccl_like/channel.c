@@ -155,7 +155,6 @@ static xcoll_status alloc_mesh(nl_state *st) {
     m->from = (st->rank - d + p) % p;
   }
   atomic_init(&st->mesh_moved, 0);
-  atomic_init(&st->mesh_ops_running, 0);
   return XCOLL_SUCCESS;
 }
 

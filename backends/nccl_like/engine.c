@@ -412,13 +412,9 @@ static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
   xcoll_status s = XCOLL_ERR_ABORTED;
   int kick = 0; /* slots left to send: the proxy must finish them */
   if (!atomic_load(&st->failed) && op->bruck) {
-    atomic_fetch_add(&st->mesh_ops_running, 1);
     s = nl_bruck_run(st, ch, op);
-    atomic_fetch_sub(&st->mesh_ops_running, 1);
   } else if (!atomic_load(&st->failed) && op->pairwise) {
-    atomic_fetch_add(&st->mesh_ops_running, 1);
     s = nl_pairwise_run(st, ch, op);
-    atomic_fetch_sub(&st->mesh_ops_running, 1);
     /* A message of another size: ranks in different collectives (the
      * fingerprints say which), or memory. */
     if (s == XCOLL_ERR_PROTOCOL)

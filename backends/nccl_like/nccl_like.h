@@ -327,8 +327,6 @@ typedef struct nl_state {
   uint8_t *mesh_in;            /* the messages it receives, one per link */
   _Atomic uint64_t mesh_moved; /* messages sent or landed (the proxy's
                                   watchdog counts them as progress) */
-  _Atomic int mesh_ops_running; /* Bruck or pairwise ops on their thread
-                                   now (the proxy naps longer) */
   int direct; /* XCOLL_DIRECT and a plugin that sends from any host address:
                  SIMPLE sends skip the slot copy (engine.c) */
   double timeout_s;

@@ -363,6 +363,11 @@ xcoll_status nl_pairwise_run(nl_state *st, nl_channel *ch, nl_op *op) {
                    "allreduce's plan of %zu elements",
                    st->rank, op->work.count);
 
+  /* This op's fingerprint goes to the next rank now (start() left it to
+   * the proxy, which may be napping): the op there completes only once it
+   * has compared it. */
+  int fp_moved = 0;
+  nl_fp_progress(st, &fp_moved);
   double last_progress = nl_now(), wait_since = last_progress;
   uint64_t spins = 0;
   for (;;) {
