@@ -310,7 +310,7 @@ xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op) {
   nl_round rounds[NL_BRUCK_MAX_LINKS];
   int nrounds = schedule(p, rounds);
 
-  double last_progress = nl_now(), wait_since = last_progress;
+  double last_progress = nl_now();
   uint64_t spins = 0;
   for (;;) {
     if (xc_abort_raised(st->abort))
@@ -324,7 +324,7 @@ xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op) {
       break;
     double now = nl_now();
     if (progress) {
-      last_progress = wait_since = now;
+      last_progress = now;
       spins = 0;
       continue;
     }
@@ -340,7 +340,7 @@ xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op) {
                      st->rank, now - last_progress, st->timeout_s,
                      xcoll_coll_name(op->args.kind), who[0] ? who : "none");
     }
-    nl_mesh_idle(st, spins, now - wait_since);
+    nl_mesh_idle(st, spins, now - last_progress);
   }
 
   /* Every block is in (block j: rank - j's input): an allgather puts them

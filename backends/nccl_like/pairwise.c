@@ -188,11 +188,12 @@ static uint8_t *recv_message(const pw_run *r, int d, size_t i,
              : NULL;
 }
 
+/* Messages on the link to rank + d (is_send) or from rank - d: the units
+ * of that peer and this rank's. */
 static size_t messages(const pw_run *r, int d, int is_send) {
   int me = r->st->rank, p = r->st->world_size;
   int peer = is_send ? (me + d) % p : (me - d + p) % p;
-  return is_send ? units_of(&r->plan, peer) + units_of(&r->plan, me)
-                 : units_of(&r->plan, me) + units_of(&r->plan, peer);
+  return units_of(&r->plan, peer) + units_of(&r->plan, me);
 }
 
 /* Reduce this rank's next unit once every peer's input of it is staged:
@@ -368,7 +369,7 @@ xcoll_status nl_pairwise_run(nl_state *st, nl_channel *ch, nl_op *op) {
    * has compared it. */
   int fp_moved = 0;
   nl_fp_progress(st, &fp_moved);
-  double last_progress = nl_now(), wait_since = last_progress;
+  double last_progress = nl_now();
   uint64_t spins = 0;
   for (;;) {
     if (xc_abort_raised(st->abort)) {
@@ -382,7 +383,7 @@ xcoll_status nl_pairwise_run(nl_state *st, nl_channel *ch, nl_op *op) {
       break;
     double now = nl_now();
     if (progress) {
-      last_progress = wait_since = now;
+      last_progress = now;
       spins = 0;
       continue;
     }
@@ -398,7 +399,7 @@ xcoll_status nl_pairwise_run(nl_state *st, nl_channel *ch, nl_op *op) {
                   who[0] ? who : "rank(s) to take this rank's messages");
       break;
     }
-    nl_mesh_idle(st, spins, now - wait_since);
+    nl_mesh_idle(st, spins, now - last_progress);
   }
   free(r.plan.unit);
   if (s != XCOLL_SUCCESS)

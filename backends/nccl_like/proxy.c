@@ -91,8 +91,8 @@ const char *nl_net_last_error(void) {
   return message && message[0] ? message : "(the plugin gave no reason)";
 }
 
-static void trace_slot(nl_state *st, nl_channel *ch, int is_send, uint64_t step,
-                       double start_us, size_t bytes) {
+static void trace_slot(nl_state *st, nl_channel *ch, int is_send,
+                       uint64_t step, double start_us, size_t bytes) {
   if (!xcoll_trace_enabled())
     return;
   char args[128];
@@ -105,7 +105,8 @@ static void trace_slot(nl_state *st, nl_channel *ch, int is_send, uint64_t step,
 }
 
 /* Send side of channel ch. *progress is set when a counter moved. */
-static xcoll_status progress_send(nl_state *st, nl_channel *ch, int *progress) {
+static xcoll_status progress_send(nl_state *st, nl_channel *ch,
+                                  int *progress) {
   nl_proxy_conn *pc = &ch->proxy_send;
   nl_fifo_mem *mem = ch->send_mem;
   uint64_t tail = atomic_load_explicit(&mem->tail, memory_order_acquire);
@@ -129,8 +130,9 @@ static xcoll_status progress_send(nl_state *st, nl_channel *ch, int *progress) {
     }
     xcoll_net_request *request = NULL;
     pc->started_us[slot] = xcoll_trace_enabled() ? xcoll_time_us() : 0;
-    xcoll_status s = st->net->isend(ch->link.send_comm, from, (size_t)bytes,
-                                    (uint32_t)pc->posted, mhandle, &request);
+    xcoll_status s =
+        st->net->isend(ch->link.send_comm, from, (size_t)bytes,
+                       (uint32_t)pc->posted, mhandle, &request);
     if (s != XCOLL_SUCCESS)
       return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? st->next : -1,
                      "nccl_like: rank %d channel %d: sending to rank %d "
@@ -168,7 +170,8 @@ static xcoll_status progress_send(nl_state *st, nl_channel *ch, int *progress) {
 }
 
 /* Receive side of channel ch. */
-static xcoll_status progress_recv(nl_state *st, nl_channel *ch, int *progress) {
+static xcoll_status progress_recv(nl_state *st, nl_channel *ch,
+                                  int *progress) {
   nl_proxy_conn *pc = &ch->proxy_recv;
   nl_fifo_mem *mem = ch->recv_mem;
   if (ch->recv_broken != XCOLL_SUCCESS) {
@@ -189,10 +192,10 @@ static xcoll_status progress_recv(nl_state *st, nl_channel *ch, int *progress) {
   uint64_t head = atomic_load_explicit(&mem->head, memory_order_acquire);
   /* Direct receives: only the steps the kernel asked for, each where it
    * said (kernels/conn.h). */
-  uint64_t asked =
-      ch->recv.direct_req != NULL
-          ? atomic_load_explicit(&ch->recv_req, memory_order_acquire)
-          : UINT64_MAX;
+  uint64_t asked = ch->recv.direct_req != NULL
+                       ? atomic_load_explicit(&ch->recv_req,
+                                              memory_order_acquire)
+                       : UINT64_MAX;
   while (pc->posted < head + XCOLL_STEPS && pc->posted < asked &&
          pc->posted - pc->completed < (uint64_t)st->recvs_ahead) {
     int slot = (int)(pc->posted % XCOLL_STEPS);
@@ -320,9 +323,10 @@ static int wait_for_work(nl_state *st) {
   pthread_mutex_lock(&st->lock);
   st->proxy_idle = 1;
   pthread_cond_broadcast(&st->done_cond);
-  while (!st->stopping && (atomic_load(&st->failed) ||
-                           (atomic_load(&st->ops_in_flight) == 0 &&
-                            !sends_pending(st) && !nl_fp_pending(st))))
+  while (!st->stopping &&
+         (atomic_load(&st->failed) ||
+          (atomic_load(&st->ops_in_flight) == 0 && !sends_pending(st) &&
+           !nl_fp_pending(st))))
     pthread_cond_wait(&st->proxy_cond, &st->lock);
   st->proxy_idle = 0;
   int go = !st->stopping;
@@ -352,12 +356,11 @@ void nl_proxy_drain(nl_state *st) {
 }
 
 /* Wait on proxy_cond until a kick other than the one counted in kicks,
- * stop, failure or drain, or ms milliseconds. */
-static void nap(nl_state *st, unsigned kicks, long ms) {
+ * stop, failure or drain, or NL_PROXY_NAP_MS. */
+static void nap(nl_state *st, unsigned kicks) {
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += ms / 1000;
-  until.tv_nsec += ms % 1000 * 1000000L;
+  until.tv_nsec += NL_PROXY_NAP_MS * 1000000L;
   if (until.tv_nsec >= 1000000000L) {
     until.tv_sec++;
     until.tv_nsec -= 1000000000L;
@@ -386,9 +389,9 @@ static void *proxy_main(void *arg) {
   uint64_t last_kernel = 0, last_moved = 0;
   int was_active = 0;
   for (;;) {
-    int active =
-        !atomic_load(&st->failed) && (atomic_load(&st->ops_in_flight) > 0 ||
-                                      sends_pending(st) || nl_fp_pending(st));
+    int active = !atomic_load(&st->failed) &&
+                 (atomic_load(&st->ops_in_flight) > 0 || sends_pending(st) ||
+                  nl_fp_pending(st));
     if (!active) {
       /* Between back-to-back ops, nap rather than sleep, so that start()
        * need not wake the proxy for every op (it wakes an idle one only). */
@@ -396,7 +399,7 @@ static void *proxy_main(void *arg) {
       unsigned kicks = read_kicks(st, &draining);
       if (was_active && !draining && !atomic_load(&st->failed) &&
           nl_now() - last_active < NL_PROXY_LINGER_S) {
-        nap(st, kicks, NL_PROXY_NAP_MS);
+        nap(st, kicks);
         continue;
       }
       was_active = 0;
@@ -423,8 +426,7 @@ static void *proxy_main(void *arg) {
     /* The send sockets of such channels: the pass sleeps on them in poll
      * rather than yield, when the plugin can name them. */
     struct pollfd send_fds[NL_POLL_MAX_FDS];
-    int nsend_fds = 0,
-        all_pollable = !spin; /* a kernel waits on receives too */
+    int nsend_fds = 0, all_pollable = !spin; /* a kernel waits on receives too */
     for (int c = 0; c < st->nchannels; c++) {
       nl_channel *ch = &st->channels[c];
       if (pthread_mutex_trylock(&ch->progress_lock) != 0)
@@ -453,9 +455,9 @@ static void *proxy_main(void *arg) {
           all_pollable = 0;
         }
       }
-      if (!busy &&
-          atomic_load_explicit(&ch->send_mem->tail, memory_order_acquire) >
-              ch->proxy_send.posted)
+      if (!busy && atomic_load_explicit(&ch->send_mem->tail,
+                                        memory_order_acquire) >
+                       ch->proxy_send.posted)
         spin = 1, all_pollable = 0; /* isend said "retry": no fd to wait on */
       pthread_mutex_unlock(&ch->progress_lock);
       if (s != XCOLL_SUCCESS)
@@ -511,7 +513,7 @@ static void *proxy_main(void *arg) {
      * 16 MiB pairwise allreduce at P=4 on 2 cores, but made the 8 B-4 KiB
      * Bruck allreduce 1.5-3x slower: start() does not wake a napping proxy,
      * which sends the fingerprints.) */
-    nap(st, kicks, NL_PROXY_NAP_MS);
+    nap(st, kicks);
   }
 }
 
