@@ -323,6 +323,9 @@ XC_INLINE XC_HD void xc_reduce_into(void *dst, const void *a, const void *b,
  * store (NCCL's kernels move data in 16-byte packs the same way). A
  * caller that reads what another thread wrote waits at XC_BARRIER first. */
 #ifdef __CUDA_ARCH__
+/* 16-byte packs each thread moves per pass (memory-level parallelism: a
+ * thread's loads of one pass are all in flight together). */
+#define XC_UNROLL 4
 XC_INLINE __device__ int xc_aligned16(const void *p) {
   return ((uintptr_t)p & 15u) == 0;
 }
@@ -335,11 +338,26 @@ XC_INLINE XC_HD void xc_reduce_block(void *dst, const void *a, const void *b,
   size_t e = xc_dtype_size(dtype), tid = threadIdx.x, nth = blockDim.x;
   size_t done = 0;
   if (e > 0 && xc_aligned16(dst) && xc_aligned16(a) && xc_aligned16(b)) {
-    size_t per = 16 / e, packs = n / per;
-    for (size_t v = tid; v < packs; v += nth) {
-      uint4 x = ((const uint4 *)a)[v], y = ((const uint4 *)b)[v], r;
-      xc_reduce_into(&r, &x, &y, per, dtype, op);
-      ((uint4 *)dst)[v] = r;
+    size_t per = 16 / e, packs = n / per, v = tid;
+    /* XC_UNROLL packs per thread per pass, all loaded before any is
+     * reduced, so that each thread has 2 x XC_UNROLL loads in flight. */
+    for (; v + (XC_UNROLL - 1) * nth < packs; v += XC_UNROLL * nth) {
+      uint4 x[XC_UNROLL], y[XC_UNROLL];
+#pragma unroll
+      for (int u = 0; u < XC_UNROLL; u++) {
+        x[u] = ((const uint4 *)a)[v + u * nth];
+        y[u] = ((const uint4 *)b)[v + u * nth];
+      }
+#pragma unroll
+      for (int u = 0; u < XC_UNROLL; u++) {
+        xc_reduce_into(&x[u], &x[u], &y[u], per, dtype, op);
+        ((uint4 *)dst)[v + u * nth] = x[u];
+      }
+    }
+    for (; v < packs; v += nth) {
+      uint4 x = ((const uint4 *)a)[v], y = ((const uint4 *)b)[v];
+      xc_reduce_into(&x, &x, &y, per, dtype, op);
+      ((uint4 *)dst)[v] = x;
     }
     done = packs * per;
   }
@@ -355,8 +373,17 @@ XC_INLINE XC_HD void xc_copy_block(void *dst, const void *src, size_t bytes) {
 #ifdef __CUDA_ARCH__
   size_t tid = threadIdx.x, nth = blockDim.x, done = 0;
   if (xc_aligned16(dst) && xc_aligned16(src)) {
-    size_t packs = bytes / 16;
-    for (size_t v = tid; v < packs; v += nth)
+    size_t packs = bytes / 16, v = tid;
+    for (; v + (XC_UNROLL - 1) * nth < packs; v += XC_UNROLL * nth) {
+      uint4 x[XC_UNROLL];
+#pragma unroll
+      for (int u = 0; u < XC_UNROLL; u++)
+        x[u] = ((const uint4 *)src)[v + u * nth];
+#pragma unroll
+      for (int u = 0; u < XC_UNROLL; u++)
+        ((uint4 *)dst)[v + u * nth] = x[u];
+    }
+    for (; v < packs; v += nth)
       ((uint4 *)dst)[v] = ((const uint4 *)src)[v];
     done = packs * 16;
   } else if ((((uintptr_t)dst | (uintptr_t)src) & 3u) == 0) {

@@ -7,9 +7,19 @@
 # Environment: GPU_CHECK_MAXBYTES (largest xcoll-perf message, default 64M;
 # 4 ranks x 2 buffers of it live on device 0), GPU_CHECK_SKIP_BUILD=1 (reuse
 # BUILD_DIR as it is).
-# cmocka: the unit tests need it; where it is not installed, fetch Debian's
-# packages on a machine with apt (apt-get download libcmocka0 libcmocka-dev),
-# unpack them (dpkg -x PKG.deb DIR) and set CMOCKA_ROOT=DIR/usr.
+# Build dependencies: libsodium (the library), cmocka and cJSON (the tests),
+# pkg-config. On a GPU machine without apt or network (this project's lent
+# H100), fetch Debian's packages elsewhere (apt-get download libsodium23
+# libsodium-dev libcmocka0 libcmocka-dev libcjson1 libcjson-dev) and set
+# GPU_CHECK_DEBS=DIR: each .deb in DIR is unpacked into / first (dpkg -x; on
+# a throwaway machine only). Or unpack cmocka elsewhere and set
+# CMOCKA_ROOT=DIR/usr.
+# Ranks sharing one GPU: without MPS the GPU time-slices the processes'
+# contexts, so a kernel waiting on another rank's kernel waits for a time
+# slice (2.3 ms a call at 2 ranks, 13.6 ms at 4, measured on an H100). Step 6
+# runs its GPU-rank sweeps under MPS (nvidia-cuda-mps-control) when the
+# machine has it, as NCCL users do to share a GPU; set GPU_CHECK_MPS=0 to
+# measure without.
 # What it runs, in order (each step is PASS or FAIL in the summary; a
 # failing step does not stop the others):
 #   1. a CUDA build (XCOLL_WITH_CUDA=ON: the ring kernels for sm_75/80/90 +
@@ -20,7 +30,8 @@
 #      GPU ranks: the staging program on the CUDA ring kernel at 2 and 4
 #      ranks sharing device 0, then a mixed ring of 1 GPU + 3 host ranks
 #      whose results must be bit-identical to a host-only ring's:
-#      tests/nccl_like/nl_mixed.sh; that is the bit-identity check);
+#      tests/nccl_like/nl_mixed.sh; that is the bit-identity check; and a
+#      desync in a mixed ring of 3, LL and SIMPLE, caught on every rank);
 #   3. compute-sanitizer --tool memcheck and --tool racecheck on a 2-rank
 #      nccl_like GPU allreduce (xcoll-perf on device buffers with --check,
 #      8 B to 256 KiB: LL, SIMPLE, gather and ring); racecheck looks for
@@ -48,6 +59,10 @@ prefix=()
 [ -n "${CMOCKA_ROOT:-}" ] && prefix=(-DCMAKE_PREFIX_PATH="$CMOCKA_ROOT")
 [ -n "${CMOCKA_ROOT:-}" ] && export LD_LIBRARY_PATH="$CMOCKA_ROOT/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 nvidia-smi -L || { echo "gpu-check: no GPU (nvidia-smi failed)"; exit 77; }
+if [ -n "${GPU_CHECK_DEBS:-}" ]; then
+  for deb in "$GPU_CHECK_DEBS"/*.deb; do dpkg -x "$deb" / || exit 1; done
+  ldconfig
+fi
 PATH=/usr/local/cuda/bin:$PATH
 
 if [ "${GPU_CHECK_SKIP_BUILD:-0}" != 1 ]; then
@@ -145,12 +160,20 @@ perf() {
     END {printf "      %-22s %10s B  busbw %s (oop) %s (ip) GB/s  %s  check %s\n",
                 name, size, oop, ip, alg, check}' >> "$summary"
 }
+mps=0
+if [ "${GPU_CHECK_MPS:-1}" != 0 ] && command -v nvidia-cuda-mps-control > /dev/null; then
+  export CUDA_MPS_PIPE_DIRECTORY=$logs/mps-pipe CUDA_MPS_LOG_DIRECTORY=$logs/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d && mps=1
+fi
+echo "      step 6 under MPS: $([ $mps = 1 ] && echo yes || echo no)" >> "$summary"
 perf nccl_like.gpu.np2 2 XCOLL_BACKEND=nccl_like XCOLL_DEVICE=cuda:0 --
 perf nccl_like.gpu.np4 4 XCOLL_BACKEND=nccl_like XCOLL_DEVICE=cuda:0 --
 perf nccl_like.mixed1+3 4 XCOLL_BACKEND=nccl_like -- --gpu-ranks 0
 perf nccl_like.host.np4 4 XCOLL_BACKEND=nccl_like XCOLL_DEVICE=host --
 perf tcp.gpu.np4 4 XCOLL_BACKEND=tcp XCOLL_DEVICE=cuda:0 --
 perf tcp.host.np4 4 XCOLL_BACKEND=tcp XCOLL_DEVICE=host --
+[ $mps = 1 ] && echo quit | nvidia-cuda-mps-control
 
 echo
 echo "==== summary (also in $summary)"

@@ -300,12 +300,28 @@ if(XCOLL_HAVE_CUDA AND TARGET staging)
       LABELS "faults;nccl_like" PROCESSORS 2
       ENVIRONMENT "XCOLL_BACKEND=nccl_like;FAULT_PEER_GPU_RANKS=${ranks};${_fake_env}")
   endforeach()
+  # A desync in a mixed ring (tests/faults/fault_desync.c): every rank fails
+  # with PROTOCOL naming both calls, over LL (the fingerprint's digest in
+  # the LL flags, checked by GPU and host ranks alike) and SIMPLE. GPU rank
+  # 1 sits between host ranks; GPU rank 2 makes the odd call.
+  foreach(spec "ll;op;1" "ll;count;2" "simple;op;1")
+    list(GET spec 0 proto)
+    list(GET spec 1 case)
+    list(GET spec 2 ranks)
+    set(test faults.desync.nccl_like.mixed.${proto}.${case}.np3)
+    add_test(NAME ${test}
+      COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node 3 --master-port 0
+              $<TARGET_FILE:fault_desync> ${case})
+    set_tests_properties(${test} PROPERTIES TIMEOUT 90
+      LABELS "faults;nccl_like" PROCESSORS 2
+      ENVIRONMENT "XCOLL_TIMEOUT_S=60;XCOLL_BACKEND=nccl_like;XCOLL_PROTO=${proto};FAULT_DESYNC_GPU_RANKS=${ranks};${_fake_env}")
+  endforeach()
   # The same on a real GPU (label gpu): skipped, exit 77, without one.
   add_test(NAME gpu.nccl_like
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_nccl_like.sh
             $<TARGET_FILE:xcollrun> $<TARGET_FILE:staging>
             ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/nl_mixed.sh
-            $<TARGET_FILE:nl_mixed>)
+            $<TARGET_FILE:nl_mixed> $<TARGET_FILE:fault_desync>)
   set_tests_properties(gpu.nccl_like PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77
     LABELS "gpu;nccl_like" PROCESSORS 2 ENVIRONMENT "${XCOLL_MP_ENV}")
 endif()

@@ -423,10 +423,12 @@ void nl_channels_free(nl_state *st);
  * comm's failure status. */
 xcoll_status nl_fp_record(nl_state *st, const xcoll_fingerprint *call,
                           int deferred, uint64_t *index);
-/* 1 when op's fingerprint may be deferred: a host rank's LL collective in
- * which every rank receives LL lines from the previous one (allreduce,
- * allgather, reduce_scatter, barrier), so that every adjacent pair of the
- * ring compares its digest on the data path, as the fingerprints would. */
+/* 1 when op's fingerprint may be deferred: an LL collective in which every
+ * rank receives LL lines from the previous one (allreduce, allgather,
+ * reduce_scatter, barrier), so that every adjacent pair of the ring
+ * compares its digest on the data path, as the fingerprints would. The
+ * same answer on host and GPU ranks: a rank must not await a fingerprint
+ * its previous rank deferred. */
 int nl_fp_deferrable(const nl_state *st, const nl_op *op);
 /* The fingerprint step, when no other thread runs it (trylock): send this
  * rank's fingerprints, receive the previous rank's and compare those whose

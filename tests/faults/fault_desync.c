@@ -13,12 +13,19 @@
  *   kind   allreduce(sum, float32, 1000)  vs broadcast(root P-1, ...)
  * A rank whose call returns success (it only sent) must fail by its next
  * barrier. Each rank prints DESYNC-OK or DESYNC-BAD and exits 0 or 1. Run
- * with a long XCOLL_TIMEOUT_S, so that a timeout cannot pass for detection. */
+ * with a long XCOLL_TIMEOUT_S, so that a timeout cannot pass for detection.
+ * FAULT_DESYNC_GPU_RANKS=LIST (comma-separated ranks): those ranks are GPU
+ * ranks on CUDA device LOCAL_RANK with device buffers (nccl_like's kernels;
+ * the stand-in driver under ctest): a mixed ring must catch a desync as a
+ * host ring does, over SIMPLE and over LL (where every rank checks the
+ * fingerprint's digest in the LL flags). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "../gpu/test_cuda.h"
 #include "xcoll.h"
 
 #define COUNT 1000
@@ -59,6 +66,13 @@ int main(int argc, char **argv) {
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
+  test_cuda cu;
+  int gpu = test_cuda_rank_setup(&cu, "FAULT_DESYNC_GPU_RANKS", "fault_desync");
+  if (gpu < 0) {
+    printf("FATAL: FAULT_DESYNC_GPU_RANKS names this rank, but the CUDA "
+           "driver (libcuda.so.1) is not usable\n");
+    return 2;
+  }
   xcoll_comm_t comm = NULL;
   xcoll_status st = xcoll_comm_init_env(&comm);
   if (st != XCOLL_SUCCESS) {
@@ -93,9 +107,18 @@ int main(int argc, char **argv) {
   describe(&base, base_text, sizeof base_text);
   describe(&other, other_text, sizeof other_text);
 
-  float *buf = calloc(COUNT + 1, sizeof *buf);
-  if (!buf)
+  float *host = calloc(COUNT + 1, sizeof *host), *buf = host;
+  if (!host)
     return 2;
+  uintptr_t dbuf = 0;
+  if (gpu) { /* a GPU rank's collectives take device memory */
+    if (cu.mem_alloc(&dbuf, (COUNT + 1) * sizeof *host) != 0 ||
+        cu.htod(dbuf, host, (COUNT + 1) * sizeof *host) != 0) {
+      printf("FATAL rank %d: device buffers\n", rank);
+      return 2;
+    }
+    buf = (float *)dbuf;
+  }
   /* Start together, so that the bound measures detection. A rank may still
    * be finishing this barrier when a faster one has found the mismatch and
    * aborted: then the barrier itself fails, with the same message. */
@@ -120,6 +143,8 @@ int main(int argc, char **argv) {
          ok ? "OK" : "BAD", rank, which, step, xcoll_strerror(st), elapsed,
          BOUND_S, base_text, other_text, names_both ? "yes" : "no", msg);
   xcoll_comm_destroy(comm);
-  free(buf);
+  if (gpu)
+    cu.mem_free(dbuf);
+  free(host);
   return ok ? 0 : 1;
 }

@@ -48,30 +48,6 @@
 /* A GPU rank's device buffers (tests/gpu/test_cuda.h). */
 static test_cuda cu;
 
-/* 1 when this rank is listed in FAULT_PEER_GPU_RANKS: binds it to its CUDA
- * device (XCOLL_DEVICE) and loads the driver; 0 for a host rank; -1 when
- * the driver is unusable. */
-static int gpu_setup(void) {
-  const char *list = getenv("FAULT_PEER_GPU_RANKS");
-  const char *rank_text = getenv("RANK"), *local = getenv("LOCAL_RANK");
-  if (list == NULL || rank_text == NULL)
-    return 0;
-  int me = atoi(rank_text), listed = 0;
-  char copy[256];
-  snprintf(copy, sizeof copy, "%s", list);
-  for (char *t = strtok(copy, ","); t != NULL; t = strtok(NULL, ","))
-    listed |= atoi(t) == me;
-  if (!listed)
-    return 0;
-  int device = local != NULL ? atoi(local) : 0;
-  char value[32];
-  snprintf(value, sizeof value, "cuda:%d", device);
-  setenv("XCOLL_DEVICE", value, 1);
-  if (test_cuda_load(&cu, device, "fault_peer") != 0)
-    return -1;
-  return 1;
-}
-
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -113,7 +89,7 @@ int main(int argc, char **argv) {
     }
   }
 
-  int gpu = gpu_setup();
+  int gpu = test_cuda_rank_setup(&cu, "FAULT_PEER_GPU_RANKS", "fault_peer");
   if (gpu < 0) {
     printf("FATAL: FAULT_PEER_GPU_RANKS names this rank, but the CUDA "
            "driver (libcuda.so.1) is not usable\n");

@@ -3,14 +3,18 @@
 # staging program (every collective on device buffers; tests/conformance/
 # staging.c) with every rank a GPU rank on CUDA device 0, at 2 and 4 ranks
 # sharing the one GPU; then a mixed ring of 1 GPU rank and 3 host ranks
-# against a host-only ring, bit for bit (tests/nccl_like/nl_mixed.sh). Exits
-# 77 (ctest's SKIP_RETURN_CODE) with the reason when no CUDA device is found.
-#   gpu_nccl_like.sh XCOLLRUN STAGING NL_MIXED_SH NL_MIXED
+# against a host-only ring, bit for bit (tests/nccl_like/nl_mixed.sh); then a
+# desync in a mixed ring of 3 (tests/faults/fault_desync.c, GPU rank 1
+# between host ranks, over LL and SIMPLE) must fail on every rank with
+# PROTOCOL naming both calls. Exits 77 (ctest's SKIP_RETURN_CODE) with the
+# reason when no CUDA device is found.
+#   gpu_nccl_like.sh XCOLLRUN STAGING NL_MIXED_SH NL_MIXED FAULT_DESYNC
 set -u
 xcollrun=$1
 staging=$2
 mixed_sh=$3
 mixed=$4
+desync=$5
 "$staging" --probe || exit $?
 fail=0
 for np in 2 4; do
@@ -21,4 +25,10 @@ done
 echo "== mixed ring: rank 0 on CUDA device 0, ranks 1-3 on the host"
 XCOLL_BACKEND=nccl_like NL_MIXED_DEVICES=1 \
   bash "$mixed_sh" "$xcollrun" "$mixed" 4 0 || fail=1
+for proto in ll simple; do
+  echo "== desync, mixed ring of 3 (rank 1 on CUDA device 0), XCOLL_PROTO=$proto"
+  XCOLL_BACKEND=nccl_like XCOLL_PROTO=$proto XCOLL_TIMEOUT_S=60 \
+    FAULT_DESYNC_GPU_RANKS=1 timeout -k 5 120 "$xcollrun" --nproc-per-node 3 \
+    --master-port 0 "$desync" op || fail=1
+done
 exit $fail

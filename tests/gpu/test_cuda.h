@@ -1,7 +1,8 @@
 /* test_cuda.h - device buffers for the test programs that run GPU ranks
  * (tests/conformance/staging.c, tests/nccl_like/nl_mixed.c,
- * tests/faults/fault_peer.c): the CUDA driver through dlopen, as the library
- * reaches it, so that no CUDA header or toolkit is needed to build them.
+ * tests/faults/fault_peer.c, tests/faults/fault_desync.c): the CUDA driver
+ * through dlopen, as the library reaches it, so that no CUDA header or toolkit
+ * is needed to build them.
  *
  * The driver is the stand-in (tests/unit/fake_libcuda.c, first on
  * LD_LIBRARY_PATH under ctest) or a real one (scripts/gpu-check.sh). With a
@@ -14,6 +15,7 @@
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct test_cuda {
@@ -84,6 +86,50 @@ static inline int test_cuda_load(test_cuda *cu, int device, const char *who) {
     return -1;
   }
   return 0;
+}
+
+/* The CUDA devices the driver reports (cuInit, cuDeviceGetCount), or 0. */
+static inline int test_cuda_device_count(void) {
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (h == NULL)
+    return 0;
+  int (*init)(unsigned) = NULL, (*count_fn)(int *) = NULL;
+  void *f[2] = {dlsym(h, "cuInit"), dlsym(h, "cuDeviceGetCount")};
+  memcpy(&init, &f[0], sizeof f[0]);
+  memcpy(&count_fn, &f[1], sizeof f[1]);
+  int count = 0;
+  if (init == NULL || count_fn == NULL || init(0) != 0 || count_fn(&count) != 0)
+    count = 0;
+  return count; /* h stays loaded: test_cuda_load opens it again */
+}
+
+/* A rank of a fault program that may be a GPU rank: 1 when the
+ * comma-separated rank list in the environment variable list_env names
+ * this process's RANK (then XCOLL_DEVICE is set to cuda:D, D = LOCAL_RANK
+ * modulo the devices the driver reports, so that ranks share one GPU as
+ * xcoll-perf's --gpu-ranks does, and the driver is loaded into *cu), 0 for
+ * a host rank, -1 when the driver is not usable. */
+static inline int test_cuda_rank_setup(test_cuda *cu, const char *list_env,
+                                       const char *who) {
+  const char *list = getenv(list_env);
+  const char *rank_text = getenv("RANK"), *local = getenv("LOCAL_RANK");
+  if (list == NULL || rank_text == NULL)
+    return 0;
+  int me = atoi(rank_text), listed = 0;
+  char copy[256];
+  snprintf(copy, sizeof copy, "%s", list);
+  for (char *t = strtok(copy, ","); t != NULL; t = strtok(NULL, ","))
+    listed |= atoi(t) == me;
+  if (!listed)
+    return 0;
+  int device = local != NULL ? atoi(local) : 0,
+      devices = test_cuda_device_count();
+  if (devices > 0)
+    device %= devices;
+  char value[32];
+  snprintf(value, sizeof value, "cuda:%d", device);
+  setenv("XCOLL_DEVICE", value, 1);
+  return test_cuda_load(cu, device, who) != 0 ? -1 : 1;
 }
 
 #endif
