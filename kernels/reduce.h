@@ -326,6 +326,15 @@ XC_INLINE XC_HD void xc_reduce_into(void *dst, const void *a, const void *b,
 /* 16-byte packs each thread moves per pass (memory-level parallelism: a
  * thread's loads of one pass are all in flight together). */
 #define XC_UNROLL 4
+/* The same for the reduction (xc_reduce_block), 1 unless the build sets it
+ * (CMake: XCOLL_CUDA_REDUCE_UNROLL). 4 took the reduce-copy step from 37.8
+ * to 56.9 GB/s with 2 blocks and from 564 to 870 GB/s with 32 on an H100
+ * (docs/nccl_like.md, "On an H100"), but it more than doubles the fatbin's
+ * build (135 s to 302 s for sm_75/80/90 + PTX on 2 cores): the dtype and
+ * op dispatch inside the loop is compiled once per unrolled pack. */
+#ifndef XC_REDUCE_UNROLL
+#define XC_REDUCE_UNROLL 1
+#endif
 XC_INLINE __device__ int xc_aligned16(const void *p) {
   return ((uintptr_t)p & 15u) == 0;
 }
@@ -339,26 +348,29 @@ XC_INLINE XC_HD void xc_reduce_block(void *dst, const void *a, const void *b,
   size_t done = 0;
   if (e > 0 && xc_aligned16(dst) && xc_aligned16(a) && xc_aligned16(b)) {
     size_t per = 16 / e, packs = n / per, v = tid;
-    /* XC_UNROLL packs per thread per pass, all loaded before any is
-     * reduced, so that each thread has 2 x XC_UNROLL loads in flight. */
-    for (; v + (XC_UNROLL - 1) * nth < packs; v += XC_UNROLL * nth) {
-      uint4 x[XC_UNROLL], y[XC_UNROLL];
+    /* XC_REDUCE_UNROLL packs per thread per pass, all loaded before any
+     * is reduced (see its definition for what it gains and costs). */
+    for (; v + (XC_REDUCE_UNROLL - 1) * nth < packs;
+         v += XC_REDUCE_UNROLL * nth) {
+      uint4 x[XC_REDUCE_UNROLL], y[XC_REDUCE_UNROLL];
 #pragma unroll
-      for (int u = 0; u < XC_UNROLL; u++) {
+      for (int u = 0; u < XC_REDUCE_UNROLL; u++) {
         x[u] = ((const uint4 *)a)[v + u * nth];
         y[u] = ((const uint4 *)b)[v + u * nth];
       }
 #pragma unroll
-      for (int u = 0; u < XC_UNROLL; u++) {
+      for (int u = 0; u < XC_REDUCE_UNROLL; u++) {
         xc_reduce_into(&x[u], &x[u], &y[u], per, dtype, op);
         ((uint4 *)dst)[v + u * nth] = x[u];
       }
     }
+#if XC_REDUCE_UNROLL > 1
     for (; v < packs; v += nth) {
       uint4 x = ((const uint4 *)a)[v], y = ((const uint4 *)b)[v];
       xc_reduce_into(&x, &x, &y, per, dtype, op);
       ((uint4 *)dst)[v] = x;
     }
+#endif
     done = packs * per;
   }
   for (size_t i = done + tid; i < n; i += nth)

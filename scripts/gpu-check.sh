@@ -19,7 +19,8 @@
 # slice (2.3 ms a call at 2 ranks, 13.6 ms at 4, measured on an H100). Step 6
 # runs its GPU-rank sweeps under MPS (nvidia-cuda-mps-control) when the
 # machine has it, as NCCL users do to share a GPU; set GPU_CHECK_MPS=0 to
-# measure without.
+# measure without. GPU_CHECK_REDUCE_UNROLL=4: build the kernels and the
+# bench with XCOLL_CUDA_REDUCE_UNROLL=4 (faster reduction, slower build).
 # What it runs, in order (each step is PASS or FAIL in the summary; a
 # failing step does not stop the others):
 #   1. a CUDA build (XCOLL_WITH_CUDA=ON: the ring kernels for sm_75/80/90 +
@@ -67,7 +68,8 @@ PATH=/usr/local/cuda/bin:$PATH
 
 if [ "${GPU_CHECK_SKIP_BUILD:-0}" != 1 ]; then
   cmake -S "$root" -B "$build" -DXCOLL_WITH_CUDA=ON -DXCOLL_WITH_UCX=OFF \
-    -DXCOLL_WITH_TORCH=OFF -DXCOLL_BUILD_TRAINER=OFF "${prefix[@]}" || exit 1
+    -DXCOLL_WITH_TORCH=OFF -DXCOLL_BUILD_TRAINER=OFF \
+    -DXCOLL_CUDA_REDUCE_UNROLL="${GPU_CHECK_REDUCE_UNROLL:-1}" "${prefix[@]}" || exit 1
   cmake --build "$build" -j"$(nproc)" || exit 1
 fi
 cd "$build" || exit 1
@@ -129,6 +131,7 @@ arch=native
 [[ "$cap" =~ ^[0-9]+$ ]] && arch=sm_$cap
 echo "      bench built for $arch" >> "$summary"
 step bench-build nvcc -O3 -std=c++17 -arch="$arch" -I "$root/include" \
+  -DXC_REDUCE_UNROLL="${GPU_CHECK_REDUCE_UNROLL:-1}" \
   "$root/kernels/bench/bench_reduce_cuda.cu" -o "$build/bench_reduce_cuda"
 step bench-float32 ./bench_reduce_cuda --dtype float32 --minbytes 1M --maxbytes 256M
 step bench-bfloat16 ./bench_reduce_cuda --dtype bfloat16 --minbytes 1M \
