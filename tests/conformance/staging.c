@@ -361,12 +361,8 @@ static int probe(void) {
     printf("skipped: libcuda.so.1 is the stand-in driver, not a GPU's\n");
     return 77;
   }
-  int (*init)(unsigned) = NULL, (*count)(int *) = NULL;
-  void *s[2] = {dlsym(h, "cuInit"), dlsym(h, "cuDeviceGetCount")};
-  memcpy(&init, &s[0], sizeof s[0]);
-  memcpy(&count, &s[1], sizeof s[1]);
-  int n = 0;
-  if (init == NULL || count == NULL || init(0) != 0 || count(&n) != 0 || n == 0) {
+  int n = test_cuda_device_count();
+  if (n == 0) {
     printf("skipped: no CUDA device (the driver found none)\n");
     return 77;
   }
