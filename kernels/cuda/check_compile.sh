@@ -11,7 +11,8 @@
 #     compute_90 PTX, then checks with cuobjdump that every architecture and
 #     every kernel is in the object.
 #     With FATBIN set to the fatbin the build made (same flags), step 2
-#     inspects that instead of compiling again;
+#     inspects that instead of compiling again, for the architectures in
+#     FATBIN_ARCHS (the build's XCOLL_CUDA_ARCHS, comma-separated);
 #  3. xc_work and xc_conn, which a GPU rank's host code lays out (gcc) and
 #     its kernel reads (nvcc), have the same size and field offsets on both.
 # Exit 77 (ctest SKIP_RETURN_CODE) when nvcc is absent: set NVCC to use
@@ -74,10 +75,15 @@ gcc -std=c11 -I"$src/include" -I"$src/kernels" "$tmp/layout.c" -o "$tmp/layout"
   -o "$tmp/layout.o"
 echo "ok: xc_work ($(grep -o 'sizeof(xc_work) == [0-9]*' "$tmp/layout.cu" | grep -o '[0-9]*$') B) and xc_conn have gcc's layout in nvcc's device code"
 "$nvcc" --version | tail -n 1
+# The architectures to find: sm_ for each, PTX of the last (the build's
+# XCOLL_CUDA_ARCHS, comma-separated in FATBIN_ARCHS, when its fatbin is
+# inspected; "ptx": compute_75 PTX only).
+archs="75 80 90"
 if [ -n "${FATBIN:-}" ] && [ -f "$FATBIN" ]; then
   # The build compiled ring_kernel.cu with the same flags into the fatbin
   # the library embeds: inspect that one.
-  echo "the build's fatbin: $FATBIN"
+  echo "the build's fatbin: $FATBIN (XCOLL_CUDA_ARCHS=${FATBIN_ARCHS:-75,80,90})"
+  archs=$(echo "${FATBIN_ARCHS:-75,80,90}" | tr ',' ' ')
   cp "$FATBIN" "$tmp/ring_kernel.o"
 else
   "$nvcc" -std=c++17 -Werror all-warnings --diag-error=20011 -I"$src/include" \
@@ -90,14 +96,23 @@ cuobjdump=$(dirname "$nvcc")/cuobjdump
 if [ -x "$cuobjdump" ]; then
   "$cuobjdump" --list-elf "$tmp/ring_kernel.o" > "$tmp/elf.txt"
   "$cuobjdump" --list-ptx "$tmp/ring_kernel.o" > "$tmp/ptx.txt"
-  for arch in sm_75 sm_80 sm_90; do
-    grep -q "$arch" "$tmp/elf.txt" || { echo "FAIL: no $arch code"; exit 1; }
-  done
-  grep -q compute_90 "$tmp/ptx.txt" || { echo "FAIL: no compute_90 PTX"; exit 1; }
+  ptx=75
+  if [ "$archs" != ptx ]; then
+    for arch in $archs; do
+      grep -q "sm_$arch" "$tmp/elf.txt" || { echo "FAIL: no sm_$arch code"; exit 1; }
+      ptx=$arch
+    done
+  fi
+  grep -q "compute_$ptx" "$tmp/ptx.txt" || { echo "FAIL: no compute_$ptx PTX"; exit 1; }
   "$cuobjdump" --dump-ptx "$tmp/ring_kernel.o" > "$tmp/ptx_dump.txt"
   for k in allreduce reduce_scatter allgather broadcast reduce; do
     grep -q "\.entry xc_${k}_kernel" "$tmp/ptx_dump.txt" ||
       { echo "FAIL: kernel xc_${k}_kernel missing from the PTX"; exit 1; }
   done
 fi
-echo "ok: nvcc compiled ring_kernel.cu for sm_75, sm_80, sm_90 + PTX (compile only: no GPU here, nothing ran)"
+if [ "$archs" = ptx ]; then
+  what="compute_75 PTX"
+else
+  what="$(echo "$archs" | sed 's/\([0-9][0-9]*\)/sm_\1/g; s/ /, /g') + PTX"
+fi
+echo "ok: nvcc compiled ring_kernel.cu for $what (compile only: no GPU here, nothing ran)"

@@ -390,8 +390,8 @@ static void load_elem(const void *buf, size_t idx, xcoll_datatype dt,
 }
 
 /* Fill buf[0..count) with rank r's input for elements [first, first+count). */
-static void fill_input(void *buf, size_t first, size_t count, int r,
-                       xcoll_datatype dt, int op) {
+static void fill_input_direct(void *buf, size_t first, size_t count, int r,
+                              xcoll_datatype dt, int op) {
   for (size_t k = 0; k < count; k++) {
     if (is_float(dt))
       store_elem(buf, k, dt, 0, float_input(r, first + k, dt, op));
@@ -402,11 +402,23 @@ static void fill_input(void *buf, size_t first, size_t count, int r,
 
 /* The value rank r contributes at element i, read back through the dtype so
  * that the reference uses exactly what was sent. */
-static void input_value(int r, size_t i, xcoll_datatype dt, int op,
-                        uint64_t *iv, double *fv) {
-  unsigned char tmp[8];
-  fill_input(tmp, i, 1, r, dt, op);
-  load_elem(tmp, 0, dt, iv, fv);
+static void input_value_direct(int r, size_t i, xcoll_datatype dt, int op,
+                               uint64_t *iv, double *fv) {
+  /* What load_elem reads back, without the store for the types that keep
+   * every bit: integers masked to their width, float32 through a float. */
+  *iv = 0;
+  *fv = 0;
+  if (!is_float(dt)) {
+    *iv = int_input(r, i, dt, op) & int_mask(dt);
+  } else if (dt == XCOLL_FLOAT64) {
+    *fv = float_input(r, i, dt, op);
+  } else if (dt == XCOLL_FLOAT32) {
+    *fv = (float)float_input(r, i, dt, op);
+  } else {
+    unsigned char tmp[8];
+    fill_input_direct(tmp, i, 1, r, dt, op);
+    load_elem(tmp, 0, dt, iv, fv);
+  }
 }
 
 static double unit_roundoff(xcoll_datatype dt) {
@@ -432,8 +444,8 @@ static double unit_roundoff(xcoll_datatype dt) {
  * input by 1/P, is within (P-1)*u*sum|x_i|/P of the exact value, plus one
  * rounding (u*sum|x_i|/P) for the final division or the premultiplication:
  * |error| <= (P+1) * u * sum|x_i| / P, with u the unit roundoff of dt. */
-static void reference(size_t i, xcoll_datatype dt, int op, uint64_t *iv,
-                      double *fv, double *tol) {
+static void reference_direct(size_t i, xcoll_datatype dt, int op, uint64_t *iv,
+                             double *fv, double *tol) {
   int P = g.world_size;
   *tol = 0;
   if (!is_float(dt)) {
@@ -441,7 +453,7 @@ static void reference(size_t i, xcoll_datatype dt, int op, uint64_t *iv,
     for (int r = 0; r < P; r++) {
       uint64_t v;
       double unused;
-      input_value(r, i, dt, op, &v, &unused);
+      input_value_direct(r, i, dt, op, &v, &unused);
       if (r == 0) {
         acc = v;
         continue;
@@ -474,7 +486,7 @@ static void reference(size_t i, xcoll_datatype dt, int op, uint64_t *iv,
   for (int r = 0; r < P; r++) {
     uint64_t unused;
     double v;
-    input_value(r, i, dt, op, &unused, &v);
+    input_value_direct(r, i, dt, op, &unused, &v);
     sum_abs += fabs(v);
     if (r == 0) {
       acc = v;
@@ -510,6 +522,131 @@ static void reference(size_t i, xcoll_datatype dt, int op, uint64_t *iv,
     *tol = (P + 1) * unit_roundoff(dt) * sum_abs / P;
   }
   *fv = acc;
+}
+
+/* ---- a memo of the two functions above ----
+ * Both are pure functions of (rank, element, dtype, op) and the world size.
+ * The sweep checks the same elements of one (dtype, op) in every root,
+ * mode and placement, and of every count from 0 up, and the reference costs
+ * P inputs per element: most of a full run's time went to this file, not
+ * to the library. So a run_case names the elements it will read
+ * (memo_prepare): each slot (rank r's inputs, or r = P: the reference)
+ * keeps one window [lo, hi) of the current (dtype, op), extended when a
+ * request starts at lo and goes further, replaced otherwise; an element
+ * outside the window is computed directly. */
+#define MEMO_MAX_ELEMS ((size_t)1 << 21)
+
+typedef struct {
+  uint64_t iv;
+  double fv, tol;
+} memo_entry;
+
+typedef struct {
+  size_t lo, hi, cap;
+  memo_entry *entries; /* entries[k] is element lo + k */
+} memo_slot;
+
+static struct {
+  int dt, op, nslots; /* key; nslots = P + 1 once allocated */
+  memo_slot *slots;
+} memo = {-1, -2, 0, NULL};
+
+static void memo_compute(int r, size_t i, xcoll_datatype dt, int op,
+                         memo_entry *e) {
+  e->tol = 0;
+  if (r == g.world_size)
+    reference_direct(i, dt, op, &e->iv, &e->fv, &e->tol);
+  else
+    input_value_direct(r, i, dt, op, &e->iv, &e->fv);
+}
+
+/* Make slot r (a rank, or P for the reference) hold elements
+ * [first, first + count) of (dt, op); windows over MEMO_MAX_ELEMS are not
+ * kept. */
+static void memo_prepare(int r, size_t first, size_t count, xcoll_datatype dt,
+                         int op) {
+  if (count == 0 || count > MEMO_MAX_ELEMS)
+    return;
+  if (memo.nslots == 0) {
+    memo.nslots = g.world_size + 1;
+    memo.slots = calloc((size_t)memo.nslots, sizeof *memo.slots);
+    if (memo.slots == NULL) {
+      printf("FATAL rank %d: out of memory for the reference memo\n", g.rank);
+      exit(2);
+    }
+  }
+  if (memo.dt != (int)dt || memo.op != op) {
+    memo.dt = (int)dt;
+    memo.op = op;
+    for (int k = 0; k < memo.nslots; k++)
+      memo.slots[k].lo = memo.slots[k].hi = 0;
+  }
+  memo_slot *m = &memo.slots[r];
+  size_t end = first + count;
+  if (first >= m->lo && end <= m->hi)
+    return;
+  if (first != m->lo || m->hi == m->lo)
+    m->lo = m->hi = first; /* replace the window */
+  if (end - m->lo > m->cap) {
+    size_t cap = m->cap ? m->cap : 1024;
+    while (cap < end - m->lo)
+      cap *= 2;
+    memo_entry *grown = realloc(m->entries, cap * sizeof *grown);
+    if (grown == NULL) {
+      printf("FATAL rank %d: out of memory for the reference memo\n", g.rank);
+      exit(2);
+    }
+    m->entries = grown;
+    m->cap = cap;
+  }
+  for (size_t i = m->hi; i < end; i++)
+    memo_compute(r, i, dt, op, &m->entries[i - m->lo]);
+  m->hi = end;
+}
+
+static inline const memo_entry *memo_get(int r, size_t i, xcoll_datatype dt,
+                                         int op) {
+  if (memo.dt != (int)dt || memo.op != op || memo.nslots == 0)
+    return NULL;
+  const memo_slot *m = &memo.slots[r];
+  return i >= m->lo && i < m->hi ? &m->entries[i - m->lo] : NULL;
+}
+
+static void input_value(int r, size_t i, xcoll_datatype dt, int op,
+                        uint64_t *iv, double *fv) {
+  const memo_entry *e = memo_get(r, i, dt, op);
+  if (e == NULL) {
+    input_value_direct(r, i, dt, op, iv, fv);
+    return;
+  }
+  *iv = e->iv;
+  *fv = e->fv;
+}
+
+static void reference(size_t i, xcoll_datatype dt, int op, uint64_t *iv,
+                      double *fv, double *tol) {
+  const memo_entry *e = memo_get(g.world_size, i, dt, op);
+  if (e == NULL) {
+    reference_direct(i, dt, op, iv, fv, tol);
+    return;
+  }
+  *iv = e->iv;
+  *fv = e->fv;
+  *tol = e->tol;
+}
+
+/* Fill buf[0..count) with rank r's input for elements [first, first+count),
+ * from the memo: the values read back from what fill_input_direct stores,
+ * which store again to the same bits (every input is exact in its dtype). */
+static void fill_input(void *buf, size_t first, size_t count, int r,
+                       xcoll_datatype dt, int op) {
+  memo_prepare(r, first, count, dt, op);
+  for (size_t k = 0; k < count; k++) {
+    uint64_t iv;
+    double fv;
+    input_value(r, first + k, dt, op, &iv, &fv);
+    store_elem(buf, k, dt, iv, fv);
+  }
 }
 
 /* ---- comparing and reporting ---- */
@@ -756,6 +893,7 @@ static void run_case(const case_desc *c) {
   double efv = 0, tol = 0;
   switch (c->coll) {
   case COLL_ALLREDUCE:
+    memo_prepare(P, 0, n, c->dt, op);
     for (size_t i = 0; i < n; i++) {
       reference(i, c->dt, op, &eiv, &efv, &tol);
       check_elem(c, "recvbuf", recvbuf, i, eiv, efv, tol);
@@ -764,6 +902,7 @@ static void run_case(const case_desc *c) {
     break;
   case COLL_REDUCE:
     if (is_root) {
+      memo_prepare(P, 0, n, c->dt, op);
       for (size_t i = 0; i < n; i++) {
         reference(i, c->dt, op, &eiv, &efv, &tol);
         check_elem(c, "recvbuf", recvbuf, i, eiv, efv, tol);
@@ -781,6 +920,7 @@ static void run_case(const case_desc *c) {
     check_sentinel(c, "recvbuf guard", recvbuf, n * es, n * es + guard);
     break;
   case COLL_BROADCAST:
+    memo_prepare(c->root, 0, n, c->dt, op);
     for (size_t i = 0; i < n; i++) {
       input_value(c->root, i, c->dt, op, &eiv, &efv);
       check_elem(c, "recvbuf", recvbuf, i, eiv, efv, 0);
@@ -788,16 +928,19 @@ static void run_case(const case_desc *c) {
     check_sentinel(c, "recvbuf guard", recvbuf, n * es, n * es + guard);
     break;
   case COLL_ALLGATHER:
-    for (int r = 0; r < P; r++)
+    for (int r = 0; r < P; r++) {
+      memo_prepare(r, 0, n, c->dt, op);
       for (size_t i = 0; i < n; i++) {
         input_value(r, i, c->dt, op, &eiv, &efv);
         check_elem(c, "recvbuf", recvbuf, (size_t)r * n + i, eiv, efv, 0);
       }
+    }
     check_sentinel(c, "recvbuf guard", recvbuf, P * n * es, P * n * es + guard);
     break;
   case COLL_REDUCE_SCATTER: {
     const unsigned char *out =
         c->in_place ? recvbuf + (size_t)me * n * es : recvbuf;
+    memo_prepare(P, (size_t)me * n, n, c->dt, op);
     for (size_t i = 0; i < n; i++) {
       reference((size_t)me * n + i, c->dt, op, &eiv, &efv, &tol);
       check_elem(c, "recvbuf", out, i, eiv, efv, tol);
@@ -812,6 +955,7 @@ static void run_case(const case_desc *c) {
   }
   /* sendbuf is const: an out-of-place call must leave it as it was. */
   if (!c->in_place && (c->coll != COLL_BROADCAST || me == c->root)) {
+    memo_prepare(me, 0, send_elems, c->dt, op);
     for (size_t i = 0; i < send_elems; i++) {
       input_value(me, i, c->dt, op, &eiv, &efv);
       check_elem(c, "sendbuf (must not change)", sendbuf, i, eiv, efv, 0);
@@ -1245,6 +1389,9 @@ int main(int argc, char **argv) {
     printf("conformance %s: backend %s, %d ranks, %lld cases, %lld failed\n",
            total[0] ? "FAILED" : "PASSED", backend, g.world_size,
            (long long)total[1], (long long)total[0]);
+  for (int k = 0; k < memo.nslots; k++)
+    free(memo.slots[k].entries);
+  free(memo.slots);
   st = xcoll_comm_destroy(g.comm);
   if (st != XCOLL_SUCCESS) {
     printf("rank %d: xcoll_comm_destroy returned %s\n", g.rank,
