@@ -89,8 +89,8 @@ xcoll_status nl_fp_record(nl_state *st, const xcoll_fingerprint *call,
      * what the next one takes): wait, as for a full channel queue. The
      * proxy keeps running the step while someone waits (nl_fp_pending). */
     atomic_fetch_add(&fp->room_waiters, 1);
-    if (st->proxy_idle)
-      pthread_cond_signal(&st->proxy_cond);
+    st->proxy_kicks++; /* also end a nap: the proxy runs the step */
+    pthread_cond_signal(&st->proxy_cond);
     while (!has_room(fp) && !atomic_load(&fp->broken) &&
            !atomic_load(&st->failed) && !st->stopping)
       pthread_cond_wait(&st->done_cond, &st->lock);
@@ -109,9 +109,15 @@ xcoll_status nl_fp_record(nl_state *st, const xcoll_fingerprint *call,
   if (!deferred)
     raise_urgent(fp, started + 1);
   /* A sleeping proxy must send it (a zero-count op wakes nothing else),
-   * unless it waits for a batch. */
-  if (st->proxy_idle && send_target(fp, started + 1) > atomic_load(&fp->sent))
+   * unless it waits for a batch. A batch of deferred ones that has come
+   * due ends the proxy's nap as well: nobody awaits their judgment, so
+   * nobody else sends them, and the window fills behind them. */
+  if (send_target(fp, started + 1) > atomic_load(&fp->sent) &&
+      (st->proxy_idle || deferred)) {
+    if (deferred)
+      st->proxy_kicks++;
     pthread_cond_signal(&st->proxy_cond);
+  }
   return XCOLL_SUCCESS;
 }
 

@@ -71,8 +71,11 @@ int nl_recvs_ahead(const xcoll_net_v1 *net, int device) {
 }
 /* The proxy thread's longest wait while the workers drive their channels
  * (milliseconds): it still passes over every channel this often, to move a
- * channel whose worker computes a long step and to check the timeout. */
-#define NL_PROXY_NAP_MS 1
+ * channel whose worker computes a long step and to check the timeout. Each
+ * pass wakes a thread on a machine whose cores the ranks already fill: 10
+ * rather than 1 halved the context switches of a 16 MiB allreduce at P=2
+ * on 2 cores (docs/nccl_like.md, 2026-11-26 evening). */
+#define NL_PROXY_NAP_MS 10
 /* After its last op, the proxy naps (as above) this long (seconds) before
  * it sleeps until start() wakes it: back-to-back ops then cost it no
  * wake-up each. */
@@ -508,11 +511,12 @@ static void *proxy_main(void *arg) {
       continue;
     }
     /* Every busy channel is driven by its worker: nap until a worker leaves
-     * its kernel with slots to send (proxy_kicks), or NL_PROXY_NAP_MS. (A
-     * 20 ms nap while only Bruck or pairwise ops ran took 10-15% off a
-     * 16 MiB pairwise allreduce at P=4 on 2 cores, but made the 8 B-4 KiB
-     * Bruck allreduce 1.5-3x slower: start() does not wake a napping proxy,
-     * which sends the fingerprints.) */
+     * its kernel with slots to send, or start() finds a batch of deferred
+     * fingerprints due or no room for one (proxy_kicks), or
+     * NL_PROXY_NAP_MS. (Before start() kicked for fingerprints, a 10 ms
+     * nap made the 8 B-4 KiB Bruck allreduce at P=4 on 2 cores 2x slower,
+     * 60-96 us to 153-164 us, waiting for the nap to send a due batch;
+     * with the kicks it took 47-60 us against 60-72 us with a 1 ms nap.) */
     nap(st, kicks);
   }
 }
