@@ -114,8 +114,7 @@ xcoll_status nl_fp_record(nl_state *st, const xcoll_fingerprint *call,
    * nobody else sends them, and the window fills behind them. */
   if (send_target(fp, started + 1) > atomic_load(&fp->sent) &&
       (st->proxy_idle || deferred)) {
-    if (deferred)
-      st->proxy_kicks++;
+    st->proxy_kicks++;
     pthread_cond_signal(&st->proxy_cond);
   }
   return XCOLL_SUCCESS;

@@ -82,8 +82,8 @@ archs="75 80 90"
 if [ -n "${FATBIN:-}" ] && [ -f "$FATBIN" ]; then
   # The build compiled ring_kernel.cu with the same flags into the fatbin
   # the library embeds: inspect that one.
-  echo "the build's fatbin: $FATBIN (XCOLL_CUDA_ARCHS=${FATBIN_ARCHS:-75,80,90})"
-  archs=$(echo "${FATBIN_ARCHS:-75,80,90}" | tr ',' ' ')
+  archs=$(echo "${FATBIN_ARCHS:-$archs}" | tr ',' ' ')
+  echo "the build's fatbin: $FATBIN (XCOLL_CUDA_ARCHS $archs)"
   cp "$FATBIN" "$tmp/ring_kernel.o"
 else
   "$nvcc" -std=c++17 -Werror all-warnings --diag-error=20011 -I"$src/include" \

@@ -585,7 +585,7 @@ static void memo_prepare(int r, size_t first, size_t count, xcoll_datatype dt,
   size_t end = first + count;
   if (first >= m->lo && end <= m->hi)
     return;
-  if (first != m->lo || m->hi == m->lo)
+  if (first != m->lo)
     m->lo = m->hi = first; /* replace the window */
   if (end - m->lo > m->cap) {
     size_t cap = m->cap ? m->cap : 1024;
@@ -606,7 +606,7 @@ static void memo_prepare(int r, size_t first, size_t count, xcoll_datatype dt,
 
 static inline const memo_entry *memo_get(int r, size_t i, xcoll_datatype dt,
                                          int op) {
-  if (memo.dt != (int)dt || memo.op != op || memo.nslots == 0)
+  if (memo.dt != (int)dt || memo.op != op) /* no key before the slots */
     return NULL;
   const memo_slot *m = &memo.slots[r];
   return i >= m->lo && i < m->hi ? &m->entries[i - m->lo] : NULL;
