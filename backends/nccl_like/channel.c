@@ -8,16 +8,46 @@
  * transport/net.cc: the receiver listens and publishes its handle
  * (bootstrap allgather), the sender connects to it, the receiver accepts;
  * connect and accept are non-blocking and retried. */
+#include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bootstrap.h"
 #include "error.h"
 #include "log.h"
 #include "nccl_like.h"
+
+/* Zero bytes at p twice: by read(2) from /dev/zero, so that the kernel
+ * itself writes every page once, then by memset, so that this process
+ * does. The FIFOs are where the net plugin's recv(2) lands and the kernels
+ * read: on a machine whose hypervisor shadows the guest's page tables
+ * (this project's 2-core VMs run under PVM), the first access to a page
+ * from each side faults, kernel and user apart. With memset alone, a
+ * 512 KiB slot took 1.0-1.4 ms to receive its first step against 0.05 ms
+ * later; with read(2) alone, the kernel's first reduction of each slot
+ * was as slow: the first 8 steps of every connection paid it inside the
+ * collectives (docs/nccl_like.md, "First use of a slot"). On any other
+ * machine both cost what one memset does, at comm init. */
+static void zero_by_kernel(uint8_t *p, size_t bytes) {
+  size_t done = 0;
+  int fd = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    while (done < bytes) {
+      ssize_t got = read(fd, p + done, bytes - done);
+      if (got <= 0 && !(got < 0 && errno == EINTR))
+        break;
+      if (got > 0)
+        done += (size_t)got;
+    }
+    close(fd);
+  }
+  memset(p, 0, bytes);
+}
 
 /* Zeroed page-aligned memory: host memory on a host rank, a piece of the
  * mapped pinned block on a GPU rank (gpu_engine.c), which the device
@@ -28,7 +58,7 @@ static void *alloc_aligned(nl_state *st, size_t bytes) {
   void *p = NULL;
   if (posix_memalign(&p, 4096, bytes) != 0)
     return NULL;
-  memset(p, 0, bytes);
+  zero_by_kernel(p, bytes);
   return p;
 }
 
