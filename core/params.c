@@ -79,6 +79,11 @@ static const xcoll_param params[] = {
      "address family the tcp backend listens on", 0},
     {"XCOLL_NSOCKS_PERPEER", XCOLL_PARAM_INT, NULL, 1, 1, 16, NULL, NULL, NULL,
      "sockets per peer (tcp, net socket)", 0},
+    {"XCOLL_SOCKET_CC", XCOLL_PARAM_TEXT, "nccl_like", 0, 0, 0, "auto", NULL,
+     NULL,
+     "net socket's TCP congestion control: auto is reno within a host "
+     "(no pacing), the system's elsewhere; system; or a name",
+     0},
     {"XCOLL_CHUNK_SIZE", XCOLL_PARAM_SIZE, NULL, 512 * KIB, 8, GIB, NULL, NULL,
      NULL, "pipelining unit of host algorithms (default per backend)", 0},
     {"XCOLL_TRACE", XCOLL_PARAM_TEXT, NULL, 0, 0, 0, "off", NULL, NULL,
@@ -123,6 +128,11 @@ static const xcoll_param params[] = {
      "1: SIMPLE allreduces send each piece straight to the rank that "
      "reduces it, in the ring's order (2 to 16 host ranks, net socket or "
      "ucx); auto: when a host has more ranks than cores",
+     0},
+    {"XCOLL_RABENSEIFNER", XCOLL_PARAM_INT, "nccl_like", 1, 0, 1, NULL, NULL,
+     NULL,
+     "1: where the pairwise allreduce runs and the world size is a power of "
+     "two, run Rabenseifner's halving and doubling over its links instead",
      0},
     {"XCOLL_UCX_SPIN_US", XCOLL_PARAM_INT, "ucx", 1000, 0, 1e7, NULL, NULL,
      NULL, "microseconds ucx polls before it sleeps", 0},

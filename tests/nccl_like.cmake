@@ -43,6 +43,10 @@ if(XCOLL_SANITIZE)
   set_property(TEST conformance.nccl_like.np3 APPEND PROPERTY ENVIRONMENT
     XCOLL_PAIRWISE=1)
   nl_conf(np2.ll.small 2 300 "XCOLL_PROTO=ll;${NL_SMALL}" --quick)
+  # Rabenseifner's allreduce (rabenseifner.c): its stage, its halves of
+  # user buffers in and out of place.
+  nl_conf(np4.rabenseifner 4 300 "XCOLL_PAIRWISE=1;XCOLL_PROTO=simple"
+    --quick --coll allreduce)
 else()
   nl_conf(np1 1 120 "")
   # socket plugin, simple protocol, 2 channels (the default on a host with
@@ -75,8 +79,15 @@ else()
     "XCOLL_PAIRWISE=1;XCOLL_PROTO=simple;XCOLL_NCHANNELS=2" --quick
     --coll allreduce)
   nl_conf(np4.pairwise.small 4 240
-    "XCOLL_PAIRWISE=1;XCOLL_PROTO=simple;${NL_SMALL}" --quick
-    --coll allreduce)
+    "XCOLL_PAIRWISE=1;XCOLL_RABENSEIFNER=0;XCOLL_PROTO=simple;${NL_SMALL}"
+    --quick --coll allreduce)
+  # Rabenseifner's allreduce over the mesh (backends/nccl_like/
+  # rabenseifner.c), which a power-of-two world runs in place of the
+  # pairwise allreduce: 4 ranks (2 levels) and 8 (3 levels).
+  nl_conf(np4.rabenseifner 4 240 "XCOLL_PAIRWISE=1;XCOLL_PROTO=simple"
+    --quick --coll allreduce)
+  nl_conf(np8.rabenseifner 8 300 "XCOLL_PAIRWISE=1;XCOLL_PROTO=simple"
+    --quick --coll allreduce --max-count 70001)
   nl_conf(np4.ll.small 4 240 "XCOLL_PROTO=ll;${NL_SMALL}" --quick
     --max-count 1021)
   nl_conf(np4.auto.nch4 4 240 "XCOLL_PROTO=auto;XCOLL_NCHANNELS=4" --quick
@@ -156,16 +167,18 @@ set_property(TEST nccl_like.late_peer.np4 APPEND PROPERTY ENVIRONMENT
 # A rank killed mid-collective: every other rank (not only its ring
 # neighbours) fails within 5 s naming it; a stopped rank: TIMEOUT at
 # XCOLL_TIMEOUT_S. The harness is shared with tcp and ucx (tests/faults/).
-# Three forms: the ring (XCOLL_PAIRWISE=0; the default runs the pairwise
+# Four forms: the ring (XCOLL_PAIRWISE=0; the default runs the pairwise
 # allreduce where ranks outnumber cores); 16-element allreduces, which 4
 # host ranks run as the Bruck allreduce (backends/nccl_like/bruck.c: rank 1
-# has no link from rank 2 and must learn of it from the others); and the
+# has no link from rank 2 and must learn of it from the others); the
 # pairwise allreduce (backends/nccl_like/pairwise.c: every rank has a link
-# to every other).
+# to every other); and Rabenseifner's (rabenseifner.c: each rank waits on
+# one partner at a time, the others must learn of a death from it).
 foreach(cfg ";XCOLL_PAIRWISE=0" ".small;FAULT_PEER_COUNT=16"
-            ".pairwise;XCOLL_PAIRWISE=1")
+            ".pairwise;XCOLL_PAIRWISE=1;XCOLL_RABENSEIFNER=0"
+            ".rabenseifner;XCOLL_PAIRWISE=1")
   list(GET cfg 0 suffix)
-  list(GET cfg 1 extra)
+  list(SUBLIST cfg 1 -1 extra)
   foreach(mode kill stop)
     set(test faults.peer_${mode}.nccl_like${suffix})
     add_test(NAME ${test}
@@ -244,7 +257,18 @@ endforeach()
 foreach(cfg "np2;none;" "np3;none;${NL_SMALL}"
             "np4;none;XCOLL_NCHANNELS=2;XCOLL_NSOCKS_PERPEER=2" "np5;none;")
   nl_mixed_test(nccl_like.pairwise_vs_ring "${cfg}"
-    "XCOLL_PAIRWISE=1;NL_MIXED_SECOND_ENV=XCOLL_PAIRWISE=0")
+    "XCOLL_PAIRWISE=1;XCOLL_RABENSEIFNER=0;NL_MIXED_SECOND_ENV=XCOLL_PAIRWISE=0")
+endforeach()
+
+# Rabenseifner's allreduce on nccl_like (backends/nccl_like/
+# rabenseifner.c) reduces in core's order: its results are bitwise those of
+# tcp's Rabenseifner (core/algorithms/allreduce_rabenseifner.c), an
+# independent implementation over another transport. Allreduces only (the
+# two backends' other collectives reduce in other orders); SIMPLE at every
+# size, so that every count runs it; 2, 4 and 8 ranks (1 to 3 levels).
+foreach(cfg "np2;none;" "np4;none;XCOLL_NSOCKS_PERPEER=2" "np8;none;")
+  nl_mixed_test(nccl_like.rabenseifner_vs_tcp "${cfg}"
+    "XCOLL_PAIRWISE=1;XCOLL_PROTO=simple;NL_MIXED_KINDS=allreduce;NL_MIXED_SECOND_ENV=XCOLL_BACKEND=tcp XCOLL_ALGO=allreduce:rabenseifner")
 endforeach()
 
 # GPU ranks (backends/nccl_like/gpu_engine.c) over the stand-in driver
@@ -278,10 +302,14 @@ if(XCOLL_HAVE_CUDA AND TARGET staging)
       ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like;XCOLL_DEVICE=cuda;${_fake_env};${extra}")
   endforeach()
   # Mixed rings: GPU ranks and host ranks in one ring, results bit-identical
-  # to a host-only ring's (tests/nccl_like/nl_mixed.sh).
+  # to a host-only ring's (tests/nccl_like/nl_mixed.sh). XCOLL_RABENSEIFNER=0:
+  # a host-only world of 4 ranks on a 2-core machine would otherwise run
+  # Rabenseifner's allreduce (tcp's bits, not the ring's); the pairwise one
+  # it runs instead gives the ring's bits.
   foreach(cfg "np2;0;" "np3;1;" "np4;0,2;XCOLL_NCHANNELS=4"
               "np4.ll.small;3;XCOLL_PROTO=ll;${NL_SMALL}")
-    nl_mixed_test(nccl_like.mixed_ring "${cfg}" "${_fake_env}")
+    nl_mixed_test(nccl_like.mixed_ring "${cfg}"
+      "${_fake_env};XCOLL_RABENSEIFNER=0")
   endforeach()
   # A peer killed (SIGKILL) or stopped (SIGSTOP) in an allreduce loop with
   # GPU ranks in the ring: survivors fail within the bound naming it, a

@@ -120,8 +120,12 @@ static void fill_work(nl_state *st, nl_op *op) {
   op->pairwise = !op->bruck && nl_pairwise_applies(st, op);
   if (op->pairwise)
     op->nchannels = 1;
+  /* ... as Rabenseifner's halving and doubling when P is a power of two
+   * (rabenseifner.c): each step an exchange with one partner. */
+  op->rabenseifner = op->pairwise && nl_rabenseifner_applies(st, op);
   xcoll_comm_note_algorithm(st->comm,
                             op->bruck                   ? "bruck"
+                            : op->rabenseifner          ? "rabenseifner"
                             : op->pairwise              ? "pairwise"
                             : w->algo == XC_ALGO_GATHER ? "gather"
                                                         : "ring",
@@ -414,14 +418,15 @@ static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
   if (!atomic_load(&st->failed) && op->bruck) {
     s = nl_bruck_run(st, ch, op);
   } else if (!atomic_load(&st->failed) && op->pairwise) {
-    s = nl_pairwise_run(st, ch, op);
+    s = op->rabenseifner ? nl_rabenseifner_run(st, ch, op)
+                         : nl_pairwise_run(st, ch, op);
     /* A message of another size: ranks in different collectives (the
      * fingerprints say which), or memory. */
     if (s == XCOLL_ERR_PROTOCOL)
       nl_fp_explain(st, op->fp_index);
     if (s != XCOLL_SUCCESS && s != XCOLL_ERR_ABORTED)
-      nl_fail(st, s, -1,
-              "nccl_like: rank %d: the pairwise allreduce failed: %s", st->rank,
+      nl_fail(st, s, -1, "nccl_like: rank %d: the %s allreduce failed: %s",
+              st->rank, op->rabenseifner ? "Rabenseifner" : "pairwise",
               xcoll_strerror(s));
   } else if (!atomic_load(&st->failed)) {
     xc_work work = op->work;

@@ -141,6 +141,15 @@ static xcoll_status read_options(nl_state *st) {
     pairwise = comm->local_world_size > 0 && !own_core;
   st->pairwise = pairwise && comm->cuda == NULL && st->world_size >= 2 &&
                  st->world_size <= NL_PAIRWISE_MAX_RANKS;
+
+  /* XCOLL_RABENSEIFNER=1 (default): over the pairwise allreduce's links, a
+   * power-of-two world runs Rabenseifner's allreduce (rabenseifner.c);
+   * every rank must agree (agree_channels). */
+  long rabenseifner = 1;
+  s = xcoll_param_int("XCOLL_RABENSEIFNER", &rabenseifner);
+  if (s != XCOLL_SUCCESS)
+    return xcoll_error_adopt(comm, s);
+  st->rabenseifner = rabenseifner != 0;
   return XCOLL_SUCCESS;
 }
 
@@ -153,8 +162,10 @@ static xcoll_status read_options(nl_state *st) {
 static xcoll_status agree_channels(nl_state *st) {
   if (st->world_size == 1)
     return XCOLL_SUCCESS;
+  /* Byte 3: bit 0 pairwise, bit 1 Rabenseifner. */
   uint8_t mine[4] = {(uint8_t)st->nchannels, (uint8_t)st->nchannels_auto,
-                     (uint8_t)st->bruck, (uint8_t)st->pairwise};
+                     (uint8_t)st->bruck,
+                     (uint8_t)(st->pairwise | st->rabenseifner << 1)};
   uint8_t *all = malloc((size_t)st->world_size * sizeof mine);
   if (!all)
     return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
@@ -166,10 +177,12 @@ static xcoll_status agree_channels(nl_state *st) {
   if (s == XCOLL_SUCCESS) {
     int agreed = st->nchannels, from = st->rank;
     int bruck = st->bruck, pairwise = st->pairwise;
+    int rabenseifner = st->rabenseifner;
     for (int r = 0; r < st->world_size; r++) {
       int theirs = all[4 * r];
       bruck = bruck && all[4 * r + 2];
-      pairwise = pairwise && all[4 * r + 3];
+      pairwise = pairwise && (all[4 * r + 3] & 1);
+      rabenseifner = rabenseifner && (all[4 * r + 3] & 2);
       if (theirs < 1 || theirs > NL_MAX_CHANNELS) {
         s = xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
                         "nccl_like: rank %d proposed %d channels at init "
@@ -203,6 +216,11 @@ static xcoll_status agree_channels(nl_state *st) {
                  "GPU rank",
                  st->rank);
     st->pairwise = pairwise;
+    if (st->pairwise && st->rabenseifner && !rabenseifner)
+      XCOLL_INFO("nccl_like: rank %d: Rabenseifner allreduce off: another "
+                 "rank has XCOLL_RABENSEIFNER=0",
+                 st->rank);
+    st->rabenseifner = rabenseifner;
   }
   free(all);
   return s;
@@ -607,6 +625,13 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
     XCOLL_INFO("nccl_like: pairwise allreduce %s (XCOLL_PAIRWISE; SIMPLE "
                "allreduces, 2 to %d host ranks, net socket or ucx)",
                st->pairwise ? "on" : "off", NL_PAIRWISE_MAX_RANKS);
+  if (s == XCOLL_SUCCESS && st->pairwise)
+    XCOLL_INFO("nccl_like: Rabenseifner allreduce %s (XCOLL_RABENSEIFNER; "
+               "in place of the pairwise allreduce when the world size is a "
+               "power of two)",
+               st->rabenseifner && (st->world_size & (st->world_size - 1)) == 0
+                   ? "on"
+                   : "off");
   if (s == XCOLL_SUCCESS)
     s = nl_channels_setup(st);
   if (s == XCOLL_SUCCESS && st->gpu != NULL)

@@ -281,6 +281,7 @@ typedef struct nl_op {
   int bruck;         /* runs nl_bruck_run on channel 0, not a ring kernel */
   int pairwise;      /* runs nl_pairwise_run on channel 0 (work.nchannels
                         keeps the ring's channels: its pieces) */
+  int rabenseifner;  /* with pairwise: runs nl_rabenseifner_run instead */
   int nchannels; /* channels this op runs on: 0..nchannels-1 */
   xc_work work; /* channel and nchannels filled per channel by the worker */
   int channels_left;      /* under the state's lock */
@@ -319,6 +320,9 @@ typedef struct nl_state {
    * unregistered host memory, agreed at init: SIMPLE allreduces run
    * pairwise.c over the mesh. */
   int pairwise;
+  /* XCOLL_RABENSEIFNER (default 1), agreed at init: with pairwise and P a
+   * power of two, SIMPLE allreduces run rabenseifner.c over the mesh. */
+  int rabenseifner;
   uint8_t *pairwise_stage; /* (P-1) x NL_PAIRWISE_DEPTH units: pairwise.c */
   int mesh_links; /* P-1 with pairwise, ceil(log2 P) with bruck, else 0 */
   nl_mesh_link mesh[NL_MESH_MAX_LINKS];
@@ -572,6 +576,25 @@ int nl_pairwise_applies(const nl_state *st, const nl_op *op);
  * st->timeout_s, PROTOCOL (a message of another size: ranks in different
  * collectives; the caller lets the fingerprints explain), NO_MEMORY. */
 xcoll_status nl_pairwise_run(nl_state *st, nl_channel *ch, nl_op *op);
+
+/* ---- rabenseifner.c ---- */
+/* 1 when op runs rabenseifner.c: nl_pairwise_applies, st->rabenseifner and
+ * a world size that is a power of two. The same answer on every rank. */
+int nl_rabenseifner_applies(const nl_state *st, const nl_op *op);
+/* Run op on the calling thread (channel 0's item): Rabenseifner's
+ * allreduce, a reduce-scatter by recursive halving and an allgather by
+ * recursive doubling over the mesh (R. Rabenseifner, ICCS 2004; Thakur,
+ * Rabenseifner & Gropp, IJHPCA 19(1), 2005), in core's order of reduction
+ * (core/algorithms/allreduce_rabenseifner.c), so that results are bitwise
+ * tcp's Rabenseifner; kernels/reduce.h's functors. 2 log2(P) exchanges,
+ * each with one partner; bytes per rank on the wire 2 (P-1)/P S, as the
+ * ring's. Units of at most NL_PAIRWISE_UNIT_BYTES, NL_PAIRWISE_DEPTH in
+ * flight each way. Waits as nl_pairwise_run. Errors: ABORTED (the comm
+ * failed), REMOTE naming a partner that closed, TIMEOUT naming the
+ * partner not heard from within st->timeout_s, PROTOCOL (a message of
+ * another size: ranks in different collectives; the caller lets the
+ * fingerprints explain). */
+xcoll_status nl_rabenseifner_run(nl_state *st, nl_channel *ch, nl_op *op);
 
 /* ---- engine.c ---- */
 xcoll_status nl_workers_start(nl_state *st);

@@ -127,10 +127,67 @@ static void format_addr(const struct sockaddr_in *sa, char *out) {
   snprintf(out, SOCK_ADDR_BYTES, "%s:%d", ip, ntohs(sa->sin_port));
 }
 
+/* 1 when connected socket fd joins two addresses of this host (the traffic
+ * never leaves the loopback device): its peer's address is its own, or a
+ * loopback one. */
+static int same_host(int fd) {
+  struct sockaddr_storage mine, peer;
+  socklen_t mine_len = sizeof mine, peer_len = sizeof peer;
+  if (getsockname(fd, (struct sockaddr *)&mine, &mine_len) != 0 ||
+      getpeername(fd, (struct sockaddr *)&peer, &peer_len) != 0 ||
+      mine.ss_family != peer.ss_family)
+    return 0;
+  if (peer.ss_family == AF_INET) {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)&mine;
+    const struct sockaddr_in *b = (const struct sockaddr_in *)&peer;
+    return a->sin_addr.s_addr == b->sin_addr.s_addr ||
+           (ntohl(b->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (peer.ss_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&mine;
+    const struct sockaddr_in6 *b = (const struct sockaddr_in6 *)&peer;
+    return memcmp(&a->sin6_addr, &b->sin6_addr, sizeof a->sin6_addr) == 0 ||
+           IN6_IS_ADDR_LOOPBACK(&b->sin6_addr);
+  }
+  return 0;
+}
+
+/* XCOLL_SOCKET_CC: the TCP congestion control of the data sockets.
+ * auto (unset): reno on a connection within this host, the system's
+ * default elsewhere; system: the system's default everywhere; NAME: NAME
+ * everywhere (tcp(7) TCP_CONGESTION; an unprivileged process may pick
+ * those in net.ipv4.tcp_allowed_congestion_control). Why: with bbr as the
+ * system default (this project's VMs), the kernel paces each socket with
+ * a high-resolution timer; on loopback, where there is nothing to
+ * control, the nccl_like mesh's flows were paced at 4-5 GB/s with 16,000
+ * timer interrupts a second (tcp_pace_kick) and the P=4 allreduce ran at
+ * half tcp's busbw from 4 MiB (docs/nccl_like.md, "Paced sockets"); cubic
+ * was paced the same, reno was not. Reno is always allowed. A failure
+ * leaves the default and says so once. */
+static void set_congestion(int fd) {
+  const char *want = getenv("XCOLL_SOCKET_CC");
+  if (want != NULL && strcmp(want, "system") == 0)
+    return;
+  if (want == NULL || want[0] == '\0' || strcmp(want, "auto") == 0) {
+    if (!same_host(fd))
+      return;
+    want = "reno";
+  }
+  if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, want, strlen(want)) != 0) {
+    static atomic_int warned;
+    if (atomic_exchange(&warned, 1) == 0)
+      net_warn("net socket: XCOLL_SOCKET_CC=%s: the kernel refused that "
+               "congestion control (%s); the system's default stays (see "
+               "net.ipv4.tcp_allowed_congestion_control)",
+               want, strerror(errno));
+  }
+}
+
 static void tune_socket(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  set_congestion(fd);
 }
 
 /* XCOLL_NSOCKS_PERPEER: data sockets per connection, 1..16 (default 1). */

@@ -10,6 +10,9 @@
 # GPU_RANKS none, that compares two host-only rings: e.g. XCOLL_BRUCK=0
 # checks that the Bruck allreduce (backends/nccl_like/bruck.c) gives the
 # gather algorithm's bits.
+# NL_MIXED_KINDS="allreduce ...": compare only the HASH lines of these
+# collectives (e.g. against another backend whose other algorithms reduce
+# in another order).
 set -u
 xcollrun=$1
 program=$2
@@ -38,7 +41,10 @@ for run in host mixed; do
     exit 1
   fi
   grep "nl_mixed: rank" "$tmp/$run.out"
-  grep -E '^\[rank [0-9]+\] HASH' "$tmp/$run.out" | sort > "$tmp/$run.hash"
+  kinds=${NL_MIXED_KINDS:-[a-z_]+}
+  kinds=${kinds// /|}
+  grep -E "^\[rank [0-9]+\] HASH [0-9]+ ($kinds) " "$tmp/$run.out" | sort \
+    > "$tmp/$run.hash"
 done
 lines=$(wc -l < "$tmp/host.hash")
 if [ "$lines" -eq 0 ]; then
