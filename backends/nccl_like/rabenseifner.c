@@ -67,7 +67,8 @@ typedef struct rb_run {
   size_t elem, unit_elems;
   nl_mesh_link *out, *in; /* the links to and from the partner */
   int partner;
-  /* Halving: out_at[i] = recv_first ? stage op local : local op stage. */
+  /* Halving: result[i] = recv_first ? stage[i] op local[i] : local[i] op
+   * stage[i]. */
   int reducing, recv_first;
   const uint8_t *local;
   uint8_t *result;
