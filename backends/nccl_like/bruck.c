@@ -241,6 +241,30 @@ void nl_mesh_idle(nl_state *st, uint64_t spins, double waited_s) {
     (void)nl_mesh_poll(st, NL_POLL_MS);
 }
 
+xcoll_status nl_mesh_drive(nl_state *st, nl_mesh_step_fn step,
+                           nl_mesh_stuck_fn stuck, void *ctx) {
+  double last_progress = nl_now();
+  uint64_t spins = 0;
+  for (;;) {
+    if (xc_abort_raised(st->abort))
+      return XCOLL_ERR_ABORTED;
+    int progress = 0, done = 0;
+    xcoll_status s = step(ctx, &progress, &done);
+    if (s != XCOLL_SUCCESS || done)
+      return s;
+    double now = nl_now();
+    if (progress) {
+      last_progress = now;
+      spins = 0;
+      continue;
+    }
+    spins++;
+    if (now - last_progress > st->timeout_s)
+      return stuck(ctx, now - last_progress);
+    nl_mesh_idle(st, spins, now - last_progress);
+  }
+}
+
 int nl_mesh_poll(nl_state *st, int timeout_ms) {
   struct pollfd fds[2 * NL_MESH_MAX_LINKS * NL_BRUCK_FDS_PER_COMM];
   int n = 0, max = (int)(sizeof fds / sizeof fds[0]);
@@ -298,50 +322,51 @@ static void missing_ranks(const nl_state *st, const nl_round *rounds,
   }
 }
 
+/* One Bruck allreduce or allgather in flight, for nl_mesh_drive. */
+typedef struct bruck_run {
+  nl_state *st;
+  const nl_op *op;
+  nl_round rounds[NL_BRUCK_MAX_LINKS];
+  int nrounds;
+  size_t block;
+} bruck_run;
+
+static xcoll_status bruck_step(void *ctx, int *progress, int *done) {
+  bruck_run *b = ctx;
+  int left = 0;
+  xcoll_status s = mesh_step(b->st, &b->op->fp, b->rounds, b->nrounds, b->block,
+                             progress, &left);
+  *done = left == 0;
+  return s;
+}
+
+static xcoll_status bruck_stuck(void *ctx, double waited_s) {
+  bruck_run *b = ctx;
+  nl_state *st = b->st;
+  char who[256];
+  missing_ranks(st, b->rounds, b->nrounds, who, sizeof who);
+  return nl_fail(st, XCOLL_ERR_TIMEOUT, -1,
+                 "nccl_like: rank %d made no progress for %.1f s "
+                 "(XCOLL_TIMEOUT_S=%.1f) in a Bruck %s: no message "
+                 "from %s: are they alive and in the same "
+                 "collective?",
+                 st->rank, waited_s, st->timeout_s,
+                 xcoll_coll_name(b->op->args.kind), who[0] ? who : "none");
+}
+
 xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op) {
   const xc_work *w = &op->work;
   int p = st->world_size;
   size_t block = w->count * xcoll_datatype_size(w->dtype);
   double t0 = xcoll_trace_enabled() ? xcoll_time_us() : 0;
-  const xcoll_fingerprint *ours = &op->fp;
-  header_write(st->mesh_out, ours, block);
+  header_write(st->mesh_out, &op->fp, block);
   if (block > 0)
     memcpy(st->mesh_out + NL_BRUCK_HEADER_BYTES, w->sendbuf, block);
-  nl_round rounds[NL_BRUCK_MAX_LINKS];
-  int nrounds = schedule(p, rounds);
-
-  double last_progress = nl_now();
-  uint64_t spins = 0;
-  for (;;) {
-    if (xc_abort_raised(st->abort))
-      return XCOLL_ERR_ABORTED;
-    int progress = 0, left = 0;
-    xcoll_status s =
-        mesh_step(st, ours, rounds, nrounds, block, &progress, &left);
-    if (s != XCOLL_SUCCESS)
-      return s;
-    if (left == 0)
-      break;
-    double now = nl_now();
-    if (progress) {
-      last_progress = now;
-      spins = 0;
-      continue;
-    }
-    spins++;
-    if (now - last_progress > st->timeout_s) {
-      char who[256];
-      missing_ranks(st, rounds, nrounds, who, sizeof who);
-      return nl_fail(st, XCOLL_ERR_TIMEOUT, -1,
-                     "nccl_like: rank %d made no progress for %.1f s "
-                     "(XCOLL_TIMEOUT_S=%.1f) in a Bruck %s: no message "
-                     "from %s: are they alive and in the same "
-                     "collective?",
-                     st->rank, now - last_progress, st->timeout_s,
-                     xcoll_coll_name(op->args.kind), who[0] ? who : "none");
-    }
-    nl_mesh_idle(st, spins, now - last_progress);
-  }
+  bruck_run run = {.st = st, .op = op, .block = block};
+  run.nrounds = schedule(p, run.rounds);
+  xcoll_status s = nl_mesh_drive(st, bruck_step, bruck_stuck, &run);
+  if (s != XCOLL_SUCCESS)
+    return s;
 
   /* Every block is in (block j: rank - j's input): an allgather puts them
    * in rank order, an allreduce reduces them in rank order. */
@@ -363,7 +388,7 @@ xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op) {
     char args[160];
     snprintf(args, sizeof args,
              "\"channel\":%d,\"seq\":%llu,\"count\":%zu,\"rounds\":%d", ch->id,
-             (unsigned long long)op->args.seq, w->count, nrounds);
+             (unsigned long long)op->args.seq, w->count, run.nrounds);
     xcoll_trace_span("bruck", "channel", st->trace_base + (unsigned)ch->id, t0,
                      xcoll_time_us(), args);
   }

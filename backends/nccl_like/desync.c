@@ -82,7 +82,7 @@ static int has_room(nl_fp_link *fp) {
 }
 
 xcoll_status nl_fp_record(nl_state *st, const xcoll_fingerprint *call,
-                          int deferred, uint64_t *index) {
+                          int deferred, int caller_steps, uint64_t *index) {
   nl_fp_link *fp = &st->fp;
   if (!has_room(fp) && !atomic_load(&fp->broken)) {
     /* NL_FP_WINDOW ops ahead of what the previous rank has started (or of
@@ -111,13 +111,26 @@ xcoll_status nl_fp_record(nl_state *st, const xcoll_fingerprint *call,
   /* A sleeping proxy must send it (a zero-count op wakes nothing else),
    * unless it waits for a batch. A batch of deferred ones that has come
    * due ends the proxy's nap as well: nobody awaits their judgment, so
-   * nobody else sends them, and the window fills behind them. */
+   * nobody else sends them, and the window fills behind them; unless the
+   * issuing thread sends it when its blocking wait ends (caller_steps).
+   * Measured at P=4 on 2 cores, 8 B-4 KiB Bruck allreduce: a wake-up of
+   * the proxy every NL_FP_DEFER calls cost 15-20% of the latency. If the
+   * caller finds the step taken by the proxy, the batch stays due and
+   * goes with the next call's, or with the proxy's next pass. */
   if (send_target(fp, started + 1) > atomic_load(&fp->sent) &&
-      (st->proxy_idle || deferred)) {
+      (st->proxy_idle || (deferred && !caller_steps))) {
     st->proxy_kicks++;
     pthread_cond_signal(&st->proxy_cond);
   }
   return XCOLL_SUCCESS;
+}
+
+int nl_fp_step_due(nl_state *st) {
+  nl_fp_link *fp = &st->fp;
+  if (st->world_size == 1 || atomic_load(&fp->broken))
+    return 0;
+  uint64_t started = atomic_load_explicit(&fp->started, memory_order_acquire);
+  return send_target(fp, started) > atomic_load(&fp->sent);
 }
 
 int nl_fp_pending(nl_state *st) {

@@ -225,8 +225,9 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
   /* In issue order, so that op k here meets op k of the other ranks. It
    * also wakes a sleeping proxy, which then drives the channels too. */
   op->fp_deferred = nl_fp_deferrable(st, op);
-  if (nl_fp_record(st, &op->fp, op->fp_deferred, &op->fp_index) !=
-      XCOLL_SUCCESS) {
+  op->fp_caller_steps = op->fp_deferred && args->blocking && st->inline_wait;
+  if (nl_fp_record(st, &op->fp, op->fp_deferred, op->fp_caller_steps,
+                   &op->fp_index) != XCOLL_SUCCESS) {
     pthread_mutex_unlock(&st->lock);
     free(op);
     return broken_status(st);
@@ -376,6 +377,12 @@ static xcoll_status nl_wait(void *state, xcoll_backend_op *handle) {
       pthread_cond_broadcast(&ch->queue_cond); /* the worker's next item */
   }
   pthread_mutex_unlock(&st->lock);
+  /* The batch of deferred fingerprints that this op made due, sent from
+   * here rather than by waking the proxy (nl_fp_record). */
+  if (op->fp_caller_steps && nl_fp_step_due(st)) {
+    int progress = 0;
+    nl_fp_progress(st, &progress);
+  }
   /* Not done until its fingerprint was compared with the previous rank's
    * (bounded: the previous rank sent it before its data, which arrived);
    * a deferred one was, in the LL flags of every step it received. */

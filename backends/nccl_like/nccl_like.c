@@ -629,9 +629,7 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
     XCOLL_INFO("nccl_like: Rabenseifner allreduce %s (XCOLL_RABENSEIFNER; "
                "in place of the pairwise allreduce when the world size is a "
                "power of two)",
-               st->rabenseifner && (st->world_size & (st->world_size - 1)) == 0
-                   ? "on"
-                   : "off");
+               nl_rabenseifner_on(st) ? "on" : "off");
   if (s == XCOLL_SUCCESS)
     s = nl_channels_setup(st);
   if (s == XCOLL_SUCCESS && st->gpu != NULL)

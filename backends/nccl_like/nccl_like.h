@@ -278,6 +278,8 @@ typedef struct nl_op {
   uint64_t fp_index; /* its fingerprint's slot counter (desync.c) */
   int fp_deferred;   /* its fingerprint is checked in its LL flags; the op
                         does not wait for the fingerprint's judgment */
+  int fp_caller_steps; /* deferred, and the waiting thread runs a due
+                          fingerprint step (nl_fp_record) */
   int bruck;         /* runs nl_bruck_run on channel 0, not a ring kernel */
   int pairwise;      /* runs nl_pairwise_run on channel 0 (work.nchannels
                         keeps the ring's channels: its pieces) */
@@ -419,14 +421,19 @@ void nl_channels_free(nl_state *st);
 
 /* ---- desync.c ---- */
 /* In start(), under st->lock, world_size > 1: append the call's fingerprint
- * (op->fp, from fill_work) (waiting for a free slot while NL_FP_WINDOW are unsent or unjudged) and
- * write its counter to *index. deferred: the op's LL flags carry its
- * fingerprint's digest (nl_fp_deferrable), so the fingerprint may wait for
- * a batch (NL_FP_DEFER) and nobody awaits its judgment; otherwise it is
- * sent at once and the op completes only once it was judged. Errors: the
- * comm's failure status. */
+ * (op->fp, from fill_work) (waiting for a free slot while NL_FP_WINDOW are
+ * unsent or unjudged) and write its counter to *index. deferred: the op's LL
+ * flags carry its fingerprint's digest (nl_fp_deferrable), so the fingerprint
+ * may wait for a batch (NL_FP_DEFER) and nobody awaits its judgment; otherwise
+ * it is sent at once and the op completes only once it was judged. caller_steps
+ * (with deferred): the issuing thread runs the step itself once the op is
+ * done (nl_fp_step_due, in a blocking wait), so a batch that comes due
+ * does not wake the proxy. Errors: the comm's failure status. */
 xcoll_status nl_fp_record(nl_state *st, const xcoll_fingerprint *call,
-                          int deferred, uint64_t *index);
+                          int deferred, int caller_steps, uint64_t *index);
+/* 1 when the step has fingerprints to send (a batch came due): what a
+ * blocking wait checks after an op recorded with caller_steps. */
+int nl_fp_step_due(nl_state *st);
 /* 1 when op's fingerprint may be deferred: an LL collective in which every
  * rank receives LL lines from the previous one (allreduce, allgather,
  * reduce_scatter, barrier), so that every adjacent pair of the ring
@@ -546,6 +553,19 @@ xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op);
  * every 64 passes, the deferred fingerprints made due at 256, then a
  * sched_yield while waited_s < 10 us, else nl_mesh_poll for NL_POLL_MS. */
 void nl_mesh_idle(nl_state *st, uint64_t spins, double waited_s);
+/* One pass of a schedule over the mesh: post and test what it can; set
+ * *progress when something moved and *done when nothing is left. */
+typedef xcoll_status (*nl_mesh_step_fn)(void *ctx, int *progress, int *done);
+/* The schedule made no progress for waited_s > st->timeout_s: returns
+ * nl_fail(TIMEOUT) with a message naming what it waits for. */
+typedef xcoll_status (*nl_mesh_stuck_fn)(void *ctx, double waited_s);
+/* Drive a schedule over the mesh to its end on the calling thread (Bruck,
+ * pairwise and Rabenseifner share it): step until done, idling with
+ * nl_mesh_idle between passes that moved nothing. Returns step's error,
+ * ABORTED once the comm's abort flag is raised, or stuck's status after
+ * st->timeout_s without progress. */
+xcoll_status nl_mesh_drive(nl_state *st, nl_mesh_step_fn step,
+                           nl_mesh_stuck_fn stuck, void *ctx);
 /* poll(2) the mesh sockets that have a request posted, at most timeout_ms.
  * Returns 1 when one is ready, 0 when none is (or poll failed: the caller
  * tests every link anyway), -1 when the plugin names no descriptor. */
@@ -578,8 +598,12 @@ int nl_pairwise_applies(const nl_state *st, const nl_op *op);
 xcoll_status nl_pairwise_run(nl_state *st, nl_channel *ch, nl_op *op);
 
 /* ---- rabenseifner.c ---- */
-/* 1 when op runs rabenseifner.c: nl_pairwise_applies, st->rabenseifner and
- * a world size that is a power of two. The same answer on every rank. */
+/* 1 when this comm runs Rabenseifner's allreduce in place of the pairwise
+ * one: st->rabenseifner (agreed at init) and a world size that is a power
+ * of two. */
+int nl_rabenseifner_on(const nl_state *st);
+/* 1 when op runs rabenseifner.c: nl_rabenseifner_on and
+ * nl_pairwise_applies. The same answer on every rank. */
 int nl_rabenseifner_applies(const nl_state *st, const nl_op *op);
 /* Run op on the calling thread (channel 0's item): Rabenseifner's
  * allreduce, a reduce-scatter by recursive halving and an allgather by

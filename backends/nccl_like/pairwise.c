@@ -220,11 +220,13 @@ static int reduce_ready(pw_run *r) {
 }
 
 /* Post and test every link's next message each way; reduce what is in.
- * *left: messages not yet done plus units not yet reduced. */
-static xcoll_status pw_step(pw_run *r, int *progress, size_t *left) {
+ * *done: every message done and every unit reduced (an nl_mesh_step_fn;
+ * ctx: the pw_run). */
+static xcoll_status pw_step(void *ctx, int *progress, int *done) {
+  pw_run *r = ctx;
   nl_state *st = r->st;
   int p = st->world_size;
-  *left = 0;
+  size_t left = 0;
   for (int d = 1; d < p; d++) {
     nl_mesh_link *m = &st->mesh[st->mesh_of[d]];
     pw_link *l = &r->link[d];
@@ -308,7 +310,7 @@ static xcoll_status pw_step(pw_run *r, int *progress, size_t *left) {
     m->recv_request = l->recv_done < l->recvd
                           ? l->recv_req[l->recv_done % NL_PAIRWISE_DEPTH]
                           : NULL;
-    *left += (nsend - l->send_done) + (nrecv - l->recv_done);
+    left += (nsend - l->send_done) + (nrecv - l->recv_done);
     continue;
   recv_failed:
     /* The plugin's PROTOCOL (a truncated message: a peer in another
@@ -326,7 +328,8 @@ static xcoll_status pw_step(pw_run *r, int *progress, size_t *left) {
   }
   while (reduce_ready(r))
     *progress = 1;
-  *left += units_of(&r->plan, st->rank) - r->reduced;
+  left += units_of(&r->plan, st->rank) - r->reduced;
+  *done = left == 0;
   return XCOLL_SUCCESS;
 }
 
@@ -349,6 +352,19 @@ static void missing_peers(const pw_run *r, char *out, size_t bytes) {
   }
 }
 
+static xcoll_status pw_stuck(void *ctx, double waited_s) {
+  pw_run *r = ctx;
+  nl_state *st = r->st;
+  char who[256];
+  missing_peers(r, who, sizeof who);
+  return nl_fail(st, XCOLL_ERR_TIMEOUT, -1,
+                 "nccl_like: rank %d made no progress for %.1f s "
+                 "(XCOLL_TIMEOUT_S=%.1f) in a pairwise allreduce: waiting "
+                 "for %s: are they alive and in the same collective?",
+                 st->rank, waited_s, st->timeout_s,
+                 who[0] ? who : "rank(s) to take this rank's messages");
+}
+
 xcoll_status nl_pairwise_run(nl_state *st, nl_channel *ch, nl_op *op) {
   pw_run r;
   memset(&r, 0, sizeof r);
@@ -369,38 +385,7 @@ xcoll_status nl_pairwise_run(nl_state *st, nl_channel *ch, nl_op *op) {
    * has compared it. */
   int fp_moved = 0;
   nl_fp_progress(st, &fp_moved);
-  double last_progress = nl_now();
-  uint64_t spins = 0;
-  for (;;) {
-    if (xc_abort_raised(st->abort)) {
-      s = XCOLL_ERR_ABORTED;
-      break;
-    }
-    int progress = 0;
-    size_t left = 0;
-    s = pw_step(&r, &progress, &left);
-    if (s != XCOLL_SUCCESS || left == 0)
-      break;
-    double now = nl_now();
-    if (progress) {
-      last_progress = now;
-      spins = 0;
-      continue;
-    }
-    spins++;
-    if (now - last_progress > st->timeout_s) {
-      char who[256];
-      missing_peers(&r, who, sizeof who);
-      s = nl_fail(st, XCOLL_ERR_TIMEOUT, -1,
-                  "nccl_like: rank %d made no progress for %.1f s "
-                  "(XCOLL_TIMEOUT_S=%.1f) in a pairwise allreduce: waiting "
-                  "for %s: are they alive and in the same collective?",
-                  st->rank, now - last_progress, st->timeout_s,
-                  who[0] ? who : "rank(s) to take this rank's messages");
-      break;
-    }
-    nl_mesh_idle(st, spins, now - last_progress);
-  }
+  s = nl_mesh_drive(st, pw_step, pw_stuck, &r);
   free(r.plan.unit);
   if (s != XCOLL_SUCCESS)
     return s;

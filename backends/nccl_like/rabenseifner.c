@@ -45,10 +45,13 @@
 /* Levels of a world of at most NL_PAIRWISE_MAX_RANKS ranks. */
 #define RB_MAX_LEVELS 4
 
-int nl_rabenseifner_applies(const nl_state *st, const nl_op *op) {
+int nl_rabenseifner_on(const nl_state *st) {
   int p = st->world_size;
-  return st->rabenseifner && nl_pairwise_applies(st, op) && p >= 2 &&
-         (p & (p - 1)) == 0;
+  return st->rabenseifner && p >= 2 && (p & (p - 1)) == 0;
+}
+
+int nl_rabenseifner_applies(const nl_state *st, const nl_op *op) {
+  return nl_rabenseifner_on(st) && nl_pairwise_applies(st, op);
 }
 
 /* One direction of the current exchange: `total` elements in units of at
@@ -76,6 +79,10 @@ typedef struct rb_run {
   /* The masks of the exchanges done so far, for a timeout's message. */
   int done_masks[2 * RB_MAX_LEVELS];
   int ndone;
+  /* The exchange in flight, for a timeout's message: "halving" or
+   * "doubling", and its level. */
+  const char *what;
+  int level;
 } rb_run;
 
 static size_t unit_len(const rb_run *r, const rb_dir *d, size_t i) {
@@ -131,8 +138,9 @@ static xcoll_status test_oldest(const nl_state *st, rb_dir *d, int *done,
 }
 
 /* Post and test the exchange's messages, reducing each unit as it lands.
- * *left: units not yet done either way. */
-static xcoll_status exchange_step(rb_run *r, int *progress, size_t *left) {
+ * *done: every unit done both ways (an nl_mesh_step_fn; ctx: the rb_run). */
+static xcoll_status exchange_step(void *ctx, int *progress, int *done) {
+  rb_run *r = ctx;
   nl_state *st = r->st;
   const xc_work *w = r->w;
   xcoll_status s = XCOLL_SUCCESS;
@@ -209,7 +217,7 @@ static xcoll_status exchange_step(rb_run *r, int *progress, size_t *left) {
   r->in->recv_request = r->recv.done < r->recv.posted
                             ? r->recv.req[r->recv.done % NL_PAIRWISE_DEPTH]
                             : NULL;
-  *left = (r->send.units - r->send.done) + (r->recv.units - r->recv.done);
+  *done = r->send.done == r->send.units && r->recv.done == r->recv.units;
   return XCOLL_SUCCESS;
 recv_failed:
   /* PROTOCOL (a truncated message: a peer in another collective) goes to
@@ -248,47 +256,32 @@ static void partner_waits(const rb_run *r, char *out, size_t bytes) {
   }
 }
 
-/* Drive the exchange to its end: spin, yield, then poll as the pairwise
- * allreduce does (nl_mesh_idle). `what` names the level for a timeout. */
+static xcoll_status rb_stuck(void *ctx, double waited_s) {
+  rb_run *r = ctx;
+  nl_state *st = r->st;
+  char chain[128];
+  partner_waits(r, chain, sizeof chain);
+  return nl_fail(st, XCOLL_ERR_TIMEOUT, -1,
+                 "nccl_like: rank %d made no progress for %.1f s "
+                 "(XCOLL_TIMEOUT_S=%.1f) in a Rabenseifner allreduce "
+                 "(%s level %d): waiting for rank %d (%zu of %zu units "
+                 "in, %zu of %zu out)%s: is it alive and in the same "
+                 "collective?",
+                 st->rank, waited_s, st->timeout_s, r->what, r->level,
+                 r->partner, r->recv.done, r->recv.units, r->send.done,
+                 r->send.units, chain);
+}
+
+/* Drive the exchange to its end (nl_mesh_drive). `what` and `level` name
+ * it for a timeout and the trace. */
 static xcoll_status exchange_run(rb_run *r, const char *what, int level,
                                  unsigned track) {
-  nl_state *st = r->st;
-  double last_progress = nl_now();
   double t0 = xcoll_trace_enabled() ? xcoll_time_us() : 0;
-  uint64_t spins = 0;
-  xcoll_status s = XCOLL_SUCCESS;
-  for (;;) {
-    if (xc_abort_raised(st->abort))
-      return XCOLL_ERR_ABORTED;
-    int progress = 0;
-    size_t left = 0;
-    s = exchange_step(r, &progress, &left);
-    if (s != XCOLL_SUCCESS || left == 0)
-      break;
-    double now = nl_now();
-    if (progress) {
-      last_progress = now;
-      spins = 0;
-      continue;
-    }
-    spins++;
-    if (now - last_progress > st->timeout_s) {
-      char chain[128];
-      partner_waits(r, chain, sizeof chain);
-      return nl_fail(st, XCOLL_ERR_TIMEOUT, -1,
-                     "nccl_like: rank %d made no progress for %.1f s "
-                     "(XCOLL_TIMEOUT_S=%.1f) in a Rabenseifner allreduce "
-                     "(%s level %d): waiting for rank %d (%zu of %zu units "
-                     "in, %zu of %zu out)%s: is it alive and in the same "
-                     "collective?",
-                     st->rank, now - last_progress, st->timeout_s, what, level,
-                     r->partner, r->recv.done, r->recv.units, r->send.done,
-                     r->send.units, chain);
-    }
-    nl_mesh_idle(st, spins, now - last_progress);
-  }
+  r->what = what;
+  r->level = level;
+  xcoll_status s = nl_mesh_drive(r->st, exchange_step, rb_stuck, r);
   if (s == XCOLL_SUCCESS && r->ndone < 2 * RB_MAX_LEVELS)
-    r->done_masks[r->ndone++] = r->partner ^ st->rank;
+    r->done_masks[r->ndone++] = r->partner ^ r->st->rank;
   if (s == XCOLL_SUCCESS && xcoll_trace_enabled()) {
     char args[128];
     snprintf(args, sizeof args,
