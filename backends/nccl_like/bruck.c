@@ -140,86 +140,108 @@ static xcoll_status land(nl_state *st, const xcoll_fingerprint *ours,
   return XCOLL_SUCCESS;
 }
 
-/* Post what can be posted and test what is posted, round by round. Sets
- * *progress when something moved; *left = rounds not yet both sent and
- * landed. */
+/* Round r's send: posted once the blocks it carries are in, then tested. */
+static xcoll_status send_part(nl_state *st, nl_round *rounds, int nrounds,
+                              nl_round *r, size_t block, int *progress) {
+  nl_mesh_link *m = &st->mesh[st->mesh_of[r->d]];
+  xcoll_status s = XCOLL_SUCCESS;
+  if (r->sent)
+    return XCOLL_SUCCESS;
+  if (m->send_request == NULL) {
+    for (int j = 0; j < nrounds; j++)
+      if (rounds[j].d < r->cnt && !rounds[j].landed)
+        return XCOLL_SUCCESS; /* a block it carries is not in yet */
+    s = st->net->isend(m->link.send_comm, st->mesh_out,
+                       NL_BRUCK_HEADER_BYTES + (size_t)r->cnt * block, m->sends,
+                       NULL, &m->send_request);
+    if (s != XCOLL_SUCCESS)
+      goto failed;
+    if (m->send_request == NULL)
+      return XCOLL_SUCCESS; /* the plugin said "retry" */
+    m->sends++, *progress = 1;
+  }
+  int done = 0;
+  size_t bytes = 0;
+  s = st->net->test(m->send_request, &done, &bytes);
+  if (s != XCOLL_SUCCESS) {
+    m->send_request = NULL;
+    goto failed;
+  }
+  if (done) {
+    m->send_request = NULL;
+    r->sent = 1;
+    atomic_fetch_add(&st->mesh_moved, 1);
+    *progress = 1;
+  }
+  return XCOLL_SUCCESS;
+failed:
+  return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? m->to : -1,
+                 "nccl_like: rank %d: Bruck send to rank %d failed: %s",
+                 st->rank, m->to, nl_net_last_error());
+}
+
+/* Round r's receive: posted at once, then tested; a message that landed
+ * is checked and its blocks go to their place (land). Sets *landed. */
+static xcoll_status recv_part(nl_state *st, const xcoll_fingerprint *ours,
+                              nl_round *r, size_t block, int *progress,
+                              int *landed) {
+  nl_mesh_link *m = &st->mesh[st->mesh_of[r->d]];
+  xcoll_status s = XCOLL_SUCCESS;
+  if (r->landed)
+    return XCOLL_SUCCESS;
+  if (m->recv_request == NULL) {
+    s = st->net->irecv(m->link.recv_comm, st->mesh_in + r->stage, room_of(r),
+                       m->recvs, NULL, &m->recv_request);
+    if (s != XCOLL_SUCCESS)
+      goto failed;
+    if (m->recv_request == NULL)
+      return XCOLL_SUCCESS;
+    m->recvs++, *progress = 1;
+  }
+  int done = 0;
+  size_t bytes = 0;
+  s = st->net->test(m->recv_request, &done, &bytes);
+  if (s != XCOLL_SUCCESS) {
+    m->recv_request = NULL;
+    goto failed;
+  }
+  if (done) {
+    m->recv_request = NULL;
+    s = land(st, ours, r, bytes, block);
+    if (s != XCOLL_SUCCESS)
+      return s;
+    r->landed = 1;
+    atomic_fetch_add(&st->mesh_moved, 1);
+    *progress = *landed = 1;
+  }
+  return XCOLL_SUCCESS;
+failed:
+  return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? m->from : -1,
+                 "nccl_like: rank %d: Bruck receive from rank %d "
+                 "failed: %s",
+                 st->rank, m->from, nl_net_last_error());
+}
+
+/* One pass over the rounds: every send whose blocks are in leaves before
+ * the receives are tested (each test is a system call on the way of the
+ * next rank's message), and again after a receive landed blocks that a
+ * later round's send carries. Sets *progress when something moved;
+ * *left = rounds not yet both sent and landed. */
 static xcoll_status mesh_step(nl_state *st, const xcoll_fingerprint *ours,
                               nl_round *rounds, int nrounds, size_t block,
                               int *progress, int *left) {
+  int landed = 0;
+  xcoll_status s = XCOLL_SUCCESS;
+  for (int i = 0; i < nrounds && s == XCOLL_SUCCESS; i++)
+    s = send_part(st, rounds, nrounds, &rounds[i], block, progress);
+  for (int i = 0; i < nrounds && s == XCOLL_SUCCESS; i++)
+    s = recv_part(st, ours, &rounds[i], block, progress, &landed);
+  for (int i = 0; i < nrounds && s == XCOLL_SUCCESS && landed; i++)
+    s = send_part(st, rounds, nrounds, &rounds[i], block, progress);
   *left = 0;
-  for (int i = 0; i < nrounds; i++) {
-    nl_round *r = &rounds[i];
-    nl_mesh_link *m = &st->mesh[st->mesh_of[r->d]];
-    xcoll_status s = XCOLL_SUCCESS;
-    size_t bytes_out = NL_BRUCK_HEADER_BYTES + (size_t)r->cnt * block;
-    if (!r->landed && m->recv_request == NULL) {
-      s = st->net->irecv(m->link.recv_comm, st->mesh_in + r->stage, room_of(r),
-                         m->recvs, NULL, &m->recv_request);
-      if (s != XCOLL_SUCCESS)
-        goto recv_failed;
-      if (m->recv_request != NULL)
-        m->recvs++, *progress = 1;
-    }
-    if (!r->landed && m->recv_request != NULL) {
-      int done = 0;
-      size_t bytes = 0;
-      s = st->net->test(m->recv_request, &done, &bytes);
-      if (s != XCOLL_SUCCESS) {
-        m->recv_request = NULL;
-        goto recv_failed;
-      }
-      if (done) {
-        m->recv_request = NULL;
-        s = land(st, ours, r, bytes, block);
-        if (s != XCOLL_SUCCESS)
-          return s;
-        r->landed = 1;
-        atomic_fetch_add(&st->mesh_moved, 1);
-        *progress = 1;
-      }
-    }
-    if (!r->sent && m->send_request == NULL) {
-      int ready = 1; /* the blocks it carries are in */
-      for (int j = 0; j < nrounds && ready; j++)
-        if (rounds[j].d < r->cnt && !rounds[j].landed)
-          ready = 0;
-      if (ready) {
-        s = st->net->isend(m->link.send_comm, st->mesh_out, bytes_out, m->sends,
-                           NULL, &m->send_request);
-        if (s != XCOLL_SUCCESS)
-          goto send_failed;
-        if (m->send_request != NULL)
-          m->sends++, *progress = 1;
-      }
-    }
-    if (!r->sent && m->send_request != NULL) {
-      int done = 0;
-      size_t bytes = 0;
-      s = st->net->test(m->send_request, &done, &bytes);
-      if (s != XCOLL_SUCCESS) {
-        m->send_request = NULL;
-        goto send_failed;
-      }
-      if (done) {
-        m->send_request = NULL;
-        r->sent = 1;
-        atomic_fetch_add(&st->mesh_moved, 1);
-        *progress = 1;
-      }
-    }
-    *left += !r->sent || !r->landed;
-    continue;
-  recv_failed:
-    return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? m->from : -1,
-                   "nccl_like: rank %d: Bruck receive from rank %d "
-                   "failed: %s",
-                   st->rank, m->from, nl_net_last_error());
-  send_failed:
-    return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? m->to : -1,
-                   "nccl_like: rank %d: Bruck send to rank %d failed: %s",
-                   st->rank, m->to, nl_net_last_error());
-  }
-  return XCOLL_SUCCESS;
+  for (int i = 0; i < nrounds; i++)
+    *left += !rounds[i].sent || !rounds[i].landed;
+  return s;
 }
 
 void nl_mesh_idle(nl_state *st, uint64_t spins, double waited_s) {
