@@ -140,20 +140,29 @@ static xcoll_status land(nl_state *st, const xcoll_fingerprint *ours,
   return XCOLL_SUCCESS;
 }
 
+/* One Bruck allreduce or allgather in flight, for nl_mesh_drive. */
+typedef struct bruck_run {
+  nl_state *st;
+  const nl_op *op;
+  nl_round rounds[NL_BRUCK_MAX_LINKS];
+  int nrounds;
+  size_t block;
+} bruck_run;
+
 /* Round r's send: posted once the blocks it carries are in, then tested. */
-static xcoll_status send_part(nl_state *st, nl_round *rounds, int nrounds,
-                              nl_round *r, size_t block, int *progress) {
+static xcoll_status send_part(bruck_run *b, nl_round *r, int *progress) {
+  nl_state *st = b->st;
   nl_mesh_link *m = &st->mesh[st->mesh_of[r->d]];
   xcoll_status s = XCOLL_SUCCESS;
   if (r->sent)
     return XCOLL_SUCCESS;
   if (m->send_request == NULL) {
-    for (int j = 0; j < nrounds; j++)
-      if (rounds[j].d < r->cnt && !rounds[j].landed)
+    for (int j = 0; j < b->nrounds; j++)
+      if (b->rounds[j].d < r->cnt && !b->rounds[j].landed)
         return XCOLL_SUCCESS; /* a block it carries is not in yet */
     s = st->net->isend(m->link.send_comm, st->mesh_out,
-                       NL_BRUCK_HEADER_BYTES + (size_t)r->cnt * block, m->sends,
-                       NULL, &m->send_request);
+                       NL_BRUCK_HEADER_BYTES + (size_t)r->cnt * b->block,
+                       m->sends, NULL, &m->send_request);
     if (s != XCOLL_SUCCESS)
       goto failed;
     if (m->send_request == NULL)
@@ -182,9 +191,9 @@ failed:
 
 /* Round r's receive: posted at once, then tested; a message that landed
  * is checked and its blocks go to their place (land). Sets *landed. */
-static xcoll_status recv_part(nl_state *st, const xcoll_fingerprint *ours,
-                              nl_round *r, size_t block, int *progress,
+static xcoll_status recv_part(bruck_run *b, nl_round *r, int *progress,
                               int *landed) {
+  nl_state *st = b->st;
   nl_mesh_link *m = &st->mesh[st->mesh_of[r->d]];
   xcoll_status s = XCOLL_SUCCESS;
   if (r->landed)
@@ -207,7 +216,7 @@ static xcoll_status recv_part(nl_state *st, const xcoll_fingerprint *ours,
   }
   if (done) {
     m->recv_request = NULL;
-    s = land(st, ours, r, bytes, block);
+    s = land(st, &b->op->fp, r, bytes, b->block);
     if (s != XCOLL_SUCCESS)
       return s;
     r->landed = 1;
@@ -225,22 +234,22 @@ failed:
 /* One pass over the rounds: every send whose blocks are in leaves before
  * the receives are tested (each test is a system call on the way of the
  * next rank's message), and again after a receive landed blocks that a
- * later round's send carries. Sets *progress when something moved;
- * *left = rounds not yet both sent and landed. */
-static xcoll_status mesh_step(nl_state *st, const xcoll_fingerprint *ours,
-                              nl_round *rounds, int nrounds, size_t block,
-                              int *progress, int *left) {
+ * later round's send carries. Sets *progress when something moved and
+ * *done when every round was sent and landed (an nl_mesh_step_fn; ctx:
+ * the bruck_run). */
+static xcoll_status mesh_step(void *ctx, int *progress, int *done) {
+  bruck_run *b = ctx;
   int landed = 0;
   xcoll_status s = XCOLL_SUCCESS;
-  for (int i = 0; i < nrounds && s == XCOLL_SUCCESS; i++)
-    s = send_part(st, rounds, nrounds, &rounds[i], block, progress);
-  for (int i = 0; i < nrounds && s == XCOLL_SUCCESS; i++)
-    s = recv_part(st, ours, &rounds[i], block, progress, &landed);
-  for (int i = 0; i < nrounds && s == XCOLL_SUCCESS && landed; i++)
-    s = send_part(st, rounds, nrounds, &rounds[i], block, progress);
-  *left = 0;
-  for (int i = 0; i < nrounds; i++)
-    *left += !rounds[i].sent || !rounds[i].landed;
+  for (int i = 0; i < b->nrounds && s == XCOLL_SUCCESS; i++)
+    s = send_part(b, &b->rounds[i], progress);
+  for (int i = 0; i < b->nrounds && s == XCOLL_SUCCESS; i++)
+    s = recv_part(b, &b->rounds[i], progress, &landed);
+  for (int i = 0; i < b->nrounds && s == XCOLL_SUCCESS && landed; i++)
+    s = send_part(b, &b->rounds[i], progress);
+  *done = 1;
+  for (int i = 0; i < b->nrounds; i++)
+    *done = *done && b->rounds[i].sent && b->rounds[i].landed;
   return s;
 }
 
@@ -344,24 +353,6 @@ static void missing_ranks(const nl_state *st, const nl_round *rounds,
   }
 }
 
-/* One Bruck allreduce or allgather in flight, for nl_mesh_drive. */
-typedef struct bruck_run {
-  nl_state *st;
-  const nl_op *op;
-  nl_round rounds[NL_BRUCK_MAX_LINKS];
-  int nrounds;
-  size_t block;
-} bruck_run;
-
-static xcoll_status bruck_step(void *ctx, int *progress, int *done) {
-  bruck_run *b = ctx;
-  int left = 0;
-  xcoll_status s = mesh_step(b->st, &b->op->fp, b->rounds, b->nrounds, b->block,
-                             progress, &left);
-  *done = left == 0;
-  return s;
-}
-
 static xcoll_status bruck_stuck(void *ctx, double waited_s) {
   bruck_run *b = ctx;
   nl_state *st = b->st;
@@ -386,7 +377,7 @@ xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op) {
     memcpy(st->mesh_out + NL_BRUCK_HEADER_BYTES, w->sendbuf, block);
   bruck_run run = {.st = st, .op = op, .block = block};
   run.nrounds = schedule(p, run.rounds);
-  xcoll_status s = nl_mesh_drive(st, bruck_step, bruck_stuck, &run);
+  xcoll_status s = nl_mesh_drive(st, mesh_step, bruck_stuck, &run);
   if (s != XCOLL_SUCCESS)
     return s;
 

@@ -134,12 +134,11 @@ int nl_fp_step_due(nl_state *st) {
 }
 
 int nl_fp_pending(nl_state *st) {
-  nl_fp_link *fp = &st->fp;
-  if (st->world_size == 1 || atomic_load(&fp->broken))
-    return 0;
-  uint64_t started = atomic_load_explicit(&fp->started, memory_order_acquire);
-  return atomic_load(&fp->room_waiters) > 0 ||
-         send_target(fp, started) > atomic_load(&fp->sent);
+  /* A start() waiting for room needs the step even with all sent: it
+   * frees slots by judging the previous rank's fingerprints. */
+  return nl_fp_step_due(st) ||
+         (st->world_size > 1 && !atomic_load(&st->fp.broken) &&
+          atomic_load(&st->fp.room_waiters) > 0);
 }
 
 void nl_fp_flush(nl_state *st) {

@@ -167,6 +167,13 @@ static xcoll_status broken_status(nl_state *st) {
   return xcoll_error(st->comm, status, "%s", message);
 }
 
+/* 1 when op's blocking wait runs the fingerprint step that op makes due
+ * (nl_fp_record's caller_steps): a deferred fingerprint of a blocking call
+ * whose wait runs items itself (XCOLL_WAIT_RUNS). */
+static int caller_steps(const nl_state *st, const nl_op *op) {
+  return op->fp_deferred && op->args.blocking && st->inline_wait;
+}
+
 static int nl_supports(void *state, const xcoll_coll_args *args) {
   nl_state *st = state;
   /* Every collective runs as a ring kernel (there is no p2p interface). On
@@ -225,8 +232,7 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
   /* In issue order, so that op k here meets op k of the other ranks. It
    * also wakes a sleeping proxy, which then drives the channels too. */
   op->fp_deferred = nl_fp_deferrable(st, op);
-  op->fp_caller_steps = op->fp_deferred && args->blocking && st->inline_wait;
-  if (nl_fp_record(st, &op->fp, op->fp_deferred, op->fp_caller_steps,
+  if (nl_fp_record(st, &op->fp, op->fp_deferred, caller_steps(st, op),
                    &op->fp_index) != XCOLL_SUCCESS) {
     pthread_mutex_unlock(&st->lock);
     free(op);
@@ -379,7 +385,7 @@ static xcoll_status nl_wait(void *state, xcoll_backend_op *handle) {
   pthread_mutex_unlock(&st->lock);
   /* The batch of deferred fingerprints that this op made due, sent from
    * here rather than by waking the proxy (nl_fp_record). */
-  if (op->fp_caller_steps && nl_fp_step_due(st)) {
+  if (caller_steps(st, op) && nl_fp_step_due(st)) {
     int progress = 0;
     nl_fp_progress(st, &progress);
   }

@@ -278,8 +278,6 @@ typedef struct nl_op {
   uint64_t fp_index; /* its fingerprint's slot counter (desync.c) */
   int fp_deferred;   /* its fingerprint is checked in its LL flags; the op
                         does not wait for the fingerprint's judgment */
-  int fp_caller_steps; /* deferred, and the waiting thread runs a due
-                          fingerprint step (nl_fp_record) */
   int bruck;         /* runs nl_bruck_run on channel 0, not a ring kernel */
   int pairwise;      /* runs nl_pairwise_run on channel 0 (work.nchannels
                         keeps the ring's channels: its pieces) */
