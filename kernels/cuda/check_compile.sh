@@ -103,7 +103,13 @@ if [ -x "$cuobjdump" ]; then
       ptx=$arch
     done
   fi
-  grep -q "compute_$ptx" "$tmp/ptx.txt" || { echo "FAIL: no compute_$ptx PTX"; exit 1; }
+  # --list-ptx names each PTX by its architecture, "compute_90" or
+  # "<file>.sm_90.ptx" depending on the toolkit: either form counts.
+  grep -qE "(compute|sm)_$ptx([^0-9]|\$)" "$tmp/ptx.txt" || {
+    echo "FAIL: no compute_$ptx PTX; cuobjdump --list-ptx says:"
+    cat "$tmp/ptx.txt"
+    exit 1
+  }
   "$cuobjdump" --dump-ptx "$tmp/ring_kernel.o" > "$tmp/ptx_dump.txt"
   for k in allreduce reduce_scatter allgather broadcast reduce; do
     grep -q "\.entry xc_${k}_kernel" "$tmp/ptx_dump.txt" ||

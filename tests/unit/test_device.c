@@ -10,6 +10,7 @@
 
 #include <dlfcn.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,11 +43,9 @@ static void test_config_device(void **state) {
   xcoll_comm_t comm = (xcoll_comm_t)0x1;
   config.device = 0;
   /* tcp stages device buffers and nccl_like runs its CUDA kernels, given a
-   * driver; without one both say so (on a machine with a real driver this
-   * case is not decidable here) */
-  void *real_driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+   * driver; without one (main skips where there is one) both say so */
   const char *backends[] = {"tcp", "nccl_like"};
-  for (int b = 0; b < 2 && real_driver == NULL; b++) {
+  for (int b = 0; b < 2; b++) {
     config.backend = backends[b];
     comm = (xcoll_comm_t)0x1;
     assert_int_equal(xcoll_comm_init(&comm, &config), XCOLL_ERR_NOT_SUPPORTED);
@@ -55,8 +54,6 @@ static void test_config_device(void **state) {
     assert_non_null(strstr(xcoll_last_error(), "libcuda.so.1"));
     assert_non_null(strstr(xcoll_last_error(), "XCOLL_DEVICE=host"));
   }
-  if (real_driver != NULL)
-    dlclose(real_driver);
   config.backend = NULL;
   config.device = -2;
   assert_int_equal(xcoll_comm_init(&comm, &config), XCOLL_ERR_INVALID_ARGUMENT);
@@ -236,6 +233,18 @@ static void test_device_comm_stages(void **state) {
 }
 
 int main(void) {
+  /* These cases need a machine without a CUDA driver, where the stand-in
+   * takes the driver's place: with a real libcuda.so.1 the library loads
+   * that one (its devices exist, nothing is refused) and the stand-in's
+   * device memory, which the real driver does not know, is read as host
+   * memory. The gpu.* tests cover a real driver. */
+  void *real_driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (real_driver != NULL) {
+    printf("skipped: a CUDA driver (libcuda.so.1) is installed; unit.device "
+           "needs a machine without one, where the stand-in driver stands "
+           "in for it (ctest -L gpu tests the real driver)\n");
+    return 77;
+  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_config_device),
       cmocka_unit_test(test_env_device),
