@@ -84,6 +84,11 @@ static const xcoll_param params[] = {
      "net socket's TCP congestion control: auto is reno within a host "
      "(no pacing), the system's elsewhere; system; or a name",
      0},
+    {"XCOLL_SOCKET_UNIX", XCOLL_PARAM_INT, "nccl_like", 1, 0, 1, NULL, NULL,
+     NULL,
+     "1: net socket connects ranks of one host over Unix-domain sockets; "
+     "0: TCP",
+     0},
     {"XCOLL_CHUNK_SIZE", XCOLL_PARAM_SIZE, NULL, 512 * KIB, 8, GIB, NULL, NULL,
      NULL, "pipelining unit of host algorithms (default per backend)", 0},
     {"XCOLL_TRACE", XCOLL_PARAM_TEXT, NULL, 0, 0, 0, "off", NULL, NULL,

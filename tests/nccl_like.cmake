@@ -54,8 +54,11 @@ else()
   nl_conf(np1 1 120 "")
   # socket plugin, simple protocol, 2 channels (the default on a host with
   # 2 cores per rank; np5 and np8 below take the default, which on a 2-core
-  # machine is 1), all combinations
-  nl_conf(np2.simple 2 240 "XCOLL_NET=socket;XCOLL_PROTO=simple;XCOLL_NCHANNELS=2")
+  # machine is 1), all combinations; over TCP (XCOLL_SOCKET_UNIX=0), as
+  # between hosts: the other entries connect this host's ranks over Unix
+  # sockets, the default
+  nl_conf(np2.simple 2 240
+    "XCOLL_NET=socket;XCOLL_SOCKET_UNIX=0;XCOLL_PROTO=simple;XCOLL_NCHANNELS=2")
   nl_conf(np2.ll.nch1 2 240 "XCOLL_NET=socket;XCOLL_PROTO=ll;XCOLL_NCHANNELS=1"
     --quick)
   nl_conf(np2.simple.nch4.small 2 240
@@ -67,8 +70,8 @@ else()
   nl_conf(np3.workers_only 3 240 "XCOLL_WAIT_RUNS=0;XCOLL_NCHANNELS=2" --quick)
   # Direct sends off (XCOLL_DIRECT=0): the slot path, as a CUDA rank runs
   # it, on the socket plugin where direct sends are the default.
-  nl_conf(np3.slot_path 3 240 "XCOLL_DIRECT=0;XCOLL_PROTO=simple;${NL_SMALL}"
-    --quick)
+  nl_conf(np3.slot_path 3 240
+    "XCOLL_DIRECT=0;XCOLL_SOCKET_UNIX=0;XCOLL_PROTO=simple;${NL_SMALL}" --quick)
   nl_conf(np3.ll.nch4.small 3 240 "XCOLL_PROTO=ll;XCOLL_NCHANNELS=4;${NL_SMALL}"
     --quick)
   # The ring at 4 host ranks (XCOLL_PAIRWISE=0: the pairwise allreduce is

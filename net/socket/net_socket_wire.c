@@ -16,7 +16,17 @@ void sock_handle_encode(const sock_handle *h, uint8_t *out) {
   sock_put_u16(out + 6, (uint16_t)h->nsocks);
   memcpy(out + 8, &h->addr.sin_addr.s_addr, 4); /* network order as is */
   memcpy(out + 12, &h->addr.sin_port, 2);
+  sock_put_u16(out + 14, (uint16_t)h->flags);
   sock_put_u64(out + 16, h->nonce);
+  if (h->flags & SOCK_FLAG_UNIX)
+    memcpy(out + 24, h->host_id, SOCK_HOST_ID_BYTES);
+}
+
+size_t sock_unix_name(uint64_t nonce, char *out) {
+  out[0] = '\0';
+  int n = snprintf(out + 1, SOCK_UNIX_NAME_BYTES - 1,
+                   "xcoll-net-socket-%016" PRIx64, nonce);
+  return 1 + (size_t)n;
 }
 
 const char *sock_handle_decode(const uint8_t *in, sock_handle *h, char *why,
@@ -36,6 +46,16 @@ const char *sock_handle_decode(const uint8_t *in, sock_handle *h, char *why,
   memcpy(&h->addr.sin_addr.s_addr, in + 8, 4);
   memcpy(&h->addr.sin_port, in + 12, 2);
   h->nonce = sock_get_u64(in + 16);
+  h->flags = sock_get_u16(in + 14);
+  if (h->flags & SOCK_FLAG_UNIX)
+    memcpy(h->host_id, in + 24, SOCK_HOST_ID_BYTES);
+  if (h->flags & ~SOCK_FLAG_UNIX) {
+    snprintf(why, why_bytes,
+             "net socket: the handle given to connect is corrupt (flags "
+             "%#x)",
+             h->flags);
+    return why;
+  }
   if (h->nsocks < 1 || h->nsocks > SOCK_MAX_NSOCKS || h->addr.sin_port == 0) {
     snprintf(why, why_bytes,
              "net socket: the handle given to connect is corrupt (%d "

@@ -5,9 +5,13 @@
  * that tests/fuzz/fuzz_net_socket.c can feed the checks arbitrary bytes.
  * Every integer is little-endian.
  *
- *   handle (XCOLL_NET_HANDLE_MAXSIZE bytes, zero beyond 24):
+ *   handle (XCOLL_NET_HANDLE_MAXSIZE bytes, zero beyond 48):
  *     magic u32 "XNSH" | version u16 | nsocks u16 | IPv4 address (4 bytes,
- *     network order) | port (2 bytes, network order) | 0 u16 | nonce u64
+ *     network order) | port (2 bytes, network order) | flags u16 | nonce u64
+ *     | host id (SOCK_HOST_ID_BYTES)
+ *   flags bit 0 (SOCK_FLAG_UNIX): the listener also listens on the
+ *   abstract Unix-domain socket named by its nonce (sock_unix_name), which
+ *   a connector whose host id equals the handle's may use instead of TCP.
  *   hello (SOCK_HELLO_BYTES):
  *     magic u32 "XNSC" | version u16 | socket index u16 | nsocks u16 | 0 u16 |
  *     rank u32 | comm_id u64 | the listener's nonce u64
@@ -28,6 +32,12 @@
 #define SOCK_HELLO_BYTES 32
 #define SOCK_HEADER_BYTES 16
 #define SOCK_MAX_NSOCKS 16
+/* The kernel's boot id (16 bytes) and the network namespace's inode (8
+ * bytes): two processes with the same host id reach each other's abstract
+ * Unix-domain sockets, which are scoped to one network namespace of one
+ * running kernel (unix(7)). */
+#define SOCK_HOST_ID_BYTES 24
+#define SOCK_FLAG_UNIX 1u
 
 static inline void sock_put_u16(uint8_t *p, uint16_t v) {
   p[0] = (uint8_t)v;
@@ -62,7 +72,15 @@ typedef struct sock_handle {
   struct sockaddr_in addr;
   int nsocks;     /* data sockets per connection, [1, SOCK_MAX_NSOCKS] */
   uint64_t nonce; /* the listener's; every hello to it carries it */
+  unsigned flags; /* SOCK_FLAG_* */
+  uint8_t host_id[SOCK_HOST_ID_BYTES]; /* the listener's, with SOCK_FLAG_UNIX */
 } sock_handle;
+
+/* The abstract Unix-domain address of the listener with this nonce: its
+ * name, starting with the NUL byte that makes it abstract, in out (at
+ * least SOCK_UNIX_NAME_BYTES bytes); returns the name's length in bytes. */
+#define SOCK_UNIX_NAME_BYTES 40
+size_t sock_unix_name(uint64_t nonce, char *out);
 
 /* Write h into out (XCOLL_NET_HANDLE_MAXSIZE bytes). */
 void sock_handle_encode(const sock_handle *h, uint8_t *out);

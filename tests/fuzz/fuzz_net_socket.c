@@ -101,7 +101,9 @@ static void handle(const uint8_t *data, size_t size) {
   if (sock_handle_decode(again, &back, why, sizeof why) != NULL ||
       back.nsocks != h.nsocks || back.nonce != h.nonce ||
       back.addr.sin_port != h.addr.sin_port ||
-      back.addr.sin_addr.s_addr != h.addr.sin_addr.s_addr)
+      back.addr.sin_addr.s_addr != h.addr.sin_addr.s_addr ||
+      back.flags != h.flags ||
+      memcmp(back.host_id, h.host_id, SOCK_HOST_ID_BYTES) != 0)
     abort();
 }
 

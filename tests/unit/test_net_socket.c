@@ -477,6 +477,109 @@ static void test_peer_close_is_remote(void **state) {
  * that closes while the receiver polls wakes it, and test says REMOTE; a
  * send stuck on a full socket buffer names its sockets for POLLOUT, and an
  * idle send comm names none (it would always be writable). */
+/* The domain (AF_UNIX or AF_INET) of a link's receiving data socket, found
+ * through get_fds while a receive is posted. */
+static int link_domain(net_link *l) {
+  char in[8];
+  xcoll_net_request *r;
+  assert_int_equal(net->irecv(l->recv, in, sizeof in, 0, NULL, &r),
+                   XCOLL_SUCCESS);
+  int ids[16], count = 0;
+  assert_int_equal(net->get_fds(NULL, l->recv, ids, 16, &count), XCOLL_SUCCESS);
+  assert_int_equal(count, 1);
+  int domain = -1;
+  socklen_t len = sizeof domain;
+  assert_int_equal(getsockopt(ids[0], SOL_SOCKET, SO_DOMAIN, &domain, &len), 0);
+  char out[8] = "unix-ok";
+  xcoll_net_request *s;
+  assert_int_equal(net->isend(l->send, out, sizeof out, 0, NULL, &s),
+                   XCOLL_SUCCESS);
+  size_t got = 0;
+  assert_int_equal(wait_pair(s, r, &got, 0), XCOLL_SUCCESS);
+  assert_memory_equal(in, out, sizeof out);
+  return domain;
+}
+
+/* XCOLL_SOCKET_UNIX: ranks of one host connect over a Unix-domain socket
+ * (default, or 1), over TCP with 0 on either side, and over TCP when the
+ * handle's host id is not this process's (another kernel or network
+ * namespace: the abstract name would not reach the listener there); any
+ * other value is an ENV error naming the variable. */
+static void test_unix_within_a_host(void **state) {
+  (void)state;
+  const char *env = getenv("XCOLL_SOCKET_UNIX");
+  char *saved = env ? strdup(env) : NULL;
+  net_link l;
+  for (int case_ = 0; case_ < 4; case_++) {
+    /* 0: default; 1: "1"; 2: "0"; 3: "1", the connector with "0" */
+    if (case_ == 0)
+      unsetenv("XCOLL_SOCKET_UNIX");
+    else
+      setenv("XCOLL_SOCKET_UNIX", case_ == 2 ? "0" : "1", 1);
+    if (case_ < 3) {
+      open_link(&l, 1);
+    } else {
+      /* open_link's steps, with the environment switched between the
+       * listen and the connect */
+      setenv("XCOLL_NSOCKS_PERPEER", "1", 1);
+      memset(&l, 0, sizeof l);
+      xcoll_net_config rx = config_of(7, 1), tx = config_of(7, 0);
+      assert_int_equal(net->listen(0, &rx, l.handle, &l.listen), XCOLL_SUCCESS);
+      setenv("XCOLL_SOCKET_UNIX", "0", 1);
+      double deadline = now_s() + WAIT_S;
+      while ((l.send == NULL || l.recv == NULL) && now_s() < deadline) {
+        if (l.send == NULL)
+          assert_int_equal(net->connect(0, &tx, l.handle, 1, &l.send),
+                           XCOLL_SUCCESS);
+        if (l.recv == NULL)
+          assert_int_equal(net->accept(l.listen, 0, &l.recv), XCOLL_SUCCESS);
+      }
+      assert_non_null(l.send);
+      assert_non_null(l.recv);
+    }
+    assert_int_equal(link_domain(&l), case_ < 2 ? AF_UNIX : AF_INET);
+    close_link(&l);
+  }
+
+  /* A listener of another host (its id in the handle differs): TCP. */
+  unsetenv("XCOLL_SOCKET_UNIX");
+  setenv("XCOLL_NSOCKS_PERPEER", "1", 1);
+  memset(&l, 0, sizeof l);
+  xcoll_net_config rx = config_of(7, 1), tx = config_of(7, 0);
+  assert_int_equal(net->listen(0, &rx, l.handle, &l.listen), XCOLL_SUCCESS);
+  assert_int_equal(l.handle[14] & 1, 1); /* it offers the Unix socket */
+  l.handle[24] ^= 0xff;                  /* another boot id */
+  double deadline = now_s() + WAIT_S;
+  while ((l.send == NULL || l.recv == NULL) && now_s() < deadline) {
+    if (l.send == NULL)
+      assert_int_equal(net->connect(0, &tx, l.handle, 1, &l.send),
+                       XCOLL_SUCCESS);
+    if (l.recv == NULL)
+      assert_int_equal(net->accept(l.listen, 0, &l.recv), XCOLL_SUCCESS);
+  }
+  assert_non_null(l.send);
+  assert_non_null(l.recv);
+  assert_int_equal(link_domain(&l), AF_INET);
+  close_link(&l);
+
+  /* A value that is neither 0 nor 1. */
+  setenv("XCOLL_SOCKET_UNIX", "yes", 1);
+  xcoll_net_listen_comm *listen = (xcoll_net_listen_comm *)0x1;
+  unsigned char handle[XCOLL_NET_HANDLE_MAXSIZE];
+  xcoll_status status = net->listen(0, &rx, handle, &listen);
+  char said[512];
+  snprintf(said, sizeof said, "%s", xcoll_net_last_error());
+  if (saved != NULL)
+    setenv("XCOLL_SOCKET_UNIX", saved, 1);
+  else
+    unsetenv("XCOLL_SOCKET_UNIX");
+  free(saved);
+  assert_int_equal(status, XCOLL_ERR_ENV);
+  assert_null(listen);
+  if (strstr(said, "XCOLL_SOCKET_UNIX=yes") == NULL)
+    fail_msg("the error does not name XCOLL_SOCKET_UNIX=yes: '%s'", said);
+}
+
 static void test_get_fds(void **state) {
   (void)state;
   assert_non_null(net->get_fds);
@@ -1478,6 +1581,7 @@ int main(void) {
       cmocka_unit_test(test_complete_then_close),
       cmocka_unit_test(test_close_with_requests_in_flight),
       cmocka_unit_test(test_get_fds),
+      cmocka_unit_test(test_unix_within_a_host),
       cmocka_unit_test(test_strangers_do_not_break_accept),
       cmocka_unit_test(test_connect_timeout),
       cmocka_unit_test_teardown(test_auth_same_token, no_secret),
