@@ -63,7 +63,9 @@
 #define IBN_HANDLE_MAGIC 0x48494e58u /* bytes "XNIH" */
 #define IBN_HELLO_MAGIC 0x43494e58u  /* bytes "XNIC" */
 #define IBN_VERSION 1
-/* The socket handle, from NET_HANDSHAKE_INNER_OFFSET (8). */
+/* The socket handle, from NET_HANDSHAKE_INNER_OFFSET (8): its first 32
+ * bytes. The host id after them (net/socket/net_socket_wire.h) is cut, so
+ * the bootstrap connection, which carries one hello, is always TCP. */
 #define IBN_INNER_BYTES 32
 #define IBN_QP_OFFSET 40 /* qpn u32 | psn u32 | lid u16 | mtu u8 | 0 | gid */
 #define IBN_HELLO_BYTES                                                        \

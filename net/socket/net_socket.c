@@ -1,16 +1,25 @@
 /* net_socket.c - the "socket" net plugin (xcoll_net_socket): the net API of
- * net/net.h over TCP sockets, host memory only. It plays the part of NCCL's
- * net_socket transport (src/transport/net_socket.cc): one-way connections,
- * a message >= SOCK_STRIPE_MIN bytes striped over XCOLL_NSOCKS_PERPEER
- * sockets, all progress inside isend/irecv/test, no thread of its own.
+ * net/net.h over stream sockets, host memory only: TCP, or Unix-domain
+ * sockets between ranks of one host (XCOLL_SOCKET_UNIX). It plays the part
+ * of NCCL's net_socket transport (src/transport/net_socket.cc): one-way
+ * connections, a message >= SOCK_STRIPE_MIN bytes striped over
+ * XCOLL_NSOCKS_PERPEER sockets, all progress inside isend/irecv/test, no
+ * thread of its own.
  *
  * Connection set-up:
  *   listen  binds an ephemeral port on the address the tcp backend would use
  *           (core/netaddr.h) and writes the handle: address, port, the number
- *           of data sockets, and a random 64-bit nonce.
+ *           of data sockets, and a random 64-bit nonce. Unless
+ *           XCOLL_SOCKET_UNIX=0 it also listens on the abstract Unix-domain
+ *           name of that nonce and adds this host's id (boot id, network
+ *           namespace) to the handle.
  *   connect opens that many sockets (non-blocking; refused connections are
- *           retried until config->timeout_s) and sends on each a hello:
- *           magic, version, socket index, socket count, rank, comm_id, nonce.
+ *           retried until config->timeout_s), to the Unix-domain name when
+ *           the handle's host id is its own (and neither side set
+ *           XCOLL_SOCKET_UNIX=0), else to the TCP port, and sends on each a
+ *           hello: magic, version, socket index, socket count, rank,
+ *           comm_id, nonce. Everything after the connect (hello,
+ *           authentication, wire format) is the same on both kinds.
  *           The hello is followed by the job-secret exchange of
  *           core/auth.h, per socket: the client's offer; the server's
  *           offer | server proof; the client's proof (only with a secret).
