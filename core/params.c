@@ -142,7 +142,8 @@ static const xcoll_param params[] = {
     {"XCOLL_UCX_SPIN_US", XCOLL_PARAM_INT, "ucx", 1000, 0, 1e7, NULL, NULL,
      NULL, "microseconds ucx polls before it sleeps", 0},
     {"XCOLL_UCX_ERR_MODE", XCOLL_PARAM_CHOICE, "ucx", 0, 0, 0, "auto",
-     ucx_err_modes, NULL, "ucx endpoints' error handling", 0},
+     ucx_err_modes, NULL,
+     "ucx endpoints' error handling (also nccl_like's XCOLL_NET=ucx)", 0},
 
     /* Launcher variables, in xcoll_comm_init_env's order of precedence;
      * -1 is "unknown". */

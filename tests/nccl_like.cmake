@@ -196,6 +196,21 @@ foreach(cfg ";XCOLL_PAIRWISE=0" ".small;FAULT_PEER_COUNT=16"
   endforeach()
 endforeach()
 
+# The same over the ucx net plugin (the ring), where ranks of one host
+# reach each other through UCX shared memory and watch each other's process
+# through a pidfd (net/ucx/net_ucx.c).
+if(XCOLL_HAVE_UCX AND EXISTS ${PROJECT_SOURCE_DIR}/net/ucx)
+  foreach(mode kill stop)
+    set(test faults.peer_${mode}.nccl_like.ucx)
+    add_test(NAME ${test}
+      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_peer.sh
+              $<TARGET_FILE:xcollrun> $<TARGET_FILE:fault_peer> ${mode})
+    set_tests_properties(${test} PROPERTIES TIMEOUT 90
+      LABELS "faults;nccl_like;ucx" PROCESSORS 2
+      ENVIRONMENT "XCOLL_BACKEND=nccl_like;XCOLL_NET=ucx;XCOLL_PAIRWISE=0")
+  endforeach()
+endif()
+
 # No thread left after xcoll_comm_abort + xcoll_comm_destroy.
 add_test(NAME faults.abort_threads.nccl_like
   COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node 3 --master-port 0

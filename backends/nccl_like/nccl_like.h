@@ -549,7 +549,8 @@ xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op);
 /* One idle pass of a thread that drives the mesh (spins: idle passes so
  * far, waited_s: seconds since the last progress): the fingerprint step
  * every 64 passes, the deferred fingerprints made due at 256, then a
- * sched_yield while waited_s < 10 us, else nl_mesh_poll for NL_POLL_MS. */
+ * sched_yield while waited_s < 10 us, else nl_mesh_poll for NL_POLL_MS
+ * (a sched_yield again when it has no descriptor to sleep on). */
 void nl_mesh_idle(nl_state *st, uint64_t spins, double waited_s);
 /* One pass of a schedule over the mesh: post and test what it can; set
  * *progress when something moved and *done when nothing is left. */

@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -78,7 +77,7 @@
 /* UCX_TLS when every rank runs on this host (the user's UCX_TLS wins). */
 #define LOCAL_TLS "sm,self"
 #define HELLO_MAGIC 0x78756378u /* "xucx" */
-#define HOST_ID_BYTES 192
+#define HOST_ID_BYTES XCOLL_UCX_HOST_ID_BYTES
 
 /* What each rank publishes in the store: who and where it is, then its UCP
  * worker address. */
@@ -953,28 +952,6 @@ static void ucx_comm_destroy(xcoll_comm *comm, void *opaque) {
   free_state(state, !broken);
 }
 
-/* "host:pid-namespace": two ranks with the same one can watch each other's
- * process (pidfd) and share memory. */
-static void host_identity(char *out, size_t out_bytes) {
-  char host[128] = "unknown-host";
-  char pidns[64] = "";
-  gethostname(host, sizeof host - 1);
-  ssize_t n = readlink("/proc/self/ns/pid", pidns, sizeof pidns - 1);
-  pidns[n > 0 ? n : 0] = '\0';
-  snprintf(out, out_bytes, "%s|%s", host, pidns);
-}
-
-/* A pidfd for pid, or -1 where the kernel has none (before Linux 5.3). */
-static int open_pidfd(pid_t pid) {
-#ifdef SYS_pidfd_open
-  long fd = syscall(SYS_pidfd_open, pid, 0);
-  return fd < 0 ? -1 : (int)fd;
-#else
-  (void)pid;
-  return -1;
-#endif
-}
-
 /* Post the receive of each peer's goodbye message. */
 static xcoll_status post_goodbye_receives(ucx_state *state) {
   static char sink[1];
@@ -1087,7 +1064,7 @@ static xcoll_status connect_peer(ucx_state *state, int peer, const void *value,
   peer_watch *watch = &state->peers[peer];
   if (peer != comm->rank && !force_peer_mode &&
       strcmp(theirs.host_id, host_id) == 0) {
-    watch->pidfd = open_pidfd((pid_t)theirs.pid);
+    watch->pidfd = xcoll_ucx_open_pidfd((pid_t)theirs.pid);
     watch->same_host = watch->pidfd >= 0;
   }
   /* A rank cannot lose itself: its own endpoint (transport self) needs no
@@ -1160,7 +1137,7 @@ static xcoll_status ucx_comm_init(xcoll_comm *comm, void **out) {
     goto fail;
   }
   char host_id[HOST_ID_BYTES];
-  host_identity(host_id, sizeof host_id);
+  xcoll_ucx_host_identity(host_id, sizeof host_id);
   void **records = NULL;
   size_t *record_bytes = NULL;
   if ((st = exchange_hellos(state, host_id, &records, &record_bytes)) !=

@@ -19,6 +19,17 @@
  * Each comm has its own UCP worker (one endpoint), so that comms never share
  * a worker across threads.
  *
+ * Peers on this host: the hello and the answer also carry the sender's pid
+ * and host identity (xcoll_ucx_host_identity). When both sides are
+ * different processes of one host, the endpoint goes without UCX's peer
+ * failure handling, which in UCX 1.13 rules out shared memory and cma and
+ * left such a pair on UCX's tcp transport over loopback; the comm watches
+ * the peer's process through a pidfd instead (readable once it exits,
+ * looked at every UCXN_LIVENESS_S while a request waits), as the ucx
+ * backend does. XCOLL_UCX_ERR_MODE=peer keeps the failure handling for
+ * every peer; two comms of one process (the unit tests) keep it too, since
+ * there the pid tells nothing.
+ *
  * Messages: the UCP tag is (sequence number << 32) | tag, the sequence
  * number counting the comm's messages on each side. A receive matches the
  * sequence number only (mask on the high 32 bits), so the k-th receive
@@ -30,11 +41,14 @@
  * by UCX's peer failure handling (UCP_ERR_HANDLING_MODE_PEER) as
  * XCOLL_ERR_REMOTE. */
 #include <inttypes.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "handshake.h"
 #include "net.h"
@@ -43,10 +57,14 @@
 
 #define UCXN_HANDLE_MAGIC 0x48554e58u /* bytes "XNUH" */
 #define UCXN_HELLO_MAGIC 0x43554e58u  /* bytes "XNUC" */
-#define UCXN_VERSION 1
+#define UCXN_VERSION 2
 /* How much of the socket plugin's handle ours holds, bytes. */
 #define UCXN_INNER_BYTES (XCOLL_NET_HANDLE_MAXSIZE - NET_HANDSHAKE_INNER_OFFSET)
-#define UCXN_HELLO_HEADER 12
+/* hello / answer: magic u32 | version u32 | address bytes u32 | pid u32 |
+ * host identity (XCOLL_UCX_HOST_ID_BYTES, NUL-terminated) | address */
+#define UCXN_HELLO_HEADER (16 + XCOLL_UCX_HOST_ID_BYTES)
+/* How often a waiting request looks at a same-host peer's pidfd, seconds. */
+#define UCXN_LIVENESS_S 0.01
 /* Largest worker address accepted from a peer, bytes. */
 #define UCXN_MAX_ADDRESS (64u * 1024u)
 /* The tag of the receiver's answer (never a data tag: the sender's worker
@@ -81,6 +99,10 @@ struct ucxn_comm {
   uint64_t seq; /* messages posted */
   int in_flight;
   _Atomic int peer_failed; /* set from UCX's error callback */
+  /* A peer in another process of this host: its pidfd (else -1) and pid,
+   * when to look at the pidfd next, and whether it was seen exited. */
+  int pidfd, peer_pid, exited;
+  double next_look;
   xcoll_status error;
   char error_text[UCXN_MESSAGE_BYTES];
   ucxn_request requests[XCOLL_NET_MAX_REQUESTS];
@@ -102,6 +124,7 @@ static ucxn_comm *comm_new(int is_send, int peer_rank, char *err,
   }
   c->is_send = is_send;
   c->peer_rank = peer_rank;
+  c->pidfd = -1;
   for (int i = 0; i < XCOLL_NET_MAX_REQUESTS; i++) c->requests[i].comm = c;
   if (xcoll_ucx_worker_create(1, UCXN_KEEPALIVE, NULL, &c->worker, err,
                               err_bytes) != UCS_OK) {
@@ -117,6 +140,8 @@ static void comm_free(ucxn_comm *c) {
     if (c->requests[i].ucx != NULL)
       xcoll_ucx_request_put(c->worker, c->requests[i].ucx);
   xcoll_ucx_worker_destroy(c->worker, 0.0);
+  if (c->pidfd >= 0)
+    close(c->pidfd);
   free(c);
 }
 
@@ -135,8 +160,34 @@ static xcoll_status comm_fail(ucxn_comm *c, xcoll_status status,
   return net_fail(c->error, "%s", c->error_text);
 }
 
-/* The comm's sticky error, after looking at UCX's peer failure flag. */
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Whether a same-host peer's process has exited (its pidfd readable),
+ * looked at every UCXN_LIVENESS_S at most. */
+static int peer_exited(ucxn_comm *c) {
+  if (c->pidfd < 0 || c->exited)
+    return c->exited;
+  double now = now_s();
+  if (now < c->next_look)
+    return 0;
+  c->next_look = now + UCXN_LIVENESS_S;
+  struct pollfd p = {.fd = c->pidfd, .events = POLLIN};
+  c->exited = poll(&p, 1, 0) > 0;
+  return c->exited;
+}
+
+/* The comm's sticky error, after looking at UCX's peer failure flag and
+ * the peer's process. */
 static xcoll_status comm_check(ucxn_comm *c) {
+  if (peer_exited(c) && c->error == XCOLL_SUCCESS)
+    return comm_fail(c, XCOLL_ERR_REMOTE,
+                     "net ucx: rank %d is gone: its process on this host "
+                     "(pid %d) exited; see that rank's log for why",
+                     c->peer_rank, c->peer_pid);
   int failed = atomic_load(&c->peer_failed);
   if (failed != 0 && c->error == XCOLL_SUCCESS)
     return comm_fail(c, XCOLL_ERR_REMOTE,
@@ -179,7 +230,8 @@ static xcoll_status ucx_get_properties(int device, xcoll_net_properties *p) {
 
 /* ---- the handshake ---- */
 
-/* hello / answer: magic, version, address_bytes, then the address. */
+/* hello / answer (UCXN_HELLO_HEADER): this worker's address, pid and
+ * host identity. */
 static size_t encode_hello(xcoll_ucx_worker *worker, uint8_t *out) {
   const void *address;
   size_t bytes;
@@ -187,6 +239,9 @@ static size_t encode_hello(xcoll_ucx_worker *worker, uint8_t *out) {
   put_u32(out, UCXN_HELLO_MAGIC);
   put_u32(out + 4, UCXN_VERSION);
   put_u32(out + 8, (uint32_t)bytes);
+  put_u32(out + 12, (uint32_t)getpid());
+  memset(out + 16, 0, XCOLL_UCX_HOST_ID_BYTES);
+  xcoll_ucx_host_identity((char *)out + 16, XCOLL_UCX_HOST_ID_BYTES);
   memcpy(out + UCXN_HELLO_HEADER, address, bytes);
   return UCXN_HELLO_HEADER + bytes;
 }
@@ -195,9 +250,27 @@ static size_t encode_hello(xcoll_ucx_worker *worker, uint8_t *out) {
 static const void *decode_hello(const uint8_t *in, size_t size) {
   if (size < UCXN_HELLO_HEADER || get_u32(in) != UCXN_HELLO_MAGIC ||
       get_u32(in + 4) != UCXN_VERSION ||
-      get_u32(in + 8) != size - UCXN_HELLO_HEADER)
+      get_u32(in + 8) != size - UCXN_HELLO_HEADER ||
+      memchr(in + 16, '\0', XCOLL_UCX_HOST_ID_BYTES) == NULL)
     return NULL;
   return in + UCXN_HELLO_HEADER;
+}
+
+/* After a decoded hello (in): 1 when its sender is another process of
+ * this host, which c then watches through a pidfd, so that the endpoint
+ * may go without UCX's peer failure handling; else 0. */
+static int watch_same_host(ucxn_comm *c, const uint8_t *in) {
+  const char *mode = getenv("XCOLL_UCX_ERR_MODE");
+  if (mode != NULL && strcmp(mode, "peer") == 0)
+    return 0;
+  pid_t pid = (pid_t)get_u32(in + 12);
+  char mine[XCOLL_UCX_HOST_ID_BYTES];
+  xcoll_ucx_host_identity(mine, sizeof mine);
+  if (pid <= 0 || pid == getpid() || strcmp(mine, (const char *)in + 16) != 0)
+    return 0;
+  c->pidfd = xcoll_ucx_open_pidfd(pid);
+  c->peer_pid = (int)pid;
+  return c->pidfd >= 0;
 }
 
 typedef struct ucxn_listen {
@@ -253,7 +326,8 @@ static xcoll_status answer_hello(ucxn_listen *l, int expected_rank,
   if (l->comm == NULL)
     return net_fail(XCOLL_ERR_SYSTEM, "net ucx: rank %d: %s (check UCX_TLS)",
              rank, err);
-  if (xcoll_ucx_connect(l->comm->worker, 0, address, 1, on_peer_error,
+  int same_host = watch_same_host(l->comm, l->hello);
+  if (xcoll_ucx_connect(l->comm->worker, 0, address, !same_host, on_peer_error,
                         l->comm, err, sizeof err) != UCS_OK)
     return net_fail(XCOLL_ERR_SYSTEM,
              "net ucx: rank %d cannot reach rank %d's worker: %s", rank,
@@ -396,7 +470,8 @@ static xcoll_status ucx_connect(int device, const xcoll_net_config *config,
     goto failed;
   }
   char err[256];
-  if (xcoll_ucx_connect(k->comm->worker, 0, address, 1, on_peer_error,
+  int same_host = watch_same_host(k->comm, k->theirs);
+  if (xcoll_ucx_connect(k->comm->worker, 0, address, !same_host, on_peer_error,
                         k->comm, err, sizeof err) != UCS_OK) {
     s = net_fail(XCOLL_ERR_SYSTEM,
              "net ucx: rank %d cannot reach rank %d's worker: %s",
@@ -555,7 +630,7 @@ static xcoll_status ucx_test(xcoll_net_request *request, int *done,
   xcoll_status s = XCOLL_SUCCESS;
   /* The peer is gone: drain what the worker still holds before deciding,
    * since a message it sent before leaving completes a receive. */
-  if (!r->ucx->done && atomic_load(&c->peer_failed) != 0)
+  if (!r->ucx->done && (atomic_load(&c->peer_failed) != 0 || peer_exited(c)))
     while (!r->ucx->done && xcoll_ucx_progress(c->worker) != 0) {
     }
   if (!r->ucx->done) {

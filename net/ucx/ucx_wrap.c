@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 /* The requests of one worker come from slabs of this many records. */
 #define REQUEST_SLAB 64
@@ -427,4 +429,26 @@ void xcoll_ucx_wait_event(xcoll_ucx_worker *w, int timeout_ms) {
 void xcoll_ucx_worker_signal(xcoll_ucx_worker *w) {
   if (w != NULL && w->worker != NULL)
     (void)ucp_worker_signal(w->worker);
+}
+
+void xcoll_ucx_host_identity(char *out, size_t out_bytes) {
+  char host[128] = "unknown-host";
+  char pidns[64] = "";
+  gethostname(host, sizeof host - 1);
+  ssize_t n = readlink("/proc/self/ns/pid", pidns, sizeof pidns - 1);
+  pidns[n > 0 ? n : 0] = '\0';
+  snprintf(out,
+           out_bytes < XCOLL_UCX_HOST_ID_BYTES ? out_bytes
+                                               : XCOLL_UCX_HOST_ID_BYTES,
+           "%s|%s", host, pidns);
+}
+
+int xcoll_ucx_open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  long fd = syscall(SYS_pidfd_open, pid, 0);
+  return fd < 0 ? -1 : (int)fd;
+#else
+  (void)pid;
+  return -1;
+#endif
 }

@@ -13,8 +13,23 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <ucp/api/ucp.h>
+
+/* Bytes of a host identity (xcoll_ucx_host_identity), its NUL included. */
+#define XCOLL_UCX_HOST_ID_BYTES 192
+
+/* This process's host identity, "host name|pid namespace", into out
+ * (out_bytes, at most XCOLL_UCX_HOST_ID_BYTES used): two processes with the
+ * same one can watch each other through a pidfd and share memory, so that
+ * their endpoints may go without UCX's peer failure handling, which in UCX
+ * 1.13 rules out shared memory and cma (ucp_ep_params_t err_mode). */
+void xcoll_ucx_host_identity(char *out, size_t out_bytes);
+
+/* A pidfd for pid (pidfd_open(2): readable once the process exits), or -1
+ * where the kernel has none (before Linux 5.3) or the process is gone. */
+int xcoll_ucx_open_pidfd(pid_t pid);
 
 typedef struct xcoll_ucx_worker xcoll_ucx_worker;
 
