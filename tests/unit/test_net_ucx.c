@@ -2,15 +2,19 @@
  * passes the API checks every plugin must pass (net_plugin_checks.h):
  * worker addresses exchanged during connect/accept, messages in order,
  * back-pressure, tag mismatch and truncation as PROTOCOL, a closed peer as
- * REMOTE. Skipped (77) when xcoll is built without UCX. */
+ * REMOTE; and a killed peer process of this host as REMOTE naming its pid.
+ * Skipped (77) when xcoll is built without UCX. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 
 #include <cmocka.h>
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #ifdef XCOLL_HAVE_UCX
 #include "net_plugin_checks.h"
@@ -119,9 +123,82 @@ static void check_proxy_pattern(void **state) {
   check_close(&l);
 }
 
+/* A peer in another process of this host (a forked child): the two
+ * connect without UCX's peer failure handling, so that UCX may use shared
+ * memory, and the receiver watches the child's process instead. The child
+ * sends one message and, once it is matched, is killed without closing
+ * anything: the message must have arrived, and the next receive must fail
+ * with REMOTE naming the child's pid within the bound, where before it
+ * would wait for ever (nothing else reports a dead peer there). Runs first,
+ * before this process has made any UCX context, so that the child starts
+ * from a clean UCX. */
+static void check_same_host_peer_killed(void **state) {
+  (void)state;
+  xcoll_net_config rx = check_config(9, 1), tx = check_config(9, 0);
+  xcoll_net_listen_comm *listen = NULL;
+  unsigned char handle[XCOLL_NET_HANDLE_MAXSIZE];
+  assert_int_equal(net->listen(0, &rx, handle, &listen), XCOLL_SUCCESS);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+    double deadline = check_now() + CHECK_WAIT_S;
+    xcoll_net_send_comm *send = NULL;
+    while (send == NULL && check_now() < deadline)
+      if (net->connect(0, &tx, handle, 1, &send) != XCOLL_SUCCESS)
+        _exit(2);
+    char out[64] = "sent before the end";
+    xcoll_net_request *r = NULL;
+    while (send != NULL && r == NULL && check_now() < deadline)
+      if (net->isend(send, out, sizeof out, 5, NULL, &r) != XCOLL_SUCCESS)
+        _exit(3);
+    int done = 0;
+    while (r != NULL && !done && check_now() < deadline)
+      if (net->test(r, &done, NULL) != XCOLL_SUCCESS)
+        _exit(4);
+    if (!done)
+      _exit(5);
+    raise(SIGKILL);
+    _exit(6);
+  }
+  xcoll_net_recv_comm *recv = NULL;
+  double deadline = check_now() + CHECK_WAIT_S;
+  while (recv == NULL && check_now() < deadline)
+    assert_int_equal(net->accept(listen, 0, &recv), XCOLL_SUCCESS);
+  assert_non_null(recv);
+  char in[64] = "";
+  xcoll_net_request *r = NULL;
+  assert_int_equal(net->irecv(recv, in, sizeof in, 5, NULL, &r), XCOLL_SUCCESS);
+  assert_non_null(r);
+  size_t got = 0;
+  assert_int_equal(check_wait(r, &got), XCOLL_SUCCESS);
+  assert_int_equal(got, sizeof in);
+  assert_string_equal(in, "sent before the end");
+  int status = 0;
+  assert_int_equal(waitpid(child, &status, 0), child);
+  assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  assert_int_equal(net->irecv(recv, in, sizeof in, 6, NULL, &r), XCOLL_SUCCESS);
+  assert_non_null(r);
+  xcoll_status st = XCOLL_SUCCESS;
+  int done = 0;
+  double start = check_now();
+  while (st == XCOLL_SUCCESS && !done && check_now() < start + CHECK_WAIT_S)
+    st = net->test(r, &done, NULL);
+  assert_int_equal(st, XCOLL_ERR_REMOTE);
+  char pid_text[32];
+  snprintf(pid_text, sizeof pid_text, "pid %d", (int)child);
+  if (strstr(xcoll_net_last_error(), pid_text) == NULL)
+    fail_msg("the error does not name %s: %s", pid_text,
+             xcoll_net_last_error());
+  net->close_recv(recv);
+  net->close_listen(listen);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {NET_PLUGIN_CHECKS,
-                                     cmocka_unit_test(check_proxy_pattern)};
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(check_same_host_peer_killed), NET_PLUGIN_CHECKS,
+      cmocka_unit_test(check_proxy_pattern)};
   return cmocka_run_group_tests(tests, setup, NULL);
 }
 #else
