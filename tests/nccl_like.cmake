@@ -180,11 +180,8 @@ set_property(TEST nccl_like.late_peer.np4 APPEND PROPERTY ENVIRONMENT
 # pairwise allreduce (backends/nccl_like/pairwise.c: every rank has a link
 # to every other); and Rabenseifner's (rabenseifner.c: each rank waits on
 # one partner at a time, the others must learn of a death from it).
-foreach(cfg ";XCOLL_PAIRWISE=0" ".small;FAULT_PEER_COUNT=16"
-            ".pairwise;XCOLL_PAIRWISE=1;XCOLL_RABENSEIFNER=0"
-            ".rabenseifner;XCOLL_PAIRWISE=1")
-  list(GET cfg 0 suffix)
-  list(SUBLIST cfg 1 -1 extra)
+# nl_fault_peer(SUFFIX ENV...): faults.peer_{kill,stop}.nccl_like.SUFFIX.
+function(nl_fault_peer suffix)
   foreach(mode kill stop)
     set(test faults.peer_${mode}.nccl_like${suffix})
     add_test(NAME ${test}
@@ -192,23 +189,21 @@ foreach(cfg ";XCOLL_PAIRWISE=0" ".small;FAULT_PEER_COUNT=16"
               $<TARGET_FILE:xcollrun> $<TARGET_FILE:fault_peer> ${mode})
     set_tests_properties(${test} PROPERTIES TIMEOUT 90
       LABELS "faults;nccl_like" PROCESSORS 2
-      ENVIRONMENT "XCOLL_BACKEND=nccl_like;${extra}")
+      ENVIRONMENT "XCOLL_BACKEND=nccl_like;${ARGN}")
   endforeach()
+endfunction()
+foreach(cfg ";XCOLL_PAIRWISE=0" ".small;FAULT_PEER_COUNT=16"
+            ".pairwise;XCOLL_PAIRWISE=1;XCOLL_RABENSEIFNER=0"
+            ".rabenseifner;XCOLL_PAIRWISE=1")
+  list(GET cfg 0 suffix)
+  list(SUBLIST cfg 1 -1 extra)
+  nl_fault_peer("${suffix}" ${extra})
 endforeach()
-
-# The same over the ucx net plugin (the ring), where ranks of one host
-# reach each other through UCX shared memory and watch each other's process
-# through a pidfd (net/ucx/net_ucx.c).
+# The ring over the ucx net plugin, where ranks of one host reach each
+# other through UCX shared memory and watch each other's process through a
+# pidfd (net/ucx/net_ucx.c).
 if(XCOLL_HAVE_UCX AND EXISTS ${PROJECT_SOURCE_DIR}/net/ucx)
-  foreach(mode kill stop)
-    set(test faults.peer_${mode}.nccl_like.ucx)
-    add_test(NAME ${test}
-      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_peer.sh
-              $<TARGET_FILE:xcollrun> $<TARGET_FILE:fault_peer> ${mode})
-    set_tests_properties(${test} PROPERTIES TIMEOUT 90
-      LABELS "faults;nccl_like;ucx" PROCESSORS 2
-      ENVIRONMENT "XCOLL_BACKEND=nccl_like;XCOLL_NET=ucx;XCOLL_PAIRWISE=0")
-  endforeach()
+  nl_fault_peer(.ucx XCOLL_NET=ucx XCOLL_PAIRWISE=0)
 endif()
 
 # No thread left after xcoll_comm_abort + xcoll_comm_destroy.

@@ -100,18 +100,21 @@ typedef struct net_link {
   unsigned char handle[XCOLL_NET_HANDLE_MAXSIZE];
 } net_link;
 
-/* Rank 1 listens, rank 0 connects; call both until both are done. */
-static void open_link(net_link *l, int nsocks) {
+/* Rank 1 listens with nsocks sockets per connection. */
+static void listen_link(net_link *l, int nsocks) {
   char text[8];
   snprintf(text, sizeof text, "%d", nsocks);
   setenv("XCOLL_NSOCKS_PERPEER", text, 1);
   memset(l, 0, sizeof *l);
-  xcoll_net_config rx = config_of(7, 1), tx = config_of(7, 0);
+  xcoll_net_config rx = config_of(7, 1);
   assert_int_equal(net->listen(0, &rx, l->handle, &l->listen), XCOLL_SUCCESS);
   assert_non_null(l->listen);
-  /* nobody has connected yet: accept must not block, and gives NULL */
-  assert_int_equal(net->accept(l->listen, 0, &l->recv), XCOLL_SUCCESS);
-  assert_null(l->recv);
+}
+
+/* Rank 0 connects to l's handle; call connect and accept until both are
+ * done. */
+static void join_link(net_link *l) {
+  xcoll_net_config tx = config_of(7, 0);
   double deadline = now_s() + WAIT_S;
   while ((l->send == NULL || l->recv == NULL) && now_s() < deadline) {
     if (l->send == NULL)
@@ -122,6 +125,15 @@ static void open_link(net_link *l, int nsocks) {
   }
   assert_non_null(l->send);
   assert_non_null(l->recv);
+}
+
+/* Rank 1 listens, rank 0 connects; call both until both are done. */
+static void open_link(net_link *l, int nsocks) {
+  listen_link(l, nsocks);
+  /* nobody has connected yet: accept must not block, and gives NULL */
+  assert_int_equal(net->accept(l->listen, 0, &l->recv), XCOLL_SUCCESS);
+  assert_null(l->recv);
+  join_link(l);
 }
 
 static void close_link(net_link *l) {
@@ -519,23 +531,10 @@ static void test_unix_within_a_host(void **state) {
     if (case_ < 3) {
       open_link(&l, 1);
     } else {
-      /* open_link's steps, with the environment switched between the
-       * listen and the connect */
-      setenv("XCOLL_NSOCKS_PERPEER", "1", 1);
-      memset(&l, 0, sizeof l);
-      xcoll_net_config rx = config_of(7, 1), tx = config_of(7, 0);
-      assert_int_equal(net->listen(0, &rx, l.handle, &l.listen), XCOLL_SUCCESS);
+      /* the environment switched between the listen and the connect */
+      listen_link(&l, 1);
       setenv("XCOLL_SOCKET_UNIX", "0", 1);
-      double deadline = now_s() + WAIT_S;
-      while ((l.send == NULL || l.recv == NULL) && now_s() < deadline) {
-        if (l.send == NULL)
-          assert_int_equal(net->connect(0, &tx, l.handle, 1, &l.send),
-                           XCOLL_SUCCESS);
-        if (l.recv == NULL)
-          assert_int_equal(net->accept(l.listen, 0, &l.recv), XCOLL_SUCCESS);
-      }
-      assert_non_null(l.send);
-      assert_non_null(l.recv);
+      join_link(&l);
     }
     assert_int_equal(link_domain(&l), case_ < 2 ? AF_UNIX : AF_INET);
     close_link(&l);
@@ -543,22 +542,10 @@ static void test_unix_within_a_host(void **state) {
 
   /* A listener of another host (its id in the handle differs): TCP. */
   unsetenv("XCOLL_SOCKET_UNIX");
-  setenv("XCOLL_NSOCKS_PERPEER", "1", 1);
-  memset(&l, 0, sizeof l);
-  xcoll_net_config rx = config_of(7, 1), tx = config_of(7, 0);
-  assert_int_equal(net->listen(0, &rx, l.handle, &l.listen), XCOLL_SUCCESS);
+  listen_link(&l, 1);
   assert_int_equal(l.handle[14] & 1, 1); /* it offers the Unix socket */
   l.handle[24] ^= 0xff;                  /* another boot id */
-  double deadline = now_s() + WAIT_S;
-  while ((l.send == NULL || l.recv == NULL) && now_s() < deadline) {
-    if (l.send == NULL)
-      assert_int_equal(net->connect(0, &tx, l.handle, 1, &l.send),
-                       XCOLL_SUCCESS);
-    if (l.recv == NULL)
-      assert_int_equal(net->accept(l.listen, 0, &l.recv), XCOLL_SUCCESS);
-  }
-  assert_non_null(l.send);
-  assert_non_null(l.recv);
+  join_link(&l);
   assert_int_equal(link_domain(&l), AF_INET);
   close_link(&l);
 
@@ -566,6 +553,7 @@ static void test_unix_within_a_host(void **state) {
   setenv("XCOLL_SOCKET_UNIX", "yes", 1);
   xcoll_net_listen_comm *listen = (xcoll_net_listen_comm *)0x1;
   unsigned char handle[XCOLL_NET_HANDLE_MAXSIZE];
+  xcoll_net_config rx = config_of(7, 1);
   xcoll_status status = net->listen(0, &rx, handle, &listen);
   char said[512];
   snprintf(said, sizeof said, "%s", xcoll_net_last_error());
