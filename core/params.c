@@ -121,6 +121,11 @@ static const xcoll_param params[] = {
      NULL, "nccl_like's protocol: auto is LL up to 4 KiB", 0},
     {"XCOLL_WAIT_RUNS", XCOLL_PARAM_INT, "nccl_like", 1, 0, 1, NULL, NULL, NULL,
      "1: a waiting thread runs its op's kernels", 0},
+    {"XCOLL_SHM_DISABLE", XCOLL_PARAM_INT, "nccl_like", 0, 0, 1, NULL, NULL,
+     NULL,
+     "1: host ranks of one host connect over the net plugin, not shared "
+     "memory (NCCL_SHM_DISABLE)",
+     0},
     {"XCOLL_DIRECT", XCOLL_PARAM_INT, "nccl_like", 1, 0, 1, NULL, NULL, NULL,
      "1: SIMPLE sends go from user memory, not a slot copy (net socket, ucx)",
      0},

@@ -125,7 +125,19 @@ typedef void (*xc_trace_fn)(void *ctx, int channel, const char *primitive,
  * the abort flag at once. Must not block for long (a millisecond or so:
  * the abort flag is read between calls); may be NULL (off; always off on
  * the device). */
-typedef int (*xc_progress_fn)(void *ctx, uint64_t spins);
+typedef int (*xc_progress_fn)(void *ctx, const xc_atomic_u64 *counter,
+                              uint64_t target, uint64_t spins);
+/* The hook's arguments: counter is the FIFO counter waited on (a recv
+ * connection's tail or a send connection's head) and target the value it
+ * must reach, so that a transport whose peer writes the counter itself
+ * (nccl_like's shm) can sleep until that peer posts. */
+
+/* Host-only notify hook, called after the kernel posted a step (released
+ * a recv connection's head, flags & XC_OP_RECV, and/or a send
+ * connection's tail, flags & XC_OP_SEND), so that a transport can wake a
+ * peer that sleeps on that counter (nccl_like's shm). Must not block; may
+ * be NULL (off; always off on the device). */
+typedef void (*xc_notify_fn)(void *ctx, int flags);
 
 /* Which of the four roles a primitive plays (NCCL's genericOp arguments). */
 #define XC_OP_RECV 1 /* read a slot from the previous rank */
@@ -159,6 +171,8 @@ typedef struct xc_prims {
   void *trace_ctx;
   xc_progress_fn progress; /* host only; NULL = off */
   void *progress_ctx;
+  xc_notify_fn notify; /* host only; NULL = off */
+  void *notify_ctx;
   int channel;
   uint64_t direct_until; /* send steps before this went direct (from user
                             memory): xc_prims_wait_direct waits for them */
@@ -251,7 +265,7 @@ XC_INLINE XC_HD xcoll_status xc_wait_counter(const xc_prims *p,
     ++spins;
 #ifndef __CUDA_ARCH__
     if (p->progress) {
-      int slept = p->progress(p->progress_ctx, spins);
+      int slept = p->progress(p->progress_ctx, counter, target, spins);
       if (xc_load_acquire(counter) >= target)
         break;
       if (slept) {
@@ -521,6 +535,10 @@ XC_INLINE XC_HD xcoll_status xc_generic_op(xc_prims *p, int flags,
         xc_store_release(p->recv->head, p->recv_step + nsteps);
       if (flags & XC_OP_SEND)
         xc_store_release(p->send->tail, p->send_step + nsteps);
+#ifndef __CUDA_ARCH__
+      if (p->notify)
+        p->notify(p->notify_ctx, flags & (XC_OP_RECV | XC_OP_SEND));
+#endif
     }
     if (flags & XC_OP_RECV)
       p->recv_step += nsteps;

@@ -90,6 +90,8 @@ typedef struct xc_work {
   void *trace_ctx;
   xc_progress_fn progress; /* host only; NULL = off (see prims.h) */
   void *progress_ctx;
+  xc_notify_fn notify; /* host only; NULL = off (see prims.h) */
+  void *notify_ctx;
   /* Allreduce only: XC_ALGO_RING (default, 0) or XC_ALGO_GATHER, chosen by
    * the caller the same way on every rank (see xc_gather_allreduce). */
   int algo;
@@ -355,6 +357,8 @@ XC_INLINE XC_HD xcoll_status xc_ring_run(const xc_work *w, xc_conn *send,
   p->trace_ctx = w->trace_ctx;
   p->progress = w->progress;
   p->progress_ctx = w->progress_ctx;
+  p->notify = w->notify;
+  p->notify_ctx = w->notify_ctx;
   p->channel = w->channel;
   p->check = w->check;
   size_t base, n;

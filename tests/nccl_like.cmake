@@ -228,7 +228,8 @@ endforeach()
 # FIFO wrapped many times, ops in flight, a death, an abort.
 add_executable(test_nl_engine ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/test_nl_engine.c)
 target_include_directories(test_nl_engine PRIVATE ${CMOCKA_INCLUDE_DIR}
-  ${PROJECT_SOURCE_DIR}/backends/nccl_like ${PROJECT_SOURCE_DIR}/kernels
+  ${PROJECT_SOURCE_DIR}/backends/nccl_like
+  ${PROJECT_SOURCE_DIR}/backends/nccl_like/transport ${PROJECT_SOURCE_DIR}/kernels
   ${PROJECT_SOURCE_DIR}/net)
 target_link_libraries(test_nl_engine PRIVATE xcoll_static xcoll_internal
   ${CMOCKA_LIBRARY} Threads::Threads m)

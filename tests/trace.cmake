@@ -13,12 +13,16 @@ if(Python3_Interpreter_FOUND AND TARGET xcollrun AND TARGET xcoll-perf)
   endfunction()
   trace_tracks_test(tcp.np3 tcp 3 collective chunk)
   if(TARGET xcoll_backend_nccl_like OR EXISTS ${PROJECT_SOURCE_DIR}/backends/nccl_like)
+    # The ring's tracks over the net transport, whose proxy draws a span
+    # per slot (the pairwise allreduce, the default where ranks outnumber
+    # cores, draws one "pairwise" span per op on channel 0's track: the
+    # entry below); over shm no proxy moves a slot, so no proxy span.
     trace_tracks_test(nccl_like.np3 nccl_like 3 collective channel primitive proxy)
-    # The ring's tracks (the pairwise allreduce, the default where ranks
-    # outnumber cores, draws one "pairwise" span per op on channel 0's
-    # track: the entry below).
     set_property(TEST trace.tracks.nccl_like.np3 APPEND PROPERTY ENVIRONMENT
-      XCOLL_PAIRWISE=0)
+      XCOLL_PAIRWISE=0 XCOLL_SHM_DISABLE=1)
+    trace_tracks_test(nccl_like.shm.np3 nccl_like 3 collective channel primitive)
+    set_property(TEST trace.tracks.nccl_like.shm.np3 APPEND PROPERTY
+      ENVIRONMENT XCOLL_PAIRWISE=0)
     trace_tracks_test(nccl_like.pairwise.np3 nccl_like 3 collective channel)
     set_property(TEST trace.tracks.nccl_like.pairwise.np3 APPEND PROPERTY
       ENVIRONMENT XCOLL_PAIRWISE=1)

@@ -74,34 +74,49 @@ static void conn_bind(xc_conn *conn, nl_fifo_mem *mem, uint8_t *buff,
   conn->step = 0;
 }
 
+/* Each channel's receive FIFO (in its transport's memory, or this rank's)
+ * and send FIFO (this rank's, unless the transport writes into the peer's
+ * receive FIFO: then connect_transports points it there). */
 static xcoll_status alloc_fifos(nl_state *st) {
   for (int c = 0; c < st->nchannels; c++) {
     nl_channel *ch = &st->channels[c];
     ch->id = c;
     ch->st = st;
-    ch->send_mem = alloc_aligned(st, sizeof(nl_fifo_mem));
-    ch->recv_mem = alloc_aligned(st, sizeof(nl_fifo_mem));
-    ch->send_buff = alloc_aligned(st, st->buffsize);
-    ch->recv_buff = alloc_aligned(st, st->buffsize);
+    if (ch->recv_transport->recv_alloc != NULL) {
+      xcoll_status s = ch->recv_transport->recv_alloc(st, ch);
+      if (s != XCOLL_SUCCESS)
+        return s;
+    } else {
+      ch->recv_mem = alloc_aligned(st, sizeof(nl_fifo_mem));
+      ch->recv_buff = alloc_aligned(st, st->buffsize);
+    }
+    int own_send = !ch->send_transport->send_in_peer_memory;
+    if (own_send) {
+      ch->send_mem = alloc_aligned(st, sizeof(nl_fifo_mem));
+      ch->send_buff = alloc_aligned(st, st->buffsize);
+    }
     /* The gather allreduce's k input blocks (kernels/ring.h). */
     ch->scratch_bytes = (size_t)st->world_size * NL_GATHER_MAX_BYTES;
     /* A GPU rank's is device memory (gpu_engine.c). */
     ch->scratch =
         st->gpu != NULL ? NULL : alloc_aligned(st, ch->scratch_bytes);
-    if (!ch->send_mem || !ch->recv_mem || !ch->send_buff || !ch->recv_buff ||
-        (!ch->scratch && st->gpu == NULL))
+    if ((own_send && (!ch->send_mem || !ch->send_buff)) || !ch->recv_mem ||
+        !ch->recv_buff || (!ch->scratch && st->gpu == NULL))
       return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
                          "nccl_like: out of memory for channel %d's FIFOs "
                          "(2 x %zu B; lower XCOLL_BUFFSIZE or "
                          "XCOLL_NCHANNELS)",
                          c, st->buffsize);
-    atomic_init(&ch->send_mem->head, 0);
-    atomic_init(&ch->send_mem->tail, 0);
+    if (own_send) {
+      atomic_init(&ch->send_mem->head, 0);
+      atomic_init(&ch->send_mem->tail, 0);
+      for (int i = 0; i < XCOLL_STEPS; i++)
+        ch->send_mem->sizes[i] = -1;
+    }
     atomic_init(&ch->recv_mem->head, 0);
     atomic_init(&ch->recv_mem->tail, 0);
     for (int i = 0; i < XCOLL_STEPS; i++)
-      ch->send_mem->sizes[i] = ch->recv_mem->sizes[i] = -1;
-    conn_bind(&ch->send, ch->send_mem, ch->send_buff, st->step_bytes);
+      ch->recv_mem->sizes[i] = -1;
     conn_bind(&ch->recv, ch->recv_mem, ch->recv_buff, st->step_bytes);
     ch->proxy_send.peer = st->next;
     ch->proxy_recv.peer = st->prev;
@@ -133,6 +148,19 @@ static int link_to(const nl_state *st, int i) {
 /* The rank link i receives from. */
 static int link_from(const nl_state *st, int i) {
   return i <= st->nchannels ? st->prev : st->mesh[i - st->nchannels - 1].from;
+}
+
+/* Whether link i sends (connects to link_to(i)) and receives (listens
+ * for and accepts link_from(i)) over the net plugin: a channel's link only
+ * in the directions whose transport is net. */
+static int link_sends(const nl_state *st, int i) {
+  return i >= st->nchannels ||
+         st->channels[i].send_transport == &nl_transport_net;
+}
+
+static int link_receives(const nl_state *st, int i) {
+  return i >= st->nchannels ||
+         st->channels[i].recv_transport == &nl_transport_net;
 }
 
 /* "channel 1", "the fingerprint connection" or "mesh link 2 (to rank 3)", for
@@ -216,6 +244,8 @@ static xcoll_status exchange_handles(nl_state *st, uint8_t **all_out) {
   uint8_t *mine = all + (size_t)st->world_size * blob_bytes;
   xcoll_status s = XCOLL_SUCCESS;
   for (int i = 0; i < link_count(st) && s == XCOLL_SUCCESS; i++) {
+    if (!link_receives(st, i))
+      continue; /* its handle stays zeros: nobody connects to it */
     s = st->net->listen(st->net_device, &st->net_config,
                         mine + (size_t)i * XCOLL_NET_HANDLE_MAXSIZE,
                         &link_at(st, i)->listen_comm);
@@ -240,7 +270,7 @@ static xcoll_status connect_links(nl_state *st, const uint8_t *all) {
     for (int i = 0; i < link_count(st); i++) {
       nl_ring_link *link = link_at(st, i);
       int to = link_to(st, i), from = link_from(st, i);
-      if (!link->send_comm) {
+      if (!link->send_comm && link_sends(st, i)) {
         xcoll_status s =
             st->net->connect(st->net_device, &st->net_config,
                              all + (size_t)to * blob_bytes +
@@ -250,7 +280,7 @@ static xcoll_status connect_links(nl_state *st, const uint8_t *all) {
           return net_error(st, s, "connect", i, to);
         pending += link->send_comm == NULL;
       }
-      if (!link->recv_comm) {
+      if (!link->recv_comm && link_receives(st, i)) {
         xcoll_status s =
             st->net->accept(link->listen_comm, from, &link->recv_comm);
         if (s != XCOLL_SUCCESS)
@@ -265,13 +295,13 @@ static xcoll_status connect_links(nl_state *st, const uint8_t *all) {
         char name[48];
         link_name(st, i, name, sizeof name);
         int ring = i <= st->nchannels;
-        if (!link_at(st, i)->send_comm)
+        if (!link_at(st, i)->send_comm && link_sends(st, i))
           return xcoll_error(st->comm, XCOLL_ERR_TIMEOUT,
                              "nccl_like: rank %d could not connect %s to "
                              "rank %d%s within %.1f s (XCOLL_TIMEOUT_S)",
                              st->rank, name, link_to(st, i),
                              ring ? " (next in the ring)" : "", st->timeout_s);
-        if (!link_at(st, i)->recv_comm)
+        if (!link_at(st, i)->recv_comm && link_receives(st, i))
           return xcoll_error(st->comm, XCOLL_ERR_TIMEOUT,
                              "nccl_like: rank %d: rank %d%s did not connect "
                              "%s within %.1f s (XCOLL_TIMEOUT_S)",
@@ -289,13 +319,17 @@ static xcoll_status connect_links(nl_state *st, const uint8_t *all) {
 static xcoll_status register_buffers(nl_state *st) {
   for (int c = 0; c < st->nchannels; c++) {
     nl_channel *ch = &st->channels[c];
-    xcoll_status s =
-        st->net->reg_mr(ch->link.send_comm, NULL, ch->send_buff, st->buffsize,
-                        XCOLL_NET_PTR_HOST, &ch->proxy_send.mhandle);
+    xcoll_status s = XCOLL_SUCCESS;
+    if (link_sends(st, c))
+      s = st->net->reg_mr(ch->link.send_comm, NULL, ch->send_buff,
+                          st->buffsize, XCOLL_NET_PTR_HOST,
+                          &ch->proxy_send.mhandle);
     if (s != XCOLL_SUCCESS)
       return net_error(st, s, "reg_mr of the send FIFO", c, st->next);
-    s = st->net->reg_mr(NULL, ch->link.recv_comm, ch->recv_buff, st->buffsize,
-                        XCOLL_NET_PTR_HOST, &ch->proxy_recv.mhandle);
+    if (link_receives(st, c))
+      s = st->net->reg_mr(NULL, ch->link.recv_comm, ch->recv_buff,
+                          st->buffsize, XCOLL_NET_PTR_HOST,
+                          &ch->proxy_recv.mhandle);
     if (s != XCOLL_SUCCESS)
       return net_error(st, s, "reg_mr of the receive FIFO", c, st->prev);
   }
@@ -314,10 +348,84 @@ static xcoll_status register_buffers(nl_state *st) {
   return XCOLL_SUCCESS;
 }
 
-xcoll_status nl_channels_setup(nl_state *st) {
-  xcoll_status s = alloc_fifos(st);
-  if (s != XCOLL_SUCCESS || st->world_size == 1)
+/* Every rank's info (transport/transport.h) in one bootstrap allgather,
+ * after each transport's setup has added what it publishes; then each
+ * channel's two directions take the first transport that accepts the pair
+ * (NCCL's selectTransport), the same choice on both ends. A transport no
+ * direction chose lets go of what its setup took. */
+static xcoll_status pick_transports(nl_state *st) {
+  nl_rank_info mine;
+  xcoll_status s = nl_rank_info_fill(st, &mine);
+  for (int t = 0; t < NL_TRANSPORTS && s == XCOLL_SUCCESS; t++)
+    if (nl_transports[t]->setup != NULL)
+      s = nl_transports[t]->setup(st, &mine);
+  if (s != XCOLL_SUCCESS)
     return s;
+  st->rank_infos = calloc((size_t)st->world_size, sizeof *st->rank_infos);
+  if (!st->rank_infos)
+    return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
+                       "nccl_like: out of memory for %d ranks' infos",
+                       st->world_size);
+  s = xcoll_bootstrap_allgather(st->comm, "nl_rank_info", &mine, sizeof mine,
+                                st->rank_infos);
+  if (s != XCOLL_SUCCESS)
+    return s;
+  const nl_rank_info *me = &st->rank_infos[st->rank];
+  const nl_transport *send =
+      nl_transport_pick(me, &st->rank_infos[st->next]);
+  const nl_transport *recv =
+      nl_transport_pick(&st->rank_infos[st->prev], me);
+  for (int c = 0; c < st->nchannels; c++) {
+    st->channels[c].send_transport = send;
+    st->channels[c].recv_transport = recv;
+    /* One line per connection this rank sends on, as NCCL prints. */
+    XCOLL_INFO("channel %02d : %d -> %d via %s", c, st->rank, st->next,
+               send->name);
+  }
+  for (int t = 0; t < NL_TRANSPORTS; t++)
+    if (nl_transports[t] != send && nl_transports[t] != recv &&
+        nl_transports[t]->free != NULL)
+      nl_transports[t]->free(st);
+  return XCOLL_SUCCESS;
+}
+
+/* The transports' own connects (shm's segment exchange), then the send
+ * side of every channel is bound where its transport put it. */
+static xcoll_status connect_transports(nl_state *st) {
+  const nl_transport *send = st->channels[0].send_transport;
+  const nl_transport *recv = st->channels[0].recv_transport;
+  xcoll_status s = XCOLL_SUCCESS;
+  if (send->connect != NULL)
+    s = send->connect(st);
+  if (s == XCOLL_SUCCESS && recv != send && recv->connect != NULL)
+    s = recv->connect(st);
+  return s;
+}
+
+static void bind_sends(nl_state *st) {
+  for (int c = 0; c < st->nchannels; c++) {
+    nl_channel *ch = &st->channels[c];
+    conn_bind(&ch->send, ch->send_mem, ch->send_buff, st->step_bytes);
+  }
+}
+
+xcoll_status nl_channels_setup(nl_state *st) {
+  xcoll_status s = XCOLL_SUCCESS;
+  if (st->world_size == 1) {
+    for (int c = 0; c < st->nchannels; c++)
+      st->channels[c].send_transport = st->channels[c].recv_transport =
+          &nl_transport_net;
+  } else {
+    s = pick_transports(st);
+  }
+  if (s == XCOLL_SUCCESS)
+    s = alloc_fifos(st);
+  if (s != XCOLL_SUCCESS)
+    return s;
+  if (st->world_size == 1) {
+    bind_sends(st);
+    return s;
+  }
 
   st->net_device = 0;
   st->net_config.comm_id = st->comm->comm_id;
@@ -336,6 +444,10 @@ xcoll_status nl_channels_setup(nl_state *st) {
   free(all);
   if (s == XCOLL_SUCCESS)
     s = register_buffers(st);
+  if (s == XCOLL_SUCCESS)
+    s = connect_transports(st);
+  if (s == XCOLL_SUCCESS)
+    bind_sends(st);
   /* Listening is over: each listen comm accepted its one connection. */
   for (int i = 0; i < link_count(st); i++) {
     nl_ring_link *link = link_at(st, i);
@@ -362,6 +474,12 @@ static void link_close(nl_state *st, nl_ring_link *link) {
 }
 
 void nl_channels_free(nl_state *st) {
+  /* First the transports' memory (shm unmaps and clears its pointers). */
+  for (int t = 0; t < NL_TRANSPORTS; t++)
+    if (nl_transports[t]->free != NULL)
+      nl_transports[t]->free(st);
+  free(st->rank_infos);
+  st->rank_infos = NULL;
   for (int c = 0; c < NL_MAX_CHANNELS; c++) {
     nl_channel *ch = &st->channels[c];
     if (st->net) {

@@ -446,6 +446,11 @@ static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
     work.channel = ch->id;
     work.progress = nl_proxy_progress_hook;
     work.progress_ctx = ch;
+    if (ch->send_transport->posted != NULL ||
+        ch->recv_transport->posted != NULL) {
+      work.notify = nl_proxy_notify_hook;
+      work.notify_ctx = ch;
+    }
     work.scratch = ch->scratch;
     work.scratch_bytes = ch->scratch_bytes;
     double t0 = xcoll_trace_enabled() ? xcoll_time_us() : 0;
@@ -455,8 +460,10 @@ static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
     /* Post the slots the kernel filled last (nothing waited after them)
      * and drive them for a few passes (a small send completes as soon as
      * the socket takes it); the proxy thread finishes what is left. */
-    for (int pass = 0; pass < NL_TRAILING_PASSES; pass++) {
-      (void)nl_proxy_progress_hook(ch, 0);
+    for (int pass = 0; ch->send_transport->send_progress != NULL &&
+                       pass < NL_TRAILING_PASSES;
+         pass++) {
+      (void)nl_proxy_progress_hook(ch, NULL, 0, 0);
       kick = atomic_load_explicit(&ch->send_mem->tail, memory_order_acquire) >
              atomic_load_explicit(&ch->send_mem->head, memory_order_acquire);
       if (!kick)
@@ -527,14 +534,18 @@ static xcoll_status setup_direct(nl_state *st) {
                 strcmp(st->net->name, "ucx") == 0);
   for (int c = 0; c < st->nchannels; c++) {
     nl_channel *ch = &st->channels[c];
+    /* Only where the proxy moves the bytes (net): over shm the kernels
+     * meet in the receiver's slots. */
+    int send_direct = st->direct && ch->send_transport == &nl_transport_net;
+    int recv_direct = st->direct && ch->recv_transport == &nl_transport_net;
     memset(ch->send_from, 0, sizeof ch->send_from);
-    ch->send.direct_from = st->direct ? ch->send_from : NULL;
+    ch->send.direct_from = send_direct ? ch->send_from : NULL;
     memset(ch->recv_to, 0, sizeof ch->recv_to);
     memset(ch->recv_to_bytes, 0, sizeof ch->recv_to_bytes);
     atomic_init(&ch->recv_req, 0);
-    ch->recv.direct_req = st->direct ? &ch->recv_req : NULL;
-    ch->recv.direct_to = st->direct ? ch->recv_to : NULL;
-    ch->recv.direct_to_bytes = st->direct ? ch->recv_to_bytes : NULL;
+    ch->recv.direct_req = recv_direct ? &ch->recv_req : NULL;
+    ch->recv.direct_to = recv_direct ? ch->recv_to : NULL;
+    ch->recv.direct_to_bytes = recv_direct ? ch->recv_to_bytes : NULL;
   }
   XCOLL_INFO("nccl_like: direct sends %s (XCOLL_DIRECT=%ld, net plugin %s)",
              st->direct ? "on: SIMPLE sends of user data skip the slot copy, "

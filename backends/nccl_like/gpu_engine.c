@@ -336,6 +336,8 @@ xcoll_status nl_gpu_launch(nl_state *st, nl_op *op) {
   w.trace_ctx = NULL;
   w.progress = NULL;
   w.progress_ctx = NULL;
+  w.notify = NULL;
+  w.notify_ctx = NULL;
   w.channel = 0; /* each block takes blockIdx.x */
   w.scratch = (void *)(uintptr_t)g->scratch;
   w.scratch_bytes = g->scratch_bytes;

@@ -25,6 +25,7 @@
 #include "fingerprint.h"
 #include "net.h"
 #include "ring.h"
+#include "transport.h"
 #include "xcoll.h"
 
 /* XCOLL_NCHANNELS's upper bound (arrays are sized by it); the defaults of
@@ -142,6 +143,11 @@ typedef struct nl_fifo_mem {
   _Alignas(64) xc_atomic_u64 head; /* consumer's count of slots freed */
   _Alignas(64) xc_atomic_u64 tail; /* producer's count of slots filled */
   _Alignas(64) int64_t sizes[XCOLL_STEPS]; /* bytes in each slot, -1 = empty */
+  /* An event count for a FIFO both ranks map (transport/shm.c): a kernel
+   * that sleeps on head or tail registers in waiters and futex-waits on
+   * wake_seq; a kernel that posts bumps wake_seq and wakes it. */
+  _Alignas(64) _Atomic uint32_t waiters;
+  _Atomic uint32_t wake_seq;
 } nl_fifo_mem;
 
 /* One connection end as the proxy drives it. Counters are in steps (slots),
@@ -200,7 +206,10 @@ typedef struct nl_channel {
    * (kernels/ring.h's XC_ALGO_GATHER), one op at a time per channel. */
   uint8_t *scratch;
   size_t scratch_bytes;
-  nl_ring_link link; /* net plugin objects (channel.c) */
+  /* How each direction moves (transport/): chosen per channel and
+   * direction at init, the same choice on both ends of a connection. */
+  const nl_transport *send_transport, *recv_transport;
+  nl_ring_link link; /* net plugin objects (channel.c), for net directions */
   nl_proxy_conn proxy_send, proxy_recv;
   /* The previous rank closed the receive connection (an error from a posted
    * irecv). Not fatal by itself: at the end of a job a peer may close while
@@ -213,6 +222,8 @@ typedef struct nl_channel {
    * channel's item: it paces the fingerprint step on channel 0. */
   unsigned fp_polls;
   double wait_since; /* the hook: when the current wait began (nl_now) */
+  unsigned shm_idle_passes; /* the hook: passes of a wait on shm since the
+                               last sleep (transport/shm.c) */
   /* The worker is inside xc_ring_run (read by the proxy). */
   _Atomic int busy;
   /* Held (trylock only) by the one thread that runs this channel's proxy
@@ -340,6 +351,11 @@ typedef struct nl_state {
   xcoll_net_config net_config;
   nl_channel channels[NL_MAX_CHANNELS];
   nl_fp_link fp; /* world_size > 1 only */
+  /* Every rank's info from init (transport/transport.h), world_size
+   * entries; the shm transport's state (transport/shm.c), NULL when no
+   * connection of this rank uses it. */
+  nl_rank_info *rank_infos;
+  struct nl_shm *shm;
 
   /* One lock for queues, op completion, proxy sleep and failure: the
    * threads that take it do so a few times per op, not per slot. */
@@ -485,7 +501,13 @@ const char *nl_net_last_error(void);
  * the plugin has get_fds, it sleeps in poll(2) on the channel's sockets for
  * at most NL_POLL_MS and returns 1 (0 when it did not sleep). Failures go
  * through nl_fail, which raises the kernels' abort flag. */
-int nl_proxy_progress_hook(void *ctx, uint64_t spins);
+int nl_proxy_progress_hook(void *ctx, const xc_atomic_u64 *counter,
+                           uint64_t target, uint64_t spins);
+/* The worker's notify hook (xc_work.notify, set only when a direction of
+ * the channel has a transport with a posted hook): passes the kernel's
+ * post of a step to the transport of each direction posted (shm wakes a
+ * peer that sleeps on the counter). */
+void nl_proxy_notify_hook(void *ctx, int flags);
 /* Before a normal comm_destroy: wait (up to timeout_s) until every slot a
  * kernel filled has been sent, so that the last collective's data reaches
  * the next rank before the connections close. */

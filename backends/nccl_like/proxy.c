@@ -1,15 +1,9 @@
-/* proxy.c - the proxy thread of the nccl_like backend: one per rank, moving
- * full slots of every channel's FIFOs over the net plugin, as NCCL's
+/* proxy.c - the proxy thread of the nccl_like backend: one per rank, running
+ * the proxy steps of the connections whose transport needs one (net:
+ * transport/net.c moves full slots over the net plugin), as NCCL's
  * proxy.cc progress thread runs transport/net.cc's sendProxyProgress and
- * recvProxyProgress.
- *
- * Send side of a connection (the kernel produces): when the kernel's tail
- * passes what was posted, isend that slot (a NULL request means "no room,
- * retry"); when a send completes, mark the slot empty and give the credit
- * back (head = completed, release).
- * Receive side (the kernel consumes): keep irecvs posted into free slots
- * while posted < head + XCOLL_STEPS; when one lands, write its size and
- * publish tail with release, so that the kernel reads a complete slot.
+ * recvProxyProgress. A connection over shm needs no step: its kernels meet
+ * in shared memory (transport/shm.c).
  *
  * Who runs a channel's step: whichever thread holds the channel's
  * progress_lock, taken with trylock only. A worker whose kernel waits on a
@@ -44,12 +38,9 @@
 #include "log.h"
 #include "nccl_like.h"
 #include "trace.h"
+#include "transport.h"
 
-/* A recv connection broken while the kernel waits on it fails the op after
- * this long (seconds): long enough for a kernel that already holds its last
- * slot to return. */
-#define NL_RECV_BROKEN_GRACE_S 0.1
-/* Receives posted ahead per connection. One is enough for a plugin that
+/* Receives posted ahead per connection over net. One is enough for a plugin that
  * reads a stream in order (net/socket): the socket buffers keep the sender
  * streaming meanwhile, and 1, 4 and 8 measured the same within noise (P=2,
  * 1-16 MiB). It also keeps an older plugin safe that fails every request of
@@ -94,167 +85,16 @@ const char *nl_net_last_error(void) {
   return message && message[0] ? message : "(the plugin gave no reason)";
 }
 
-static void trace_slot(nl_state *st, nl_channel *ch, int is_send,
-                       uint64_t step, double start_us, size_t bytes) {
-  if (!xcoll_trace_enabled())
-    return;
-  char args[128];
-  snprintf(args, sizeof args,
-           "\"channel\":%d,\"peer\":%d,\"step\":%" PRIu64 ",\"bytes\":%zu",
-           ch->id, is_send ? st->next : st->prev, step, bytes);
-  xcoll_trace_span(is_send ? "proxy send" : "proxy recv", "proxy",
-                   st->trace_base + (is_send ? 100u : 200u) + (unsigned)ch->id,
-                   start_us, xcoll_time_us(), args);
-}
 
-/* Send side of channel ch. *progress is set when a counter moved. */
-static xcoll_status progress_send(nl_state *st, nl_channel *ch,
-                                  int *progress) {
-  nl_proxy_conn *pc = &ch->proxy_send;
-  nl_fifo_mem *mem = ch->send_mem;
-  uint64_t tail = atomic_load_explicit(&mem->tail, memory_order_acquire);
-  /* Post: every slot the kernel has filled. The kernel never runs more than
-   * XCOLL_STEPS ahead of head, so posted - completed <= XCOLL_STEPS. */
-  while (pc->posted < tail) {
-    int slot = (int)(pc->posted % XCOLL_STEPS);
-    int64_t bytes = mem->sizes[slot];
-    if (bytes < 0 || (size_t)bytes > st->step_bytes)
-      return nl_fail(st, XCOLL_ERR_INTERNAL, -1,
-                     "nccl_like: rank %d channel %d: the kernel filled slot "
-                     "%d with %" PRId64 " B (step %zu B): a bug, please report",
-                     st->rank, ch->id, slot, bytes, st->step_bytes);
-    /* A direct step (kernels/conn.h) goes from user memory, which no
-     * reg_mr covers: st->direct is set only for plugins that take NULL. */
-    const uint8_t *from = ch->send_buff + (size_t)slot * st->step_bytes;
-    void *mhandle = pc->mhandle;
-    if (st->direct && ch->send_from[slot] != NULL) {
-      from = ch->send_from[slot];
-      mhandle = NULL;
-    }
-    xcoll_net_request *request = NULL;
-    pc->started_us[slot] = xcoll_trace_enabled() ? xcoll_time_us() : 0;
-    xcoll_status s =
-        st->net->isend(ch->link.send_comm, from, (size_t)bytes,
-                       (uint32_t)pc->posted, mhandle, &request);
-    if (s != XCOLL_SUCCESS)
-      return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? st->next : -1,
-                     "nccl_like: rank %d channel %d: sending to rank %d "
-                     "failed: %s",
-                     st->rank, ch->id, st->next, nl_net_last_error());
-    if (request == NULL)
-      break; /* back-pressure: retry on the next pass */
-    pc->requests[slot] = request;
-    pc->posted++;
-    *progress = 1;
-  }
-  /* Complete in order and give credits back. */
-  while (pc->completed < pc->posted) {
-    int slot = (int)(pc->completed % XCOLL_STEPS);
-    int done = 0;
-    size_t bytes = 0;
-    xcoll_status s = st->net->test(pc->requests[slot], &done, &bytes);
-    if (s != XCOLL_SUCCESS) {
-      pc->requests[slot] = NULL;
-      return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? st->next : -1,
-                     "nccl_like: rank %d channel %d: sending to rank %d "
-                     "failed: %s",
-                     st->rank, ch->id, st->next, nl_net_last_error());
-    }
-    if (!done)
-      break;
-    pc->requests[slot] = NULL;
-    trace_slot(st, ch, 1, pc->completed, pc->started_us[slot], bytes);
-    mem->sizes[slot] = -1;
-    pc->completed++;
-    atomic_store_explicit(&mem->head, pc->completed, memory_order_release);
-    *progress = 1;
-  }
-  return XCOLL_SUCCESS;
-}
-
-/* Receive side of channel ch. */
-static xcoll_status progress_recv(nl_state *st, nl_channel *ch,
-                                  int *progress) {
-  nl_proxy_conn *pc = &ch->proxy_recv;
-  nl_fifo_mem *mem = ch->recv_mem;
-  if (ch->recv_broken != XCOLL_SUCCESS) {
-    /* The kernel has consumed every slot that landed and still runs: it
-     * waits for one that can no longer come. */
-    uint64_t head = atomic_load_explicit(&mem->head, memory_order_acquire);
-    int kernel_runs = atomic_load(&ch->busy) ||
-                      (st->gpu != NULL && atomic_load(&st->ops_in_flight) > 0);
-    if (head == pc->completed && kernel_runs &&
-        nl_now() - ch->recv_broken_since > NL_RECV_BROKEN_GRACE_S)
-      return nl_fail(st, ch->recv_broken,
-                     ch->recv_broken == XCOLL_ERR_REMOTE ? st->prev : -1,
-                     "nccl_like: rank %d channel %d: receiving from rank %d "
-                     "failed: %s",
-                     st->rank, ch->id, st->prev, ch->recv_broken_message);
-    return XCOLL_SUCCESS;
-  }
-  uint64_t head = atomic_load_explicit(&mem->head, memory_order_acquire);
-  /* Direct receives: only the steps the kernel asked for, each where it
-   * said (kernels/conn.h). */
-  uint64_t asked = ch->recv.direct_req != NULL
-                       ? atomic_load_explicit(&ch->recv_req,
-                                              memory_order_acquire)
-                       : UINT64_MAX;
-  while (pc->posted < head + XCOLL_STEPS && pc->posted < asked &&
-         pc->posted - pc->completed < (uint64_t)st->recvs_ahead) {
-    int slot = (int)(pc->posted % XCOLL_STEPS);
-    uint8_t *to = ch->recv_buff + (size_t)slot * st->step_bytes;
-    size_t room = st->step_bytes;
-    void *mhandle = pc->mhandle;
-    if (ch->recv.direct_req != NULL && ch->recv_to[slot] != NULL) {
-      /* User memory, which no reg_mr covers (st->direct: a plugin that
-       * takes NULL), with room for exactly the step's bytes. */
-      to = ch->recv_to[slot];
-      room = ch->recv_to_bytes[slot];
-      mhandle = NULL;
-    }
-    xcoll_net_request *request = NULL;
-    pc->started_us[slot] = xcoll_trace_enabled() ? xcoll_time_us() : 0;
-    xcoll_status s = st->net->irecv(ch->link.recv_comm, to, room,
-                                    (uint32_t)pc->posted, mhandle, &request);
-    if (s != XCOLL_SUCCESS)
-      return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? st->prev : -1,
-                     "nccl_like: rank %d channel %d: receiving from rank %d "
-                     "failed: %s",
-                     st->rank, ch->id, st->prev, nl_net_last_error());
-    if (request == NULL)
-      break;
-    pc->requests[slot] = request;
-    pc->posted++;
-    *progress = 1;
-  }
-  while (pc->completed < pc->posted) {
-    int slot = (int)(pc->completed % XCOLL_STEPS);
-    int done = 0;
-    size_t bytes = 0;
-    xcoll_status s = st->net->test(pc->requests[slot], &done, &bytes);
-    if (s != XCOLL_SUCCESS) {
-      pc->requests[slot] = NULL;
-      if (s != XCOLL_ERR_REMOTE)
-        return nl_fail(st, s, -1,
-                       "nccl_like: rank %d channel %d: receiving from rank "
-                       "%d failed: %s",
-                       st->rank, ch->id, st->prev, nl_net_last_error());
-      ch->recv_broken = s;
-      ch->recv_broken_since = nl_now();
-      snprintf(ch->recv_broken_message, sizeof ch->recv_broken_message, "%s",
-               nl_net_last_error());
-      return XCOLL_SUCCESS;
-    }
-    if (!done)
-      break;
-    pc->requests[slot] = NULL;
-    trace_slot(st, ch, 0, pc->completed, pc->started_us[slot], bytes);
-    mem->sizes[slot] = (int64_t)bytes;
-    pc->completed++;
-    atomic_store_explicit(&mem->tail, pc->completed, memory_order_release);
-    *progress = 1;
-  }
-  return XCOLL_SUCCESS;
+/* The channel's proxy step: each direction whose transport has one. */
+static xcoll_status channel_step(nl_state *st, nl_channel *ch,
+                                 int *progress) {
+  xcoll_status s = XCOLL_SUCCESS;
+  if (ch->send_transport->send_progress != NULL)
+    s = ch->send_transport->send_progress(st, ch, progress);
+  if (s == XCOLL_SUCCESS && ch->recv_transport->recv_progress != NULL)
+    s = ch->recv_transport->recv_progress(st, ch, progress);
+  return s;
 }
 
 /* A slot filled by a kernel and not yet sent: the proxy must keep going
@@ -264,8 +104,9 @@ static int sends_pending(nl_state *st) {
     nl_channel *ch = &st->channels[c];
     /* head is the send side's completed count, published by whichever
      * thread ran the step. */
-    if (atomic_load_explicit(&ch->send_mem->tail, memory_order_acquire) >
-        atomic_load_explicit(&ch->send_mem->head, memory_order_acquire))
+    if (ch->send_transport->send_progress != NULL &&
+        atomic_load_explicit(&ch->send_mem->tail, memory_order_acquire) >
+            atomic_load_explicit(&ch->send_mem->head, memory_order_acquire))
       return 1;
   }
   return 0;
@@ -435,14 +276,19 @@ static void *proxy_main(void *arg) {
       if (pthread_mutex_trylock(&ch->progress_lock) != 0)
         continue; /* its worker runs the step */
       int busy = atomic_load(&ch->busy);
-      xcoll_status s = progress_send(st, ch, &progress);
+      const nl_transport *send = ch->send_transport;
+      const nl_transport *recv = ch->recv_transport;
+      xcoll_status s = XCOLL_SUCCESS;
+      if (send->send_progress != NULL)
+        s = send->send_progress(st, ch, &progress);
       /* With no op in flight only trailing sends are left: a receive
        * posted ahead waits for the next op. Testing it now would report
        * the previous rank's normal close at the end of a job as a broken
        * connection (a GPU rank's proxy passes until it retires the last
        * kernel, while the previous rank may already be gone). */
-      if (s == XCOLL_SUCCESS && atomic_load(&st->ops_in_flight) > 0)
-        s = progress_recv(st, ch, &progress);
+      if (s == XCOLL_SUCCESS && recv->recv_progress != NULL &&
+          atomic_load(&st->ops_in_flight) > 0)
+        s = recv->recv_progress(st, ch, &progress);
       if (!busy && ch->proxy_send.posted > ch->proxy_send.completed) {
         spin = 1;
         int count = 0, ids[NL_POLL_MAX_FDS];
@@ -458,9 +304,9 @@ static void *proxy_main(void *arg) {
           all_pollable = 0;
         }
       }
-      if (!busy && atomic_load_explicit(&ch->send_mem->tail,
-                                        memory_order_acquire) >
-                       ch->proxy_send.posted)
+      if (!busy && send->send_progress != NULL &&
+          atomic_load_explicit(&ch->send_mem->tail, memory_order_acquire) >
+              ch->proxy_send.posted)
         spin = 1, all_pollable = 0; /* isend said "retry": no fd to wait on */
       pthread_mutex_unlock(&ch->progress_lock);
       if (s != XCOLL_SUCCESS)
@@ -547,24 +393,16 @@ static int channel_poll_fds(nl_state *st, nl_channel *ch, struct pollfd *fds,
   return n;
 }
 
-int nl_proxy_progress_hook(void *ctx, uint64_t spins) {
-  nl_channel *ch = ctx;
-  nl_state *st = ch->st;
-  if (atomic_load_explicit(&st->failed, memory_order_relaxed))
-    return 0;
-  if (pthread_mutex_trylock(&ch->progress_lock) != 0)
-    return 0; /* the proxy thread runs the step right now */
-  int progress = 0, slept = 0;
-  xcoll_status s = progress_send(st, ch, &progress);
-  if (s == XCOLL_SUCCESS)
-    s = progress_recv(st, ch, &progress);
+/* The wait of a net connection, with the channel's progress_lock held
+ * after its step (s, progress): from the NL_SPINS_BEFORE_POLL-th idle
+ * pass (and, with st->spin_s, once that long was spun), sleep in poll on
+ * the channel's sockets. Returns 1 when it slept. */
+static int net_wait(nl_state *st, nl_channel *ch, xcoll_status s,
+                    int progress, uint64_t spins, double now) {
+  int slept = 0;
   int sleep_now = spins >= NL_SPINS_BEFORE_POLL;
-  if (st->spin_s > 0) {
-    double now = nl_now();
-    if (spins == 1 || progress)
-      ch->wait_since = now;
+  if (st->spin_s > 0)
     sleep_now = sleep_now && now - ch->wait_since >= st->spin_s;
-  }
   if (s == XCOLL_SUCCESS && !progress && sleep_now) {
     /* Nothing moved for a while: sleep until a socket can move something
      * (the peer's data or room to send), then move it at once. Holding the
@@ -575,13 +413,49 @@ int nl_proxy_progress_hook(void *ctx, uint64_t spins) {
     if (n > 0) {
       slept = 1;
       if (poll(fds, (nfds_t)n, NL_POLL_MS) > 0) {
-        s = progress_send(st, ch, &progress);
-        if (s == XCOLL_SUCCESS)
-          (void)progress_recv(st, ch, &progress);
+        (void)channel_step(st, ch, &progress);
       }
     }
   }
-  pthread_mutex_unlock(&ch->progress_lock);
+  return slept;
+}
+
+/* The transport that carries the FIFO counter a kernel waits on: a
+ * receive's tail, or a send's head (credits, or direct sends' return). */
+static const nl_transport *waited_transport(const nl_channel *ch,
+                                            const xc_atomic_u64 *counter) {
+  if (ch->recv_mem != NULL && counter == &ch->recv_mem->tail)
+    return ch->recv_transport;
+  if (ch->send_mem != NULL && counter == &ch->send_mem->head)
+    return ch->send_transport;
+  return NULL;
+}
+
+int nl_proxy_progress_hook(void *ctx, const xc_atomic_u64 *counter,
+                           uint64_t target, uint64_t spins) {
+  nl_channel *ch = ctx;
+  nl_state *st = ch->st;
+  if (atomic_load_explicit(&st->failed, memory_order_relaxed))
+    return 0;
+  if (pthread_mutex_trylock(&ch->progress_lock) != 0)
+    return 0; /* the proxy thread runs the step right now */
+  int progress = 0, slept = 0;
+  xcoll_status s = channel_step(st, ch, &progress);
+  double now = nl_now();
+  if (spins == 1 || progress)
+    ch->wait_since = now;
+  const nl_transport *waited = waited_transport(ch, counter);
+  if (waited != NULL && waited->wait != NULL) {
+    /* Its kernels meet in memory (shm): nothing for poll to watch. The
+     * lock is let go first, so that the proxy can move the other
+     * direction meanwhile if that one is net. */
+    pthread_mutex_unlock(&ch->progress_lock);
+    if (s == XCOLL_SUCCESS && !progress)
+      slept = waited->wait(st, ch, counter, target, now - ch->wait_since);
+  } else {
+    slept = net_wait(st, ch, s, progress, spins, now);
+    pthread_mutex_unlock(&ch->progress_lock);
+  }
   /* Fingerprints from a kernel that waits long too, so that a mismatch
    * fails the wait at once rather than after the proxy's nap; not on every
    * idle pass: the proxy thread moves them meanwhile, off the path of the
@@ -593,6 +467,15 @@ int nl_proxy_progress_hook(void *ctx, uint64_t spins) {
     nl_fp_progress(st, &progress);
   return slept;
 }
+
+void nl_proxy_notify_hook(void *ctx, int flags) {
+  nl_channel *ch = ctx;
+  if ((flags & XC_OP_SEND) && ch->send_transport->posted != NULL)
+    ch->send_transport->posted(ch->st, ch, 1);
+  if ((flags & XC_OP_RECV) && ch->recv_transport->posted != NULL)
+    ch->recv_transport->posted(ch->st, ch, 0);
+}
+
 
 xcoll_status nl_proxy_start(nl_state *st) {
   if (pthread_create(&st->proxy, NULL, proxy_main, st) != 0)

@@ -504,6 +504,7 @@ static void *run_block(void *arg) {
    * out, so the stand-in ignores them too. */
   w.trace = NULL;
   w.progress = NULL;
+  w.notify = NULL;
   xcoll_status s =
       w.kind == l->fn->kind
           ? xc_ring_run(&w, l->sends != NULL ? &l->sends[c] : NULL,

@@ -1,0 +1,641 @@
+/* shm.c - the shm transport of nccl_like: two host ranks of one host share
+ * the receiver's FIFO, as NCCL's src/transport/shm.cc does. Each rank puts
+ * the receive FIFOs of its channels (head, tail, sizes, slots) in one
+ * memfd segment; the previous rank of the ring maps it and its kernels
+ * write the slots and the tail straight into it, while this rank's kernels
+ * post head there. No proxy step and no system call per step: a step is a
+ * copy into the slot and a release store. See docs/nccl_like.md,
+ * "Transports".
+ *
+ * How the segment travels: each rank listens on an abstract Unix socket
+ * whose name holds a random 64-bit nonce, published with its pid in the
+ * init allgather (the store, authenticated with the job's secret). The
+ * sender connects; the receiver accepts only a connection whose
+ * SO_PEERCRED pid and uid are the published ones (anything else is closed
+ * at once, so strangers can neither take the segment nor hold the
+ * listener), and sends the segment's fd with SCM_RIGHTS and its layout.
+ * The sender checks the receiver's credentials the same way before it maps
+ * anything. No name in /dev/shm: no process of another job can open it.
+ *
+ * Deaths: a dead peer closes no FIFO. The two sockets stay open for the
+ * communicator's life; a waiting kernel's hook polls them (every
+ * NL_SHM_CHECK_S) and a pidfd of each peer tells "died" from "left".
+ * A stopped peer is the proxy's timeout (proxy.c). */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <linux/futex.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "log.h"
+#include "nccl_like.h"
+#include "params.h"
+#include "transport.h"
+
+/* How often a waiting kernel looks at its peers' sockets (seconds): the
+ * bound on noticing a dead neighbour, far inside the 1 s the fault tests
+ * allow. */
+#define NL_SHM_CHECK_S 0.002
+/* Longest futex sleep of a waiting kernel (nanoseconds): the abort flag,
+ * the peers' sockets and the fingerprints are looked at between sleeps. */
+#define NL_SHM_SLEEP_NS 1000000L
+/* A segment's header message (receiver -> sender, with the fd). */
+#define NL_SHM_MAGIC 0x534c4e58u /* "XNLS" */
+#define NL_SHM_VERSION 1u
+
+typedef struct nl_shm_hello {
+  uint32_t magic, version;
+  uint64_t comm_id;
+  int32_t rank; /* the receiver */
+  int32_t nchannels;
+  uint64_t buffsize;
+  uint64_t stride; /* bytes per channel in the segment */
+  uint64_t segment_bytes;
+} nl_shm_hello;
+
+/* One end of a shm connection: the socket to the peer (liveness) and the
+ * peer's pidfd ("died" or "left"). */
+typedef struct nl_shm_peer {
+  int rank;
+  int sock;   /* -1: none */
+  int pidfd;  /* -1: could not open (then a close reads as a death) */
+  int closed; /* the socket read EOF or an error */
+} nl_shm_peer;
+
+typedef struct nl_shm {
+  int listen_fd;
+  uint64_t nonce;
+  /* This rank's receive FIFOs: the segment it serves to prev. */
+  int segment_fd;
+  uint8_t *segment;
+  size_t segment_bytes, stride;
+  /* The next rank's segment, mapped here. */
+  uint8_t *peer_segment;
+  size_t peer_segment_bytes;
+  nl_shm_peer to_prev, to_next; /* recv side's and send side's peer */
+  pthread_mutex_t check_lock; /* one thread polls the sockets at a time; */
+  double checked_at;          /* guarded by it, with the peers' closed */
+  unsigned long strangers; /* connections refused at the listener */
+} nl_shm;
+
+/* ---- this rank's info ---- */
+
+static int read_host_id(uint8_t out[24]) {
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  char text[64] = "";
+  if (f == NULL)
+    return 0;
+  int ok = fgets(text, sizeof text, f) != NULL;
+  fclose(f);
+  if (!ok)
+    return 0;
+  memset(out, 0, 24);
+  /* The text as it is (36 characters with dashes): only equality
+   * matters. */
+  size_t n = strcspn(text, "\n");
+  memcpy(out, text, n < 16 ? n : 16);
+  if (n > 16)
+    memcpy(out + 8, text + n - 8, 8); /* the tail differs too */
+  struct stat ns;
+  if (stat("/proc/self/ns/net", &ns) != 0)
+    return 0;
+  uint64_t inode = (uint64_t)ns.st_ino;
+  memcpy(out + 16, &inode, sizeof inode);
+  return 1;
+}
+
+xcoll_status nl_rank_info_fill(nl_state *st, nl_rank_info *info) {
+  memset(info, 0, sizeof *info);
+  long disable = 0;
+  xcoll_status s = xcoll_param_int("XCOLL_SHM_DISABLE", &disable);
+  if (s != XCOLL_SUCCESS)
+    return xcoll_error_adopt(st->comm, s);
+  struct stat shm_dir, pid_ns;
+  info->host_id_ok = read_host_id(info->host_id) &&
+                     stat("/dev/shm", &shm_dir) == 0 &&
+                     stat("/proc/self/ns/pid", &pid_ns) == 0;
+  if (info->host_id_ok) {
+    info->shm_dev = (uint64_t)shm_dir.st_dev;
+    info->pid_ns = (uint64_t)pid_ns.st_ino;
+  }
+  info->pid = (int32_t)getpid();
+  info->cuda_device = st->gpu != NULL ? 0 : -1;
+  info->shm_allowed = disable == 0;
+  return XCOLL_SUCCESS;
+}
+
+/* Two host ranks of one boot, network and pid namespace, with the same
+ * /dev/shm, neither of which disabled shm. A GPU rank's FIFOs are device-
+ * mapped memory: it stays on net. */
+static int shm_can_connect(const nl_rank_info *a, const nl_rank_info *b) {
+  return a->host_id_ok && b->host_id_ok && a->shm_allowed &&
+         b->shm_allowed && a->cuda_device < 0 && b->cuda_device < 0 &&
+         memcmp(a->host_id, b->host_id, sizeof a->host_id) == 0 &&
+         a->shm_dev == b->shm_dev && a->pid_ns == b->pid_ns;
+}
+
+/* ---- sockets ---- */
+
+static socklen_t shm_address(uint64_t nonce, struct sockaddr_un *sa) {
+  memset(sa, 0, sizeof *sa);
+  sa->sun_family = AF_UNIX;
+  /* Abstract: sun_path[0] = 0, no file, gone with the socket. */
+  int n = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1,
+                   "xcoll-nl-shm-%016" PRIx64, nonce);
+  return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* 1 when fd's peer is process pid of this user (SO_PEERCRED: what the
+ * kernel recorded at connect or listen, not something the peer says). */
+static int peer_is(int fd, int32_t pid) {
+  struct ucred cred;
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+    return 0;
+  return cred.pid == pid && cred.uid == getuid();
+}
+
+static int open_pidfd(int32_t pid) {
+#ifdef SYS_pidfd_open
+  long fd = syscall(SYS_pidfd_open, (pid_t)pid, 0);
+  return fd < 0 ? -1 : (int)fd;
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
+static xcoll_status shm_listen(nl_state *st, nl_shm *shm) {
+  if (getrandom(&shm->nonce, sizeof shm->nonce, 0) != sizeof shm->nonce)
+    return xcoll_error(st->comm, XCOLL_ERR_SYSTEM,
+                       "nccl_like shm: getrandom failed: %s", strerror(errno));
+  shm->listen_fd =
+      socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  struct sockaddr_un sa;
+  socklen_t len = shm_address(shm->nonce, &sa);
+  if (shm->listen_fd < 0 || bind(shm->listen_fd, (struct sockaddr *)&sa, len) ||
+      listen(shm->listen_fd, 64) != 0)
+    return xcoll_error(st->comm, XCOLL_ERR_SYSTEM,
+                       "nccl_like shm: rank %d cannot listen on an abstract "
+                       "Unix socket: %s (XCOLL_SHM_DISABLE=1 goes over the "
+                       "net plugin instead)",
+                       st->rank, strerror(errno));
+  return XCOLL_SUCCESS;
+}
+
+/* ---- the segment ---- */
+
+static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+/* Before the infos are exchanged: a host rank that allows shm listens and
+ * publishes the listener's nonce in its info. */
+static xcoll_status shm_setup(nl_state *st, nl_rank_info *mine) {
+  if (!mine->shm_allowed || !mine->host_id_ok || mine->cuda_device >= 0)
+    return XCOLL_SUCCESS; /* can_connect will say no to every peer */
+  nl_shm *shm = calloc(1, sizeof *shm);
+  if (!shm)
+    return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
+                       "nccl_like shm: out of memory");
+  shm->listen_fd = shm->segment_fd = -1;
+  shm->to_prev = (nl_shm_peer){.rank = st->prev, .sock = -1, .pidfd = -1};
+  shm->to_next = (nl_shm_peer){.rank = st->next, .sock = -1, .pidfd = -1};
+  pthread_mutex_init(&shm->check_lock, NULL);
+  st->shm = shm;
+  xcoll_status s = shm_listen(st, shm);
+  mine->shm_nonce = shm->nonce;
+  return s;
+}
+
+/* Every channel's receive FIFO in one memfd: channel c's nl_fifo_mem at
+ * c * stride, its slots one page later. */
+static xcoll_status shm_recv_alloc(nl_state *st, nl_channel *ch) {
+  nl_shm *shm = st->shm;
+  if (shm->segment == NULL) {
+    shm->stride = round_up(sizeof(nl_fifo_mem), 4096) + st->buffsize;
+    shm->segment_bytes = shm->stride * (size_t)st->nchannels;
+    shm->segment_fd = (int)syscall(SYS_memfd_create, "xcoll-nl-fifo",
+                                   (unsigned)MFD_CLOEXEC);
+    if (shm->segment_fd < 0 ||
+        ftruncate(shm->segment_fd, (off_t)shm->segment_bytes) != 0)
+      return xcoll_error(st->comm, XCOLL_ERR_SYSTEM,
+                         "nccl_like shm: rank %d cannot make a %zu B "
+                         "memfd segment: %s (XCOLL_SHM_DISABLE=1 goes over "
+                         "the net plugin)",
+                         st->rank, shm->segment_bytes, strerror(errno));
+    void *p = mmap(NULL, shm->segment_bytes, PROT_READ | PROT_WRITE,
+                   MAP_SHARED, shm->segment_fd, 0);
+    if (p == MAP_FAILED)
+      return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
+                         "nccl_like shm: rank %d cannot map its %zu B "
+                         "segment: %s (lower XCOLL_BUFFSIZE or "
+                         "XCOLL_NCHANNELS)",
+                         st->rank, shm->segment_bytes, strerror(errno));
+    shm->segment = p;
+    /* Touch every page here, at init, not inside the first collective. */
+    memset(shm->segment, 0, shm->segment_bytes);
+  }
+  uint8_t *base = shm->segment + (size_t)ch->id * shm->stride;
+  ch->recv_mem = (nl_fifo_mem *)base;
+  ch->recv_buff = base + round_up(sizeof(nl_fifo_mem), 4096);
+  return XCOLL_SUCCESS;
+}
+
+/* ---- connect: this rank accepts prev's connection and serves its
+ * segment; it connects to next and maps next's. ---- */
+
+static xcoll_status send_segment(nl_state *st, nl_shm *shm, int fd) {
+  nl_shm_hello hello = {.magic = NL_SHM_MAGIC,
+                        .version = NL_SHM_VERSION,
+                        .comm_id = st->comm->comm_id,
+                        .rank = st->rank,
+                        .nchannels = st->nchannels,
+                        .buffsize = st->buffsize,
+                        .stride = shm->stride,
+                        .segment_bytes = shm->segment_bytes};
+  char control[CMSG_SPACE(sizeof(int))];
+  memset(control, 0, sizeof control);
+  struct iovec iov = {.iov_base = &hello, .iov_len = sizeof hello};
+  struct msghdr msg = {.msg_iov = &iov,
+                       .msg_iovlen = 1,
+                       .msg_control = control,
+                       .msg_controllen = sizeof control};
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(cm), &shm->segment_fd, sizeof(int));
+  /* A fresh stream socket has room for 64 bytes: this never blocks. */
+  ssize_t sent;
+  do
+    sent = sendmsg(fd, &msg, MSG_NOSIGNAL);
+  while (sent < 0 && errno == EINTR);
+  if (sent != (ssize_t)sizeof hello)
+    return xcoll_error(st->comm, XCOLL_ERR_REMOTE,
+                       "nccl_like shm: rank %d could not send its FIFO "
+                       "segment to rank %d (previous in the ring): %s",
+                       st->rank, st->prev,
+                       sent < 0 ? strerror(errno) : "short write");
+  return XCOLL_SUCCESS;
+}
+
+/* Receive next's hello and fd, check them and map the segment. Returns
+ * SUCCESS with *done = 0 while nothing has arrived yet. */
+static xcoll_status take_segment(nl_state *st, nl_shm *shm, int *done) {
+  nl_shm_hello hello;
+  char control[CMSG_SPACE(sizeof(int))];
+  struct iovec iov = {.iov_base = &hello, .iov_len = sizeof hello};
+  struct msghdr msg = {.msg_iov = &iov,
+                       .msg_iovlen = 1,
+                       .msg_control = control,
+                       .msg_controllen = sizeof control};
+  ssize_t got = recvmsg(shm->to_next.sock, &msg, MSG_CMSG_CLOEXEC);
+  if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    return XCOLL_SUCCESS;
+  int fd = -1;
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); got > 0 && cm != NULL;
+       cm = CMSG_NXTHDR(&msg, cm))
+    if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+        cm->cmsg_len == CMSG_LEN(sizeof(int)))
+      memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+  size_t want = round_up(sizeof(nl_fifo_mem), 4096) + st->buffsize;
+  struct stat sb;
+  const char *bad =
+      got < 0                                   ? strerror(errno)
+      : got == 0                                ? "it closed the connection"
+      : got != (ssize_t)sizeof hello || fd < 0  ? "a short message or no fd"
+      : hello.magic != NL_SHM_MAGIC ||
+              hello.version != NL_SHM_VERSION   ? "another protocol version"
+      : hello.comm_id != st->comm->comm_id ||
+              hello.rank != st->next            ? "another communicator's"
+      : hello.nchannels != st->nchannels || hello.buffsize != st->buffsize ||
+              hello.stride != want ||
+              hello.segment_bytes != want * (size_t)st->nchannels
+                                                ? "another FIFO layout"
+      : fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < hello.segment_bytes
+                                                ? "a segment smaller than it "
+                                                  "says"
+                                                : NULL;
+  if (bad != NULL) {
+    if (fd >= 0)
+      close(fd);
+    return xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
+                       "nccl_like shm: rank %d: rank %d (next in the ring) "
+                       "sent no usable FIFO segment: %s",
+                       st->rank, st->next, bad);
+  }
+  void *p = mmap(NULL, hello.segment_bytes, PROT_READ | PROT_WRITE,
+                 MAP_SHARED, fd, 0);
+  close(fd); /* the mapping keeps the memory */
+  if (p == MAP_FAILED)
+    return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
+                       "nccl_like shm: rank %d cannot map rank %d's %" PRIu64
+                       " B segment: %s",
+                       st->rank, st->next, hello.segment_bytes,
+                       strerror(errno));
+  shm->peer_segment = p;
+  shm->peer_segment_bytes = hello.segment_bytes;
+  *done = 1;
+  return XCOLL_SUCCESS;
+}
+
+/* Accept pending connections: prev's (by its credentials) is kept and
+ * served; any other is closed at once. */
+static xcoll_status accept_prev(nl_state *st, nl_shm *shm) {
+  const nl_rank_info *prev = &st->rank_infos[st->prev];
+  for (;;) {
+    int fd = accept4(shm->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0)
+      return XCOLL_SUCCESS; /* EAGAIN, or a connection reset meanwhile */
+    if (shm->to_prev.sock >= 0 || !peer_is(fd, prev->pid)) {
+      close(fd);
+      shm->strangers++;
+      continue;
+    }
+    shm->to_prev.sock = fd;
+    xcoll_status s = send_segment(st, shm, fd);
+    if (s != XCOLL_SUCCESS)
+      return s;
+  }
+}
+
+static xcoll_status connect_next(nl_state *st, nl_shm *shm) {
+  const nl_rank_info *next = &st->rank_infos[st->next];
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  struct sockaddr_un sa;
+  socklen_t len = shm_address(next->shm_nonce, &sa);
+  if (fd < 0)
+    return xcoll_error(st->comm, XCOLL_ERR_SYSTEM,
+                       "nccl_like shm: socket: %s", strerror(errno));
+  if (connect(fd, (struct sockaddr *)&sa, len) != 0) {
+    int err = errno;
+    close(fd);
+    if (err == EAGAIN || err == ECONNREFUSED || err == EINTR)
+      return XCOLL_SUCCESS; /* a full backlog: again on the next pass */
+    return xcoll_error(st->comm, XCOLL_ERR_REMOTE,
+                       "nccl_like shm: rank %d cannot reach rank %d's "
+                       "listener (next in the ring): %s",
+                       st->rank, st->next, strerror(err));
+  }
+  if (!peer_is(fd, next->pid)) {
+    close(fd);
+    return xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
+                       "nccl_like shm: rank %d: the listener of rank %d "
+                       "(next in the ring) belongs to another process than "
+                       "the pid %d it published",
+                       st->rank, st->next, (int)next->pid);
+  }
+  shm->to_next.sock = fd;
+  return XCOLL_SUCCESS;
+}
+
+static void bind_send(nl_state *st, nl_shm *shm) {
+  size_t fifo = round_up(sizeof(nl_fifo_mem), 4096);
+  for (int c = 0; c < st->nchannels; c++) {
+    nl_channel *ch = &st->channels[c];
+    if (ch->send_transport != &nl_transport_shm)
+      continue;
+    uint8_t *base = shm->peer_segment + (size_t)c * (fifo + st->buffsize);
+    ch->send_mem = (nl_fifo_mem *)base;
+    ch->send_buff = base + fifo;
+  }
+}
+
+static xcoll_status shm_connect(nl_state *st) {
+  nl_shm *shm = st->shm;
+  int need_prev = st->channels[0].recv_transport == &nl_transport_shm;
+  int need_next = st->channels[0].send_transport == &nl_transport_shm;
+  int mapped = !need_next;
+  double deadline = nl_now() + st->timeout_s;
+  xcoll_status s = XCOLL_SUCCESS;
+  while (s == XCOLL_SUCCESS) {
+    if (need_prev && shm->to_prev.sock < 0)
+      s = accept_prev(st, shm);
+    if (s == XCOLL_SUCCESS && need_next && shm->to_next.sock < 0)
+      s = connect_next(st, shm);
+    if (s == XCOLL_SUCCESS && !mapped && shm->to_next.sock >= 0)
+      s = take_segment(st, shm, &mapped);
+    if (s != XCOLL_SUCCESS)
+      break;
+    if (mapped && (!need_prev || shm->to_prev.sock >= 0))
+      break;
+    if (nl_now() > deadline)
+      return xcoll_error(
+          st->comm, XCOLL_ERR_TIMEOUT,
+          "nccl_like shm: rank %d: rank %d (%s in the ring) %s within %.1f s "
+          "(XCOLL_TIMEOUT_S)",
+          st->rank, !mapped ? st->next : st->prev,
+          !mapped ? "next" : "previous",
+          !mapped ? "did not send its FIFO segment" : "did not connect",
+          st->timeout_s);
+    struct pollfd fds[2];
+    nfds_t n = 0;
+    if (need_prev && shm->to_prev.sock < 0)
+      fds[n++] = (struct pollfd){.fd = shm->listen_fd, .events = POLLIN};
+    if (!mapped && shm->to_next.sock >= 0)
+      fds[n++] = (struct pollfd){.fd = shm->to_next.sock, .events = POLLIN};
+    /* Not yet connected to next: its listener exists (it published the
+     * nonce after listening), so only a full backlog delays us. */
+    (void)poll(fds, n, n == 0 || shm->to_next.sock < 0 ? 1 : 100);
+  }
+  if (shm->strangers > 0)
+    XCOLL_WARN("nccl_like shm: rank %d closed %lu connection(s) to its "
+               "FIFO listener from processes other than rank %d",
+               st->rank, shm->strangers, st->prev);
+  if (s != XCOLL_SUCCESS)
+    return s;
+  close(shm->listen_fd);
+  shm->listen_fd = -1;
+  if (need_prev)
+    shm->to_prev.pidfd = open_pidfd(st->rank_infos[st->prev].pid);
+  if (need_next) {
+    shm->to_next.pidfd = open_pidfd(st->rank_infos[st->next].pid);
+    bind_send(st, shm);
+  }
+  return XCOLL_SUCCESS;
+}
+
+static void peer_close(nl_shm_peer *p) {
+  if (p->sock >= 0)
+    close(p->sock);
+  if (p->pidfd >= 0)
+    close(p->pidfd);
+  p->sock = p->pidfd = -1;
+}
+
+static void shm_free(nl_state *st) {
+  nl_shm *shm = st->shm;
+  if (shm == NULL)
+    return;
+  for (int c = 0; c < NL_MAX_CHANNELS; c++) {
+    nl_channel *ch = &st->channels[c];
+    if (ch->send_transport == &nl_transport_shm)
+      ch->send_mem = NULL, ch->send_buff = NULL;
+    if (ch->recv_transport == &nl_transport_shm)
+      ch->recv_mem = NULL, ch->recv_buff = NULL;
+  }
+  if (shm->listen_fd >= 0)
+    close(shm->listen_fd);
+  if (shm->segment_fd >= 0)
+    close(shm->segment_fd);
+  if (shm->segment)
+    munmap(shm->segment, shm->segment_bytes);
+  if (shm->peer_segment)
+    munmap(shm->peer_segment, shm->peer_segment_bytes);
+  peer_close(&shm->to_prev);
+  peer_close(&shm->to_next);
+  pthread_mutex_destroy(&shm->check_lock);
+  free(shm);
+  st->shm = NULL;
+}
+
+/* ---- watching the peers ---- */
+
+/* 1 once p's socket is closed (EOF, reset): read without blocking. */
+static int peer_gone(nl_shm_peer *p) {
+  if (p->closed)
+    return 1;
+  if (p->sock < 0)
+    return 0;
+  struct pollfd pfd = {.fd = p->sock, .events = POLLIN};
+  if (poll(&pfd, 1, 0) <= 0)
+    return 0;
+  char byte;
+  ssize_t got = recv(p->sock, &byte, 1, MSG_DONTWAIT);
+  if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR))
+    p->closed = 1;
+  return p->closed;
+}
+
+/* "died" when the peer's process has exited (or its pidfd could not be
+ * opened), else "left (destroyed its communicator)". */
+static const char *how_gone(const nl_shm_peer *p) {
+  if (p->pidfd < 0)
+    return "died (its connection closed)";
+  struct pollfd pfd = {.fd = p->pidfd, .events = POLLIN};
+  return poll(&pfd, 1, 0) > 0 ? "died (its process exited)"
+                              : "left (destroyed its communicator)";
+}
+
+static void check_peers(nl_state *st, nl_channel *ch) {
+  nl_shm *shm = st->shm;
+  int send_shm = ch->send_transport == &nl_transport_shm;
+  int recv_shm = ch->recv_transport == &nl_transport_shm;
+  uint64_t sent = send_shm ? atomic_load_explicit(&ch->send_mem->tail,
+                                                  memory_order_acquire)
+                           : 0;
+  uint64_t taken = send_shm ? atomic_load_explicit(&ch->send_mem->head,
+                                                   memory_order_acquire)
+                            : 0;
+  /* next took fewer steps than this rank wrote: it never will. */
+  if (send_shm && sent > taken && peer_gone(&shm->to_next)) {
+    nl_fail(st, XCOLL_ERR_REMOTE, st->next,
+            "nccl_like: rank %d channel %d: rank %d (next in the ring) %s "
+            "before it took step %" PRIu64 " of the shared-memory FIFO",
+            st->rank, ch->id, st->next, how_gone(&shm->to_next), taken);
+    return;
+  }
+  /* The kernel waits with every step of prev consumed and nothing of its
+   * own outstanding: it waits for prev, which is gone. */
+  uint64_t landed = recv_shm ? atomic_load_explicit(&ch->recv_mem->tail,
+                                                    memory_order_acquire)
+                             : 0;
+  uint64_t consumed = recv_shm ? atomic_load_explicit(&ch->recv_mem->head,
+                                                      memory_order_acquire)
+                               : 0;
+  if (recv_shm && landed == consumed && sent == taken &&
+      peer_gone(&shm->to_prev))
+    nl_fail(st, XCOLL_ERR_REMOTE, st->prev,
+            "nccl_like: rank %d channel %d: rank %d (previous in the ring) "
+            "%s while rank %d waits for step %" PRIu64
+            " of the shared-memory FIFO",
+            st->rank, ch->id, st->prev, how_gone(&shm->to_prev), st->rank,
+            landed);
+}
+
+/* The FIFO memory that holds counter: the channel's receive FIFO (tail) or
+ * the peer's, which the send side writes (head). */
+static nl_fifo_mem *fifo_of(nl_channel *ch, const _Atomic uint64_t *counter) {
+  return counter == &ch->recv_mem->tail ? ch->recv_mem : ch->send_mem;
+}
+
+static void futex_wait(_Atomic uint32_t *word, uint32_t seen, long ns) {
+  struct timespec limit = {0, ns};
+  /* Not FUTEX_PRIVATE_FLAG: the word is in memory two processes map. */
+  (void)syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, seen, &limit, NULL,
+                0);
+}
+
+static void futex_wake_all(_Atomic uint32_t *word) {
+  (void)syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT32_MAX, NULL,
+                NULL, 0);
+}
+
+/* A kernel that spun long enough (st->spin_s when every rank has a core,
+ * else a few passes: spinning takes the core the peer needs) sleeps on the
+ * FIFO's event count until the peer posts (shm_posted) or NL_SHM_SLEEP_NS.
+ * The count is bumped after the post's release store and read before the
+ * counter is checked again, both in sequentially consistent order, so a
+ * post is never slept through. */
+static int shm_wait(nl_state *st, nl_channel *ch,
+                    const _Atomic uint64_t *counter, uint64_t target,
+                    double waited_s) {
+  nl_shm *shm = st->shm;
+  if (pthread_mutex_trylock(&shm->check_lock) == 0) {
+    double now = nl_now();
+    if (now - shm->checked_at >= NL_SHM_CHECK_S) {
+      shm->checked_at = now;
+      check_peers(st, ch);
+    }
+    pthread_mutex_unlock(&shm->check_lock);
+  }
+  if (st->spin_s > 0 ? waited_s < st->spin_s
+                     : ch->shm_idle_passes++ < NL_SPINS_BEFORE_POLL)
+    return 0;
+  ch->shm_idle_passes = 0;
+  nl_fifo_mem *fifo = fifo_of(ch, counter);
+  uint32_t seen = atomic_load(&fifo->wake_seq);
+  atomic_fetch_add(&fifo->waiters, 1);
+  if (atomic_load(counter) < target &&
+      !atomic_load_explicit(st->abort, memory_order_relaxed))
+    futex_wait(&fifo->wake_seq, seen, NL_SHM_SLEEP_NS);
+  atomic_fetch_sub(&fifo->waiters, 1);
+  return 1;
+}
+
+/* After a post: wake the peer if it sleeps on this FIFO. */
+static void shm_posted(nl_state *st, nl_channel *ch, int is_send) {
+  (void)st;
+  nl_fifo_mem *fifo = is_send ? ch->send_mem : ch->recv_mem;
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load_explicit(&fifo->waiters, memory_order_relaxed) > 0) {
+    atomic_fetch_add(&fifo->wake_seq, 1);
+    futex_wake_all(&fifo->wake_seq);
+  }
+}
+
+const nl_transport nl_transport_shm = {
+    .name = "SHM",
+    .can_connect = shm_can_connect,
+    .setup = shm_setup,
+    .recv_alloc = shm_recv_alloc,
+    .send_in_peer_memory = 1,
+    .connect = shm_connect,
+    .free = shm_free,
+    .send_progress = NULL,
+    .recv_progress = NULL,
+    .wait = shm_wait,
+    .posted = shm_posted,
+};

@@ -1,0 +1,105 @@
+/* transport.h - how nccl_like moves one direction of one channel's
+ * connection, as NCCL's struct ncclTransport does (src/include/transport.h,
+ * src/transport.cc): a table of transports tried in order, the first whose
+ * can_connect accepts the pair carries the connection. The kernels see only
+ * the connection (kernels/conn.h: slots, head, tail, sizes) and never know
+ * which transport made it. See docs/nccl_like.md, "Transports".
+ *
+ *   shm  two host ranks of one host: the receiver's FIFO lives in a shared
+ *        memory segment (a memfd passed over a Unix socket with SCM_RIGHTS)
+ *        that both map; the sending kernel writes the receiver's slots and
+ *        tail itself, the receiving kernel posts head: no proxy, no system
+ *        call per step (shm.c).
+ *   net  everything else: each side's FIFO is its own memory and the proxy
+ *        thread moves slots over the net plugin (net.c, proxy.c).
+ *
+ * A transport's choice depends only on what both ranks published at init
+ * (nl_rank_info), so the two ends of a connection always make the same. */
+#ifndef XCOLL_NL_TRANSPORT_H
+#define XCOLL_NL_TRANSPORT_H
+
+#include <stdint.h>
+
+#include "xcoll.h"
+
+struct nl_state;
+struct nl_channel;
+
+/* What each rank tells every other at init (one bootstrap allgather), for
+ * can_connect and for the shm handshake. Fixed size, no pointers. */
+typedef struct nl_rank_info {
+  uint8_t host_id[24];   /* boot id, then the network namespace's inode */
+  uint64_t shm_dev;      /* st_dev of /dev/shm (NCCL's shm.cc asks for the
+                            same /dev/shm too) */
+  uint64_t pid_ns;       /* inode of /proc/self/ns/pid: pids compare */
+  int32_t pid;
+  int32_t cuda_device;   /* -1: a host rank */
+  uint8_t host_id_ok;    /* host_id, shm_dev and pid_ns could be read */
+  uint8_t shm_allowed;   /* XCOLL_SHM_DISABLE unset or 0 */
+  uint8_t pad[6];
+  uint64_t shm_nonce;    /* the shm listener's abstract name (shm.c) */
+} nl_rank_info;
+
+/* One transport: NCCL's ncclTransport with comm-wide setup. Setup and
+ * connect run once per communicator for every channel direction that chose
+ * the transport (the ranks exchange what they need in one round, as NCCL
+ * batches a channel's peers), then free at destroy. */
+typedef struct nl_transport {
+  const char *name; /* "SHM", "NET": what XCOLL_DEBUG=INFO prints */
+  /* 1 when this transport can carry a connection between ranks a and b;
+   * must be symmetric, and depend only on the two infos. */
+  int (*can_connect)(const nl_rank_info *a, const nl_rank_info *b);
+  /* Before the ranks exchange their infos, on every rank, whether or not
+   * a connection will choose this transport: take what a peer needs to
+   * find this rank and write it into *mine (shm: a listener and its
+   * nonce). NULL = nothing to do. */
+  xcoll_status (*setup)(struct nl_state *st, nl_rank_info *mine);
+  /* The channel's receive FIFO (recv_mem, recv_buff) in this transport's
+   * memory; NULL = ordinary memory (channel.c). */
+  xcoll_status (*recv_alloc)(struct nl_state *st, struct nl_channel *ch);
+  /* 1: a send FIFO is the peer's receive FIFO, which connect maps and
+   * points send_mem / send_buff at; 0: the sender's own memory. */
+  int send_in_peer_memory;
+  /* Meet the peers and point the send FIFOs at where the bytes go; NULL =
+   * channel.c's net links (one handle exchange with the fingerprint
+   * connection's and the mesh's). */
+  xcoll_status (*connect)(struct nl_state *st);
+  /* Release what setup and connect took (idempotent). */
+  void (*free)(struct nl_state *st);
+  /* The proxy step of one direction of a channel, for transports whose
+   * bytes the proxy moves; NULL = the kernels move them. *progress is set
+   * when a counter moved. */
+  xcoll_status (*send_progress)(struct nl_state *st, struct nl_channel *ch,
+                                int *progress);
+  xcoll_status (*recv_progress)(struct nl_state *st, struct nl_channel *ch,
+                                int *progress);
+  /* Called by a kernel's progress hook while it waits for *counter (of a
+   * FIFO this transport carries) to reach target, with the seconds waited
+   * so far: watch the peers for a death the memory cannot show, and sleep
+   * until the peer posts once spinning no longer pays. Returns 1 when it
+   * slept. NULL = the net transport's wait (poll on the plugin's fds). */
+  int (*wait)(struct nl_state *st, struct nl_channel *ch,
+              const _Atomic uint64_t *counter, uint64_t target,
+              double waited_s);
+  /* Called after the kernel posted a step on the channel's send side
+   * (is_send) or receive side: wake a peer that sleeps on it. NULL =
+   * nothing to do. */
+  void (*posted)(struct nl_state *st, struct nl_channel *ch, int is_send);
+} nl_transport;
+
+extern const nl_transport nl_transport_shm;
+extern const nl_transport nl_transport_net;
+
+/* The transports in NCCL's order of preference (p2p would come first). */
+#define NL_TRANSPORTS 2
+extern const nl_transport *const nl_transports[NL_TRANSPORTS];
+
+/* Fill this rank's info (XCOLL_SHM_DISABLE read through params.c). Errors:
+ * ENV (a malformed XCOLL_SHM_DISABLE). */
+xcoll_status nl_rank_info_fill(struct nl_state *st, nl_rank_info *info);
+
+/* The first transport of nl_transports whose can_connect accepts (a, b). */
+const nl_transport *nl_transport_pick(const nl_rank_info *a,
+                                      const nl_rank_info *b);
+
+#endif
