@@ -20,7 +20,7 @@ target_link_libraries(xcoll-ibverbs-emu PRIVATE Threads::Threads)
 add_executable(ib_probe ${CMAKE_CURRENT_SOURCE_DIR}/ibverbs_emu/ib_probe.c)
 target_link_libraries(ib_probe PRIVATE ${CMAKE_DL_LIBS})
 
-set(IB_EMU_ENV "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like;XCOLL_NET=ibverbs"
+set(IB_EMU_ENV "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like;XCOLL_NET=ibverbs;XCOLL_SHM_DISABLE=1"
     "XCOLL_IBVERBS_LIB=$<TARGET_FILE:xcoll-ibverbs-emu>")
 set(IB_SCRIPTS ${CMAKE_CURRENT_SOURCE_DIR}/ibverbs_emu)
 
@@ -104,7 +104,7 @@ ib_test(no_library 30
   $<TARGET_FILE:conformance> --backend nccl_like --quick --coll barrier)
 
 # A real device: the same suite, else SKIPPED with the probe's reason.
-ib_test(hw 600 "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like;XCOLL_NET=ibverbs"
+ib_test(hw 600 "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like;XCOLL_NET=ibverbs;XCOLL_SHM_DISABLE=1"
   bash ${IB_SCRIPTS}/ib_hw.sh $<TARGET_FILE:ib_probe>
   $<TARGET_FILE:xcollrun> $<TARGET_FILE:conformance>)
 set_tests_properties(ibverbs.hw PROPERTIES SKIP_RETURN_CODE 77)

@@ -52,14 +52,19 @@ if(XCOLL_SANITIZE)
   endif()
 else()
   nl_conf(np1 1 120 "")
+  # The entries below connect the ring over shm (the default between ranks
+  # of one host) unless they set XCOLL_SHM_DISABLE=1, which the ones that
+  # test a net plugin do: the net transport keeps np2.simple, np2.ll.nch1,
+  # np3.slot_path, np4.ll.net and the ucx entries.
   # socket plugin, simple protocol, 2 channels (the default on a host with
   # 2 cores per rank; np5 and np8 below take the default, which on a 2-core
   # machine is 1), all combinations; over TCP (XCOLL_SOCKET_UNIX=0), as
   # between hosts: the other entries connect this host's ranks over Unix
   # sockets, the default
   nl_conf(np2.simple 2 240
-    "XCOLL_NET=socket;XCOLL_SOCKET_UNIX=0;XCOLL_PROTO=simple;XCOLL_NCHANNELS=2")
-  nl_conf(np2.ll.nch1 2 240 "XCOLL_NET=socket;XCOLL_PROTO=ll;XCOLL_NCHANNELS=1"
+    "XCOLL_NET=socket;XCOLL_SHM_DISABLE=1;XCOLL_SOCKET_UNIX=0;XCOLL_PROTO=simple;XCOLL_NCHANNELS=2")
+  nl_conf(np2.ll.nch1 2 240
+    "XCOLL_NET=socket;XCOLL_SHM_DISABLE=1;XCOLL_PROTO=ll;XCOLL_NCHANNELS=1"
     --quick)
   nl_conf(np2.simple.nch4.small 2 240
     "XCOLL_PROTO=simple;XCOLL_NCHANNELS=4;${NL_SMALL}" --quick)
@@ -71,7 +76,8 @@ else()
   # Direct sends off (XCOLL_DIRECT=0): the slot path, as a CUDA rank runs
   # it, on the socket plugin where direct sends are the default.
   nl_conf(np3.slot_path 3 240
-    "XCOLL_DIRECT=0;XCOLL_SOCKET_UNIX=0;XCOLL_PROTO=simple;${NL_SMALL}" --quick)
+    "XCOLL_DIRECT=0;XCOLL_SHM_DISABLE=1;XCOLL_SOCKET_UNIX=0;XCOLL_PROTO=simple;${NL_SMALL}"
+    --quick)
   nl_conf(np3.ll.nch4.small 3 240 "XCOLL_PROTO=ll;XCOLL_NCHANNELS=4;${NL_SMALL}"
     --quick)
   # The ring at 4 host ranks (XCOLL_PAIRWISE=0: the pairwise allreduce is
@@ -96,6 +102,9 @@ else()
     --quick --coll allreduce --max-count 70001)
   nl_conf(np4.ll.small 4 240 "XCOLL_PROTO=ll;${NL_SMALL}" --quick
     --max-count 1021)
+  nl_conf(np4.ll.net 4 240
+    "XCOLL_PROTO=ll;XCOLL_SHM_DISABLE=1;XCOLL_BRUCK=0;${NL_SMALL}" --quick
+    --max-count 1021)
   nl_conf(np4.auto.nch4 4 240 "XCOLL_PROTO=auto;XCOLL_NCHANNELS=4" --quick
     --coll allreduce --coll errors)
   # The Bruck allreduce off (XCOLL_BRUCK=0): the gather algorithm on host
@@ -106,16 +115,19 @@ else()
   nl_conf(np8 8 300 "" --quick --max-count 1021)
   # The ucx net plugin (net/ucx/) comes with UCX.
   if(XCOLL_HAVE_UCX AND EXISTS ${PROJECT_SOURCE_DIR}/net/ucx)
-    nl_conf(np2.ucx.simple 2 240 "XCOLL_NET=ucx;XCOLL_PROTO=simple" --quick)
+    nl_conf(np2.ucx.simple 2 240
+      "XCOLL_NET=ucx;XCOLL_SHM_DISABLE=1;XCOLL_PROTO=simple" --quick)
     nl_conf(np3.ucx.pairwise 3 240
       "XCOLL_NET=ucx;XCOLL_PROTO=simple;XCOLL_PAIRWISE=1" --quick
       --coll allreduce)
     # 4 KiB slots, not NL_SMALL's 1 KiB: the ucx plugin's sends are
     # synchronous (a match round trip each), and 1 KiB slots made this
     # entry 50-80 s; it still wraps the FIFO several times per ring step.
-    nl_conf(np3.ucx.ll 3 240 "XCOLL_NET=ucx;XCOLL_PROTO=ll;XCOLL_BUFFSIZE=32K"
+    nl_conf(np3.ucx.ll 3 240
+      "XCOLL_NET=ucx;XCOLL_SHM_DISABLE=1;XCOLL_PROTO=ll;XCOLL_BUFFSIZE=32K"
       --quick)
-    nl_conf(np4.ucx 4 240 "XCOLL_NET=ucx" --quick --max-count 1021)
+    nl_conf(np4.ucx 4 240 "XCOLL_NET=ucx;XCOLL_SHM_DISABLE=1" --quick
+      --max-count 1021)
   endif()
 endif()
 
@@ -192,7 +204,12 @@ function(nl_fault_peer suffix)
       ENVIRONMENT "XCOLL_BACKEND=nccl_like;${ARGN}")
   endforeach()
 endfunction()
-foreach(cfg ";XCOLL_PAIRWISE=0" ".small;FAULT_PEER_COUNT=16"
+# The ring's entries run over shm (the default between ranks of one host:
+# a dead peer closes no FIFO, its socket and pidfd tell), at 4 ranks and
+# at 3 (.np3), and over the net transport (.net: XCOLL_SHM_DISABLE=1).
+foreach(cfg ";XCOLL_PAIRWISE=0" ".np3;XCOLL_PAIRWISE=0;FAULT_PEER_NPROC=3"
+            ".net;XCOLL_PAIRWISE=0;XCOLL_SHM_DISABLE=1"
+            ".small;FAULT_PEER_COUNT=16"
             ".pairwise;XCOLL_PAIRWISE=1;XCOLL_RABENSEIFNER=0"
             ".rabenseifner;XCOLL_PAIRWISE=1")
   list(GET cfg 0 suffix)
@@ -203,7 +220,7 @@ endforeach()
 # other through UCX shared memory and watch each other's process through a
 # pidfd (net/ucx/net_ucx.c).
 if(XCOLL_HAVE_UCX AND EXISTS ${PROJECT_SOURCE_DIR}/net/ucx)
-  nl_fault_peer(.ucx XCOLL_NET=ucx XCOLL_PAIRWISE=0)
+  nl_fault_peer(.ucx XCOLL_NET=ucx XCOLL_SHM_DISABLE=1 XCOLL_PAIRWISE=0)
 endif()
 
 # No thread left after xcoll_comm_abort + xcoll_comm_destroy.
@@ -237,6 +254,21 @@ target_compile_definitions(test_nl_engine PRIVATE XCOLL_HAVE_NCCL_LIKE)
 add_test(NAME unit.nl_engine COMMAND test_nl_engine)
 set_tests_properties(unit.nl_engine PROPERTIES TIMEOUT 120
   LABELS "unit;nccl_like" PROCESSORS 2)
+
+# The shm transport's choice of pairs, and a stranger of another job that
+# connects to the FIFO listener first: closed with no fd, while the real
+# previous rank gets the segment (label security too).
+add_executable(test_nl_shm ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/test_nl_shm.c)
+target_include_directories(test_nl_shm PRIVATE ${CMOCKA_INCLUDE_DIR}
+  ${PROJECT_SOURCE_DIR}/backends/nccl_like
+  ${PROJECT_SOURCE_DIR}/backends/nccl_like/transport ${PROJECT_SOURCE_DIR}/kernels
+  ${PROJECT_SOURCE_DIR}/net)
+target_link_libraries(test_nl_shm PRIVATE xcoll_static xcoll_internal
+  ${CMOCKA_LIBRARY} Threads::Threads m)
+target_compile_definitions(test_nl_shm PRIVATE XCOLL_HAVE_NCCL_LIKE)
+add_test(NAME unit.nl_shm COMMAND test_nl_shm)
+set_tests_properties(unit.nl_shm PROPERTIES TIMEOUT 60
+  LABELS "unit;nccl_like;security")
 
 # The Bruck allreduce (backends/nccl_like/bruck.c) gives the gather
 # algorithm's bits: nl_mixed's calls on a host-only ring with it and with
