@@ -87,6 +87,11 @@ typedef struct xcoll_backend {
    * buffers through pinned memory for p2p backends, and refuses a CUDA
    * device for coll-only ones. */
   int device_engine;
+  /* Optional (NULL: both are the backend's name): the transports of this
+   * rank's connections to the next rank (send) and from the previous
+   * (recv), as XCOLL_DEBUG=INFO names them (nccl_like: "SHM", "NET");
+   * static strings. xcoll_comm_transport returns them. */
+  void (*transport)(const void *state, const char **send, const char **recv);
 } xcoll_backend;
 
 /* The backend called name, or NULL with XCOLL_ERR_NOT_SUPPORTED set (the

@@ -866,6 +866,23 @@ xcoll_status xcoll_comm_device(xcoll_comm_t comm, int *device) {
   return XCOLL_SUCCESS;
 }
 
+xcoll_status xcoll_comm_transport(xcoll_comm_t comm, const char **send,
+                                  const char **recv) {
+  if (send == NULL || recv == NULL)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_comm_transport: send or recv is NULL");
+  *send = *recv = "none";
+  xcoll_status status = check_live(comm, "xcoll_comm_transport");
+  if (status != XCOLL_SUCCESS)
+    return status;
+  if (comm->backend->transport != NULL) {
+    comm->backend->transport(comm->backend_state, send, recv);
+  } else {
+    *send = *recv = comm->backend->name;
+  }
+  return XCOLL_SUCCESS;
+}
+
 const char *xcoll_comm_backend(xcoll_comm_t comm) {
   if (!comm_is_live(comm))
     return "";

@@ -307,6 +307,18 @@ XCOLL_API const char *xcoll_comm_backend(xcoll_comm_t comm);
 XCOLL_API xcoll_status xcoll_comm_last_algorithm(xcoll_comm_t comm,
                                                  const char **algorithm,
                                                  const char **protocol);
+/* How this rank's ring connections move bytes, as XCOLL_DEBUG=INFO's
+ * "channel 00 : 0 -> 1 via SHM" lines name them (NCCL's "via P2P/IPC",
+ * "via SHM", "via NET"): *send for the connection to the next rank, *recv
+ * for the one from the previous. nccl_like: "SHM" (shared memory between
+ * host ranks of one host) or "NET" (the proxy over the net plugin,
+ * XCOLL_NET), "none" in a world of one; tcp and ucx: the backend's name.
+ * Static strings, valid for the life of the process. Errors:
+ * XCOLL_ERR_INVALID_ARGUMENT (NULL send or recv), XCOLL_ERR_INVALID_USAGE
+ * (NULL or destroyed comm). */
+XCOLL_API xcoll_status xcoll_comm_transport(xcoll_comm_t comm,
+                                            const char **send,
+                                            const char **recv);
 
 /* ---- collectives (blocking) ----
  *

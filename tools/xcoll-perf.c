@@ -684,6 +684,9 @@ typedef struct perf_run {
   int on_device;  /* sendbuf/recvbuf are CUDA device memory */
   int gpu_ranks;  /* ranks bound to a CUDA device, over the communicator */
   int device_buffer_ranks; /* ranks with on_device, over the communicator */
+  /* Ranks whose connection to the next rank is shm / net (nccl_like's
+   * transports, xcoll_comm_transport), over the communicator. */
+  int shm_send_ranks, net_send_ranks;
   size_t elem_bytes;
   /* What the calls get: max_bytes each, host memory 64-byte aligned, or
    * device memory (cuMemAlloc, 256-byte aligned) when on_device. */
@@ -1106,6 +1109,12 @@ static void print_header(const perf_run *run) {
          average_names[o->average], o->average,
          forced && forced[0] ? forced : "unset: by size",
          proto && proto[0] ? proto : "unset");
+  if (run->shm_send_ranks + run->net_send_ranks > 0)
+    printf("# transports (each rank's connection to the next): SHM on %d "
+           "rank(s), NET on %d (XCOLL_SHM_DISABLE, XCOLL_NET)\n",
+           run->shm_send_ranks, run->net_send_ranks);
+  else
+    printf("# transports: %s\n", xcoll_comm_backend(run->comm));
   printf("# GPU ranks (bound to a CUDA device): %d of %d; buffers: CUDA device "
          "memory on %d ranks, host memory on %d\n",
          run->gpu_ranks, run->world_size, run->device_buffer_ranks,
@@ -1396,9 +1405,13 @@ int main(int argc, char **argv) {
     run.scratch = (char *)(uintptr_t)scratch;
   }
   {
-    int32_t flags[3] = {is_gpu_rank, run.on_device, run.on_device && !is_gpu_rank};
-    int32_t totals[3] = {0, 0, 0};
-    if ((st = small_collective(&run, 0, flags, totals, 3, XCOLL_INT32,
+    const char *send = "none", *recv = "none";
+    (void)xcoll_comm_transport(run.comm, &send, &recv);
+    int32_t flags[5] = {is_gpu_rank, run.on_device,
+                        run.on_device && !is_gpu_rank,
+                        strcmp(send, "SHM") == 0, strcmp(send, "NET") == 0};
+    int32_t totals[5] = {0, 0, 0, 0, 0};
+    if ((st = small_collective(&run, 0, flags, totals, 5, XCOLL_INT32,
                                XCOLL_SUM)) != XCOLL_SUCCESS) {
       failure.status = st;
       failure.what = "counting GPU ranks";
@@ -1407,6 +1420,8 @@ int main(int argc, char **argv) {
     }
     run.gpu_ranks = totals[0];
     run.device_buffer_ranks = totals[1];
+    run.shm_send_ranks = totals[3];
+    run.net_send_ranks = totals[4];
     if (totals[2] > 0) {
       exit_code = 2;
       goto done;

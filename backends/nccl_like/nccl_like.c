@@ -671,6 +671,15 @@ static void nl_comm_abort(xcoll_comm *comm, void *state) {
           comm->rank, (unsigned long long)comm->comm_id);
 }
 
+static void nl_transport_names(const void *state, const char **send,
+                               const char **recv) {
+  const nl_state *st = state;
+  if (st == NULL || st->world_size == 1)
+    return; /* "none": no connection */
+  *send = st->channels[0].send_transport->name;
+  *recv = st->channels[0].recv_transport->name;
+}
+
 const xcoll_backend xcoll_backend_nccl_like = {
     .abi_version = XCOLL_BACKEND_ABI_VERSION,
     .name = "nccl_like",
@@ -683,4 +692,5 @@ const xcoll_backend xcoll_backend_nccl_like = {
     .coll = &nl_coll_ops,
     .default_chunk_bytes = 0,
     .device_engine = 1,
+    .transport = nl_transport_names,
 };
