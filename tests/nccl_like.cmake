@@ -270,6 +270,16 @@ add_test(NAME unit.nl_shm COMMAND test_nl_shm)
 set_tests_properties(unit.nl_shm PROPERTIES TIMEOUT 60
   LABELS "unit;nccl_like;security")
 
+# The files of backends/nccl_like call each other in no loop (failure.c is
+# the ground floor, nccl_like.c the front door): scripts/check-layers.sh
+# derives "file A calls file B" from the object files' symbols (nm).
+add_test(NAME unit.nccl_like_layers
+  COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/check-layers.sh
+    "$<FILTER:$<TARGET_OBJECTS:xcoll_objects>,INCLUDE,/backends/nccl_like/>"
+  COMMAND_EXPAND_LISTS)
+set_tests_properties(unit.nccl_like_layers PROPERTIES TIMEOUT 30
+  LABELS "unit;nccl_like")
+
 # The Bruck allreduce (backends/nccl_like/bruck.c) gives the gather
 # algorithm's bits: nl_mixed's calls on a host-only ring with it and with
 # XCOLL_BRUCK=0 (nl_mixed.sh compares every rank's result hashes); np4

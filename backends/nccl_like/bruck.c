@@ -33,8 +33,6 @@
  * forwarded later was compared on its way. The op's fingerprint on the
  * fingerprint connection is deferred, as an LL collective's (desync.c). */
 #include <inttypes.h>
-#include <poll.h>
-#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -45,17 +43,7 @@
 #include "reduce.h"
 #include "trace.h"
 
-/* Descriptors one comm may give to poll (a socket comm has at most 16). */
-#define NL_BRUCK_FDS_PER_COMM 16
-/* A waiting rank passes over its links, yielding its core after each idle
- * pass, for this long (seconds) before it sleeps in poll(2), whether or not
- * ranks outnumber cores, as the tcp backend spins TCP_SPIN_US. Measured at
- * P=4 on 2 cores, 8-byte allreduce with every rank sending to all others
- * at once (an earlier form of this file): 0 us (sleep at once) 153 us a
- * call, 10 us 108 us, 20 us 117 us. */
-#define NL_BRUCK_SPIN_S 10e-6
-
-int nl_bruck_applies(const nl_state *st, const nl_op *op) {
+int nl_bruck_can_run(const nl_state *st, const nl_op *op) {
   const xc_work *w = &op->work;
   return st->bruck &&
          (w->kind == XC_COLL_ALLREDUCE || w->kind == XC_COLL_ALLGATHER) &&
@@ -251,76 +239,6 @@ static xcoll_status mesh_step(void *ctx, int *progress, int *done) {
   for (int i = 0; i < b->nrounds; i++)
     *done = *done && b->rounds[i].sent && b->rounds[i].landed;
   return s;
-}
-
-void nl_mesh_idle(nl_state *st, uint64_t spins, double waited_s) {
-  /* Fingerprints of earlier ops move meanwhile, as the ring kernels' hook
-   * moves them (proxy.c), and a rank that waits long makes its deferred
-   * ones due, so that a neighbour that called another collective on the
-   * ring explains its failure naming both calls. */
-  int progress = 0;
-  if (spins % 64 == 0)
-    nl_fp_progress(st, &progress);
-  if (spins == 256)
-    nl_fp_flush(st);
-  /* Spin NL_BRUCK_SPIN_S, yielding the core on every idle pass, so that a
-   * rank sharing it that has a message to send gets it at once; then
-   * sleep in poll(2) until a mesh socket is ready. A plugin without
-   * get_fds (ucx) gives nothing to sleep on: yield on, or the waiter would
-   * spin through its whole time slice while the rank it waits for shares
-   * its core (nccl_like over XCOLL_NET=ucx at P=4 on 2 cores: 150-245 us
-   * an 8 B allreduce before, docs/nccl_like.md). */
-  if (waited_s < NL_BRUCK_SPIN_S || nl_mesh_poll(st, NL_POLL_MS) < 0)
-    sched_yield();
-}
-
-xcoll_status nl_mesh_drive(nl_state *st, nl_mesh_step_fn step,
-                           nl_mesh_stuck_fn stuck, void *ctx) {
-  double last_progress = nl_now();
-  uint64_t spins = 0;
-  for (;;) {
-    if (xc_abort_raised(st->abort))
-      return XCOLL_ERR_ABORTED;
-    int progress = 0, done = 0;
-    xcoll_status s = step(ctx, &progress, &done);
-    if (s != XCOLL_SUCCESS || done)
-      return s;
-    double now = nl_now();
-    if (progress) {
-      last_progress = now;
-      spins = 0;
-      continue;
-    }
-    spins++;
-    if (now - last_progress > st->timeout_s)
-      return stuck(ctx, now - last_progress);
-    nl_mesh_idle(st, spins, now - last_progress);
-  }
-}
-
-int nl_mesh_poll(nl_state *st, int timeout_ms) {
-  struct pollfd fds[2 * NL_MESH_MAX_LINKS * NL_BRUCK_FDS_PER_COMM];
-  int n = 0, max = (int)(sizeof fds / sizeof fds[0]);
-  if (st->net->get_fds == NULL)
-    return -1;
-  for (int k = 0; k < st->mesh_links; k++) {
-    nl_mesh_link *m = &st->mesh[k];
-    int ids[NL_BRUCK_FDS_PER_COMM], count = 0;
-    if (m->recv_request != NULL &&
-        st->net->get_fds(NULL, m->link.recv_comm, ids, NL_BRUCK_FDS_PER_COMM,
-                         &count) == XCOLL_SUCCESS)
-      for (int i = 0; i < count && n < max; i++)
-        fds[n++] = (struct pollfd){.fd = ids[i], .events = POLLIN};
-    count = 0;
-    if (m->send_request != NULL &&
-        st->net->get_fds(m->link.send_comm, NULL, ids, NL_BRUCK_FDS_PER_COMM,
-                         &count) == XCOLL_SUCCESS)
-      for (int i = 0; i < count && n < max; i++)
-        fds[n++] = (struct pollfd){.fd = ids[i], .events = POLLOUT};
-  }
-  if (n == 0)
-    return -1;
-  return poll(fds, (nfds_t)n, timeout_ms) > 0;
 }
 
 /* The messages not yet landed, for a timeout's message: "rank 3 (the

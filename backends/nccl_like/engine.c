@@ -107,22 +107,27 @@ static void fill_work(nl_state *st, nl_op *op) {
    * desync fails the first LL step it reaches (desync.c). */
   op->fp = xcoll_fingerprint_of(a);
   w->check = xcoll_fingerprint_digest(&op->fp);
-  /* On a comm of host ranks a small LL allreduce runs Bruck's allgather
+  /* The op's algorithm is chosen here and nowhere else: each algorithm's
+   * nl_*_can_run says only whether it can run the op, and the order of
+   * preference is this one: Bruck, Rabenseifner, pairwise, then the ring
+   * kernels (w->algo: gather or ring).
+   *
+   * On a comm of host ranks a small LL allreduce runs Bruck's allgather
    * over the mesh instead (bruck.c): log2 P dependent messages rather than
    * the gather's P-1. */
-  op->bruck = nl_bruck_applies(st, op);
+  op->bruck = nl_bruck_can_run(st, op);
   if (op->bruck)
     op->nchannels = w->nchannels = 1;
   /* With more ranks than cores, a SIMPLE allreduce runs the ring's
    * reduction with every piece sent straight to its owner (pairwise.c), on
    * channel 0's thread; w->nchannels keeps the ring's, which cut the
    * pieces. */
-  op->pairwise = !op->bruck && nl_pairwise_applies(st, op);
+  op->pairwise = !op->bruck && nl_pairwise_can_run(st, op);
   if (op->pairwise)
     op->nchannels = 1;
   /* ... as Rabenseifner's halving and doubling when P is a power of two
    * (rabenseifner.c): each step an exchange with one partner. */
-  op->rabenseifner = op->pairwise && nl_rabenseifner_applies(st, op);
+  op->rabenseifner = op->pairwise && nl_rabenseifner_can_run(st, op);
   xcoll_comm_note_algorithm(st->comm,
                             op->bruck                   ? "bruck"
                             : op->rabenseifner          ? "rabenseifner"

@@ -1,17 +1,12 @@
 /* nccl_like.c - the nccl_like backend's entry points (core/backend.h):
  * options from the environment, comm_init (channels, net connections,
- * worker threads, proxy thread, failure watcher), comm_destroy, comm_abort,
- * and the failure path shared by every thread (nl_fail), which publishes a
- * peer's death to the store so that every rank, not only the dead rank's ring
- * neighbours, fails naming it (and nl_fail_everywhere, which does the same
- * for a collective mismatch). */
+ * worker threads, proxy thread, failure watcher), comm_destroy, comm_abort.
+ * The failure path every thread shares is failure.c's. */
 #include <sched.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bootstrap.h"
 #include "env.h"
@@ -21,12 +16,6 @@
 #include "nccl_like.h"
 #include "store.h"
 #include "trace.h"
-
-double nl_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 const xcoll_net_v1 *nl_net_override = NULL;
 
@@ -226,247 +215,6 @@ static xcoll_status agree_channels(nl_state *st) {
   return s;
 }
 
-/* ---- failure ---- */
-
-/* A rank's wake key holds "<status> <message>": the xcoll_status every
- * rank must fail with (REMOTE for a death, PROTOCOL for a collective
- * mismatch) as a decimal number, then the sentence. An empty value is
- * comm_destroy waking its own watcher. */
-static void wake_value_parse(const char *value, size_t bytes,
-                             xcoll_status *status, const char **text,
-                             int *text_bytes) {
-  *status = XCOLL_ERR_REMOTE;
-  *text = value;
-  *text_bytes = (int)(bytes < 900 ? bytes : 900);
-  size_t i = 0;
-  int number = 0;
-  while (i < bytes && i < 3 && value[i] >= '0' && value[i] <= '9')
-    number = number * 10 + (value[i++] - '0');
-  if (i == 0 || i >= bytes || value[i] != ' ')
-    return; /* not ours: the whole text, as a death */
-  if (number == XCOLL_ERR_PROTOCOL)
-    *status = XCOLL_ERR_PROTOCOL;
-  *text = value + i + 1;
-  bytes -= i + 1;
-  *text_bytes = (int)(bytes < 900 ? bytes : 900);
-}
-
-/* Fail this rank with what another rank published to its wake key. */
-static void fail_from_wake_value(nl_state *st, const char *value,
-                                 size_t bytes) {
-  xcoll_status status;
-  const char *text;
-  int text_bytes;
-  wake_value_parse(value, bytes, &status, &text, &text_bytes);
-  nl_fail(st, status, -1, "nccl_like: rank %d: %.*s", st->rank, text_bytes,
-          text);
-}
-
-/* Tell every other rank of a failure through its wake key. Runs on the
- * detecting thread after the local ops were failed, over a store
- * connection of its own (comm->store belongs to the user's thread). */
-static void publish_failure(nl_state *st, xcoll_status status,
-                            const char *message) {
-  xcoll_comm *comm = st->comm;
-  xcoll_store *store = NULL;
-  if (xcoll_store_is_kv(comm->store))
-    return; /* no store of xcoll's own to carry the notice */
-  if (xcoll_store_connect(comm->master_addr, comm->master_port, 2.0,
-                          &store) != XCOLL_SUCCESS)
-    return; /* the store is gone too: every rank sees that by itself */
-  char value[XCOLL_ERROR_BYTES + 16];
-  int bytes = snprintf(value, sizeof value, "%d %s", (int)status, message);
-  if (bytes < 0)
-    bytes = 0;
-  if ((size_t)bytes >= sizeof value)
-    bytes = (int)sizeof value - 1;
-  for (int r = 0; r < st->world_size; r++) {
-    if (r == st->rank)
-      continue;
-    char key[64];
-    snprintf(key, sizeof key, "%snl/wake/%d", comm->store_prefix, r);
-    if (xcoll_store_set(store, key, value, (size_t)bytes) != XCOLL_SUCCESS)
-      break;
-  }
-  xcoll_store_close(store);
-}
-
-/* A rank that fails everywhere publishes before its connections close
- * (nl_fail_everywhere runs before comm_destroy joins the thread that runs
- * it), so a closed connection may have its reason in this rank's wake key
- * already: fail with that instead of a bare death. Returns 1 if it did. */
-static int fail_from_published(nl_state *st) {
-  xcoll_comm *comm = st->comm;
-  xcoll_store *store = NULL;
-  /* Briefly: when the store is gone too (rank 0 exited), the watcher and
-   * the proxy report that, and this failure should not wait for it. */
-  if (xcoll_store_connect(comm->master_addr, comm->master_port, 0.5,
-                          &store) != XCOLL_SUCCESS)
-    return 0;
-  const char *keys[1] = {st->wake_key};
-  int exists = 0;
-  void *value = NULL;
-  size_t bytes = 0;
-  if (xcoll_store_check(store, keys, 1, &exists) == XCOLL_SUCCESS && exists &&
-      xcoll_store_get(store, st->wake_key, &value, &bytes) != XCOLL_SUCCESS)
-    bytes = 0;
-  xcoll_store_close(store);
-  int found = bytes > 0;
-  if (found)
-    fail_from_wake_value(st, value, bytes);
-  free(value);
-  return found;
-}
-
-/* Record the first failure: status, message, abort flag, wake everyone.
- * Returns 1 when this was the first. */
-static int record_failure(nl_state *st, xcoll_status status,
-                          const char *message) {
-  pthread_mutex_lock(&st->lock);
-  int first = !atomic_load(&st->failed);
-  if (first) {
-    st->fail_status = status;
-    snprintf(st->fail_message, sizeof st->fail_message, "%s", message);
-    atomic_store(&st->failed, 1);
-    atomic_store_explicit(st->abort, 1, memory_order_release);
-    pthread_cond_broadcast(&st->done_cond);
-    pthread_cond_broadcast(&st->proxy_cond);
-    for (int c = 0; c < st->nchannels; c++)
-      pthread_cond_broadcast(&st->channels[c].queue_cond);
-  }
-  pthread_mutex_unlock(&st->lock);
-  if (first)
-    XCOLL_WARN("%s", message);
-  return first;
-}
-
-xcoll_status nl_fail(nl_state *st, xcoll_status status, int dead_rank,
-                     const char *fmt, ...) {
-  char message[XCOLL_ERROR_BYTES];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(message, sizeof message, fmt, ap);
-  va_end(ap);
-
-  if (dead_rank >= 0 && !atomic_load(&st->failed) && st->wake_key[0] &&
-      fail_from_published(st))
-    return st->fail_status;
-  if (!record_failure(st, status, message))
-    return status;
-  if (dead_rank >= 0) {
-    char published[XCOLL_ERROR_BYTES];
-    snprintf(published, sizeof published, "rank %d died (seen by rank %d): %.900s",
-             dead_rank, st->rank, message);
-    publish_failure(st, XCOLL_ERR_REMOTE, published);
-  }
-  return status;
-}
-
-xcoll_status nl_fail_everywhere(nl_state *st, xcoll_status status,
-                                const char *fmt, ...) {
-  char message[XCOLL_ERROR_BYTES];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(message, sizeof message, fmt, ap);
-  va_end(ap);
-  if (!record_failure(st, status, message))
-    return status;
-  char published[XCOLL_ERROR_BYTES];
-  snprintf(published, sizeof published, "rank %d failed: %.900s", st->rank,
-           message);
-  publish_failure(st, status, published);
-  return status;
-}
-
-/* The watcher: blocked on this rank's wake key over its own store
- * connection. Another rank's failure (a death, a collective mismatch)
- * arrives as that key's value; comm_destroy sets the key itself to wake it;
- * rank 0's death (the store's host) shows up as the connection breaking. */
-static void *watcher_main(void *arg) {
-  nl_state *st = arg;
-  for (;;) {
-    /* One blocking get rather than a wait and then a get: the value comes
-     * with the wake-up, so the news of a rank that publishes and exits at
-     * once (rank 0 takes the store with it) still arrives. */
-    void *value = NULL;
-    size_t bytes = 0;
-    xcoll_status s =
-        xcoll_store_get(st->watch_store, st->wake_key, &value, &bytes);
-    pthread_mutex_lock(&st->lock);
-    int stopping = st->stopping;
-    pthread_mutex_unlock(&st->lock);
-    if (stopping) {
-      /* watcher_join interrupted the get: destroy. */
-      free(value);
-      return NULL;
-    }
-    if (s == XCOLL_ERR_TIMEOUT)
-      continue; /* a very long wait ran out: wait again */
-    if (s == XCOLL_ERR_REMOTE &&
-        strstr(xcoll_last_error(), "reported by the rendezvous store")) {
-      /* The store itself saw a rank's connection drop (core/store_server.c
-       * server_note_departure) and failed this wait with a message naming
-       * that rank: the fastest news of a death that is not a neighbour's. */
-      nl_fail(st, XCOLL_ERR_REMOTE, -1, "nccl_like: rank %d: %s", st->rank,
-              xcoll_last_error());
-      return NULL;
-    }
-    if (s != XCOLL_SUCCESS) {
-      /* Rank 0 hosts the store: it is gone. Ops already in flight fail once
-       * they stall (proxy.c), so that a rank 0 that merely finished does not
-       * fail the last slots still in its neighbours' sockets. */
-      atomic_store(&st->store_lost, 1);
-      pthread_mutex_lock(&st->lock);
-      pthread_cond_broadcast(&st->proxy_cond);
-      pthread_mutex_unlock(&st->lock);
-      return NULL;
-    }
-    if (bytes > 0)
-      fail_from_wake_value(st, value, bytes);
-    free(value);
-    return NULL;
-  }
-}
-
-static xcoll_status watcher_start(nl_state *st) {
-  xcoll_comm *comm = st->comm;
-  snprintf(st->wake_key, sizeof st->wake_key, "%snl/wake/%d",
-           comm->store_prefix, st->rank);
-  xcoll_status s = xcoll_store_connect(comm->master_addr, comm->master_port,
-                                       st->timeout_s, &st->watch_store);
-  if (s != XCOLL_SUCCESS)
-    return xcoll_error(comm, s,
-                       "nccl_like: rank %d cannot open its failure-watch "
-                       "connection to the store at %s:%d: %s",
-                       st->rank, comm->master_addr, comm->master_port,
-                       xcoll_last_error());
-  /* Waits end only when a key is set or the connection breaks. */
-  xcoll_store_set_timeout(st->watch_store, 1e7);
-  if (pthread_create(&st->watcher, NULL, watcher_main, st) != 0)
-    return xcoll_error(comm, XCOLL_ERR_SYSTEM,
-                       "nccl_like: cannot start the failure-watch thread");
-  st->watcher_started = 1;
-  return XCOLL_SUCCESS;
-}
-
-/* Wake and join the watcher by shutting its store connection down: its wait
- * returns at once whatever the network does. (Setting the wake key over
- * comm->store, as before, took the store's timeout when the store's host
- * was cut off, and the watcher's own wait then never ended: a process cut
- * off from the network could not exit; tests/netns's cut test.) The watch
- * connection never joined, so the store reports no death for it. */
-static void watcher_join(nl_state *st) {
-  if (st->watcher_started) {
-    xcoll_store_interrupt(st->watch_store);
-    pthread_join(st->watcher, NULL);
-    st->watcher_started = 0;
-  }
-  if (st->watch_store) {
-    xcoll_store_close(st->watch_store);
-    st->watch_store = NULL;
-  }
-}
-
 /* ---- init, destroy, abort ---- */
 
 static void stop_threads(nl_state *st) {
@@ -480,7 +228,7 @@ static void stop_threads(nl_state *st) {
   pthread_mutex_unlock(&st->lock);
   nl_workers_join(st);
   nl_proxy_join(st);
-  watcher_join(st);
+  nl_watcher_join(st);
 }
 
 static void free_state(nl_state *st) {
@@ -643,7 +391,7 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
    * failures are then seen on the ring's connections only. */
   if (s == XCOLL_SUCCESS && st->world_size > 1 &&
       !xcoll_store_is_kv(comm->store))
-    s = watcher_start(st);
+    s = nl_watcher_start(st);
   if (s != XCOLL_SUCCESS) {
     free_state(st);
     return s;

@@ -5,13 +5,17 @@
  * proxy thread per rank moves full slots over a net plugin (net/net.h), as
  * NCCL's proxy.cc and transport/net.cc do. See docs/nccl_like.md.
  *
- * Files: nccl_like.c (options, comm init/destroy/abort, failure handling and
- * its propagation through the store), channel.c (FIFOs and net
- * connections), proxy.c (the proxy thread), engine.c (worker threads, work
- * queues, op handles: the ABI 2 coll ops), desync.c (collective
+ * Files, from the ground floor up (a file calls only those before it;
+ * scripts/check-layers.sh checks it): failure.c (nl_fail, its propagation
+ * through the store, the watcher thread, nl_now), desync.c (collective
  * fingerprints around the ring: desync detection), gpu_engine.c (a GPU
  * rank: the same kernels launched on the caller's CUDA stream, the FIFOs
- * in mapped pinned memory). */
+ * in mapped pinned memory), channel.c (FIFOs, net connections, mesh
+ * links), proxy.c (the proxy step and thread), mesh.c (drives a schedule
+ * over the mesh links), bruck.c, pairwise.c, rabenseifner.c (the mesh
+ * algorithms), engine.c (worker threads, work queues, op handles: the ABI
+ * 2 coll ops; the one place an op's algorithm is chosen), nccl_like.c
+ * (options, comm init/destroy/abort: the front door). */
 #ifndef XCOLL_NCCL_LIKE_H
 #define XCOLL_NCCL_LIKE_H
 
@@ -400,11 +404,10 @@ typedef struct nl_state {
   uint64_t trace_base; /* tids: channels base+c, proxy sends base+100+c, recvs base+200+c */
 } nl_state;
 
-/* ---- nccl_like.c ---- */
-/* Tests only (tests/nccl_like/test_nl_engine.c): when non-NULL, comm_init
- * uses this plugin instead of xcoll_net_select's. */
-extern const xcoll_net_v1 *nl_net_override;
+/* Declarations by file, from the ground floor up: a file calls only
+ * files declared above it (scripts/check-layers.sh). */
 
+/* ---- failure.c ---- */
 /* Mark the backend failed with status (REMOTE, TIMEOUT, PROTOCOL, ABORTED)
  * and a message (first failure wins), raise the kernels' abort flag and wake
  * every waiter. dead_rank >= 0 names a rank this rank saw die (a closed
@@ -422,16 +425,16 @@ xcoll_status nl_fail_everywhere(nl_state *st, xcoll_status status,
     __attribute__((format(printf, 3, 4)));
 /* Monotonic clock, seconds. */
 double nl_now(void);
-
-/* ---- channel.c ---- */
-/* Allocate the FIFOs of every channel and connect the ring, one link per
- * channel and one for fingerprints (st->fp): listen for the previous rank,
- * exchange handles through the store, connect to the next and accept from
- * the previous (non-blocking calls retried until st->timeout_s). Errors: NO_MEMORY, TIMEOUT naming the peer, the plugin's
- * status with its message. */
-xcoll_status nl_channels_setup(nl_state *st);
-/* Close the net comms and free the FIFOs (idempotent). */
-void nl_channels_free(nl_state *st);
+/* The sentence explaining the calling thread's last failed plugin call
+ * (net.h's xcoll_net_last_error, or a placeholder when it gave none). */
+const char *nl_net_last_error(void);
+/* Start the watcher thread: it waits on this rank's wake key over a store
+ * connection of its own and fails the rank with what another rank
+ * published there (a death, a collective mismatch). Errors: the store's
+ * status (connection), SYSTEM (thread). */
+xcoll_status nl_watcher_start(nl_state *st);
+/* Stop and join the watcher and close its store connection (idempotent). */
+void nl_watcher_join(nl_state *st);
 
 /* ---- desync.c ---- */
 /* In start(), under st->lock, world_size > 1: append the call's fingerprint
@@ -483,36 +486,6 @@ int nl_fp_judged(nl_state *st, uint64_t index);
  * too (seen: the barrier after a dtype mismatch returned success). */
 void nl_fp_await(nl_state *st, uint64_t index, double limit_s);
 
-/* ---- proxy.c ---- */
-xcoll_status nl_proxy_start(nl_state *st);
-/* Receives to keep posted ahead per connection over net (device): the
- * plugin's properties.recvs_ahead capped at XCOLL_STEPS, else 1. */
-int nl_recvs_ahead(const xcoll_net_v1 *net, int device);
-/* Stop and join (st->stopping must be set and proxy_cond signalled). */
-void nl_proxy_join(nl_state *st);
-/* The sentence explaining the calling thread's last failed plugin call
- * (net.h's xcoll_net_last_error, or a placeholder when it gave none). */
-const char *nl_net_last_error(void);
-/* The worker's progress hook (xc_work.progress; ctx is its nl_channel,
- * whose st points back to the state): runs the channel's proxy step when no
- * other thread is running it (trylock), so the thread that waits on a slot
- * also moves it over the network, with no hand-off to the proxy thread.
- * From the NL_SPINS_BEFORE_POLL-th idle pass of a wait (spins) on, when
- * the plugin has get_fds, it sleeps in poll(2) on the channel's sockets for
- * at most NL_POLL_MS and returns 1 (0 when it did not sleep). Failures go
- * through nl_fail, which raises the kernels' abort flag. */
-int nl_proxy_progress_hook(void *ctx, const xc_atomic_u64 *counter,
-                           uint64_t target, uint64_t spins);
-/* The worker's notify hook (xc_work.notify, set only when a direction of
- * the channel has a transport with a posted hook): passes the kernel's
- * post of a step to the transport of each direction posted (shm wakes a
- * peer that sleeps on the counter). */
-void nl_proxy_notify_hook(void *ctx, int flags);
-/* Before a normal comm_destroy: wait (up to timeout_s) until every slot a
- * kernel filled has been sent, so that the last collective's data reaches
- * the next rank before the connections close. */
-void nl_proxy_drain(nl_state *st);
-
 /* ---- gpu_engine.c ---- */
 struct xcoll_cuda;
 /* Make st a GPU rank on cuda's device: load the ring kernels, allocate the
@@ -546,28 +519,46 @@ xcoll_status nl_gpu_wait(nl_state *st, nl_op *op);
 /* The proxy thread: retire launches that completed (ops_in_flight). */
 void nl_gpu_retire(nl_state *st);
 
-/* ---- bruck.c ---- */
-/* Bytes of mesh_out and of mesh_in: a header per link and P blocks. */
-#define NL_BRUCK_BUFFER_BYTES(p)                                               \
-  (NL_BRUCK_MAX_LINKS * NL_BRUCK_HEADER_BYTES + (size_t)(p)*NL_GATHER_MAX_BYTES)
-/* 1 when op (filled by fill_work) runs bruck.c on this comm: st->bruck, an
- * allreduce (or barrier), or an allgather, over LL of at most
- * NL_GATHER_MAX_BYTES per rank's input. The same
- * answer on every rank: it depends on the arguments and on what the ranks
- * agreed at init. */
-int nl_bruck_applies(const nl_state *st, const nl_op *op);
-/* Run op on the calling thread (channel 0's item): allgather every rank's
- * input with Bruck's algorithm over the mesh, each message carrying the
- * sender's fingerprint, which the receiver compares with its own (a
- * mismatch is nl_fail_everywhere(PROTOCOL) naming both calls), then (an
- * allgather) put the inputs in rank order into recvbuf, or (an allreduce)
- * reduce them in rank order, the order of the gather algorithm
- * (kernels/ring.h), so results are bitwise the gather's and the same on
- * every rank. Waits in poll(2) on the mesh's sockets. Errors: ABORTED (the
- * comm failed), REMOTE naming a peer that closed, TIMEOUT naming the peers
- * not heard from within st->timeout_s, PROTOCOL; each through nl_fail. */
-xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op);
+/* ---- channel.c ---- */
+/* Allocate the FIFOs of every channel and connect the ring, one link per
+ * channel and one for fingerprints (st->fp): listen for the previous rank,
+ * exchange handles through the store, connect to the next and accept from
+ * the previous (non-blocking calls retried until st->timeout_s). Errors: NO_MEMORY, TIMEOUT naming the peer, the plugin's
+ * status with its message. */
+xcoll_status nl_channels_setup(nl_state *st);
+/* Close the net comms and free the FIFOs (idempotent). */
+void nl_channels_free(nl_state *st);
 
+/* ---- proxy.c ---- */
+xcoll_status nl_proxy_start(nl_state *st);
+/* Receives to keep posted ahead per connection over net (device): the
+ * plugin's properties.recvs_ahead capped at XCOLL_STEPS, else 1. */
+int nl_recvs_ahead(const xcoll_net_v1 *net, int device);
+/* Stop and join (st->stopping must be set and proxy_cond signalled). */
+void nl_proxy_join(nl_state *st);
+/* The worker's progress hook (xc_work.progress; ctx is its nl_channel,
+ * whose st points back to the state): runs the channel's proxy step when no
+ * other thread is running it (trylock), so the thread that waits on a slot
+ * also moves it over the network, with no hand-off to the proxy thread.
+ * A wait on a counter of a net connection: from the NL_SPINS_BEFORE_POLL-th
+ * idle pass (spins) on, when the plugin has get_fds, it sleeps in poll(2)
+ * on the channel's sockets for at most NL_POLL_MS and returns 1 (0 when it
+ * did not sleep). A wait on a counter of a transport with a wait hook
+ * (shm): that hook's. Failures go through nl_fail, which raises the
+ * kernels' abort flag. */
+int nl_proxy_progress_hook(void *ctx, const xc_atomic_u64 *counter,
+                           uint64_t target, uint64_t spins);
+/* The worker's notify hook (xc_work.notify, set only when a direction of
+ * the channel has a transport with a posted hook): passes the kernel's
+ * post of a step to the transport of each direction posted (shm wakes a
+ * peer that sleeps on the counter). */
+void nl_proxy_notify_hook(void *ctx, int flags);
+/* Before a normal comm_destroy: wait (up to timeout_s) until every slot a
+ * kernel filled has been sent, so that the last collective's data reaches
+ * the next rank before the connections close. */
+void nl_proxy_drain(nl_state *st);
+
+/* ---- mesh.c ---- */
 /* One idle pass of a thread that drives the mesh (spins: idle passes so
  * far, waited_s: seconds since the last progress): the fingerprint step
  * every 64 passes, the deferred fingerprints made due at 256, then a
@@ -592,11 +583,33 @@ xcoll_status nl_mesh_drive(nl_state *st, nl_mesh_step_fn step,
  * tests every link anyway), -1 when the plugin names no descriptor. */
 int nl_mesh_poll(nl_state *st, int timeout_ms);
 
+/* ---- bruck.c ---- */
+/* Bytes of mesh_out and of mesh_in: a header per link and P blocks. */
+#define NL_BRUCK_BUFFER_BYTES(p)                                               \
+  (NL_BRUCK_MAX_LINKS * NL_BRUCK_HEADER_BYTES + (size_t)(p)*NL_GATHER_MAX_BYTES)
+/* 1 when bruck.c can run op (filled by fill_work) on this comm: st->bruck,
+ * an allreduce (or barrier), or an allgather, over LL of at most
+ * NL_GATHER_MAX_BYTES per rank's input. The same answer on every rank: it
+ * depends on the arguments and on what the ranks agreed at init. Whether
+ * it does run op is engine.c's choice (fill_work). */
+int nl_bruck_can_run(const nl_state *st, const nl_op *op);
+/* Run op on the calling thread (channel 0's item): allgather every rank's
+ * input with Bruck's algorithm over the mesh, each message carrying the
+ * sender's fingerprint, which the receiver compares with its own (a
+ * mismatch is nl_fail_everywhere(PROTOCOL) naming both calls), then (an
+ * allgather) put the inputs in rank order into recvbuf, or (an allreduce)
+ * reduce them in rank order, the order of the gather algorithm
+ * (kernels/ring.h), so results are bitwise the gather's and the same on
+ * every rank. Waits in poll(2) on the mesh's sockets. Errors: ABORTED (the
+ * comm failed), REMOTE naming a peer that closed, TIMEOUT naming the peers
+ * not heard from within st->timeout_s, PROTOCOL; each through nl_fail. */
+xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op);
+
 /* ---- pairwise.c ---- */
-/* 1 when op (filled by fill_work) runs pairwise.c on this comm:
+/* 1 when pairwise.c can run op (filled by fill_work) on this comm:
  * st->pairwise, an allreduce over SIMPLE of at least one element. The same
- * answer on every rank. */
-int nl_pairwise_applies(const nl_state *st, const nl_op *op);
+ * answer on every rank; engine.c's fill_work chooses. */
+int nl_pairwise_can_run(const nl_state *st, const nl_op *op);
 /* Run op on the calling thread (channel 0's item). The buffer is cut into
  * the ring's pieces (kernels/ring.h xc_ring_allreduce with work.nchannels
  * channels: piece c of a loop is reduced by ring position c) and each
@@ -619,13 +632,14 @@ int nl_pairwise_applies(const nl_state *st, const nl_op *op);
 xcoll_status nl_pairwise_run(nl_state *st, nl_channel *ch, nl_op *op);
 
 /* ---- rabenseifner.c ---- */
-/* 1 when this comm runs Rabenseifner's allreduce in place of the pairwise
- * one: st->rabenseifner (agreed at init) and a world size that is a power
- * of two. */
+/* 1 when this comm can run Rabenseifner's allreduce: st->rabenseifner
+ * (agreed at init) and a world size that is a power of two. */
 int nl_rabenseifner_on(const nl_state *st);
-/* 1 when op runs rabenseifner.c: nl_rabenseifner_on and
- * nl_pairwise_applies. The same answer on every rank. */
-int nl_rabenseifner_applies(const nl_state *st, const nl_op *op);
+/* 1 when rabenseifner.c can run op (filled by fill_work) on this comm:
+ * nl_rabenseifner_on, the mesh of every rank and its stage (st->pairwise),
+ * an allreduce over SIMPLE of at least one element. The same answer on
+ * every rank; engine.c's fill_work chooses. */
+int nl_rabenseifner_can_run(const nl_state *st, const nl_op *op);
 /* Run op on the calling thread (channel 0's item): Rabenseifner's
  * allreduce, a reduce-scatter by recursive halving and an allgather by
  * recursive doubling over the mesh (R. Rabenseifner, ICCS 2004; Thakur,
@@ -645,5 +659,10 @@ xcoll_status nl_rabenseifner_run(nl_state *st, nl_channel *ch, nl_op *op);
 xcoll_status nl_workers_start(nl_state *st);
 void nl_workers_join(nl_state *st);
 extern const xcoll_backend_coll_ops nl_coll_ops;
+
+/* ---- nccl_like.c ---- */
+/* Tests only (tests/nccl_like/test_nl_engine.c): when non-NULL, comm_init
+ * uses this plugin instead of xcoll_net_select's. */
+extern const xcoll_net_v1 *nl_net_override;
 
 #endif

@@ -69,7 +69,7 @@ typedef struct pw_link {
   xcoll_net_request *recv_req[NL_PAIRWISE_DEPTH];
 } pw_link;
 
-int nl_pairwise_applies(const nl_state *st, const nl_op *op) {
+int nl_pairwise_can_run(const nl_state *st, const nl_op *op) {
   const xc_work *w = &op->work;
   return st->pairwise && w->kind == XC_COLL_ALLREDUCE &&
          w->proto == XC_PROTO_SIMPLE && w->count > 0;

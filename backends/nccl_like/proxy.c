@@ -80,11 +80,6 @@ int nl_recvs_ahead(const xcoll_net_v1 *net, int device) {
 /* Descriptors one comm may give to poll (a socket comm has at most 16). */
 #define NL_POLL_MAX_FDS 16
 
-const char *nl_net_last_error(void) {
-  const char *message = xcoll_net_last_error();
-  return message && message[0] ? message : "(the plugin gave no reason)";
-}
-
 
 /* The channel's proxy step: each direction whose transport has one. */
 static xcoll_status channel_step(nl_state *st, nl_channel *ch,

@@ -50,8 +50,11 @@ int nl_rabenseifner_on(const nl_state *st) {
   return st->rabenseifner && p >= 2 && (p & (p - 1)) == 0;
 }
 
-int nl_rabenseifner_applies(const nl_state *st, const nl_op *op) {
-  return nl_rabenseifner_on(st) && nl_pairwise_applies(st, op);
+int nl_rabenseifner_can_run(const nl_state *st, const nl_op *op) {
+  const xc_work *w = &op->work;
+  return nl_rabenseifner_on(st) && st->pairwise &&
+         w->kind == XC_COLL_ALLREDUCE && w->proto == XC_PROTO_SIMPLE &&
+         w->count > 0;
 }
 
 /* One direction of the current exchange: `total` elements in units of at
