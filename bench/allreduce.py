@@ -4,7 +4,10 @@
 One run measures, for each world size and each message size, in-place float32
 sum allreduce on:
   xcoll-<backend>  tools/xcoll-perf under XCOLL_BACKEND=<backend> (tcp, and
-                   ucx when it is compiled in), in-place columns
+                   ucx when it is compiled in), in-place columns; the variant
+                   nccl_like-net is nccl_like with XCOLL_SHM_DISABLE=1 (every
+                   connection through the proxy over the net plugin, the
+                   transport between hosts)
   gloo             bench/torch_allreduce.py (torch.distributed, gloo backend)
   ompi-sm          bench/mpi_allreduce.c under mpirun, Open MPI's default
                    shared-memory transport (btl vader/sm)
@@ -130,6 +133,13 @@ def json_rows(text):
 
 # ---- xcoll ----
 
+# Backend variants: a name --backends takes -> (XCOLL_BACKEND, extra environment).
+VARIANTS = {"nccl_like-net": ("nccl_like", {"XCOLL_SHM_DISABLE": "1"})}
+
+
+def backend_env(name):
+    return VARIANTS.get(name, (name, {}))
+
 def xcoll_backends_built(build):
     """Backends listed by xcoll-info, or None when it cannot say."""
     info = os.path.join(build, "tools", "xcoll-info")
@@ -182,7 +192,7 @@ def run_xcoll(peer, backend, perf, world_size, sizes, args, logdir):
             env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size),
                        LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                       XCOLL_BACKEND=backend)
+                       XCOLL_BACKEND=backend_env(backend)[0], **backend_env(backend)[1])
             log_path = os.path.join(logdir, f"{peer.name}-np{world_size}-{band['sizes'][0]}-rank{rank}.log")
             logs.append(log_path)
             log = open(log_path, "w")
@@ -281,16 +291,15 @@ def fmt_ratio(a, b):
     return f"{a / b:.2f}" if a and b else "-"
 
 
-def table(peers, reference, world_size, sizes):
-    gloo = next((p for p in peers if p.name == "gloo"), None)
-    ompi_tcp = next((p for p in peers if p.name == "ompi-tcp"), None)
+def table(peers, reference, world_size, sizes, compare=("gloo", "ompi-tcp")):
+    others = [next((p for p in peers if p.name == name), None) for name in compare]
     head = ["size"]
     for peer in peers:
         head += [f"{peer.name} us", f"{peer.name} GB/s"]
     if reference:
         r = reference.name
-        head += [f"busbw {r}/gloo", f"busbw {r}/ompi-tcp",
-                 f"latency {r}/gloo", f"latency {r}/ompi-tcp"]
+        head += [f"busbw {r}/{name}" for name in compare]
+        head += [f"latency {r}/{name}" for name in compare]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" for _ in head) + "|"]
     for size in sizes:
         row = [human_bytes(size)]
@@ -302,11 +311,11 @@ def table(peers, reference, world_size, sizes):
         if reference:
             ref = reference.results.get((world_size, size))
             t_ref = ref["time_us"] if ref else None
-            t_gloo = (gloo.results.get((world_size, size)) or {}).get("time_us") if gloo else None
-            t_ompi = (ompi_tcp.results.get((world_size, size)) or {}).get("time_us") if ompi_tcp else None
+            times = [(o.results.get((world_size, size)) or {}).get("time_us") if o else None
+                     for o in others]
             # busbw ratio = inverse time ratio (same size, same factor).
-            row += [fmt_ratio(t_gloo, t_ref), fmt_ratio(t_ompi, t_ref),
-                    fmt_ratio(t_ref, t_gloo), fmt_ratio(t_ref, t_ompi)]
+            row += [fmt_ratio(t, t_ref) for t in times]
+            row += [fmt_ratio(t_ref, t) for t in times]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -314,6 +323,9 @@ def table(peers, reference, world_size, sizes):
 def main():
     parser = argparse.ArgumentParser(
         description="xcoll allreduce vs torch.distributed gloo vs Open MPI (one run, one table)")
+    parser.add_argument("--compare", default="gloo ompi-tcp",
+                        help='peers the first xcoll backend is divided by in the ratio '
+                             'columns (default "gloo ompi-tcp")')
     parser.add_argument("--sizes", default="4K:64M",
                         help="MIN:MAX in bytes, doubling (K/M/G suffixes), or a comma list (default 4K:64M)")
     parser.add_argument("--from", dest="from_bytes", default=None,
@@ -360,7 +372,7 @@ def main():
         if not os.access(perf, os.X_OK):
             peer.missing = (f"{perf} not built (cmake -S {ROOT} -B {build} && "
                             f"cmake --build {build} -j2)")
-        elif built is not None and backend not in built:
+        elif built is not None and backend_env(backend)[0] not in built:
             peer.missing = (f"backend {backend} not compiled in"
                             + (" (apt-get install libucx-dev, configure with -DXCOLL_WITH_UCX=ON)"
                                if backend == "ucx" else ""))
@@ -418,7 +430,8 @@ def main():
     report += [f"- {n}" for n in notes] + ([""] if notes else [])
     shown = [p for p in peers if not p.missing]
     for world_size in world_sizes:
-        report += [f"## world size {world_size}", "", table(shown, reference, world_size, sizes), ""]
+        report += [f"## world size {world_size}", "",
+                   table(shown, reference, world_size, sizes, args.compare.split()), ""]
     text = "\n".join(report)
     print(text)
     if args.out:

@@ -226,8 +226,6 @@ typedef struct nl_channel {
    * channel's item: it paces the fingerprint step on channel 0. */
   unsigned fp_polls;
   double wait_since; /* the hook: when the current wait began (nl_now) */
-  unsigned shm_idle_passes; /* the hook: passes of a wait on shm since the
-                               last sleep (transport/shm.c) */
   /* The worker is inside xc_ring_run (read by the proxy). */
   _Atomic int busy;
   /* Held (trylock only) by the one thread that runs this channel's proxy
@@ -335,6 +333,10 @@ typedef struct nl_state {
    * unregistered host memory, agreed at init: SIMPLE allreduces run
    * pairwise.c over the mesh. */
   int pairwise;
+  /* Some rank set XCOLL_PAIRWISE=1 (agreed at init): the pairwise
+   * allreduce stays on even where every ring connection is shm
+   * (channel.c: pick_transports turns the "auto" one off there). */
+  int pairwise_forced;
   /* XCOLL_RABENSEIFNER (default 1), agreed at init: with pairwise and P a
    * power of two, SIMPLE allreduces run rabenseifner.c over the mesh. */
   int rabenseifner;

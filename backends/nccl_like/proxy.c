@@ -310,10 +310,15 @@ static void *proxy_main(void *arg) {
     nl_fp_progress(st, &progress);
     if (atomic_load(&st->failed))
       continue;
+    /* Counters the kernels moved are progress for the watchdog, but no
+     * work for this thread: over shm they move on every step while the
+     * proxy has nothing to do, and passing again at once would take a core
+     * from the ranks. Only its own moves make it pass again without a
+     * nap. */
     uint64_t kernel = kernel_counters(st);
     if (kernel != last_kernel) {
       last_kernel = kernel;
-      progress = 1;
+      last_progress = nl_now();
     }
     if (progress) {
       last_progress = nl_now();

@@ -49,6 +49,14 @@
  * bound on noticing a dead neighbour, far inside the 1 s the fault tests
  * allow. */
 #define NL_SHM_CHECK_S 0.002
+/* A waiting kernel spins this long (seconds; with a sched_yield per pass
+ * once it has spun XC_SPINS_BEFORE_YIELD passes, kernels/device.h) before
+ * it sleeps on the FIFO's event count. With more ranks than cores the
+ * yields hand the core to the rank that holds the data, which a futex
+ * wake-up does slower: at P=4 on 2 cores an 8 B allreduce (gather over
+ * LL) took 25-27 us with 20 us of spinning, 50 us sleeping after 8 passes
+ * and 26-31 us with 1 ms of spinning (docs/nccl_like.md, "Transports"). */
+#define NL_SHM_SPIN_S 20e-6
 /* Longest futex sleep of a waiting kernel (nanoseconds): the abort flag,
  * the peers' sockets and the fingerprints are looked at between sleeps. */
 #define NL_SHM_SLEEP_NS 1000000L
@@ -583,9 +591,8 @@ static void futex_wake_all(_Atomic uint32_t *word) {
                 NULL, 0);
 }
 
-/* A kernel that spun long enough (st->spin_s when every rank has a core,
- * else a few passes: spinning takes the core the peer needs) sleeps on the
- * FIFO's event count until the peer posts (shm_posted) or NL_SHM_SLEEP_NS.
+/* A kernel that spun NL_SHM_SPIN_S sleeps on the FIFO's event count until
+ * the peer posts (shm_posted) or NL_SHM_SLEEP_NS.
  * The count is bumped after the post's release store and read before the
  * counter is checked again, both in sequentially consistent order, so a
  * post is never slept through. */
@@ -601,10 +608,8 @@ static int shm_wait(nl_state *st, nl_channel *ch,
     }
     pthread_mutex_unlock(&shm->check_lock);
   }
-  if (st->spin_s > 0 ? waited_s < st->spin_s
-                     : ch->shm_idle_passes++ < NL_SPINS_BEFORE_POLL)
+  if (waited_s < NL_SHM_SPIN_S)
     return 0;
-  ch->shm_idle_passes = 0;
   nl_fifo_mem *fifo = fifo_of(ch, counter);
   uint32_t seen = atomic_load(&fifo->wake_seq);
   atomic_fetch_add(&fifo->waiters, 1);
