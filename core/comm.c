@@ -72,10 +72,19 @@ xcoll_status xcoll_comm_check(xcoll_comm *comm) {
     pthread_mutex_lock(&comm->error_lock);
     memcpy(reason, comm->broken_message, sizeof reason);
     pthread_mutex_unlock(&comm->error_lock);
-    return xcoll_error(comm, (xcoll_status)broken,
-                       "communicator %llu is unusable after an earlier "
-                       "error; destroy it. The error was: %s",
-                       (unsigned long long)comm->comm_id, reason);
+    /* Logged once: a program with thousands of requests queued on a comm
+     * that broke gets one line, not one per request. */
+    if (atomic_exchange(&comm->broken_warned, 1) == 0)
+      return xcoll_error(comm, (xcoll_status)broken,
+                         "communicator %llu is unusable after an earlier "
+                         "error; destroy it (every later call fails the "
+                         "same way, without another log line). The error "
+                         "was: %s",
+                         (unsigned long long)comm->comm_id, reason);
+    return xcoll_error_quiet(comm, (xcoll_status)broken,
+                             "communicator %llu is unusable after an earlier "
+                             "error; destroy it. The error was: %s",
+                             (unsigned long long)comm->comm_id, reason);
   }
   return XCOLL_SUCCESS;
 }
@@ -197,6 +206,7 @@ static xcoll_comm *comm_new(void) {
   }
   pthread_mutex_init(&comm->error_lock, NULL);
   atomic_init(&comm->broken_status, XCOLL_SUCCESS);
+  atomic_init(&comm->broken_warned, 0);
   atomic_init(&comm->aborted, 0);
   comm->local_rank = -1;
   comm->local_world_size = -1;

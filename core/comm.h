@@ -71,6 +71,8 @@ typedef struct xcoll_comm {
   /* Set once the communicator is broken (peer failure, timeout, abort): the
    * status later calls fail with. */
   _Atomic int broken_status;
+  /* The "unusable after an earlier error" line was logged (once). */
+  _Atomic int broken_warned;
   _Atomic int aborted;
 
   pthread_mutex_t error_lock;

@@ -20,6 +20,11 @@ xcoll_status xcoll_error(struct xcoll_comm *comm, xcoll_status status,
 
 /* Copy the calling thread's last message into comm (after a call into a
  * package that has no comm, such as the store). Returns status. */
+/* As xcoll_error without the WARN line: for a failure already logged once
+ * (a broken communicator's later calls). */
+xcoll_status xcoll_error_quiet(struct xcoll_comm *comm, xcoll_status status,
+                               const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 xcoll_status xcoll_error_adopt(struct xcoll_comm *comm, xcoll_status status);
 
 #endif

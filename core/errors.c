@@ -82,6 +82,18 @@ xcoll_status xcoll_error(struct xcoll_comm *comm, xcoll_status status,
   return status;
 }
 
+xcoll_status xcoll_error_quiet(struct xcoll_comm *comm, xcoll_status status,
+                               const char *fmt, ...) {
+  char message[XCOLL_ERROR_BYTES];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(message, sizeof message, fmt, ap);
+  va_end(ap);
+  memcpy(thread_error, message, sizeof thread_error);
+  comm_store_message(comm, message);
+  return status;
+}
+
 xcoll_status xcoll_error_adopt(struct xcoll_comm *comm, xcoll_status status) {
   comm_store_message(comm, thread_error);
   return status;

@@ -204,6 +204,26 @@ if(TARGET xcollrun)
         LABELS "faults;ucx" ENVIRONMENT XCOLL_BACKEND=ucx PROCESSORS 2)
     endif()
   endforeach()
+
+  # A comm that breaks with 20000 requests queued fails each of them with a
+  # few log lines in all, on every backend.
+  add_executable(fault_quiet ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_quiet.c)
+  target_link_libraries(fault_quiet PRIVATE xcoll_static m)
+  set(_quiet_backends tcp)
+  if(XCOLL_HAVE_UCX)
+    list(APPEND _quiet_backends ucx)
+  endif()
+  if(XCOLL_HAVE_NCCL_LIKE)
+    list(APPEND _quiet_backends nccl_like)
+  endif()
+  foreach(backend IN LISTS _quiet_backends)
+    add_test(NAME faults.quiet_failure.${backend}
+      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_quiet.sh
+              $<TARGET_FILE:xcollrun> $<TARGET_FILE:fault_quiet>)
+    set_tests_properties(faults.quiet_failure.${backend} PROPERTIES TIMEOUT 90
+      LABELS "faults;${backend}" ENVIRONMENT XCOLL_BACKEND=${backend}
+      PROCESSORS 2)
+  endforeach()
 else()
   message(STATUS "xcoll: tools/xcollrun.c missing: multi-process tests skipped")
 endif()

@@ -156,6 +156,11 @@ static xcoll_status op_finish(nl_state *st, nl_op *op) {
   free(op);
   if (status == XCOLL_SUCCESS)
     return XCOLL_SUCCESS;
+  /* Every op in flight fails with the comm's cause: one log line for all
+   * of them (a program may have thousands queued). */
+  if (message[0] && atomic_exchange(&st->fail_reported, 1) != 0)
+    return xcoll_error_quiet(st->comm, status, "%s failed: %s", name,
+                             message);
   if (message[0])
     return xcoll_error(st->comm, status, "%s failed: %s", name, message);
   return xcoll_error(st->comm, status,

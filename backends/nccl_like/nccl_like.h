@@ -391,6 +391,7 @@ typedef struct nl_state {
   /* A GPU rank (the comm is bound to a CUDA device), else NULL. */
   nl_gpu *gpu;
   _Atomic int failed;                    /* nonzero once fail_status is set */
+  _Atomic int fail_reported; /* an op's failure was logged (engine.c) */
   xcoll_status fail_status;              /* under lock */
   char fail_message[XCOLL_ERROR_BYTES];  /* under lock */
   /* Set by the watcher when the store connection broke: rank 0 is gone. */
