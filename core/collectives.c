@@ -20,6 +20,46 @@ static int is_floating(xcoll_datatype dtype) {
 
 /* ---- validation ---- */
 
+/* Send and receive buffers on this rank may be the same (in place:
+ * allreduce, broadcast, reduce), or the send buffer may be this rank's
+ * slice of the receive buffer (in-place allgather) or the receive buffer
+ * this rank's slice of the send buffer (in-place reduce_scatter), as NCCL
+ * defines in-place operation; any other overlap would be read after it was
+ * written. Called with count > 0 and both buffers used on this rank. */
+static xcoll_status check_overlap(xcoll_comm *comm, const xcoll_coll_args *args,
+                                  const char *name, size_t element) {
+  size_t world = (size_t)comm->world_size, rank = (size_t)comm->rank;
+  size_t block = args->count * element; /* cannot overflow: validated */
+  size_t send_bytes = block, recv_bytes = block;
+  uintptr_t send = (uintptr_t)args->sendbuf, recv = (uintptr_t)args->recvbuf;
+  uintptr_t in_place = send; /* where sendbuf may sit inside recvbuf */
+  const char *form = "sendbuf == recvbuf";
+  if (args->kind == XCOLL_COLL_ALLGATHER) {
+    recv_bytes = block * world;
+    in_place = recv + rank * block;
+    form = "sendbuf == recvbuf + rank * sendcount elements";
+  } else if (args->kind == XCOLL_COLL_REDUCE_SCATTER) {
+    send_bytes = block * world;
+    in_place = recv; /* recvbuf == sendbuf + rank * block */
+    if (recv >= rank * block && recv - rank * block == send)
+      return XCOLL_SUCCESS;
+    form = "recvbuf == sendbuf + rank * recvcount elements";
+  } else {
+    in_place = recv;
+  }
+  if (args->kind != XCOLL_COLL_REDUCE_SCATTER && send == in_place)
+    return XCOLL_SUCCESS;
+  int disjoint = send + send_bytes <= recv || recv + recv_bytes <= send;
+  if (disjoint)
+    return XCOLL_SUCCESS;
+  return xcoll_error(comm, XCOLL_ERR_INVALID_ARGUMENT,
+                     "xcoll_%s: sendbuf (%zu B at %p) and recvbuf (%zu B at "
+                     "%p) overlap without being in place: use separate "
+                     "buffers, or the in-place form (%s)",
+                     name, send_bytes, args->sendbuf, recv_bytes,
+                     args->recvbuf, form);
+}
+
 static xcoll_status validate(xcoll_comm *comm, const xcoll_coll_args *args,
                              int nonblocking, const xcoll_request_t *request) {
   const char *name = xcoll_coll_name(args->kind);
@@ -72,10 +112,11 @@ static xcoll_status validate(xcoll_comm *comm, const xcoll_coll_args *args,
   if (args->count > max_elements)
     return xcoll_error(comm, XCOLL_ERR_INVALID_ARGUMENT,
                        "xcoll_%s: %s=%zu elements of %s is more than %zu "
-                       "(PTRDIFF_MAX bytes); a negative count converted to "
-                       "size_t looks like this",
+                       "elements (%zu B each: PTRDIFF_MAX bytes); a negative "
+                       "count converted to size_t looks like this",
                        name, count_name, args->count,
-                       xcoll_datatype_name(args->dtype), max_elements);
+                       xcoll_datatype_name(args->dtype), max_elements,
+                       element);
   if ((args->kind == XCOLL_COLL_ALLGATHER ||
        args->kind == XCOLL_COLL_REDUCE_SCATTER) &&
       args->count > max_elements / (size_t)comm->world_size)
@@ -102,6 +143,8 @@ static xcoll_status validate(xcoll_comm *comm, const xcoll_coll_args *args,
                        "xcoll_%s: recvbuf is NULL with %s=%zu%s", name,
                        count_name, args->count,
                        args->kind == XCOLL_COLL_REDUCE ? " on the root" : "");
+  if (needs_send && needs_recv)
+    return check_overlap(comm, args, name, element);
   return XCOLL_SUCCESS;
 }
 

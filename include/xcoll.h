@@ -326,7 +326,10 @@ XCOLL_API xcoll_status xcoll_comm_transport(xcoll_comm_t comm,
  *  XCOLL_ERR_INVALID_ARGUMENT: NULL buffer with count > 0, count * element
  *    size overflows size_t, unknown dtype or op, XCOLL_AVG on an integer
  *    type, root outside [0, world_size), a non-NULL stream on a host backend,
- *    a buffer in CUDA device memory on a host rank.
+ *    a buffer in CUDA device memory on a host rank, sendbuf and recvbuf
+ *    that overlap without being the in-place form (sendbuf == recvbuf;
+ *    allgather: sendbuf == recvbuf + rank * sendcount elements;
+ *    reduce_scatter: recvbuf == sendbuf + rank * recvcount elements).
  *    The message names the argument. Nothing is sent: peers are not affected
  *    only if every rank makes the same mistake.
  *  XCOLL_ERR_INVALID_USAGE: comm destroyed or NULL.

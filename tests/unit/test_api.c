@@ -223,6 +223,51 @@ static void test_bad_arguments(void **state) {
   assert_int_equal(xcoll_barrier(comm), XCOLL_SUCCESS);
 }
 
+/* Send and receive buffers that overlap without being the in-place form
+ * are refused before anything moves (the receive would overwrite input not
+ * yet read); identical buffers, the in-place slices and adjacent buffers
+ * pass. A world of one: rank 0's slice is the buffer's start. */
+static void test_overlapping_buffers(void **state) {
+  xcoll_comm_t comm = *state;
+  float buf[16] = {0};
+  assert_int_equal(
+      xcoll_allreduce(buf, buf + 1, 4, XCOLL_FLOAT32, XCOLL_SUM, comm),
+      XCOLL_ERR_INVALID_ARGUMENT);
+  expect_message_has(comm, "overlap");
+  expect_message_has(comm, "in-place form");
+  assert_int_equal(
+      xcoll_allreduce(buf + 3, buf, 4, XCOLL_FLOAT32, XCOLL_SUM, comm),
+      XCOLL_ERR_INVALID_ARGUMENT);
+  assert_int_equal(xcoll_broadcast(buf, buf + 2, 4, XCOLL_FLOAT32, 0, comm),
+                   XCOLL_ERR_INVALID_ARGUMENT);
+  assert_int_equal(
+      xcoll_reduce(buf + 1, buf, 4, XCOLL_FLOAT32, XCOLL_SUM, 0, comm),
+      XCOLL_ERR_INVALID_ARGUMENT);
+  assert_int_equal(xcoll_allgather(buf + 1, buf, 2, XCOLL_FLOAT32, comm),
+                   XCOLL_ERR_INVALID_ARGUMENT);
+  expect_message_has(comm, "rank * sendcount");
+  assert_int_equal(
+      xcoll_reduce_scatter(buf, buf + 1, 2, XCOLL_FLOAT32, XCOLL_SUM, comm),
+      XCOLL_ERR_INVALID_ARGUMENT);
+  expect_message_has(comm, "rank * recvcount");
+  /* Allowed: in place, and buffers that touch without overlapping. */
+  assert_int_equal(xcoll_allreduce(buf, buf, 4, XCOLL_FLOAT32, XCOLL_SUM, comm),
+                   XCOLL_SUCCESS);
+  assert_int_equal(
+      xcoll_allreduce(buf, buf + 4, 4, XCOLL_FLOAT32, XCOLL_SUM, comm),
+      XCOLL_SUCCESS);
+  assert_int_equal(
+      xcoll_allreduce(buf + 4, buf, 4, XCOLL_FLOAT32, XCOLL_SUM, comm),
+      XCOLL_SUCCESS);
+  assert_int_equal(xcoll_allgather(buf, buf, 4, XCOLL_FLOAT32, comm),
+                   XCOLL_SUCCESS);
+  assert_int_equal(
+      xcoll_reduce_scatter(buf, buf, 4, XCOLL_FLOAT32, XCOLL_SUM, comm),
+      XCOLL_SUCCESS);
+  assert_int_equal(xcoll_broadcast(buf, buf, 4, XCOLL_FLOAT32, 0, comm),
+                   XCOLL_SUCCESS);
+}
+
 /* A negative count passed as size_t, for every dtype (1-byte ones too, whose
  * byte count does not overflow size_t) and every collective with a count:
  * rejected before any buffer is touched. A buffer of 16 bytes would be
@@ -495,6 +540,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_collectives_world_of_one, make_world,
                                       destroy_world),
       cmocka_unit_test_setup_teardown(test_bad_arguments, make_world,
+                                      destroy_world),
+      cmocka_unit_test_setup_teardown(test_overlapping_buffers, make_world,
                                       destroy_world),
       cmocka_unit_test_setup_teardown(test_negative_counts, make_world,
                                       destroy_world),
