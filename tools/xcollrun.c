@@ -12,8 +12,11 @@
  *
  * Unless XCOLL_AUTH_TOKEN or XCOLL_AUTH_FILE is set, a single-node job gets a
  * fresh random secret in XCOLL_AUTH_TOKEN (docs/security.md), so that no
- * process outside the job can join its store or its ranks. Ranks die with
- * xcollrun (PR_SET_PDEATHSIG), so killing it never leaves orphans.
+ * process outside the job can join its store or its ranks. Each rank runs
+ * under a keeper process that leads the rank's process group and dies
+ * with xcollrun (PR_SET_PDEATHSIG), killing the whole group then, so that
+ * killing xcollrun, even by SIGKILL, leaves no rank nor anything a rank
+ * started (a wrapper script's children) running.
  *
  * One thread, one poll() loop over the ranks' pipes and a signalfd that
  * delivers SIGCHLD, SIGINT, SIGTERM and SIGHUP. xcollrun's own messages go to
@@ -642,20 +645,87 @@ static int open_rank_log(const options *o, int attempt, int local_rank,
   return fd;
 }
 
-/* In the child, after fork: environment, pipes, signals, exec. */
+/* The keeper of one rank: the process xcollrun forks, leader of the
+ * rank's process group and a child subreaper. It runs the rank as its
+ * child and waits. When the rank exits, it kills what the rank left in its
+ * group (a wrapper's children) and exits the same way; when xcollrun dies,
+ * even by SIGKILL, the kernel sends it SIGUSR1 (PR_SET_PDEATHSIG) and it
+ * kills the whole group. PR_SET_PDEATHSIG alone reaches only the direct
+ * child: a rank started through `bash -c prog` would leave prog running.
+ * The signals xcollrun forwards to the group (SIGTERM, SIGINT, SIGHUP)
+ * stay blocked here: the rank decides what they do. Returns in the rank's
+ * process (child), never in the keeper. */
+static void keep_rank(pid_t launcher) {
+  sigset_t wanted;
+  sigemptyset(&wanted);
+  sigaddset(&wanted, SIGUSR1);
+  sigaddset(&wanted, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &wanted, NULL);
+  /* If xcollrun died before this line, the signal was never armed:
+   * getppid() then names another process. */
+  if (prctl(PR_SET_PDEATHSIG, SIGUSR1) != 0 || getppid() != launcher)
+    _exit(127);
+  setpgid(0, 0);
+  (void)prctl(PR_SET_CHILD_SUBREAPER, 1);
+  pid_t keeper = getpid();
+  pid_t rank = fork();
+  if (rank < 0)
+    _exit(127);
+  if (rank == 0) {
+    /* The rank dies with its keeper (whose death means xcollrun's). */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != keeper)
+      _exit(127);
+    return;
+  }
+  for (;;) {
+    siginfo_t info;
+    if (sigwaitinfo(&wanted, &info) < 0)
+      continue;
+    if (info.si_signo == SIGUSR1) {
+      kill(0, SIGKILL); /* the whole group, this process with it */
+      _exit(137);
+    }
+    int status;
+    pid_t done;
+    while ((done = waitpid(-1, &status, WNOHANG)) > 0) {
+      if (done != rank)
+        continue; /* an orphan of the rank's, adopted here */
+      /* What the rank left behind goes with it; then its exit status
+       * (or its signal) becomes this process's, as xcollrun reads it. */
+      /* This process steps out of the group (into xcollrun's) so that
+       * SIGKILL to the group spares it; SIGTERM where it cannot. */
+      if (setpgid(0, getpgid(launcher)) == 0)
+        kill(-keeper, SIGKILL);
+      else
+        kill(0, SIGTERM); /* blocked here */
+      while (waitpid(-1, NULL, WNOHANG) > 0) {
+      }
+      if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        signal(sig, SIG_DFL);
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, sig);
+        sigprocmask(SIG_UNBLOCK, &one, NULL);
+        raise(sig);
+      }
+      _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+    }
+  }
+}
+
+/* In the child, after fork: the keeper (keep_rank), then in the rank's
+ * process environment, pipes, signals, exec. */
 static void __attribute__((noreturn))
 exec_rank(const options *o, int port, int attempt, const rank_process *r,
           int out_fd, int err_fd, const sigset_t *original_mask,
           pid_t launcher) {
-  /* Die with xcollrun, even by SIGKILL; if it died before this line, the
-   * signal was never armed: getppid() then names another process. */
-  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != launcher)
-    _exit(127);
-  setpgid(0, 0);
+  keep_rank(launcher);
   if (dup2(out_fd, STDOUT_FILENO) < 0 || dup2(err_fd, STDERR_FILENO) < 0)
     _exit(127);
   /* SIGPIPE was ignored in xcollrun; the program gets the defaults back */
   signal(SIGPIPE, SIG_DFL);
+  signal(SIGUSR1, SIG_DFL);
   sigprocmask(SIG_SETMASK, original_mask, NULL);
 
   int world_size = o->nnodes * o->nproc_per_node;
@@ -980,6 +1050,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill the launcher */
+  /* Orphans of the ranks' keepers come here to be reaped, not to init. */
+  (void)prctl(PR_SET_CHILD_SUBREAPER, 1);
 
   int exit_code = 1;
   for (int attempt = 0; attempt <= o.max_restarts; attempt++) {

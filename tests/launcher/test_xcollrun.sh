@@ -2,7 +2,8 @@
 # test_xcollrun.sh - the launcher (tools/xcollrun.c) end to end: output
 # prefixing, torchrun's environment per rank, failure handling (a failing
 # rank stops the others, signals are named, SIGKILL after the grace period),
-# signal forwarding, --max-restarts, bad flags. Every run is bounded by
+# signal forwarding, no orphans after a SIGKILL of xcollrun, --max-restarts,
+# bad flags. Every run is bounded by
 # `timeout`, so a launcher that hangs fails the test instead of blocking it.
 #
 # usage: test_xcollrun.sh path/to/xcollrun [path/to/xcoll-trace-merge]
@@ -89,6 +90,40 @@ exec 3<&-
 wait $launcher
 expect_eq "interrupted launcher exits 128+SIGINT" 130 $?
 expect_eq "every rank got SIGINT" 2 "$(grep -c 'got INT' "$WORK/out")"
+
+# ---- no orphans: a wrapper's children die with a SIGKILLed xcollrun ----
+# Each rank is `bash -c 'sleep 300 & ... wait'`: the sleep is the wrapper's
+# child, not xcollrun's. Once both have written their sleep's pid, xcollrun
+# gets SIGKILL; within 10 s (polled) both sleeps must be gone. Before each
+# rank had a keeper that kills its process group, they ran on for 300 s.
+rm -f "$WORK/orphan".*
+"$XCOLLRUN" --nproc-per-node 2 --master-port 0 bash -c \
+  'sleep 300 & echo $! >'"$WORK"'/orphan.$RANK.tmp; mv '"$WORK"'/orphan.$RANK.tmp '"$WORK"'/orphan.$RANK; wait' \
+  >/dev/null 2>&1 &
+launcher=$!
+for _ in $(seq 200); do
+  [ -s "$WORK/orphan.0" ] && [ -s "$WORK/orphan.1" ] && break
+  sleep 0.05
+done
+# (xcollrun itself, not under timeout: the SIGKILL must reach it; it is
+# killed below whatever happens)
+orphans="$(cat "$WORK/orphan.0" "$WORK/orphan.1" 2>/dev/null | tr '\n' ' ')"
+expect_eq "both wrappers started a child" 2 "$(echo $orphans | wc -w)"
+kill -KILL $launcher
+wait $launcher 2>/dev/null
+left=$orphans
+for _ in $(seq 200); do
+  left=""
+  for pid in $orphans; do kill -0 "$pid" 2>/dev/null && left="$left $pid"; done
+  [ -z "$left" ] && break
+  sleep 0.05
+done
+if [ -z "$left" ]; then
+  pass "a wrapper's children die with a SIGKILLed xcollrun"
+else
+  fail "still running after xcollrun's SIGKILL:$left"
+  kill -KILL $left 2>/dev/null
+fi
 
 # ---- restarts ----
 counter="$WORK/attempts"
