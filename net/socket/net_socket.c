@@ -118,6 +118,11 @@
  * (core/stranger.h). */
 #define SOCK_MAX_PENDING 128
 #define SOCK_MAX_PENDING_PER_ADDRESS 64
+/* Tries of a connect whose listener closed it before answering (shed under
+ * a flood before its first message arrived; each try needs another 128
+ * strangers to arrive in that moment), before the close is taken as the
+ * listener's verdict. */
+#define SOCK_SILENT_CLOSE_RETRIES 8
 /* Pause between refused connection attempts (the listener may be slow to
  * drain its backlog), seconds. */
 #define SOCK_RETRY_S 0.02
@@ -991,6 +996,7 @@ typedef struct connecting {
   uint8_t in[SOCK_MAX_NSOCKS][SOCK_SERVER_ANSWER]; /* the server's answer */
   uint8_t nonce_mine[SOCK_MAX_NSOCKS][XCOLL_AUTH_NONCE_BYTES];
   double retry_at[SOCK_MAX_NSOCKS];
+  int silent_closes[SOCK_MAX_NSOCKS]; /* see SOCK_SILENT_CLOSE_RETRIES */
   double deadline;
   struct connecting *next;
 } connecting;
@@ -1098,9 +1104,21 @@ static xcoll_status connect_step(connecting *k, const xcoll_net_config *config,
                        SOCK_SERVER_ANSWER - k->io_done[i], MSG_DONTWAIT);
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
       return XCOLL_SUCCESS;
+    if (got <= 0 && k->io_done[i] == 0 &&
+        ++k->silent_closes[i] <= SOCK_SILENT_CLOSE_RETRIES) {
+      /* Closed before a byte of the answer: either the listener judged the
+       * hello wrong (another communicator or rank), or it shed this
+       * connection before its first message arrived (a listener under a
+       * flood of strangers that accepted it in the moment between the
+       * connect and the hello). The second passes on another try; the
+       * first fails the same way each time and ends below. */
+      errno = got == 0 ? ECONNRESET : errno;
+      goto refused;
+    }
     if (got <= 0)
-      /* The listener exists and took the hello, so this is its verdict (or
-       * its death), not a full backlog: retrying would meet the same. */
+      /* The listener took the hello and began its answer, so this is its
+       * verdict (or its death), not a full backlog: retrying would meet
+       * the same. */
       return net_fail(XCOLL_ERR_REMOTE,
                   "net socket: rank %d at %s closed rank %d's connection "
                   "during authentication (%s): it dropped it (do both ranks "
@@ -1357,6 +1375,13 @@ static int pending_step(sock_listen *l, int j, int expected_rank, double now) {
                    l->nonce, context);
       if (!xcoll_auth_verify("hello", context, p->nonce_peer, no_nonce,
                              p->buf + XCOLL_AUTH_OFFER_BYTES)) {
+        /* Answered (an offer and an empty proof) before the drop, as a
+         * mismatched offer is: a rank with another secret then fails at
+         * once, on the proof, instead of retrying a silent close. */
+        xcoll_auth_offer(p->buf, p->nonce_mine);
+        memset(p->buf + XCOLL_AUTH_OFFER_BYTES, 0, XCOLL_AUTH_PROOF_BYTES);
+        (void)send(p->fd, p->buf, SOCK_SERVER_ANSWER,
+                   MSG_DONTWAIT | MSG_NOSIGNAL);
         snprintf(why, sizeof why,
                  "its hello claims rank %d but its hello tag is wrong (it "
                  "does not know this job's secret)",
