@@ -614,9 +614,10 @@ def crowd_job(kind, per_target, flood):
         # its net listeners; tcp: the mesh listener).
         while job.poll() is None and time.time() - start < LIMIT_S:
             ranks = child_pids(job.pid)
-            found = startup_targets(kind, ranks, port)
-            owners = [p for p in ranks if startup_targets(kind, [p], port)]
-            if len(owners) >= 3 and found == targets:
+            per_rank = [startup_targets(kind, [p], port) for p in ranks]
+            found = sorted(sum(per_rank, []))
+            owners = [t for t in per_rank if t]
+            if len(owners) >= 3 and found and found == targets:
                 break  # a second scan found nothing new
             targets = found
             crowd.fill(targets, time.time() + 20)
