@@ -4,8 +4,8 @@
  * then build a full mesh of nsocks connections per pair, each introduced by a
  * checked HELLO header (tcp_hello.c). Every HELLO field is validated as the
  * unsigned value it is on the wire (both bounds); a connection to our
- * listener that sends a bad HELLO, or nothing, is dropped with a WARN and
- * startup goes on. */
+ * listener that sends a bad HELLO, or nothing, is dropped (logged at most
+ * once a second) and startup goes on; see MESH_MAX_PENDING_STRANGERS. */
 #define XCOLL_LOG_SUBSYS XCOLL_SUBSYS_NET /* log.h */
 #include <arpa/inet.h>
 #include <errno.h>

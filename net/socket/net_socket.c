@@ -21,14 +21,17 @@
  *           comm_id, nonce. Everything after the connect (hello,
  *           authentication, wire format) is the same on both kinds.
  *           The hello is followed by the job-secret exchange of
- *           core/auth.h, per socket: the client's offer; the server's
- *           offer | server proof; the client's proof (only with a secret).
+ *           core/auth.h, per socket: the client's offer and hello tag
+ *           (SOCK_CLIENT_SEND); the server's offer | server proof; the
+ *           client's proof (only with a secret).
  *   accept  takes every incoming connection, reads its hello without
  *           blocking and keeps it only when comm_id, nonce, rank and socket
  *           count match and it then passes the exchange; anything else (a
  *           port scanner, a connect+close, a late connection of another
- *           job, a process without this job's secret) is dropped with a
- *           WARN naming its address, and the accept goes on.
+ *           job, a process without this job's secret) is dropped, naming
+ *           its address (a WARN at most once a second, with a count), and
+ *           the accept goes on. Connections that have not proved the
+ *           secret are bounded and time out (SOCK_MAX_PENDING).
  *
  * Authentication never waits: connect and accept run each exchange as
  * steps of their per-socket stage machines, each step reading or writing
