@@ -4,8 +4,8 @@
  * then build a full mesh of nsocks connections per pair, each introduced by a
  * checked HELLO header (tcp_hello.c). Every HELLO field is validated as the
  * unsigned value it is on the wire (both bounds); a connection to our
- * listener that sends a bad HELLO, or nothing, is dropped with a WARN and
- * startup goes on. */
+ * listener that sends a bad HELLO, or nothing, is dropped (logged at most
+ * once a second) and startup goes on; see MESH_MAX_PENDING_STRANGERS. */
 #define XCOLL_LOG_SUBSYS XCOLL_SUBSYS_NET /* log.h */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -30,6 +30,7 @@
 #include "params.h"
 #include "socket.h"
 #include "store.h"
+#include "stranger.h"
 #include "tcp.h"
 #include "tcp_hello.h"
 
@@ -213,23 +214,41 @@ static void tune_socket(int fd) {
  * scan, a stranger) never holds up the others, and a connection that sends
  * something wrong is dropped with a WARN while startup goes on. */
 
-/* Incoming connections not yet introduced that we hold at once; beyond this a
- * flood of strangers is shed (the oldest first) so that it cannot exhaust
- * file descriptors. */
-#define MESH_MAX_PENDING_STRANGERS 64
+/* Incoming connections that have not yet sent a valid first message
+ * (HELLO, offer and hello tag, see below) that the listener holds at once,
+ * and how many of those may come from one peer address. Beyond either
+ * bound the oldest such connection (of the listener, or of that address)
+ * is closed to make room: a flood of strangers costs at most this many
+ * file descriptors, and a rank, whose first message is waiting at accept,
+ * is never the oldest silent one. A connection with a valid first message
+ * is never evicted; one whose first message is wrong is closed at once;
+ * one that stays silent for XCOLL_STRANGER_DEADLINE_S is closed
+ * (core/stranger.h). */
+#define MESH_MAX_PENDING_STRANGERS 256
+#define MESH_MAX_PENDING_PER_ADDRESS 128
+/* After accept fails for lack of descriptors with nothing to shed, the
+ * listener rests this long (seconds) instead of spinning on a readable
+ * backlog. */
+#define MESH_EMFILE_REST_S 0.05
 
 typedef enum { LINK_CONNECTOR = 1, LINK_ACCEPTOR = 2 } link_role;
 
-/* Bytes of each step: the caller's HELLO + offer; the reply HELLO + offer +
- * proof; the caller's proof (only with a job secret). */
-#define MESH_CALL_BYTES (XCOLL_WIRE_HEADER_BYTES + XCOLL_AUTH_OFFER_BYTES)
-#define MESH_REPLY_BYTES (MESH_CALL_BYTES + XCOLL_AUTH_PROOF_BYTES)
+/* Bytes of each step: the caller's HELLO + offer + hello tag; the reply
+ * HELLO + offer + proof; the caller's proof (only with a job secret). The
+ * hello tag is HMAC(secret, "hello" | context | caller's nonce | zeros)
+ * (auth.h's proof with role "hello" and a zero server nonce): it lets the
+ * listener tell a rank from a stranger from the first message on, before
+ * it answers, so that a rank's connection is never shed for a stranger's. */
+#define MESH_CALL_BYTES                                                        \
+  (XCOLL_WIRE_HEADER_BYTES + XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES)
+#define MESH_REPLY_BYTES                                                       \
+  (XCOLL_WIRE_HEADER_BYTES + XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES)
 
 /* What an accepted connection waits for. Its HELLO header is judged before
  * anything else is read, so a stranger learns nothing and costs little. */
 typedef enum {
   STAGE_HELLO = 0, /* the wire header of its HELLO */
-  STAGE_OFFER,     /* the authentication offer after it */
+  STAGE_OFFER,     /* the authentication offer and hello tag after it */
   STAGE_PROOF      /* answered; its proof of the job's secret */
 } link_stage;
 
@@ -243,6 +262,12 @@ typedef struct mesh_link {
   uint8_t buf[MESH_REPLY_BYTES];
   size_t have, need;
   char who[TCP_ADDR_BYTES + 48];
+  /* acceptor: when it was accepted (seconds), whether its first message was
+   * valid (then it is never evicted), and its peer address (the bytes of
+   * the IPv4 or IPv6 address) for the per-address bound */
+  double since;
+  int vouched;
+  uint8_t origin[16];
 } mesh_link;
 
 typedef struct mesh {
@@ -252,6 +277,8 @@ typedef struct mesh {
   int installed; /* sockets of the mesh that are ready */
   int expected;  /* (world_size - 1) * nsocks */
   double deadline;
+  double accept_rest_until; /* see MESH_EMFILE_REST_S */
+  xcoll_drop_tally drops;   /* rejected incoming connections, for the log */
 } mesh;
 
 static mesh_link *mesh_add(mesh *m, int fd, link_role role) {
@@ -275,9 +302,20 @@ static void link_drop(mesh_link *l) {
 }
 
 /* A connection the listener took that failed its introduction: the job goes
- * on without it. */
+ * on without it. A WARN at most once a second, with a count of the drops in
+ * between, so that a flood of strangers cannot flood the log; every drop is
+ * an INFO line (XCOLL_DEBUG=INFO). */
 static void link_reject(mesh *m, mesh_link *l, const char *why) {
-  XCOLL_WARN("tcp: rank %d drops %s: %s", m->st->rank, l->who, why);
+  unsigned long also = 0;
+  if (xcoll_drop_tally_note(&m->drops, xcoll_tcp_now(), &also)) {
+    if (also > 0)
+      XCOLL_WARN("tcp: rank %d drops %s: %s (and dropped %lu other "
+                 "unauthenticated connection(s) in the last second)",
+                 m->st->rank, l->who, why, also);
+    else
+      XCOLL_WARN("tcp: rank %d drops %s: %s", m->st->rank, l->who, why);
+  } else
+    XCOLL_INFO("tcp: rank %d drops %s: %s", m->st->rank, l->who, why);
   link_drop(l);
 }
 
@@ -311,7 +349,8 @@ static void acceptor_header(mesh *m, mesh_link *l) {
   l->need = MESH_CALL_BYTES;
 }
 
-/* An incoming connection sent its HELLO and its authentication offer. */
+/* An incoming connection sent its HELLO, its authentication offer and its
+ * hello tag: its whole first message. */
 static void acceptor_hello(mesh *m, mesh_link *l) {
   tcp_state *st = m->st;
   char why[XCOLL_WIRE_WHY_BYTES];
@@ -323,6 +362,18 @@ static void acceptor_hello(mesh *m, mesh_link *l) {
   }
   char context[XCOLL_AUTH_CONTEXT_BYTES];
   auth_context(st, peer, st->rank, index, context, sizeof context);
+  static const uint8_t no_nonce[XCOLL_AUTH_NONCE_BYTES];
+  if (!xcoll_auth_verify("hello", context, l->nonce_peer, no_nonce,
+                         l->buf + XCOLL_WIRE_HEADER_BYTES +
+                             XCOLL_AUTH_OFFER_BYTES)) {
+    snprintf(why, sizeof why,
+             "its HELLO claims rank %d but its hello tag is wrong (it does "
+             "not know this job's secret)",
+             peer);
+    link_reject(m, l, why);
+    return;
+  }
+  l->vouched = 1;
   uint8_t answer[XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES];
   xcoll_auth_offer(answer, l->nonce_mine);
   xcoll_auth_prove("server", context, l->nonce_peer, l->nonce_mine,
@@ -383,7 +434,8 @@ static xcoll_status connector_reply(mesh *m, mesh_link *l) {
   char context[XCOLL_AUTH_CONTEXT_BYTES];
   auth_context(st, st->rank, l->peer, l->index, context, sizeof context);
   if (!xcoll_auth_verify("server", context, l->nonce_mine, l->nonce_peer,
-                         l->buf + MESH_CALL_BYTES))
+                         l->buf + XCOLL_WIRE_HEADER_BYTES +
+                             XCOLL_AUTH_OFFER_BYTES))
     return xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
                        "tcp: rank %d: %s failed authentication: whoever "
                        "listens there does not know this job's secret "
@@ -414,14 +466,13 @@ static xcoll_status link_read(mesh *m, mesh_link *l) {
     const char *why = r == 0 ? "connection closed" : strerror(errno);
     if (l->role == LINK_ACCEPTOR) {
       /* A port scan or a connect+close: nothing of ours was lost. */
+      char reason[160];
       if (l->have == 0 && l->stage == STAGE_HELLO)
-        XCOLL_INFO("tcp: rank %d: %s closed before saying anything", st->rank,
-                   l->who);
+        snprintf(reason, sizeof reason, "it closed before saying anything");
       else
-        XCOLL_WARN("tcp: rank %d drops %s: %s in the middle of its %s",
-                   st->rank, l->who, why,
-                   l->stage == STAGE_PROOF ? "authentication" : "HELLO");
-      link_drop(l);
+        snprintf(reason, sizeof reason, "%s in the middle of its %s", why,
+                 l->stage == STAGE_PROOF ? "authentication" : "HELLO");
+      link_reject(m, l, reason);
       return XCOLL_SUCCESS;
     }
     return xcoll_error(st->comm, XCOLL_ERR_REMOTE,
@@ -432,9 +483,12 @@ static xcoll_status link_read(mesh *m, mesh_link *l) {
   l->have += (size_t)r;
   if (l->have < l->need) return XCOLL_SUCCESS;
   if (l->role == LINK_ACCEPTOR) {
-    if (l->stage == STAGE_HELLO)
+    if (l->stage == STAGE_HELLO) {
       acceptor_header(m, l);
-    else if (l->stage == STAGE_OFFER)
+      /* The offer and hello tag came with the header (a rank sends them in
+       * one send): read them now, so that one call vouches for a rank. */
+      if (l->fd >= 0) return link_read(m, l);
+    } else if (l->stage == STAGE_OFFER)
       acceptor_hello(m, l);
     else
       acceptor_proof(m, l);
@@ -443,7 +497,73 @@ static xcoll_status link_read(mesh *m, mesh_link *l) {
   return connector_reply(m, l);
 }
 
-/* Accept what the listener has. */
+/* The peer address of an accepted connection, as 16 bytes (IPv4 in the
+ * first 4), for the per-address bound. */
+static void origin_of(const struct sockaddr_storage *from, uint8_t out[16]) {
+  memset(out, 0, 16);
+  if (from->ss_family == AF_INET6)
+    memcpy(out, &((const struct sockaddr_in6 *)from)->sin6_addr, 16);
+  else if (from->ss_family == AF_INET)
+    memcpy(out, &((const struct sockaddr_in *)from)->sin_addr, 4);
+}
+
+/* Close the oldest incoming connection that has not sent a valid first
+ * message (of origin only, when origin is not NULL), after one last read
+ * of what it sent: a rank whose first message has just arrived is vouched
+ * for by that read and kept. Returns 1 when a slot was freed. */
+static int shed_oldest_stranger(mesh *m, const uint8_t *origin,
+                                const char *why) {
+  for (;;) {
+    mesh_link *oldest = NULL;
+    for (int k = 0; k < m->capacity; k++) {
+      mesh_link *l = &m->links[k];
+      if (l->fd < 0 || l->role != LINK_ACCEPTOR || l->vouched) continue;
+      if (origin && memcmp(l->origin, origin, sizeof l->origin) != 0) continue;
+      if (!oldest || l->since < oldest->since) oldest = l;
+    }
+    if (!oldest) return 0;
+    (void)link_read(m, oldest); /* acceptors never fail the mesh */
+    if (oldest->fd < 0) return 1; /* it was wrong or closed: dropped */
+    if (oldest->vouched) continue; /* a rank after all: keep it */
+    link_reject(m, oldest, why);
+    return 1;
+  }
+}
+
+/* Unvouched incoming connections in the table (of origin, when not NULL). */
+static int count_strangers(const mesh *m, const uint8_t *origin) {
+  int n = 0;
+  for (int k = 0; k < m->capacity; k++) {
+    const mesh_link *l = &m->links[k];
+    if (l->fd >= 0 && l->role == LINK_ACCEPTOR && !l->vouched &&
+        (!origin || memcmp(l->origin, origin, sizeof l->origin) == 0))
+      n++;
+  }
+  return n;
+}
+
+/* Close every incoming connection that has had XCOLL_STRANGER_DEADLINE_S
+ * to send a valid first message and has not (after one last read). */
+static void shed_silent_strangers(mesh *m) {
+  double now = xcoll_tcp_now();
+  for (int k = 0; k < m->capacity; k++) {
+    mesh_link *l = &m->links[k];
+    if (l->fd < 0 || l->role != LINK_ACCEPTOR || l->vouched ||
+        now - l->since < XCOLL_STRANGER_DEADLINE_S)
+      continue;
+    (void)link_read(m, l);
+    if (l->fd >= 0 && !l->vouched) {
+      char why[96];
+      snprintf(why, sizeof why, "no valid first message within %.1f s",
+               XCOLL_STRANGER_DEADLINE_S);
+      link_reject(m, l, why);
+    }
+  }
+}
+
+/* Accept what the listener has. Each new connection is read at once: a
+ * rank's first message is usually there already, and then it is vouched
+ * for before anything is shed. */
 static void mesh_accept(mesh *m) {
   tcp_state *st = m->st;
   for (;;) {
@@ -453,39 +573,53 @@ static void mesh_accept(mesh *m) {
                      SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno == EMFILE || errno == ENFILE)
-        XCOLL_WARN("tcp: rank %d: accept on %s: %s; shedding the oldest "
-                   "unintroduced connection",
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+          errno == ENOMEM) {
+        /* Out of descriptors: shed a stranger and try again; with none to
+         * shed, rest the listener a little (the backlog keeps the rest). */
+        char why[96];
+        snprintf(why, sizeof why, "accept: %s; shedding the oldest silent "
+                 "connection", strerror(errno));
+        if (shed_oldest_stranger(m, NULL, why)) continue;
+        XCOLL_WARN("tcp: rank %d: accept on %s: %s, and no unauthenticated "
+                   "connection to close; raise the descriptor limit "
+                   "(ulimit -n)",
                    st->rank, st->my_addr, strerror(errno));
-      else if (errno != EAGAIN && errno != EWOULDBLOCK)
+        m->accept_rest_until = xcoll_tcp_now() + MESH_EMFILE_REST_S;
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK)
         XCOLL_WARN("tcp: rank %d: accept on %s failed: %s", st->rank,
                    st->my_addr, strerror(errno));
-      if (errno == EMFILE || errno == ENFILE) {
-        for (int k = 0; k < m->capacity; k++)
-          if (m->links[k].fd >= 0 && m->links[k].role == LINK_ACCEPTOR) {
-            link_reject(m, &m->links[k], "too many open files");
-            break;
-          }
-      }
       return;
     }
+    uint8_t origin[16];
+    origin_of(&from, origin);
+    if (count_strangers(m, origin) >= MESH_MAX_PENDING_PER_ADDRESS)
+      shed_oldest_stranger(m, origin,
+                           "too many connections from its address waiting to "
+                           "introduce themselves");
+    if (count_strangers(m, NULL) >= MESH_MAX_PENDING_STRANGERS)
+      shed_oldest_stranger(m, NULL,
+                           "too many connections waiting to introduce "
+                           "themselves");
     mesh_link *l = mesh_add(m, fd, LINK_ACCEPTOR);
-    if (!l) {
-      /* Full of unintroduced connections: shed the oldest stranger. */
-      for (int k = 0; k < m->capacity && !l; k++)
-        if (m->links[k].fd >= 0 && m->links[k].role == LINK_ACCEPTOR) {
-          link_reject(m, &m->links[k],
-                      "too many connections waiting to introduce themselves");
-          l = mesh_add(m, fd, LINK_ACCEPTOR);
-        }
-      if (!l) {
-        close(fd);
-        continue;
-      }
-    }
+    if (!l && shed_oldest_stranger(m, NULL,
+                                   "too many connections waiting to "
+                                   "introduce themselves"))
+      l = mesh_add(m, fd, LINK_ACCEPTOR);
     char peer[64];
     xcoll_netaddr_format(&from, peer, sizeof peer);
+    if (!l) {
+      /* Every slot holds a connection with a valid first message: this
+       * one cannot be a rank we still wait for. */
+      mesh_link gone = {.fd = fd};
+      snprintf(gone.who, sizeof gone.who, "the connection from %s", peer);
+      link_reject(m, &gone, "every slot holds an introduced connection");
+      continue;
+    }
+    l->since = xcoll_tcp_now();
+    memcpy(l->origin, origin, sizeof l->origin);
     snprintf(l->who, sizeof l->who, "the connection from %s", peer);
+    (void)link_read(m, l);
   }
 }
 
@@ -503,11 +637,18 @@ static xcoll_status mesh_connect_up(mesh *m) {
                          "neither IPv4 host:port nor [IPv6]:port",
                          p, st->peers[p].addr);
     for (int i = 0; i < st->nsocks; i++) {
-      uint8_t offer[XCOLL_AUTH_OFFER_BYTES], nonce[XCOLL_AUTH_NONCE_BYTES];
-      xcoll_auth_offer(offer, nonce);
+      /* offer | hello tag (see MESH_CALL_BYTES) */
+      uint8_t first[XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES];
+      uint8_t nonce[XCOLL_AUTH_NONCE_BYTES];
+      static const uint8_t no_nonce[XCOLL_AUTH_NONCE_BYTES];
+      char context[XCOLL_AUTH_CONTEXT_BYTES];
+      xcoll_auth_offer(first, nonce);
+      auth_context(st, st->rank, p, i, context, sizeof context);
+      xcoll_auth_prove("hello", context, nonce, no_nonce,
+                       first + XCOLL_AUTH_OFFER_BYTES);
       int fd = connect_until(st, &sa, sa_len, m->deadline);
       if (fd < 0 && errno == ECANCELED) return XCOLL_ERR_REMOTE;
-      if (fd < 0 || send_hello(st, fd, p, i, offer, sizeof offer) != 0) {
+      if (fd < 0 || send_hello(st, fd, p, i, first, sizeof first) != 0) {
         int err = errno;
         if (fd >= 0) close(fd);
         return xcoll_error(st->comm,
@@ -563,7 +704,8 @@ static xcoll_status mesh_run(mesh *m) {
   double last_health = xcoll_tcp_now();
   while (s == XCOLL_SUCCESS && m->installed < m->expected) {
     int n = 0;
-    if (accepting) {
+    shed_silent_strangers(m);
+    if (accepting && xcoll_tcp_now() >= m->accept_rest_until) {
       pfds[n] = (struct pollfd){.fd = st->listen_fd, .events = POLLIN};
       which[n++] = -1;
     }
@@ -579,7 +721,12 @@ static xcoll_status mesh_run(mesh *m) {
     }
     s = check_job_health(st, &last_health);
     if (s != XCOLL_SUCCESS) break;
+    /* Wake at least every TCP_HEALTH_PERIOD_S, which also bounds how late a
+     * silent stranger is closed, and after an EMFILE rest. */
     if (ms > (int)(TCP_HEALTH_PERIOD_S * 1000)) ms = (int)(TCP_HEALTH_PERIOD_S * 1000);
+    if (accepting && m->accept_rest_until > xcoll_tcp_now() &&
+        ms > (int)(MESH_EMFILE_REST_S * 1000) + 1)
+      ms = (int)(MESH_EMFILE_REST_S * 1000) + 1;
     int ready = poll(pfds, (nfds_t)n, ms);
     if (ready < 0 && errno == EINTR) continue;
     if (ready < 0) {
@@ -598,6 +745,11 @@ static xcoll_status mesh_run(mesh *m) {
   }
   free(pfds);
   free(which);
+  unsigned long unlogged = xcoll_drop_tally_flush(&m->drops);
+  if (unlogged > 0)
+    XCOLL_WARN("tcp: rank %d dropped %lu more unauthenticated connection(s) "
+               "during startup",
+               st->rank, unlogged);
   return s;
 }
 

@@ -21,14 +21,17 @@
  *           comm_id, nonce. Everything after the connect (hello,
  *           authentication, wire format) is the same on both kinds.
  *           The hello is followed by the job-secret exchange of
- *           core/auth.h, per socket: the client's offer; the server's
- *           offer | server proof; the client's proof (only with a secret).
+ *           core/auth.h, per socket: the client's offer and hello tag
+ *           (SOCK_CLIENT_SEND); the server's offer | server proof; the
+ *           client's proof (only with a secret).
  *   accept  takes every incoming connection, reads its hello without
  *           blocking and keeps it only when comm_id, nonce, rank and socket
  *           count match and it then passes the exchange; anything else (a
  *           port scanner, a connect+close, a late connection of another
- *           job, a process without this job's secret) is dropped with a
- *           WARN naming its address, and the accept goes on.
+ *           job, a process without this job's secret) is dropped, naming
+ *           its address (a WARN at most once a second, with a count), and
+ *           the accept goes on. Connections that have not proved the
+ *           secret are bounded and time out (SOCK_MAX_PENDING).
  *
  * Authentication never waits: connect and accept run each exchange as
  * steps of their per-socket stage machines, each step reading or writing
@@ -103,11 +106,26 @@
 #include "net_plugin_log.h"
 #include "net_socket_wire.h"
 #include "netaddr.h"
+#include "stranger.h"
 
 /* NCCL_SOCKET_MIN_TASKSIZE: below this a message is not worth cutting. */
 #define SOCK_STRIPE_MIN (64u * 1024u)
-/* Incoming connections whose hello has not arrived yet, per listen comm. */
-#define SOCK_MAX_PENDING 32
+/* Incoming connections in their introduction, per listen comm, and of them
+ * how many without a valid first message may come from one peer address
+ * (all Unix-domain ones count as one address). Beyond either bound the
+ * oldest connection without a valid first message (of the listener, or of
+ * that address) is closed to make room, after one last read: a rank's first
+ * message is waiting at accept, so a rank is never the oldest silent one,
+ * and one with a valid first message is never shed. A wrong first message
+ * is closed at once, silence after XCOLL_STRANGER_DEADLINE_S
+ * (core/stranger.h). */
+#define SOCK_MAX_PENDING 128
+#define SOCK_MAX_PENDING_PER_ADDRESS 64
+/* Tries of a connect whose listener closed it before answering (shed under
+ * a flood before its first message arrived; each try needs another 128
+ * strangers to arrive in that moment), before the close is taken as the
+ * listener's verdict. */
+#define SOCK_SILENT_CLOSE_RETRIES 8
 /* Pause between refused connection attempts (the listener may be slow to
  * drain its backlog), seconds. */
 #define SOCK_RETRY_S 0.02
@@ -393,9 +411,14 @@ static xcoll_status decode_handle(const uint8_t *in, sock_handle *h) {
 
 /* ---- authentication of each data socket (core/auth.h) ---- */
 
-/* Sizes on the wire after the hello: the client's offer, the server's offer
- * and proof, the client's proof (only with a secret). */
-#define SOCK_CLIENT_SEND (SOCK_HELLO_BYTES + XCOLL_AUTH_OFFER_BYTES)
+/* Sizes on the wire: the client's first message (hello, offer, hello tag),
+ * the server's offer and proof, the client's proof (only with a secret).
+ * The hello tag is HMAC(secret, "hello" | context | client nonce | zeros)
+ * (auth.h's proof with role "hello" and a zero server nonce): a listener
+ * knows a rank from a stranger before it answers, and a connection with a
+ * valid first message is never shed for a stranger's. */
+#define SOCK_CLIENT_SEND                                                       \
+  (SOCK_HELLO_BYTES + XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES)
 #define SOCK_SERVER_ANSWER (XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES)
 
 /* The context both sides put into the proofs: it names the connection, down
@@ -819,7 +842,7 @@ static xcoll_status stage_deliver(sock_comm *c) {
 /* Stages of an incoming connection (see CONN_* for the other side). */
 enum {
   PEND_HELLO,  /* reading the hello */
-  PEND_OFFER,  /* reading the client's offer */
+  PEND_OFFER,  /* reading the client's offer and hello tag */
   PEND_ANSWER, /* sending offer | server proof */
   PEND_PROOF   /* reading the client's proof (with a secret) */
 };
@@ -830,10 +853,15 @@ typedef struct pending {
   int index;   /* its socket index, once the hello passed */
   size_t got;  /* bytes of the stage's read or send done */
   uint8_t hello[SOCK_HELLO_BYTES];
-  uint8_t buf[SOCK_SERVER_ANSWER]; /* offer or proof in; answer out */
+  /* offer | hello tag or proof in; answer out */
+  uint8_t buf[XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES];
   uint8_t nonce_peer[XCOLL_AUTH_NONCE_BYTES];
   uint8_t nonce_mine[XCOLL_AUTH_NONCE_BYTES];
-  double deadline;
+  double since;    /* accepted at (seconds) */
+  double deadline; /* since + XCOLL_STRANGER_DEADLINE_S; once vouched for,
+                      since + the config's timeout */
+  int vouched;     /* its first message was valid: never shed */
+  uint64_t origin; /* peer IPv4 address; 1 << 32 for a Unix-domain peer */
   char who[SOCK_ADDR_BYTES];
 } pending;
 
@@ -850,6 +878,7 @@ typedef struct sock_listen {
   int forming[SOCK_MAX_NSOCKS];
   int formed;
   char forming_who[SOCK_ADDR_BYTES];
+  xcoll_drop_tally drops; /* dropped incoming connections, for the log */
 } sock_listen;
 
 static double timeout_of(const xcoll_net_config *config) {
@@ -970,6 +999,7 @@ typedef struct connecting {
   uint8_t in[SOCK_MAX_NSOCKS][SOCK_SERVER_ANSWER]; /* the server's answer */
   uint8_t nonce_mine[SOCK_MAX_NSOCKS][XCOLL_AUTH_NONCE_BYTES];
   double retry_at[SOCK_MAX_NSOCKS];
+  int silent_closes[SOCK_MAX_NSOCKS]; /* see SOCK_SILENT_CLOSE_RETRIES */
   double deadline;
   struct connecting *next;
 } connecting;
@@ -1030,6 +1060,12 @@ static xcoll_status connect_step(connecting *k, const xcoll_net_config *config,
                     .nonce = k->target.nonce};
     sock_hello_encode(&h, k->out[i]);
     xcoll_auth_offer(k->out[i] + SOCK_HELLO_BYTES, k->nonce_mine[i]);
+    static const uint8_t no_nonce[XCOLL_AUTH_NONCE_BYTES];
+    char context[XCOLL_AUTH_CONTEXT_BYTES];
+    auth_context(config->comm_id, config->rank, k->peer_rank, i,
+                 k->target.nonce, context);
+    xcoll_auth_prove("hello", context, k->nonce_mine[i], no_nonce,
+                     k->out[i] + SOCK_HELLO_BYTES + XCOLL_AUTH_OFFER_BYTES);
     struct sockaddr_un ua;
     socklen_t ulen = unix_address(k->target.nonce, &ua);
     int rc = k->over_unix ? connect(fd, (struct sockaddr *)&ua, ulen)
@@ -1071,9 +1107,21 @@ static xcoll_status connect_step(connecting *k, const xcoll_net_config *config,
                        SOCK_SERVER_ANSWER - k->io_done[i], MSG_DONTWAIT);
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
       return XCOLL_SUCCESS;
+    if (got <= 0 && k->io_done[i] == 0 &&
+        ++k->silent_closes[i] <= SOCK_SILENT_CLOSE_RETRIES) {
+      /* Closed before a byte of the answer: either the listener judged the
+       * hello wrong (another communicator or rank), or it shed this
+       * connection before its first message arrived (a listener under a
+       * flood of strangers that accepted it in the moment between the
+       * connect and the hello). The second passes on another try; the
+       * first fails the same way each time and ends below. */
+      errno = got == 0 ? ECONNRESET : errno;
+      goto refused;
+    }
     if (got <= 0)
-      /* The listener exists and took the hello, so this is its verdict (or
-       * its death), not a full backlog: retrying would meet the same. */
+      /* The listener took the hello and began its answer, so this is its
+       * verdict (or its death), not a full backlog: retrying would meet
+       * the same. */
       return net_fail(XCOLL_ERR_REMOTE,
                   "net socket: rank %d at %s closed rank %d's connection "
                   "during authentication (%s): it dropped it (do both ranks "
@@ -1230,9 +1278,26 @@ static xcoll_status socket_connect(int device, const xcoll_net_config *config,
   return XCOLL_SUCCESS;
 }
 
+/* Log a dropped incoming connection: a WARN at most once a second, with a
+ * count of the drops in between, so that strangers do not decide how much
+ * a rank warns; every drop is an INFO line. */
+static void log_drop(sock_listen *l, const char *who, const char *why) {
+  unsigned long also = 0;
+  if (!xcoll_drop_tally_note(&l->drops, now_s(), &also))
+    net_info("net socket: rank %d dropped a connection from %s to %s: %s",
+             l->config.rank, who, l->addr, why);
+  else if (also > 0)
+    net_warn("net socket: rank %d dropped a connection from %s to %s: %s "
+             "(and %lu other unauthenticated connection(s) in the last "
+             "second)",
+             l->config.rank, who, l->addr, why, also);
+  else
+    net_warn("net socket: rank %d dropped a connection from %s to %s: %s",
+             l->config.rank, who, l->addr, why);
+}
+
 static void drop_pending(sock_listen *l, int j, const char *why) {
-  net_warn("net socket: rank %d dropped a connection from %s to %s: %s",
-       l->config.rank, l->pending[j].who, l->addr, why);
+  log_drop(l, l->pending[j].who, why);
   close(l->pending[j].fd);
   l->pending[j] = l->pending[--l->npending];
 }
@@ -1267,8 +1332,14 @@ static int pending_read(sock_listen *l, int j, uint8_t *dst, size_t need,
   if (got > 0) p->got += (size_t)got;
   if (p->got == need) return 1;
   if (now >= p->deadline) {
-    snprintf(why, sizeof why, "no complete %s within the timeout (%.1f s)",
-             what, timeout_of(&l->config));
+    if (p->vouched)
+      snprintf(why, sizeof why, "no complete %s within the timeout (%.1f s)",
+               what, timeout_of(&l->config));
+    else
+      snprintf(why, sizeof why,
+               "no valid first message within %.1f s (it sent %zu bytes of "
+               "its %s)",
+               XCOLL_STRANGER_DEADLINE_S, p->got, what);
     drop_pending(l, j, why);
     return -1;
   }
@@ -1293,12 +1364,38 @@ static int pending_step(sock_listen *l, int j, int expected_rank, double now) {
     p->got = 0;
   }
   if (p->stage == PEND_OFFER) {
-    int r = pending_read(l, j, p->buf, XCOLL_AUTH_OFFER_BYTES, now,
-                         "authentication offer");
+    int r = pending_read(l, j, p->buf,
+                         XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES, now,
+                         "authentication offer and hello tag");
     if (r != 1) return r < 0;
     char reason[160];
     int bad = xcoll_auth_parse_offer(p->buf, p->nonce_peer, reason,
                                      sizeof reason);
+    if (!bad) {
+      static const uint8_t no_nonce[XCOLL_AUTH_NONCE_BYTES];
+      int claimed = (int)sock_get_u32(p->hello + 12);
+      auth_context(l->config.comm_id, claimed, l->config.rank, p->index,
+                   l->nonce, context);
+      if (!xcoll_auth_verify("hello", context, p->nonce_peer, no_nonce,
+                             p->buf + XCOLL_AUTH_OFFER_BYTES)) {
+        /* Answered (an offer and an empty proof) before the drop, as a
+         * mismatched offer is: a rank with another secret then fails at
+         * once, on the proof, instead of retrying a silent close. */
+        xcoll_auth_offer(p->buf, p->nonce_mine);
+        memset(p->buf + XCOLL_AUTH_OFFER_BYTES, 0, XCOLL_AUTH_PROOF_BYTES);
+        (void)send(p->fd, p->buf, SOCK_SERVER_ANSWER,
+                   MSG_DONTWAIT | MSG_NOSIGNAL);
+        snprintf(why, sizeof why,
+                 "its hello claims rank %d but its hello tag is wrong (it "
+                 "does not know this job's secret)",
+                 claimed);
+        drop_pending(l, j, why);
+        return 1;
+      }
+      /* A rank: from now on it has the whole timeout and is never shed. */
+      p->vouched = 1;
+      p->deadline = now + timeout_of(&l->config);
+    }
     /* The answer goes out even to a mismatched offer (with an empty proof),
      * so that the connecting rank reads the same reason from its own side
      * of the comparison instead of a bare closed connection. */
@@ -1371,6 +1468,39 @@ authenticated:
   return 1;
 }
 
+/* Pending connections without a valid first message (from origin only,
+ * when by_origin). */
+static int count_strangers(const sock_listen *l, int by_origin,
+                           uint64_t origin) {
+  int n = 0;
+  for (int j = 0; j < l->npending; j++)
+    if (!l->pending[j].vouched &&
+        (!by_origin || l->pending[j].origin == origin))
+      n++;
+  return n;
+}
+
+/* Close the oldest pending connection without a valid first message (from
+ * origin only, when by_origin), after one last step of what it sent: a
+ * rank whose first message has just arrived is vouched for by that step
+ * and kept. Returns 1 when an entry was freed. */
+static int shed_oldest(sock_listen *l, int expected_rank, double now,
+                       int by_origin, uint64_t origin, const char *why) {
+  for (;;) {
+    int oldest = -1;
+    for (int j = 0; j < l->npending; j++) {
+      const pending *p = &l->pending[j];
+      if (p->vouched || (by_origin && p->origin != origin)) continue;
+      if (oldest < 0 || p->since < l->pending[oldest].since) oldest = j;
+    }
+    if (oldest < 0) return 0;
+    if (pending_step(l, oldest, expected_rank, now)) return 1; /* it left */
+    if (l->pending[oldest].vouched) continue; /* a rank after all */
+    drop_pending(l, oldest, why);
+    return 1;
+  }
+}
+
 static xcoll_status socket_accept(xcoll_net_listen_comm *listen_comm,
                                   int expected_rank,
                                   xcoll_net_recv_comm **recv_comm) {
@@ -1380,7 +1510,9 @@ static xcoll_status socket_accept(xcoll_net_listen_comm *listen_comm,
     return net_fail(XCOLL_ERR_INVALID_ARGUMENT,
                 "net socket: accept with a NULL listen_comm or recv_comm");
   double now = now_s();
-  /* Take every connection waiting in either backlog. */
+  /* Take every connection waiting in either backlog, reading each at once:
+   * a rank's first message is usually there already, and then it is
+   * vouched for before anything is shed. */
   for (int over_unix = 0; over_unix < 2; over_unix++) {
     int lfd = over_unix ? l->ufd : l->fd;
     while (lfd >= 0) {
@@ -1392,30 +1524,63 @@ static xcoll_status socket_accept(xcoll_net_listen_comm *listen_comm,
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
             errno == ECONNABORTED)
           break;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+            errno == ENOMEM) {
+          /* Out of descriptors: shed a stranger and try again; with none
+           * to shed, the backlog keeps the rest until the next call. */
+          char why[96];
+          snprintf(why, sizeof why,
+                   "accept: %s; shedding the oldest silent connection",
+                   strerror(errno));
+          int err = errno;
+          if (shed_oldest(l, expected_rank, now, 0, 0, why)) continue;
+          static atomic_int warned;
+          if (atomic_exchange(&warned, 1) == 0)
+            net_warn("net socket: rank %d: accept on %s%s: %s, and no "
+                     "unauthenticated connection to close; raise the "
+                     "descriptor limit (ulimit -n)",
+                     l->config.rank, l->addr, over_unix ? " (unix)" : "",
+                     strerror(err));
+          break;
+        }
         return net_fail(XCOLL_ERR_SYSTEM,
                         "net socket: accept on %s%s failed: %s", l->addr,
                         over_unix ? " (unix)" : "", strerror(errno));
       }
       char who[SOCK_ADDR_BYTES];
+      uint64_t origin;
       if (over_unix) {
         /* a rank of this host: named by this host's address */
         char ip[INET_ADDRSTRLEN];
         inet_ntop(AF_INET, &device_addr.publish_addr, ip, sizeof ip);
         snprintf(who, sizeof who, "%s (unix)", ip);
-      } else
+        origin = (uint64_t)1 << 32;
+      } else {
         format_addr((const struct sockaddr_in *)&from, who);
-      if (l->npending == SOCK_MAX_PENDING) {
-        net_warn("net socket: rank %d dropped a connection from %s to %s: %d "
-                 "connections are already waiting for their hello",
-                 l->config.rank, who, l->addr, SOCK_MAX_PENDING);
+        origin = ((const struct sockaddr_in *)&from)->sin_addr.s_addr;
+      }
+      if (count_strangers(l, 1, origin) >= SOCK_MAX_PENDING_PER_ADDRESS)
+        shed_oldest(l, expected_rank, now, 1, origin,
+                    "too many connections from its address waiting to "
+                    "introduce themselves");
+      if (l->npending == SOCK_MAX_PENDING &&
+          !shed_oldest(l, expected_rank, now, 0, 0,
+                       "too many connections waiting to introduce "
+                       "themselves")) {
+        /* Every entry has a valid first message: this one cannot be the
+         * rank this accept waits for. */
+        log_drop(l, who, "every slot holds an introduced connection");
         close(fd);
         continue;
       }
       pending *p = &l->pending[l->npending++];
       memset(p, 0, sizeof *p);
       p->fd = fd;
-      p->deadline = now + timeout_of(&l->config);
+      p->since = now;
+      p->deadline = now + XCOLL_STRANGER_DEADLINE_S;
+      p->origin = origin;
       snprintf(p->who, sizeof p->who, "%s", who);
+      (void)pending_step(l, l->npending - 1, expected_rank, now);
     }
   }
   /* Read hellos and run the exchange; keep the good, drop the rest. */
@@ -1633,6 +1798,11 @@ static void socket_close_listen(xcoll_net_listen_comm *listen_comm) {
   sock_listen *l = (sock_listen *)listen_comm;
   if (l == NULL) return;
   for (int j = 0; j < l->npending; j++) close(l->pending[j].fd);
+  unsigned long unlogged = xcoll_drop_tally_flush(&l->drops);
+  if (unlogged > 0)
+    net_warn("net socket: rank %d dropped %lu more unauthenticated "
+             "connection(s) to %s",
+             l->config.rank, unlogged, l->addr);
   for (int i = 0; i < SOCK_MAX_NSOCKS; i++)
     if (l->forming[i] >= 0) close(l->forming[i]);
   close(l->fd);

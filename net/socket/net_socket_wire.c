@@ -69,7 +69,7 @@ const char *sock_handle_decode(const uint8_t *in, sock_handle *h, char *why,
 void sock_hello_encode(const sock_hello *h, uint8_t *out) {
   memset(out, 0, SOCK_HELLO_BYTES);
   sock_put_u32(out, SOCK_HELLO_MAGIC);
-  sock_put_u16(out + 4, SOCK_VERSION);
+  sock_put_u16(out + 4, SOCK_HELLO_VERSION);
   sock_put_u16(out + 6, (uint16_t)h->index);
   sock_put_u16(out + 8, (uint16_t)h->nsocks);
   sock_put_u32(out + 12, (uint32_t)h->rank);
@@ -85,9 +85,11 @@ const char *sock_hello_judge(const uint8_t *in, uint64_t nonce,
     snprintf(why, why_bytes, "its first bytes are not a socket plugin hello");
     return why;
   }
-  if (sock_get_u16(in + 4) != SOCK_VERSION) {
-    snprintf(why, why_bytes, "hello version %u, expected %d",
-             sock_get_u16(in + 4), SOCK_VERSION);
+  if (sock_get_u16(in + 4) != SOCK_HELLO_VERSION) {
+    snprintf(why, why_bytes,
+             "hello version %u, expected %d (ranks of different xcoll "
+             "builds?)",
+             sock_get_u16(in + 4), SOCK_HELLO_VERSION);
     return why;
   }
   if (sock_get_u16(in + 10) != 0) {

@@ -13,8 +13,11 @@
  *   abstract Unix-domain socket named by its nonce (sock_unix_name), which
  *   a connector whose host id equals the handle's may use instead of TCP.
  *   hello (SOCK_HELLO_BYTES):
- *     magic u32 "XNSC" | version u16 | socket index u16 | nsocks u16 | 0 u16 |
- *     rank u32 | comm_id u64 | the listener's nonce u64
+ *     magic u32 "XNSC" | version u16 (SOCK_HELLO_VERSION) | socket index u16
+ *     | nsocks u16 | 0 u16 | rank u32 | comm_id u64 | the listener's nonce u64
+ *   The hello is followed by the authentication offer (core/auth.h) and,
+ *   since hello version 2, a hello tag (net_socket.c): the three are the
+ *   connection's first message.
  *   message header (SOCK_HEADER_BYTES):
  *     magic u32 "XNSM" | tag u32 | size u64 (bytes) */
 #ifndef XCOLL_NET_SOCKET_WIRE_H
@@ -27,7 +30,11 @@
 #define SOCK_HANDLE_MAGIC 0x48534e58u /* bytes "XNSH" */
 #define SOCK_HELLO_MAGIC 0x43534e58u  /* bytes "XNSC" */
 #define SOCK_MSG_MAGIC 0x4d534e58u    /* bytes "XNSM" */
-#define SOCK_VERSION 1
+#define SOCK_VERSION 1 /* of the handle */
+/* Of the hello. 2: the offer after the hello is followed by a hello tag, an
+ * HMAC of the job's secret, so that a listener tells a rank from a stranger
+ * from the first message on (a version 1 peer is told so, not left hanging). */
+#define SOCK_HELLO_VERSION 2
 #define SOCK_HANDLE_BYTES 32
 #define SOCK_HELLO_BYTES 32
 #define SOCK_HEADER_BYTES 16

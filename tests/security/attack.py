@@ -24,9 +24,26 @@ only when the job behaved as it must:
             127.0.0.1 only, and on every interface with XCOLL_STORE_BIND=0.0.0.0
             (read from /proc/net/tcp and tcp6; "::" counts as every
             interface).
+  crowd KIND N
+            a 4-rank job whose rank 3 starts only once a stranger holds N idle
+            connections (as many as the backlog takes) on every startup
+            listener of ranks 0-2, found as a stranger finds them; the
+            stranger keeps topping them up to N, on every listener of all
+            ranks, until the job ends. KIND: unix (nccl_like's socket net
+            plugin, abstract names @xcoll-net-socket-* from /proc/net/unix),
+            tcpnet (the same plugin with XCOLL_SOCKET_UNIX=0, ports from
+            /proc/net/tcp), mesh (the tcp backend's startup listener). The
+            job must finish with correct results, well within
+            XCOLL_TIMEOUT_S, and warn about dropped connections at most
+            once a second per listener.
+  flood KIND
+            the same, but the stranger holds 70 idle connections per
+            listener and meanwhile connects and closes in a loop.
 
-usage: attack.py MODE BUILD_DIR"""
+usage: attack.py MODE BUILD_DIR [KIND [N]]"""
+import errno
 import os
+import re
 import signal
 import socket
 import struct
@@ -35,8 +52,10 @@ import sys
 import time
 
 MODE, BUILD = sys.argv[1], sys.argv[2]
+ARGS = sys.argv[3:]
 XCOLLRUN = os.path.join(BUILD, "tools", "xcollrun")
 PERF = os.path.join(BUILD, "tools", "xcoll-perf")
+HOLD_LISTEN = os.path.join(BUILD, "tests", "libxcoll_hold_listen.so")
 # Bound every wait: a busy 2-core machine is slow, a hung job is a failure.
 LIMIT_S = 150
 
@@ -413,6 +432,250 @@ def mode_bind():
             fail("with %r the store listens on %s, not %s" % (extra, got, want))
 
 
-{"orphans": mode_orphans, "bind": mode_bind, "stranger": mode_stranger, "scan": mode_scan, "dying": mode_dying,
+def socket_inodes(pids):
+    """Inodes of the sockets pids hold open (from /proc/PID/fd)."""
+    inodes = set()
+    for pid in pids:
+        try:
+            fds = os.listdir("/proc/%d/fd" % pid)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    return inodes
+
+
+def unix_listener_names(pids):
+    """Abstract Unix-domain names of the socket net plugin's listeners held
+    by pids, as anyone reads them in /proc/net/unix ("@xcoll-net-socket-*",
+    flag __SO_ACCEPTCON = listening)."""
+    inodes = socket_inodes(pids)
+    names = set()
+    try:
+        lines = open("/proc/net/unix").read().splitlines()[1:]
+    except OSError:
+        return names
+    for line in lines:
+        f = line.split()
+        if (len(f) >= 8 and f[7].startswith("@xcoll-net-socket-")
+                and int(f[3], 16) & 0x10000 and f[6] in inodes):
+            names.add(f[7])
+    return names
+
+
+class Crowd:
+    """A stranger's idle connections, per target: ("unix", "@name") or
+    ("tcp", port). Non-blocking connects: a full backlog refuses (Unix) or
+    leaves the connect pending (TCP); either way the stranger goes on."""
+
+    def __init__(self, per_target):
+        self.per_target = per_target
+        self.held = {}    # target -> list of sockets
+        self.opened = 0   # connections the listeners took
+        self.lost = 0     # of them, closed by a listener
+
+    def _open(self, target):
+        kind, where = target
+        fam = socket.AF_UNIX if kind == "unix" else socket.AF_INET
+        try:
+            s = socket.socket(fam, socket.SOCK_STREAM)
+        except OSError:  # the stranger's own descriptors ran out
+            return None
+        s.setblocking(False)
+        addr = "\0" + where[1:] if kind == "unix" else ("127.0.0.1", where)
+        try:
+            s.connect(addr)
+        except (BlockingIOError, InterruptedError):
+            if kind == "unix":  # EAGAIN: the backlog is full
+                s.close()
+                return None
+        except OSError:
+            s.close()
+            return None
+        return s
+
+    def prune(self):
+        """Forget connections a listener closed (readable: EOF or RST)."""
+        for target, socks in self.held.items():
+            keep = []
+            for s in socks:
+                try:
+                    got = s.recv(1, socket.MSG_PEEK)
+                    closed = got == b""
+                except (BlockingIOError, InterruptedError):
+                    closed = False
+                except OSError as e:
+                    closed = e.errno not in (errno.ENOTCONN,)
+                if closed:
+                    s.close()
+                    self.lost += 1
+                else:
+                    keep.append(s)
+            self.held[target] = keep
+
+    def fill(self, targets, deadline):
+        """Top every target up to per_target connections (until one is
+        refused or deadline)."""
+        for target in targets:
+            socks = self.held.setdefault(target, [])
+            while len(socks) < self.per_target and time.time() < deadline:
+                s = self._open(target)
+                if s is None:
+                    break
+                socks.append(s)
+                self.opened += 1
+
+    def knock(self, targets):
+        """One connect+close on every target (the flood)."""
+        for target in targets:
+            s = self._open(target)
+            if s is not None:
+                s.close()
+                self.opened += 1
+
+    def close(self):
+        for socks in self.held.values():
+            for s in socks:
+                s.close()
+        self.held = {}
+
+
+def startup_targets(kind, pids, store_port):
+    if kind == "unix":
+        return [("unix", n) for n in sorted(unix_listener_names(pids))]
+    return [("tcp", p) for p in sorted(listening_ports(pids))
+            if p != store_port]
+
+
+def check_drop_warnings(out, took_s):
+    """At most one WARN about dropped connections a second per listener
+    (plus the closing count): strangers do not decide how much a rank
+    warns."""
+    per_listener = {}
+    for line in out.splitlines():
+        if " WARN " not in line or " more unauthenticated" in line:
+            continue
+        m = re.search(r"rank (\d+) dropped a connection from .* to "
+                      r"(\d+\.\d+\.\d+\.\d+:\d+):",
+                      line) or re.search(r"tcp: rank (\d+) drops ", line)
+        if m:
+            key = m.groups()
+            per_listener[key] = per_listener.get(key, 0) + 1
+    worst = max(per_listener.values()) if per_listener else 0
+    print("drop WARNs: %d lines over %d listener(s), at most %d for one, "
+          "in %.1f s" % (sum(per_listener.values()), len(per_listener),
+                         worst, took_s))
+    if worst > took_s + 2:
+        fail("a listener warned %d times about dropped connections in %.1f s"
+             % (worst, took_s))
+
+
+def crowd_job(kind, per_target, flood):
+    """A 4-rank job attacked by a Crowd during its startup (see crowd)."""
+    timeout_s = 30
+    env = dict(os.environ, XCOLL_TIMEOUT_S=str(timeout_s))
+    env["XCOLL_BACKEND"] = "tcp" if kind == "mesh" else "nccl_like"
+    if kind != "mesh":
+        env["XCOLL_NET"] = "socket"
+    if kind == "tcpnet":
+        env["XCOLL_SOCKET_UNIX"] = "0"
+    ready = "/tmp/xcoll_attack_ready_%d_%d" % (os.getpid(), time.time_ns())
+    port = free_port()
+    # Rank 3 waits at its first listen() until the stranger is in place
+    # (hold_listen.c), so that ranks 0-2 wait in their startup with every
+    # listener open and the strangers queue ahead of the ranks' connections.
+    env["LD_PRELOAD"] = HOLD_LISTEN
+    env["XCOLL_TEST_HOLD_RANK"] = "3"
+    env["XCOLL_TEST_HOLD_FILE"] = ready
+    prog = [PERF, "-b", "8", "-e", "4K", "-f", "8", "-n", "5"]
+
+    def limit_files():
+        # the usual default, whatever this shell allows: the library must
+        # live with it
+        import resource
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+    job = subprocess.Popen([XCOLLRUN, "--nproc-per-node", "4", "--master-port",
+                            str(port)] + prog, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True,
+                           preexec_fn=limit_files)
+    crowd = Crowd(per_target)
+    import resource
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    start = time.time()
+    targets = []
+    try:
+        # Ranks 0-2 open their listeners and wait for rank 3 (nccl_like:
+        # its net listeners; tcp: the mesh listener).
+        while job.poll() is None and time.time() - start < LIMIT_S:
+            ranks = child_pids(job.pid)
+            per_rank = [startup_targets(kind, [p], port) for p in ranks]
+            found = sorted(sum(per_rank, []))
+            owners = [t for t in per_rank if t]
+            if len(owners) >= 3 and found and found == targets:
+                break  # a second scan found nothing new
+            targets = found
+            crowd.fill(targets, time.time() + 20)
+        queued = sum(len(v) for v in crowd.held.values())
+        print("%s: %d idle connections on %d listener(s) before rank 3 "
+              "starts" % (kind, queued, len(targets)), flush=True)
+        if not targets:
+            job.kill()
+            fail("found no startup listener to attack (job exit %r after "
+                 "%.1f s); the job said:\n%s"
+                 % (job.poll(), time.time() - start,
+                    job.communicate()[0][-3000:]))
+        open(ready, "w").close()
+        released = time.time()
+        # During the rest of the startup and the run: top up, or flood.
+        while job.poll() is None and time.time() - released < LIMIT_S:
+            live = startup_targets(kind, child_pids(job.pid), port)
+            if flood:
+                for _ in range(20):
+                    crowd.knock(live)
+            crowd.prune()
+            crowd.fill(live, time.time() + 1)
+        try:
+            out, _ = job.communicate(timeout=LIMIT_S)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            fail("the job did not finish in %d s" % LIMIT_S)
+        took = time.time() - released
+    finally:
+        crowd.close()
+        if job.poll() is None:
+            job.kill()
+        if os.path.exists(ready):
+            os.unlink(ready)
+    print(out[-3000:])
+    print("%s: the stranger opened %d connections, %d of them closed by a "
+          "listener; the job took %.1f s after rank 3 started"
+          % (kind, crowd.opened, crowd.lost, took))
+    if job.returncode != 0:
+        fail("the job failed (exit %d) with strangers on its listeners"
+             % job.returncode)
+    check_perf_output(out)
+    if took > timeout_s:
+        fail("the job took %.1f s, beyond XCOLL_TIMEOUT_S=%d" % (took,
+                                                                  timeout_s))
+    check_drop_warnings(out, took)
+
+
+def mode_crowd():
+    kind, count = ARGS[0], int(ARGS[1])
+    crowd_job(kind, count, flood=False)
+
+
+def mode_flood():
+    crowd_job(ARGS[0], 70, flood=True)
+
+
+{"crowd": mode_crowd, "flood": mode_flood,
+ "orphans": mode_orphans, "bind": mode_bind, "stranger": mode_stranger, "scan": mode_scan, "dying": mode_dying,
  "worldsize": mode_worldsize, "duprank": mode_duprank}[MODE]()
 print("PASS " + MODE)
