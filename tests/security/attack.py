@@ -167,6 +167,15 @@ def child_pids(pid):
         return []
 
 
+def family(pid):
+    """pid and all its descendants: a rank is xcollrun's grandchild (under
+    its keeper), a wrapper's program one level further down."""
+    pids = [pid]
+    for child in child_pids(pid):
+        pids += family(child)
+    return pids
+
+
 def run_job_with_attacker(env, attack, late_rank=None, iters=20):
     port = free_port()
     prog = [PERF, "-b", "8", "-e", "64K", "-f", "4", "-n", str(iters)]
@@ -229,7 +238,7 @@ def mode_scan():
             pids = child_pids(job.pid)
             ports = set()
             for pid in pids:
-                ports |= listening_ports([pid] + child_pids(pid))
+                ports |= listening_ports(family(pid))
             for p in ports:
                 for payload in crafted_payloads():
                     poke(p, payload, wait_s=0.05)
@@ -582,6 +591,9 @@ def crowd_job(kind, per_target, flood):
     env["XCOLL_BACKEND"] = "tcp" if kind == "mesh" else "nccl_like"
     if kind != "mesh":
         env["XCOLL_NET"] = "socket"
+        # The ring's channels over the plugin too (between ranks of one
+        # host they would be shared memory, which listens elsewhere).
+        env["XCOLL_SHM_DISABLE"] = "1"
     if kind == "tcpnet":
         env["XCOLL_SOCKET_UNIX"] = "0"
     ready = "/tmp/xcoll_attack_ready_%d_%d" % (os.getpid(), time.time_ns())
@@ -614,7 +626,7 @@ def crowd_job(kind, per_target, flood):
         # its net listeners; tcp: the mesh listener).
         while job.poll() is None and time.time() - start < LIMIT_S:
             ranks = child_pids(job.pid)
-            per_rank = [startup_targets(kind, [p], port) for p in ranks]
+            per_rank = [startup_targets(kind, family(p), port) for p in ranks]
             found = sorted(sum(per_rank, []))
             owners = [t for t in per_rank if t]
             if len(owners) >= 3 and found and found == targets:
@@ -634,7 +646,7 @@ def crowd_job(kind, per_target, flood):
         released = time.time()
         # During the rest of the startup and the run: top up, or flood.
         while job.poll() is None and time.time() - released < LIMIT_S:
-            live = startup_targets(kind, child_pids(job.pid), port)
+            live = startup_targets(kind, family(job.pid), port)
             if flood:
                 for _ in range(20):
                     crowd.knock(live)
