@@ -742,6 +742,11 @@ exec_rank(const options *o, int port, int attempt, const rank_process *r,
   set_env_int("MASTER_PORT", port);
   set_env_int("TORCHELASTIC_RESTART_COUNT", attempt);
   set_env_int("TORCHELASTIC_MAX_RESTARTS", o->max_restarts);
+  /* One id per job, the same in every rank and restart, as torchrun's
+   * --standalone makes one (a random uuid); kept when already set. */
+  char run_id[64];
+  snprintf(run_id, sizeof run_id, "xcollrun-%d", (int)launcher);
+  setenv("TORCHELASTIC_RUN_ID", run_id, 0);
   /* N ranks each with a thread per core would oversubscribe the machine */
   setenv("OMP_NUM_THREADS", "1", 0);
   setenv("OPENBLAS_NUM_THREADS", "1", 0);

@@ -1147,8 +1147,15 @@ static void check_inflight(void) {
 static void sweep_barrier(void) {
   const char *tmp = getenv("TMPDIR");
   char dir[512];
-  snprintf(dir, sizeof dir, "%s/xcoll-conformance-%d-%s", tmp ? tmp : "/tmp",
-           (int)getppid(), getenv("MASTER_PORT") ? getenv("MASTER_PORT") : "0");
+  /* One directory per job: its launcher's run id (xcollrun and torchrun
+   * set TORCHELASTIC_RUN_ID), else the parent's pid (every rank a child of
+   * one launcher). */
+  const char *run_id = getenv("TORCHELASTIC_RUN_ID");
+  char parent[32];
+  snprintf(parent, sizeof parent, "%d", (int)getppid());
+  snprintf(dir, sizeof dir, "%s/xcoll-conformance-%s-%s", tmp ? tmp : "/tmp",
+           run_id && run_id[0] ? run_id : parent,
+           getenv("MASTER_PORT") ? getenv("MASTER_PORT") : "0");
   if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
     printf("rank %d: cannot create %s (%s): barrier witness skipped\n", g.rank,
            dir, strerror(errno));
