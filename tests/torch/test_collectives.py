@@ -59,8 +59,9 @@ for dtype in (torch.int32, torch.int64, torch.uint8):
 # PREMUL_SUM (gloo has none): gloo's sum of the inputs times the factor,
 # with the factor a number or a tensor; on all_reduce, reduce_scatter_tensor
 # and reduce.
-for factor in (0.25, torch.tensor([0.5])):
-    value = factor if isinstance(factor, float) else factor.item()
+# (PyTorch 1.13 takes the tensor form as a list, one tensor per device.)
+for factor in (0.25, [torch.tensor([0.5])]):
+    value = factor if isinstance(factor, float) else factor[0].item()
     premul = dist._make_nccl_premul_sum(factor)
     t = data(torch.float64)
     a = t.clone()
