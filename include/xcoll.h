@@ -392,8 +392,9 @@ XCOLL_API xcoll_status xcoll_comm_transport(xcoll_comm_t comm,
  *    xcoll_datatype; residence not an xcoll_scalar_residence;
  *    XCOLL_SCALAR_DEVICE on a communicator bound to the host (no device to
  *    read from); XCOLL_SCALAR_HOST with scalar in CUDA device memory.
- *  XCOLL_ERR_INVALID_USAGE: comm NULL, destroyed or broken;
- *    XCOLL_MAX_PREMUL_OPS ops already live on comm (destroy some).
+ *  XCOLL_ERR_INVALID_USAGE: comm NULL or destroyed; XCOLL_MAX_PREMUL_OPS
+ *    ops already live on comm (destroy some).
+ *  A broken communicator: the status that broke it.
  * The message names the argument. */
 XCOLL_API xcoll_status xcoll_op_create_premul_sum(xcoll_op *op,
                                                   const void *scalar,
