@@ -37,6 +37,10 @@ typedef struct xcoll_coll_args {
   int root;
   xcoll_stream_t stream;
   uint64_t seq; /* the collective's sequence number on its communicator */
+  /* 1 when the caller passed a pre-multiplied sum (core/premul.h): sendbuf
+   * is then the scaled input and op XCOLL_SUM; the fingerprint still says
+   * premul_sum. */
+  int premul;
   /* The blocking form: core calls the backend's wait right after start, on
    * the same thread (core/backend.h). A hint only; it never changes what is
    * computed or sent. */

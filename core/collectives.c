@@ -5,18 +5,15 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "comm.h"
 #include "dispatch.h"
 #include "dtype.h"
 #include "error.h"
+#include "premul.h"
 #include "request.h"
-
-static int is_floating(xcoll_datatype dtype) {
-  return dtype == XCOLL_FLOAT16 || dtype == XCOLL_BFLOAT16 ||
-         dtype == XCOLL_FLOAT32 || dtype == XCOLL_FLOAT64;
-}
 
 /* ---- validation ---- */
 
@@ -84,15 +81,18 @@ static xcoll_status validate(xcoll_comm *comm, const xcoll_coll_args *args,
                        "xcoll_%s: dtype=%d is not an xcoll_datatype (0 to %d)",
                        name, (int)args->dtype, XCOLL_NUM_DATATYPES - 1);
   if (xcoll_coll_has_op(args->kind)) {
-    if ((unsigned)args->op >= (unsigned)XCOLL_NUM_OPS)
-      return xcoll_error(comm, XCOLL_ERR_INVALID_ARGUMENT,
-                         "xcoll_%s: op=%d is not an xcoll_op (0 to %d)", name,
-                         (int)args->op, XCOLL_NUM_OPS - 1);
-    if (args->op == XCOLL_AVG && !is_floating(args->dtype))
-      return xcoll_error(comm, XCOLL_ERR_INVALID_ARGUMENT,
-                         "xcoll_%s: op=avg is defined for floating-point "
-                         "dtypes only, not %s: use sum and divide",
-                         name, xcoll_datatype_name(args->dtype));
+    if ((unsigned)args->op >= (unsigned)XCOLL_NUM_OPS) {
+      status = xcoll_premul_check(comm, args, name);
+      if (status != XCOLL_SUCCESS)
+        return status;
+    } else {
+      const char *why = xcoll_op_dtype_mismatch(args->op, args->dtype);
+      if (why != NULL)
+        return xcoll_error(comm, XCOLL_ERR_INVALID_ARGUMENT,
+                           "xcoll_%s: op=%s with dtype %s: %s", name,
+                           xcoll_op_name(args->op),
+                           xcoll_datatype_name(args->dtype), why);
+    }
   }
   if (xcoll_coll_has_root(args->kind) &&
       (args->root < 0 || args->root >= comm->world_size))
@@ -157,6 +157,14 @@ static xcoll_status issue(xcoll_comm *comm, xcoll_coll_args *args,
   xcoll_status status = validate(comm, args, nonblocking, request);
   if (status != XCOLL_SUCCESS)
     return status;
+  /* A premul sum becomes a sum over the scaled input; a scaled copy is
+   * owned by the request (non-blocking) or freed here once done. */
+  void *scratch = NULL;
+  if (xcoll_coll_has_op(args->kind) && xcoll_op_is_premul(args->op)) {
+    status = xcoll_premul_apply(comm, args, &scratch);
+    if (status != XCOLL_SUCCESS)
+      return status;
+  }
   /* Every rank numbers every call, even empty ones, so that sequence numbers
    * (and the tags built from them) agree across ranks. */
   args->seq = comm->next_seq++;
@@ -166,7 +174,12 @@ static xcoll_status issue(xcoll_comm *comm, xcoll_coll_args *args,
     *request = xcoll_request_completed(comm, XCOLL_SUCCESS);
     return *request != NULL ? XCOLL_SUCCESS : XCOLL_ERR_NO_MEMORY;
   }
-  return xcoll_dispatch(comm, args, nonblocking ? request : NULL);
+  status = xcoll_dispatch(comm, args, nonblocking ? request : NULL);
+  if (scratch != NULL && status == XCOLL_SUCCESS && nonblocking)
+    xcoll_request_adopt(*request, scratch);
+  else
+    free(scratch);
+  return status;
 }
 
 static xcoll_coll_args make_args(xcoll_coll_kind kind, const void *sendbuf,

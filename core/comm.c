@@ -62,6 +62,10 @@ static xcoll_status check_live(xcoll_comm *comm, const char *function) {
   return XCOLL_SUCCESS;
 }
 
+xcoll_status xcoll_comm_check_live(xcoll_comm *comm, const char *function) {
+  return check_live(comm, function);
+}
+
 xcoll_status xcoll_comm_check(xcoll_comm *comm) {
   xcoll_status status = check_live(comm, "xcoll");
   if (status != XCOLL_SUCCESS)

@@ -13,6 +13,7 @@
 #include "backend.h"
 #include "fingerprint.h"
 #include "log.h"
+#include "premul.h"
 #include "store.h"
 #include "xcoll.h"
 
@@ -92,6 +93,9 @@ typedef struct xcoll_comm {
    * strings; NULL before the first), for xcoll_comm_last_algorithm. */
   _Atomic(const char *) last_algorithm;
   _Atomic(const char *) last_protocol;
+  /* The pre-multiplied sums made on this communicator (core/premul.h):
+   * slot k is xcoll_op XCOLL_NUM_OPS + k. Used on the caller's thread only. */
+  xcoll_premul_op premul_ops[XCOLL_MAX_PREMUL_OPS];
 } xcoll_comm;
 
 /* Record which algorithm and protocol (static strings) run the collective
@@ -103,6 +107,10 @@ void xcoll_comm_note_algorithm(xcoll_comm *comm, const char *algorithm,
 /* XCOLL_SUCCESS if comm is a live communicator, else XCOLL_ERR_INVALID_USAGE
  * with a message (NULL, destroyed, or broken: then its broken status). */
 xcoll_status xcoll_comm_check(xcoll_comm *comm);
+
+/* The same, but a broken communicator passes (for calls that must work on
+ * one, such as destroy); function names the caller in the message. */
+xcoll_status xcoll_comm_check_live(xcoll_comm *comm, const char *function);
 
 /* Mark comm broken with status (REMOTE, TIMEOUT, PROTOCOL, ABORTED) unless it
  * already is: later calls fail at once with status and repeat message.

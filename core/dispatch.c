@@ -45,6 +45,11 @@ static int is_fatal(xcoll_status status) {
          status == XCOLL_ERR_PROTOCOL || status == XCOLL_ERR_ABORTED;
 }
 
+/* The op the caller passed: a premul sum runs as a sum (core/premul.h). */
+static const char *op_name(const xcoll_coll_args *args) {
+  return args->premul ? "premul_sum" : xcoll_op_name(args->op);
+}
+
 /* "4096 B float32 sum" or "0 B" for a barrier: the shared part of the log
  * line and of failure messages. */
 static void describe(const xcoll_comm *comm, const xcoll_coll_args *args,
@@ -53,8 +58,7 @@ static void describe(const xcoll_comm *comm, const xcoll_coll_args *args,
     snprintf(out, out_bytes, "P=%d", comm->world_size);
   else if (xcoll_coll_has_op(args->kind))
     snprintf(out, out_bytes, "%zu B %s %s P=%d", total_bytes(comm, args),
-             xcoll_datatype_name(args->dtype), xcoll_op_name(args->op),
-             comm->world_size);
+             xcoll_datatype_name(args->dtype), op_name(args), comm->world_size);
   else
     snprintf(out, out_bytes, "%zu B %s P=%d", total_bytes(comm, args),
              xcoll_datatype_name(args->dtype), comm->world_size);
@@ -87,7 +91,7 @@ static void trace_collective(const xcoll_comm *comm, const xcoll_coll_args *args
              "\"seq\":%" PRIu64 ",\"op\":\"%s\",\"bytes\":%zu,"
              "\"dtype\":\"%s\",\"algorithm\":\"%s\",\"status\":%d",
              args->seq,
-             xcoll_coll_has_op(args->kind) ? xcoll_op_name(args->op) : "none",
+             xcoll_coll_has_op(args->kind) ? op_name(args) : "none",
              total_bytes(comm, args), xcoll_datatype_name(args->dtype), engine,
              (int)status);
   xcoll_trace_span(xcoll_coll_name(args->kind), "collective", comm->comm_id,

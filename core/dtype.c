@@ -14,7 +14,7 @@
 
 /* kernels/ takes xcoll's enums as they are; reduce.h depends on these. */
 _Static_assert(XCOLL_NUM_DATATYPES == 10, "reduce.h handles 10 datatypes");
-_Static_assert(XCOLL_NUM_OPS == 5, "reduce.h handles 5 operators");
+_Static_assert(XCOLL_NUM_OPS == 8, "reduce.h handles 8 operators");
 
 float xcoll_half_to_float(uint16_t h) { return xc_half_to_float(h); }
 uint16_t xcoll_float_to_half(float f) { return xc_float_to_half(f); }
@@ -29,6 +29,11 @@ void xcoll_reduce_into(void *dst, const void *a, const void *b, size_t count,
 void xcoll_reduce_inplace(void *dst, const void *src, size_t count,
                           xcoll_datatype dtype, xcoll_op op) {
   xc_reduce_into(dst, dst, src, count, dtype, op);
+}
+
+void xcoll_scale_premul(void *dst, const void *src, size_t count,
+                        xcoll_datatype dtype, const void *scalar) {
+  xc_scale_premul(dst, src, count, dtype, scalar);
 }
 
 void xcoll_scale_avg(void *buf, size_t count, xcoll_datatype dtype,
@@ -46,17 +51,26 @@ xcoll_status xcoll_check_dtype_op(struct xcoll_comm *comm, xcoll_datatype dtype,
   if ((int)op < 0 || op >= XCOLL_NUM_OPS)
     return xcoll_error(comm, XCOLL_ERR_INVALID_ARGUMENT,
                        "op %d is not an xcoll_op: use XCOLL_SUM, XCOLL_PROD, "
-                       "XCOLL_MIN, XCOLL_MAX or XCOLL_AVG (0..%d)",
+                       "XCOLL_MIN, XCOLL_MAX, XCOLL_AVG, XCOLL_BAND, "
+                       "XCOLL_BOR or XCOLL_BXOR (0..%d)",
                        (int)op, XCOLL_NUM_OPS - 1);
-  int is_float = dtype == XCOLL_FLOAT16 || dtype == XCOLL_BFLOAT16 ||
-                 dtype == XCOLL_FLOAT32 || dtype == XCOLL_FLOAT64;
-  if (op == XCOLL_AVG && !is_float)
+  const char *why = xcoll_op_dtype_mismatch(op, dtype);
+  if (why != NULL)
     return xcoll_error(comm, XCOLL_ERR_INVALID_ARGUMENT,
-                       "op avg with dtype %s: avg is defined only for "
-                       "floating-point types (float16, bfloat16, float32, "
-                       "float64); use sum and divide yourself",
-                       xcoll_datatype_name(dtype));
+                       "op %s with dtype %s: %s", xcoll_op_name(op),
+                       xcoll_datatype_name(dtype), why);
   return XCOLL_SUCCESS;
+}
+
+const char *xcoll_op_dtype_mismatch(xcoll_op op, xcoll_datatype dtype) {
+  int is_float = xc_dtype_is_float(dtype);
+  if (op == XCOLL_AVG && !is_float)
+    return "avg is defined only for floating-point types (float16, "
+           "bfloat16, float32, float64); use sum and divide yourself";
+  if ((op == XCOLL_BAND || op == XCOLL_BOR || op == XCOLL_BXOR) && is_float)
+    return "bitwise operators are defined only for integer types (int8, "
+           "uint8, int32, uint32, int64, uint64)";
+  return NULL;
 }
 
 /* ---- names and sizes (public API, xcoll.h) ---- */
@@ -105,8 +119,16 @@ const char *xcoll_op_name(xcoll_op op) {
     return "max";
   case XCOLL_AVG:
     return "avg";
+  case XCOLL_BAND:
+    return "band";
+  case XCOLL_BOR:
+    return "bor";
+  case XCOLL_BXOR:
+    return "bxor";
   case XCOLL_NUM_OPS:
     break;
   }
+  if ((int)op >= XCOLL_NUM_OPS && (int)op < XCOLL_NUM_OPS + XCOLL_MAX_PREMUL_OPS)
+    return "premul_sum";
   return "unknown";
 }

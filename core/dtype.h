@@ -22,6 +22,10 @@ void xcoll_reduce_inplace(void *dst, const void *src, size_t count,
 /* dst[i] = a[i] op b[i]: saves a copy when the result goes to a third buffer. */
 void xcoll_reduce_into(void *dst, const void *a, const void *b, size_t count,
                        xcoll_datatype dtype, xcoll_op op);
+/* dst[i] = src[i] * *scalar (one element of dtype): a pre-multiplied sum's
+ * first step (kernels/reduce.h's xc_scale_premul). dst may be src. */
+void xcoll_scale_premul(void *dst, const void *src, size_t count,
+                        xcoll_datatype dtype, const void *scalar);
 /* buf[i] /= world_size, for floating-point types (XCOLL_AVG's last step). */
 void xcoll_scale_avg(void *buf, size_t count, xcoll_datatype dtype,
                      int world_size);
@@ -31,6 +35,11 @@ float xcoll_half_to_float(uint16_t h);
 uint16_t xcoll_float_to_half(float f);
 float xcoll_bfloat16_to_float(uint16_t b);
 uint16_t xcoll_float_to_bfloat16(float f);
+
+/* NULL when the built-in op is defined for dtype; else why not, a sentence
+ * for an error message (avg on an integer type, a bitwise op on a
+ * floating-point type). */
+const char *xcoll_op_dtype_mismatch(xcoll_op op, xcoll_datatype dtype);
 
 /* XCOLL_SUCCESS or XCOLL_ERR_INVALID_ARGUMENT (message names dtype/op). */
 xcoll_status xcoll_check_dtype_op(struct xcoll_comm *comm, xcoll_datatype dtype,

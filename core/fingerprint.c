@@ -26,7 +26,7 @@ xcoll_fingerprint xcoll_fingerprint_of(const xcoll_coll_args *args) {
   fp.count = (uint64_t)args->count;
   fp.dtype = (uint8_t)args->dtype;
   if (uses_op(args->kind))
-    fp.op = (uint8_t)args->op;
+    fp.op = args->premul ? XCOLL_FINGERPRINT_OP_PREMUL_SUM : (uint8_t)args->op;
   if (uses_root(args->kind))
     fp.root = (int32_t)args->root;
   return fp;
@@ -79,7 +79,7 @@ int xcoll_fingerprint_decode(const uint8_t *in, xcoll_fingerprint *fp) {
   fp->op = in[22];
   fp->valid = in[23];
   if (fp->valid > 1 || fp->kind >= XCOLL_NUM_COLLS ||
-      fp->dtype >= XCOLL_NUM_DATATYPES || fp->op >= XCOLL_NUM_OPS ||
+      fp->dtype >= XCOLL_NUM_DATATYPES || fp->op > XCOLL_FINGERPRINT_OP_PREMUL_SUM ||
       fp->root < 0)
     return -1;
   return 0;

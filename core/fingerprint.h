@@ -13,7 +13,9 @@
  *   16     4    root    broadcast and reduce; 0 otherwise
  *   20     1    kind    xcoll_coll_kind
  *   21     1    dtype   xcoll_datatype; 0 for barrier
- *   22     1    op      xcoll_op for allreduce, reduce_scatter, reduce; else 0
+ *   22     1    op      xcoll_op for allreduce, reduce_scatter, reduce
+ *                       (XCOLL_FINGERPRINT_OP_PREMUL_SUM for any premul
+ *                       sum: its scalar is not compared); else 0
  *   23     1    valid   1: a fingerprint; 0: none (a message sent outside a
  *                       collective, never compared)
  * Fields a collective does not use are zero, so that two calls compare equal
@@ -27,6 +29,10 @@
 #include "algorithm.h"
 
 #define XCOLL_FINGERPRINT_BYTES 24
+/* The op byte of a pre-multiplied sum, whatever its xcoll_op value on the
+ * rank (each rank's table hands out its own); xcoll_op_name calls it
+ * "premul_sum". */
+#define XCOLL_FINGERPRINT_OP_PREMUL_SUM XCOLL_NUM_OPS
 /* Enough for describe's longest output, with the seq. */
 #define XCOLL_FINGERPRINT_TEXT_BYTES 128
 
@@ -36,7 +42,7 @@ typedef struct xcoll_fingerprint {
   int32_t root;
   uint8_t kind;  /* xcoll_coll_kind */
   uint8_t dtype; /* xcoll_datatype */
-  uint8_t op;    /* xcoll_op */
+  uint8_t op;    /* xcoll_op, or XCOLL_FINGERPRINT_OP_PREMUL_SUM */
   uint8_t valid; /* 0: no fingerprint */
 } xcoll_fingerprint;
 

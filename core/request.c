@@ -53,9 +53,16 @@ void xcoll_request_release(struct xcoll_request *request) {
   /* Never waited for: drop the result, return the pinned memory. */
   if (request->staging != NULL)
     xcoll_staging_end(request->staging, XCOLL_ERR_ABORTED);
+  free(request->scratch);
   pthread_cond_destroy(&request->completed);
   pthread_mutex_destroy(&request->lock);
   free(request);
+}
+
+void xcoll_request_adopt(struct xcoll_request *request, void *scratch) {
+  pthread_mutex_lock(&request->lock);
+  request->scratch = scratch;
+  pthread_mutex_unlock(&request->lock);
 }
 
 void xcoll_request_complete(struct xcoll_request *request,

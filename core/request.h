@@ -38,6 +38,9 @@ struct xcoll_request {
    * copied back by whoever sees the request done (xcoll_wait, xcoll_test);
    * NULL otherwise. Under lock. */
   struct xcoll_staging *staging;
+  /* Memory the operation reads until it completes (a premul sum's scaled
+   * input, core/premul.h), freed with the request. Under lock. */
+  void *scratch;
 };
 
 /* The function the progress thread runs each queued collective with
@@ -77,6 +80,10 @@ void xcoll_request_complete(struct xcoll_request *request, xcoll_status status);
 
 /* Block until request is done; return its status. Does not release it. */
 xcoll_status xcoll_request_wait_done(struct xcoll_request *request);
+
+/* Give request memory to free when it is released (after the operation
+ * has completed: the caller's reference is dropped by xcoll_wait). */
+void xcoll_request_adopt(struct xcoll_request *request, void *scratch);
 
 /* Drop one reference; the last one frees request. */
 void xcoll_request_release(struct xcoll_request *request);

@@ -115,15 +115,43 @@ typedef enum xcoll_datatype {
 
 /* Reduction operators. XCOLL_AVG is the sum divided by the world size
  * (NCCL's ncclAvg); it is defined for floating-point types only and is
- * XCOLL_ERR_INVALID_ARGUMENT for integer types. */
+ * XCOLL_ERR_INVALID_ARGUMENT for integer types. XCOLL_BAND, XCOLL_BOR and
+ * XCOLL_BXOR are bitwise and, or, exclusive or (MPI's MPI_BAND, MPI_BOR,
+ * MPI_BXOR; torch.distributed's ReduceOp.BAND, BOR, BXOR); they are defined
+ * for the integer types only and are XCOLL_ERR_INVALID_ARGUMENT for
+ * float16, bfloat16, float32 and float64.
+ *
+ * Values from XCOLL_NUM_OPS up are not in this enum: they are the
+ * pre-multiplied sums a communicator hands out
+ * (xcoll_op_create_premul_sum, NCCL's ncclRedOpCreatePreMulSum), valid on
+ * that communicator only, until xcoll_op_destroy. */
 typedef enum xcoll_op {
   XCOLL_SUM = 0,
   XCOLL_PROD = 1,
   XCOLL_MIN = 2,
   XCOLL_MAX = 3,
   XCOLL_AVG = 4,
-  XCOLL_NUM_OPS = 5
+  XCOLL_BAND = 5,
+  XCOLL_BOR = 6,
+  XCOLL_BXOR = 7,
+  XCOLL_NUM_OPS = 8
 } xcoll_op;
+
+/* Pre-multiplied sums live at once on one communicator: their xcoll_op
+ * values are XCOLL_NUM_OPS to XCOLL_NUM_OPS + XCOLL_MAX_PREMUL_OPS - 1. */
+#define XCOLL_MAX_PREMUL_OPS 256
+
+/* Where xcoll_op_create_premul_sum's scalar lives (NCCL's
+ * ncclScalarResidence_t). */
+typedef enum xcoll_scalar_residence {
+  /* Host memory, read once by xcoll_op_create_premul_sum (NCCL's
+   * ncclScalarHostImmediate): the caller may reuse it at once. */
+  XCOLL_SCALAR_HOST = 0,
+  /* CUDA device memory, read by each collective that uses the op when it
+   * runs (NCCL's ncclScalarDevice): it must stay valid while the op lives.
+   * Only on a communicator bound to a CUDA device. */
+  XCOLL_SCALAR_DEVICE = 1
+} xcoll_scalar_residence;
 
 /* Opaque handles. */
 typedef struct xcoll_comm *xcoll_comm_t;
@@ -152,7 +180,9 @@ XCOLL_API int xcoll_version(void);
 /* Size in bytes of one element of dtype, or 0 for an unknown dtype. */
 XCOLL_API size_t xcoll_datatype_size(xcoll_datatype dtype);
 
-/* "float32", "sum", ...; "unknown" for values out of range. */
+/* "float32", "sum", "band", ...; "premul_sum" for any value a
+ * pre-multiplied sum can have (XCOLL_NUM_OPS to XCOLL_NUM_OPS +
+ * XCOLL_MAX_PREMUL_OPS - 1, live or not); "unknown" for other values. */
 XCOLL_API const char *xcoll_datatype_name(xcoll_datatype dtype);
 XCOLL_API const char *xcoll_op_name(xcoll_op op);
 
@@ -320,18 +350,82 @@ XCOLL_API xcoll_status xcoll_comm_transport(xcoll_comm_t comm,
                                             const char **send,
                                             const char **recv);
 
+/* ---- reduction operators made at run time ---- */
+
+/* A pre-multiplied sum (NCCL's ncclRedOpCreatePreMulSum, which PyTorch's
+ * ReduceOp.PREMUL_SUM uses): the reductions that take the returned *op
+ * compute, element by element, recvbuf[i] = sum over ranks r of
+ * (scalar * sendbuf_r[i]), each product rounded to dtype (float16 and
+ * bfloat16 multiply in float32 and round to nearest even, as they reduce;
+ * integers wrap modulo 2^bits, two's complement for the signed types). The
+ * op is valid on comm only, with dtype only, until xcoll_op_destroy.
+ *
+ * op:        receives the new operator, a value from XCOLL_NUM_OPS up
+ *            (XCOLL_NUM_OPS + a slot of comm's table, as NCCL's dynamic
+ *            ops follow ncclNumOps).
+ * scalar:    one element of dtype (not a double: a float16 scalar is 2
+ *            bytes of float16), in host memory for XCOLL_SCALAR_HOST, read
+ *            before the call returns; in CUDA device memory for
+ *            XCOLL_SCALAR_DEVICE, read by each collective when it runs.
+ * dtype:     the only dtype the op may be used with; every xcoll_datatype,
+ *            integer types included (as NCCL).
+ * residence: where scalar lives (xcoll_scalar_residence).
+ *
+ * How it runs: on host ranks (every backend: tcp, ucx, nccl_like) the
+ * collective first multiplies this rank's input by the scalar into a
+ * temporary buffer of the input's size (one extra pass over the input and
+ * that much memory until the collective completes; the caller's sendbuf is
+ * never written unless it is also the output), then runs XCOLL_SUM. Ranks
+ * compare the op's kind in each collective's fingerprint (a premul sum
+ * against a plain sum is a desync), not the scalar, as NCCL does not.
+ * Not built yet: on a communicator bound to a CUDA device (GPU ranks of
+ * nccl_like, and tcp/ucx staging device buffers) a collective with a premul
+ * op returns XCOLL_ERR_NOT_SUPPORTED ("premul sum on a GPU rank: not built
+ * yet"); the op itself, with either residence, can be created there.
+ *
+ * The op may be destroyed as soon as the last call that takes it has
+ * returned, even if that call is non-blocking and not complete (NCCL's
+ * rule): the scalar was applied when the call was made.
+ *
+ * Errors:
+ *  XCOLL_ERR_INVALID_ARGUMENT: op or scalar NULL; dtype not an
+ *    xcoll_datatype; residence not an xcoll_scalar_residence;
+ *    XCOLL_SCALAR_DEVICE on a communicator bound to the host (no device to
+ *    read from); XCOLL_SCALAR_HOST with scalar in CUDA device memory.
+ *  XCOLL_ERR_INVALID_USAGE: comm NULL or destroyed; XCOLL_MAX_PREMUL_OPS
+ *    ops already live on comm (destroy some).
+ *  A broken communicator: the status that broke it.
+ * The message names the argument. */
+XCOLL_API xcoll_status xcoll_op_create_premul_sum(xcoll_op *op,
+                                                  const void *scalar,
+                                                  xcoll_datatype dtype,
+                                                  xcoll_scalar_residence residence,
+                                                  xcoll_comm_t comm);
+
+/* Release an operator made by xcoll_op_create_premul_sum on comm (NCCL's
+ * ncclRedOpDestroy); its value may be handed out again. Errors:
+ * XCOLL_ERR_INVALID_ARGUMENT (op is a built-in operator, or not a live
+ * premul sum of comm: never created, or destroyed already),
+ * XCOLL_ERR_INVALID_USAGE (comm NULL or destroyed). Works on a broken
+ * communicator. */
+XCOLL_API xcoll_status xcoll_op_destroy(xcoll_op op, xcoll_comm_t comm);
+
 /* ---- collectives (blocking) ----
  *
  * Common errors of every collective:
  *  XCOLL_ERR_INVALID_ARGUMENT: NULL buffer with count > 0, count * element
  *    size overflows size_t, unknown dtype or op, XCOLL_AVG on an integer
- *    type, root outside [0, world_size), a non-NULL stream on a host backend,
+ *    type, XCOLL_BAND, XCOLL_BOR or XCOLL_BXOR on a floating-point type, a
+ *    premul sum op that is not live on comm or was made for another dtype,
+ *    root outside [0, world_size), a non-NULL stream on a host backend,
  *    a buffer in CUDA device memory on a host rank, sendbuf and recvbuf
  *    that overlap without being the in-place form (sendbuf == recvbuf;
  *    allgather: sendbuf == recvbuf + rank * sendcount elements;
  *    reduce_scatter: recvbuf == sendbuf + rank * recvcount elements).
  *    The message names the argument. Nothing is sent: peers are not affected
  *    only if every rank makes the same mistake.
+ *  XCOLL_ERR_NOT_SUPPORTED: a premul sum op on a communicator bound to a
+ *    CUDA device (see xcoll_op_create_premul_sum).
  *  XCOLL_ERR_INVALID_USAGE: comm destroyed or NULL.
  *  XCOLL_ERR_REMOTE: a peer died or aborted (the message names its rank).
  *  XCOLL_ERR_TIMEOUT: no progress for XCOLL_TIMEOUT_S seconds.

@@ -16,6 +16,10 @@
  *   On the host, a block of XC_FP_BLOCK elements at a time goes through stack
  *   buffers so that the float32 loop vectorises; on the device, per element.
  * - XCOLL_AVG reduces as XCOLL_SUM; xc_scale_avg divides once at the end.
+ * - XCOLL_BAND, XCOLL_BOR, XCOLL_BXOR exist for the integer types only
+ *   (callers reject them on floating-point types).
+ * - A pre-multiplied sum is xc_scale_premul on each rank's input, then
+ *   XCOLL_SUM.
  *
  * The loops take no restrict qualifiers on purpose: dst may be exactly a or b,
  * and gcc and clang still vectorise them by checking at run time that the
@@ -167,6 +171,27 @@ XC_INLINE XC_HD uint16_t xc_float_to_bfloat16(float f) {
                                        size_t n) {                             \
     for (size_t i = 0; i < n; i++)                                             \
       dst[i] = XC_IMAX(a[i], b[i]);                                            \
+  }                                                                            \
+  XC_INLINE XC_HD void xc_##NAME##_band(T *dst, const T *a, const T *b,        \
+                                        size_t n) {                            \
+    for (size_t i = 0; i < n; i++)                                             \
+      dst[i] = (T)(a[i] & b[i]);                                               \
+  }                                                                            \
+  XC_INLINE XC_HD void xc_##NAME##_bor(T *dst, const T *a, const T *b,         \
+                                       size_t n) {                             \
+    for (size_t i = 0; i < n; i++)                                             \
+      dst[i] = (T)(a[i] | b[i]);                                               \
+  }                                                                            \
+  XC_INLINE XC_HD void xc_##NAME##_bxor(T *dst, const T *a, const T *b,        \
+                                        size_t n) {                            \
+    for (size_t i = 0; i < n; i++)                                             \
+      dst[i] = (T)(a[i] ^ b[i]);                                               \
+  }                                                                            \
+  /* dst[i] = src[i] * scalar, wrapping (a pre-multiplied sum's first step) */ \
+  XC_INLINE XC_HD void xc_##NAME##_scale(T *dst, const T *src, T scalar,       \
+                                         size_t n) {                           \
+    for (size_t i = 0; i < n; i++)                                             \
+      dst[i] = (T)((U)((U)src[i] * (U)scalar));                                \
   }
 
 #define XC_DEFINE_FLOAT_LOOPS(NAME, T)                                         \
@@ -189,6 +214,11 @@ XC_INLINE XC_HD uint16_t xc_float_to_bfloat16(float f) {
                                        size_t n) {                             \
     for (size_t i = 0; i < n; i++)                                             \
       dst[i] = XC_FMAX(a[i], b[i]);                                            \
+  }                                                                            \
+  XC_INLINE XC_HD void xc_##NAME##_scale(T *dst, const T *src, T scalar,       \
+                                         size_t n) {                           \
+    for (size_t i = 0; i < n; i++)                                             \
+      dst[i] = src[i] * scalar;                                                \
   }
 
 XC_DEFINE_INT_LOOPS(i8, int8_t, uint8_t)
@@ -274,9 +304,27 @@ XC_INLINE XC_HD void xc_reduce_16bit(uint16_t *dst, const uint16_t *a,
     return;                                                                    \
   }
 
+/* The same plus the bitwise operators, for the integer types. */
+#define XC_DISPATCH_INT_OP(NAME, T)                                            \
+  switch (op) {                                                                \
+  case XCOLL_BAND:                                                             \
+    xc_##NAME##_band((T *)dst, (const T *)a, (const T *)b, n);                 \
+    return;                                                                    \
+  case XCOLL_BOR:                                                              \
+    xc_##NAME##_bor((T *)dst, (const T *)a, (const T *)b, n);                  \
+    return;                                                                    \
+  case XCOLL_BXOR:                                                             \
+    xc_##NAME##_bxor((T *)dst, (const T *)a, (const T *)b, n);                 \
+    return;                                                                    \
+  default:                                                                     \
+    XC_DISPATCH_OP(NAME, T)                                                    \
+  }
+
 /* dst[i] = a[i] op b[i] for i in [0, n) elements of dtype. dst may be exactly
- * a or b, not a partial overlap. XCOLL_AVG reduces as XCOLL_SUM. An unknown
- * dtype does nothing (callers validate with xcoll_check_dtype_op). */
+ * a or b, not a partial overlap. XCOLL_AVG reduces as XCOLL_SUM; a bitwise
+ * op on a floating-point dtype reduces as XCOLL_SUM too (callers reject
+ * it). An unknown dtype does nothing (callers validate with
+ * xcoll_check_dtype_op). */
 XC_INLINE XC_HD void xc_reduce_into(void *dst, const void *a, const void *b,
                                     size_t n, xcoll_datatype dtype,
                                     xcoll_op op) {
@@ -284,17 +332,17 @@ XC_INLINE XC_HD void xc_reduce_into(void *dst, const void *a, const void *b,
     return;
   switch (dtype) {
   case XCOLL_INT8:
-    XC_DISPATCH_OP(i8, int8_t)
+    XC_DISPATCH_INT_OP(i8, int8_t)
   case XCOLL_UINT8:
-    XC_DISPATCH_OP(u8, uint8_t)
+    XC_DISPATCH_INT_OP(u8, uint8_t)
   case XCOLL_INT32:
-    XC_DISPATCH_OP(i32, int32_t)
+    XC_DISPATCH_INT_OP(i32, int32_t)
   case XCOLL_UINT32:
-    XC_DISPATCH_OP(u32, uint32_t)
+    XC_DISPATCH_INT_OP(u32, uint32_t)
   case XCOLL_INT64:
-    XC_DISPATCH_OP(i64, int64_t)
+    XC_DISPATCH_INT_OP(i64, int64_t)
   case XCOLL_UINT64:
-    XC_DISPATCH_OP(u64, uint64_t)
+    XC_DISPATCH_INT_OP(u64, uint64_t)
   case XCOLL_FLOAT32:
     XC_DISPATCH_OP(f32, float)
   case XCOLL_FLOAT64:
@@ -310,6 +358,57 @@ XC_INLINE XC_HD void xc_reduce_into(void *dst, const void *a, const void *b,
   default:
     return;
   }
+}
+
+/* dst[i] = src[i] * *scalar for i in [0, n) elements of dtype: the
+ * multiplication of a pre-multiplied sum (NCCL's ncclRedOpCreatePreMulSum),
+ * done on each rank's input before XCOLL_SUM. scalar points to one element
+ * of dtype. Integers wrap as their sum does; float16 and bfloat16 multiply
+ * in float32 and round to nearest even. dst may be exactly src. An unknown
+ * dtype does nothing. */
+XC_INLINE XC_HD void xc_scale_premul(void *dst, const void *src, size_t n,
+                                     xcoll_datatype dtype, const void *scalar) {
+#define XC_SCALE(NAME, T)                                                      \
+  {                                                                            \
+    T s;                                                                       \
+    memcpy(&s, scalar, sizeof s);                                              \
+    xc_##NAME##_scale((T *)dst, (const T *)src, s, n);                         \
+    return;                                                                    \
+  }
+  switch (dtype) {
+  case XCOLL_INT8:
+    XC_SCALE(i8, int8_t)
+  case XCOLL_UINT8:
+    XC_SCALE(u8, uint8_t)
+  case XCOLL_INT32:
+    XC_SCALE(i32, int32_t)
+  case XCOLL_UINT32:
+    XC_SCALE(u32, uint32_t)
+  case XCOLL_INT64:
+    XC_SCALE(i64, int64_t)
+  case XCOLL_UINT64:
+    XC_SCALE(u64, uint64_t)
+  case XCOLL_FLOAT32:
+    XC_SCALE(f32, float)
+  case XCOLL_FLOAT64:
+    XC_SCALE(f64, double)
+  case XCOLL_FLOAT16:
+  case XCOLL_BFLOAT16: {
+    uint16_t bits;
+    memcpy(&bits, scalar, sizeof bits);
+    int is_bf16 = dtype == XCOLL_BFLOAT16;
+    float s = is_bf16 ? xc_bfloat16_to_float(bits) : xc_half_to_float(bits);
+    const uint16_t *in = (const uint16_t *)src;
+    uint16_t *out = (uint16_t *)dst;
+    for (size_t i = 0; i < n; i++)
+      out[i] = is_bf16 ? xc_float_to_bfloat16(xc_bfloat16_to_float(in[i]) * s)
+                       : xc_float_to_half(xc_half_to_float(in[i]) * s);
+    return;
+  }
+  default:
+    return;
+  }
+#undef XC_SCALE
 }
 
 /* ---- a CUDA block's share of a step ----

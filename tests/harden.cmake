@@ -15,7 +15,8 @@ if(TARGET xcollrun)
   # too: nccl_like's Bruck allreduce (3 ranks and more) compares the
   # fingerprint each message carries.
   foreach(backend ${desync_backends})
-    foreach(spec op:2 dtype:2 count:2 root:2 kind:2 root:3 kind:3 op:3 count:3)
+    foreach(spec op:2 dtype:2 count:2 root:2 kind:2 root:3 kind:3 op:3 count:3
+                 premul:2 premul:3)
       string(REPLACE ":" ";" parts ${spec})
       list(GET parts 0 case)
       list(GET parts 1 np)

@@ -116,7 +116,8 @@ static void usage(FILE *out, const char *argv0) {
           "  -d, --datatype TYPE|all  int8 uint8 int32 uint32 int64 uint64 float16\n"
           "                           bfloat16 float32 float64 (nccl-tests names such as\n"
           "                           float, half, double, int also work; default float32)\n"
-          "  -o, --op OP|all          reduction: sum prod min max avg (default sum);\n"
+          "  -o, --op OP|all          reduction: sum prod min max avg band bor bxor\n"
+          "                           (default sum; all: each one the type allows);\n"
           "                           a collective name here is taken as --coll\n"
           "      --coll NAME          allreduce allgather reduce_scatter broadcast reduce\n"
           "                           (default allreduce; --collective is the same)\n"
@@ -528,9 +529,15 @@ static double load_element(const void *buf, size_t i, xcoll_datatype dtype) {
 /* Rank's input value at element index i. Sums over up to a few hundred ranks
  * stay exact even in float16 and int8 (values 0..4); for prod exactly one rank
  * contributes 2 per element and the others 1, so products never overflow. */
+static int is_bitwise(xcoll_op op) {
+  return op == XCOLL_BAND || op == XCOLL_BOR || op == XCOLL_BXOR;
+}
+
 static double input_value(int rank, int world_size, size_t i, xcoll_op op) {
   if (op == XCOLL_PROD)
     return ((i + (size_t)rank) % (size_t)world_size) == 0 ? 2.0 : 1.0;
+  if (is_bitwise(op)) /* 7 bits: every integer type holds them */
+    return (double)((i + 37u * (size_t)rank) % 128u);
   return (double)((i + 3u * (size_t)rank) % 5u);
 }
 
@@ -544,6 +551,9 @@ static double reduced_value(int world_size, size_t i, xcoll_op op) {
     case XCOLL_PROD: acc *= v; break;
     case XCOLL_MIN: acc = v < acc ? v : acc; break;
     case XCOLL_MAX: acc = v > acc ? v : acc; break;
+    case XCOLL_BAND: acc = (double)((int64_t)acc & (int64_t)v); break;
+    case XCOLL_BOR: acc = (double)((int64_t)acc | (int64_t)v); break;
+    case XCOLL_BXOR: acc = (double)((int64_t)acc ^ (int64_t)v); break;
     default: break;
     }
   }
@@ -1263,13 +1273,24 @@ static xcoll_status sweep(perf_run *run, FILE *json, int cycle,
   return XCOLL_SUCCESS;
 }
 
+/* Whether -o all runs op on dtype: the library defines avg for the
+ * floating-point types and band, bor, bxor for the integer types. */
+static int op_fits_dtype(xcoll_op op, xcoll_datatype dtype) {
+  int is_float = dtype == XCOLL_FLOAT16 || dtype == XCOLL_BFLOAT16 ||
+                 dtype == XCOLL_FLOAT32 || dtype == XCOLL_FLOAT64;
+  if (op == XCOLL_AVG)
+    return is_float;
+  return is_bitwise(op) ? !is_float : 1;
+}
+
 /* Every sweep the command line asks for: -N cycles, each over -d types and
  * -o operations (nccl-tests' order: type outside, operation inside). */
 static xcoll_status run_all(perf_run *run, const perf_options *opt, FILE *json,
                             perf_totals *totals, perf_failure *failure) {
   /* nccl-tests' order of operations; "all" runs each. */
-  static const xcoll_op all_ops[] = {XCOLL_SUM, XCOLL_PROD, XCOLL_MAX,
-                                     XCOLL_MIN, XCOLL_AVG};
+  static const xcoll_op all_ops[] = {XCOLL_SUM,  XCOLL_PROD, XCOLL_MAX,
+                                     XCOLL_MIN,  XCOLL_AVG,  XCOLL_BAND,
+                                     XCOLL_BOR,  XCOLL_BXOR};
   int has_op = opt->coll == PERF_ALLREDUCE || opt->coll == PERF_REDUCE_SCATTER ||
                opt->coll == PERF_REDUCE;
   int ntypes = opt->all_dtypes ? XCOLL_NUM_DATATYPES : 1;
@@ -1281,8 +1302,11 @@ static xcoll_status run_all(perf_run *run, const perf_options *opt, FILE *json,
       if (opt->all_dtypes)
         current.dtype = (xcoll_datatype)t;
       for (int k = 0; k < nops; k++) {
-        if (opt->all_ops && has_op)
+        if (opt->all_ops && has_op) {
           current.op = all_ops[k];
+          if (!op_fits_dtype(current.op, current.dtype))
+            continue; /* avg on integers, bitwise ops on floats */
+        }
         xcoll_status st = sweep(run, json, cycle, totals, failure);
         if (st != XCOLL_SUCCESS) {
           run->opt = opt;

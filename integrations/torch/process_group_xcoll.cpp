@@ -46,7 +46,8 @@ namespace xcoll_torch {
 namespace {
 
 const char *const kSupported =
-    "allreduce (sum, avg, min, max, product), broadcast, allgather, "
+    "allreduce (sum, avg, min, max, product, band, bor, bxor, premul_sum), "
+    "broadcast, allgather, "
     "_allgather_base, reduce_scatter, _reduce_scatter_base, reduce, barrier";
 
 [[noreturn]] void unsupported(const char *call) {
@@ -80,25 +81,81 @@ xcoll_datatype to_xcoll_dtype(const at::Tensor &t, const char *call) {
   }
 }
 
-xcoll_op to_xcoll_op(const c10d::ReduceOp &op, const char *call) {
-  switch (op.op_) {
-  case c10d::ReduceOp::SUM:
-    return XCOLL_SUM;
-  case c10d::ReduceOp::AVG:
-    return XCOLL_AVG;
-  case c10d::ReduceOp::PRODUCT:
-    return XCOLL_PROD;
-  case c10d::ReduceOp::MIN:
-    return XCOLL_MIN;
-  case c10d::ReduceOp::MAX:
-    return XCOLL_MAX;
-  default:
-    TORCH_CHECK(false, "xcoll backend: ", call, ": reduce op ",
-                static_cast<int>(op.op_),
-                " (BAND, BOR, BXOR or PREMUL_SUM) is not supported (SUM, "
-                "AVG, PRODUCT, MIN, MAX are)");
+// The xcoll_op of a c10d::ReduceOp applied to tensor (of xcoll type dtype)
+// on comm, for one call. PREMUL_SUM (torch.distributed's
+// _make_nccl_premul_sum) becomes a premul sum of comm
+// (xcoll_op_create_premul_sum) with the factor converted to the tensor's
+// type, destroyed with this object: xcoll multiplies when the call is made,
+// so the op may go as soon as the call has returned (NCCL's rule, which
+// ProcessGroupNCCL's ncclRedOpRAII relies on too).
+class ReduceOpScope {
+public:
+  ReduceOpScope(const c10d::ReduceOp &op, const at::Tensor &tensor,
+                xcoll_datatype dtype, xcoll_comm_t comm, const char *call)
+      : comm_(comm) {
+    static const struct {
+      c10d::ReduceOp::RedOpType torch_op;
+      xcoll_op op;
+    } built_in[] = {{c10d::ReduceOp::SUM, XCOLL_SUM},
+                    {c10d::ReduceOp::AVG, XCOLL_AVG},
+                    {c10d::ReduceOp::PRODUCT, XCOLL_PROD},
+                    {c10d::ReduceOp::MIN, XCOLL_MIN},
+                    {c10d::ReduceOp::MAX, XCOLL_MAX},
+                    {c10d::ReduceOp::BAND, XCOLL_BAND},
+                    {c10d::ReduceOp::BOR, XCOLL_BOR},
+                    {c10d::ReduceOp::BXOR, XCOLL_BXOR}};
+    for (const auto &entry : built_in) {
+      if (op.op_ == entry.torch_op) {
+        op_ = entry.op;
+        return;
+      }
+    }
+    TORCH_CHECK(op.op_ == c10d::ReduceOp::PREMUL_SUM, "xcoll backend: ", call,
+                ": reduce op ", static_cast<int>(op.op_),
+                " is not supported (SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, "
+                "BXOR, PREMUL_SUM are)");
+    create_premul_sum(op, tensor, dtype, call);
   }
-}
+  ~ReduceOpScope() {
+    if (owned_)
+      xcoll_op_destroy(op_, comm_);
+  }
+  ReduceOpScope(const ReduceOpScope &) = delete;
+  ReduceOpScope &operator=(const ReduceOpScope &) = delete;
+
+  xcoll_op get() const { return op_; }
+
+private:
+  void create_premul_sum(const c10d::ReduceOp &op, const at::Tensor &tensor,
+                         xcoll_datatype dtype, const char *call) {
+    const auto *supplement =
+        dynamic_cast<const c10d::NCCLPreMulSumSupplement *>(
+            op.supplement_.get());
+    TORCH_CHECK(supplement != nullptr, "xcoll backend: ", call,
+                ": PREMUL_SUM without its factor (make the op with "
+                "torch.distributed._make_nccl_premul_sum)");
+    // The factor, as one element of the tensor's type in host memory.
+    at::Tensor scalar =
+        supplement->tensor_factors.empty()
+            ? at::full({}, supplement->double_factor,
+                       at::TensorOptions().dtype(tensor.scalar_type()))
+            : supplement->tensor_factors[0]
+                  .reshape({-1})
+                  .narrow(0, 0, 1)
+                  .to(at::kCPU, tensor.scalar_type())
+                  .contiguous();
+    xcoll_status status = xcoll_op_create_premul_sum(
+        &op_, scalar.data_ptr(), dtype, XCOLL_SCALAR_HOST, comm_);
+    TORCH_CHECK(status == XCOLL_SUCCESS, "xcoll backend: ", call,
+                ": PREMUL_SUM: ", xcoll_strerror(status), ": ",
+                xcoll_comm_last_error(comm_));
+    owned_ = true;
+  }
+
+  xcoll_comm_t comm_;
+  xcoll_op op_ = XCOLL_SUM;
+  bool owned_ = false;
+};
 
 void check_cpu(const at::Tensor &t, const char *call) {
   TORCH_CHECK(t.device().is_cpu(), "xcoll backend: ", call,
@@ -319,11 +376,11 @@ public:
     const char *call = "allreduce";
     at::Tensor tensor = single_tensor(tensors, call);
     xcoll_datatype dtype = to_xcoll_dtype(tensor, call);
-    xcoll_op op = to_xcoll_op(opts.reduceOp, call);
+    ReduceOpScope op(opts.reduceOp, tensor, dtype, comm_, call);
     at::Tensor work = tensor.contiguous();
     xcoll_request_t request = nullptr;
     check(call, xcoll_iallreduce(work.data_ptr(), work.data_ptr(), work.numel(),
-                                 dtype, op, comm_, nullptr, &request));
+                                 dtype, op.get(), comm_, nullptr, &request));
     return enqueue(c10d::OpType::ALLREDUCE, call, request, {tensor}, {work},
                    copy_back(work, tensor));
   }
@@ -351,11 +408,11 @@ public:
     at::Tensor tensor = single_tensor(tensors, call);
     check_root(call, opts.rootRank);
     xcoll_datatype dtype = to_xcoll_dtype(tensor, call);
-    xcoll_op op = to_xcoll_op(opts.reduceOp, call);
+    ReduceOpScope op(opts.reduceOp, tensor, dtype, comm_, call);
     at::Tensor work = tensor.contiguous();
     xcoll_request_t request = nullptr;
     check(call, xcoll_ireduce(work.data_ptr(), work.data_ptr(), work.numel(),
-                              dtype, op, static_cast<int>(opts.rootRank), comm_,
+                              dtype, op.get(), static_cast<int>(opts.rootRank), comm_,
                               nullptr, &request));
     return enqueue(c10d::OpType::REDUCE, call, request, {tensor}, {work},
                    copy_back(work, tensor));
@@ -437,7 +494,7 @@ public:
                   "have the output's size and type");
     }
     xcoll_datatype dtype = to_xcoll_dtype(output, call);
-    xcoll_op op = to_xcoll_op(opts.reduceOp, call);
+    ReduceOpScope op(opts.reduceOp, output, dtype, comm_, call);
     std::vector<at::Tensor> flat;
     for (const at::Tensor &in : inputs[0])
       flat.push_back(in.reshape({-1}));
@@ -446,7 +503,7 @@ public:
     xcoll_request_t request = nullptr;
     check(call,
           xcoll_ireduce_scatter(send.data_ptr(), work.data_ptr(), work.numel(),
-                                dtype, op, comm_, nullptr, &request));
+                                dtype, op.get(), comm_, nullptr, &request));
     return enqueue(c10d::OpType::REDUCE_SCATTER, call, request, {output},
                    {send, work}, copy_back(work, output));
   }
@@ -465,13 +522,13 @@ public:
                 ") times the output's elements, of "
                 "its type");
     xcoll_datatype dtype = to_xcoll_dtype(output, call);
-    xcoll_op op = to_xcoll_op(opts.reduceOp, call);
+    ReduceOpScope op(opts.reduceOp, output, dtype, comm_, call);
     at::Tensor send = input.contiguous();
     at::Tensor work = output.contiguous();
     xcoll_request_t request = nullptr;
     check(call,
           xcoll_ireduce_scatter(send.data_ptr(), work.data_ptr(), work.numel(),
-                                dtype, op, comm_, nullptr, &request));
+                                dtype, op.get(), comm_, nullptr, &request));
     return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, call, request, {output},
                    {send, work}, copy_back(work, output));
   }

@@ -60,6 +60,19 @@ enum mode { MODE_BLOCKING, MODE_WAIT, MODE_TEST, NUM_MODES };
  * exact sum is NOT representable in the dtype (float16, bfloat16, float32),
  * so that the result shows the rounding mode; see ties_input(). */
 #define OP_SUM_TIES XCOLL_NUM_OPS
+/* Another: a pre-multiplied sum (xcoll_op_create_premul_sum) made for the
+ * case's dtype with the scalar below, destroyed as soon as the call that
+ * takes it has returned (allowed, as in NCCL, before a non-blocking call
+ * completes). */
+#define OP_PREMUL (XCOLL_NUM_OPS + 1)
+/* The scalar of OP_PREMUL: exact in every float type; negative for the
+ * signed integer types so that the products wrap through the sign. */
+#define PREMUL_FLOAT_SCALAR 0.75
+static uint64_t premul_int_scalar(xcoll_datatype dt);
+
+static int is_bitwise(int op) {
+  return op == XCOLL_BAND || op == XCOLL_BOR || op == XCOLL_BXOR;
+}
 static const char *const mode_names[NUM_MODES] = {"blocking", "wait", "test"};
 
 static struct {
@@ -113,10 +126,18 @@ static int64_t sign_extend(uint64_t v, xcoll_datatype dt) {
   return (int64_t)((v ^ m) - m);
 }
 
+static uint64_t premul_int_scalar(xcoll_datatype dt) {
+  return is_signed_int(dt) ? (uint64_t)(int64_t)-3 : 3;
+}
+
 /* Integer input of rank r, element i, as dt's bits in the low end of a
  * uint64 (sign-extended for signed types). Chosen per op so that results are
  * meaningful: SUM mixes carries and (for 8-bit and unsigned types) wraps;
- * PROD uses factors in {1,2,3} / {-1,1,2}; MIN/MAX use the full range. */
+ * PROD uses factors in {1,2,3} / {-1,1,2}; MIN/MAX and OP_PREMUL (whose
+ * products wrap) use the full range. BAND sets each bit with probability
+ * 7/8 and BOR with 1/8, so that at 8 ranks about a third of the bits differ
+ * from what an all-zero (BAND) or all-one (BOR) answer would give; BXOR
+ * sets half. */
 static uint64_t int_input(int r, size_t i, xcoll_datatype dt, int op) {
   uint64_t h = hash4((uint64_t)r, i, (uint64_t)dt, 17);
   int sgn = is_signed_int(dt);
@@ -128,8 +149,15 @@ static uint64_t int_input(int r, size_t i, xcoll_datatype dt, int op) {
   }
   case XCOLL_MIN:
   case XCOLL_MAX:
+  case OP_PREMUL:
   case -1: /* copies: any bits */
     return sgn ? (uint64_t)sign_extend(h, dt) : (h & int_mask(dt));
+  case XCOLL_BAND:
+    return (h | mix64(h) | mix64(h + 1)) & int_mask(dt);
+  case XCOLL_BOR:
+    return (h & mix64(h) & mix64(h + 1)) & int_mask(dt);
+  case XCOLL_BXOR:
+    return h & int_mask(dt);
   default: {                                  /* SUM */
     int64_t small = (int64_t)(h % 201) - 100; /* [-100, 100] */
     switch (dt) {
@@ -174,6 +202,14 @@ static double float_input(int r, size_t i, xcoll_datatype dt, int op) {
                  (int)((h >> 40) % 41) - 20);
   case OP_SUM_TIES:
     return ties_input(r, i, dt, g.world_size);
+  case OP_PREMUL:
+    /* Times 0.75 and summed over 8 ranks: float32 and float64 as for SUM
+     * below (3k/256, 15 bits; 3k * 2^-22, 35 bits); the 16-bit types take
+     * integers in [-8, 8]: 3k/4 summed is at most 192 in quarters, 8
+     * significant bits, exact in bfloat16. */
+    if (narrow)
+      return (double)((int64_t)(h % 17) - 8);
+    return float_input(r, i, dt, XCOLL_SUM);
   default:      /* SUM, AVG */
     if (narrow) /* halves in [-8, 8]: sums of 8 are <= 64 with 1 bit
                    after the point, 8 significant bits: exact in bfloat16 */
@@ -454,13 +490,25 @@ static void reference_direct(size_t i, xcoll_datatype dt, int op, uint64_t *iv,
       uint64_t v;
       double unused;
       input_value_direct(r, i, dt, op, &v, &unused);
+      if (op == OP_PREMUL) /* modulo 2^64, then 2^bits: the type's wrap */
+        v *= premul_int_scalar(dt);
       if (r == 0) {
         acc = v;
         continue;
       }
       switch (op) {
       case XCOLL_SUM:
+      case OP_PREMUL:
         acc += v;
+        break;
+      case XCOLL_BAND:
+        acc &= v;
+        break;
+      case XCOLL_BOR:
+        acc |= v;
+        break;
+      case XCOLL_BXOR:
+        acc ^= v;
         break;
       case XCOLL_PROD:
         acc *= v;
@@ -487,6 +535,8 @@ static void reference_direct(size_t i, xcoll_datatype dt, int op, uint64_t *iv,
     uint64_t unused;
     double v;
     input_value_direct(r, i, dt, op, &unused, &v);
+    if (op == OP_PREMUL)
+      v *= PREMUL_FLOAT_SCALAR; /* exact: see float_input() */
     sum_abs += fabs(v);
     if (r == 0) {
       acc = v;
@@ -496,6 +546,7 @@ static void reference_direct(size_t i, xcoll_datatype dt, int op, uint64_t *iv,
     case XCOLL_SUM:
     case XCOLL_AVG:
     case OP_SUM_TIES:
+    case OP_PREMUL:
       acc += v; /* exact: see ties_input() and float_input() */
       break;
     case XCOLL_PROD:
@@ -675,8 +726,9 @@ static void describe(char *out, size_t n, const case_desc *c) {
   snprintf(out, n, "%s %s%s%s count=%zu %s %s root=%d", coll_names[c->coll],
            xcoll_datatype_name(c->dt), c->op >= 0 ? " " : "",
            c->op == OP_SUM_TIES ? "sum (rounding ties)"
-           : c->op >= 0      ? xcoll_op_name((xcoll_op)c->op)
-                             : "",
+           : c->op == OP_PREMUL ? "premul_sum"
+           : c->op >= 0         ? xcoll_op_name((xcoll_op)c->op)
+                                : "",
            c->count,
            c->in_place ? "in-place" : "out-of-place", mode_names[c->mode],
            c->root);
@@ -773,44 +825,69 @@ static xcoll_status finish(xcoll_status st, xcoll_request_t req, int mode) {
   return xcoll_wait(req);
 }
 
-static xcoll_status run_coll(const case_desc *c, const void *send, void *recv) {
-  xcoll_request_t req = NULL;
-  xcoll_op op = (xcoll_op)(c->op < 0 || c->op == OP_SUM_TIES ? 0 : c->op);
+/* The blocking call, or the i-call (its request into *req). */
+static xcoll_status issue_coll(const case_desc *c, xcoll_op op,
+                               const void *send, void *recv,
+                               xcoll_request_t *req) {
   int blocking = c->mode == MODE_BLOCKING;
-  xcoll_status st;
-  /* The i-call must return before req is read: finish() gets it after. */
   switch (c->coll) {
   case COLL_ALLREDUCE:
     if (blocking)
       return xcoll_allreduce(send, recv, c->count, c->dt, op, g.comm);
-    st = xcoll_iallreduce(send, recv, c->count, c->dt, op, g.comm, NULL, &req);
-    break;
+    return xcoll_iallreduce(send, recv, c->count, c->dt, op, g.comm, NULL, req);
   case COLL_ALLGATHER:
     if (blocking)
       return xcoll_allgather(send, recv, c->count, c->dt, g.comm);
-    st = xcoll_iallgather(send, recv, c->count, c->dt, g.comm, NULL, &req);
-    break;
+    return xcoll_iallgather(send, recv, c->count, c->dt, g.comm, NULL, req);
   case COLL_REDUCE_SCATTER:
     if (blocking)
       return xcoll_reduce_scatter(send, recv, c->count, c->dt, op, g.comm);
-    st = xcoll_ireduce_scatter(send, recv, c->count, c->dt, op, g.comm, NULL,
-                               &req);
-    break;
+    return xcoll_ireduce_scatter(send, recv, c->count, c->dt, op, g.comm, NULL,
+                                 req);
   case COLL_BROADCAST:
     if (blocking)
       return xcoll_broadcast(send, recv, c->count, c->dt, c->root, g.comm);
-    st = xcoll_ibroadcast(send, recv, c->count, c->dt, c->root, g.comm, NULL,
-                          &req);
-    break;
+    return xcoll_ibroadcast(send, recv, c->count, c->dt, c->root, g.comm, NULL,
+                            req);
   case COLL_REDUCE:
     if (blocking)
       return xcoll_reduce(send, recv, c->count, c->dt, op, c->root, g.comm);
-    st = xcoll_ireduce(send, recv, c->count, c->dt, op, c->root, g.comm, NULL,
-                       &req);
-    break;
+    return xcoll_ireduce(send, recv, c->count, c->dt, op, c->root, g.comm, NULL,
+                         req);
   default:
     return XCOLL_ERR_INTERNAL;
   }
+}
+
+/* A premul sum of dt with this file's scalar (OP_PREMUL). */
+static xcoll_op create_premul(xcoll_datatype dt) {
+  unsigned char scalar[8];
+  store_elem(scalar, 0, dt, premul_int_scalar(dt), PREMUL_FLOAT_SCALAR);
+  xcoll_op op = XCOLL_SUM;
+  xcoll_status st =
+      xcoll_op_create_premul_sum(&op, scalar, dt, XCOLL_SCALAR_HOST, g.comm);
+  if (st != XCOLL_SUCCESS)
+    fatal("xcoll_op_create_premul_sum", st);
+  return op;
+}
+
+static void destroy_premul(xcoll_op op) {
+  xcoll_status st = xcoll_op_destroy(op, g.comm);
+  if (st != XCOLL_SUCCESS)
+    fatal("xcoll_op_destroy", st);
+}
+
+static xcoll_status run_coll(const case_desc *c, const void *send, void *recv) {
+  xcoll_request_t req = NULL;
+  xcoll_op op = (xcoll_op)(c->op < 0 || c->op == OP_SUM_TIES ? 0 : c->op);
+  if (c->op == OP_PREMUL)
+    op = create_premul(c->dt);
+  /* The i-call must return before req is read: finish() gets it after. */
+  xcoll_status st = issue_coll(c, op, send, recv, &req);
+  if (c->op == OP_PREMUL)
+    destroy_premul(op); /* before the wait: the call has returned */
+  if (c->mode == MODE_BLOCKING)
+    return st;
   return finish(st, req, c->mode);
 }
 
@@ -993,31 +1070,32 @@ static int check_invalid(const char *what, xcoll_status st, xcoll_status want) {
   return 0;
 }
 
-/* XCOLL_AVG on an integer type is XCOLL_ERR_INVALID_ARGUMENT, blocking or
+/* An op the dtype does not have (XCOLL_AVG on an integer type, a bitwise
+ * op on a floating-point type) is XCOLL_ERR_INVALID_ARGUMENT, blocking or
  * not, and a non-blocking call then sets *request to NULL. Every rank makes
  * the same mistake, so the communicator stays usable. */
-static void check_avg_on_integers(xcoll_datatype dt) {
+static void check_op_rejected(xcoll_datatype dt, xcoll_op op) {
   int64_t buf[8 * 16] = {0}, out[8 * 16] = {0};
   char what[128];
+  const char *dtype = xcoll_datatype_name(dt), *name = xcoll_op_name(op);
   const int root = g.world_size - 1;
   xcoll_request_t req = (xcoll_request_t)(uintptr_t)1;
-  snprintf(what, sizeof what, "allreduce %s avg", xcoll_datatype_name(dt));
-  check_invalid(what, xcoll_allreduce(buf, out, 7, dt, XCOLL_AVG, g.comm),
+  snprintf(what, sizeof what, "allreduce %s %s", dtype, name);
+  check_invalid(what, xcoll_allreduce(buf, out, 7, dt, op, g.comm),
                 XCOLL_ERR_INVALID_ARGUMENT);
-  snprintf(what, sizeof what, "iallreduce %s avg (in place)",
-           xcoll_datatype_name(dt));
-  check_invalid(
-      what, xcoll_iallreduce(buf, buf, 7, dt, XCOLL_AVG, g.comm, NULL, &req),
-      XCOLL_ERR_INVALID_ARGUMENT);
+  snprintf(what, sizeof what, "iallreduce %s %s (in place)", dtype, name);
+  check_invalid(what,
+                xcoll_iallreduce(buf, buf, 7, dt, op, g.comm, NULL, &req),
+                XCOLL_ERR_INVALID_ARGUMENT);
   if (req != NULL) {
     printf("MISMATCH rank %d: %s left *request non-NULL\n", g.rank, what);
     g.failed_cases++;
   }
-  snprintf(what, sizeof what, "reduce_scatter %s avg", xcoll_datatype_name(dt));
-  check_invalid(what, xcoll_reduce_scatter(buf, out, 1, dt, XCOLL_AVG, g.comm),
+  snprintf(what, sizeof what, "reduce_scatter %s %s", dtype, name);
+  check_invalid(what, xcoll_reduce_scatter(buf, out, 1, dt, op, g.comm),
                 XCOLL_ERR_INVALID_ARGUMENT);
-  snprintf(what, sizeof what, "reduce %s avg", xcoll_datatype_name(dt));
-  check_invalid(what, xcoll_reduce(buf, out, 7, dt, XCOLL_AVG, root, g.comm),
+  snprintf(what, sizeof what, "reduce %s %s", dtype, name);
+  check_invalid(what, xcoll_reduce(buf, out, 7, dt, op, root, g.comm),
                 XCOLL_ERR_INVALID_ARGUMENT);
 }
 
@@ -1038,24 +1116,34 @@ static void sweep_collective(int coll) {
   const int reduces = coll == COLL_ALLREDUCE || coll == COLL_REDUCE ||
                       coll == COLL_REDUCE_SCATTER;
   for (int dt = 0; dt < XCOLL_NUM_DATATYPES; dt++) {
-    for (int op = reduces ? 0 : -1; op < (reduces ? OP_SUM_TIES + 1 : 0);
+    for (int op = reduces ? 0 : -1; op < (reduces ? OP_PREMUL + 1 : 0);
          op++) {
       /* Rounding ties: for the three float types that round, once the sum
        * has at least two terms. */
       if (op == OP_SUM_TIES &&
           (!is_float((xcoll_datatype)dt) || dt == XCOLL_FLOAT64 || P < 2))
         continue;
-      if (op == XCOLL_AVG && !is_float((xcoll_datatype)dt)) {
+      if ((op == XCOLL_AVG && !is_float((xcoll_datatype)dt)) ||
+          (is_bitwise(op) && is_float((xcoll_datatype)dt))) {
         if (coll == COLL_ALLREDUCE)
-          check_avg_on_integers((xcoll_datatype)dt);
+          check_op_rejected((xcoll_datatype)dt, (xcoll_op)op);
         continue;
       }
+      /* The bitwise ops and premul sums rotate the mode as big counts do
+       * (both placements, one mode each), which keeps their cost to a
+       * third: their functors are simple, and every mode still runs. */
+      int light = is_bitwise(op) || op == OP_PREMUL;
       for (int ci = 0; ci < ncounts; ci++) {
         size_t count = counts[ci];
         if (count > g.max_count || count < g.min_count)
           continue;
         int big = count == BIG_COUNT;
         if (big && !dtype_in_big_subset((xcoll_datatype)dt, op))
+          continue;
+        /* --quick: the new ops up to 1021 elements only (the full runs
+         * take them through every count): the larger counts run the same
+         * functors down the same paths as the other ops. */
+        if (light && g.quick && count > counts[3])
           continue;
         /* allgather/reduce_scatter counts are per rank: keep the total at 4M */
         if (big && (coll == COLL_ALLGATHER || coll == COLL_REDUCE_SCATTER))
@@ -1065,7 +1153,7 @@ static void sweep_collective(int coll) {
             for (int mode = 0; mode < NUM_MODES; mode++) {
               /* Big counts and --quick: one mode per (in-place) choice,
                * rotating so that all modes are still exercised. */
-              if (g.quick || big) {
+              if (g.quick || big || light) {
                 long pick = g.combo;
                 if (mode != (int)(pick % NUM_MODES))
                   continue;
@@ -1076,7 +1164,7 @@ static void sweep_collective(int coll) {
                              mode, roots[ri]};
               run_case(&c);
             }
-            if (g.quick || big)
+            if (g.quick || big || light)
               g.combo++;
           }
         }
@@ -1138,6 +1226,47 @@ static void check_inflight(void) {
       g.failed_cases++;
     free(bufs[k]);
   }
+}
+
+/* A premul sum issued while the collective before it, on the same buffer,
+ * is still in flight must scale that collective's result, not the buffer
+ * as it was when the call was made: an in-place sum, then an in-place
+ * premul sum, waited in reverse order, give scalar * P * (the sum). */
+static void check_premul_in_flight(void) {
+  const size_t n = 131072 + 3;
+  const xcoll_datatype dt = XCOLL_FLOAT64;
+  const int P = g.world_size;
+  double *buf = alloc_or_die(n * sizeof *buf);
+  fill_input(buf, 0, n, g.rank, dt, XCOLL_SUM);
+  xcoll_request_t reqs[2];
+  xcoll_op op = create_premul(dt);
+  xcoll_status st =
+      xcoll_iallreduce(buf, buf, n, dt, XCOLL_SUM, g.comm, NULL, &reqs[0]);
+  if (st == XCOLL_SUCCESS)
+    st = xcoll_iallreduce(buf, buf, n, dt, op, g.comm, NULL, &reqs[1]);
+  if (st != XCOLL_SUCCESS)
+    fatal("a premul sum issued behind a sum on its buffer", st);
+  destroy_premul(op);
+  for (int k = 1; k >= 0; k--) {
+    st = xcoll_wait(reqs[k]);
+    if (st != XCOLL_SUCCESS)
+      fatal("waiting on a premul sum issued behind a sum on its buffer", st);
+  }
+  case_desc c = {COLL_ALLREDUCE, dt, OP_PREMUL, n, 1, MODE_WAIT, -1};
+  case_mismatches = 0;
+  memo_prepare(P, 0, n, dt, XCOLL_SUM);
+  for (size_t i = 0; i < n; i++) {
+    uint64_t eiv = 0;
+    double efv = 0, tol = 0;
+    reference(i, dt, XCOLL_SUM, &eiv, &efv, &tol);
+    /* exact: the sum has 34 significant bits at most */
+    check_elem(&c, "premul sum behind a sum in flight", buf, i, eiv,
+               PREMUL_FLOAT_SCALAR * P * efv, 0);
+  }
+  g.cases++;
+  if (case_mismatches)
+    g.failed_cases++;
+  free(buf);
 }
 
 /* Barrier: each rank publishes "I reached barrier k" in a file before the
@@ -1269,6 +1398,23 @@ static void sweep_errors(void) {
   }
   check_invalid("xcoll_wait(NULL)", xcoll_wait(NULL),
                 XCOLL_ERR_INVALID_ARGUMENT);
+  /* Premul sums: with another dtype than their own, once destroyed, and a
+   * device-resident scalar on a host rank. */
+  xcoll_op premul = create_premul(XCOLL_FLOAT32);
+  int32_t ints[4] = {0}, ints_out[4];
+  check_invalid("allreduce int32 with a premul sum made for float32",
+                xcoll_allreduce(ints, ints_out, 4, XCOLL_INT32, premul, g.comm),
+                XCOLL_ERR_INVALID_ARGUMENT);
+  destroy_premul(premul);
+  check_invalid("allreduce with a destroyed premul sum",
+                xcoll_allreduce(a, b, 4, XCOLL_FLOAT32, premul, g.comm),
+                XCOLL_ERR_INVALID_ARGUMENT);
+  check_invalid("xcoll_op_destroy of a destroyed premul sum",
+                xcoll_op_destroy(premul, g.comm), XCOLL_ERR_INVALID_ARGUMENT);
+  check_invalid("premul sum with XCOLL_SCALAR_DEVICE on a host rank",
+                xcoll_op_create_premul_sum(&premul, a, XCOLL_FLOAT32,
+                                           XCOLL_SCALAR_DEVICE, g.comm),
+                XCOLL_ERR_INVALID_ARGUMENT);
   g.cases++;
   xcoll_status st =
       xcoll_allreduce(NULL, NULL, 0, XCOLL_FLOAT32, XCOLL_SUM, g.comm);
@@ -1376,8 +1522,10 @@ int main(int argc, char **argv) {
     double tc = now_s();
     long before = g.cases;
     sweep_collective(c);
-    if (c == COLL_ALLREDUCE)
+    if (c == COLL_ALLREDUCE) {
       check_inflight();
+      check_premul_in_flight();
+    }
     if (g.rank == 0)
       printf("rank 0: %-14s %5ld cases in %6.2f s\n", coll_names[c],
              g.cases - before, now_s() - tc);

@@ -11,6 +11,9 @@
  *   count  allreduce(sum, float32, 1000)  vs allreduce(sum, float32, 1001)
  *   root   broadcast(root 0, float32, 1000) vs broadcast(root P-1, ...)
  *   kind   allreduce(sum, float32, 1000)  vs broadcast(root P-1, ...)
+ *   premul allreduce(sum, float32, 1000)  vs allreduce(premul_sum, ...)
+ *          (a pre-multiplied sum runs as a sum over scaled inputs: only
+ *          the fingerprint tells them apart; host ranks only)
  * A rank whose call returns success (it only sent) must fail by its next
  * barrier. Each rank prints DESYNC-OK or DESYNC-BAD and exits 0 or 1. Run
  * with a long XCOLL_TIMEOUT_S, so that a timeout cannot pass for detection.
@@ -62,7 +65,7 @@ static xcoll_status run(const call *c, float *buf, xcoll_comm_t comm) {
 
 int main(int argc, char **argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: %s op|dtype|count|root|kind\n", argv[0]);
+    fprintf(stderr, "usage: %s op|dtype|count|root|kind|premul\n", argv[0]);
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -99,6 +102,15 @@ int main(int argc, char **argv) {
   } else if (!strcmp(which, "kind")) {
     other.broadcast = 1;
     other.root = odd;
+  } else if (!strcmp(which, "premul")) {
+    float two = 2.0f;
+    st = xcoll_op_create_premul_sum(&other.op, &two, XCOLL_FLOAT32,
+                                    XCOLL_SCALAR_HOST, comm);
+    if (st != XCOLL_SUCCESS) {
+      printf("FATAL: xcoll_op_create_premul_sum: %s\n",
+             xcoll_comm_last_error(comm));
+      return 2;
+    }
   } else {
     fprintf(stderr, "unknown case %s\n", which);
     return 2;

@@ -1,5 +1,6 @@
 """Every collective of the xcoll backend against gloo's result, in the same
-processes: allreduce (sum, avg, min, max, product) on several dtypes,
+processes: allreduce (sum, avg, min, max, product; band, bor, bxor on
+integers; premul_sum against gloo's sum times the factor) on several dtypes,
 broadcast from every root, allgather and all_gather_into_tensor,
 reduce_scatter and reduce_scatter_tensor, reduce, barrier; async works
 (is_completed, wait, get_future); calls the backend does not offer raise an
@@ -44,6 +45,44 @@ for dtype in (torch.float32, torch.float64):
     b = t.clone()
     dist.all_reduce(b, group=gloo)
     check_close(f"all_reduce avg {dtype}", a, b / world, 1e-6)
+
+# Bitwise ops on integers: gloo has them too.
+bitwise = {"band": dist.ReduceOp.BAND, "bor": dist.ReduceOp.BOR,
+           "bxor": dist.ReduceOp.BXOR}
+for dtype in (torch.int32, torch.int64, torch.uint8):
+    for name, op in bitwise.items():
+        t = torch.randint(0, 127, (1000,)).to(dtype)
+        a, b = both(lambda x, g: dist.all_reduce(x, op=op, group=g), t)
+        if not torch.equal(a, b):
+            fail(f"all_reduce {name} {dtype}: differs from gloo's")
+
+# PREMUL_SUM (gloo has none): gloo's sum of the inputs times the factor,
+# with the factor a number or a tensor; on all_reduce, reduce_scatter_tensor
+# and reduce.
+# (PyTorch 1.13 takes the tensor form as a list, one tensor per device.)
+for factor in (0.25, [torch.tensor([0.5])]):
+    value = factor if isinstance(factor, float) else factor[0].item()
+    premul = dist._make_nccl_premul_sum(factor)
+    t = data(torch.float64)
+    a = t.clone()
+    dist.all_reduce(a, op=premul, group=xcoll)
+    b = t.clone()
+    dist.all_reduce(b, group=gloo)
+    check_close(f"all_reduce premul_sum {value}", a, b * value, 1e-9)
+    out = torch.empty(10, dtype=torch.float64)
+    dist.reduce_scatter_tensor(out, t[:10 * world], op=premul, group=xcoll)
+    check_close(f"reduce_scatter_tensor premul_sum {value}", out,
+                (b[:10 * world] * value)[10 * rank:10 * (rank + 1)], 1e-9)
+    r = t.clone()
+    dist.reduce(r, 0, op=premul, group=xcoll)
+    if rank == 0:
+        check_close(f"reduce premul_sum {value}", r, b * value, 1e-9)
+t = torch.randint(-50, 50, (1000,), dtype=torch.int32)
+a, b = t.clone(), t.clone()
+dist.all_reduce(a, op=dist._make_nccl_premul_sum(3.0), group=xcoll)
+dist.all_reduce(b, group=gloo)
+if not torch.equal(a, b * 3):
+    fail("all_reduce premul_sum int32: not 3 times gloo's sum")
 
 # bfloat16 reduces in float32 and rounds once: close to gloo's float32 sum
 # of the same values (gloo 1.13 has no bfloat16 sum).
@@ -132,10 +171,10 @@ for call, fn in unsupported.items():
         fail(f"{call} did not raise on the xcoll backend")
 try:
     dist.all_reduce(torch.ones(4), op=dist.ReduceOp.BAND, group=xcoll)
-    fail("all_reduce BAND did not raise")
+    fail("all_reduce BAND on float32 did not raise")
 except RuntimeError as e:
-    if "allreduce" not in str(e):
-        fail(f"BAND: the error does not name the call: {e}")
+    if "allreduce" not in str(e) or "float32" not in str(e):
+        fail(f"BAND on float32: the error does not name the call: {e}")
 
 dist.barrier(group=xcoll)
 dist.destroy_process_group(xcoll)

@@ -522,6 +522,12 @@ static void reference_element(xcoll_datatype d, xcoll_op op, int P, size_t i,
       acc += x; /* mod 2^64, then truncated to the width: mod 2^n */
     else if (op == XCOLL_PROD)
       acc *= x;
+    else if (op == XCOLL_BAND)
+      acc &= x;
+    else if (op == XCOLL_BOR)
+      acc |= x;
+    else if (op == XCOLL_BXOR)
+      acc ^= x;
     else if (d == XCOLL_UINT64 || d == XCOLL_UINT8 || d == XCOLL_UINT32) {
       uint64_t mask = d == XCOLL_UINT8    ? 0xff
                       : d == XCOLL_UINT32 ? 0xffffffffu
@@ -779,8 +785,10 @@ static void run_matrix(xcoll_coll_kind kind, xcoll_algorithm_fn fn,
       for (size_t di = 0; di < NUM_TEST_DTYPES; di++) {
         xcoll_datatype dtype = test_dtypes[di];
         for (int op = 0; op < (with_ops ? XCOLL_NUM_OPS : 1); op++) {
-          if (op == XCOLL_AVG && !is_float(dtype))
-            continue;
+          if ((op == XCOLL_AVG && !is_float(dtype)) ||
+              ((op == XCOLL_BAND || op == XCOLL_BOR || op == XCOLL_BXOR) &&
+               is_float(dtype)))
+            continue; /* rejected before any algorithm runs */
           for (int in_place = 0; in_place < 2; in_place++) {
             salt++;
             if (salt % ALGORITHMS_CASE_STRIDE != 0)

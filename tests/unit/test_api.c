@@ -54,7 +54,17 @@ static void test_names_and_sizes(void **state) {
   assert_string_equal(xcoll_datatype_name(XCOLL_FLOAT32), "float32");
   assert_string_equal(xcoll_datatype_name((xcoll_datatype)-1), "unknown");
   assert_string_equal(xcoll_op_name(XCOLL_AVG), "avg");
-  assert_string_equal(xcoll_op_name((xcoll_op)9), "unknown");
+  assert_string_equal(xcoll_op_name(XCOLL_BAND), "band");
+  assert_string_equal(xcoll_op_name(XCOLL_BOR), "bor");
+  assert_string_equal(xcoll_op_name(XCOLL_BXOR), "bxor");
+  assert_string_equal(xcoll_op_name((xcoll_op)XCOLL_NUM_OPS), "premul_sum");
+  assert_string_equal(
+      xcoll_op_name((xcoll_op)(XCOLL_NUM_OPS + XCOLL_MAX_PREMUL_OPS - 1)),
+      "premul_sum");
+  assert_string_equal(
+      xcoll_op_name((xcoll_op)(XCOLL_NUM_OPS + XCOLL_MAX_PREMUL_OPS)),
+      "unknown");
+  assert_string_equal(xcoll_op_name((xcoll_op)-1), "unknown");
   assert_string_equal(xcoll_strerror(XCOLL_ERR_REMOTE), "remote peer failed");
   assert_string_equal(xcoll_strerror((xcoll_status)1000), "unknown status");
   assert_int_equal(xcoll_version(), XCOLL_VERSION);
@@ -266,6 +276,161 @@ static void test_overlapping_buffers(void **state) {
       XCOLL_SUCCESS);
   assert_int_equal(xcoll_broadcast(buf, buf, 4, XCOLL_FLOAT32, 0, comm),
                    XCOLL_SUCCESS);
+}
+
+/* XCOLL_BAND, XCOLL_BOR, XCOLL_BXOR: integer types only. */
+static void test_bitwise_ops_arguments(void **state) {
+  xcoll_comm_t comm = *state;
+  float f[4] = {1, 2, 3, 4}, fout[4] = {0};
+  int32_t x[4] = {5, -7, 9, 11}, out[4] = {0};
+  assert_int_equal(xcoll_allreduce(f, fout, 4, XCOLL_FLOAT32, XCOLL_BAND, comm),
+                   XCOLL_ERR_INVALID_ARGUMENT);
+  expect_message_has(comm, "band");
+  expect_message_has(comm, "float32");
+  assert_int_equal(
+      xcoll_reduce_scatter(f, fout, 4, XCOLL_FLOAT16, XCOLL_BOR, comm),
+      XCOLL_ERR_INVALID_ARGUMENT);
+  expect_message_has(comm, "bor with dtype float16");
+  xcoll_request_t request = (xcoll_request_t)(uintptr_t)1;
+  assert_int_equal(xcoll_ireduce(f, fout, 2, XCOLL_FLOAT64, XCOLL_BXOR, 0,
+                                 comm, NULL, &request),
+                   XCOLL_ERR_INVALID_ARGUMENT);
+  assert_null(request);
+  expect_message_has(comm, "bxor with dtype float64");
+  assert_int_equal(
+      xcoll_allreduce(f, fout, 4, XCOLL_BFLOAT16, XCOLL_BAND, comm),
+      XCOLL_ERR_INVALID_ARGUMENT);
+  /* On one rank an integer bitwise reduction is the identity. */
+  assert_int_equal(xcoll_allreduce(x, out, 4, XCOLL_INT32, XCOLL_BXOR, comm),
+                   XCOLL_SUCCESS);
+  assert_memory_equal(x, out, sizeof x);
+  assert_int_equal(xcoll_barrier(comm), XCOLL_SUCCESS);
+}
+
+/* Pre-multiplied sums on one rank: the result is scalar * input, the input
+ * unchanged unless it is the output; creation and destruction errors; the
+ * op with another dtype, after destroy, or unknown. */
+static void test_premul_sum(void **state) {
+  xcoll_comm_t comm = *state;
+  float in[4] = {1, -2, 3.5f, 8}, out[4] = {0}, scalar = 0.5f;
+  xcoll_op op = XCOLL_SUM;
+  assert_int_equal(xcoll_op_create_premul_sum(&op, &scalar, XCOLL_FLOAT32,
+                                              XCOLL_SCALAR_HOST, comm),
+                   XCOLL_SUCCESS);
+  assert_true((int)op >= XCOLL_NUM_OPS);
+  assert_string_equal(xcoll_op_name(op), "premul_sum");
+  scalar = 100.0f; /* read at creation: changing it now changes nothing */
+  assert_int_equal(xcoll_allreduce(in, out, 4, XCOLL_FLOAT32, op, comm),
+                   XCOLL_SUCCESS);
+  for (int i = 0; i < 4; i++)
+    assert_true(out[i] == 0.5f * in[i]);
+  assert_true(in[1] == -2.0f && in[3] == 8.0f); /* sendbuf untouched */
+  /* In place, and non-blocking with the op destroyed before the wait
+   * (allowed: the scalar was applied when the call was made). */
+  float buf[4] = {2, 4, 6, 8};
+  assert_int_equal(xcoll_reduce(buf, buf, 4, XCOLL_FLOAT32, op, 0, comm),
+                   XCOLL_SUCCESS);
+  assert_true(buf[0] == 1.0f && buf[3] == 4.0f);
+  xcoll_request_t request = NULL;
+  assert_int_equal(xcoll_ireduce_scatter(in, out, 4, XCOLL_FLOAT32, op, comm,
+                                         NULL, &request),
+                   XCOLL_SUCCESS);
+  assert_int_equal(xcoll_op_destroy(op, comm), XCOLL_SUCCESS);
+  assert_int_equal(xcoll_wait(request), XCOLL_SUCCESS);
+  for (int i = 0; i < 4; i++)
+    assert_true(out[i] == 0.5f * in[i]);
+
+  /* Destroyed: unknown to collectives and to a second destroy. */
+  assert_int_equal(xcoll_allreduce(in, out, 4, XCOLL_FLOAT32, op, comm),
+                   XCOLL_ERR_INVALID_ARGUMENT);
+  expect_message_has(comm, "not an xcoll_op");
+  expect_message_has(comm, "premul sum");
+  assert_int_equal(xcoll_op_destroy(op, comm), XCOLL_ERR_INVALID_ARGUMENT);
+  expect_message_has(comm, "not a live premul sum");
+  assert_int_equal(xcoll_op_destroy(XCOLL_SUM, comm),
+                   XCOLL_ERR_INVALID_ARGUMENT);
+  expect_message_has(comm, "built-in");
+  assert_int_equal(
+      xcoll_allreduce(in, out, 4, XCOLL_FLOAT32,
+                      (xcoll_op)(XCOLL_NUM_OPS + XCOLL_MAX_PREMUL_OPS), comm),
+      XCOLL_ERR_INVALID_ARGUMENT);
+
+  /* Integers: -3 * x, wrapping; and the op with another dtype. */
+  int32_t x[3] = {5, -7, INT32_MAX}, y[3] = {0}, minus_three = -3;
+  assert_int_equal(xcoll_op_create_premul_sum(&op, &minus_three, XCOLL_INT32,
+                                              XCOLL_SCALAR_HOST, comm),
+                   XCOLL_SUCCESS);
+  assert_int_equal(xcoll_allreduce(x, y, 3, XCOLL_INT32, op, comm),
+                   XCOLL_SUCCESS);
+  assert_int_equal(y[0], -15);
+  assert_int_equal(y[1], 21);
+  assert_int_equal(y[2], (int32_t)((uint32_t)INT32_MAX * (uint32_t)-3));
+  assert_int_equal(xcoll_allreduce(in, out, 4, XCOLL_FLOAT32, op, comm),
+                   XCOLL_ERR_INVALID_ARGUMENT);
+  expect_message_has(comm, "made for dtype int32, used with dtype float32");
+  assert_int_equal(xcoll_op_destroy(op, comm), XCOLL_SUCCESS);
+
+  /* float16: 3.0 * 0.75 = 2.25, computed in float32 and rounded. */
+  uint16_t three = 0x4200, three_quarters = 0x3A00, product = 0;
+  assert_int_equal(xcoll_op_create_premul_sum(&op, &three_quarters,
+                                              XCOLL_FLOAT16, XCOLL_SCALAR_HOST,
+                                              comm),
+                   XCOLL_SUCCESS);
+  assert_int_equal(xcoll_allreduce(&three, &product, 1, XCOLL_FLOAT16, op, comm),
+                   XCOLL_SUCCESS);
+  assert_int_equal(product, 0x4080);
+  assert_int_equal(xcoll_op_destroy(op, comm), XCOLL_SUCCESS);
+
+  /* Creation errors. */
+  assert_int_equal(xcoll_op_create_premul_sum(NULL, &scalar, XCOLL_FLOAT32,
+                                              XCOLL_SCALAR_HOST, comm),
+                   XCOLL_ERR_INVALID_ARGUMENT);
+  expect_message_has(comm, "op is NULL");
+  assert_int_equal(xcoll_op_create_premul_sum(&op, NULL, XCOLL_FLOAT32,
+                                              XCOLL_SCALAR_HOST, comm),
+                   XCOLL_ERR_INVALID_ARGUMENT);
+  expect_message_has(comm, "scalar is NULL");
+  assert_int_equal(xcoll_op_create_premul_sum(&op, &scalar, (xcoll_datatype)42,
+                                              XCOLL_SCALAR_HOST, comm),
+                   XCOLL_ERR_INVALID_ARGUMENT);
+  expect_message_has(comm, "dtype=42");
+  assert_int_equal(
+      xcoll_op_create_premul_sum(&op, &scalar, XCOLL_FLOAT32,
+                                 (xcoll_scalar_residence)7, comm),
+      XCOLL_ERR_INVALID_ARGUMENT);
+  expect_message_has(comm, "residence=7");
+  assert_int_equal(xcoll_op_create_premul_sum(&op, &scalar, XCOLL_FLOAT32,
+                                              XCOLL_SCALAR_DEVICE, comm),
+                   XCOLL_ERR_INVALID_ARGUMENT);
+  expect_message_has(comm, "XCOLL_SCALAR_DEVICE on a communicator bound to "
+                           "the host");
+  assert_int_equal(xcoll_op_create_premul_sum(&op, &scalar, XCOLL_FLOAT32,
+                                              XCOLL_SCALAR_HOST, NULL),
+                   XCOLL_ERR_INVALID_USAGE);
+  assert_int_equal(xcoll_op_destroy(XCOLL_NUM_OPS, NULL),
+                   XCOLL_ERR_INVALID_USAGE);
+
+  /* The table: XCOLL_MAX_PREMUL_OPS live at once, distinct values, then
+   * INVALID_USAGE; a destroyed slot is handed out again. */
+  static xcoll_op ops[XCOLL_MAX_PREMUL_OPS];
+  for (int k = 0; k < XCOLL_MAX_PREMUL_OPS; k++) {
+    assert_int_equal(xcoll_op_create_premul_sum(&ops[k], &scalar, XCOLL_FLOAT32,
+                                                XCOLL_SCALAR_HOST, comm),
+                     XCOLL_SUCCESS);
+    assert_int_equal((int)ops[k], XCOLL_NUM_OPS + k);
+  }
+  assert_int_equal(xcoll_op_create_premul_sum(&op, &scalar, XCOLL_FLOAT32,
+                                              XCOLL_SCALAR_HOST, comm),
+                   XCOLL_ERR_INVALID_USAGE);
+  expect_message_has(comm, "XCOLL_MAX_PREMUL_OPS");
+  assert_int_equal(xcoll_op_destroy(ops[17], comm), XCOLL_SUCCESS);
+  assert_int_equal(xcoll_op_create_premul_sum(&op, &scalar, XCOLL_FLOAT32,
+                                              XCOLL_SCALAR_HOST, comm),
+                   XCOLL_SUCCESS);
+  assert_int_equal(op, ops[17]);
+  for (int k = 0; k < XCOLL_MAX_PREMUL_OPS; k++)
+    assert_int_equal(xcoll_op_destroy(ops[k], comm), XCOLL_SUCCESS);
+  assert_int_equal(xcoll_barrier(comm), XCOLL_SUCCESS);
 }
 
 /* A negative count passed as size_t, for every dtype (1-byte ones too, whose
@@ -542,6 +707,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_bad_arguments, make_world,
                                       destroy_world),
       cmocka_unit_test_setup_teardown(test_overlapping_buffers, make_world,
+                                      destroy_world),
+      cmocka_unit_test_setup_teardown(test_bitwise_ops_arguments, make_world,
+                                      destroy_world),
+      cmocka_unit_test_setup_teardown(test_premul_sum, make_world,
                                       destroy_world),
       cmocka_unit_test_setup_teardown(test_negative_counts, make_world,
                                       destroy_world),

@@ -1,7 +1,8 @@
 /* test_device.c - device binding (config.device, XCOLL_DEVICE,
- * xcoll_comm_device) and the rejection of CUDA device buffers on host ranks
- * (core/device.c), with a stand-in CUDA driver (fake_libcuda.c) that calls
- * one host range device memory. */
+ * xcoll_comm_device), the rejection of CUDA device buffers on host ranks
+ * (core/device.c) and of premul sums on GPU ranks (core/premul.c), with a
+ * stand-in CUDA driver (fake_libcuda.c) that calls one host range device
+ * memory. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -164,6 +165,17 @@ static void test_device_buffers_rejected(void **state) {
   assert_int_equal(xcoll_broadcast(device_memory, device_memory, COUNT,
                                    XCOLL_FLOAT32, 0, comm),
                    XCOLL_ERR_INVALID_ARGUMENT);
+  /* A premul sum's scalar: host residence wants host memory; a host rank
+   * has no device to read a device-resident one from. */
+  xcoll_op op = XCOLL_SUM;
+  assert_int_equal(xcoll_op_create_premul_sum(&op, device_memory, XCOLL_FLOAT32,
+                                              XCOLL_SCALAR_HOST, comm),
+                   XCOLL_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(xcoll_comm_last_error(comm), "CUDA device memory"));
+  assert_int_equal(xcoll_op_create_premul_sum(&op, device_memory, XCOLL_FLOAT32,
+                                              XCOLL_SCALAR_DEVICE, comm),
+                   XCOLL_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(xcoll_comm_last_error(comm), "bound to the host"));
   /* nothing was sent, the communicator still works on host memory */
   assert_int_equal(xcoll_allreduce(host_in, host_out, COUNT, XCOLL_FLOAT32,
                                    XCOLL_SUM, comm),
@@ -226,6 +238,31 @@ static void test_device_comm_stages(void **state) {
   memset(out, 0, sizeof out);
   assert_int_equal(dtoh(out, d_out, sizeof out), 0);
   assert_memory_equal(in, out, sizeof in);
+
+  /* Premul sums on a GPU rank: the ops can be made (either residence),
+   * the collectives say they are not built yet, and nothing was sent. */
+  float two = 2.0f;
+  xcoll_op host_op = XCOLL_SUM, device_op = XCOLL_SUM;
+  assert_int_equal(xcoll_op_create_premul_sum(&host_op, &two, XCOLL_FLOAT32,
+                                              XCOLL_SCALAR_HOST, comm),
+                   XCOLL_SUCCESS);
+  assert_int_equal(xcoll_op_create_premul_sum(&device_op, (void *)d_in,
+                                              XCOLL_FLOAT32,
+                                              XCOLL_SCALAR_DEVICE, comm),
+                   XCOLL_SUCCESS);
+  assert_int_equal(xcoll_allreduce((void *)d_in, (void *)d_out, COUNT,
+                                   XCOLL_FLOAT32, host_op, comm),
+                   XCOLL_ERR_NOT_SUPPORTED);
+  assert_non_null(strstr(xcoll_comm_last_error(comm),
+                         "premul sum on a GPU rank: not built yet"));
+  assert_int_equal(xcoll_allreduce((void *)d_in, (void *)d_out, COUNT,
+                                   XCOLL_FLOAT32, device_op, comm),
+                   XCOLL_ERR_NOT_SUPPORTED);
+  assert_int_equal(xcoll_op_destroy(host_op, comm), XCOLL_SUCCESS);
+  assert_int_equal(xcoll_op_destroy(device_op, comm), XCOLL_SUCCESS);
+  assert_int_equal(xcoll_allreduce((void *)d_in, (void *)d_out, COUNT,
+                                   XCOLL_FLOAT32, XCOLL_SUM, comm),
+                   XCOLL_SUCCESS);
   assert_int_equal(xcoll_comm_destroy(comm), XCOLL_SUCCESS);
   assert_int_equal(pinned(), 0);
   mem_free(d_in);

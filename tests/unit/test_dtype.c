@@ -1,7 +1,8 @@
 /* test_dtype.c - core/dtype.c: every dtype x op against a scalar reference,
  * float16 and bfloat16 conversions against tables of known encodings
  * (including subnormals, overflow, NaN and ties to even), xcoll_scale_avg,
- * and xcoll_check_dtype_op's errors. */
+ * xcoll_scale_premul (a pre-multiplied sum's scaling), and
+ * xcoll_check_dtype_op's errors. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -155,6 +156,9 @@ static uint64_t mix(uint64_t x) {
   (op == XCOLL_SUM    ? (T)(U)((U)x + (U)y)                                    \
    : op == XCOLL_PROD ? (T)(U)((U)x * (U)y)                                    \
    : op == XCOLL_MIN  ? (x < y ? x : y)                                        \
+   : op == XCOLL_BAND ? (T)((U)x & (U)y)                                       \
+   : op == XCOLL_BOR  ? (T)((U)x | (U)y)                                       \
+   : op == XCOLL_BXOR ? (T)((U)x ^ (U)y)                                       \
                       : (x > y ? x : y))
 
 static void check_ints(xcoll_datatype dtype, xcoll_op op, uint64_t seed) {
@@ -185,9 +189,11 @@ static void test_integer_ops(void **state) {
   static const xcoll_datatype ints[] = {XCOLL_INT8,  XCOLL_UINT8,
                                         XCOLL_INT32, XCOLL_UINT32,
                                         XCOLL_INT64, XCOLL_UINT64};
+  static const xcoll_op ops[] = {XCOLL_SUM,  XCOLL_PROD, XCOLL_MIN, XCOLL_MAX,
+                                 XCOLL_BAND, XCOLL_BOR,  XCOLL_BXOR};
   for (size_t d = 0; d < 6; d++)
-    for (int op = XCOLL_SUM; op <= XCOLL_MAX; op++)
-      check_ints(ints[d], (xcoll_op)op, (uint64_t)d * 7919 + (uint64_t)op);
+    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
+      check_ints(ints[d], ops[k], (uint64_t)d * 7919 + (uint64_t)ops[k]);
   /* Known wrap-around values. */
   int8_t a8 = 127, b8 = 1;
   xcoll_reduce_inplace(&a8, &b8, 1, XCOLL_INT8, XCOLL_SUM);
@@ -198,6 +204,72 @@ static void test_integer_ops(void **state) {
   uint64_t a64 = UINT64_MAX, b64 = 2;
   xcoll_reduce_inplace(&a64, &b64, 1, XCOLL_UINT64, XCOLL_SUM);
   assert_true(a64 == 1);
+  /* Known bitwise values, the sign bit included. */
+  int8_t x8[3] = {(int8_t)0xF0, (int8_t)0xF0, (int8_t)0xF0};
+  int8_t y8[3] = {(int8_t)0x3C, (int8_t)0x3C, (int8_t)0x3C};
+  xcoll_reduce_inplace(&x8[0], &y8[0], 1, XCOLL_INT8, XCOLL_BAND);
+  xcoll_reduce_inplace(&x8[1], &y8[1], 1, XCOLL_INT8, XCOLL_BOR);
+  xcoll_reduce_inplace(&x8[2], &y8[2], 1, XCOLL_INT8, XCOLL_BXOR);
+  assert_int_equal((uint8_t)x8[0], 0x30);
+  assert_int_equal((uint8_t)x8[1], 0xFC);
+  assert_int_equal((uint8_t)x8[2], 0xCC);
+  uint64_t p64 = 0xFFFF0000FFFF0000ULL, q64 = 0x0F0F0F0F0F0F0F0FULL;
+  xcoll_reduce_inplace(&p64, &q64, 1, XCOLL_UINT64, XCOLL_BXOR);
+  assert_true(p64 == 0xF0F00F0FF0F00F0FULL);
+}
+
+/* xcoll_scale_premul: every dtype against a product computed here (integers
+ * in the unsigned type, wrapping; 16-bit types widened, multiplied in
+ * float32, rounded to nearest even), out of place and in place. */
+static void test_scale_premul(void **state) {
+  (void)state;
+  enum { LEN = 300 }; /* past one XC_FP_BLOCK of the 16-bit path */
+  static int32_t i32[LEN], i32_out[LEN];
+  static uint8_t u8[LEN], u8_out[LEN];
+  static int64_t i64[LEN], i64_out[LEN];
+  static double f64[LEN], f64_out[LEN];
+  static float f32[LEN];
+  static uint16_t h[LEN], h_out[LEN], bf[LEN], bf_out[LEN];
+  int32_t s32 = -3;
+  uint8_t s8 = 7;
+  int64_t s64 = 0x100000001LL;
+  double sd = -0.375;
+  float sf = 1.0f / 3.0f;
+  uint16_t sh = xcoll_float_to_half(0.1f), sbf = xcoll_float_to_bfloat16(0.1f);
+  for (size_t i = 0; i < LEN; i++) {
+    i32[i] = (int32_t)(mix(i) >> 32);
+    u8[i] = (uint8_t)mix(i + 1);
+    i64[i] = (int64_t)mix(i + 2);
+    f64[i] = (double)(int64_t)(mix(i + 3) >> 40) / 7.0;
+    f32[i] = (float)((int64_t)(mix(i + 4) >> 44) - 400000) / 3.0f;
+    h[i] = xcoll_float_to_half((float)((int)(mix(i + 5) % 2001) - 1000) / 9.0f);
+    bf[i] = xcoll_float_to_bfloat16((float)(mix(i + 6) % 100000) / 7.0f);
+  }
+  xcoll_scale_premul(i32_out, i32, LEN, XCOLL_INT32, &s32);
+  xcoll_scale_premul(u8_out, u8, LEN, XCOLL_UINT8, &s8);
+  xcoll_scale_premul(i64_out, i64, LEN, XCOLL_INT64, &s64);
+  xcoll_scale_premul(f64_out, f64, LEN, XCOLL_FLOAT64, &sd);
+  xcoll_scale_premul(h_out, h, LEN, XCOLL_FLOAT16, &sh);
+  xcoll_scale_premul(bf_out, bf, LEN, XCOLL_BFLOAT16, &sbf);
+  static float f32_in[LEN];
+  memcpy(f32_in, f32, sizeof f32);
+  xcoll_scale_premul(f32, f32, LEN, XCOLL_FLOAT32, &sf); /* in place */
+  for (size_t i = 0; i < LEN; i++) {
+    assert_int_equal(i32_out[i], (int32_t)((uint32_t)i32[i] * (uint32_t)s32));
+    assert_int_equal(u8_out[i], (uint8_t)(u8[i] * s8));
+    assert_true(i64_out[i] == (int64_t)((uint64_t)i64[i] * (uint64_t)s64));
+    assert_true(f64_out[i] == f64[i] * sd);
+    assert_true(f32[i] == f32_in[i] * sf);
+    float wide_h = xcoll_half_to_float(h[i]) * xcoll_half_to_float(sh);
+    assert_int_equal(h_out[i], xcoll_float_to_half(wide_h));
+    float wide_bf =
+        xcoll_bfloat16_to_float(bf[i]) * xcoll_bfloat16_to_float(sbf);
+    assert_int_equal(bf_out[i], xcoll_float_to_bfloat16(wide_bf));
+  }
+  /* A value checked by hand: float16 3.0 * 0.75 = 2.25 (0x4080). */
+  uint16_t three = 0x4200, three_quarters = 0x3A00, product = 0;
+  xcoll_scale_premul(&product, &three, 1, XCOLL_FLOAT16, &three_quarters);
+  assert_int_equal(product, 0x4080);
 }
 
 static double float_op(xcoll_op op, double x, double y) {
@@ -268,8 +340,8 @@ static void test_float_ops(void **state) {
   (void)state;
   static const xcoll_datatype floats[] = {XCOLL_FLOAT16, XCOLL_BFLOAT16,
                                           XCOLL_FLOAT32, XCOLL_FLOAT64};
-  for (size_t d = 0; d < 4; d++)
-    for (int op = XCOLL_SUM; op < XCOLL_NUM_OPS; op++)
+  for (size_t d = 0; d < 4; d++) /* the ops defined on floats */
+    for (int op = XCOLL_SUM; op <= XCOLL_AVG; op++)
       check_floats(floats[d], (xcoll_op)op);
 }
 
@@ -327,7 +399,8 @@ static void test_check_dtype_op(void **state) {
     for (int op = 0; op < XCOLL_NUM_OPS; op++) {
       int is_float = d == XCOLL_FLOAT16 || d == XCOLL_BFLOAT16 ||
                      d == XCOLL_FLOAT32 || d == XCOLL_FLOAT64;
-      xcoll_status want = (op == XCOLL_AVG && !is_float)
+      int bitwise = op == XCOLL_BAND || op == XCOLL_BOR || op == XCOLL_BXOR;
+      xcoll_status want = (op == XCOLL_AVG && !is_float) || (bitwise && is_float)
                               ? XCOLL_ERR_INVALID_ARGUMENT
                               : XCOLL_SUCCESS;
       assert_int_equal(
@@ -338,6 +411,10 @@ static void test_check_dtype_op(void **state) {
   assert_non_null(strstr(xcoll_last_error(),
                          "avg is defined only for floating-point types"));
   assert_non_null(strstr(xcoll_last_error(), "int32"));
+  assert_int_equal(xcoll_check_dtype_op(NULL, XCOLL_BFLOAT16, XCOLL_BXOR),
+                   XCOLL_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(xcoll_last_error(), "op bxor with dtype bfloat16"));
+  assert_non_null(strstr(xcoll_last_error(), "integer types"));
   assert_int_equal(xcoll_check_dtype_op(NULL, (xcoll_datatype)42, XCOLL_SUM),
                    XCOLL_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(xcoll_last_error(), "dtype 42"));
@@ -356,6 +433,7 @@ int main(void) {
       cmocka_unit_test(test_float_ops),
       cmocka_unit_test(test_long_vectors_and_aliasing),
       cmocka_unit_test(test_scale_avg),
+      cmocka_unit_test(test_scale_premul),
       cmocka_unit_test(test_check_dtype_op),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -88,6 +88,46 @@ static void test_each_field_differs(void **unused) {
   assert_true(xcoll_fingerprint_equal(&fb, &none));
 }
 
+/* A pre-multiplied sum runs as XCOLL_SUM over scaled inputs (core/premul.h)
+ * but its fingerprint says premul_sum: against a plain sum, or a bitwise
+ * op, it is a desync; two premul sums match (the scalar is not compared,
+ * as NCCL does not). Its op byte decodes and reads as "premul_sum". */
+static void test_premul_and_bitwise_ops(void **unused) {
+  (void)unused;
+  xcoll_coll_args sum = call(XCOLL_COLL_ALLREDUCE, XCOLL_INT32, XCOLL_SUM, 8, 0, 2);
+  xcoll_coll_args premul = sum;
+  premul.premul = 1;
+  xcoll_coll_args bxor = call(XCOLL_COLL_ALLREDUCE, XCOLL_INT32, XCOLL_BXOR, 8, 0, 2);
+  xcoll_coll_args band = call(XCOLL_COLL_ALLREDUCE, XCOLL_INT32, XCOLL_BAND, 8, 0, 2);
+  xcoll_fingerprint fs = xcoll_fingerprint_of(&sum);
+  xcoll_fingerprint fp = xcoll_fingerprint_of(&premul), fp2 = fp;
+  xcoll_fingerprint fx = xcoll_fingerprint_of(&bxor);
+  xcoll_fingerprint fa = xcoll_fingerprint_of(&band);
+  assert_int_equal(fp.op, XCOLL_FINGERPRINT_OP_PREMUL_SUM);
+  assert_false(xcoll_fingerprint_equal(&fs, &fp));
+  assert_false(xcoll_fingerprint_equal(&fs, &fx));
+  assert_false(xcoll_fingerprint_equal(&fx, &fa));
+  assert_false(xcoll_fingerprint_equal(&fp, &fx));
+  assert_true(xcoll_fingerprint_equal(&fp, &fp2));
+  assert_int_not_equal(xcoll_fingerprint_digest(&fs), xcoll_fingerprint_digest(&fp));
+  uint8_t bytes[XCOLL_FINGERPRINT_BYTES];
+  xcoll_fingerprint back;
+  xcoll_fingerprint_encode(&fp, bytes);
+  assert_int_equal(xcoll_fingerprint_decode(bytes, &back), 0);
+  assert_true(xcoll_fingerprint_equal(&fp, &back));
+  xcoll_fingerprint_encode(&fx, bytes);
+  assert_int_equal(xcoll_fingerprint_decode(bytes, &back), 0);
+  bytes[22] = XCOLL_FINGERPRINT_OP_PREMUL_SUM + 1;
+  assert_int_equal(xcoll_fingerprint_decode(bytes, &back), -1);
+  char text[256];
+  assert_string_equal(
+      xcoll_fingerprint_mismatch(0, &fs, 1, &fp, text, sizeof text),
+      "rank 0 called allreduce(sum, int32, 8) but rank 1 called "
+      "allreduce(premul_sum, int32, 8)");
+  assert_string_equal(xcoll_fingerprint_describe(&fx, text, sizeof text),
+                      "allreduce(bxor, int32, 8)");
+}
+
 /* The digest: FNV-1a of the encoding (its published test vectors: "" ->
  * 0x811c9dc5, "a" -> 0xe40c292c), equal for equal calls, different when a
  * field differs. */
@@ -190,6 +230,7 @@ int main(void) {
       cmocka_unit_test(test_unused_fields_ignored),
       cmocka_unit_test(test_each_field_differs),
       cmocka_unit_test(test_digest),
+      cmocka_unit_test(test_premul_and_bitwise_ops),
       cmocka_unit_test(test_decode_rejects_garbage),
       cmocka_unit_test(test_describe_and_mismatch),
       cmocka_unit_test(test_judge),
