@@ -60,6 +60,12 @@ static void comm_store_message(xcoll_comm *comm, const char *message) {
   pthread_mutex_unlock(&comm->error_lock);
 }
 
+/* The message becomes the thread's last and comm's. */
+static void keep_message(struct xcoll_comm *comm, const char *message) {
+  memcpy(thread_error, message, sizeof thread_error);
+  comm_store_message(comm, message);
+}
+
 xcoll_status xcoll_error(struct xcoll_comm *comm, xcoll_status status,
                          const char *fmt, ...) {
   /* Format into a local buffer first: an argument may point into
@@ -75,8 +81,7 @@ xcoll_status xcoll_error(struct xcoll_comm *comm, xcoll_status status,
   size_t len = strlen(message), last = strlen(thread_error);
   int rewrap = last > 0 && len > last &&
                memcmp(message + len - last, thread_error, last) == 0;
-  memcpy(thread_error, message, sizeof thread_error);
-  comm_store_message(comm, message);
+  keep_message(comm, message);
   if (!rewrap)
     XCOLL_WARN("%s: %s", xcoll_strerror(status), message);
   return status;
@@ -89,8 +94,7 @@ xcoll_status xcoll_error_quiet(struct xcoll_comm *comm, xcoll_status status,
   va_start(ap, fmt);
   vsnprintf(message, sizeof message, fmt, ap);
   va_end(ap);
-  memcpy(thread_error, message, sizeof thread_error);
-  comm_store_message(comm, message);
+  keep_message(comm, message);
   return status;
 }
 

@@ -240,35 +240,32 @@ foreach(case nchannels_0 nchannels_17 buffsize_12q buffsize_100 proto_fast)
     LABELS "faults;nccl_like")
 endforeach()
 
+# nl_unit_test(NAME TIMEOUT LABELS): unit.NAME, a cmocka program
+# tests/nccl_like/test_NAME.c that reaches into the backend's internals.
+function(nl_unit_test name timeout labels)
+  add_executable(test_${name} ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/test_${name}.c)
+  target_include_directories(test_${name} PRIVATE ${CMOCKA_INCLUDE_DIR}
+    ${PROJECT_SOURCE_DIR}/backends/nccl_like
+    ${PROJECT_SOURCE_DIR}/backends/nccl_like/transport
+    ${PROJECT_SOURCE_DIR}/kernels ${PROJECT_SOURCE_DIR}/net)
+  target_link_libraries(test_${name} PRIVATE xcoll_static xcoll_internal
+    ${CMOCKA_LIBRARY} Threads::Threads m)
+  target_compile_definitions(test_${name} PRIVATE XCOLL_HAVE_NCCL_LIKE)
+  add_test(NAME unit.${name} COMMAND test_${name})
+  set_tests_properties(unit.${name} PROPERTIES TIMEOUT ${timeout}
+    LABELS "${labels}")
+endfunction()
+
 # The engine with ranks as threads and an in-memory net plugin (no sockets,
 # no core dispatch): every collective, both protocols, 1 and 3 channels, a
 # FIFO wrapped many times, ops in flight, a death, an abort.
-add_executable(test_nl_engine ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/test_nl_engine.c)
-target_include_directories(test_nl_engine PRIVATE ${CMOCKA_INCLUDE_DIR}
-  ${PROJECT_SOURCE_DIR}/backends/nccl_like
-  ${PROJECT_SOURCE_DIR}/backends/nccl_like/transport ${PROJECT_SOURCE_DIR}/kernels
-  ${PROJECT_SOURCE_DIR}/net)
-target_link_libraries(test_nl_engine PRIVATE xcoll_static xcoll_internal
-  ${CMOCKA_LIBRARY} Threads::Threads m)
-target_compile_definitions(test_nl_engine PRIVATE XCOLL_HAVE_NCCL_LIKE)
-add_test(NAME unit.nl_engine COMMAND test_nl_engine)
-set_tests_properties(unit.nl_engine PROPERTIES TIMEOUT 120
-  LABELS "unit;nccl_like" PROCESSORS 2)
+nl_unit_test(nl_engine 120 "unit;nccl_like")
+set_tests_properties(unit.nl_engine PROPERTIES PROCESSORS 2)
 
 # The shm transport's choice of pairs, and a stranger of another job that
 # connects to the FIFO listener first: closed with no fd, while the real
 # previous rank gets the segment (label security too).
-add_executable(test_nl_shm ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/test_nl_shm.c)
-target_include_directories(test_nl_shm PRIVATE ${CMOCKA_INCLUDE_DIR}
-  ${PROJECT_SOURCE_DIR}/backends/nccl_like
-  ${PROJECT_SOURCE_DIR}/backends/nccl_like/transport ${PROJECT_SOURCE_DIR}/kernels
-  ${PROJECT_SOURCE_DIR}/net)
-target_link_libraries(test_nl_shm PRIVATE xcoll_static xcoll_internal
-  ${CMOCKA_LIBRARY} Threads::Threads m)
-target_compile_definitions(test_nl_shm PRIVATE XCOLL_HAVE_NCCL_LIKE)
-add_test(NAME unit.nl_shm COMMAND test_nl_shm)
-set_tests_properties(unit.nl_shm PROPERTIES TIMEOUT 60
-  LABELS "unit;nccl_like;security")
+nl_unit_test(nl_shm 60 "unit;nccl_like;security")
 
 # The files of backends/nccl_like call each other in no loop (failure.c is
 # the ground floor, nccl_like.c the front door): scripts/check-layers.sh
