@@ -278,7 +278,7 @@ static xcoll_status bruck_stuck(void *ctx, double waited_s) {
   nl_state *st = b->st;
   char who[256];
   missing_ranks(st, b->rounds, b->nrounds, who, sizeof who);
-  return nl_fail(st, XCOLL_ERR_TIMEOUT, -1,
+  return nl_fail_everywhere(st, XCOLL_ERR_TIMEOUT,
                  "nccl_like: rank %d made no progress for %.1f s "
                  "(XCOLL_TIMEOUT_S=%.1f) in a Bruck %s: no message "
                  "from %s: are they alive and in the same "

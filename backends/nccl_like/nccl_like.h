@@ -420,7 +420,9 @@ xcoll_status nl_fail(nl_state *st, xcoll_status status, int dead_rank,
                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* As nl_fail for a failure that every rank must share with its status and
  * message, not only this one (a collective mismatch, found by the ranks
- * whose ring neighbour called another collective): published to every
+ * whose ring neighbour called another collective; a timeout, which the
+ * ranks waiting on the one that waits would otherwise each find later at
+ * their own timers): published to every
  * rank's wake key, where the watcher fails the rank with status and a
  * message naming this rank as the one that found it. */
 xcoll_status nl_fail_everywhere(nl_state *st, xcoll_status status,

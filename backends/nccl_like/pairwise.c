@@ -357,7 +357,7 @@ static xcoll_status pw_stuck(void *ctx, double waited_s) {
   nl_state *st = r->st;
   char who[256];
   missing_peers(r, who, sizeof who);
-  return nl_fail(st, XCOLL_ERR_TIMEOUT, -1,
+  return nl_fail_everywhere(st, XCOLL_ERR_TIMEOUT,
                  "nccl_like: rank %d made no progress for %.1f s "
                  "(XCOLL_TIMEOUT_S=%.1f) in a pairwise allreduce: waiting "
                  "for %s: are they alive and in the same collective?",

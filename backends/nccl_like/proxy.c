@@ -136,7 +136,7 @@ static void fail_timeout(nl_state *st, double idle_s) {
         atomic_load_explicit(&ch->send_mem->head, memory_order_acquire);
     if (atomic_load_explicit(&ch->send_mem->tail, memory_order_acquire) >
         sent) {
-      nl_fail(st, XCOLL_ERR_TIMEOUT, -1,
+      nl_fail_everywhere(st, XCOLL_ERR_TIMEOUT,
               "nccl_like: rank %d made no progress for %.1f s "
               "(XCOLL_TIMEOUT_S=%.1f): channel %d waits for rank %d (next in "
               "the ring) to take step %" PRIu64 ": is rank %d alive and in "
@@ -145,7 +145,7 @@ static void fail_timeout(nl_state *st, double idle_s) {
       return;
     }
   }
-  nl_fail(st, XCOLL_ERR_TIMEOUT, -1,
+  nl_fail_everywhere(st, XCOLL_ERR_TIMEOUT,
           "nccl_like: rank %d made no progress for %.1f s "
           "(XCOLL_TIMEOUT_S=%.1f): waiting for data from rank %d (previous in "
           "the ring), step %" PRIu64 " on channel 0: is rank %d alive and in "

@@ -264,7 +264,7 @@ static xcoll_status rb_stuck(void *ctx, double waited_s) {
   nl_state *st = r->st;
   char chain[128];
   partner_waits(r, chain, sizeof chain);
-  return nl_fail(st, XCOLL_ERR_TIMEOUT, -1,
+  return nl_fail_everywhere(st, XCOLL_ERR_TIMEOUT,
                  "nccl_like: rank %d made no progress for %.1f s "
                  "(XCOLL_TIMEOUT_S=%.1f) in a Rabenseifner allreduce "
                  "(%s level %d): waiting for rank %d (%zu of %zu units "
