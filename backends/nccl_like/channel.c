@@ -386,22 +386,6 @@ static xcoll_status pick_transports(nl_state *st) {
     if (nl_transports[t] != send && nl_transports[t] != recv &&
         nl_transports[t]->free != NULL)
       nl_transports[t]->free(st);
-  /* The pairwise and Rabenseifner allreduces send over the net plugin's
-   * mesh to dodge the ring's chain of ranks waiting to be scheduled; over
-   * shm the ring itself is faster (P=4 on 2 cores, 2-16 MiB: 2.0-2.5 GB/s
-   * busbw against 0.9-1.3, docs/nccl_like.md "Transports"). Every rank
-   * sees every pair's choice, so all turn it off together. */
-  int ring_on_shm = 1;
-  for (int r = 0; r < st->world_size; r++)
-    ring_on_shm = ring_on_shm &&
-                  nl_transport_pick(&st->rank_infos[r],
-                                    &st->rank_infos[(r + 1) % st->world_size]) ==
-                      &nl_transport_shm;
-  if (ring_on_shm && st->pairwise && !st->pairwise_forced) {
-    XCOLL_INFO("nccl_like: pairwise and Rabenseifner allreduces off: every "
-               "ring connection is SHM, where the ring is faster");
-    st->pairwise = 0;
-  }
   return XCOLL_SUCCESS;
 }
 

@@ -126,7 +126,6 @@ static xcoll_status read_options(nl_state *st) {
   s = xcoll_param_choice("XCOLL_PAIRWISE", &pairwise);
   if (s != XCOLL_SUCCESS)
     return xcoll_error_adopt(comm, s);
-  st->pairwise_forced = pairwise == 1;
   if (pairwise < 0 || pairwise == 2) /* unset or "auto" */
     pairwise = comm->local_world_size > 0 && !own_core;
   st->pairwise = pairwise && comm->cuda == NULL && st->world_size >= 2 &&
@@ -152,11 +151,10 @@ static xcoll_status read_options(nl_state *st) {
 static xcoll_status agree_channels(nl_state *st) {
   if (st->world_size == 1)
     return XCOLL_SUCCESS;
-  /* Byte 3: bit 0 pairwise, bit 1 Rabenseifner, bit 2 XCOLL_PAIRWISE=1. */
+  /* Byte 3: bit 0 pairwise, bit 1 Rabenseifner. */
   uint8_t mine[4] = {(uint8_t)st->nchannels, (uint8_t)st->nchannels_auto,
                      (uint8_t)st->bruck,
-                     (uint8_t)(st->pairwise | st->rabenseifner << 1 |
-                               st->pairwise_forced << 2)};
+                     (uint8_t)(st->pairwise | st->rabenseifner << 1)};
   uint8_t *all = malloc((size_t)st->world_size * sizeof mine);
   if (!all)
     return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
@@ -174,7 +172,6 @@ static xcoll_status agree_channels(nl_state *st) {
       bruck = bruck && all[4 * r + 2];
       pairwise = pairwise && (all[4 * r + 3] & 1);
       rabenseifner = rabenseifner && (all[4 * r + 3] & 2);
-      st->pairwise_forced = st->pairwise_forced || (all[4 * r + 3] & 4);
       if (theirs < 1 || theirs > NL_MAX_CHANNELS) {
         s = xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
                         "nccl_like: rank %d proposed %d channels at init "

@@ -333,10 +333,6 @@ typedef struct nl_state {
    * unregistered host memory, agreed at init: SIMPLE allreduces run
    * pairwise.c over the mesh. */
   int pairwise;
-  /* Some rank set XCOLL_PAIRWISE=1 (agreed at init): the pairwise
-   * allreduce stays on even where every ring connection is shm
-   * (channel.c: pick_transports turns the "auto" one off there). */
-  int pairwise_forced;
   /* XCOLL_RABENSEIFNER (default 1), agreed at init: with pairwise and P a
    * power of two, SIMPLE allreduces run rabenseifner.c over the mesh. */
   int rabenseifner;
