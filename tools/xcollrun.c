@@ -677,6 +677,22 @@ static void keep_rank(pid_t launcher) {
       _exit(127);
     return;
   }
+  /* A signal xcollrun sent the group before the fork is pending here only
+   * (a child does not inherit pending signals): pass it on. One sent after
+   * the fork reached the rank too and is passed on a second time, which a
+   * window of a few instructions makes rare and a stopping rank survives. */
+  const int forwarded[] = {SIGTERM, SIGINT, SIGHUP};
+  for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++) {
+    sigset_t pending, one;
+    sigpending(&pending);
+    if (!sigismember(&pending, forwarded[i]))
+      continue;
+    sigemptyset(&one);
+    sigaddset(&one, forwarded[i]);
+    struct timespec now = {0, 0};
+    (void)sigtimedwait(&one, NULL, &now); /* consume it here */
+    kill(rank, forwarded[i]);
+  }
   for (;;) {
     siginfo_t info;
     if (sigwaitinfo(&wanted, &info) < 0)
