@@ -28,10 +28,10 @@ foreach(entry ${xcoll_lab_runs})
               ${command}
       WORKING_DIRECTORY ${xcoll_labs_dir})
     set_tests_properties(labs.${name} PROPERTIES
-      ENVIRONMENT "XCOLL_BACKEND=${backend};XCOLL_DEBUG=INFO;XCOLLRUN_PYTHON=${XCOLL_TORCH_PYTHON_FOUND};PYTHONPATH=$<TARGET_FILE_DIR:xcoll_torch>;XCOLL_TIMEOUT_S=60")
+      ENVIRONMENT "XCOLL_BACKEND=${backend};XCOLL_DEBUG=INFO;XCOLLRUN_PYTHON=${XCOLL_TORCH_PYTHON_FOUND};PYTHONPATH=${XCOLL_TORCH_PYTHONPATH};XCOLL_TIMEOUT_S=60")
   else()
     add_test(NAME labs.${name} COMMAND sh -c
-      "echo 'skipped: PyTorch is not importable or its headers are missing, so xcoll_torch was not built (apt-get install python3-torch libtorch-dev pybind11-dev; XCOLL_WITH_TORCH)'; exit 77")
+      "echo 'skipped: PyTorch is not importable or its headers are missing, so xcoll_torch was not built (bash scripts/setup.sh makes .venv with torch 2.13; XCOLL_WITH_TORCH, XCOLL_TORCH_PYTHON)'; exit 77")
   endif()
   set_tests_properties(labs.${name} PROPERTIES TIMEOUT 120 LABELS labs
     SKIP_RETURN_CODE 77)

@@ -20,10 +20,10 @@ foreach(entry ${xcoll_torch_tests})
               ${CMAKE_CURRENT_SOURCE_DIR}/torch/${script}
       WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
     set_tests_properties(torch.${name} PROPERTIES
-      ENVIRONMENT "XCOLL_BACKEND=${backend};XCOLLRUN_PYTHON=${XCOLL_TORCH_PYTHON_FOUND};PYTHONPATH=$<TARGET_FILE_DIR:xcoll_torch>;XCOLL_TIMEOUT_S=60")
+      ENVIRONMENT "XCOLL_BACKEND=${backend};XCOLLRUN_PYTHON=${XCOLL_TORCH_PYTHON_FOUND};PYTHONPATH=${XCOLL_TORCH_PYTHONPATH};XCOLL_TIMEOUT_S=60")
   else()
     add_test(NAME torch.${name} COMMAND sh -c
-      "echo 'skipped: PyTorch is not importable or its headers are missing, so xcoll_torch was not built (apt-get install python3-torch libtorch-dev pybind11-dev; XCOLL_WITH_TORCH)'; exit 77")
+      "echo 'skipped: PyTorch is not importable or its headers are missing, so xcoll_torch was not built (bash scripts/setup.sh makes .venv with torch 2.13; XCOLL_WITH_TORCH, XCOLL_TORCH_PYTHON)'; exit 77")
   endif()
   set_tests_properties(torch.${name} PROPERTIES TIMEOUT 90 LABELS torch
     SKIP_RETURN_CODE 77)

@@ -16,8 +16,9 @@ def init_groups():
     dist.init_process_group("gloo", timeout=timeout)
     xcoll = dist.new_group(backend="xcoll", timeout=timeout)
     want = os.environ.get("XCOLL_BACKEND", "tcp")
-    if xcoll.transport != want:
-        fail(f"the xcoll group runs on {xcoll.transport}, not {want}")
+    got = xcoll_torch.transport(xcoll)
+    if got != want:
+        fail(f"the xcoll group runs on {got}, not {want}")
     return dist.group.WORLD, xcoll, dist.get_rank(), dist.get_world_size()
 
 
