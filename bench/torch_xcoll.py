@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-import xcoll_torch  # noqa: F401  registers the "xcoll" backend
+import xcoll_torch  # registers the "xcoll" backend
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--small", type=int, default=8, help="bytes")
@@ -47,7 +47,7 @@ groups = {"gloo": dist.group.WORLD}
 for transport in args.transports.split(","):
     os.environ["XCOLL_BACKEND"] = transport
     groups[f"xcoll-{transport}"] = dist.new_group(backend="xcoll")
-    assert groups[f"xcoll-{transport}"].transport == transport
+    assert xcoll_torch.transport(groups[f"xcoll-{transport}"]) == transport
 
 
 def slowest(seconds):
