@@ -1,8 +1,8 @@
 /* bench_reduce_cuda.cu - on one GPU, the reduce-copy bandwidth of the code
  * the CUDA ring kernel runs (kernels/cuda/ring_kernel.cu) against a
- * device-to-device cudaMemcpyAsync of the same size: issue 8's "the
- * kernel's reduce-copy bandwidth against a device-to-device cudaMemcpy on
- * the same GPU (goal >= 70%)".
+ * device-to-device cudaMemcpyAsync of the same size; the goal is a
+ * reduce-copy that reaches at least 70% of the copy's memory traffic
+ * (docs/benchmarks.md, "GPU figures").
  *
  * What is measured: xc_simple_step (kernels/prims.h) with the flags of
  * recvReduceCopy (RECV | SRC | DST: out = slot op input), the SIMPLE
