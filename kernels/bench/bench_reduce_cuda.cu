@@ -2,7 +2,7 @@
  * the CUDA ring kernel runs (kernels/cuda/ring_kernel.cu) against a
  * device-to-device cudaMemcpyAsync of the same size; the goal is a
  * reduce-copy that reaches at least 70% of the copy's memory traffic
- * (docs/benchmarks.md, "GPU figures").
+ * (docs/benchmarks.md, "GPU figures: scripts/gpu-check.sh").
  *
  * What is measured: xc_simple_step (kernels/prims.h) with the flags of
  * recvReduceCopy (RECV | SRC | DST: out = slot op input), the SIMPLE
@@ -14,7 +14,7 @@
  * block barrier per step as xc_generic_op has. What is not: the FIFO waits
  * and posts (a real ring waits for its peer), and where the slot lives: on
  * a GPU rank the received slot is pinned host memory mapped into the device
- * (docs/nccl_like.md, "GPU ranks"), so the kernel reads one operand over
+ * (docs/nccl_like.md, "GPU ranks and mixed rings"), so the kernel reads one operand over
  * PCIe. --pinned-slot puts the slot operand there too, to show that bound.
  *
  * Byte counting (printed with the figures):
