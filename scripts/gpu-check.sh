@@ -42,7 +42,7 @@
 #   4. the stand-in driver tests (conformance.staging.*, the GPU-rank and
 #      mixed-ring tests, tools.xcoll_perf_device.*) and unit.device, which
 #      must still pass with a real driver installed;
-#   5. kernels/bench/bench_reduce_cuda.cu, built with nvcc: the ring
+#   5. bench/bench_reduce_cuda.cu, built with nvcc: the ring
 #      kernel's reduce-copy step against cudaMemcpy device-to-device on one
 #      GPU (float32 1 MiB-256 MiB; bfloat16; the slot in mapped pinned
 #      memory as on a GPU rank): goal reduce-copy / memcpy >= 0.70;
@@ -132,7 +132,7 @@ arch=native
 echo "      bench built for $arch" >> "$summary"
 step bench-build nvcc -O3 -std=c++17 -arch="$arch" -I "$root/include" \
   -DXC_REDUCE_UNROLL="${GPU_CHECK_REDUCE_UNROLL:-1}" \
-  "$root/kernels/bench/bench_reduce_cuda.cu" -o "$build/bench_reduce_cuda"
+  "$root/bench/bench_reduce_cuda.cu" -o "$build/bench_reduce_cuda"
 step bench-float32 ./bench_reduce_cuda --dtype float32 --minbytes 1M --maxbytes 256M
 step bench-bfloat16 ./bench_reduce_cuda --dtype bfloat16 --minbytes 1M \
   --maxbytes 256M --blocks 2,32,0

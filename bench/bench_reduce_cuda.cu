@@ -35,7 +35,7 @@
  * Not built by CMake (CI has no GPU, and nvcc time matters); scripts/
  * gpu-check.sh builds and runs it:
  *   nvcc -O3 -std=c++17 -arch=native -I include \
- *       kernels/bench/bench_reduce_cuda.cu -o build-gpu/bench_reduce_cuda
+ *       bench/bench_reduce_cuda.cu -o build-gpu/bench_reduce_cuda
  *   build-gpu/bench_reduce_cuda [--dtype float32|float16|bfloat16]
  *       [--minbytes N] [--maxbytes N] [--blocks 1,2,8,32,0] [--threads 256]
  *       [--step BYTES] [--iters N] [--warmup N] [--pinned-slot]
@@ -47,7 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../prims.h"
+#include "../kernels/prims.h"
 
 #define BENCH_CHECK(call)                                                      \
   do {                                                                         \
