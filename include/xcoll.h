@@ -203,7 +203,8 @@ typedef struct xcoll_config {
   double timeout_s;     /* how long any wait may last; <= 0: XCOLL_TIMEOUT_S or 300 */
   int device;           /* XCOLL_DEVICE_HOST, or a CUDA device ordinal >= 0
                            (a GPU rank: tcp and ucx stage device buffers
-                           through pinned host memory; nccl_like refuses it) */
+                           through pinned host memory; nccl_like runs CUDA
+                           ring kernels on the caller's stream) */
 } xcoll_config;
 
 /* config.device of a host rank: buffers are host memory. */
@@ -226,8 +227,9 @@ XCOLL_API void xcoll_config_init(xcoll_config *config);
  * retrying until XCOLL_TIMEOUT_S.
  * Collective over all ranks of the job: every rank must call it.
  * Errors: XCOLL_ERR_ENV (a malformed variable, named in the message),
- * XCOLL_ERR_NOT_SUPPORTED (XCOLL_DEVICE names a CUDA device and the backend
- * is nccl_like, or no CUDA driver could be loaded), XCOLL_ERR_INVALID_ARGUMENT
+ * XCOLL_ERR_NOT_SUPPORTED (XCOLL_DEVICE names a CUDA device and no CUDA
+ * driver could be loaded, or the backend is nccl_like in a build without
+ * nvcc, which has no CUDA ring kernels), XCOLL_ERR_INVALID_ARGUMENT
  * (no such CUDA device),
  * XCOLL_ERR_TIMEOUT (master unreachable: address and port in the message),
  * XCOLL_ERR_SYSTEM (port taken, socket failure), XCOLL_ERR_NOT_SUPPORTED

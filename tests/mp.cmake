@@ -238,7 +238,7 @@ endif()
 # Bad environments for communicator creation (one process each).
 foreach(case no_master port_taken rank_abc world_size_0 rank_out_of_range
     master_port_70000 backend_nope timeout_negative algo_bogus debug_loud
-    nsocks_0 chunk_size_12q)
+    nsocks_0 chunk_size_12q proto_ll128_on_tcp ib_timeout_99_on_tcp)
   add_test(NAME faults.env.${case}
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_env.sh
             $<TARGET_FILE:fault_init> ${case})
