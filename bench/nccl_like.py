@@ -17,8 +17,8 @@ more host ranks).
 
 Each row is then the MEDIAN over the rounds of the time (latency rows,
 8 B .. 4 KiB, us) or busbw (bandwidth rows, 1 MiB .. 16 MiB, GB/s), and of the
-per-round ratio nccl_like / tcp, with the ratio's range [min-max]. Targets
-(issue 7): LL latency <= 1.0x tcp, busbw >= 0.8x tcp.
+per-round ratio nccl_like / tcp, with the ratio's range [min-max]. The
+targets the headings name: LL latency <= 1.0x tcp, busbw >= 0.8x tcp.
 
 Usage: bench/nccl_like.sh [BUILD_DIR [BASE_BUILD_DIR]]
   BASE_BUILD_DIR: another build (e.g. main's) whose nccl_like is measured in

@@ -14,19 +14,17 @@
 
 struct xcoll_comm;
 
-typedef enum xcoll_coll_kind {
-  XCOLL_COLL_ALLREDUCE = 0,
-  XCOLL_COLL_ALLGATHER,
-  XCOLL_COLL_REDUCE_SCATTER,
-  XCOLL_COLL_BROADCAST,
-  XCOLL_COLL_REDUCE,
-  XCOLL_COLL_BARRIER,
-  XCOLL_NUM_COLLS
-} xcoll_coll_kind;
+/* The collectives are xcoll.h's xcoll_coll_kind, described by its table
+ * (core/colls.c). One more kind is internal: a group of point-to-point calls
+ * (and the collectives recorded with them), run by core/group.c. */
+#define XCOLL_COLL_GROUP ((xcoll_coll_kind)XCOLL_NUM_COLLS)
+
+struct xcoll_group_ops;
 
 /* One collective call, validated by core/collectives.c before it reaches
- * core/dispatch.c and then an algorithm or a backend. count means: allreduce, broadcast, reduce: elements per rank;
- * allgather: sendcount; reduce_scatter: recvcount (NCCL's convention). */
+ * core/dispatch.c and then an algorithm or a backend. count is the call's
+ * count argument; the table (xcoll_coll_info_of, core/colls.c) says how
+ * many elements each buffer holds for it. */
 typedef struct xcoll_coll_args {
   xcoll_coll_kind kind;
   const void *sendbuf;
@@ -45,6 +43,13 @@ typedef struct xcoll_coll_args {
    * the same thread (core/backend.h). A hint only; it never changes what is
    * computed or sent. */
   int blocking;
+  /* send and recv: the other rank. */
+  int peer;
+  /* alltoallv: world_size counts and displacements each, in elements
+   * (owned by the call: copied for a non-blocking one). */
+  const size_t *sendcounts, *sdispls, *recvcounts, *rdispls;
+  /* XCOLL_COLL_GROUP: the group's calls (core/group.c). */
+  struct xcoll_group_ops *group;
 } xcoll_coll_args;
 
 /* Tags: high 32 bits the collective's seq (mod 2^32), low 32 bits a step
@@ -63,15 +68,17 @@ typedef struct xcoll_algorithm {
   xcoll_algorithm_fn run;
 } xcoll_algorithm;
 
-const char *xcoll_coll_name(xcoll_coll_kind kind); /* "allreduce", ... */
+/* "allreduce", ... from the table; "group" for XCOLL_COLL_GROUP. */
+const char *xcoll_coll_name(xcoll_coll_kind kind);
 
-/* Whether a collective takes a reduction op, and a root. */
+/* Whether a collective takes a reduction op, and a root (the table's). */
 static inline int xcoll_coll_has_op(xcoll_coll_kind kind) {
-  return kind == XCOLL_COLL_ALLREDUCE || kind == XCOLL_COLL_REDUCE_SCATTER ||
-         kind == XCOLL_COLL_REDUCE;
+  const xcoll_coll_info *info = xcoll_coll_info_of(kind);
+  return info != NULL && info->has_op;
 }
 static inline int xcoll_coll_has_root(xcoll_coll_kind kind) {
-  return kind == XCOLL_COLL_BROADCAST || kind == XCOLL_COLL_REDUCE;
+  const xcoll_coll_info *info = xcoll_coll_info_of(kind);
+  return info != NULL && info->has_root;
 }
 
 /* Pick the algorithm for args on comm: XCOLL_ALGO if it names one for this
@@ -98,5 +105,11 @@ xcoll_status xcoll_broadcast_binomial(struct xcoll_comm *, const xcoll_coll_args
 xcoll_status xcoll_broadcast_chain(struct xcoll_comm *, const xcoll_coll_args *);
 xcoll_status xcoll_reduce_binomial(struct xcoll_comm *, const xcoll_coll_args *);
 xcoll_status xcoll_barrier_dissemination(struct xcoll_comm *, const xcoll_coll_args *);
+xcoll_status xcoll_alltoall_pairwise(struct xcoll_comm *, const xcoll_coll_args *);
+xcoll_status xcoll_alltoall_bruck(struct xcoll_comm *, const xcoll_coll_args *);
+xcoll_status xcoll_alltoallv_pairwise(struct xcoll_comm *, const xcoll_coll_args *);
+xcoll_status xcoll_gather_binomial(struct xcoll_comm *, const xcoll_coll_args *);
+xcoll_status xcoll_scatter_binomial(struct xcoll_comm *, const xcoll_coll_args *);
+xcoll_status xcoll_group_run(struct xcoll_comm *, const xcoll_coll_args *);
 
 #endif

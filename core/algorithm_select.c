@@ -37,6 +37,12 @@
  * (docs/tcp.md). */
 /* Broadcast: binomial tree below this many bytes, pipelined chain above. */
 #define BROADCAST_CHAIN_BYTES ((size_t)256 * 1024)
+/* Alltoall blocks (bytes one rank sends one peer) up to this go by Bruck's
+ * algorithm at P >= 4: it sends about (P/2) * log2(P) blocks per rank in
+ * log2(P) messages against pairwise's P-1 blocks in P-1 messages, so it wins
+ * while a message's latency outweighs moving a block again; measured with
+ * bench/alltoall.py (docs/benchmarks.md). */
+#define ALLTOALL_BRUCK_BYTES ((size_t)1024)
 
 static const xcoll_algorithm algorithms[] = {
     {"ring", XCOLL_COLL_ALLREDUCE, xcoll_allreduce_ring},
@@ -49,18 +55,13 @@ static const xcoll_algorithm algorithms[] = {
     {"chain", XCOLL_COLL_BROADCAST, xcoll_broadcast_chain},
     {"binomial", XCOLL_COLL_REDUCE, xcoll_reduce_binomial},
     {"dissemination", XCOLL_COLL_BARRIER, xcoll_barrier_dissemination},
+    {"pairwise", XCOLL_COLL_ALLTOALL, xcoll_alltoall_pairwise},
+    {"bruck", XCOLL_COLL_ALLTOALL, xcoll_alltoall_bruck},
+    {"pairwise", XCOLL_COLL_ALLTOALLV, xcoll_alltoallv_pairwise},
+    {"binomial", XCOLL_COLL_GATHER, xcoll_gather_binomial},
+    {"binomial", XCOLL_COLL_SCATTER, xcoll_scatter_binomial},
 };
 #define NUM_ALGORITHMS (sizeof algorithms / sizeof algorithms[0])
-
-static const char *const coll_names[XCOLL_NUM_COLLS] = {
-    "allreduce", "allgather", "reduce_scatter",
-    "broadcast", "reduce",    "barrier"};
-
-const char *xcoll_coll_name(xcoll_coll_kind kind) {
-  if ((int)kind < 0 || kind >= XCOLL_NUM_COLLS)
-    return "unknown";
-  return coll_names[kind];
-}
 
 static const xcoll_algorithm *find_algorithm(xcoll_coll_kind kind,
                                              const char *name, size_t length) {
@@ -84,9 +85,14 @@ static void list_valid_names(char *out, size_t out_bytes) {
   size_t used = 0;
   out[0] = '\0';
   for (int kind = 0; kind < XCOLL_NUM_COLLS; kind++) {
-    if (kind > 0)
+    int any = 0;
+    for (size_t i = 0; i < NUM_ALGORITHMS; i++)
+      any |= (int)algorithms[i].kind == kind;
+    if (!any) /* send, recv: no algorithm to choose */
+      continue;
+    if (used > 0)
       append(out, out_bytes, &used, "; ");
-    append(out, out_bytes, &used, coll_names[kind]);
+    append(out, out_bytes, &used, xcoll_coll_name((xcoll_coll_kind)kind));
     append(out, out_bytes, &used, ": ");
     int first = 1;
     for (size_t i = 0; i < NUM_ALGORITHMS; i++) {
@@ -131,8 +137,9 @@ static xcoll_status parse_algo(struct xcoll_comm *comm, const char *value,
       int kind = -1;
       size_t coll_length = (size_t)(colon - start);
       for (int k = 0; k < XCOLL_NUM_COLLS; k++)
-        if (strlen(coll_names[k]) == coll_length &&
-            strncasecmp(coll_names[k], start, coll_length) == 0)
+        if (strlen(xcoll_coll_name((xcoll_coll_kind)k)) == coll_length &&
+            strncasecmp(xcoll_coll_name((xcoll_coll_kind)k), start,
+                         coll_length) == 0)
           kind = k;
       const char *name = colon + 1;
       const xcoll_algorithm *algorithm =
@@ -322,6 +329,29 @@ xcoll_status xcoll_algorithm_select(struct xcoll_comm *comm,
   case XCOLL_COLL_REDUCE:
     *algorithm = by_name(args->kind, "binomial");
     EXPLAIN("reduce: binomial tree, the only one");
+    break;
+  case XCOLL_COLL_ALLTOALL:
+    /* bytes is one block (count elements, what one rank sends one peer). */
+    if (explain)
+      format_bytes(ALLTOALL_BRUCK_BYTES, limit_text, sizeof limit_text);
+    if (P >= 4 && bytes <= ALLTOALL_BRUCK_BYTES) {
+      *algorithm = by_name(args->kind, "bruck");
+      EXPLAIN("%s blocks <= %s at P=%d: bruck (ceil(log2 P) steps)",
+              size_text, limit_text, P);
+    } else {
+      *algorithm = by_name(args->kind, "pairwise");
+      EXPLAIN("%s blocks at P=%d: pairwise exchange (P-1 steps, each block "
+              "sent once)",
+              size_text, P);
+    }
+    break;
+  case XCOLL_COLL_ALLTOALLV:
+  case XCOLL_COLL_GATHER:
+  case XCOLL_COLL_SCATTER:
+    *algorithm = by_name(args->kind, args->kind == XCOLL_COLL_ALLTOALLV
+                                         ? "pairwise"
+                                         : "binomial");
+    EXPLAIN("%s: %s, the only one", coll, (*algorithm)->name);
     break;
   case XCOLL_COLL_BARRIER:
   default:

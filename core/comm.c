@@ -189,6 +189,40 @@ static void log_env_settings(void) {
   }
 }
 
+/* The variables core/params.c's table gives to some backends only: a set
+ * one is checked whatever the backend (malformed is XCOLL_ERR_ENV naming
+ * it, as NCCL refuses an NCCL_PROTO token it does not know), and one that
+ * this backend does not read gets one WARN per process saying so, rather
+ * than being dropped in silence. XCOLL_ALGO chooses core's host-driven
+ * algorithms, which a backend without a p2p interface never runs. */
+static xcoll_status check_backend_params(const xcoll_backend *backend) {
+  static _Atomic unsigned char warned[128]; /* by table index */
+  static _Atomic unsigned char algo_warned;
+  size_t count = 0;
+  const xcoll_param *table = xcoll_param_table(&count);
+  for (size_t i = 0; i < count; i++) {
+    const xcoll_param *p = &table[i];
+    if (p->launcher || p->backend == NULL || xcoll_env_str(p->name) == NULL)
+      continue;
+    xcoll_status status = xcoll_param_check(p);
+    if (status != XCOLL_SUCCESS)
+      return status;
+    if (!xcoll_param_read_by(p, backend->name) &&
+        (i >= sizeof warned / sizeof warned[0] ||
+         atomic_exchange(&warned[i], 1) == 0))
+      XCOLL_WARN("%s=%.100s does not apply to backend %s (it is read by %s): "
+                 "ignored",
+                 p->name, xcoll_env_str(p->name), backend->name, p->backend);
+  }
+  const char *algo = xcoll_env_str("XCOLL_ALGO");
+  if (algo != NULL && backend->p2p == NULL &&
+      atomic_exchange(&algo_warned, 1) == 0)
+    XCOLL_WARN("XCOLL_ALGO=%.100s does not apply to backend %s, which "
+               "chooses its own algorithms: ignored",
+               algo, backend->name);
+  return XCOLL_SUCCESS;
+}
+
 static xcoll_status read_timeout(double configured, double *timeout_s) {
   if (configured > 0.0) {
     *timeout_s = configured;
@@ -353,6 +387,9 @@ static xcoll_status comm_init_world(xcoll_comm_t *out,
     return status;
   xcoll_options options;
   log_env_settings();
+  status = check_backend_params(backend);
+  if (status != XCOLL_SUCCESS)
+    return status;
   status = read_options(backend, &options);
   if (status != XCOLL_SUCCESS)
     return status;

@@ -119,7 +119,7 @@ void xcoll_comm_set_broken(xcoll_comm *comm, xcoll_status status,
                            const char *message);
 
 /* Thin inline wrappers so algorithms read as p2p calls. */
-static inline xcoll_status xcoll_isend(xcoll_comm *comm, int peer, uint64_t tag,
+static inline xcoll_status xcoll_p2p_isend(xcoll_comm *comm, int peer, uint64_t tag,
                                        const void *buf, size_t bytes,
                                        xcoll_p2p_request **request) {
   XCOLL_TRACE_SUBSYS(XCOLL_SUBSYS_P2P, "comm %llu: rank %d sends %zu B to rank %d (seq %u step %u)",
@@ -128,7 +128,7 @@ static inline xcoll_status xcoll_isend(xcoll_comm *comm, int peer, uint64_t tag,
   return comm->backend->p2p->isend(comm->backend_state, peer, tag, buf, bytes,
                                    request);
 }
-static inline xcoll_status xcoll_irecv(xcoll_comm *comm, int peer, uint64_t tag,
+static inline xcoll_status xcoll_p2p_irecv(xcoll_comm *comm, int peer, uint64_t tag,
                                        void *buf, size_t bytes,
                                        xcoll_p2p_request **request) {
   XCOLL_TRACE_SUBSYS(XCOLL_SUBSYS_P2P, "comm %llu: rank %d receives %zu B from rank %d (seq %u step %u)",

@@ -5,14 +5,14 @@
 #include <link.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda.h"
 #include "env.h"
 #include "error.h"
 #include "log.h"
-#include "staging.h"
-#include <stdio.h>
 
 xcoll_status xcoll_device_check(int device, const char *source) {
   if (device == XCOLL_DEVICE_HOST)

@@ -14,30 +14,49 @@
 #include "dispatch.h"
 #include "dtype.h"
 #include "error.h"
+#include "group.h"
 #include "log.h"
 #include "request.h"
 #include "staging.h"
 #include "trace.h"
 
-/* Bytes of the larger of the two buffers (the size NCCL's tests report):
- * world_size * count elements for allgather's output and reduce_scatter's
- * input, count elements otherwise. Validated not to overflow. */
+/* Bytes of the larger of the two buffers (the size NCCL's tests report,
+ * from the table of collectives): world_size * count elements for
+ * allgather's output, reduce_scatter's input, alltoall's buffers, gather's
+ * and scatter's root buffer, count elements otherwise; alltoallv's larger
+ * side. Validated not to overflow. */
 static size_t total_bytes(const xcoll_comm *comm, const xcoll_coll_args *args) {
-  size_t bytes = args->count * xcoll_datatype_size(args->dtype);
-  if (args->kind == XCOLL_COLL_ALLGATHER ||
-      args->kind == XCOLL_COLL_REDUCE_SCATTER)
-    bytes *= (size_t)comm->world_size;
-  return bytes;
+  size_t element = xcoll_datatype_size(args->dtype);
+  if (args->kind == XCOLL_COLL_ALLTOALLV) {
+    size_t send = 0, recv = 0;
+    for (int p = 0; p < comm->world_size; p++) {
+      send += args->sendcounts[p];
+      recv += args->recvcounts[p];
+    }
+    return (send > recv ? send : recv) * element;
+  }
+  size_t size = 0;
+  if (xcoll_coll_shape(args->kind, args->count, comm->world_size, 1, NULL, NULL,
+                       &size) != XCOLL_SUCCESS)
+    return 0;
+  return size * element;
 }
 
-/* A world of one: the result is the input (AVG divides by 1). */
+/* A world of one: the result is the input (AVG divides by 1); all-to-all,
+ * gather and scatter copy this rank's one block. */
 static void run_local(const xcoll_comm *comm, const xcoll_coll_args *args) {
   (void)comm;
   if (args->kind == XCOLL_COLL_BARRIER || args->recvbuf == NULL ||
       args->sendbuf == NULL || args->sendbuf == args->recvbuf)
     return;
-  memmove(args->recvbuf, args->sendbuf,
-          args->count * xcoll_datatype_size(args->dtype));
+  size_t element = xcoll_datatype_size(args->dtype);
+  if (args->kind == XCOLL_COLL_ALLTOALLV) {
+    memmove((char *)args->recvbuf + args->rdispls[0] * element,
+            (const char *)args->sendbuf + args->sdispls[0] * element,
+            args->recvcounts[0] * element);
+    return;
+  }
+  memmove(args->recvbuf, args->sendbuf, args->count * element);
 }
 
 static int is_fatal(xcoll_status status) {
@@ -56,6 +75,8 @@ static void describe(const xcoll_comm *comm, const xcoll_coll_args *args,
                      char *out, size_t out_bytes) {
   if (args->kind == XCOLL_COLL_BARRIER)
     snprintf(out, out_bytes, "P=%d", comm->world_size);
+  else if (args->kind == XCOLL_COLL_GROUP)
+    snprintf(out, out_bytes, "%zu calls P=%d", args->count, comm->world_size);
   else if (xcoll_coll_has_op(args->kind))
     snprintf(out, out_bytes, "%zu B %s %s P=%d", total_bytes(comm, args),
              xcoll_datatype_name(args->dtype), op_name(args), comm->world_size);
@@ -121,6 +142,21 @@ xcoll_status xcoll_coll_run(xcoll_comm *comm, const xcoll_coll_args *args) {
   if (status != XCOLL_SUCCESS)
     return status;
 
+  if (args->kind == XCOLL_COLL_GROUP) {
+    /* Sends and receives run here; the group's collectives each go
+     * through this function again (core/group.c). */
+    explain(comm, args, "group", "sends and receives posted at once");
+    xcoll_comm_note_algorithm(comm, "group", "p2p");
+    const int tracing = xcoll_trace_enabled();
+    double start_us = tracing ? xcoll_time_us() : 0.0;
+    comm->fingerprint = xcoll_fingerprint_of(args);
+    status = xcoll_group_run(comm, args);
+    if (tracing)
+      trace_collective(comm, args, "group", start_us, status);
+    if (status != XCOLL_SUCCESS)
+      status = fail(comm, args, "group", status);
+    return status;
+  }
   const int explaining = xcoll_log_level_get() >= XCOLL_LOG_INFO;
   char why[256] = "";
   const char *algorithm_name = NULL;
@@ -261,6 +297,13 @@ static xcoll_status dispatch_backend(xcoll_comm *comm,
  * xcoll_wait or xcoll_test that sees it done. */
 static xcoll_status dispatch_staged(xcoll_comm *comm, const xcoll_coll_args *args,
                                     xcoll_request_t *request) {
+  if (args->kind == XCOLL_COLL_GROUP)
+    return xcoll_error(comm, XCOLL_ERR_NOT_SUPPORTED,
+                       "xcoll_send/xcoll_recv and groups on a communicator "
+                       "bound to CUDA device %d with backend '%s': staging "
+                       "them through host memory is not built yet; copy the "
+                       "buffers to the host and use a host communicator",
+                       comm->device, comm->backend->name);
   xcoll_coll_args host_args;
   xcoll_staging *staging = NULL;
   xcoll_status status = xcoll_staging_begin(comm, args, &host_args, &staging);
@@ -298,8 +341,15 @@ xcoll_status xcoll_dispatch(xcoll_comm *comm, const xcoll_coll_args *args,
                             xcoll_request_t *request) {
   const xcoll_backend_coll_ops *coll = comm->backend->coll;
   const char *name = xcoll_coll_name(args->kind);
-  if (comm->cuda != NULL && comm->backend->device_engine)
+  if (comm->cuda != NULL && comm->backend->device_engine) {
+    if (!coll->supports(comm->backend_state, args))
+      return xcoll_error(comm, XCOLL_ERR_NOT_SUPPORTED,
+                         "xcoll_%s on a communicator bound to CUDA device %d: "
+                         "backend '%s' does not run this call on GPU ranks "
+                         "(host ranks, or the tcp and ucx backends, do)",
+                         name, comm->device, comm->backend->name);
     return dispatch_backend(comm, args, request);
+  }
   if (comm->cuda != NULL)
     return dispatch_staged(comm, args, request);
   /* Host ranks only: a device buffer would crash the first memcpy. */

@@ -7,12 +7,18 @@
 #include <string.h>
 
 static int uses_op(unsigned kind) {
-  return kind == XCOLL_COLL_ALLREDUCE || kind == XCOLL_COLL_REDUCE_SCATTER ||
-         kind == XCOLL_COLL_REDUCE;
+  return xcoll_coll_has_op((xcoll_coll_kind)kind);
 }
 
 static int uses_root(unsigned kind) {
-  return kind == XCOLL_COLL_BROADCAST || kind == XCOLL_COLL_REDUCE;
+  return xcoll_coll_has_root((xcoll_coll_kind)kind);
+}
+
+/* Where a fingerprint falls in a communicator's order of calls: a group of
+ * point-to-point calls made when the next collective's seq was n comes
+ * after collective n-1 and before collective n. */
+static uint64_t order_key(const xcoll_fingerprint *fp) {
+  return 2 * fp->seq + (fp->kind == XCOLL_COLL_GROUP ? 0 : 1);
 }
 
 xcoll_fingerprint xcoll_fingerprint_of(const xcoll_coll_args *args) {
@@ -21,8 +27,15 @@ xcoll_fingerprint xcoll_fingerprint_of(const xcoll_coll_args *args) {
   fp.valid = 1;
   fp.seq = args->seq;
   fp.kind = (uint8_t)args->kind;
-  if (args->kind == XCOLL_COLL_BARRIER)
+  /* A barrier moves no data; a group's calls are checked one by one
+   * (core/group.c); alltoallv's counts differ by peer, and each message's
+   * size is checked on its own. */
+  if (args->kind == XCOLL_COLL_BARRIER || args->kind == XCOLL_COLL_GROUP)
     return fp;
+  if (args->kind == XCOLL_COLL_ALLTOALLV) {
+    fp.dtype = (uint8_t)args->dtype;
+    return fp;
+  }
   fp.count = (uint64_t)args->count;
   fp.dtype = (uint8_t)args->dtype;
   if (uses_op(args->kind))
@@ -78,7 +91,7 @@ int xcoll_fingerprint_decode(const uint8_t *in, xcoll_fingerprint *fp) {
   fp->dtype = in[21];
   fp->op = in[22];
   fp->valid = in[23];
-  if (fp->valid > 1 || fp->kind >= XCOLL_NUM_COLLS ||
+  if (fp->valid > 1 || fp->kind > XCOLL_COLL_GROUP ||
       fp->dtype >= XCOLL_NUM_DATATYPES || fp->op > XCOLL_FINGERPRINT_OP_PREMUL_SUM ||
       fp->root < 0)
     return -1;
@@ -100,12 +113,12 @@ xcoll_fingerprint_verdict xcoll_fingerprint_judge(
   *ours = current;
   if (!current->valid || !theirs->valid)
     return XCOLL_FINGERPRINT_MATCH;
-  if (theirs->seq < current->seq) {
-    if (previous->valid && previous->seq == theirs->seq)
+  if (order_key(theirs) < order_key(current)) {
+    if (previous->valid && order_key(previous) == order_key(theirs))
       *ours = previous;
     return XCOLL_FINGERPRINT_MISMATCH;
   }
-  if (answers_receive || theirs->seq == current->seq)
+  if (answers_receive || order_key(theirs) == order_key(current))
     return xcoll_fingerprint_equal(current, theirs) ? XCOLL_FINGERPRINT_MATCH
                                                     : XCOLL_FINGERPRINT_MISMATCH;
   return XCOLL_FINGERPRINT_AHEAD;
@@ -121,13 +134,17 @@ char *xcoll_fingerprint_describe(const xcoll_fingerprint *fp, char *out,
   }
   /* Names of out-of-range values come back as "unknown": a fingerprint
    * from the network is described before anything else judges it. */
-  const char *name = fp->kind < XCOLL_NUM_COLLS
+  const char *name = fp->kind <= XCOLL_COLL_GROUP
                          ? xcoll_coll_name((xcoll_coll_kind)fp->kind)
                          : "unknown collective";
   const char *dtype = xcoll_datatype_name((xcoll_datatype)fp->dtype);
   const char *op = xcoll_op_name((xcoll_op)fp->op);
   if (fp->kind == XCOLL_COLL_BARRIER)
     snprintf(out, out_bytes, "%s()", name);
+  else if (fp->kind == XCOLL_COLL_GROUP)
+    snprintf(out, out_bytes, "a group of sends and receives");
+  else if (fp->kind == XCOLL_COLL_ALLTOALLV)
+    snprintf(out, out_bytes, "%s(%s)", name, dtype);
   else if (uses_op(fp->kind) && uses_root(fp->kind))
     snprintf(out, out_bytes, "%s(%s, root %" PRId32 ", %s, %" PRIu64 ")", name,
              op, fp->root, dtype, fp->count);

@@ -9,9 +9,13 @@
  * Encoding: XCOLL_FINGERPRINT_BYTES bytes, little-endian, byte by byte:
  *   offset size field
  *   0      8    seq     the collective's sequence number on its communicator
- *   8      8    count   elements (the collective's count argument)
+ *   8      8    count   elements (the collective's count argument; 0 for
+ *                       alltoallv and a group)
  *   16     4    root    broadcast and reduce; 0 otherwise
- *   20     1    kind    xcoll_coll_kind
+ *   20     1    kind    xcoll_coll_kind, or XCOLL_COLL_GROUP: a group of
+ *                       sends and receives (core/group.c), whose seq is
+ *                       the next collective's: it is ordered after
+ *                       collective seq-1 and before collective seq
  *   21     1    dtype   xcoll_datatype; 0 for barrier
  *   22     1    op      xcoll_op for allreduce, reduce_scatter, reduce
  *                       (XCOLL_FINGERPRINT_OP_PREMUL_SUM for any premul

@@ -24,6 +24,8 @@ static const char *const protocols[] = {"simple", "ll", "auto", NULL};
 static const char *const socket_families[] = {"AF_INET", "AF_INET6", NULL};
 static const char *const ucx_err_modes[] = {"auto", "peer", NULL};
 static const char *const on_off_auto[] = {"0", "1", "auto", NULL};
+static const char *const ib_faults[] = {"skip_cts", "reuse_cts", "bad_rkey",
+                                        NULL};
 
 static xcoll_status check_subsys(const char *value) {
   unsigned mask = 0;
@@ -109,6 +111,11 @@ static const xcoll_param params[] = {
      "nccl_like's net plugin: socket, ucx, ibverbs as built, or NAME for "
      "libxcoll-net-NAME.so",
      0},
+    {"XCOLL_NET_PLUGIN", XCOLL_PARAM_TEXT, "nccl_like", 0, 0, 0, "unset", NULL,
+     NULL,
+     "external net plugin, wins over XCOLL_NET: NAME, a .so file or a path "
+     "(net/net.c)",
+     0},
     {"XCOLL_NCHANNELS", XCOLL_PARAM_INT, "nccl_like", 2, 1, 16, NULL, NULL,
      NULL,
      "nccl_like's channels (rings run side by side); unset: cores per local "
@@ -146,9 +153,30 @@ static const xcoll_param params[] = {
      0},
     {"XCOLL_UCX_SPIN_US", XCOLL_PARAM_INT, "ucx", 1000, 0, 1e7, NULL, NULL,
      NULL, "microseconds ucx polls before it sleeps", 0},
-    {"XCOLL_UCX_ERR_MODE", XCOLL_PARAM_CHOICE, "ucx", 0, 0, 0, "auto",
-     ucx_err_modes, NULL,
+    {"XCOLL_UCX_ERR_MODE", XCOLL_PARAM_CHOICE, "ucx,nccl_like", 0, 0, 0,
+     "auto", ucx_err_modes, NULL,
      "ucx endpoints' error handling (also nccl_like's XCOLL_NET=ucx)", 0},
+
+    /* The ibverbs and example net plugins' own variables (net/ibverbs/,
+     * net/example/): read by the plugin when nccl_like loads it. */
+    {"XCOLL_IB_HCA", XCOLL_PARAM_TEXT, "nccl_like", 0, 0, 0,
+     "the first device with an active port", NULL, NULL,
+     "net ibverbs: RDMA devices that may be used, comma-separated", 0},
+    {"XCOLL_IB_GID_INDEX", XCOLL_PARAM_INT, "nccl_like", 0, 0, 255, NULL, NULL,
+     NULL, "net ibverbs: GID table index of the local address", 0},
+    {"XCOLL_IB_TIMEOUT", XCOLL_PARAM_INT, "nccl_like", 20, 1, 31, NULL, NULL,
+     NULL, "net ibverbs: ack timeout exponent, 4.096 us x 2^value", 0},
+    {"XCOLL_IB_RETRY_CNT", XCOLL_PARAM_INT, "nccl_like", 7, 0, 7, NULL, NULL,
+     NULL, "net ibverbs: retries before a send fails", 0},
+    {"XCOLL_IB_DEBUG_FAULT", XCOLL_PARAM_CHOICE, "nccl_like", 0, 0, 0, "unset",
+     ib_faults, NULL, "net ibverbs, tests only: a protocol bug on purpose", 0},
+    {"XCOLL_IBVERBS_LIB", XCOLL_PARAM_TEXT, "nccl_like", 0, 0, 0,
+     "libibverbs.so.1", NULL, NULL, "net ibverbs: the verbs library to dlopen",
+     0},
+    {"XCOLL_NET_EXAMPLE_ADDR", XCOLL_PARAM_TEXT, "nccl_like", 0, 0, 0,
+     "127.0.0.1", NULL, NULL,
+     "net example plugin (libxcoll-net-example.so): IPv4 address to listen on",
+     0},
 
     /* Launcher variables, in xcoll_comm_init_env's order of precedence;
      * -1 is "unknown". */
@@ -255,6 +283,20 @@ xcoll_status xcoll_param_size(const char *name, size_t def_bytes, size_t *out) {
                        name, xcoll_env_str(name), min, max, shown);
   }
   return XCOLL_SUCCESS;
+}
+
+int xcoll_param_read_by(const xcoll_param *p, const char *backend) {
+  if (p->backend == NULL)
+    return 1;
+  size_t name_bytes = strlen(backend);
+  for (const char *s = p->backend; *s != '\0';) {
+    const char *comma = strchr(s, ',');
+    size_t bytes = comma ? (size_t)(comma - s) : strlen(s);
+    if (bytes == name_bytes && strncmp(s, backend, bytes) == 0)
+      return 1;
+    s += bytes + (comma ? 1 : 0);
+  }
+  return 0;
 }
 
 xcoll_status xcoll_param_check(const xcoll_param *p) {

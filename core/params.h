@@ -3,9 +3,12 @@
  * below, which take default and range from the table, and xcoll-info prints
  * and checks the same table: the two cannot disagree on a default or a range.
  *
- * A variable that only one backend reads names that backend; xcoll-info
- * shows it only when the backend is compiled in. Free-text variables (paths,
- * lists) have a checker function where the library has a parser for them. */
+ * A variable that only some backends read names them (a net plugin's
+ * variables name nccl_like, whose plugins read them); xcoll-info shows it
+ * only when one of them is compiled in, and a communicator of another
+ * backend checks its value and warns once that it does not apply
+ * (core/comm.c). Free-text variables (paths, lists) have a checker
+ * function where the library has a parser for them. */
 #ifndef XCOLL_CORE_PARAMS_H
 #define XCOLL_CORE_PARAMS_H
 
@@ -24,8 +27,9 @@ typedef enum xcoll_param_kind {
 typedef struct xcoll_param {
   const char *name; /* "XCOLL_TIMEOUT_S" */
   xcoll_param_kind kind;
-  const char *backend; /* NULL: read by core for every backend; else the one
-                          backend that reads it ("nccl_like", "ucx") */
+  const char *backend; /* NULL: read by core for every backend; else the
+                          backends that read it, comma-separated
+                          ("nccl_like", "ucx,nccl_like") */
   /* INT, DOUBLE, SIZE: default, smallest and largest accepted value (sizes
    * in bytes; every value used is exact in a double). */
   double def, min, max;
@@ -58,6 +62,10 @@ xcoll_status xcoll_param_choice(const char *name, int *index);
 /* As above for a size; def_bytes replaces the table's default when not 0
  * (a backend's own default chunk), the range still applies. */
 xcoll_status xcoll_param_size(const char *name, size_t def_bytes, size_t *out);
+
+/* 1 when backend (a backend's name) reads p: p->backend is NULL or lists
+ * it; else 0. */
+int xcoll_param_read_by(const xcoll_param *p, const char *backend);
 
 /* Check the environment's value of p the way the library will read it:
  * XCOLL_SUCCESS when unset or valid, else XCOLL_ERR_ENV with the message. */

@@ -53,15 +53,24 @@ void xcoll_request_release(struct xcoll_request *request) {
   /* Never waited for: drop the result, return the pinned memory. */
   if (request->staging != NULL)
     xcoll_staging_end(request->staging, XCOLL_ERR_ABORTED);
-  free(request->scratch);
+  if (request->scratch_free != NULL)
+    request->scratch_free(request->scratch);
+  else
+    free(request->scratch);
   pthread_cond_destroy(&request->completed);
   pthread_mutex_destroy(&request->lock);
   free(request);
 }
 
 void xcoll_request_adopt(struct xcoll_request *request, void *scratch) {
+  xcoll_request_adopt_with(request, scratch, NULL);
+}
+
+void xcoll_request_adopt_with(struct xcoll_request *request, void *scratch,
+                              void (*scratch_free)(void *)) {
   pthread_mutex_lock(&request->lock);
   request->scratch = scratch;
+  request->scratch_free = scratch_free;
   pthread_mutex_unlock(&request->lock);
 }
 

@@ -39,8 +39,10 @@ struct xcoll_request {
    * NULL otherwise. Under lock. */
   struct xcoll_staging *staging;
   /* Memory the operation reads until it completes (a premul sum's scaled
-   * input, core/premul.h), freed with the request. Under lock. */
+   * input, core/premul.h; a group's calls, core/group.c), freed with the
+   * request by scratch_free (NULL: free). Under lock. */
   void *scratch;
+  void (*scratch_free)(void *);
 };
 
 /* The function the progress thread runs each queued collective with
@@ -84,6 +86,9 @@ xcoll_status xcoll_request_wait_done(struct xcoll_request *request);
 /* Give request memory to free when it is released (after the operation
  * has completed: the caller's reference is dropped by xcoll_wait). */
 void xcoll_request_adopt(struct xcoll_request *request, void *scratch);
+/* The same, freed with scratch_free(scratch) instead of free. */
+void xcoll_request_adopt_with(struct xcoll_request *request, void *scratch,
+                              void (*scratch_free)(void *));
 
 /* Drop one reference; the last one frees request. */
 void xcoll_request_release(struct xcoll_request *request);

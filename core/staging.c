@@ -65,30 +65,24 @@ static void pinned_give(xcoll_cuda *cuda, void *p, size_t bytes) {
  * off root, barrier). */
 static void span_bytes(const xcoll_comm *comm, const xcoll_coll_args *args,
                        size_t *send_bytes, size_t *recv_bytes) {
-  size_t bytes = args->count * xcoll_datatype_size(args->dtype);
-  size_t all = bytes * (size_t)comm->world_size;
-  *send_bytes = *recv_bytes = bytes;
-  switch (args->kind) {
-  case XCOLL_COLL_ALLGATHER:
-    *recv_bytes = all;
-    break;
-  case XCOLL_COLL_REDUCE_SCATTER:
-    *send_bytes = all;
-    break;
-  case XCOLL_COLL_BROADCAST:
-    if (comm->rank != args->root)
-      *send_bytes = 0;
-    break;
-  case XCOLL_COLL_REDUCE:
-    if (comm->rank != args->root)
-      *recv_bytes = 0;
-    break;
-  case XCOLL_COLL_BARRIER:
-    *send_bytes = *recv_bytes = 0;
-    break;
-  default:
-    break;
+  size_t element = xcoll_datatype_size(args->dtype);
+  size_t send = 0, recv = 0;
+  if (args->kind == XCOLL_COLL_ALLTOALLV) {
+    /* The furthest element any block reaches (validated: no overflow). */
+    for (int p = 0; p < comm->world_size; p++) {
+      size_t s_end = args->sdispls[p] + args->sendcounts[p];
+      size_t r_end = args->rdispls[p] + args->recvcounts[p];
+      if (args->sendcounts[p] > 0 && s_end > send)
+        send = s_end;
+      if (args->recvcounts[p] > 0 && r_end > recv)
+        recv = r_end;
+    }
+  } else {
+    xcoll_coll_shape(args->kind, args->count, comm->world_size,
+                     comm->rank == args->root, &send, &recv, NULL);
   }
+  *send_bytes = send * element;
+  *recv_bytes = recv * element;
   if (args->sendbuf == NULL)
     *send_bytes = 0;
   if (args->recvbuf == NULL)

@@ -203,7 +203,8 @@ typedef struct xcoll_config {
   double timeout_s;     /* how long any wait may last; <= 0: XCOLL_TIMEOUT_S or 300 */
   int device;           /* XCOLL_DEVICE_HOST, or a CUDA device ordinal >= 0
                            (a GPU rank: tcp and ucx stage device buffers
-                           through pinned host memory; nccl_like refuses it) */
+                           through pinned host memory; nccl_like runs CUDA
+                           ring kernels on the caller's stream) */
 } xcoll_config;
 
 /* config.device of a host rank: buffers are host memory. */
@@ -226,8 +227,9 @@ XCOLL_API void xcoll_config_init(xcoll_config *config);
  * retrying until XCOLL_TIMEOUT_S.
  * Collective over all ranks of the job: every rank must call it.
  * Errors: XCOLL_ERR_ENV (a malformed variable, named in the message),
- * XCOLL_ERR_NOT_SUPPORTED (XCOLL_DEVICE names a CUDA device and the backend
- * is nccl_like, or no CUDA driver could be loaded), XCOLL_ERR_INVALID_ARGUMENT
+ * XCOLL_ERR_NOT_SUPPORTED (XCOLL_DEVICE names a CUDA device and no CUDA
+ * driver could be loaded, or the backend is nccl_like in a build without
+ * nvcc, which has no CUDA ring kernels), XCOLL_ERR_INVALID_ARGUMENT
  * (no such CUDA device),
  * XCOLL_ERR_TIMEOUT (master unreachable: address and port in the message),
  * XCOLL_ERR_SYSTEM (port taken, socket failure), XCOLL_ERR_NOT_SUPPORTED
@@ -410,6 +412,71 @@ XCOLL_API xcoll_status xcoll_op_create_premul_sum(xcoll_op *op,
  * communicator. */
 XCOLL_API xcoll_status xcoll_op_destroy(xcoll_op op, xcoll_comm_t comm);
 
+/* ---- the table of collectives ----
+ *
+ * One row per call: what xcoll's validation, dispatch, staging, fingerprints,
+ * the nccl_like engine, xcoll-perf and the torch backend read to know a
+ * call's shape. Nothing else writes a collective's shape. */
+typedef enum xcoll_coll_kind {
+  XCOLL_COLL_ALLREDUCE = 0,
+  XCOLL_COLL_ALLGATHER = 1,
+  XCOLL_COLL_REDUCE_SCATTER = 2,
+  XCOLL_COLL_BROADCAST = 3,
+  XCOLL_COLL_REDUCE = 4,
+  XCOLL_COLL_BARRIER = 5,
+  XCOLL_COLL_ALLTOALL = 6,
+  XCOLL_COLL_ALLTOALLV = 7,
+  XCOLL_COLL_GATHER = 8,
+  XCOLL_COLL_SCATTER = 9,
+  XCOLL_COLL_SEND = 10,
+  XCOLL_COLL_RECV = 11,
+  XCOLL_NUM_COLLS = 12
+} xcoll_coll_kind;
+
+typedef struct xcoll_coll_info {
+  const char *name;       /* "allreduce": the C call is xcoll_<name> */
+  const char *count_name; /* the count argument's name: "count", "sendcount"
+                             (allgather), "recvcount" (reduce_scatter) */
+  int has_op;             /* takes an xcoll_op */
+  int has_root;           /* takes a root (broadcast, reduce, gather, scatter) */
+  int has_peer;           /* takes a peer (send, recv) */
+  int vector;             /* counts per peer in arrays (alltoallv): the
+                             element counts below do not apply */
+  /* Elements of sendbuf read and of recvbuf written on one rank:
+   * count * world_size where *_per_rank is 1, else count; 0 where the
+   * buffer is unused (*_root_only on a rank that is not the root; send's
+   * recvbuf, recv's sendbuf, barrier's both). */
+  int send_per_rank, recv_per_rank;
+  int send_root_only, recv_root_only;
+  int send_unused, recv_unused;
+  /* The in-place form in words ("sendbuf == recvbuf"), or NULL if none. */
+  const char *in_place;
+  /* busbw = algbw * busbw_scale * ((P-1)/P if busbw_minus_one else 1),
+   * nccl-tests' factors (doc/PERFORMANCE.md): allreduce 2(P-1)/P;
+   * allgather, reduce_scatter, alltoall, gather, scatter (P-1)/P;
+   * broadcast, reduce, send/recv 1; barrier 0. */
+  int busbw_scale, busbw_minus_one;
+} xcoll_coll_info;
+
+/* The row of kind, or NULL for a value outside the enum. */
+XCOLL_API const xcoll_coll_info *xcoll_coll_info_of(xcoll_coll_kind kind);
+
+/* Elements of sendbuf read and of recvbuf written by a call of kind with
+ * count on a rank of a world of world_size ranks (is_root: this rank is the
+ * root; ignored without a root), and the "size" nccl-tests reports in
+ * elements (the larger buffer's, as if on the root). Errors:
+ * XCOLL_ERR_INVALID_ARGUMENT for an unknown kind, the vector kind
+ * (alltoallv), world_size < 1, or a product that overflows size_t. Any
+ * output pointer may be NULL. */
+XCOLL_API xcoll_status xcoll_coll_shape(xcoll_coll_kind kind, size_t count,
+                                        int world_size, int is_root,
+                                        size_t *send_elems, size_t *recv_elems,
+                                        size_t *size_elems);
+
+/* nccl-tests' bus-bandwidth factor for kind at world_size ranks (busbw =
+ * algbw * factor); 0 for an unknown kind or world_size < 1. */
+XCOLL_API double xcoll_coll_busbw_factor(xcoll_coll_kind kind, int world_size);
+
 /* ---- collectives (blocking) ----
  *
  * Common errors of every collective:
@@ -512,6 +579,152 @@ XCOLL_API xcoll_status xcoll_ireduce(const void *sendbuf, void *recvbuf,
                                      xcoll_request_t *request);
 XCOLL_API xcoll_status xcoll_ibarrier(xcoll_comm_t comm,
                                       xcoll_request_t *request);
+
+/* ---- all-to-all, gather, scatter (blocking) ----
+ *
+ * Errors: those common to every collective (above), and for alltoallv a
+ * NULL counts or displacements array, or a peer's block that does not fit
+ * in size_t/PTRDIFF_MAX bytes. A non-blocking form (below) exists for each.
+ */
+
+/* Every rank sends count elements to every rank (itself included): block p
+ * of sendbuf (elements [p*count, (p+1)*count)) goes to rank p, and the block
+ * rank p sent to this rank lands in block p of recvbuf (ncclAlltoAll,
+ * MPI_Alltoall). sendbuf and recvbuf each hold world_size * count elements.
+ * In place when sendbuf == recvbuf (then xcoll copies the input first, one
+ * extra buffer of world_size * count elements while the call runs).
+ * Algorithms (docs/algorithms.md): pairwise exchange (P-1 steps, each rank
+ * puts (P-1)/P of its buffer on the wire) and, for small blocks, Bruck's
+ * (Bruck, Ho, Kipnis, Upfal & Weathersby, 1997: ceil(log2 P) steps, each
+ * moving about half the buffer). */
+XCOLL_API xcoll_status xcoll_alltoall(const void *sendbuf, void *recvbuf,
+                                      size_t count, xcoll_datatype dtype,
+                                      xcoll_comm_t comm);
+
+/* All-to-all with a count per peer (MPI_Alltoallv, torch's all_to_all_single
+ * with split sizes): sendcounts[p] elements starting at element sdispls[p]
+ * of sendbuf go to rank p, and recvcounts[p] elements from rank p land at
+ * element rdispls[p] of recvbuf. Each array has world_size entries, in
+ * elements; recvcounts[p] on this rank must equal sendcounts[this rank] on
+ * rank p (a difference is XCOLL_ERR_PROTOCOL on the receiving side, naming
+ * both ranks). Blocks of recvbuf must not overlap one another, nor sendbuf
+ * (no in-place form). Algorithm: pairwise exchange. */
+XCOLL_API xcoll_status xcoll_alltoallv(const void *sendbuf,
+                                       const size_t *sendcounts,
+                                       const size_t *sdispls, void *recvbuf,
+                                       const size_t *recvcounts,
+                                       const size_t *rdispls,
+                                       xcoll_datatype dtype, xcoll_comm_t comm);
+
+/* Every rank sends count elements to root, which stores rank r's at element
+ * r * count of recvbuf (world_size * count elements; read on root only, may
+ * be NULL elsewhere) (ncclGather, MPI_Gather). In place on root when
+ * sendbuf == recvbuf + root * count elements. Algorithm: binomial tree
+ * (ceil(log2 P) steps; the root receives (P-1) * count elements). */
+XCOLL_API xcoll_status xcoll_gather(const void *sendbuf, void *recvbuf,
+                                    size_t count, xcoll_datatype dtype,
+                                    int root, xcoll_comm_t comm);
+
+/* Root sends block r of sendbuf (world_size * count elements; read on root
+ * only, may be NULL elsewhere) to rank r, which stores it in recvbuf (count
+ * elements) (ncclScatter, MPI_Scatter). In place on root when recvbuf ==
+ * sendbuf + root * count elements. Algorithm: binomial tree. */
+XCOLL_API xcoll_status xcoll_scatter(const void *sendbuf, void *recvbuf,
+                                     size_t count, xcoll_datatype dtype,
+                                     int root, xcoll_comm_t comm);
+
+XCOLL_API xcoll_status xcoll_ialltoall(const void *sendbuf, void *recvbuf,
+                                       size_t count, xcoll_datatype dtype,
+                                       xcoll_comm_t comm, xcoll_stream_t stream,
+                                       xcoll_request_t *request);
+/* The four arrays are read before xcoll_ialltoallv returns. */
+XCOLL_API xcoll_status xcoll_ialltoallv(
+    const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
+    void *recvbuf, const size_t *recvcounts, const size_t *rdispls,
+    xcoll_datatype dtype, xcoll_comm_t comm, xcoll_stream_t stream,
+    xcoll_request_t *request);
+XCOLL_API xcoll_status xcoll_igather(const void *sendbuf, void *recvbuf,
+                                     size_t count, xcoll_datatype dtype,
+                                     int root, xcoll_comm_t comm,
+                                     xcoll_stream_t stream,
+                                     xcoll_request_t *request);
+XCOLL_API xcoll_status xcoll_iscatter(const void *sendbuf, void *recvbuf,
+                                      size_t count, xcoll_datatype dtype,
+                                      int root, xcoll_comm_t comm,
+                                      xcoll_stream_t stream,
+                                      xcoll_request_t *request);
+
+/* ---- point-to-point and groups (ncclSend/ncclRecv, ncclGroupStart/End) ----
+ *
+ * xcoll_send sends count elements of sendbuf to rank peer; xcoll_recv
+ * receives count elements from rank peer into recvbuf. Sends and receives
+ * between two ranks are matched in the order they were issued (MPI's
+ * non-overtaking rule); a send matches a receive of the same count and
+ * dtype, and anything else is XCOLL_ERR_PROTOCOL on both ranks, the message
+ * naming both calls. Point-to-point calls are not collectives: only the two
+ * ranks take part, and they do not count in the collectives' sequence.
+ *
+ * Outside a group, xcoll_send returns once the receiver has posted the
+ * matching receive and the data is on its way, and xcoll_recv once the data
+ * has arrived; a send to this rank itself is INVALID_ARGUMENT there (it
+ * would wait for itself).
+ *
+ * Groups: between xcoll_group_start and xcoll_group_end (per thread;
+ * nesting counts, and only the outermost end runs the group), calls are
+ * recorded and return at once, and the group's end runs them together, as
+ * ncclGroupEnd does: every send and receive of the group is posted at once,
+ * so any pattern (a ring shift, all pairs exchanging, many sends to one
+ * peer) completes without deadlock, and a send to this rank itself is
+ * copied locally (it needs the matching xcoll_recv from this rank in the
+ * same group). Collectives recorded in a group run after its sends and
+ * receives, in the order they were recorded. Buffers must stay valid and
+ * untouched until the group completes. All calls of a group must be on one
+ * communicator, and must be blocking forms (the group gives one request:
+ * xcoll_igroup_end).
+ *
+ * Cost: each send and receive first exchanges a 24-byte fingerprint with
+ * its peer (count, dtype, order), all at once for a group, then the data:
+ * one extra one-way latency per group, so that a mismatch is caught before
+ * any byte lands in the wrong buffer.
+ *
+ * Errors (besides the collectives' common ones): XCOLL_ERR_INVALID_ARGUMENT
+ * for peer outside [0, world_size), or a send to or receive from this rank
+ * outside a group; XCOLL_ERR_INVALID_USAGE for a group end without a start,
+ * calls on two communicators in one group, a non-blocking call inside a
+ * group, or a receive from this rank without a matching send in its group;
+ * XCOLL_ERR_PROTOCOL for a send matched with a receive of another count or
+ * dtype; XCOLL_ERR_TIMEOUT, naming the peer and the call, for a receive
+ * (or send) whose peer never posts the matching call. Backends: tcp, ucx
+ * and nccl_like host ranks; XCOLL_ERR_NOT_SUPPORTED on nccl_like GPU
+ * ranks. */
+XCOLL_API xcoll_status xcoll_send(const void *sendbuf, size_t count,
+                                  xcoll_datatype dtype, int peer,
+                                  xcoll_comm_t comm);
+XCOLL_API xcoll_status xcoll_recv(void *recvbuf, size_t count,
+                                  xcoll_datatype dtype, int peer,
+                                  xcoll_comm_t comm);
+/* Non-blocking forms, outside a group only. */
+XCOLL_API xcoll_status xcoll_isend(const void *sendbuf, size_t count,
+                                   xcoll_datatype dtype, int peer,
+                                   xcoll_comm_t comm, xcoll_stream_t stream,
+                                   xcoll_request_t *request);
+XCOLL_API xcoll_status xcoll_irecv(void *recvbuf, size_t count,
+                                   xcoll_datatype dtype, int peer,
+                                   xcoll_comm_t comm, xcoll_stream_t stream,
+                                   xcoll_request_t *request);
+
+/* Start a group on this thread (nests). Never fails. */
+XCOLL_API xcoll_status xcoll_group_start(void);
+/* End a group: at the outermost end, run the group's calls and return when
+ * all have completed, with the first error among them (an argument error
+ * in a recorded call was returned by that call and the call dropped). An
+ * empty group succeeds. Errors: XCOLL_ERR_INVALID_USAGE without a group
+ * started; the calls' own. */
+XCOLL_API xcoll_status xcoll_group_end(void);
+/* xcoll_group_end without waiting: *request completes when every call of
+ * the group has; pass it to xcoll_wait or xcoll_test. An inner (nested) end
+ * or an empty group gives a request that is already complete. */
+XCOLL_API xcoll_status xcoll_igroup_end(xcoll_request_t *request);
 
 /* Block until request completes, release it, and return the operation's
  * status. request NULL: XCOLL_ERR_INVALID_ARGUMENT. */

@@ -428,7 +428,7 @@ XC_INLINE XC_HD void xc_scale_premul(void *dst, const void *src, size_t n,
 /* The same for the reduction (xc_reduce_block), 1 unless the build sets it
  * (CMake: XCOLL_CUDA_REDUCE_UNROLL). 4 took the reduce-copy step from 37.8
  * to 56.9 GB/s with 2 blocks and from 564 to 870 GB/s with 32 on an H100
- * (docs/nccl_like.md, "On an H100"), but it more than doubles the fatbin's
+ * (docs/benchmarks.md, "Measured on a GPU"), but it more than doubles the fatbin's
  * build (135 s to 302 s for sm_75/80/90 + PTX on 2 cores): the dtype and
  * op dispatch inside the loop is compiled once per unrolled pack. */
 #ifndef XC_REDUCE_UNROLL

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# gpu-check.sh - everything issue 8 asks of xcoll's GPU support, in one run
+# gpu-check.sh - every check of xcoll's GPU support, in one run
 # on a machine with an NVIDIA GPU, nvcc and the CUDA driver (no UCX needed).
-# Rerun it wherever a GPU is available and paste its closing summary into
-# the issue's note; every command it runs is below, to rerun one alone.
+# It ends with a summary (BUILD_DIR/gpu-check/summary.txt); every command
+# it runs is below, to rerun one alone.
 #   bash scripts/gpu-check.sh [BUILD_DIR]      (default build-gpu/)
 # Environment: GPU_CHECK_MAXBYTES (largest xcoll-perf message, default 64M;
 # 4 ranks x 2 buffers of it live on device 0), GPU_CHECK_SKIP_BUILD=1 (reuse
 # BUILD_DIR as it is).
 # Build dependencies: libsodium (the library), cmocka and cJSON (the tests),
-# pkg-config. On a GPU machine without apt or network (this project's lent
-# H100), fetch Debian's packages elsewhere (apt-get download libsodium23
-# libsodium-dev libcmocka0 libcmocka-dev libcjson1 libcjson-dev) and set
+# pkg-config. On a GPU machine without apt or network, fetch Debian's
+# packages elsewhere (apt-get download libsodium23 libsodium-dev libcmocka0
+# libcmocka-dev libcjson1 libcjson-dev) and set
 # GPU_CHECK_DEBS=DIR: each .deb in DIR is unpacked into / first (dpkg -x; on
 # a throwaway machine only). Or unpack cmocka elsewhere and set
 # CMOCKA_ROOT=DIR/usr.
@@ -42,7 +42,7 @@
 #   4. the stand-in driver tests (conformance.staging.*, the GPU-rank and
 #      mixed-ring tests, tools.xcoll_perf_device.*) and unit.device, which
 #      must still pass with a real driver installed;
-#   5. kernels/bench/bench_reduce_cuda.cu, built with nvcc: the ring
+#   5. bench/bench_reduce_cuda.cu, built with nvcc: the ring
 #      kernel's reduce-copy step against cudaMemcpy device-to-device on one
 #      GPU (float32 1 MiB-256 MiB; bfloat16; the slot in mapped pinned
 #      memory as on a GPU rank): goal reduce-copy / memcpy >= 0.70;
@@ -132,7 +132,7 @@ arch=native
 echo "      bench built for $arch" >> "$summary"
 step bench-build nvcc -O3 -std=c++17 -arch="$arch" -I "$root/include" \
   -DXC_REDUCE_UNROLL="${GPU_CHECK_REDUCE_UNROLL:-1}" \
-  "$root/kernels/bench/bench_reduce_cuda.cu" -o "$build/bench_reduce_cuda"
+  "$root/bench/bench_reduce_cuda.cu" -o "$build/bench_reduce_cuda"
 step bench-float32 ./bench_reduce_cuda --dtype float32 --minbytes 1M --maxbytes 256M
 step bench-bfloat16 ./bench_reduce_cuda --dtype bfloat16 --minbytes 1M \
   --maxbytes 256M --blocks 2,32,0

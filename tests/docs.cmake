@@ -6,3 +6,12 @@ if(Python3_Interpreter_FOUND AND TARGET xcollrun AND TARGET xcoll)
       ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
   set_tests_properties(docs.blocks PROPERTIES TIMEOUT 300 LABELS "docs;mp")
 endif()
+
+# The index links every page, README's ctest labels match ctest's, and no
+# doc or source comment carries dated history (tests/docs/doc_index.py).
+if(Python3_Interpreter_FOUND)
+  add_test(NAME docs.index
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/docs/doc_index.py
+      ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR} ${CMAKE_CTEST_COMMAND})
+  set_tests_properties(docs.index PROPERTIES TIMEOUT 60 LABELS docs)
+endif()

@@ -27,13 +27,13 @@ target_link_libraries(fault_peer PRIVATE xcoll_static m ${CMAKE_DL_LIBS})
 
 set(XCOLL_MP_ENV "XCOLL_TIMEOUT_S=60")
 
-# xcoll_add_conformance(NAME BACKEND NPROC TIMEOUT_S [EXTRA_ENV] ARGS...)
-# Registers conformance.NAME running the suite on NPROC ranks.
-function(xcoll_add_conformance name backend nproc timeout extra_env)
-  set(test conformance.${name})
+# xcoll_add_mp_program(TEST PROGRAM BACKEND NPROC TIMEOUT_S EXTRA_ENV ARGS...)
+# Registers TEST running PROGRAM on NPROC ranks under xcollrun, labels
+# conformance and BACKEND.
+function(xcoll_add_mp_program test program backend nproc timeout extra_env)
   add_test(NAME ${test}
     COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node ${nproc} --master-port 0
-            $<TARGET_FILE:conformance> --backend ${backend} ${ARGN})
+            $<TARGET_FILE:${program}> ${ARGN})
   set(env ${XCOLL_MP_ENV} XCOLL_BACKEND=${backend})
   if(extra_env)
     list(APPEND env ${extra_env})
@@ -44,6 +44,13 @@ function(xcoll_add_conformance name backend nproc timeout extra_env)
   endif()
   set_tests_properties(${test} PROPERTIES TIMEOUT ${timeout}
     LABELS "conformance;${backend}" ENVIRONMENT "${env}" PROCESSORS ${procs})
+endfunction()
+
+# xcoll_add_conformance(NAME BACKEND NPROC TIMEOUT_S [EXTRA_ENV] ARGS...)
+# Registers conformance.NAME running the suite on NPROC ranks.
+function(xcoll_add_conformance name backend nproc timeout extra_env)
+  xcoll_add_mp_program(conformance.${name} conformance ${backend} ${nproc}
+                       ${timeout} "${extra_env}" --backend ${backend} ${ARGN})
 endfunction()
 
 set(XCOLL_BIG --min-count 4194304 --max-count 4194304)
@@ -231,7 +238,7 @@ endif()
 # Bad environments for communicator creation (one process each).
 foreach(case no_master port_taken rank_abc world_size_0 rank_out_of_range
     master_port_70000 backend_nope timeout_negative algo_bogus debug_loud
-    nsocks_0 chunk_size_12q)
+    nsocks_0 chunk_size_12q proto_ll128_on_tcp ib_timeout_99_on_tcp)
   add_test(NAME faults.env.${case}
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_env.sh
             $<TARGET_FILE:fault_init> ${case})
@@ -240,3 +247,31 @@ endforeach()
 
 include(${CMAKE_CURRENT_SOURCE_DIR}/trainer.cmake OPTIONAL)
 include(${CMAKE_CURRENT_SOURCE_DIR}/launcher.cmake OPTIONAL)
+
+# The calls that move data without reducing it (alltoall, alltoallv,
+# gather, scatter, send/recv in groups), tests/conformance/exchange.c, on
+# every backend at 1, 2, 3, 4, 5 and 8 ranks; Bruck's alltoall forced at 3
+# ranks, where the size rule would not pick it.
+add_executable(exchange ${CMAKE_CURRENT_SOURCE_DIR}/conformance/exchange.c)
+target_link_libraries(exchange PRIVATE xcoll_static)
+function(xcoll_add_exchange name backend nproc timeout extra_env)
+  xcoll_add_mp_program(conformance.exchange.${name} exchange ${backend}
+                       ${nproc} ${timeout} "${extra_env}" ${ARGN})
+endfunction()
+if(TARGET xcollrun)
+  set(xcoll_exchange_backends tcp)
+  if(XCOLL_HAVE_UCX)
+    list(APPEND xcoll_exchange_backends ucx)
+  endif()
+  foreach(backend ${xcoll_exchange_backends})
+    foreach(np 1 2 3 4 5 8)
+      set(quick "")
+      if(XCOLL_SANITIZE OR np GREATER 4)
+        set(quick --quick)
+      endif()
+      xcoll_add_exchange(${backend}.np${np} ${backend} ${np} 240 "" ${quick})
+    endforeach()
+  endforeach()
+  xcoll_add_exchange(tcp.np3.bruck tcp 3 240 "XCOLL_ALGO=alltoall:bruck"
+                     --only alltoall)
+endif()

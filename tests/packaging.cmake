@@ -23,6 +23,21 @@ foreach(mode pkgconfig cmake)
   endif()
 endforeach()
 
+# The build tree itself is a package: pkg-config with PKG_CONFIG_PATH=build
+# (xcoll-uninstalled.pc) and find_package(xcoll) with xcoll_DIR=build
+# (export(EXPORT ...)), without installing (build_tree_consume.sh).
+foreach(mode pkgconfig cmake)
+  add_test(NAME packaging.build_tree_${mode}
+    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/packaging/build_tree_consume.sh
+            ${mode} ${PROJECT_BINARY_DIR})
+  set_tests_properties(packaging.build_tree_${mode} PROPERTIES
+    LABELS packaging TIMEOUT 90 SKIP_RETURN_CODE 77)
+  if(XCOLL_SANITIZE)
+    set_tests_properties(packaging.build_tree_${mode} PROPERTIES ENVIRONMENT
+      "CFLAGS=-fsanitize=${XCOLL_SANITIZE};LDFLAGS=-fsanitize=${XCOLL_SANITIZE}")
+  endif()
+endforeach()
+
 # Every program in tools/ (one per tools/*.c, and xcoll-trace-merge) and
 # xtrain prints "NAME (xcoll) <project version>" for --version.
 file(GLOB xcoll_tool_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tools/*.c)

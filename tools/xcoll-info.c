@@ -96,6 +96,14 @@ static void format_default(const xcoll_param *p, char *out, size_t out_bytes) {
   }
 }
 
+/* 1 when a compiled-in backend reads p (core's own variables: always). */
+static int read_by_compiled_in(const xcoll_param *p) {
+  for (const xcoll_backend *const *b = xcoll_backend_list(); *b; b++)
+    if (xcoll_param_read_by(p, (*b)->name))
+      return 1;
+  return 0;
+}
+
 /* The table's entries of one group: xcoll's own (launcher 0) or the
  * launchers' (1). */
 static int print_parameters(const char *title, int launcher) {
@@ -109,8 +117,9 @@ static int print_parameters(const char *title, int launcher) {
     const xcoll_param *p = &table[i];
     if (p->launcher != launcher)
       continue;
-    /* A backend's own variable means nothing when it is not built in. */
-    if (p->backend != NULL && !backend_compiled_in(p->backend))
+    /* A backend's own variable means nothing when none of the backends
+     * that read it is built in. */
+    if (!read_by_compiled_in(p))
       continue;
     const char *value = xcoll_env_str(p->name);
     char def[96], range[64];

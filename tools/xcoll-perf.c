@@ -16,12 +16,18 @@
  * with 1 only (one rank per process here). docs/benchmarks.md has the table.
  *
  * Size convention (nccl-tests): the size of a row is the whole buffer in bytes
- * (for allgather the receive buffer, for reduce_scatter the send buffer), so
- * each rank contributes size / world_size bytes to those two.
+ * (for allgather the receive buffer, for reduce_scatter the send buffer,
+ * for alltoall either, for gather and scatter the root's), so each rank
+ * contributes size / world_size bytes to those. The shapes and the busbw
+ * factors come from the library's table of collectives (xcoll_coll_shape,
+ * xcoll_coll_busbw_factor):
  *   algbw = size / time
  *   busbw = algbw * factor, factor = 2(P-1)/P for allreduce, (P-1)/P for
- *   allgather and reduce_scatter, 1 for broadcast and reduce (P ranks);
- * see docs/benchmarks.md for why.
+ *   allgather, reduce_scatter, alltoall, gather and scatter, 1 for
+ *   broadcast, reduce and sendrecv (P ranks); see docs/benchmarks.md.
+ * sendrecv is nccl-tests' sendrecv_perf: each rank sends size bytes to the
+ * next rank and receives as much from the previous, in one group; it has no
+ * in-place form, so both halves of its rows use separate buffers.
  *
  * Buffers: a rank whose communicator is bound to a CUDA device (XCOLL_DEVICE,
  * or --gpu-ranks) benchmarks device memory, as nccl-tests always does;
@@ -50,11 +56,27 @@ typedef enum perf_coll {
   PERF_REDUCE_SCATTER,
   PERF_BROADCAST,
   PERF_REDUCE,
+  PERF_ALLTOALL,
+  PERF_GATHER,
+  PERF_SCATTER,
+  PERF_SENDRECV,
   PERF_NUM_COLLS
 } perf_coll;
 
 static const char *const coll_names[PERF_NUM_COLLS] = {
-    "allreduce", "allgather", "reduce_scatter", "broadcast", "reduce"};
+    "allreduce", "allgather", "reduce_scatter", "broadcast", "reduce",
+    "alltoall",  "gather",    "scatter",        "sendrecv"};
+
+/* The library's row for each (sendrecv: a send, whose shape and busbw
+ * factor it has). */
+static const xcoll_coll_kind coll_kinds[PERF_NUM_COLLS] = {
+    XCOLL_COLL_ALLREDUCE, XCOLL_COLL_ALLGATHER, XCOLL_COLL_REDUCE_SCATTER,
+    XCOLL_COLL_BROADCAST, XCOLL_COLL_REDUCE,    XCOLL_COLL_ALLTOALL,
+    XCOLL_COLL_GATHER,    XCOLL_COLL_SCATTER,   XCOLL_COLL_SEND};
+
+static const xcoll_coll_info *coll_info(perf_coll coll) {
+  return xcoll_coll_info_of(coll_kinds[coll]);
+}
 
 /* Everything the command line decides. */
 typedef struct perf_options {
@@ -120,6 +142,7 @@ static void usage(FILE *out, const char *argv0) {
           "                           (default sum; all: each one the type allows);\n"
           "                           a collective name here is taken as --coll\n"
           "      --coll NAME          allreduce allgather reduce_scatter broadcast reduce\n"
+          "                           alltoall gather scatter sendrecv\n"
           "                           (default allreduce; --collective is the same)\n"
           "  -c, --check N            check N operations per row against a local\n"
           "                           reference, 0: no check (default 1)\n"
@@ -231,7 +254,9 @@ static int parse_coll(const char *text, perf_coll *out) {
   } aliases[] = {{"all_reduce", PERF_ALLREDUCE},
                  {"all_gather", PERF_ALLGATHER},
                  {"reducescatter", PERF_REDUCE_SCATTER},
-                 {"bcast", PERF_BROADCAST}};
+                 {"bcast", PERF_BROADCAST},
+                 {"alltoall_perf", PERF_ALLTOALL},
+                 {"all_to_all", PERF_ALLTOALL}};
   for (int c = 0; c < PERF_NUM_COLLS; c++) {
     if (strcmp(text, coll_names[c]) == 0) {
       *out = (perf_coll)c;
@@ -754,26 +779,17 @@ static perf_shape shape_for(const perf_run *run, size_t total_bytes) {
   perf_shape s;
   size_t P = (size_t)run->world_size;
   size_t elems = total_bytes / run->elem_bytes;
-  switch (run->opt->coll) {
-  case PERF_ALLGATHER:
-    s.call_count = elems / P;
-    s.send_elems = s.call_count;
-    s.recv_elems = s.call_count * P;
-    s.count = s.recv_elems;
-    break;
-  case PERF_REDUCE_SCATTER:
-    s.call_count = elems / P;
-    s.send_elems = s.call_count * P;
-    s.recv_elems = s.call_count;
-    s.count = s.send_elems;
-    break;
-  default:
-    s.call_count = elems;
-    s.send_elems = elems;
-    s.recv_elems = elems;
-    s.count = elems;
-    break;
-  }
+  const xcoll_coll_info *info = coll_info(run->opt->coll);
+  /* The row's size is the larger buffer: a per-rank count divides it. */
+  s.call_count = info->send_per_rank || info->recv_per_rank ? elems / P : elems;
+  size_t send = 0, recv = 0, size = 0;
+  xcoll_coll_shape(coll_kinds[run->opt->coll], s.call_count, run->world_size,
+                   1, &send, &recv, &size);
+  if (run->opt->coll == PERF_SENDRECV)
+    recv = send; /* the recv half of the pair */
+  s.send_elems = send;
+  s.recv_elems = recv;
+  s.count = size;
   s.bytes = s.count * run->elem_bytes;
   return s;
 }
@@ -794,10 +810,15 @@ static perf_buffers buffers_at(const perf_run *run, const perf_shape *s,
   if (!in_place) {
     b.send = sendbuf;
     b.recv = recvbuf;
-  } else if (run->opt->coll == PERF_ALLGATHER) {
+  } else if (run->opt->coll == PERF_SENDRECV) {
+    b.send = sendbuf; /* no in-place form */
+    b.recv = recvbuf;
+  } else if (run->opt->coll == PERF_ALLGATHER || run->opt->coll == PERF_GATHER) {
+    /* In place: the input is this rank's slot (gather: on the root). */
     b.recv = recvbuf;
     b.send = recvbuf + (size_t)run->rank * s->call_count * run->elem_bytes;
-  } else if (run->opt->coll == PERF_REDUCE_SCATTER) {
+  } else if (run->opt->coll == PERF_REDUCE_SCATTER ||
+             run->opt->coll == PERF_SCATTER) {
     b.send = recvbuf;
     b.recv = recvbuf + (size_t)run->rank * s->call_count * run->elem_bytes;
   } else {
@@ -850,6 +871,30 @@ static xcoll_status issue(const perf_run *run, const perf_shape *s,
                                    run->comm, NULL, request)
                    : xcoll_reduce(b->send, b->recv, n, o->dtype, o->op, o->root,
                                   run->comm);
+  case PERF_ALLTOALL:
+    return request ? xcoll_ialltoall(b->send, b->recv, n, o->dtype, run->comm,
+                                     NULL, request)
+                   : xcoll_alltoall(b->send, b->recv, n, o->dtype, run->comm);
+  case PERF_GATHER:
+    return request ? xcoll_igather(b->send, b->recv, n, o->dtype, o->root,
+                                   run->comm, NULL, request)
+                   : xcoll_gather(b->send, b->recv, n, o->dtype, o->root,
+                                  run->comm);
+  case PERF_SCATTER:
+    return request ? xcoll_iscatter(b->send, b->recv, n, o->dtype, o->root,
+                                    run->comm, NULL, request)
+                   : xcoll_scatter(b->send, b->recv, n, o->dtype, o->root,
+                                   run->comm);
+  case PERF_SENDRECV: {
+    int P = run->world_size;
+    xcoll_group_start();
+    xcoll_status st = xcoll_send(b->send, n, o->dtype, (run->rank + 1) % P,
+                                 run->comm);
+    xcoll_status st2 = xcoll_recv(b->recv, n, o->dtype, (run->rank + P - 1) % P,
+                                  run->comm);
+    xcoll_status end = request ? xcoll_igroup_end(request) : xcoll_group_end();
+    return st != XCOLL_SUCCESS ? st : st2 != XCOLL_SUCCESS ? st2 : end;
+  }
   default:
     return XCOLL_ERR_INVALID_ARGUMENT;
   }
@@ -909,20 +954,23 @@ static void fill_check(const perf_run *run, const perf_shape *s,
                        const perf_buffers *b, int in_place) {
   const perf_options *o = run->opt;
   xcoll_datatype t = o->dtype;
-  if (!in_place) {
+  if (!in_place || o->coll == PERF_SENDRECV) {
     for (size_t i = 0; i < s->recv_elems; i++)
       store_element(b->output, i, t, PERF_SENTINEL);
-  } else if (o->coll == PERF_ALLGATHER) {
+  } else if (o->coll == PERF_ALLGATHER || o->coll == PERF_GATHER) {
     for (size_t i = 0; i < s->recv_elems; i++)
       store_element(b->output, i, t, PERF_SENTINEL);
-  } else if (o->coll == PERF_BROADCAST && run->rank != o->root) {
+  } else if ((o->coll == PERF_BROADCAST || o->coll == PERF_SCATTER) &&
+             run->rank != o->root) {
     for (size_t i = 0; i < s->recv_elems; i++)
       store_element(b->output, i, t, PERF_SENTINEL);
     return; /* a non-root's in-place input is not read */
   }
   /* Allgather's input is this rank's slot: element j of the input is element
    * rank * call_count + j of the gathered buffer, so value it by that index. */
-  size_t offset = o->coll == PERF_ALLGATHER ? (size_t)run->rank * s->call_count : 0;
+  size_t offset = o->coll == PERF_ALLGATHER || o->coll == PERF_GATHER
+                      ? (size_t)run->rank * s->call_count
+                      : 0;
   for (size_t i = 0; i < s->send_elems; i++)
     store_element(b->input, i, t,
                   input_value(run->rank, run->world_size, offset + i, o->op));
@@ -977,6 +1025,23 @@ static int64_t count_wrong_host(const perf_run *run, const perf_shape *s,
         return 0; /* only root's buffer is defined */
       want = reduced_value(P, i, o->op);
       break;
+    case PERF_ALLTOALL: {
+      /* Block s of the output is block rank of rank s's input. */
+      size_t n = s->call_count ? s->call_count : 1;
+      want = input_value((int)(i / n), P, (size_t)run->rank * n + i % n, o->op);
+      break;
+    }
+    case PERF_GATHER:
+      if (run->rank != o->root)
+        return 0;
+      want = input_value((int)(i / (s->call_count ? s->call_count : 1)), P, i, o->op);
+      break;
+    case PERF_SCATTER:
+      want = input_value(o->root, P, (size_t)run->rank * s->call_count + i, o->op);
+      break;
+    case PERF_SENDRECV:
+      want = input_value((run->rank + P - 1) % P, P, i, o->op);
+      break;
     default:
       return -1;
     }
@@ -987,13 +1052,7 @@ static int64_t count_wrong_host(const perf_run *run, const perf_shape *s,
 }
 
 static double bus_factor(perf_coll coll, int world_size) {
-  double P = world_size;
-  switch (coll) {
-  case PERF_ALLREDUCE: return 2.0 * (P - 1.0) / P;
-  case PERF_ALLGATHER:
-  case PERF_REDUCE_SCATTER: return (P - 1.0) / P;
-  default: return 1.0;
-  }
+  return xcoll_coll_busbw_factor(coll_kinds[coll], world_size);
 }
 
 /* count_wrong_host after copying device results back (recvbuf's span).
@@ -1164,13 +1223,13 @@ static void format_wrong(char *out, size_t out_bytes, int64_t wrong) {
 }
 
 static const char *redop_column(const perf_options *o) {
-  if (o->coll == PERF_ALLGATHER || o->coll == PERF_BROADCAST)
+  if (!coll_info(o->coll)->has_op)
     return "none";
   return xcoll_op_name(o->op);
 }
 
 static int root_column(const perf_options *o) {
-  return o->coll == PERF_BROADCAST || o->coll == PERF_REDUCE ? o->root : -1;
+  return coll_info(o->coll)->has_root ? o->root : -1;
 }
 
 static void print_row(const perf_run *run, const perf_shape *s,
@@ -1291,8 +1350,7 @@ static xcoll_status run_all(perf_run *run, const perf_options *opt, FILE *json,
   static const xcoll_op all_ops[] = {XCOLL_SUM,  XCOLL_PROD, XCOLL_MAX,
                                      XCOLL_MIN,  XCOLL_AVG,  XCOLL_BAND,
                                      XCOLL_BOR,  XCOLL_BXOR};
-  int has_op = opt->coll == PERF_ALLREDUCE || opt->coll == PERF_REDUCE_SCATTER ||
-               opt->coll == PERF_REDUCE;
+  int has_op = coll_info(opt->coll)->has_op;
   int ntypes = opt->all_dtypes ? XCOLL_NUM_DATATYPES : 1;
   int nops = opt->all_ops && has_op ? (int)(sizeof all_ops / sizeof all_ops[0]) : 1;
   perf_options current = *opt;
@@ -1397,8 +1455,7 @@ int main(int argc, char **argv) {
   }
   int exit_code = 0;
   FILE *json = NULL;
-  if ((opt.coll == PERF_BROADCAST || opt.coll == PERF_REDUCE) &&
-      opt.root >= run.world_size) {
+  if (coll_info(opt.coll)->has_root && opt.root >= run.world_size) {
     if (run.rank == 0)
       fprintf(stderr, "xcoll-perf: --root %d is outside [0, %d): pass a rank "
               "below the world size\n", opt.root, run.world_size);

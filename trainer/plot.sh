@@ -6,6 +6,8 @@
 #              epoch, and the test loss after each epoch;
 #   accuracy:  test (and training) accuracy after each epoch;
 #   lr:        the learning rate of each logged step.
+# A panel whose events the log lacks (no step events with xtrain's default
+# --log-every 0; no epoch events before the first epoch ends) says so.
 # usage: trainer/plot.sh LOG.json OUT.png [TITLE]   (TITLE: default the log's name)
 set -eu
 [ $# -eq 2 ] || [ $# -eq 3 ] || { echo "usage: $0 LOG.json OUT.png [TITLE]" >&2; exit 2; }
@@ -42,13 +44,39 @@ if not steps and not epochs:
 with open(tmp + "/steps.dat", "w") as f:
     for s in steps:
         f.write("%d %.9g %.9g\n" % s)
-    if not steps:
-        f.write("nan nan nan\n")
 with open(tmp + "/epochs.dat", "w") as f:
     for e in epochs:
         f.write("%d %d %.9g %.9g %.9g %.9g\n" % e)
-    if not epochs:
-        f.write("nan nan nan nan nan nan\n")
+# The panels, each from the events the log has: with --log-every 0 (the
+# default) there are no step events, and before the first epoch ends no
+# epoch events. gnuplot fails on a plot whose points are all undefined, so
+# a panel without data says why instead.
+def empty(why):
+    return ('set label 1 "%s" at graph 0.5, graph 0.5 center\n'
+            'plot [] [0:1] 2 notitle\nunset label 1\n' % why)
+no_steps = "no step events:\\nrun xtrain with --log-every N"
+no_epochs = "no epoch has ended"
+loss = []
+if steps:
+    loss.append('"%s/steps.dat" using 1:2 with lines title "train (logged steps)"' % tmp)
+if epochs:
+    loss.append('"%s/epochs.dat" using 2:3 with linespoints pt 7 title "train (epoch mean)"' % tmp)
+    loss.append('"%s/epochs.dat" using 2:4 with linespoints pt 5 title "test"' % tmp)
+with open(tmp + "/panels.gp", "w") as f:
+    f.write('set ylabel "loss"\n')
+    f.write("plot " + ", ".join(loss) + "\n")
+    f.write('set ylabel "accuracy"\nset key bottom right\n')
+    if epochs:
+        f.write('plot "%s/epochs.dat" using 2:6 with linespoints pt 7 title "test", '
+                '"%s/epochs.dat" using 2:5 with linespoints pt 5 title "train"\n' % (tmp, tmp))
+    else:
+        f.write(empty(no_epochs))
+    f.write('set ylabel "learning rate"\nset key top right\n')
+    if steps:
+        f.write('set yrange [0:*]\nset offsets 0, 0, graph 0.1, 0\n')
+        f.write('plot "%s/steps.dat" using 1:3 with lines title "lr"\n' % tmp)
+    else:
+        f.write(empty(no_steps))
 # epoch ticks: the update at which each whole epoch ended
 ticks = ", ".join('"%d" %d' % (e[0] + 1, e[1]) for e in epochs)
 last = max([s[0] for s in steps] + [e[1] for e in epochs])
@@ -67,19 +95,7 @@ set link x2
 set grid x2tics ytics
 set xtics nomirror rotate by -30
 load "$tmp/ticks.gp"
-set ylabel "loss"
-plot "$tmp/steps.dat" using 1:2 with lines title "train (logged steps)", \
-     "$tmp/epochs.dat" using 2:3 with linespoints pt 7 title "train (epoch mean)", \
-     "$tmp/epochs.dat" using 2:4 with linespoints pt 5 title "test"
-set ylabel "accuracy"
-set key bottom right
-plot "$tmp/epochs.dat" using 2:6 with linespoints pt 7 title "test", \
-     "$tmp/epochs.dat" using 2:5 with linespoints pt 5 title "train"
-set ylabel "learning rate"
-set yrange [0:*]
-set offsets 0, 0, graph 0.1, 0
-set key top right
-plot "$tmp/steps.dat" using 1:3 with lines title "lr"
+load "$tmp/panels.gp"
 unset multiplot
 GP
 echo "wrote $out"

@@ -25,9 +25,9 @@
 /* Zero bytes at p twice: by read(2) from /dev/zero, so that the kernel
  * itself writes every page once, then by memset, so that this process
  * does. The FIFOs are where the net plugin's recv(2) lands and the kernels
- * read: on a machine whose hypervisor shadows the guest's page tables
- * (this project's 2-core VMs run under PVM), the first access to a page
- * from each side faults, kernel and user apart. With memset alone, a
+ * read: on a virtual machine whose hypervisor shadows the guest's page
+ * tables, the first access to a page from each side faults, kernel and
+ * user apart. With memset alone, a
  * 512 KiB slot took 1.0-1.4 ms to receive its first step against 0.05 ms
  * later; with read(2) alone, the kernel's first reduction of each slot
  * was as slow: the first 8 steps of every connection paid it inside the

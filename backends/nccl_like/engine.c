@@ -28,12 +28,13 @@ _Static_assert(XC_COLL_ALLREDUCE == (int)XCOLL_COLL_ALLREDUCE &&
 
 /* ---- ops ---- */
 
+/* The larger buffer's bytes (the table of collectives' size). */
 static size_t op_bytes(const nl_state *st, const xcoll_coll_args *args) {
-  size_t bytes = args->count * xcoll_datatype_size(args->dtype);
-  if (args->kind == XCOLL_COLL_ALLGATHER ||
-      args->kind == XCOLL_COLL_REDUCE_SCATTER)
-    bytes *= (size_t)st->world_size;
-  return bytes;
+  size_t size = 0;
+  if (xcoll_coll_shape(args->kind, args->count, st->world_size, 1, NULL, NULL,
+                       &size) != XCOLL_SUCCESS)
+    return 0;
+  return size * xcoll_datatype_size(args->dtype);
 }
 
 /* The protocol for one collective: XCOLL_PROTO, or for auto LL up to
@@ -191,6 +192,8 @@ static int nl_supports(void *state, const xcoll_coll_args *args) {
    * answers INVALID_ARGUMENT for it ("pass NULL") as for any host backend.
    * A GPU rank takes every call (start() refuses host buffers, saying
    * why). */
+  if (args->kind > XCOLL_COLL_BARRIER)
+    return 0; /* all-to-all, gather, scatter, groups: core's, over p2p */
   return st->gpu != NULL || args->stream == NULL;
 }
 

@@ -35,7 +35,8 @@ void nl_mesh_idle(nl_state *st, uint64_t spins, double waited_s) {
    * get_fds (ucx) gives nothing to sleep on: yield on, or the waiter would
    * spin through its whole time slice while the rank it waits for shares
    * its core (nccl_like over XCOLL_NET=ucx at P=4 on 2 cores: 150-245 us
-   * an 8 B allreduce before, docs/nccl_like.md). */
+   * an 8 B allreduce otherwise; docs/nccl_like.md, "The ucx plugin
+   * within a host"). */
   if (waited_s < NL_MESH_SPIN_S || nl_mesh_poll(st, NL_POLL_MS) < 0)
     sched_yield();
 }

@@ -27,9 +27,9 @@ const xcoll_net_v1 *nl_net_override = NULL;
  * A host channel is a thread that spins while its ring step waits: with
  * fewer cores than busy threads, a second channel takes the core the
  * neighbour rank needs to forward the next slot (measured on 2 cores,
- * P=2 and P=4, 1-16 MiB: docs/nccl_like.md "Channels"). NCCL bounds its
- * channel count by hardware too (the SMs, the NICs' bandwidth: ncclTopoCompute
- * in src/graph/search.cc). A GPU rank's channels are CUDA blocks, not host
+ * P=2 and P=4, 1-16 MiB: docs/nccl_like.md, "Channels, connections,
+ * FIFOs"). NCCL bounds its channel count by hardware too (the SMs, the
+ * NICs' bandwidth: ncclTopoCompute in src/graph/search.cc). A GPU rank's channels are CUDA blocks, not host
  * threads: it proposes the default. */
 static long host_cores(void) {
   cpu_set_t set;

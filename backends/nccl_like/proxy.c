@@ -65,7 +65,7 @@ int nl_recvs_ahead(const xcoll_net_v1 *net, int device) {
  * channel whose worker computes a long step and to check the timeout. Each
  * pass wakes a thread on a machine whose cores the ranks already fill: 10
  * rather than 1 halved the context switches of a 16 MiB allreduce at P=2
- * on 2 cores (docs/nccl_like.md, "Performance against tcp"). */
+ * on 2 cores (docs/nccl_like.md, "The proxy's nap"). */
 #define NL_PROXY_NAP_MS 10
 /* After its last op, the proxy naps (as above) this long (seconds) before
  * it sleeps until start() wakes it: back-to-back ops then cost it no

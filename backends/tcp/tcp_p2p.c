@@ -254,7 +254,8 @@ static xcoll_status peer_lost(tcp_state *st, tcp_socket *s, int err) {
  * from the peer's previous collective is named against ours. */
 static void track_fingerprint(tcp_state *st) {
   const xcoll_fingerprint *now = &st->comm->fingerprint;
-  if (now->valid && (!st->fp_current.valid || now->seq != st->fp_current.seq)) {
+  if (now->valid && (!st->fp_current.valid || now->seq != st->fp_current.seq ||
+                      now->kind != st->fp_current.kind)) {
     st->fp_previous = st->fp_current;
     st->fp_current = *now;
   }

@@ -103,6 +103,7 @@ typedef struct peer_watch {
   xcoll_fingerprint fp_held_value;
   int fp_sent_any;
   uint64_t fp_sent_seq;
+  uint8_t fp_sent_kind; /* a group and a collective may share a seq */
   uint8_t fp_out[FP_SLOTS][XCOLL_FINGERPRINT_BYTES];
   xcoll_ucx_request *fp_send[FP_SLOTS];
   int fp_next_slot;
@@ -397,7 +398,8 @@ static xcoll_status on_abort(ucx_state *state, int peer,
 static void track_fingerprint(ucx_state *state) {
   const xcoll_fingerprint *now = &state->comm->fingerprint;
   if (now->valid &&
-      (!state->fp_current.valid || now->seq != state->fp_current.seq)) {
+      (!state->fp_current.valid || now->seq != state->fp_current.seq ||
+                      now->kind != state->fp_current.kind)) {
     state->fp_previous = state->fp_current;
     state->fp_current = *now;
   }
@@ -407,7 +409,8 @@ static void track_fingerprint(ucx_state *state) {
 static void send_fingerprint(ucx_state *state, int peer) {
   peer_watch *watch = &state->peers[peer];
   if (!state->fp_current.valid ||
-      (watch->fp_sent_any && watch->fp_sent_seq == state->fp_current.seq))
+      (watch->fp_sent_any && watch->fp_sent_seq == state->fp_current.seq &&
+       watch->fp_sent_kind == state->fp_current.kind))
     return;
   int slot = watch->fp_next_slot;
   watch->fp_next_slot = (slot + 1) % FP_SLOTS;
@@ -432,6 +435,7 @@ static void send_fingerprint(ucx_state *state, int peer) {
     watch->fp_send[slot] = request;
   watch->fp_sent_any = 1;
   watch->fp_sent_seq = state->fp_current.seq;
+  watch->fp_sent_kind = state->fp_current.kind;
 }
 
 /* Judge the fingerprints that arrived: a mismatch breaks the communicator

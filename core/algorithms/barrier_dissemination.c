@@ -25,10 +25,10 @@ xcoll_status xcoll_barrier_dissemination(struct xcoll_comm *comm,
     int to = (rank + distance) % P, from = xcoll_rank_mod(rank - distance, P);
     double start = xcoll_trace_clock();
     status =
-        xcoll_irecv(comm, from, xcoll_tag(args, step), &sink, 0, &requests[0]);
+        xcoll_p2p_irecv(comm, from, xcoll_tag(args, step), &sink, 0, &requests[0]);
     if (status == XCOLL_SUCCESS)
       status =
-          xcoll_isend(comm, to, xcoll_tag(args, step), &token, 0, &requests[1]);
+          xcoll_p2p_isend(comm, to, xcoll_tag(args, step), &token, 0, &requests[1]);
     if (requests[0] || requests[1]) {
       xcoll_status wait_status = xcoll_p2p_wait(comm, requests, 2);
       if (status == XCOLL_SUCCESS)

@@ -41,7 +41,7 @@ xcoll_status xcoll_broadcast_binomial(struct xcoll_comm *comm,
     int parent = xcoll_rank_mod(vrank - mask + root, P);
     xcoll_p2p_request *request = NULL;
     double start = xcoll_trace_clock();
-    status = xcoll_irecv(comm, parent, tag, args->recvbuf, bytes, &request);
+    status = xcoll_p2p_irecv(comm, parent, tag, args->recvbuf, bytes, &request);
     if (status == XCOLL_SUCCESS)
       status = xcoll_p2p_wait(comm, &request, 1);
     if (status != XCOLL_SUCCESS)
@@ -59,7 +59,7 @@ xcoll_status xcoll_broadcast_binomial(struct xcoll_comm *comm,
       continue;
     int child = xcoll_rank_mod(vrank + mask + root, P);
     requests[children] = NULL;
-    status = xcoll_isend(comm, child, tag, data, bytes, &requests[children]);
+    status = xcoll_p2p_isend(comm, child, tag, data, bytes, &requests[children]);
     children++;
   }
   if (children > 0) {

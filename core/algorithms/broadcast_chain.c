@@ -50,7 +50,7 @@ xcoll_status xcoll_broadcast_chain(struct xcoll_comm *comm,
   for (size_t k = 0; receives && k < 2 && k < chunks; k++)
     if (status == XCOLL_SUCCESS)
       status =
-          xcoll_irecv(comm, prev, tag, recvbuf + CHUNK_FIRST(k) * elem_size,
+          xcoll_p2p_irecv(comm, prev, tag, recvbuf + CHUNK_FIRST(k) * elem_size,
                       CHUNK_LENGTH(k) * elem_size, &recv_req[k]);
 
   for (size_t k = 0; k < chunks && status == XCOLL_SUCCESS; k++) {
@@ -67,11 +67,11 @@ xcoll_status xcoll_broadcast_chain(struct xcoll_comm *comm,
     if (start > 0 && receives)
       xcoll_trace_chunk(comm, "recv", prev, CHUNK_LENGTH(k) * elem_size, start);
     if (sends)
-      status = xcoll_isend(comm, next, tag, data + CHUNK_FIRST(k) * elem_size,
+      status = xcoll_p2p_isend(comm, next, tag, data + CHUNK_FIRST(k) * elem_size,
                            CHUNK_LENGTH(k) * elem_size, &send_req[slot]);
     if (status == XCOLL_SUCCESS && receives && k + 2 < chunks)
       status =
-          xcoll_irecv(comm, prev, tag, recvbuf + CHUNK_FIRST(k + 2) * elem_size,
+          xcoll_p2p_irecv(comm, prev, tag, recvbuf + CHUNK_FIRST(k + 2) * elem_size,
                       CHUNK_LENGTH(k + 2) * elem_size, &recv_req[slot]);
   }
 #undef CHUNK_FIRST

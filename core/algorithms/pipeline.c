@@ -79,7 +79,7 @@ xcoll_status xcoll_exchange(struct xcoll_comm *comm, uint64_t tag,
         reduce ? scratch_bytes + (size_t)slot_ * chunk_elems * elem_size       \
                : recv_bytes + first_ * elem_size;                              \
     recv_start[slot_] = xcoll_trace_clock();                                   \
-    status = xcoll_irecv(comm, recv_peer, tag, into_, length_ * elem_size,     \
+    status = xcoll_p2p_irecv(comm, recv_peer, tag, into_, length_ * elem_size,     \
                          &recv_req[slot_]);                                    \
   } while (0)
 
@@ -90,7 +90,7 @@ xcoll_status xcoll_exchange(struct xcoll_comm *comm, uint64_t tag,
     int slot_ = (int)((k)&1);                                                  \
     send_start[slot_] = xcoll_trace_clock();                                   \
     status =                                                                   \
-        xcoll_isend(comm, send_peer, tag, send_bytes + first_ * elem_size,     \
+        xcoll_p2p_isend(comm, send_peer, tag, send_bytes + first_ * elem_size,     \
                     length_ * elem_size, &send_req[slot_]);                    \
   } while (0)
 

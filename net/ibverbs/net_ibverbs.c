@@ -55,10 +55,12 @@
 #include <time.h>
 
 #include "env.h"
+#include "error.h"
 #include "handshake.h"
 #include "ibv_wrap.h"
 #include "net.h"
 #include "net_plugin_log.h"
+#include "params.h"
 
 #define IBN_HANDLE_MAGIC 0x48494e58u /* bytes "XNIH" */
 #define IBN_HELLO_MAGIC 0x43494e58u  /* bytes "XNIC" */
@@ -191,29 +193,23 @@ static void open_device(void) {
     return;
   }
   device.api = api;
+  /* Defaults and ranges from core/params.c's table, which xcoll-info
+   * prints and checks. */
   long gid_index = 0, timeout = 20, retry = 7;
-  const char *fault = xcoll_env_str("XCOLL_IB_DEBUG_FAULT");
-  if (xcoll_env_int("XCOLL_IB_GID_INDEX", 0, 0, 255, &gid_index) != 0 ||
-      xcoll_env_int("XCOLL_IB_TIMEOUT", 20, 1, 31, &timeout) != 0 ||
-      xcoll_env_int("XCOLL_IB_RETRY_CNT", 7, 0, 7, &retry) != 0) {
+  int fault = -1; /* index in the table's choices: skip_cts, reuse_cts,
+                     bad_rkey */
+  if (xcoll_param_int("XCOLL_IB_GID_INDEX", &gid_index) != XCOLL_SUCCESS ||
+      xcoll_param_int("XCOLL_IB_TIMEOUT", &timeout) != XCOLL_SUCCESS ||
+      xcoll_param_int("XCOLL_IB_RETRY_CNT", &retry) != XCOLL_SUCCESS ||
+      xcoll_param_choice("XCOLL_IB_DEBUG_FAULT", &fault) != XCOLL_SUCCESS) {
     device_status = XCOLL_ERR_ENV;
-    set_device_error("net ibverbs: XCOLL_IB_GID_INDEX must be 0..255, "
-                     "XCOLL_IB_TIMEOUT 1..31 and XCOLL_IB_RETRY_CNT 0..7");
+    set_device_error("net ibverbs: %s", xcoll_last_error());
     return;
   }
-  if (fault != NULL && strcmp(fault, "skip_cts") == 0)
-    device.fault = IBN_FAULT_SKIP_CTS;
-  else if (fault != NULL && strcmp(fault, "bad_rkey") == 0)
-    device.fault = IBN_FAULT_BAD_RKEY;
-  else if (fault != NULL && strcmp(fault, "reuse_cts") == 0)
-    device.fault = IBN_FAULT_REUSE_CTS;
-  else if (fault != NULL) {
-    device_status = XCOLL_ERR_ENV;
-    set_device_error("net ibverbs: XCOLL_IB_DEBUG_FAULT=%s is not skip_cts, "
-                     "bad_rkey or reuse_cts (a test hook; leave it unset)",
-                     fault);
-    return;
-  }
+  static const int faults[] = {IBN_FAULT_SKIP_CTS, IBN_FAULT_REUSE_CTS,
+                               IBN_FAULT_BAD_RKEY};
+  if (fault >= 0)
+    device.fault = faults[fault];
   device.gid_index = (int)gid_index;
   device.timeout = timeout;
   device.retry_cnt = retry;

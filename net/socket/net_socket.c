@@ -192,12 +192,12 @@ static int same_host(int fd) {
  * default elsewhere; system: the system's default everywhere; NAME: NAME
  * everywhere (tcp(7) TCP_CONGESTION; an unprivileged process may pick
  * those in net.ipv4.tcp_allowed_congestion_control). Why: with bbr as the
- * system default (this project's VMs), the kernel paces each socket with
- * a high-resolution timer; on loopback, where there is nothing to
- * control, the nccl_like mesh's flows were paced at 4-5 GB/s with 16,000
- * timer interrupts a second (tcp_pace_kick) and the P=4 allreduce ran at
- * half tcp's busbw from 4 MiB (docs/nccl_like.md, "Paced sockets"); cubic
- * was paced the same, reno was not. Reno is always allowed. A failure
+ * system default, the kernel paces each socket with a high-resolution
+ * timer; on loopback, where there is nothing to control, the nccl_like
+ * mesh's flows were paced at 4-5 GB/s with 16,000 timer interrupts a
+ * second (tcp_pace_kick) and the P=4 allreduce ran at half tcp's busbw
+ * from 4 MiB (docs/nccl_like.md, "Paced sockets"); cubic was paced the
+ * same, reno was not. Reno is always allowed. A failure
  * leaves the default and says so once. */
 static void set_congestion(int fd) {
   const char *want = getenv("XCOLL_SOCKET_CC");
@@ -241,9 +241,9 @@ static void tune_socket(int fd) {
  * stream socket instead of TCP; 0: always TCP. Why: a Unix socket hands
  * the bytes to the peer's socket without the TCP/IP stack (no segments,
  * checksums, acknowledgements or congestion control), as NCCL keeps a
- * node's own traffic off its net transport (shared memory or P2P). On
- * this project's 2-core VMs a ping-pong of 8 B took 9.6 us against TCP's
- * 11.9, and a 1 MiB stream moved about twice TCP's bytes per second
+ * node's own traffic off its net transport (shared memory or P2P). On a
+ * 2-core machine a ping-pong of 8 B took 9.6 us against TCP's 11.9, and a
+ * 1 MiB stream moved about twice TCP's bytes per second
  * (docs/nccl_like.md, "Unix sockets within a host"). */
 static xcoll_status read_unix(int *use) {
   const char *text = getenv("XCOLL_SOCKET_UNIX");

@@ -14,6 +14,9 @@
 #   backend_nope, timeout_negative, algo_bogus, debug_loud, nsocks_0,
 #   chunk_size_12q: XCOLL_ERR_ENV (or NOT_SUPPORTED for the backend) naming
 #                  the variable, within 3 s
+#   proto_ll128_on_tcp, ib_timeout_99_on_tcp: a malformed variable of another
+#                  backend (nccl_like, its ibverbs plugin) fails tcp's
+#                  creation too: XCOLL_ERR_ENV naming it
 set -u
 bin=$1
 case_name=$2
@@ -75,6 +78,13 @@ nsocks_0)
 chunk_size_12q)
   run "${base[@]}" "${one[@]}" XCOLL_CHUNK_SIZE=12Q -- \
     --collective --expect $ENV --contains XCOLL_CHUNK_SIZE --max-s 3 ;;
+proto_ll128_on_tcp)
+  run "${base[@]}" "${one[@]}" XCOLL_BACKEND=tcp XCOLL_PROTO=ll128 -- \
+    --collective --expect $ENV --contains XCOLL_PROTO --contains ll128 \
+    --max-s 3 ;;
+ib_timeout_99_on_tcp)
+  run "${base[@]}" "${one[@]}" XCOLL_BACKEND=tcp XCOLL_IB_TIMEOUT=99 -- \
+    --collective --expect $ENV --contains XCOLL_IB_TIMEOUT --max-s 3 ;;
 *)
   echo "unknown case '$case_name'"; exit 2 ;;
 esac

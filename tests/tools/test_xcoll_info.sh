@@ -25,7 +25,8 @@ for setting in XCOLL_TIMEOUT_S=0 XCOLL_TIMEOUT_S=abc XCOLL_CHUNK_SIZE=4 \
   XCOLL_CHUNK_SIZE=1Q XCOLL_NSOCKS_PERPEER=17 XCOLL_DEBUG=LOUD \
   XCOLL_DEBUG_SUBSYS=INIT,BOGUS 'XCOLL_SOCKET_IFNAME=eth,,ib' \
   'XCOLL_SOCKET_IFNAME=^' XCOLL_ALGO=nosuch XCOLL_BACKEND=nosuch \
-  MASTER_PORT=70000 XCOLL_STORE_MAX_BYTES=1K XCOLL_DEVICE=gpu; do
+  MASTER_PORT=70000 XCOLL_STORE_MAX_BYTES=1K XCOLL_DEVICE=gpu \
+  XCOLL_PROTO=ll128 XCOLL_IB_TIMEOUT=99 XCOLL_IB_DEBUG_FAULT=nope; do
   name=${setting%%=*}
   env "$setting" "$info" >"$tmp/bad.out" 2>&1
   code=$?
@@ -83,6 +84,21 @@ grep -q 'socket(s) per peer' "$tmp/coll.log" && fail "XCOLL_DEBUG_SUBSYS=COLL ke
 XCOLL_DEBUG=INFO XCOLL_DEBUG_SUBSYS=^COLL "$perf" -b 8 -e 8 -n 1 -w 0 >/dev/null 2>"$tmp/nocoll.log"
 grep -q 'allreduce seq' "$tmp/nocoll.log" && fail "XCOLL_DEBUG_SUBSYS=^COLL kept a collective line"
 grep -q 'socket(s) per peer' "$tmp/nocoll.log" || fail "XCOLL_DEBUG_SUBSYS=^COLL dropped the INIT line"
+
+# A well-formed variable of another backend is ignored with one warning
+# that names it and the backend: XCOLL_PROTO on tcp, XCOLL_ALGO on
+# nccl_like.
+ignored_once() { # ignored_once BACKEND NAME=VALUE
+  env XCOLL_BACKEND="$1" "$2" "$perf" -b 8 -e 8 -n 1 -w 0 \
+    >/dev/null 2>"$tmp/ignored.log" ||
+    { fail "$2 on $1 fails: $(tail -2 "$tmp/ignored.log")"; return; }
+  n=$(grep -c "WARN ${2%%=*}=.*does not apply to backend $1" "$tmp/ignored.log")
+  [ "$n" -eq 1 ] || fail "$2 on $1: $n warnings, expected 1: $(cat "$tmp/ignored.log")"
+}
+ignored_once tcp XCOLL_PROTO=ll
+if grep -q '^  nccl_like ' "$tmp/clean.out"; then
+  ignored_once nccl_like XCOLL_ALGO=rabenseifner
+fi
 
 [ $failures -eq 0 ] && echo "PASS: xcoll-info agrees with the library"
 [ $failures -eq 0 ]

@@ -36,6 +36,24 @@ grep -q '"algorithm":"recursive_doubling","protocol":"p2p"' "$tmp/rows.json" ||
 grep -Eq '^\[rank 0\] +8 .*recursive_doubling/p2p$' "$tmp/all.out" ||
   fail "rows do not end with algorithm/protocol"
 
+# The calls without a reduction, checked (-c 1), blocking and not, at three
+# ranks: busbw = algbw * (P-1)/P for alltoall, gather and scatter, 1 for
+# sendrecv (nccl-tests' factors, from the library's table).
+for coll in alltoall gather scatter sendrecv; do
+  for z in 0 1; do
+    "$run" --nproc-per-node 3 --master-port 0 "$perf" --coll $coll -b 12 -e 96K \
+      -f 8 -z $z -c 1 -n 2 -w 1 -r 1 >"$tmp/$coll.out" 2>&1 ||
+      fail "--coll $coll -z $z failed: $(tail -5 "$tmp/$coll.out")"
+    grep -q 'Out of bounds values : 0 OK' "$tmp/$coll.out" ||
+      fail "--coll $coll -z $z: results not checked OK: $(tail -5 "$tmp/$coll.out")"
+  done
+  awk -v coll=$coll '/^\[rank 0\] +[0-9]+ +[0-9]+ /{
+      algbw = $9; busbw = $10; f = (coll == "sendrecv") ? 1 : 2 / 3;
+      if (algbw > 0.01 && (busbw < algbw * f * 0.98 - 0.002 || busbw > algbw * f * 1.02 + 0.002)) bad = 1; rows++ }
+      END { exit bad || rows < 3 }' "$tmp/$coll.out" ||
+    fail "--coll $coll: busbw is not algbw times nccl-tests' factor"
+done
+
 # -d all and -N 2 at one rank (no launcher): 10 types x 2 cycles x 1 size.
 "$perf" -b 1K -e 1K -d all -N 2 -n 1 -w 0 -a 0 >"$tmp/types.out" 2>&1 ||
   fail "-d all -N 2 failed: $(tail -3 "$tmp/types.out")"

@@ -1018,9 +1018,9 @@ static xcoll_status mismatched_sizes(struct xcoll_comm *comm,
   xcoll_p2p_request *request = NULL;
   xcoll_status status;
   if (comm->rank == 0)
-    status = xcoll_isend(comm, 1, xcoll_tag(args, 0), buf, 4, &request);
+    status = xcoll_p2p_isend(comm, 1, xcoll_tag(args, 0), buf, 4, &request);
   else
-    status = xcoll_irecv(comm, 0, xcoll_tag(args, 0), buf, 8, &request);
+    status = xcoll_p2p_irecv(comm, 0, xcoll_tag(args, 0), buf, 8, &request);
   if (status == XCOLL_SUCCESS)
     status = xcoll_p2p_wait(comm, &request, 1);
   return status;

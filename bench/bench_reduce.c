@@ -2,7 +2,7 @@
  * 4 MiB of float32 and of bfloat16, sum, best of 20 runs, in GB/s of dst
  * bytes. Not part of the build; run by hand:
  *   gcc -O3 -std=c11 -D_GNU_SOURCE -Iinclude -Icore -Ikernels \
- *       kernels/bench/bench_reduce.c core/dtype.c -o /tmp/bench_reduce
+ *       bench/bench_reduce.c core/dtype.c -o /tmp/bench_reduce
  *   /tmp/bench_reduce */
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,8 +1,8 @@
 /* bench_reduce_cuda.cu - on one GPU, the reduce-copy bandwidth of the code
  * the CUDA ring kernel runs (kernels/cuda/ring_kernel.cu) against a
- * device-to-device cudaMemcpyAsync of the same size: issue 8's "the
- * kernel's reduce-copy bandwidth against a device-to-device cudaMemcpy on
- * the same GPU (goal >= 70%)".
+ * device-to-device cudaMemcpyAsync of the same size; the goal is a
+ * reduce-copy that reaches at least 70% of the copy's memory traffic
+ * (docs/benchmarks.md, "GPU figures: scripts/gpu-check.sh").
  *
  * What is measured: xc_simple_step (kernels/prims.h) with the flags of
  * recvReduceCopy (RECV | SRC | DST: out = slot op input), the SIMPLE
@@ -14,7 +14,7 @@
  * block barrier per step as xc_generic_op has. What is not: the FIFO waits
  * and posts (a real ring waits for its peer), and where the slot lives: on
  * a GPU rank the received slot is pinned host memory mapped into the device
- * (docs/nccl_like.md, "GPU ranks"), so the kernel reads one operand over
+ * (docs/nccl_like.md, "GPU ranks and mixed rings"), so the kernel reads one operand over
  * PCIe. --pinned-slot puts the slot operand there too, to show that bound.
  *
  * Byte counting (printed with the figures):
@@ -35,7 +35,7 @@
  * Not built by CMake (CI has no GPU, and nvcc time matters); scripts/
  * gpu-check.sh builds and runs it:
  *   nvcc -O3 -std=c++17 -arch=native -I include \
- *       kernels/bench/bench_reduce_cuda.cu -o build-gpu/bench_reduce_cuda
+ *       bench/bench_reduce_cuda.cu -o build-gpu/bench_reduce_cuda
  *   build-gpu/bench_reduce_cuda [--dtype float32|float16|bfloat16]
  *       [--minbytes N] [--maxbytes N] [--blocks 1,2,8,32,0] [--threads 256]
  *       [--step BYTES] [--iters N] [--warmup N] [--pinned-slot]
@@ -47,7 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../prims.h"
+#include "../kernels/prims.h"
 
 #define BENCH_CHECK(call)                                                      \
   do {                                                                         \

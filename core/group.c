@@ -1,0 +1,442 @@
+/* group.c - point-to-point calls and groups, as ncclGroupStart/End have
+ * them: between start and end a thread's calls are recorded, and the end
+ * runs them together, so that any pattern of sends and receives completes
+ * without deadlock.
+ *
+ * A group runs as one host-driven job (kind XCOLL_COLL_GROUP) through
+ * core's request queue, in issue order with the communicator's other calls:
+ *  1. Sends and receives with this rank itself are paired in order and
+ *     copied.
+ *  2. Fingerprints: for each send and each receive, a 24-byte fingerprint
+ *     (core/fingerprint.h: kind send or recv, count, dtype) goes to the
+ *     peer, all posted at once. Between two ranks, the messages one way are
+ *     the sender's sends' fingerprints in order, then its receives'; each
+ *     side checks the other's against its own calls, so a send matched
+ *     with a receive of another count or dtype fails on both ranks, naming
+ *     both calls, before any data moves.
+ *  3. Data: every receive, then every send, posted at once; wait for all.
+ *  4. The collectives recorded in the group, in order.
+ * Point-to-point calls do not take a collective sequence number (only two
+ * ranks take part); their messages carry the group fingerprint, ordered
+ * just before the next collective (fingerprint.h), so a rank in a group
+ * and a rank in a collective are told apart. */
+#define XCOLL_LOG_SUBSYS XCOLL_SUBSYS_COLL /* log.h */
+#include "group.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "dispatch.h"
+#include "dtype.h"
+#include "error.h"
+#include "fingerprint.h"
+#include "request.h"
+
+/* Tag steps of a group's messages (below 2^24, above any algorithm's). */
+#define GROUP_STEP_FINGERPRINT 0xfffff0u
+#define GROUP_STEP_DATA 0xfffff1u
+
+static _Thread_local int group_depth;
+static _Thread_local struct xcoll_group_ops *group_now;
+
+int xcoll_group_active(void) { return group_depth > 0; }
+
+void xcoll_group_free(void *p) {
+  struct xcoll_group_ops *group = p;
+  if (group == NULL)
+    return;
+  for (int i = 0; i < group->count; i++)
+    free(group->ops[i].scratch);
+  free(group->ops);
+  free(group);
+}
+
+static struct xcoll_group_ops *group_new(xcoll_comm *comm) {
+  struct xcoll_group_ops *group = calloc(1, sizeof *group);
+  if (group != NULL)
+    group->comm = comm;
+  return group;
+}
+
+static xcoll_status group_append(struct xcoll_group_ops *group,
+                                 const xcoll_coll_args *args, void *scratch) {
+  if (group->count == group->capacity) {
+    int capacity = group->capacity ? 2 * group->capacity : 8;
+    xcoll_group_op *ops = realloc(group->ops, (size_t)capacity * sizeof *ops);
+    if (ops == NULL)
+      return xcoll_error(group->comm, XCOLL_ERR_NO_MEMORY,
+                         "xcoll_group: out of memory recording call %d",
+                         group->count + 1);
+    group->ops = ops;
+    group->capacity = capacity;
+  }
+  group->ops[group->count].args = *args;
+  group->ops[group->count].scratch = scratch;
+  group->count++;
+  if (args->kind == XCOLL_COLL_SEND || args->kind == XCOLL_COLL_RECV)
+    group->p2p++;
+  return XCOLL_SUCCESS;
+}
+
+xcoll_status xcoll_group_record(xcoll_comm *comm, const xcoll_coll_args *args,
+                                void *scratch) {
+  if (group_now == NULL) {
+    group_now = group_new(comm);
+    if (group_now == NULL) {
+      free(scratch);
+      return xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
+                         "xcoll_group: out of memory for a group");
+    }
+  }
+  if (group_now->comm != comm) {
+    free(scratch);
+    return xcoll_error(comm, XCOLL_ERR_INVALID_USAGE,
+                       "xcoll_%s in a group on communicator %p, but the "
+                       "group's earlier calls are on %p: a group holds calls "
+                       "of one communicator; end it first",
+                       xcoll_coll_name(args->kind), (void *)comm,
+                       (void *)group_now->comm);
+  }
+  xcoll_status status = group_append(group_now, args, scratch);
+  if (status != XCOLL_SUCCESS)
+    free(scratch);
+  return status;
+}
+
+/* Number the group's collectives (every rank records them in the same
+ * order) and send it on its way. The group is owned by the request
+ * (non-blocking) or freed here. */
+static xcoll_status group_submit(struct xcoll_group_ops *group,
+                                 xcoll_request_t *request) {
+  xcoll_comm *comm = group->comm;
+  xcoll_coll_args args;
+  memset(&args, 0, sizeof args);
+  args.kind = XCOLL_COLL_GROUP;
+  args.group = group;
+  args.dtype = XCOLL_UINT8;
+  /* The group's place among the collectives: before the next one. */
+  args.seq = comm->next_seq;
+  args.count = (size_t)group->count;
+  if (group->count == 1) /* xcoll_isend/irecv: checked by dispatch */
+    args.stream = group->ops[0].args.stream;
+  for (int i = 0; i < group->count; i++) {
+    xcoll_coll_args *op = &group->ops[i].args;
+    if (op->kind != XCOLL_COLL_SEND && op->kind != XCOLL_COLL_RECV)
+      op->seq = comm->next_seq++;
+  }
+  xcoll_status status = xcoll_dispatch(comm, &args, request);
+  if (request != NULL && status == XCOLL_SUCCESS)
+    xcoll_request_adopt_with(*request, group, xcoll_group_free);
+  else
+    xcoll_group_free(group);
+  return status;
+}
+
+xcoll_status xcoll_group_single(xcoll_comm *comm, const xcoll_coll_args *args,
+                                xcoll_request_t *request) {
+  struct xcoll_group_ops *group = group_new(comm);
+  if (group == NULL)
+    return xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
+                       "xcoll_%s: out of memory", xcoll_coll_name(args->kind));
+  xcoll_status status = group_append(group, args, NULL);
+  if (status != XCOLL_SUCCESS) {
+    xcoll_group_free(group);
+    return status;
+  }
+  return group_submit(group, request);
+}
+
+xcoll_status xcoll_group_start(void) {
+  group_depth++;
+  return XCOLL_SUCCESS;
+}
+
+static xcoll_status group_end(xcoll_request_t *request) {
+  if (request != NULL)
+    *request = NULL;
+  if (group_depth == 0)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_USAGE,
+                       "xcoll_group_end without xcoll_group_start on this "
+                       "thread");
+  if (--group_depth > 0 || group_now == NULL) {
+    /* An inner end, or an empty group: nothing to run. */
+    if (request == NULL)
+      return XCOLL_SUCCESS;
+    *request = xcoll_request_completed(NULL, XCOLL_SUCCESS);
+    return *request != NULL ? XCOLL_SUCCESS : XCOLL_ERR_NO_MEMORY;
+  }
+  struct xcoll_group_ops *group = group_now;
+  group_now = NULL;
+  xcoll_status status = xcoll_comm_check(group->comm);
+  if (status != XCOLL_SUCCESS) {
+    xcoll_group_free(group);
+    return status;
+  }
+  return group_submit(group, request);
+}
+
+xcoll_status xcoll_group_end(void) { return group_end(NULL); }
+
+xcoll_status xcoll_igroup_end(xcoll_request_t *request) {
+  if (request == NULL)
+    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_igroup_end: request is NULL: pass the address "
+                       "of an xcoll_request_t");
+  return group_end(request);
+}
+
+/* ---- running a group ---- */
+
+static size_t op_bytes(const xcoll_coll_args *args) {
+  return args->count * xcoll_datatype_size(args->dtype);
+}
+
+/* "send to rank 1 (4 float32)" */
+static void describe_p2p(const xcoll_coll_args *a, char *out, size_t n) {
+  snprintf(out, n, "%s %s rank %d (%zu %s)", xcoll_coll_name(a->kind),
+           a->kind == XCOLL_COLL_SEND ? "to" : "from", a->peer, a->count,
+           xcoll_datatype_name(a->dtype));
+}
+
+static xcoll_fingerprint p2p_fingerprint(const xcoll_coll_args *group_args,
+                                         const xcoll_coll_args *a) {
+  xcoll_fingerprint fp;
+  memset(&fp, 0, sizeof fp);
+  fp.valid = 1;
+  fp.seq = group_args->seq;
+  fp.kind = (uint8_t)a->kind;
+  fp.count = (uint64_t)a->count;
+  fp.dtype = (uint8_t)a->dtype;
+  return fp;
+}
+
+/* Sends and receives with this rank: the k-th send to self pairs with the
+ * k-th receive from self. */
+static xcoll_status run_self(xcoll_comm *comm, struct xcoll_group_ops *g) {
+  int r = 0;
+  for (int s = 0; s < g->count; s++) {
+    const xcoll_coll_args *send = &g->ops[s].args;
+    if (send->kind != XCOLL_COLL_SEND || send->peer != comm->rank)
+      continue;
+    while (r < g->count && (g->ops[r].args.kind != XCOLL_COLL_RECV ||
+                            g->ops[r].args.peer != comm->rank))
+      r++;
+    char what[96];
+    describe_p2p(send, what, sizeof what);
+    if (r == g->count)
+      return xcoll_error(comm, XCOLL_ERR_INVALID_USAGE,
+                         "xcoll_send to this rank (rank %d, %zu %s) has no "
+                         "matching xcoll_recv from rank %d in its group",
+                         comm->rank, send->count,
+                         xcoll_datatype_name(send->dtype), comm->rank);
+    const xcoll_coll_args *recv = &g->ops[r].args;
+    if (recv->count != send->count || recv->dtype != send->dtype)
+      return xcoll_error(comm, XCOLL_ERR_INVALID_ARGUMENT,
+                         "xcoll_send to this rank (%zu %s) is matched by an "
+                         "xcoll_recv of %zu %s in its group: a send and its "
+                         "receive must have the same count and dtype",
+                         send->count, xcoll_datatype_name(send->dtype),
+                         recv->count, xcoll_datatype_name(recv->dtype));
+    if (op_bytes(send) > 0 && recv->recvbuf != send->sendbuf)
+      memmove(recv->recvbuf, send->sendbuf, op_bytes(send));
+    r++;
+  }
+  for (; r < g->count; r++)
+    if (g->ops[r].args.kind == XCOLL_COLL_RECV && g->ops[r].args.peer == comm->rank)
+      return xcoll_error(comm, XCOLL_ERR_INVALID_USAGE,
+                         "xcoll_recv from this rank (rank %d, %zu %s) has no "
+                         "matching xcoll_send to rank %d in its group",
+                         comm->rank, g->ops[r].args.count,
+                         xcoll_datatype_name(g->ops[r].args.dtype), comm->rank);
+  return XCOLL_SUCCESS;
+}
+
+/* The calls with a peer, for a failure message: "send to rank 1 (4
+ * float32), recv from rank 1 (4 float32)"; at most a few. */
+static void list_calls(const struct xcoll_group_ops *g, int rank, char *out,
+                       size_t n) {
+  size_t used = 0;
+  int listed = 0, total = 0;
+  out[0] = '\0';
+  for (int i = 0; i < g->count; i++) {
+    const xcoll_coll_args *a = &g->ops[i].args;
+    if ((a->kind != XCOLL_COLL_SEND && a->kind != XCOLL_COLL_RECV) ||
+        a->peer == rank)
+      continue;
+    total++;
+    if (listed == 4)
+      continue;
+    char what[96];
+    describe_p2p(a, what, sizeof what);
+    int w = snprintf(out + used, n - used, "%s%s", listed ? ", " : "", what);
+    if (w > 0 && (size_t)w < n - used)
+      used += (size_t)w;
+    listed++;
+  }
+  if (total > listed && used < n)
+    snprintf(out + used, n - used, " and %d more", total - listed);
+}
+
+/* Check a peer's fingerprint for one of this rank's calls (mine). */
+static xcoll_status judge(xcoll_comm *comm, const xcoll_coll_args *mine,
+                          const uint8_t *bytes) {
+  xcoll_fingerprint theirs;
+  char mine_text[96];
+  describe_p2p(mine, mine_text, sizeof mine_text);
+  if (xcoll_fingerprint_decode(bytes, &theirs) != 0)
+    return xcoll_error(comm, XCOLL_ERR_PROTOCOL,
+                       "%s: rank %d sent a malformed fingerprint", mine_text,
+                       mine->peer);
+  xcoll_coll_kind want =
+      mine->kind == XCOLL_COLL_SEND ? XCOLL_COLL_RECV : XCOLL_COLL_SEND;
+  if (theirs.kind == want && theirs.count == mine->count &&
+      theirs.dtype == (uint8_t)mine->dtype)
+    return XCOLL_SUCCESS;
+  if (theirs.kind != XCOLL_COLL_SEND && theirs.kind != XCOLL_COLL_RECV)
+    return xcoll_error(comm, XCOLL_ERR_PROTOCOL,
+                       "point-to-point mismatch: rank %d called %s, but rank "
+                       "%d's matching message is not from a send or recv",
+                       comm->rank, mine_text, mine->peer);
+  return xcoll_error(
+      comm, XCOLL_ERR_PROTOCOL,
+      "point-to-point mismatch: rank %d called %s, matched by rank %d's %s "
+      "(%" PRIu64 " %s): a send and its receive must have the same count and "
+      "dtype, and between two ranks sends and receives match in issue order",
+      comm->rank, mine_text, mine->peer,
+      xcoll_coll_name((xcoll_coll_kind)theirs.kind), theirs.count,
+      xcoll_datatype_name((xcoll_datatype)theirs.dtype));
+}
+
+static xcoll_status run_p2p(xcoll_comm *comm, const xcoll_coll_args *args,
+                            struct xcoll_group_ops *g) {
+  const int rank = comm->rank;
+  int remote = 0;
+  for (int i = 0; i < g->count; i++) {
+    const xcoll_coll_args *a = &g->ops[i].args;
+    if ((a->kind == XCOLL_COLL_SEND || a->kind == XCOLL_COLL_RECV) &&
+        a->peer != rank)
+      remote++;
+  }
+  if (remote == 0)
+    return XCOLL_SUCCESS;
+  if (comm->backend->p2p == NULL)
+    return xcoll_error(comm, XCOLL_ERR_NOT_SUPPORTED,
+                       "xcoll_send/xcoll_recv: backend '%s' has no "
+                       "point-to-point interface",
+                       comm->backend->name);
+  /* Per remote call: its fingerprint out, the peer's in, and a request for
+   * each of the three messages (fingerprint out, in, data). */
+  size_t per = 2 * XCOLL_FINGERPRINT_BYTES;
+  uint8_t *fps = malloc((size_t)remote * per);
+  xcoll_p2p_request **requests = calloc(2 * (size_t)remote, sizeof *requests);
+  int *index = malloc((size_t)remote * sizeof *index);
+  if (fps == NULL || requests == NULL || index == NULL) {
+    free(fps);
+    free(requests);
+    free(index);
+    return xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
+                       "xcoll_group: out of memory for %d sends and receives",
+                       remote);
+  }
+  int n = 0;
+  for (int i = 0; i < g->count; i++) {
+    const xcoll_coll_args *a = &g->ops[i].args;
+    if ((a->kind == XCOLL_COLL_SEND || a->kind == XCOLL_COLL_RECV) &&
+        a->peer != rank)
+      index[n++] = i;
+  }
+  const uint64_t fp_tag = xcoll_tag(args, GROUP_STEP_FINGERPRINT);
+  const uint64_t data_tag = xcoll_tag(args, GROUP_STEP_DATA);
+  xcoll_status status = XCOLL_SUCCESS;
+  int posted = 0;
+  /* Fingerprints. To each peer: this rank's sends', then its receives', in
+   * issue order; from each peer: the peer's sends' (for this rank's
+   * receives), then its receives' (for this rank's sends). Posting in
+   * call order keeps each kind's order per peer, and the two kinds are
+   * posted in two passes. */
+  for (int pass = 0; pass < 2 && status == XCOLL_SUCCESS; pass++) {
+    xcoll_coll_kind kind = pass == 0 ? XCOLL_COLL_SEND : XCOLL_COLL_RECV;
+    for (int k = 0; k < remote && status == XCOLL_SUCCESS; k++) {
+      const xcoll_coll_args *a = &g->ops[index[k]].args;
+      if (a->kind != kind)
+        continue;
+      uint8_t *out = fps + (size_t)k * per;
+      xcoll_fingerprint fp = p2p_fingerprint(args, a);
+      xcoll_fingerprint_encode(&fp, out);
+      status = xcoll_p2p_isend(comm, a->peer, fp_tag, out,
+                               XCOLL_FINGERPRINT_BYTES, &requests[posted++]);
+    }
+    kind = pass == 0 ? XCOLL_COLL_RECV : XCOLL_COLL_SEND;
+    for (int k = 0; k < remote && status == XCOLL_SUCCESS; k++) {
+      const xcoll_coll_args *a = &g->ops[index[k]].args;
+      if (a->kind != kind)
+        continue;
+      status = xcoll_p2p_irecv(comm, a->peer, fp_tag,
+                               fps + (size_t)k * per + XCOLL_FINGERPRINT_BYTES,
+                               XCOLL_FINGERPRINT_BYTES, &requests[posted++]);
+    }
+  }
+  xcoll_status wait_status = xcoll_p2p_wait(comm, requests, posted);
+  if (status == XCOLL_SUCCESS)
+    status = wait_status;
+  if (status == XCOLL_ERR_TIMEOUT) {
+    char calls[512], cause[XCOLL_ERROR_BYTES];
+    snprintf(cause, sizeof cause, "%s", xcoll_last_error());
+    list_calls(g, rank, calls, sizeof calls);
+    status = xcoll_error(comm, status,
+                         "%s; waiting for the peers' matching calls of: %s "
+                         "(a peer that never posts the matching send or "
+                         "recv leaves its partner waiting)",
+                         cause, calls);
+  }
+  for (int k = 0; k < remote && status == XCOLL_SUCCESS; k++)
+    status = judge(comm, &g->ops[index[k]].args,
+                   fps + (size_t)k * per + XCOLL_FINGERPRINT_BYTES);
+
+  /* Data: receives first, then sends. Zero counts move nothing. */
+  posted = 0;
+  for (int pass = 0; pass < 2 && status == XCOLL_SUCCESS; pass++)
+    for (int k = 0; k < remote && status == XCOLL_SUCCESS; k++) {
+      const xcoll_coll_args *a = &g->ops[index[k]].args;
+      size_t bytes = op_bytes(a);
+      if (bytes == 0)
+        continue;
+      if (pass == 0 && a->kind == XCOLL_COLL_RECV)
+        status = xcoll_p2p_irecv(comm, a->peer, data_tag, a->recvbuf, bytes,
+                                 &requests[posted++]);
+      else if (pass == 1 && a->kind == XCOLL_COLL_SEND)
+        status = xcoll_p2p_isend(comm, a->peer, data_tag, a->sendbuf, bytes,
+                                 &requests[posted++]);
+    }
+  if (posted > 0) {
+    wait_status = xcoll_p2p_wait(comm, requests, posted);
+    if (status == XCOLL_SUCCESS)
+      status = wait_status;
+  }
+  free(fps);
+  free(requests);
+  free(index);
+  return status;
+}
+
+xcoll_status xcoll_group_run(xcoll_comm *comm, const xcoll_coll_args *args) {
+  struct xcoll_group_ops *g = args->group;
+  xcoll_status status = run_self(comm, g);
+  if (status == XCOLL_SUCCESS && g->p2p > 0)
+    status = run_p2p(comm, args, g);
+  /* The collectives, in the order they were recorded. */
+  for (int i = 0; i < g->count && status == XCOLL_SUCCESS; i++) {
+    const xcoll_coll_args *a = &g->ops[i].args;
+    if (a->kind == XCOLL_COLL_SEND || a->kind == XCOLL_COLL_RECV)
+      continue;
+    /* A zero count moves nothing (as outside a group). */
+    if (a->count == 0 && a->kind != XCOLL_COLL_BARRIER &&
+        a->kind != XCOLL_COLL_ALLTOALLV)
+      continue;
+    status = xcoll_coll_run(comm, a);
+  }
+  return status;
+}

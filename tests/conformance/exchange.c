@@ -1,0 +1,571 @@
+/* exchange.c - conformance of the calls that move data without reducing
+ * it: alltoall, alltoallv, gather, scatter, and send/recv in groups.
+ *
+ * Every element's bytes are a hash of (sending rank, receiving rank, index,
+ * case), so a block that lands in the wrong place, from the wrong rank, or
+ * not at all is caught by comparing bytes with the independent reference
+ * computed here. Each case runs one of three modes (blocking, wait, test)
+ * in turn, out of place and in place where the call has an in-place form,
+ * over every dtype and counts including 0; guard elements around every
+ * block must stay untouched. Group patterns: a ring shift in either order,
+ * all pairs at once, 64 small sends outstanding to one peer, sends mixed
+ * with an allreduce, a non-blocking group. Bad use: a peer out of range, a
+ * send to itself outside a group, a group end without a start, a
+ * non-blocking call inside a group.
+ *
+ *   xcollrun --nproc-per-node N exchange [--quick] [--only NAME]
+ * Prints one line per call and "exchange PASSED|FAILED" on rank 0; exit
+ * status 1 on any failure. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "xcoll.h"
+
+static xcoll_comm_t comm;
+static int rank, P, quick;
+static long cases, failed;
+static const char *only;
+
+#define GUARD 0xA5
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
+
+/* Byte b of element i sent from rank s to rank d in case salt. */
+static uint8_t ref_byte(int s, int d, size_t i, size_t b, uint64_t salt) {
+  uint64_t h = mix64(((uint64_t)s << 48) ^ ((uint64_t)d << 32) ^ (uint64_t)i ^
+                     mix64(salt + 0x9e3779b97f4a7c15ULL * (b + 1)));
+  return (uint8_t)(h >> 17);
+}
+
+static void fill(uint8_t *buf, int s, int d, size_t count, size_t elem,
+                 uint64_t salt) {
+  for (size_t i = 0; i < count; i++)
+    for (size_t b = 0; b < elem; b++)
+      buf[i * elem + b] = ref_byte(s, d, i, b, salt);
+}
+
+/* 1 if buf holds what s sent d; reports the first wrong element. */
+static int check(const char *what, const uint8_t *buf, int s, int d,
+                 size_t count, size_t elem, uint64_t salt) {
+  for (size_t i = 0; i < count; i++)
+    for (size_t b = 0; b < elem; b++)
+      if (buf[i * elem + b] != ref_byte(s, d, i, b, salt)) {
+        printf("FAIL rank %d: %s: element %zu of the block from rank %d to "
+               "rank %d is wrong (byte %zu: got 0x%02x, want 0x%02x)\n",
+               rank, what, i, s, d, b, buf[i * elem + b],
+               ref_byte(s, d, i, b, salt));
+        return 0;
+      }
+  return 1;
+}
+
+static int check_guard(const char *what, const uint8_t *buf, size_t bytes) {
+  for (size_t i = 0; i < bytes; i++)
+    if (buf[i] != GUARD) {
+      printf("FAIL rank %d: %s: byte %zu outside every block was written\n",
+             rank, what, i);
+      return 0;
+    }
+  return 1;
+}
+
+static void *xmalloc(size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p) {
+    printf("FATAL rank %d: out of memory (%zu B)\n", rank, bytes);
+    exit(2);
+  }
+  return p;
+}
+
+/* Complete a request the mode's way: 1 wait, 2 test until done. */
+static xcoll_status finish(xcoll_status st, xcoll_request_t req, int mode) {
+  if (st != XCOLL_SUCCESS || mode == 0)
+    return st;
+  if (mode == 1)
+    return xcoll_wait(req);
+  int done = 0;
+  while (!done) {
+    st = xcoll_test(req, &done);
+    if (st != XCOLL_SUCCESS)
+      break;
+  }
+  xcoll_status w = xcoll_wait(req);
+  return st != XCOLL_SUCCESS ? st : w;
+}
+
+static void verdict(const char *what, xcoll_status st, int ok) {
+  cases++;
+  if (st != XCOLL_SUCCESS) {
+    printf("FAIL rank %d: %s returned %s: %s\n", rank, what,
+           xcoll_strerror(st), xcoll_comm_last_error(comm));
+    failed++;
+    if (st != XCOLL_ERR_INVALID_ARGUMENT && st != XCOLL_ERR_INVALID_USAGE) {
+      printf("FATAL rank %d: the communicator is broken\n", rank);
+      exit(1);
+    }
+  } else if (!ok) {
+    failed++;
+  }
+}
+
+static const xcoll_datatype dtypes[] = {
+    XCOLL_INT8,    XCOLL_UINT8,    XCOLL_INT32,   XCOLL_UINT32, XCOLL_INT64,
+    XCOLL_UINT64,  XCOLL_FLOAT16,  XCOLL_BFLOAT16, XCOLL_FLOAT32,
+    XCOLL_FLOAT64};
+#define NDTYPES (sizeof dtypes / sizeof dtypes[0])
+static const size_t counts[] = {0, 1, 3, 7, 64, 1000, 33001};
+#define NCOUNTS (sizeof counts / sizeof counts[0])
+static const char *const modes[] = {"blocking", "wait", "test"};
+
+static int enabled(const char *name) { return !only || !strcmp(only, name); }
+
+/* ---- alltoall ---- */
+
+static void alltoall_case(xcoll_datatype dt, size_t count, int in_place,
+                          int mode, uint64_t salt) {
+  size_t elem = xcoll_datatype_size(dt), block = count * elem;
+  size_t all = block * (size_t)P;
+  uint8_t *send = xmalloc(all), *recv = xmalloc(all + 2 * 64);
+  memset(recv, GUARD, all + 128);
+  uint8_t *out = recv + 64;
+  for (int d = 0; d < P; d++)
+    fill((in_place ? out : send) + (size_t)d * block, rank, d, count, elem, salt);
+  xcoll_request_t req = NULL;
+  const void *sbuf = in_place ? out : send;
+  xcoll_status st =
+      mode == 0 ? xcoll_alltoall(sbuf, out, count, dt, comm)
+                : xcoll_ialltoall(sbuf, out, count, dt, comm, NULL, &req);
+  st = finish(st, req, mode);
+  char what[160];
+  snprintf(what, sizeof what, "alltoall(%s, count %zu, %s, %s)",
+           xcoll_datatype_name(dt), count, in_place ? "in place" : "out of place",
+           modes[mode]);
+  int ok = 1;
+  for (int s = 0; s < P && ok && st == XCOLL_SUCCESS; s++)
+    ok = check(what, out + (size_t)s * block, s, rank, count, elem, salt);
+  ok = ok && check_guard(what, recv, 64) && check_guard(what, out + all, 64);
+  verdict(what, st, ok);
+  free(send);
+  free(recv);
+}
+
+/* ---- alltoallv ---- */
+
+/* Elements rank s sends rank d in case salt: 0 to 4 times scale. */
+static size_t vcount(int s, int d, uint64_t salt, size_t scale) {
+  return (size_t)(mix64(salt ^ ((uint64_t)s * 131 + (uint64_t)d)) % 5) * scale;
+}
+
+static void alltoallv_case(xcoll_datatype dt, size_t scale, int mode,
+                           uint64_t salt) {
+  size_t elem = xcoll_datatype_size(dt);
+  size_t *sc = xmalloc(4 * (size_t)P * sizeof(size_t));
+  size_t *sd = sc + P, *rc = sc + 2 * P, *rd = sc + 3 * P;
+  size_t stotal = 0, rtotal = 0;
+  /* One guard element between blocks, and blocks in reverse peer order in
+   * recvbuf, so that displacements matter. */
+  for (int p = 0; p < P; p++) {
+    sc[p] = vcount(rank, p, salt, scale);
+    sd[p] = stotal;
+    stotal += sc[p] + 1;
+  }
+  for (int p = P - 1; p >= 0; p--) {
+    rc[p] = vcount(p, rank, salt, scale);
+    rd[p] = rtotal + 1;
+    rtotal += rc[p] + 1;
+  }
+  rtotal += 1;
+  uint8_t *send = xmalloc(stotal * elem), *recv = xmalloc(rtotal * elem);
+  memset(send, GUARD, stotal * elem);
+  memset(recv, GUARD, rtotal * elem);
+  for (int p = 0; p < P; p++)
+    fill(send + sd[p] * elem, rank, p, sc[p], elem, salt);
+  xcoll_request_t req = NULL;
+  xcoll_status st =
+      mode == 0 ? xcoll_alltoallv(send, sc, sd, recv, rc, rd, dt, comm)
+                : xcoll_ialltoallv(send, sc, sd, recv, rc, rd, dt, comm, NULL,
+                                   &req);
+  /* The arrays are the call's only until it returns. */
+  memset(sc, 0xff, 4 * (size_t)P * sizeof(size_t));
+  st = finish(st, req, mode);
+  char what[160];
+  snprintf(what, sizeof what, "alltoallv(%s, scale %zu, %s)",
+           xcoll_datatype_name(dt), scale, modes[mode]);
+  int ok = 1;
+  size_t at = 0;
+  for (int p = P - 1; p >= 0 && ok && st == XCOLL_SUCCESS; p--) {
+    size_t n = vcount(p, rank, salt, scale);
+    ok = check_guard(what, recv + at * elem, elem) &&
+         check(what, recv + (at + 1) * elem, p, rank, n, elem, salt);
+    at += n + 1;
+  }
+  ok = ok && check_guard(what, recv + at * elem, elem);
+  verdict(what, st, ok);
+  free(sc);
+  free(send);
+  free(recv);
+}
+
+/* ---- gather and scatter ---- */
+
+static void gather_case(xcoll_datatype dt, size_t count, int root, int in_place,
+                        int mode, uint64_t salt) {
+  size_t elem = xcoll_datatype_size(dt), block = count * elem;
+  size_t all = block * (size_t)P;
+  uint8_t *send = xmalloc(block), *recv = xmalloc(all + 128);
+  memset(recv, GUARD, all + 128);
+  uint8_t *out = recv + 64;
+  int is_root = rank == root;
+  const void *sbuf = send;
+  if (in_place && is_root) {
+    fill(out + (size_t)root * block, rank, root, count, elem, salt);
+    sbuf = out + (size_t)root * block;
+  } else {
+    fill(send, rank, root, count, elem, salt);
+  }
+  /* Off the root recvbuf is unused: pass NULL on odd ranks. */
+  void *rbuf = is_root || rank % 2 == 0 ? out : NULL;
+  xcoll_request_t req = NULL;
+  xcoll_status st =
+      mode == 0 ? xcoll_gather(sbuf, rbuf, count, dt, root, comm)
+                : xcoll_igather(sbuf, rbuf, count, dt, root, comm, NULL, &req);
+  st = finish(st, req, mode);
+  char what[160];
+  snprintf(what, sizeof what, "gather(%s, count %zu, root %d, %s, %s)",
+           xcoll_datatype_name(dt), count, root,
+           in_place ? "in place" : "out of place", modes[mode]);
+  int ok = 1;
+  if (is_root)
+    for (int s = 0; s < P && ok && st == XCOLL_SUCCESS; s++)
+      ok = check(what, out + (size_t)s * block, s, root, count, elem, salt);
+  else
+    ok = check_guard(what, out, all); /* untouched off the root */
+  ok = ok && check_guard(what, recv, 64) && check_guard(what, out + all, 64);
+  verdict(what, st, ok);
+  free(send);
+  free(recv);
+}
+
+static void scatter_case(xcoll_datatype dt, size_t count, int root, int in_place,
+                         int mode, uint64_t salt) {
+  size_t elem = xcoll_datatype_size(dt), block = count * elem;
+  size_t all = block * (size_t)P;
+  uint8_t *send = xmalloc(all), *recv = xmalloc(block + 128);
+  memset(recv, GUARD, block + 128);
+  uint8_t *out = recv + 64;
+  int is_root = rank == root;
+  if (is_root)
+    for (int d = 0; d < P; d++)
+      fill(send + (size_t)d * block, root, d, count, elem, salt);
+  void *rbuf = out;
+  if (in_place && is_root)
+    rbuf = send + (size_t)root * block;
+  const void *sbuf = is_root || rank % 2 == 0 ? send : NULL;
+  xcoll_request_t req = NULL;
+  xcoll_status st =
+      mode == 0 ? xcoll_scatter(sbuf, rbuf, count, dt, root, comm)
+                : xcoll_iscatter(sbuf, rbuf, count, dt, root, comm, NULL, &req);
+  st = finish(st, req, mode);
+  char what[160];
+  snprintf(what, sizeof what, "scatter(%s, count %zu, root %d, %s, %s)",
+           xcoll_datatype_name(dt), count, root,
+           in_place ? "in place" : "out of place", modes[mode]);
+  int ok = st == XCOLL_SUCCESS &&
+           check(what, rbuf, root, rank, count, elem, salt) &&
+           check_guard(what, recv, 64) && check_guard(what, out + block, 64);
+  if (in_place && is_root)
+    ok = ok && check_guard(what, out, block);
+  verdict(what, st, ok);
+  free(send);
+  free(recv);
+}
+
+/* ---- send/recv and groups ---- */
+
+/* Ring shift: send to next, receive from prev; even ranks post the send
+ * first, odd ranks the receive. */
+static void ring_shift(xcoll_datatype dt, size_t count, uint64_t salt) {
+  size_t elem = xcoll_datatype_size(dt);
+  int next = (rank + 1) % P, prev = (rank + P - 1) % P;
+  uint8_t *send = xmalloc(count * elem), *recv = xmalloc(count * elem);
+  fill(send, rank, next, count, elem, salt);
+  xcoll_status st = xcoll_group_start();
+  if (rank % 2 == 0) {
+    if (st == XCOLL_SUCCESS)
+      st = xcoll_send(send, count, dt, next, comm);
+    if (st == XCOLL_SUCCESS)
+      st = xcoll_recv(recv, count, dt, prev, comm);
+  } else {
+    if (st == XCOLL_SUCCESS)
+      st = xcoll_recv(recv, count, dt, prev, comm);
+    if (st == XCOLL_SUCCESS)
+      st = xcoll_send(send, count, dt, next, comm);
+  }
+  xcoll_status end = xcoll_group_end();
+  if (st == XCOLL_SUCCESS)
+    st = end;
+  char what[128];
+  snprintf(what, sizeof what, "group ring shift(%s, count %zu)",
+           xcoll_datatype_name(dt), count);
+  verdict(what, st, st == XCOLL_SUCCESS &&
+                        check(what, recv, prev, rank, count, elem, salt));
+  free(send);
+  free(recv);
+}
+
+/* Every rank sends a block to every rank (itself included) in one group;
+ * the order of the calls differs by rank. mode 1: xcoll_igroup_end. */
+static void all_pairs(size_t count, int nonblocking, uint64_t salt) {
+  xcoll_datatype dt = XCOLL_FLOAT32;
+  size_t elem = 4, block = count * elem;
+  uint8_t *send = xmalloc(block * (size_t)P), *recv = xmalloc(block * (size_t)P);
+  for (int d = 0; d < P; d++)
+    fill(send + (size_t)d * block, rank, d, count, elem, salt);
+  xcoll_status st = xcoll_group_start();
+  for (int k = 0; k < P && st == XCOLL_SUCCESS; k++) {
+    int p = (rank % 2 == 0) ? k : P - 1 - k;
+    st = xcoll_recv(recv + (size_t)p * block, count, dt, p, comm);
+    if (st == XCOLL_SUCCESS)
+      st = xcoll_send(send + (size_t)p * block, count, dt, p, comm);
+  }
+  xcoll_status end;
+  if (nonblocking) {
+    xcoll_request_t req = NULL;
+    end = xcoll_igroup_end(&req);
+    end = finish(end, req, 2);
+  } else {
+    end = xcoll_group_end();
+  }
+  if (st == XCOLL_SUCCESS)
+    st = end;
+  char what[128];
+  snprintf(what, sizeof what, "group all pairs(count %zu, %s)", count,
+           nonblocking ? "igroup_end" : "group_end");
+  int ok = 1;
+  for (int s = 0; s < P && ok && st == XCOLL_SUCCESS; s++)
+    ok = check(what, recv + (size_t)s * block, s, rank, count, elem, salt);
+  verdict(what, st, ok);
+  free(send);
+  free(recv);
+}
+
+/* 64 small sends outstanding to one peer (next), 64 receives from prev. */
+static void many_small(uint64_t salt) {
+  enum { N = 64 };
+  int next = (rank + 1) % P, prev = (rank + P - 1) % P;
+  int32_t out[N][3], in[N][3];
+  for (int k = 0; k < N; k++)
+    fill((uint8_t *)out[k], rank, next, 3, 4, salt + (uint64_t)k);
+  xcoll_status st = xcoll_group_start();
+  for (int k = 0; k < N && st == XCOLL_SUCCESS; k++)
+    st = xcoll_send(out[k], 3, XCOLL_INT32, next, comm);
+  for (int k = 0; k < N && st == XCOLL_SUCCESS; k++)
+    st = xcoll_recv(in[k], 3, XCOLL_INT32, prev, comm);
+  xcoll_status end = xcoll_group_end();
+  if (st == XCOLL_SUCCESS)
+    st = end;
+  int ok = 1;
+  for (int k = 0; k < N && ok && st == XCOLL_SUCCESS; k++)
+    ok = check("group 64 sends to one peer", (uint8_t *)in[k], prev, rank, 3, 4,
+               salt + (uint64_t)k);
+  verdict("group 64 sends to one peer", st, ok);
+}
+
+/* Sends, an allreduce and receives in one group. */
+static void mixed(uint64_t salt) {
+  int next = (rank + 1) % P, prev = (rank + P - 1) % P;
+  uint8_t send[40], recv[40];
+  fill(send, rank, next, 10, 4, salt);
+  int64_t mine = rank + 1, sum = 0;
+  xcoll_status st = xcoll_group_start();
+  if (st == XCOLL_SUCCESS)
+    st = xcoll_send(send, 10, XCOLL_FLOAT32, next, comm);
+  if (st == XCOLL_SUCCESS)
+    st = xcoll_allreduce(&mine, &sum, 1, XCOLL_INT64, XCOLL_SUM, comm);
+  if (st == XCOLL_SUCCESS)
+    st = xcoll_recv(recv, 10, XCOLL_FLOAT32, prev, comm);
+  xcoll_status end = xcoll_group_end();
+  if (st == XCOLL_SUCCESS)
+    st = end;
+  int ok = st == XCOLL_SUCCESS &&
+           check("group send + allreduce + recv", recv, prev, rank, 10, 4, salt);
+  if (st == XCOLL_SUCCESS && sum != (int64_t)P * (P + 1) / 2) {
+    printf("FAIL rank %d: group send + allreduce + recv: allreduce gave %lld, "
+           "want %lld\n",
+           rank, (long long)sum, (long long)P * (P + 1) / 2);
+    ok = 0;
+  }
+  verdict("group send + allreduce + recv", st, ok);
+}
+
+/* Outside a group: even ranks send to the odd rank above, which receives;
+ * blocking, then non-blocking the other way. */
+static void standalone(size_t count, uint64_t salt) {
+  int partner = rank % 2 == 0 ? rank + 1 : rank - 1;
+  if (partner >= P)
+    return;
+  size_t elem = 8;
+  uint8_t *buf = xmalloc(count * elem);
+  xcoll_status st;
+  int ok = 1;
+  if (rank % 2 == 0) {
+    fill(buf, rank, partner, count, elem, salt);
+    st = xcoll_send(buf, count, XCOLL_FLOAT64, partner, comm);
+    if (st == XCOLL_SUCCESS) {
+      xcoll_request_t req = NULL;
+      st = xcoll_irecv(buf, count, XCOLL_FLOAT64, partner, comm, NULL, &req);
+      st = finish(st, req, 1);
+      ok = st == XCOLL_SUCCESS &&
+           check("send/recv outside a group", buf, partner, rank, count, elem,
+                 salt + 1);
+    }
+  } else {
+    st = xcoll_recv(buf, count, XCOLL_FLOAT64, partner, comm);
+    ok = st == XCOLL_SUCCESS &&
+         check("send/recv outside a group", buf, partner, rank, count, elem,
+               salt);
+    if (st == XCOLL_SUCCESS) {
+      fill(buf, rank, partner, count, elem, salt + 1);
+      xcoll_request_t req = NULL;
+      st = xcoll_isend(buf, count, XCOLL_FLOAT64, partner, comm, NULL, &req);
+      st = finish(st, req, 2);
+    }
+  }
+  verdict("send/recv outside a group", st, ok);
+  free(buf);
+}
+
+/* ---- bad use (local errors: nothing is sent) ---- */
+
+static void expect(const char *what, xcoll_status st, xcoll_status want) {
+  cases++;
+  if (st != want) {
+    printf("FAIL rank %d: %s returned %s, want %s (%s)\n", rank, what,
+           xcoll_strerror(st), xcoll_strerror(want), xcoll_last_error());
+    failed++;
+  }
+}
+
+static void bad_use(void) {
+  float x[64] = {0};
+  expect("send to peer -1", xcoll_send(x, 4, XCOLL_FLOAT32, -1, comm),
+         XCOLL_ERR_INVALID_ARGUMENT);
+  expect("recv from peer world_size",
+         xcoll_recv(x, 4, XCOLL_FLOAT32, P, comm), XCOLL_ERR_INVALID_ARGUMENT);
+  expect("send to itself outside a group",
+         xcoll_send(x, 4, XCOLL_FLOAT32, rank, comm), XCOLL_ERR_INVALID_ARGUMENT);
+  expect("group end without start", xcoll_group_end(), XCOLL_ERR_INVALID_USAGE);
+  xcoll_group_start();
+  xcoll_request_t req = NULL;
+  expect("isend inside a group",
+         xcoll_isend(x, 4, XCOLL_FLOAT32, 0, comm, NULL, &req),
+         XCOLL_ERR_INVALID_USAGE);
+  expect("empty group end", xcoll_group_end(), XCOLL_SUCCESS);
+  size_t zeros[64] = {0};
+  expect("alltoallv with NULL sendcounts",
+         xcoll_alltoallv(x, NULL, zeros, x, zeros, zeros, XCOLL_FLOAT32, comm),
+         XCOLL_ERR_INVALID_ARGUMENT);
+  expect("gather with root world_size",
+         xcoll_gather(x, x, 1, XCOLL_FLOAT32, P, comm),
+         XCOLL_ERR_INVALID_ARGUMENT);
+  /* In place would be recvbuf == sendbuf + root * 2 elements. */
+  expect("scatter with overlapping buffers",
+         xcoll_scatter(x, x + 1, 2, XCOLL_FLOAT32, rank, comm),
+         XCOLL_ERR_INVALID_ARGUMENT);
+}
+
+int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--quick"))
+      quick = 1;
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+      only = argv[++i];
+    else {
+      fprintf(stderr,
+              "usage: %s [--quick] [--only alltoall|alltoallv|gather|scatter|"
+              "group|errors]\n",
+              argv[0]);
+      return 2;
+    }
+  }
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  xcoll_status st = xcoll_comm_init_env(&comm);
+  if (st != XCOLL_SUCCESS) {
+    printf("FATAL: xcoll_comm_init_env: %s: %s\n", xcoll_strerror(st),
+           xcoll_last_error());
+    return 2;
+  }
+  xcoll_comm_rank(comm, &rank);
+  xcoll_comm_size(comm, &P);
+  double t0 = now_s();
+  uint64_t salt = 1;
+  int mode = 0;
+  size_t ncounts = quick ? 5 : NCOUNTS;
+  if (enabled("errors"))
+    bad_use();
+  if (enabled("alltoall"))
+    for (size_t t = 0; t < NDTYPES; t++)
+      for (size_t c = 0; c < ncounts; c++)
+        for (int ip = 0; ip < 2; ip++)
+          alltoall_case(dtypes[t], counts[c], ip, mode++ % 3, salt++);
+  if (enabled("alltoallv"))
+    for (size_t t = 0; t < NDTYPES; t++)
+      for (size_t scale = 0; scale <= (quick ? (size_t)3 : (size_t)300); scale = scale ? scale * 10 : 1)
+        alltoallv_case(dtypes[t], scale, mode++ % 3, salt++);
+  for (int root = 0; root < P; root++) {
+    /* Every root with a few shapes; all dtypes and counts at root P-1. */
+    int full = root == P - 1;
+    for (size_t t = 0; t < NDTYPES; t++) {
+      if (!full && t % 4 != (size_t)root % 4)
+        continue;
+      for (size_t c = 0; c < ncounts; c++)
+        for (int ip = 0; ip < 2; ip++) {
+          if (enabled("gather"))
+            gather_case(dtypes[t], counts[c], root, ip, mode++ % 3, salt++);
+          if (enabled("scatter"))
+            scatter_case(dtypes[t], counts[c], root, ip, mode++ % 3, salt++);
+        }
+    }
+  }
+  if (enabled("group")) {
+    for (size_t t = 0; t < NDTYPES; t++)
+      for (size_t c = 1; c < ncounts; c++)
+        ring_shift(dtypes[t], counts[c], salt++);
+    all_pairs(1, 0, salt++);
+    all_pairs(1000, 1, salt++);
+    all_pairs(quick ? 1000 : 70000, 0, salt++);
+    many_small(salt += 100);
+    mixed(salt++);
+    standalone(5, salt += 2);
+    standalone(100000, salt += 2);
+  }
+  int64_t mine[2] = {failed, cases}, total[2] = {0, 0};
+  st = xcoll_allreduce(mine, total, 2, XCOLL_INT64, XCOLL_SUM, comm);
+  if (st != XCOLL_SUCCESS) {
+    printf("FATAL rank %d: final allreduce: %s\n", rank, xcoll_comm_last_error(comm));
+    return 1;
+  }
+  if (rank == 0)
+    printf("exchange %s: backend %s, %d ranks, %lld cases, %lld failed, %.2f s\n",
+           total[0] ? "FAILED" : "PASSED", xcoll_comm_backend(comm), P,
+           (long long)total[1], (long long)total[0], now_s() - t0);
+  st = xcoll_comm_destroy(comm);
+  return (total[0] || st != XCOLL_SUCCESS) ? 1 : 0;
+}
