@@ -4,8 +4,10 @@
 # (exit 77) with the reason. Each takes 5-15 s alone; the TIMEOUTs leave room
 # for a loaded 2-core machine.
 set(xcoll_torch_tests
+  "collectives.tcp.2:tcp:2:test_collectives.py"
   "collectives.tcp.3:tcp:3:test_collectives.py"
   "collectives.nccl_like.2:nccl_like:2:test_collectives.py"
+  "collectives.nccl_like.3:nccl_like:3:test_collectives.py"
   "ddp.tcp.2:tcp:2:test_ddp.py"
   "ddp.nccl_like.3:nccl_like:3:test_ddp.py")
 foreach(entry ${xcoll_torch_tests})

@@ -194,8 +194,30 @@ def expect_error(call, fn, *words):
 
 
 nxt, prv = (rank + 1) % world, (rank - 1) % world
-if native.have_p2p:
-    # send/recv around the ring, blocking and async, against known values.
+engine = xcoll_torch.transport(xcoll)
+
+
+def engine_lacks(calls, fn):
+    """Runs fn; True when the xcoll engine underneath does not offer its
+    calls (XCOLL_ERR_NOT_SUPPORTED, say nccl_like's send/recv): the error
+    must then name the call (one of calls, "|" between them). Every rank
+    sees the same, at issue time."""
+    try:
+        fn()
+    except RuntimeError as e:
+        if "not supported" not in str(e):
+            raise
+        if not any(call in str(e) for call in calls.split("|")):
+            fail(f"{calls}: the error does not name the call: {e}")
+        if rank == 0:
+            print(f"{calls}: not offered by {engine}: {str(e)[:160]}",
+                  flush=True)
+        return True
+    return False
+
+
+def p2p():
+    # send/recv around the ring, blocking, against known values.
     out = torch.full((100,), float(rank))
     got = torch.empty(100)
     if rank % 2 == 0:
@@ -215,23 +237,20 @@ if native.have_p2p:
             w.wait()
         check_close(f"batch_isend_irecv {dtype}", recv,
                     (torch.arange(50) + 1000 * prv).to(dtype), 0)
-else:
-    expect_error("send", lambda: dist.send(torch.ones(1), nxt, group=xcoll),
-                 "not supported")
 
-if native.have_alltoall:
+
+def alltoall():
     for dtype in (torch.float32, torch.int64):
         t = data(dtype, 6 * world)
         a, b = torch.empty_like(t), torch.empty_like(t)
         dist.all_to_all_single(a, t, group=xcoll)
         dist.all_to_all_single(b, t, group=gloo)
         check_close(f"all_to_all_single {dtype}", a, b, 0)
-        # uneven splits: rank r sends r + p + 1 rows to peer p
-        rows = 3
+        # uneven splits: rank r sends r + p + 1 rows of 3 to peer p
         in_splits = [rank + p + 1 for p in range(world)]
         out_splits = [p + rank + 1 for p in range(world)]
-        t = data(dtype, sum(in_splits) * rows).reshape(-1, rows)
-        a = torch.empty(sum(out_splits), rows, dtype=dtype)
+        t = data(dtype, sum(in_splits) * 3).reshape(-1, 3)
+        a = torch.empty(sum(out_splits), 3, dtype=dtype)
         b = torch.empty_like(a)
         dist.all_to_all_single(a, t, out_splits, in_splits, group=xcoll)
         dist.all_to_all_single(b, t, out_splits, in_splits, group=gloo)
@@ -240,15 +259,13 @@ if native.have_alltoall:
         outs = [torch.empty(5 + rank, dtype=dtype) for _ in range(world)]
         dist.all_to_all(outs, ins, group=xcoll)
         # gloo offers no list form: its all_to_all_single with the splits
-        ref = torch.empty(sum(5 + rank for _ in range(world)), dtype=dtype)
+        ref = torch.empty((5 + rank) * world, dtype=dtype)
         dist.all_to_all_single(ref, torch.cat(ins), [5 + rank] * world,
                                [5 + p for p in range(world)], group=gloo)
         check_close(f"all_to_all {dtype}", torch.cat(outs), ref, 0)
-else:
-    expect_error("alltoall_base", lambda: dist.all_to_all_single(
-        torch.empty(world), torch.ones(world), group=xcoll), "not supported")
 
-if native.have_gather:
+
+def gather_scatter():
     for root in range(world):
         t = data(torch.float32, 77)
         gx = [torch.empty(77) for _ in range(world)] if rank == root else None
@@ -258,10 +275,25 @@ if native.have_gather:
         if rank == root:
             check_close(f"gather root {root}", torch.cat(gx), torch.cat(gg), 0)
         src = [data(torch.int64, 33) for _ in range(world)]
-        sx, sg = torch.empty(33, dtype=torch.int64), torch.empty(33, dtype=torch.int64)
+        sx = torch.empty(33, dtype=torch.int64)
+        sg = torch.empty(33, dtype=torch.int64)
         dist.scatter(sx, src if rank == root else None, src=root, group=xcoll)
         dist.scatter(sg, src if rank == root else None, src=root, group=gloo)
         check_close(f"scatter root {root}", sx, sg, 0)
+
+
+if native.have_p2p:
+    engine_lacks("send|recv", p2p)
+else:
+    expect_error("send", lambda: dist.send(torch.ones(1), nxt, group=xcoll),
+                 "not supported")
+if native.have_alltoall:
+    engine_lacks("alltoall", alltoall)
+else:
+    expect_error("alltoall_base", lambda: dist.all_to_all_single(
+        torch.empty(world), torch.ones(world), group=xcoll), "not supported")
+if native.have_gather:
+    engine_lacks("gather|scatter", gather_scatter)
 else:
     expect_error("gather", lambda: dist.gather(
         torch.ones(1), [torch.empty(1) for _ in range(world)] if rank == 0
