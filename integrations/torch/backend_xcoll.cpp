@@ -1373,15 +1373,39 @@ private:
              std::vector<at::Tensor> outputs)
         : Work(rank, c10d::OpType::COALESCED), works_(std::move(works)),
           outputs_(std::move(outputs)) {
-      std::vector<c10::intrusive_ptr<c10::ivalue::Future>> futures;
-      for (auto &w : works_)
-        futures.push_back(w->getFuture());
+      // The list's future completes when every work's has, with the
+      // first error among them.
+      std::vector<c10::Device> devices;
+      if (!outputs_.empty() && outputs_[0].is_cuda())
+        devices.push_back(outputs_[0].device());
+      future_ = c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()), devices);
+      struct Pending {
+        std::mutex lock;
+        size_t left;
+        std::exception_ptr error;
+      };
+      auto pending = std::make_shared<Pending>();
+      pending->left = works_.size();
+      auto future = future_;
       auto outputs_copy = outputs_;
-      future_ = c10::collectAll(c10::List<c10::intrusive_ptr<c10::ivalue::Future>>(futures))
-                    ->then([outputs_copy](c10::ivalue::Future &) {
-                      return c10::IValue(outputs_copy);
-                    },
-                    c10::ListType::create(c10::TensorType::get()));
+      if (works_.empty())
+        future_->markCompleted(c10::IValue(outputs_copy));
+      for (auto &w : works_)
+        w->getFuture()->addCallback(
+            [pending, future, outputs_copy](c10::ivalue::Future &done) {
+              std::unique_lock<std::mutex> lock(pending->lock);
+              if (done.hasError() && !pending->error)
+                pending->error = done.exception_ptr();
+              if (--pending->left > 0)
+                return;
+              std::exception_ptr error = pending->error;
+              lock.unlock();
+              if (error)
+                future->setError(error);
+              else
+                future->markCompleted(c10::IValue(outputs_copy));
+            });
     }
     bool isCompleted() override {
       for (auto &w : works_)
