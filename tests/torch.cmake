@@ -32,3 +32,26 @@ foreach(entry ${xcoll_torch_tests})
   set_tests_properties(torch.${name} PROPERTIES TIMEOUT 90 LABELS torch
     SKIP_RETURN_CODE 77)
 endforeach()
+
+# Launched by torchrun 2.x itself (python -m torch.distributed.run
+# --standalone): the default group on xcoll from torchrun's variables and
+# store, named "xcoll" and "cpu:xcoll,cuda:xcoll". About 5 s each.
+foreach(entry "torchrun.xcoll.2|xcoll" "torchrun.cpu_cuda.2|cpu:xcoll,cuda:xcoll")
+  string(REPLACE "|" ";" fields "${entry}")
+  list(GET fields 0 name)
+  list(GET fields 1 backend)
+  if(XCOLL_HAVE_TORCH)
+    add_test(NAME torch.${name}
+      COMMAND ${XCOLL_TORCH_PYTHON_FOUND} -m torch.distributed.run --standalone
+              --nproc-per-node 2 ${CMAKE_CURRENT_SOURCE_DIR}/torch/test_torchrun.py
+              ${backend}
+      WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/torch)
+    set_tests_properties(torch.${name} PROPERTIES
+      ENVIRONMENT "PYTHONPATH=${XCOLL_TORCH_PYTHONPATH};XCOLL_TIMEOUT_S=60;OMP_NUM_THREADS=1")
+  else()
+    add_test(NAME torch.${name} COMMAND sh -c
+      "echo 'skipped: xcoll_torch was not built (bash scripts/setup.sh makes .venv with torch 2.13; XCOLL_WITH_TORCH, XCOLL_TORCH_PYTHON)'; exit 77")
+  endif()
+  set_tests_properties(torch.${name} PROPERTIES TIMEOUT 90 LABELS torch
+    SKIP_RETURN_CODE 77)
+endforeach()
