@@ -55,3 +55,22 @@ foreach(entry "torchrun.xcoll.2|xcoll" "torchrun.cpu_cuda.2|cpu:xcoll,cuda:xcoll
   set_tests_properties(torch.${name} PROPERTIES TIMEOUT 90 LABELS torch
     SKIP_RETURN_CODE 77)
 endforeach()
+
+# pip install of the checkout (pyproject.toml, scikit-build-core) into a
+# fresh venv, then a 2-rank allreduce from the installed package alone
+# (torch/pip_install.sh). Label packaging. About 1.5 min the first time on
+# 2 cores (libxcoll and the extension, one job), seconds when WORK/build
+# is warm.
+if(XCOLL_HAVE_TORCH)
+  add_test(NAME packaging.pip_install_torch
+    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/torch/pip_install.sh
+            ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/pip-install-test
+            ${XCOLL_TORCH_PYTHON_FOUND})
+  set_tests_properties(packaging.pip_install_torch PROPERTIES
+    ENVIRONMENT "XCOLL_TIMEOUT_S=60" RUN_SERIAL ON)
+else()
+  add_test(NAME packaging.pip_install_torch COMMAND sh -c
+    "echo 'skipped: no Python with torch and scikit-build-core (bash scripts/setup.sh makes .venv)'; exit 77")
+endif()
+set_tests_properties(packaging.pip_install_torch PROPERTIES TIMEOUT 900
+  LABELS packaging SKIP_RETURN_CODE 77)
