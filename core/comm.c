@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "torch_store.h"
 #include "device.h"
 #include "staging.h"
 #include "dispatch.h"
@@ -580,6 +581,21 @@ xcoll_status xcoll_comm_init_env(xcoll_comm_t *out) {
   if (status != XCOLL_SUCCESS)
     return status;
   config.master_port = (int)port;
+  /* torchrun 2.x: its agent serves a TCPStore at MASTER_ADDR:MASTER_PORT,
+   * and rank 0 could not start xcoll's own there; meet in torchrun's. */
+  const char *agent_store = xcoll_env_str("TORCHELASTIC_USE_AGENT_STORE");
+  if (agent_store != NULL && strcmp(agent_store, "True") == 0) {
+    double timeout_s = 300;
+    status = xcoll_env_double("XCOLL_TIMEOUT_S", 300, 0, 1e9, &timeout_s);
+    if (status != XCOLL_SUCCESS)
+      return status;
+    xcoll_kv_store kv;
+    status = xcoll_torch_store_kv(config.master_addr, config.master_port,
+                                  timeout_s > 0 ? timeout_s : 300, &kv);
+    if (status != XCOLL_SUCCESS)
+      return status;
+    return xcoll_comm_init_kv(out, &config, &kv);
+  }
   return xcoll_comm_init(out, &config);
 }
 

@@ -74,3 +74,36 @@ else()
 endif()
 set_tests_properties(packaging.pip_install_torch PROPERTIES TIMEOUT 900
   LABELS packaging SKIP_RETURN_CODE 77)
+
+# xcoll's own programs under torchrun 2.x: torchrun's agent serves a
+# TCPStore at MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True), where
+# xcoll_comm_init_env then meets the other ranks (core/torch_store.c).
+# xcoll-perf with --check on tcp (2 ranks) and nccl_like (3), and 20 DDP
+# updates of xtrain. 5-15 s each.
+set(xcoll_torchrun_programs
+  "xcoll_perf.tcp.2|tcp|2|$<TARGET_FILE:xcoll-perf> -b 8 -e 256K -f 8 -n 3 -w 1 --check 1"
+  "xcoll_perf.nccl_like.3|nccl_like|3|$<TARGET_FILE:xcoll-perf> -b 8 -e 256K -f 8 -n 3 -w 1 --check 1")
+if(TARGET xtrain)
+  list(APPEND xcoll_torchrun_programs
+    "xtrain.tcp.2|tcp|2|$<TARGET_FILE:xtrain> --strategy ddp --max-steps 20 --epochs 1 --threads 1")
+endif()
+foreach(entry ${xcoll_torchrun_programs})
+  string(REPLACE "|" ";" fields "${entry}")
+  list(GET fields 0 name)
+  list(GET fields 1 backend)
+  list(GET fields 2 ranks)
+  list(GET fields 3 program)
+  separate_arguments(program UNIX_COMMAND "${program}")
+  if(XCOLL_HAVE_TORCH)
+    add_test(NAME torch.torchrun.${name}
+      COMMAND ${XCOLL_TORCH_PYTHON_FOUND} -m torch.distributed.run --standalone
+              --nproc-per-node ${ranks} --no-python ${program})
+    set_tests_properties(torch.torchrun.${name} PROPERTIES
+      ENVIRONMENT "XCOLL_BACKEND=${backend};XCOLL_TIMEOUT_S=60;OMP_NUM_THREADS=1")
+  else()
+    add_test(NAME torch.torchrun.${name} COMMAND sh -c
+      "echo 'skipped: no Python with torch for torchrun (bash scripts/setup.sh makes .venv)'; exit 77")
+  endif()
+  set_tests_properties(torch.torchrun.${name} PROPERTIES TIMEOUT 120
+    LABELS torch SKIP_RETURN_CODE 77)
+endforeach()
