@@ -1,7 +1,7 @@
 """Lab 1: process groups, ranks, world size; init_process_group on gloo and
-on xcoll; a first allreduce. Run with xcollrun (or torchrun):
+on xcoll; a first allreduce. Run with torchrun (or xcollrun):
 
-    xcollrun --nproc-per-node 2 labs/01-setup/setup.py --backend xcoll
+    torchrun --standalone --nproc-per-node 2 labs/01-setup/setup.py --backend xcoll
 """
 import argparse
 import os
@@ -19,14 +19,15 @@ launcher_vars = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
 env = {name: os.environ.get(name, "(unset)") for name in launcher_vars}
 
 if args.backend == "xcoll":
-    import xcoll_torch  # noqa: F401  registers the "xcoll" backend
+    import xcoll_torch  # registers the "xcoll" backend
 
 # env:// (the default): rank 0 hosts a TCPStore at MASTER_ADDR:MASTER_PORT,
 # every rank joins it, and the backend meets its peers through that store.
 dist.init_process_group(args.backend)
 rank, world = dist.get_rank(), dist.get_world_size()
 group = dist.group.WORLD
-under = getattr(group, "transport", "-")  # xcoll only: tcp, ucx, nccl_like
+# xcoll only: the engine underneath (tcp, ucx, nccl_like)
+under = xcoll_torch.transport(group) if args.backend == "xcoll" else "-"
 print(f"rank {rank}/{world} backend={dist.get_backend()} under={under} "
       + " ".join(f"{k}={v}" for k, v in env.items()), flush=True)
 

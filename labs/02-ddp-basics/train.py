@@ -1,9 +1,9 @@
 """Lab 2: DDP basics on Fashion-MNIST (Debian's dataset-fashion-mnist):
 DistributedSampler with set_epoch, bucket_cap_mb, gradient accumulation with
 no_sync, gradient clipping, checkpoints (latest and best) on rank 0, a
-training curve. Run with xcollrun (or torchrun):
+training curve. Run with torchrun (or xcollrun):
 
-    xcollrun --nproc-per-node 2 labs/02-ddp-basics/train.py --backend xcoll
+    torchrun --standalone --nproc-per-node 2 labs/02-ddp-basics/train.py --backend xcoll
 """
 import argparse
 import contextlib

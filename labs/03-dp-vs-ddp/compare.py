@@ -11,9 +11,10 @@ DataParallel cannot run here: it needs CUDA devices.
 
     python3 labs/03-dp-vs-ddp/compare.py --build build --devices 2
 
-Needs build/trainer/xtrain and build/tools/xcollrun; the PyTorch rows need
-a Python that imports torch (XCOLLRUN_PYTHON, default /usr/bin/python3) and
-xcoll_torch on PYTHONPATH (build/integrations/torch). A run can itself be
+Needs build/trainer/xtrain and build/tools/xcollrun; the PyTorch rows run
+under torchrun with the Python that runs this script (it must import torch
+2.x: .venv/bin/python) and xcoll_torch on PYTHONPATH
+(build/integrations/torch) or installed. A run can itself be
 started by xcollrun with one process (ctest does): the runs it starts get
 their own launcher and port.
 """
@@ -67,7 +68,7 @@ def main():
         if not os.access(path, os.X_OK):
             sys.exit(f"compare.py: {path} not found: build xcoll first")
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
-    env.setdefault("XCOLLRUN_PYTHON", "/usr/bin/python3")
+    env.setdefault("XCOLLRUN_PYTHON", sys.executable)
     n, per_rank = args.devices, args.global_batch // args.devices
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -84,7 +85,8 @@ def main():
                      last_json(open(log).read(), "summary")))
         if not args.no_torch:
             for backend in ("gloo", "xcoll"):
-                out = run([xcollrun, "--nproc-per-node", str(n), "--master-port", "0",
+                out = run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc-per-node", str(n),
                            os.path.join(HERE, "ddp_torch.py"), "--backend", backend,
                            "--batch-size", str(per_rank), "--steps", str(args.steps)], env)
                 result = last_json(out, "samples_per_s")

@@ -2,10 +2,10 @@
 torch.distributed on xcoll, with XCOLL_BACKEND=tcp (Gloo's way: a CPU thread
 runs the algorithm over sockets) or nccl_like (NCCL's way: a ring of
 channels, FIFO slots and a proxy thread). Prints latency and bus bandwidth
-per size. Run with xcollrun (or torchrun):
+per size. Run with torchrun (or xcollrun):
 
     XCOLL_BACKEND=nccl_like XCOLL_DEBUG=INFO \\
-      xcollrun --nproc-per-node 2 labs/05-nccl-vs-gloo/allreduce.py
+      torchrun --standalone --nproc-per-node 2 labs/05-nccl-vs-gloo/allreduce.py
 """
 import argparse
 import time
