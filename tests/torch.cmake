@@ -10,6 +10,8 @@ set(xcoll_torch_tests
   "collectives.nccl_like.3:nccl_like:3:test_collectives.py"
   "functional.tcp.2:tcp:2:test_functional.py"
   "functional.nccl_like.2:nccl_like:2:test_functional.py"
+  "fsdp2.tcp.2:tcp:2:test_fsdp2.py"
+  "fsdp2.nccl_like.2:nccl_like:2:test_fsdp2.py"
   "ddp.tcp.2:tcp:2:test_ddp.py"
   "ddp.nccl_like.3:nccl_like:3:test_ddp.py")
 foreach(entry ${xcoll_torch_tests})
