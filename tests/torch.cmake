@@ -1,8 +1,9 @@
 # The torch.distributed backend (integrations/torch) against gloo, in the
 # same processes, launched by xcollrun as torchrun would (the .py script runs
 # with XCOLLRUN_PYTHON). Label torch. Without PyTorch each test is skipped
-# (exit 77) with the reason. Each takes 5-15 s alone; the TIMEOUTs leave room
-# for a loaded 2-core machine.
+# (exit 77) with the reason; the cuda tests skip so without a GPU. Each takes 5-15 s alone; the TIMEOUTs leave room
+# for a loaded 2-core machine (the whole label: 2.7 min at -j2 under a load
+# of 9, 15 tests).
 set(xcoll_torch_tests
   "collectives.tcp.2:tcp:2:test_collectives.py"
   "collectives.tcp.3:tcp:3:test_collectives.py"
@@ -13,7 +14,10 @@ set(xcoll_torch_tests
   "fsdp2.tcp.2:tcp:2:test_fsdp2.py"
   "fsdp2.nccl_like.2:nccl_like:2:test_fsdp2.py"
   "ddp.tcp.2:tcp:2:test_ddp.py"
-  "ddp.nccl_like.3:nccl_like:3:test_ddp.py")
+  "ddp.nccl_like.3:nccl_like:3:test_ddp.py"
+  "cuda.tcp.2:tcp:2:test_cuda.py"
+  "cuda.nccl_like.2:nccl_like:2:test_cuda.py"
+  "cuda.nccl_like.4:nccl_like:4:test_cuda.py")
 foreach(entry ${xcoll_torch_tests})
   string(REPLACE ":" ";" fields "${entry}")
   list(GET fields 0 name)
@@ -31,7 +35,7 @@ foreach(entry ${xcoll_torch_tests})
     add_test(NAME torch.${name} COMMAND sh -c
       "echo 'skipped: PyTorch is not importable or its headers are missing, so xcoll_torch was not built (bash scripts/setup.sh makes .venv with torch 2.13; XCOLL_WITH_TORCH, XCOLL_TORCH_PYTHON)'; exit 77")
   endif()
-  set_tests_properties(torch.${name} PROPERTIES TIMEOUT 90 LABELS torch
+  set_tests_properties(torch.${name} PROPERTIES TIMEOUT 180 LABELS torch
     SKIP_RETURN_CODE 77)
 endforeach()
 
@@ -54,7 +58,7 @@ foreach(entry "torchrun.xcoll.2|xcoll" "torchrun.cpu_cuda.2|cpu:xcoll,cuda:xcoll
     add_test(NAME torch.${name} COMMAND sh -c
       "echo 'skipped: xcoll_torch was not built (bash scripts/setup.sh makes .venv with torch 2.13; XCOLL_WITH_TORCH, XCOLL_TORCH_PYTHON)'; exit 77")
   endif()
-  set_tests_properties(torch.${name} PROPERTIES TIMEOUT 90 LABELS torch
+  set_tests_properties(torch.${name} PROPERTIES TIMEOUT 180 LABELS torch
     SKIP_RETURN_CODE 77)
 endforeach()
 
