@@ -703,7 +703,10 @@ XCOLL_API xcoll_status xcoll_send(const void *sendbuf, size_t count,
 XCOLL_API xcoll_status xcoll_recv(void *recvbuf, size_t count,
                                   xcoll_datatype dtype, int peer,
                                   xcoll_comm_t comm);
-/* Non-blocking forms, outside a group only. */
+/* Non-blocking forms, outside a group only. They run in issue order with
+ * the communicator's other calls, as NCCL's do on one stream: two ranks
+ * that each xcoll_isend before their xcoll_irecv wait for each other (until
+ * XCOLL_TIMEOUT_S); put crossing exchanges in one group. */
 XCOLL_API xcoll_status xcoll_isend(const void *sendbuf, size_t count,
                                    xcoll_datatype dtype, int peer,
                                    xcoll_comm_t comm, xcoll_stream_t stream,
