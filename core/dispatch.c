@@ -306,6 +306,8 @@ static xcoll_status dispatch_staged(xcoll_comm *comm, const xcoll_coll_args *arg
                        comm->device, comm->backend->name);
   xcoll_coll_args host_args;
   xcoll_staging *staging = NULL;
+  /* A device engine's calls issued earlier must be off the wire first. */
+  xcoll_dispatch_quiesce(comm);
   xcoll_status status = xcoll_staging_begin(comm, args, &host_args, &staging);
   if (status != XCOLL_SUCCESS)
     return status;
@@ -342,13 +344,19 @@ xcoll_status xcoll_dispatch(xcoll_comm *comm, const xcoll_coll_args *args,
   const xcoll_backend_coll_ops *coll = comm->backend->coll;
   const char *name = xcoll_coll_name(args->kind);
   if (comm->cuda != NULL && comm->backend->device_engine) {
-    if (!coll->supports(comm->backend_state, args))
-      return xcoll_error(comm, XCOLL_ERR_NOT_SUPPORTED,
-                         "xcoll_%s on a communicator bound to CUDA device %d: "
-                         "backend '%s' does not run this call on GPU ranks "
-                         "(host ranks, or the tcp and ucx backends, do)",
-                         name, comm->device, comm->backend->name);
-    return dispatch_backend(comm, args, request);
+    if (coll->supports(comm->backend_state, args))
+      return dispatch_backend(comm, args, request);
+    /* A call the device engine does not run (all-to-all, gather, scatter)
+     * is staged through pinned memory onto core's host algorithms over the
+     * backend's p2p interface, as tcp and ucx stage every call. */
+    if (comm->backend->p2p != NULL && args->kind != XCOLL_COLL_GROUP)
+      return dispatch_staged(comm, args, request);
+    return xcoll_error(comm, XCOLL_ERR_NOT_SUPPORTED,
+                       "xcoll_%s on a communicator bound to CUDA device %d: "
+                       "backend '%s' does not run this call on GPU ranks "
+                       "(host ranks, or the tcp and ucx backends, do)",
+                       xcoll_coll_name(args->kind), comm->device,
+                       comm->backend->name);
   }
   if (comm->cuda != NULL)
     return dispatch_staged(comm, args, request);

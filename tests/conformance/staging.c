@@ -266,8 +266,9 @@ out:
 }
 
 /* alltoall, gather and scatter (out of place and in place) on device
- * buffers: staged on tcp and ucx; nccl_like's GPU ranks refuse them
- * (XCOLL_ERR_NOT_SUPPORTED, on every rank alike). int32 element i of the
+ * buffers, staged through pinned memory onto core's host algorithms on
+ * every backend (nccl_like's GPU ranks too: its ring kernels do not run
+ * them). int32 element i of the
  * block rank s sends rank d is input(s * 1000 + d, i). */
 enum { EX_ALLTOALL, EX_GATHER, EX_SCATTER };
 static void run_exchange(xcoll_comm_t comm, int which, size_t count, int in_place,
@@ -311,12 +312,7 @@ static void run_exchange(xcoll_comm_t comm, int which, size_t count, int in_plac
     status = rq ? xcoll_iscatter(send, recv, count, XCOLL_INT32, root, comm, stream, rq)
                 : xcoll_scatter(send, recv, count, XCOLL_INT32, root, comm);
   status = finish(status, request, mode);
-  int gpu_ranks = strcmp(xcoll_comm_backend(comm), "nccl_like") == 0;
-  if (gpu_ranks) {
-    CHECK(status == XCOLL_ERR_NOT_SUPPORTED,
-          "%s on a nccl_like GPU rank: status %d, want NOT_SUPPORTED", names[which],
-          (int)status);
-  } else {
+  {
     CHECK(status == XCOLL_SUCCESS, "%s count %zu %s %s: status %d (%s)",
           names[which], count, in_place ? "in-place" : "out-of-place",
           mode_names[mode], (int)status, xcoll_comm_last_error(comm));
