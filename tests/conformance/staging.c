@@ -340,6 +340,45 @@ static void run_exchange(xcoll_comm_t comm, int which, size_t count, int in_plac
   free(host_out);
 }
 
+/* A ring shift of device buffers in one group (send to next, recv from
+ * previous), staged call by call. */
+static void run_group_shift(xcoll_comm_t comm, size_t count, enum mode mode) {
+  int next = (rank + 1) % world_size, prev = (rank + world_size - 1) % world_size;
+  uint32_t *host = calloc(count, 4);
+  for (size_t i = 0; i < count; i++)
+    put(&host[i], input(rank * 1000 + next, i, 0), 0);
+  uintptr_t dsend = 0, drecv = 0;
+  cu.mem_alloc(&dsend, count * 4);
+  cu.mem_alloc(&drecv, count * 4);
+  cu.htod(dsend, host, count * 4);
+  xcoll_status status = xcoll_group_start();
+  if (status == XCOLL_SUCCESS)
+    status = xcoll_send((const void *)dsend, count, XCOLL_INT32, next, comm);
+  if (status == XCOLL_SUCCESS)
+    status = xcoll_recv((void *)drecv, count, XCOLL_INT32, prev, comm);
+  xcoll_request_t request = NULL;
+  xcoll_status end = mode == BLOCKING ? xcoll_group_end() : xcoll_igroup_end(&request);
+  end = finish(end, request, mode);
+  if (status == XCOLL_SUCCESS)
+    status = end;
+  CHECK(status == XCOLL_SUCCESS, "group ring shift count %zu %s: status %d (%s)",
+        count, mode_names[mode], (int)status, xcoll_comm_last_error(comm));
+  if (status == XCOLL_SUCCESS) {
+    cu.dtoh(host, drecv, count * 4);
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; i++) {
+      uint32_t want;
+      put(&want, input(prev * 1000 + rank, i, 0), 0);
+      wrong += host[i] != want;
+    }
+    CHECK(wrong == 0, "group ring shift count %zu %s: %zu elements wrong", count,
+          mode_names[mode], wrong);
+  }
+  cu.mem_free(dsend);
+  cu.mem_free(drecv);
+  free(host);
+}
+
 /* Host buffers, and host in / device out, on a device communicator: the
  * staging backends take them; nccl_like's GPU rank refuses them (its
  * kernels read device memory), saying what to pass instead. On every rank
@@ -487,6 +526,8 @@ int main(int argc, char **argv) {
       for (int mode = 0; mode < NUM_MODES; mode++)
         run_exchange(comm, which, mode == WAIT ? 70001 : 3, in_place,
                      (enum mode)mode, mode == BLOCKING ? NULL : streams[mode % 2]);
+  for (int mode = 0; mode < NUM_MODES; mode++)
+    run_group_shift(comm, mode == WAIT ? 70001 : 5, (enum mode)mode);
   run_host_mix(comm);
   run_in_flight(comm);
 
