@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Compare xcoll's allreduce with torch.distributed (gloo) and Open MPI.
+"""Compare xcoll's allreduce (or alltoall) with torch.distributed (gloo) and
+Open MPI.
 
 One run measures, for each world size and each message size, in-place float32
-sum allreduce on:
+sum allreduce (--coll alltoall: out-of-place float32 alltoall, the size being
+one rank's whole buffer as in nccl-tests) on:
   xcoll-<backend>  tools/xcoll-perf under XCOLL_BACKEND=<backend> (tcp, and
                    ucx when it is compiled in), in-place columns; the variant
                    nccl_like-net is nccl_like with XCOLL_SHM_DISABLE=1 (every
@@ -18,11 +20,12 @@ peer, then xcoll/gloo and xcoll/ompi-tcp ratios of busbw (above 1: xcoll
 moves more bytes per second) and of latency (below 1: xcoll is faster).
 Every peer times the same way: warmup calls, a barrier, timed calls, mean time
 per call, max over ranks; busbw = size / time * 2(P-1)/P for all of them
-(docs/benchmarks.md). A peer that cannot run is printed as "missing: ..." with
+(alltoall: (P-1)/P; docs/benchmarks.md). A peer that cannot run is printed as "missing: ..." with
 what to install, never left out silently.
 
     bench/allreduce.sh --nproc "2 4"
     bench/allreduce.sh --from 8 --iters 20 --out results.md
+    bench/allreduce.sh --coll alltoall --sizes 4K:64M
 """
 import argparse
 import json
@@ -183,7 +186,8 @@ def run_xcoll(peer, backend, perf, world_size, sizes, args, logdir):
             os.unlink(json_path)
         # -z 1 -a 3: blocking calls, slowest rank's time, as the other
         # columns are timed (xcoll-perf's defaults are nccl-tests' -z 0 -a 1).
-        cmd = [perf, "-b", str(band["sizes"][0]), "-e", str(band["sizes"][-1]), "-f", "2",
+        cmd = [perf, "--coll", args.coll,
+               "-b", str(band["sizes"][0]), "-e", str(band["sizes"][-1]), "-f", "2",
                "-z", "1", "-a", "3",
                "-n", str(iters), "-w", str(warmup), "-d", "float32", "-o", "sum",
                "-c", "1" if args.check else "0", "--json", json_path]
@@ -210,8 +214,12 @@ def run_xcoll(peer, backend, perf, world_size, sizes, args, logdir):
                 codes.append(124)
                 break
         rows = json_rows(open(json_path).read()) if os.path.exists(json_path) else []
+        # allreduce in place, as the peers run it; alltoall out of place
+        # (MPI_Alltoall and all_to_all_single take two buffers).
+        half = "ip" if args.coll == "allreduce" else "oop"
         for row in rows:
-            peer.add(world_size, row["size"], row["ip_time_us"], row.get("ip_wrong") or 0)
+            peer.add(world_size, row["size"], row[f"{half}_time_us"],
+                     row.get(f"{half}_wrong") or 0)
         bad = [(r, c) for r, c in enumerate(codes) if c != 0]
         if bad:
             rank, code = bad[0]
@@ -281,17 +289,21 @@ def fmt_time(cell):
     return f"{cell['time_us']:.1f}" if cell else "-"
 
 
-def busbw(size, time_us, world_size):
+BUSBW_SCALE = {"allreduce": 2.0, "alltoall": 1.0}  # times (P-1)/P: nccl-tests
+
+
+def busbw(size, time_us, world_size, coll="allreduce"):
     if not time_us or time_us <= 0:
         return None
-    return size / (time_us * 1e-6) / 1e9 * 2.0 * (world_size - 1) / world_size
+    return size / (time_us * 1e-6) / 1e9 * BUSBW_SCALE[coll] * (world_size - 1) / world_size
 
 
 def fmt_ratio(a, b):
     return f"{a / b:.2f}" if a and b else "-"
 
 
-def table(peers, reference, world_size, sizes, compare=("gloo", "ompi-tcp")):
+def table(peers, reference, world_size, sizes, compare=("gloo", "ompi-tcp"),
+          coll="allreduce"):
     others = [next((p for p in peers if p.name == name), None) for name in compare]
     head = ["size"]
     for peer in peers:
@@ -305,7 +317,7 @@ def table(peers, reference, world_size, sizes, compare=("gloo", "ompi-tcp")):
         row = [human_bytes(size)]
         for peer in peers:
             cell = peer.results.get((world_size, size))
-            bw = busbw(size, cell["time_us"], world_size) if cell else None
+            bw = busbw(size, cell["time_us"], world_size, coll) if cell else None
             flag = " WRONG" if cell and cell["wrong"] else ""
             row += [fmt_time(cell) + flag, f"{bw:.3f}" if bw is not None else "-"]
         if reference:
@@ -326,6 +338,8 @@ def main():
     parser.add_argument("--compare", default="gloo ompi-tcp",
                         help='peers the first xcoll backend is divided by in the ratio '
                              'columns (default "gloo ompi-tcp")')
+    parser.add_argument("--coll", default="allreduce", choices=("allreduce", "alltoall"),
+                        help="the collective to compare (default allreduce)")
     parser.add_argument("--sizes", default="4K:64M",
                         help="MIN:MAX in bytes, doubling (K/M/G suffixes), or a comma list (default 4K:64M)")
     parser.add_argument("--from", dest="from_bytes", default=None,
@@ -404,20 +418,25 @@ def main():
                 cmd = [python, os.path.join(ROOT, "bench", "torch_allreduce.py"),
                        "--nproc", str(world_size), "--port", str(free_port()),
                        "--timeout", str(args.timeout)] + plan_args(sizes, args)
+                if args.coll == "alltoall":
+                    cmd.insert(2, "--alltoall")
                 run_plans_peer(peer, cmd, world_size, logdir, args.timeout + 30)
             else:
                 mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(world_size)]
                 if peer.name == "ompi-tcp":
                     mpirun += ["--mca", "btl", "self,tcp"]
-                run_plans_peer(peer, mpirun + [mpi_program] + plan_args(sizes, args),
+                coll_flag = ["--alltoall"] if args.coll == "alltoall" else []
+                run_plans_peer(peer, mpirun + [mpi_program] + coll_flag + plan_args(sizes, args),
                                world_size, logdir, args.timeout)
 
-    report = ["# allreduce: xcoll vs gloo vs Open MPI", "",
-              f"float32 sum, in place; sizes {human_bytes(sizes[0])}..{human_bytes(sizes[-1])}; "
+    what = "float32 sum, in place" if args.coll == "allreduce" else "float32, out of place"
+    factor = "2(P-1)/P" if args.coll == "allreduce" else "(P-1)/P"
+    report = [f"# {args.coll}: xcoll vs gloo vs Open MPI", "",
+              f"{what}; sizes {human_bytes(sizes[0])}..{human_bytes(sizes[-1])}; "
               f"iters {args.iters} (fewer above 256K, at least 3), warmup {args.warmup}; "
               f"host {socket.gethostname()}, {os.cpu_count()} CPUs; "
               f"took {time.monotonic() - started:.0f} s.",
-              "time = mean per call on the slowest rank (us); busbw = size/time * 2(P-1)/P (GB/s).", ""]
+              f"time = mean per call on the slowest rank (us); busbw = size/time * {factor} (GB/s).", ""]
     notes = []
     for peer in peers:
         if peer.missing:
@@ -431,7 +450,7 @@ def main():
     shown = [p for p in peers if not p.missing]
     for world_size in world_sizes:
         report += [f"## world size {world_size}", "",
-                   table(shown, reference, world_size, sizes, args.compare.split()), ""]
+                   table(shown, reference, world_size, sizes, args.compare.split(), args.coll), ""]
     text = "\n".join(report)
     print(text)
     if args.out:

@@ -1,10 +1,12 @@
 /*
  * mpi_allreduce - the Open MPI peer of bench/allreduce.sh: time in-place
  * float32 sum MPI_Allreduce the way xcoll-perf times xcoll_allreduce, so the
- * two columns of the comparison table mean the same thing.
+ * two columns of the comparison table mean the same thing; with --alltoall,
+ * out-of-place float32 MPI_Alltoall the way xcoll-perf times xcoll_alltoall.
  *
- * usage: mpirun -np N mpi_allreduce SIZE:ITERS:WARMUP [SIZE:ITERS:WARMUP ...]
- *   SIZE in bytes (a multiple of 4), ITERS timed and WARMUP untimed calls.
+ * usage: mpirun -np N mpi_allreduce [--alltoall] SIZE:ITERS:WARMUP [...]
+ *   SIZE in bytes (a multiple of 4; for alltoall of 4 * N: the whole buffer
+ *   of one rank, nccl-tests' size), ITERS timed and WARMUP untimed calls.
  * For each size: WARMUP calls, a barrier, ITERS calls timed with MPI_Wtime;
  * the time of the size is the mean per call on the slowest rank (max over
  * ranks). Then one more call on known inputs is checked element by element.
@@ -50,6 +52,11 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
 
+  int alltoall = argc > 1 && strcmp(argv[1], "--alltoall") == 0;
+  if (alltoall) {
+    argv++;
+    argc--;
+  }
   int nplans = argc - 1;
   size_plan *plans = calloc((size_t)(nplans > 0 ? nplans : 1), sizeof *plans);
   size_t max_bytes = sizeof(float);
@@ -71,7 +78,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   float *buffer = malloc(max_bytes);
-  if (!buffer) {
+  float *received = alltoall ? malloc(max_bytes) : NULL;
+  if (!buffer || (alltoall && !received)) {
     fprintf(stderr, "mpi_allreduce: rank %d: cannot allocate %zu bytes\n", rank,
             max_bytes);
     MPI_Abort(MPI_COMM_WORLD, 1);
@@ -81,24 +89,42 @@ int main(int argc, char **argv) {
   long long wrong_total = 0;
   for (int p = 0; p < nplans; p++) {
     int count = (int)(plans[p].bytes / sizeof(float));
+    int block = count / world_size; /* alltoall: elements per peer */
     for (long it = 0; it < plans[p].warmup; it++)
-      MPI_Allreduce(MPI_IN_PLACE, buffer, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      if (alltoall)
+        MPI_Alltoall(buffer, block, MPI_FLOAT, received, block, MPI_FLOAT,
+                     MPI_COMM_WORLD);
+      else
+        MPI_Allreduce(MPI_IN_PLACE, buffer, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Barrier(MPI_COMM_WORLD);
     double start = MPI_Wtime();
     for (long it = 0; it < plans[p].iters; it++)
-      MPI_Allreduce(MPI_IN_PLACE, buffer, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      if (alltoall)
+        MPI_Alltoall(buffer, block, MPI_FLOAT, received, block, MPI_FLOAT,
+                     MPI_COMM_WORLD);
+      else
+        MPI_Allreduce(MPI_IN_PLACE, buffer, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     double mean = (MPI_Wtime() - start) / (double)plans[p].iters, slowest = 0.0;
     MPI_Reduce(&mean, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
 
     for (int i = 0; i < count; i++)
       buffer[i] = input_value(rank, (size_t)i);
-    MPI_Allreduce(MPI_IN_PLACE, buffer, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     long long wrong = 0, wrong_sum = 0;
-    for (int i = 0; i < count; i++) {
-      float want = 0.0f;
-      for (int r = 0; r < world_size; r++)
-        want += input_value(r, (size_t)i);
-      wrong += buffer[i] != want;
+    if (alltoall) {
+      /* Block s of the result is block rank of rank s's input. */
+      MPI_Alltoall(buffer, block, MPI_FLOAT, received, block, MPI_FLOAT,
+                   MPI_COMM_WORLD);
+      for (int i = 0; i < block * world_size; i++)
+        wrong += received[i] !=
+                 input_value(i / block, (size_t)rank * block + (size_t)(i % block));
+    } else {
+      MPI_Allreduce(MPI_IN_PLACE, buffer, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      for (int i = 0; i < count; i++) {
+        float want = 0.0f;
+        for (int r = 0; r < world_size; r++)
+          want += input_value(r, (size_t)i);
+        wrong += buffer[i] != want;
+      }
     }
     MPI_Reduce(&wrong, &wrong_sum, 1, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
     if (rank == 0) {
@@ -110,6 +136,7 @@ int main(int argc, char **argv) {
     wrong_total += wrong_sum;
   }
   free(buffer);
+  free(received);
   free(plans);
   MPI_Finalize();
   return wrong_total ? 1 : 0;

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """torch.distributed (gloo) peer of bench/allreduce.sh.
 
-Times in-place float32 sum all_reduce exactly as xcoll-perf and
-bench/mpi_allreduce.c do: per size, WARMUP untimed calls, a barrier, ITERS
+Times in-place float32 sum all_reduce (with --alltoall: out-of-place
+all_to_all_single, SIZE the whole buffer of one rank) exactly as xcoll-perf
+and bench/mpi_allreduce.c do: per size, WARMUP untimed calls, a barrier, ITERS
 timed calls (time.perf_counter, a monotonic clock); the time of the size is the
 mean per call on the slowest rank (an all_reduce MAX of the means). One more
 call on known small-integer inputs is then checked element by element.
@@ -70,24 +71,42 @@ def run_rank(args):
     max_count = max(size for size, _, _ in args.plans) // 4
     buffer = torch.zeros(max(1, max_count), dtype=torch.float32)
     wrong_total = 0
+    received = torch.zeros_like(buffer) if args.alltoall else None
+
+    def call(view, out):
+        if args.alltoall:
+            dist.all_to_all_single(out, view)
+        else:
+            dist.all_reduce(view)
+
     for size, iters, warmup in args.plans:
         view = buffer[: size // 4]
+        out = received[: size // 4] if args.alltoall else None
         for _ in range(warmup):
-            dist.all_reduce(view)
+            call(view, out)
         dist.barrier()
         start = time.perf_counter()
         for _ in range(iters):
-            dist.all_reduce(view)
+            call(view, out)
         mean = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64)
         dist.all_reduce(mean, op=dist.ReduceOp.MAX)
 
         index = torch.arange(view.numel(), dtype=torch.int64)
         view.copy_(((index + 3 * rank) % 5).to(torch.float32))
-        dist.all_reduce(view)
-        want = torch.zeros_like(view)
-        for r in range(world_size):
-            want += ((index + 3 * r) % 5).to(torch.float32)
-        wrong = torch.tensor([int((view != want).sum())], dtype=torch.int64)
+        call(view, out)
+        if args.alltoall:
+            # Block s of the result is block rank of rank s's input.
+            block = view.numel() // world_size
+            source = index // block
+            position = rank * block + index % block
+            want = ((position + 3 * source) % 5).to(torch.float32)
+            got = out
+        else:
+            want = torch.zeros_like(view)
+            for r in range(world_size):
+                want += ((index + 3 * r) % 5).to(torch.float32)
+            got = view
+        wrong = torch.tensor([int((got != want).sum())], dtype=torch.int64)
         dist.all_reduce(wrong)
         wrong_total += int(wrong)
         if rank == 0:
@@ -104,6 +123,8 @@ def main():
     parser.add_argument("--nproc", type=int, default=2, help="ranks to start")
     parser.add_argument("--port", type=int, default=29600, help="MASTER_PORT")
     parser.add_argument("--master-addr", default="127.0.0.1")
+    parser.add_argument("--alltoall", action="store_true",
+                        help="time all_to_all_single instead of all_reduce")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="seconds before every rank is killed")
     argv = sys.argv[1:]

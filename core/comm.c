@@ -215,6 +215,22 @@ static xcoll_status check_backend_params(const xcoll_backend *backend) {
                  "ignored",
                  p->name, xcoll_env_str(p->name), backend->name, p->backend);
   }
+  /* NCCL_* and GLOO_* names are never read: say which XCOLL_* to set. */
+  static _Atomic unsigned char alias_warned[64];
+  const xcoll_param_alias *aliases = xcoll_param_aliases(&count);
+  for (size_t i = 0; i < count; i++) {
+    const char *value = getenv(aliases[i].foreign);
+    if (value == NULL ||
+        (i < sizeof alias_warned && atomic_exchange(&alias_warned[i], 1) != 0))
+      continue;
+    const char *ours = xcoll_env_str(aliases[i].xcoll);
+    XCOLL_WARN("%s=%.100s is set, but xcoll does not read %s's variables: "
+               "set %s instead%s%.100s%s (docs/env.md)",
+               aliases[i].foreign, value,
+               strncmp(aliases[i].foreign, "NCCL_", 5) == 0 ? "NCCL" : "Gloo",
+               aliases[i].xcoll, ours != NULL ? " (it is set: " : "",
+               ours != NULL ? ours : "", ours != NULL ? ")" : "");
+  }
   const char *algo = xcoll_env_str("XCOLL_ALGO");
   if (algo != NULL && backend->p2p == NULL &&
       atomic_exchange(&algo_warned, 1) == 0)

@@ -297,18 +297,31 @@ static xcoll_status dispatch_backend(xcoll_comm *comm,
  * xcoll_wait or xcoll_test that sees it done. */
 static xcoll_status dispatch_staged(xcoll_comm *comm, const xcoll_coll_args *args,
                                     xcoll_request_t *request) {
-  if (args->kind == XCOLL_COLL_GROUP)
-    return xcoll_error(comm, XCOLL_ERR_NOT_SUPPORTED,
-                       "xcoll_send/xcoll_recv and groups on a communicator "
-                       "bound to CUDA device %d with backend '%s': staging "
-                       "them through host memory is not built yet; copy the "
-                       "buffers to the host and use a host communicator",
-                       comm->device, comm->backend->name);
   xcoll_coll_args host_args;
   xcoll_staging *staging = NULL;
-  xcoll_status status = xcoll_staging_begin(comm, args, &host_args, &staging);
+  /* A device engine's calls issued earlier must be off the wire first. */
+  xcoll_dispatch_quiesce(comm);
+  xcoll_status status = XCOLL_SUCCESS;
+  if (args->kind == XCOLL_COLL_GROUP) {
+    /* Each call of the group is staged on its own; the group (ours until
+     * it is freed) then holds the calls on the pinned copies. */
+    struct xcoll_group_ops *group = args->group;
+    for (int i = 0; i < group->count && status == XCOLL_SUCCESS; i++) {
+      xcoll_coll_args host_op;
+      xcoll_staging *one = NULL;
+      status = xcoll_staging_begin(comm, &group->ops[i].args, &host_op, &one);
+      if (status == XCOLL_SUCCESS) {
+        group->ops[i].args = host_op;
+        staging = xcoll_staging_chain(one, staging);
+      }
+    }
+    host_args = *args;
+    host_args.stream = NULL;
+  } else {
+    status = xcoll_staging_begin(comm, args, &host_args, &staging);
+  }
   if (status != XCOLL_SUCCESS)
-    return status;
+    return xcoll_staging_end(staging, status);
   if (request == NULL)
     return xcoll_staging_end(staging, xcoll_queue_run(comm, &host_args));
   status = xcoll_queue_submit(comm, &host_args, request);
@@ -342,13 +355,19 @@ xcoll_status xcoll_dispatch(xcoll_comm *comm, const xcoll_coll_args *args,
   const xcoll_backend_coll_ops *coll = comm->backend->coll;
   const char *name = xcoll_coll_name(args->kind);
   if (comm->cuda != NULL && comm->backend->device_engine) {
-    if (!coll->supports(comm->backend_state, args))
-      return xcoll_error(comm, XCOLL_ERR_NOT_SUPPORTED,
-                         "xcoll_%s on a communicator bound to CUDA device %d: "
-                         "backend '%s' does not run this call on GPU ranks "
-                         "(host ranks, or the tcp and ucx backends, do)",
-                         name, comm->device, comm->backend->name);
-    return dispatch_backend(comm, args, request);
+    if (coll->supports(comm->backend_state, args))
+      return dispatch_backend(comm, args, request);
+    /* A call the device engine does not run (all-to-all, gather, scatter)
+     * is staged through pinned memory onto core's host algorithms over the
+     * backend's p2p interface, as tcp and ucx stage every call. */
+    if (comm->backend->p2p != NULL)
+      return dispatch_staged(comm, args, request);
+    return xcoll_error(comm, XCOLL_ERR_NOT_SUPPORTED,
+                       "xcoll_%s on a communicator bound to CUDA device %d: "
+                       "backend '%s' does not run this call on GPU ranks "
+                       "(host ranks, or the tcp and ucx backends, do)",
+                       xcoll_coll_name(args->kind), comm->device,
+                       comm->backend->name);
   }
   if (comm->cuda != NULL)
     return dispatch_staged(comm, args, request);

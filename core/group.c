@@ -382,7 +382,9 @@ static xcoll_status run_p2p(xcoll_comm *comm, const xcoll_coll_args *args,
   xcoll_status wait_status = xcoll_p2p_wait(comm, requests, posted);
   if (status == XCOLL_SUCCESS)
     status = wait_status;
-  if (status == XCOLL_ERR_TIMEOUT) {
+  /* A timeout here (or a peer's, which aborts this rank's wait) means a
+   * matching call never came: say which calls were waiting. */
+  if (status == XCOLL_ERR_TIMEOUT || status == XCOLL_ERR_REMOTE) {
     char calls[512], cause[XCOLL_ERROR_BYTES];
     snprintf(cause, sizeof cause, "%s", xcoll_last_error());
     list_calls(g, rank, calls, sizeof calls);

@@ -209,6 +209,37 @@ static const xcoll_param params[] = {
 };
 #define NUM_PARAMS (sizeof params / sizeof params[0])
 
+/* NCCL's and Gloo's names for what an XCOLL_* variable sets (NCCL's
+ * docs/env.html, Gloo's gloo/transport/tcp; PyTorch passes GLOO_SOCKET_IFNAME
+ * to gloo). xcoll never reads them: a set one gets one warning naming the
+ * variable to set instead (core/comm.c). */
+static const xcoll_param_alias aliases[] = {
+    {"NCCL_DEBUG", "XCOLL_DEBUG"},
+    {"NCCL_DEBUG_SUBSYS", "XCOLL_DEBUG_SUBSYS"},
+    {"NCCL_DEBUG_FILE", "XCOLL_DEBUG_FILE"},
+    {"NCCL_ALGO", "XCOLL_ALGO"},
+    {"NCCL_PROTO", "XCOLL_PROTO"},
+    {"NCCL_SOCKET_IFNAME", "XCOLL_SOCKET_IFNAME"},
+    {"NCCL_SOCKET_FAMILY", "XCOLL_SOCKET_FAMILY"},
+    {"NCCL_NSOCKS_PERTHREAD", "XCOLL_NSOCKS_PERPEER"},
+    {"NCCL_NET", "XCOLL_NET"},
+    {"NCCL_NET_PLUGIN", "XCOLL_NET_PLUGIN"},
+    {"NCCL_MIN_NCHANNELS", "XCOLL_NCHANNELS"},
+    {"NCCL_MAX_NCHANNELS", "XCOLL_NCHANNELS"},
+    {"NCCL_BUFFSIZE", "XCOLL_BUFFSIZE"},
+    {"NCCL_SHM_DISABLE", "XCOLL_SHM_DISABLE"},
+    {"NCCL_IB_HCA", "XCOLL_IB_HCA"},
+    {"NCCL_IB_GID_INDEX", "XCOLL_IB_GID_INDEX"},
+    {"NCCL_IB_TIMEOUT", "XCOLL_IB_TIMEOUT"},
+    {"NCCL_IB_RETRY_CNT", "XCOLL_IB_RETRY_CNT"},
+    {"GLOO_SOCKET_IFNAME", "XCOLL_SOCKET_IFNAME"},
+};
+
+const xcoll_param_alias *xcoll_param_aliases(size_t *count) {
+  *count = sizeof aliases / sizeof aliases[0];
+  return aliases;
+}
+
 const xcoll_param *xcoll_param_table(size_t *count) {
   *count = NUM_PARAMS;
   return params;

@@ -45,6 +45,16 @@ typedef struct xcoll_param {
   int launcher;
 } xcoll_param;
 
+/* Another library's name for an XCOLL_* variable: NCCL_SOCKET_IFNAME for
+ * XCOLL_SOCKET_IFNAME. */
+typedef struct xcoll_param_alias {
+  const char *foreign; /* "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME" */
+  const char *xcoll;   /* the table's entry that does the same */
+} xcoll_param_alias;
+
+/* Every alias and their number (docs/env.md lists them). */
+const xcoll_param_alias *xcoll_param_aliases(size_t *count);
+
 /* The whole table and its length. Entries keep docs/env.md's order. */
 const xcoll_param *xcoll_param_table(size_t *count);
 

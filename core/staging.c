@@ -25,6 +25,7 @@ struct xcoll_staging {
   void *device_recv; /* where the result goes back to; NULL: nowhere */
   const void *pinned_recv;
   size_t recv_bytes;
+  struct xcoll_staging *next; /* the next call's, in a group */
 };
 
 /* A pinned buffer of at least bytes: the spare when it is large enough.
@@ -184,9 +185,23 @@ xcoll_status xcoll_staging_begin(xcoll_comm *comm, const xcoll_coll_args *args,
   return XCOLL_SUCCESS;
 }
 
+xcoll_staging *xcoll_staging_chain(xcoll_staging *first, xcoll_staging *rest) {
+  if (first == NULL)
+    return rest;
+  xcoll_staging *last = first;
+  while (last->next != NULL)
+    last = last->next;
+  last->next = rest;
+  return first;
+}
+
 xcoll_status xcoll_staging_end(xcoll_staging *staging, xcoll_status status) {
   if (staging == NULL)
     return status;
+  if (staging->next != NULL) {
+    status = xcoll_staging_end(staging->next, status);
+    staging->next = NULL;
+  }
   xcoll_cuda *cuda = staging->cuda;
   xcoll_cu_result rc = xcoll_cuda_push(cuda);
   if (rc != 0) {

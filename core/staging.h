@@ -41,7 +41,12 @@ xcoll_status xcoll_staging_begin(struct xcoll_comm *comm,
                                  xcoll_coll_args *host_args,
                                  xcoll_staging **staging);
 
-/* Finish a staged collective whose host part ended with status: on
+/* Chain rest behind first (the calls of a group, staged one by one):
+ * xcoll_staging_end on the chain finishes every one. Either may be NULL;
+ * returns the chain. */
+xcoll_staging *xcoll_staging_chain(xcoll_staging *first, xcoll_staging *rest);
+
+/* Finish a staged collective (or a chain) whose host part ended with status: on
  * success copy the result back to the device buffer on the call's stream
  * and synchronise it; then return the pinned memory. Returns status, or
  * XCOLL_ERR_SYSTEM when the copy back failed. NULL staging returns status. */

@@ -695,15 +695,19 @@ XCOLL_API xcoll_status xcoll_iscatter(const void *sendbuf, void *recvbuf,
  * XCOLL_ERR_PROTOCOL for a send matched with a receive of another count or
  * dtype; XCOLL_ERR_TIMEOUT, naming the peer and the call, for a receive
  * (or send) whose peer never posts the matching call. Backends: tcp, ucx
- * and nccl_like host ranks; XCOLL_ERR_NOT_SUPPORTED on nccl_like GPU
- * ranks. */
+ * and nccl_like; on a communicator bound to a CUDA device each call's
+ * device buffers are staged through pinned host memory (nccl_like's ring
+ * kernels do not run point-to-point calls). */
 XCOLL_API xcoll_status xcoll_send(const void *sendbuf, size_t count,
                                   xcoll_datatype dtype, int peer,
                                   xcoll_comm_t comm);
 XCOLL_API xcoll_status xcoll_recv(void *recvbuf, size_t count,
                                   xcoll_datatype dtype, int peer,
                                   xcoll_comm_t comm);
-/* Non-blocking forms, outside a group only. */
+/* Non-blocking forms, outside a group only. They run in issue order with
+ * the communicator's other calls, as NCCL's do on one stream: two ranks
+ * that each xcoll_isend before their xcoll_irecv wait for each other (until
+ * XCOLL_TIMEOUT_S); put crossing exchanges in one group. */
 XCOLL_API xcoll_status xcoll_isend(const void *sendbuf, size_t count,
                                    xcoll_datatype dtype, int peer,
                                    xcoll_comm_t comm, xcoll_stream_t stream,

@@ -83,3 +83,32 @@ if(TARGET xcollrun)
       LABELS "netns;${backend}" SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
   endforeach()
 endif()
+
+# Point-to-point calls that do not match (tests/faults/fault_p2p.c): both
+# ranks fail in that call, naming both calls; an unmatched recv times out
+# naming its peer (XCOLL_TIMEOUT_S=2 there).
+if(TARGET xcollrun)
+  add_executable(fault_p2p ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_p2p.c)
+  target_link_libraries(fault_p2p PRIVATE xcoll_static)
+  set(p2p_backends tcp)
+  if(XCOLL_HAVE_UCX)
+    list(APPEND p2p_backends ucx)
+  endif()
+  foreach(backend ${p2p_backends})
+    foreach(case count dtype unmatched kind)
+      set(test faults.p2p.${backend}.${case})
+      set(np 2)
+      set(timeout_s 60)
+      if(case STREQUAL "unmatched")
+        set(np 3)
+        set(timeout_s 2)
+      endif()
+      add_test(NAME ${test}
+        COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node ${np} --master-port 0
+                $<TARGET_FILE:fault_p2p> ${case})
+      set_tests_properties(${test} PROPERTIES TIMEOUT 60
+        LABELS "faults;${backend}" PROCESSORS 2
+        ENVIRONMENT "XCOLL_TIMEOUT_S=${timeout_s};XCOLL_BACKEND=${backend}")
+    endforeach()
+  endforeach()
+endif()

@@ -265,6 +265,120 @@ out:
   free(expect);
 }
 
+/* alltoall, gather and scatter (out of place and in place) on device
+ * buffers, staged through pinned memory onto core's host algorithms on
+ * every backend (nccl_like's GPU ranks too: its ring kernels do not run
+ * them). int32 element i of the
+ * block rank s sends rank d is input(s * 1000 + d, i). */
+enum { EX_ALLTOALL, EX_GATHER, EX_SCATTER };
+static void run_exchange(xcoll_comm_t comm, int which, size_t count, int in_place,
+                         enum mode mode, void *stream) {
+  static const char *const names[] = {"alltoall", "gather", "scatter"};
+  const size_t P = (size_t)world_size;
+  const int root = world_size - 1, is_root = rank == root;
+  size_t send_count = which == EX_GATHER ? count : count * P;
+  size_t recv_count = which == EX_SCATTER ? count : count * P;
+  uint32_t *host_in = calloc(send_count, 4), *host_out = calloc(recv_count, 4);
+  for (size_t i = 0; i < send_count; i++) {
+    int to = which == EX_GATHER ? root : (int)(i / count);
+    put(&host_in[i], input(rank * 1000 + to, i % count, 0), 0);
+  }
+  uintptr_t dsend = 0, drecv = 0;
+  size_t span = (send_count > recv_count ? send_count : recv_count) * 4;
+  cu.mem_alloc(&drecv, span);
+  if (!in_place)
+    cu.mem_alloc(&dsend, send_count * 4);
+  char *recv = (char *)drecv;
+  const char *send = (const char *)dsend;
+  if (in_place && which == EX_GATHER) {
+    send = recv + (size_t)rank * count * 4; /* in place on the root */
+  } else if (in_place && which == EX_SCATTER) {
+    send = recv;
+    recv = recv + (size_t)rank * count * 4;
+  } else if (in_place) {
+    send = recv;
+  }
+  cu.htod((uintptr_t)send, host_in, send_count * 4);
+  xcoll_request_t request = NULL;
+  xcoll_request_t *rq = mode == BLOCKING ? NULL : &request;
+  xcoll_status status;
+  if (which == EX_ALLTOALL)
+    status = rq ? xcoll_ialltoall(send, recv, count, XCOLL_INT32, comm, stream, rq)
+                : xcoll_alltoall(send, recv, count, XCOLL_INT32, comm);
+  else if (which == EX_GATHER)
+    status = rq ? xcoll_igather(send, recv, count, XCOLL_INT32, root, comm, stream, rq)
+                : xcoll_gather(send, recv, count, XCOLL_INT32, root, comm);
+  else
+    status = rq ? xcoll_iscatter(send, recv, count, XCOLL_INT32, root, comm, stream, rq)
+                : xcoll_scatter(send, recv, count, XCOLL_INT32, root, comm);
+  status = finish(status, request, mode);
+  {
+    CHECK(status == XCOLL_SUCCESS, "%s count %zu %s %s: status %d (%s)",
+          names[which], count, in_place ? "in-place" : "out-of-place",
+          mode_names[mode], (int)status, xcoll_comm_last_error(comm));
+    CHECK(cu.ctx_depth() == 0 && cu.pending_copies() == 0,
+          "%s: a context left pushed or a copy left queued", names[which]);
+    if (status == XCOLL_SUCCESS && (which != EX_GATHER || is_root)) {
+      cu.dtoh(host_out, (uintptr_t)recv, recv_count * 4);
+      size_t wrong = 0;
+      for (size_t i = 0; i < recv_count; i++) {
+        int from = which == EX_SCATTER ? root : (int)(i / count);
+        int to = which == EX_GATHER ? root : rank;
+        uint32_t want;
+        put(&want, input(from * 1000 + to, i % count, 0), 0);
+        wrong += host_out[i] != want;
+      }
+      CHECK(wrong == 0, "%s count %zu %s %s: %zu of %zu elements wrong",
+            names[which], count, in_place ? "in-place" : "out-of-place",
+            mode_names[mode], wrong, recv_count);
+    }
+  }
+  if (dsend)
+    cu.mem_free(dsend);
+  cu.mem_free(drecv);
+  free(host_in);
+  free(host_out);
+}
+
+/* A ring shift of device buffers in one group (send to next, recv from
+ * previous), staged call by call. */
+static void run_group_shift(xcoll_comm_t comm, size_t count, enum mode mode) {
+  int next = (rank + 1) % world_size, prev = (rank + world_size - 1) % world_size;
+  uint32_t *host = calloc(count, 4);
+  for (size_t i = 0; i < count; i++)
+    put(&host[i], input(rank * 1000 + next, i, 0), 0);
+  uintptr_t dsend = 0, drecv = 0;
+  cu.mem_alloc(&dsend, count * 4);
+  cu.mem_alloc(&drecv, count * 4);
+  cu.htod(dsend, host, count * 4);
+  xcoll_status status = xcoll_group_start();
+  if (status == XCOLL_SUCCESS)
+    status = xcoll_send((const void *)dsend, count, XCOLL_INT32, next, comm);
+  if (status == XCOLL_SUCCESS)
+    status = xcoll_recv((void *)drecv, count, XCOLL_INT32, prev, comm);
+  xcoll_request_t request = NULL;
+  xcoll_status end = mode == BLOCKING ? xcoll_group_end() : xcoll_igroup_end(&request);
+  end = finish(end, request, mode);
+  if (status == XCOLL_SUCCESS)
+    status = end;
+  CHECK(status == XCOLL_SUCCESS, "group ring shift count %zu %s: status %d (%s)",
+        count, mode_names[mode], (int)status, xcoll_comm_last_error(comm));
+  if (status == XCOLL_SUCCESS) {
+    cu.dtoh(host, drecv, count * 4);
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; i++) {
+      uint32_t want;
+      put(&want, input(prev * 1000 + rank, i, 0), 0);
+      wrong += host[i] != want;
+    }
+    CHECK(wrong == 0, "group ring shift count %zu %s: %zu elements wrong", count,
+          mode_names[mode], wrong);
+  }
+  cu.mem_free(dsend);
+  cu.mem_free(drecv);
+  free(host);
+}
+
 /* Host buffers, and host in / device out, on a device communicator: the
  * staging backends take them; nccl_like's GPU rank refuses them (its
  * kernels read device memory), saying what to pass instead. On every rank
@@ -407,6 +521,13 @@ int main(int argc, char **argv) {
             run_case(comm, (enum kind)kind, is_float, counts[c], in_place,
                      (enum mode)mode, mode == BLOCKING ? NULL : streams[c % 2]);
           }
+  for (int which = EX_ALLTOALL; which <= EX_SCATTER; which++)
+    for (int in_place = 0; in_place < 2; in_place++)
+      for (int mode = 0; mode < NUM_MODES; mode++)
+        run_exchange(comm, which, mode == WAIT ? 70001 : 3, in_place,
+                     (enum mode)mode, mode == BLOCKING ? NULL : streams[mode % 2]);
+  for (int mode = 0; mode < NUM_MODES; mode++)
+    run_group_shift(comm, mode == WAIT ? 70001 : 5, (enum mode)mode);
   run_host_mix(comm);
   run_in_flight(comm);
 

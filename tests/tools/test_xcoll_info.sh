@@ -100,5 +100,13 @@ if grep -q '^  nccl_like ' "$tmp/clean.out"; then
   ignored_once nccl_like XCOLL_ALGO=rabenseifner
 fi
 
+# An NCCL or Gloo variable is never read: one warning names the XCOLL_* one.
+env NCCL_SOCKET_IFNAME=lo GLOO_SOCKET_IFNAME=lo "$perf" -b 8 -e 8 -n 1 -w 0 \
+  >/dev/null 2>"$tmp/foreign.log" || fail "NCCL_SOCKET_IFNAME set: the run failed"
+for name in NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME; do
+  n=$(grep -c "WARN $name=lo is set.*set XCOLL_SOCKET_IFNAME instead" "$tmp/foreign.log")
+  [ "$n" -eq 1 ] || fail "$name set: $n warnings naming XCOLL_SOCKET_IFNAME, expected 1: $(cat "$tmp/foreign.log")"
+done
+
 [ $failures -eq 0 ] && echo "PASS: xcoll-info agrees with the library"
 [ $failures -eq 0 ]

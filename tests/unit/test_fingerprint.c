@@ -224,6 +224,87 @@ static void test_judge(void **unused) {
                             "rank 1 called broadcast(root 0, float32, 10)");
 }
 
+
+/* The table of collectives (core/colls.c) against shapes written out here
+ * from NCCL's and MPI's definitions: elements read and written per rank at
+ * count 10, P=4, on and off the root; nccl-tests' busbw factors. */
+static void test_table_of_collectives(void **unused) {
+  (void)unused;
+  static const struct {
+    xcoll_coll_kind kind;
+    size_t send_root, recv_root, send_other, recv_other, size;
+    double busbw;
+  } want[] = {
+      {XCOLL_COLL_ALLREDUCE, 10, 10, 10, 10, 10, 1.5},
+      {XCOLL_COLL_ALLGATHER, 10, 40, 10, 40, 40, 0.75},
+      {XCOLL_COLL_REDUCE_SCATTER, 40, 10, 40, 10, 40, 0.75},
+      {XCOLL_COLL_BROADCAST, 10, 10, 0, 10, 10, 1.0},
+      {XCOLL_COLL_REDUCE, 10, 10, 10, 0, 10, 1.0},
+      {XCOLL_COLL_BARRIER, 0, 0, 0, 0, 0, 0.0},
+      {XCOLL_COLL_ALLTOALL, 40, 40, 40, 40, 40, 0.75},
+      {XCOLL_COLL_GATHER, 10, 40, 10, 0, 40, 0.75},
+      {XCOLL_COLL_SCATTER, 40, 10, 0, 10, 40, 0.75},
+      {XCOLL_COLL_SEND, 10, 0, 10, 0, 10, 1.0},
+      {XCOLL_COLL_RECV, 0, 10, 0, 10, 10, 1.0},
+  };
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    size_t send = 99, recv = 99, size = 99;
+    assert_int_equal(xcoll_coll_shape(want[i].kind, 10, 4, 1, &send, &recv, &size),
+                     XCOLL_SUCCESS);
+    assert_int_equal(send, want[i].send_root);
+    assert_int_equal(recv, want[i].recv_root);
+    assert_int_equal(size, want[i].size);
+    assert_int_equal(xcoll_coll_shape(want[i].kind, 10, 4, 0, &send, &recv, NULL),
+                     XCOLL_SUCCESS);
+    assert_int_equal(send, want[i].send_other);
+    assert_int_equal(recv, want[i].recv_other);
+    double factor = xcoll_coll_busbw_factor(want[i].kind, 4);
+    assert_true(factor > want[i].busbw - 1e-12 && factor < want[i].busbw + 1e-12);
+    assert_non_null(xcoll_coll_info_of(want[i].kind));
+  }
+  /* alltoallv has no count shape; unknown kinds and overflow are refused. */
+  assert_int_equal(xcoll_coll_shape(XCOLL_COLL_ALLTOALLV, 10, 4, 1, NULL, NULL, NULL),
+                   XCOLL_ERR_INVALID_ARGUMENT);
+  assert_int_equal(xcoll_coll_shape(XCOLL_NUM_COLLS, 10, 4, 1, NULL, NULL, NULL),
+                   XCOLL_ERR_INVALID_ARGUMENT);
+  assert_int_equal(xcoll_coll_shape(XCOLL_COLL_ALLTOALL, SIZE_MAX / 2, 4, 1, NULL,
+                                    NULL, NULL),
+                   XCOLL_ERR_INVALID_ARGUMENT);
+  assert_null(xcoll_coll_info_of(XCOLL_NUM_COLLS));
+  assert_string_equal(xcoll_coll_info_of(XCOLL_COLL_REDUCE_SCATTER)->count_name,
+                      "recvcount");
+}
+
+/* A group of sends and receives is ordered after collective seq-1 and
+ * before collective seq: a group's message seen during collective seq is
+ * from an earlier call (a mismatch), collective seq's message seen in a
+ * group is from a later one (kept), and two groups at the same place
+ * match. */
+static void test_group_order(void **unused) {
+  (void)unused;
+  xcoll_coll_args g = call(XCOLL_COLL_GROUP, XCOLL_UINT8, XCOLL_SUM, 0, 0, 5);
+  xcoll_coll_args c = call(XCOLL_COLL_ALLREDUCE, XCOLL_FLOAT32, XCOLL_SUM, 4, 0, 5);
+  xcoll_fingerprint group = xcoll_fingerprint_of(&g);
+  xcoll_fingerprint coll = xcoll_fingerprint_of(&c);
+  xcoll_fingerprint none;
+  memset(&none, 0, sizeof none);
+  const xcoll_fingerprint *ours = NULL;
+  assert_int_equal(xcoll_fingerprint_judge(&coll, &none, &group, 0, &ours),
+                   XCOLL_FINGERPRINT_MISMATCH);
+  assert_int_equal(xcoll_fingerprint_judge(&group, &none, &coll, 0, &ours),
+                   XCOLL_FINGERPRINT_AHEAD);
+  assert_int_equal(xcoll_fingerprint_judge(&group, &none, &group, 1, &ours),
+                   XCOLL_FINGERPRINT_MATCH);
+  uint8_t bytes[XCOLL_FINGERPRINT_BYTES];
+  xcoll_fingerprint back;
+  xcoll_fingerprint_encode(&group, bytes);
+  assert_int_equal(xcoll_fingerprint_decode(bytes, &back), 0);
+  assert_int_equal(back.kind, XCOLL_COLL_GROUP);
+  char text[XCOLL_FINGERPRINT_TEXT_BYTES];
+  assert_string_equal(xcoll_fingerprint_describe(&group, text, sizeof text),
+                      "a group of sends and receives");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_layout_and_roundtrip),
@@ -234,6 +315,8 @@ int main(void) {
       cmocka_unit_test(test_decode_rejects_garbage),
       cmocka_unit_test(test_describe_and_mismatch),
       cmocka_unit_test(test_judge),
+      cmocka_unit_test(test_table_of_collectives),
+      cmocka_unit_test(test_group_order),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

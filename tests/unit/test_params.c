@@ -267,6 +267,22 @@ static void test_table_readers(void **state) {
   }
 }
 
+/* Every NCCL/Gloo alias names a variable of the table, and no foreign name
+ * is listed twice. */
+static void test_aliases(void **unused) {
+  (void)unused;
+  size_t count = 0;
+  const xcoll_param_alias *aliases = xcoll_param_aliases(&count);
+  assert_true(count > 10);
+  for (size_t i = 0; i < count; i++) {
+    assert_non_null(xcoll_param_find(aliases[i].xcoll));
+    assert_true(strncmp(aliases[i].foreign, "NCCL_", 5) == 0 ||
+                strncmp(aliases[i].foreign, "GLOO_", 5) == 0);
+    for (size_t j = 0; j < i; j++)
+      assert_string_not_equal(aliases[i].foreign, aliases[j].foreign);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ifname_prefix_and_exact),
@@ -277,6 +293,7 @@ int main(void) {
       cmocka_unit_test(test_debug_subsys),
       cmocka_unit_test(test_debug_file_expansion),
       cmocka_unit_test(test_table_readers),
+      cmocka_unit_test(test_aliases),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
