@@ -9,6 +9,7 @@ set(xcoll_lab_runs
   "02-ddp-basics|tcp|2|torchrun|02-ddp-basics/train.py --backend xcoll --limit 1200 --epochs 2 --out ${CMAKE_CURRENT_BINARY_DIR}/lab02-out"
   "03-dp-vs-ddp|tcp|1|xcollrun|03-dp-vs-ddp/compare.py --build ${PROJECT_BINARY_DIR} --devices 2 --steps 20"
   "04-fsdp|tcp|1|xcollrun|04-fsdp/fsdp.py --build ${PROJECT_BINARY_DIR} --ranks 4 --node-size 2 --steps 8"
+  "04-fsdp.fsdp2|tcp|2|torchrun|04-fsdp/fsdp2_torch.py --steps 5"
   "05-nccl-vs-gloo.tcp|tcp|2|torchrun|05-nccl-vs-gloo/allreduce.py --max-bytes 262144 --iters 5"
   "05-nccl-vs-gloo.nccl_like|nccl_like|2|torchrun|05-nccl-vs-gloo/allreduce.py --max-bytes 262144 --iters 5")
 foreach(entry ${xcoll_lab_runs})

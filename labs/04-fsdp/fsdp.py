@@ -18,8 +18,7 @@ same sums, only in different places).
 
     python3 labs/04-fsdp/fsdp.py --build build --ranks 4
 
-PyTorch's own FSDP is not used: Debian 12's PyTorch 1.13 cannot import
-torch.distributed.fsdp under Python 3.11 (see README.md).
+PyTorch's own FSDP2 on the same MLP, on gloo and xcoll: fsdp2_torch.py.
 """
 import argparse
 import json
