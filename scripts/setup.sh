@@ -13,7 +13,11 @@
 # Environment: XCOLL_VENV (default .venv at the top of the checkout);
 # XCOLL_SKIP_VENV=1 leaves the Python environment alone.
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The checkout's top, with bash alone (no dirname: setup.sh may run before
+# coreutils-like tools are known to be there).
+here=${BASH_SOURCE[0]%/*}
+[ "$here" = "${BASH_SOURCE[0]}" ] && here=.
+root=$(cd "$here/.." && pwd)
 
 required=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev
   zlib1g-dev libucx-dev ucx-utils libcjson-dev dataset-fashion-mnist fortunes
@@ -62,6 +66,12 @@ PY
     return 0
   fi
   local base=${XCOLL_PYTHON:-python3}
+  if ! command -v "$base" >/dev/null 2>&1; then
+    # Only where the packages above were not really installed (a dry run
+    # with stand-ins for apt-get): python3 is one of them.
+    echo "setup: $base not found: $venv not made (XCOLL_PYTHON names another Python)"
+    return 0
+  fi
   echo "setup: making $venv ($($base --version 2>&1)) with ${want_pip[*]}"
   "$base" -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet "${want_pip[@]}"
