@@ -1,9 +1,9 @@
 # The torch.distributed backend (integrations/torch) against gloo, in the
 # same processes, launched by xcollrun as torchrun would (the .py script runs
 # with XCOLLRUN_PYTHON). Label torch. Without PyTorch each test is skipped
-# (exit 77) with the reason; the cuda tests skip so without a GPU. Each takes 5-15 s alone; the TIMEOUTs leave room
-# for a loaded 2-core machine (the whole label: 2.7 min at -j2 under a load
-# of 9, 15 tests).
+# (exit 77) with the reason; the cuda tests skip so without a GPU. Each takes
+# 3-20 s alone; the whole label 46 s at -j2 on 2 quiet cores, 2.7 min under a
+# load of 9; the TIMEOUTs leave room for worse.
 set(xcoll_torch_tests
   "collectives.tcp.2:tcp:2:test_collectives.py"
   "collectives.tcp.3:tcp:3:test_collectives.py"
