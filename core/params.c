@@ -128,9 +128,14 @@ static const xcoll_param params[] = {
      NULL, "nccl_like's protocol: auto is LL up to 4 KiB", 0},
     {"XCOLL_WAIT_RUNS", XCOLL_PARAM_INT, "nccl_like", 1, 0, 1, NULL, NULL, NULL,
      "1: a waiting thread runs its op's kernels", 0},
+    {"XCOLL_P2P_DISABLE", XCOLL_PARAM_INT, "nccl_like", 0, 0, 1, NULL, NULL,
+     NULL,
+     "1: GPU ranks of one host connect over shared host memory (shm) or "
+     "the net plugin, not each other's device memory (NCCL_P2P_DISABLE)",
+     0},
     {"XCOLL_SHM_DISABLE", XCOLL_PARAM_INT, "nccl_like", 0, 0, 1, NULL, NULL,
      NULL,
-     "1: host ranks of one host connect over the net plugin, not shared "
+     "1: ranks of one host connect over the net plugin, not shared "
      "memory (NCCL_SHM_DISABLE)",
      0},
     {"XCOLL_DIRECT", XCOLL_PARAM_INT, "nccl_like", 1, 0, 1, NULL, NULL, NULL,
@@ -227,6 +232,7 @@ static const xcoll_param_alias aliases[] = {
     {"NCCL_MIN_NCHANNELS", "XCOLL_NCHANNELS"},
     {"NCCL_MAX_NCHANNELS", "XCOLL_NCHANNELS"},
     {"NCCL_BUFFSIZE", "XCOLL_BUFFSIZE"},
+    {"NCCL_P2P_DISABLE", "XCOLL_P2P_DISABLE"},
     {"NCCL_SHM_DISABLE", "XCOLL_SHM_DISABLE"},
     {"NCCL_IB_HCA", "XCOLL_IB_HCA"},
     {"NCCL_IB_GID_INDEX", "XCOLL_IB_GID_INDEX"},

@@ -382,8 +382,11 @@ static xcoll_status pick_transports(nl_state *st) {
     XCOLL_INFO("channel %02d : %d -> %d via %s", c, st->rank, st->next,
                send->name);
   }
+  /* (A transport whose free is a chosen one's shares its state: p2p runs
+   * on shm's listener.) */
   for (int t = 0; t < NL_TRANSPORTS; t++)
-    if (nl_transports[t] != send && nl_transports[t] != recv &&
+    if (nl_transports[t]->free != send->free &&
+        nl_transports[t]->free != recv->free &&
         nl_transports[t]->free != NULL)
       nl_transports[t]->free(st);
   return XCOLL_SUCCESS;
