@@ -323,8 +323,9 @@ xcoll_status nl_shm_recv_alloc(nl_state *st, nl_channel *ch) {
       s = nl_gpu_map_host(st, shm->segment, shm->segment_bytes);
       shm->segment_on_device = s == XCOLL_SUCCESS;
     }
-    int kind =
-        share_kind(&st->rank_infos[st->rank], &st->rank_infos[st->prev]);
+    int kind = device_slots ? share_kind(&st->rank_infos[st->rank],
+                                         &st->rank_infos[st->prev])
+                            : 0;
     if (s == XCOLL_SUCCESS && device_slots)
       s = nl_gpu_slots_create(st, kind, st->buffsize * (size_t)st->nchannels,
                               &shm->slots);
