@@ -585,6 +585,12 @@ XCOLL_API xcoll_status xcoll_ibarrier(xcoll_comm_t comm,
  * Errors: those common to every collective (above), and for alltoallv a
  * NULL counts or displacements array, or a peer's block that does not fit
  * in size_t/PTRDIFF_MAX bytes. A non-blocking form (below) exists for each.
+ * Backends: tcp, ucx and nccl_like host ranks (over their point-to-point
+ * messages; on nccl_like, its mesh of links to every rank). On nccl_like
+ * XCOLL_ERR_NOT_SUPPORTED on a GPU rank, and on every rank of a
+ * communicator that mixes host and GPU ranks (a mixed ring): there the
+ * host ranks have no mesh and fail at once, before any message is sent,
+ * so nobody waits for the timeout and the communicator stays usable.
  */
 
 /* Every rank sends count elements to every rank (itself included): block p
@@ -695,8 +701,9 @@ XCOLL_API xcoll_status xcoll_iscatter(const void *sendbuf, void *recvbuf,
  * XCOLL_ERR_PROTOCOL for a send matched with a receive of another count or
  * dtype; XCOLL_ERR_TIMEOUT, naming the peer and the call, for a receive
  * (or send) whose peer never posts the matching call. Backends: tcp, ucx
- * and nccl_like host ranks; XCOLL_ERR_NOT_SUPPORTED on nccl_like GPU
- * ranks. */
+ * and nccl_like host ranks; on nccl_like XCOLL_ERR_NOT_SUPPORTED on GPU
+ * ranks and, at once and before any message is sent, on every rank of a
+ * communicator that mixes host and GPU ranks (see all-to-all above). */
 XCOLL_API xcoll_status xcoll_send(const void *sendbuf, size_t count,
                                   xcoll_datatype dtype, int peer,
                                   xcoll_comm_t comm);

@@ -1,6 +1,7 @@
 /* nccl_like.c - the nccl_like backend's entry points (core/backend.h):
  * options from the environment, comm_init (channels, net connections,
- * worker threads, proxy thread, failure watcher), comm_destroy, comm_abort.
+ * worker threads, proxy thread, failure watcher), comm_destroy, comm_abort;
+ * the p2p interface core's host algorithms run over is p2p.c's.
  * The failure path every thread shares is failure.c's. */
 #include <sched.h>
 #include <stdint.h>
@@ -151,10 +152,11 @@ static xcoll_status read_options(nl_state *st) {
 static xcoll_status agree_channels(nl_state *st) {
   if (st->world_size == 1)
     return XCOLL_SUCCESS;
-  /* Byte 3: bit 0 pairwise, bit 1 Rabenseifner. */
+  /* Byte 3: bit 0 pairwise, bit 1 Rabenseifner, bit 2 a host rank. */
   uint8_t mine[4] = {(uint8_t)st->nchannels, (uint8_t)st->nchannels_auto,
                      (uint8_t)st->bruck,
-                     (uint8_t)(st->pairwise | st->rabenseifner << 1)};
+                     (uint8_t)(st->pairwise | st->rabenseifner << 1 |
+                               (st->comm->cuda == NULL) << 2)};
   uint8_t *all = malloc((size_t)st->world_size * sizeof mine);
   if (!all)
     return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
@@ -167,8 +169,10 @@ static xcoll_status agree_channels(nl_state *st) {
     int agreed = st->nchannels, from = st->rank;
     int bruck = st->bruck, pairwise = st->pairwise;
     int rabenseifner = st->rabenseifner;
+    int all_host = 1;
     for (int r = 0; r < st->world_size; r++) {
       int theirs = all[4 * r];
+      all_host = all_host && (all[4 * r + 3] & 4);
       bruck = bruck && all[4 * r + 2];
       pairwise = pairwise && (all[4 * r + 3] & 1);
       rabenseifner = rabenseifner && (all[4 * r + 3] & 2);
@@ -210,6 +214,9 @@ static xcoll_status agree_channels(nl_state *st) {
                  "rank has XCOLL_RABENSEIFNER=0",
                  st->rank);
     st->rabenseifner = rabenseifner;
+    /* The mesh (a link to every rank: p2p.c, Bruck, pairwise) needs every
+     * rank to be a host rank: a GPU rank's kernels speak the ring only. */
+    st->mesh_on = all_host;
   }
   free(all);
   return s;
@@ -235,6 +242,7 @@ static void free_state(nl_state *st) {
   if (!st)
     return;
   stop_threads(st);
+  nl_p2p_close(st);
   nl_channels_free(st);
   nl_gpu_close(st);
   for (int c = 0; c < NL_MAX_CHANNELS; c++) {
@@ -357,12 +365,17 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
       s = xcoll_error_adopt(comm, s);
   }
   st->recvs_ahead = nl_recvs_ahead(st->net, st->net_device);
-  /* The mesh sends from and receives into unregistered host memory: only
-   * plugins that take it (socket, ucx; ibverbs needs reg_mr). The plugin is
-   * the same on every rank, so is this choice. */
-  if (st->net == NULL || (strcmp(st->net->name, "socket") != 0 &&
-                          strcmp(st->net->name, "ucx") != 0))
+  /* Bruck and pairwise send from and receive into unregistered host
+   * memory: only plugins that take it (socket, ucx; ibverbs needs reg_mr).
+   * p2p.c copies through registered slots on the others. The plugin is the
+   * same on every rank, so is this choice. */
+  st->net_takes_host = st->net != NULL &&
+                       (strcmp(st->net->name, "socket") == 0 ||
+                        strcmp(st->net->name, "ucx") == 0);
+  if (!st->net_takes_host)
     st->bruck = st->pairwise = 0;
+  if (st->world_size < 2 || comm->cuda != NULL)
+    st->mesh_on = 0;
   if (s == XCOLL_SUCCESS && st->world_size > 1)
     XCOLL_INFO("nccl_like: Bruck allreduce and allgather %s (XCOLL_BRUCK; up "
                "to %zu B per rank over LL, %d to %d host ranks, net socket "
@@ -382,6 +395,8 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
     s = nl_channels_setup(st);
   if (s == XCOLL_SUCCESS && st->gpu != NULL)
     nl_gpu_bind_conns(st);
+  if (s == XCOLL_SUCCESS)
+    s = nl_p2p_open(st);
   if (s == XCOLL_SUCCESS && st->gpu == NULL)
     s = nl_workers_start(st);
   if (s == XCOLL_SUCCESS && st->world_size > 1)
@@ -436,7 +451,7 @@ const xcoll_backend xcoll_backend_nccl_like = {
     .comm_init = nl_comm_init,
     .comm_destroy = nl_comm_destroy,
     .comm_abort = nl_comm_abort,
-    .p2p = NULL,
+    .p2p = &nl_p2p_ops,
     .coll = &nl_coll_ops,
     .default_chunk_bytes = 0,
     .device_engine = 1,
