@@ -585,6 +585,12 @@ XCOLL_API xcoll_status xcoll_ibarrier(xcoll_comm_t comm,
  * Errors: those common to every collective (above), and for alltoallv a
  * NULL counts or displacements array, or a peer's block that does not fit
  * in size_t/PTRDIFF_MAX bytes. A non-blocking form (below) exists for each.
+ * Backends: tcp, ucx and nccl_like, over their point-to-point messages (on
+ * nccl_like, its mesh of links to every rank, driven by the host). On a
+ * communicator bound to a CUDA device (nccl_like's GPU ranks, and tcp and
+ * ucx) device buffers are staged through pinned host memory: nccl_like's
+ * ring kernels do not run these calls, so a mixed ring runs them on the
+ * host too.
  */
 
 /* Every rank sends count elements to every rank (itself included): block p
