@@ -14,8 +14,21 @@
  *   premul allreduce(sum, float32, 1000)  vs allreduce(premul_sum, ...)
  *          (a pre-multiplied sum runs as a sum over scaled inputs: only
  *          the fingerprint tells them apart; host ranks only)
+ * and, as the last call before xcoll_comm_destroy, rank 0 making the odd
+ * call (where a rank receives nothing, or waits on a rank that sends it
+ * nothing):
+ *   broadcast-last  broadcast(root 1, float32, 1000) vs broadcast(root 0, ...)
+ *   reduce-last     reduce(sum, root 1, float32, 1000) vs reduce(sum, root 0,
+ *                   ...)
  * A rank whose call returns success (it only sent) must fail by its next
- * barrier. Each rank prints DESYNC-OK or DESYNC-BAD and exits 0 or 1. Run
+ * barrier; in the -last cases there is none: every rank must fail in the
+ * mismatched call itself (or the barrier just before it, when a faster rank
+ * has found the mismatch already).
+ *   unreceived      the last rank makes one allreduce more than the others,
+ *                   which wait 1 s and destroy their communicator: that
+ *                   call fails on the last rank (its peer left), and the
+ *                   others' destroy warns that rank P-1 sent a message none
+ *                   of their calls received (tcp; ctest matches the WARN). Each rank prints DESYNC-OK or DESYNC-BAD and exits 0 or 1. Run
  * with a long XCOLL_TIMEOUT_S, so that a timeout cannot pass for detection.
  * FAULT_DESYNC_GPU_RANKS=LIST (comma-separated ranks): those ranks are GPU
  * ranks on CUDA device LOCAL_RANK with device buffers (nccl_like's kernels;
@@ -42,6 +55,7 @@ static double now_s(void) {
 
 typedef struct call {
   int broadcast; /* 0: allreduce */
+  int reduce;    /* 1: reduce (broadcast 0) */
   xcoll_op op;
   xcoll_datatype dtype;
   size_t count;
@@ -49,7 +63,10 @@ typedef struct call {
 } call;
 
 static void describe(const call *c, char *out, size_t bytes) {
-  if (c->broadcast)
+  if (c->reduce)
+    snprintf(out, bytes, "reduce(%s, root %d, %s, %zu)", xcoll_op_name(c->op),
+             c->root, xcoll_datatype_name(c->dtype), c->count);
+  else if (c->broadcast)
     snprintf(out, bytes, "broadcast(root %d, %s, %zu)", c->root,
              xcoll_datatype_name(c->dtype), c->count);
   else
@@ -58,6 +75,8 @@ static void describe(const call *c, char *out, size_t bytes) {
 }
 
 static xcoll_status run(const call *c, float *buf, xcoll_comm_t comm) {
+  if (c->reduce)
+    return xcoll_reduce(buf, buf, c->count, c->dtype, c->op, c->root, comm);
   if (c->broadcast)
     return xcoll_broadcast(buf, buf, c->count, c->dtype, c->root, comm);
   return xcoll_allreduce(buf, buf, c->count, c->dtype, c->op, comm);
@@ -65,7 +84,10 @@ static xcoll_status run(const call *c, float *buf, xcoll_comm_t comm) {
 
 int main(int argc, char **argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: %s op|dtype|count|root|kind|premul\n", argv[0]);
+    fprintf(stderr,
+            "usage: %s op|dtype|count|root|kind|premul|broadcast-last|"
+            "reduce-last\n",
+            argv[0]);
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -86,10 +108,18 @@ int main(int argc, char **argv) {
   xcoll_comm_rank(comm, &rank);
   xcoll_comm_size(comm, &world_size);
   int odd = world_size - 1;
-  call base = {0, XCOLL_SUM, XCOLL_FLOAT32, COUNT, 0};
+  call base = {0, 0, XCOLL_SUM, XCOLL_FLOAT32, COUNT, 0};
   call other = base;
   const char *which = argv[1];
-  if (!strcmp(which, "op")) {
+  int last = !strcmp(which, "broadcast-last") || !strcmp(which, "reduce-last");
+  if (last) {
+    /* rank 0 says root 0, the others root 1 */
+    odd = 0;
+    base.broadcast = other.broadcast = !strcmp(which, "broadcast-last");
+    base.reduce = other.reduce = !strcmp(which, "reduce-last");
+    base.root = 1;
+    other.root = 0;
+  } else if (!strcmp(which, "op")) {
     other.op = XCOLL_MAX;
   } else if (!strcmp(which, "dtype")) {
     other.dtype = XCOLL_INT32;
@@ -142,7 +172,7 @@ int main(int argc, char **argv) {
     st = run(rank == odd ? &other : &base, buf, comm);
     step = "the mismatched call";
   }
-  for (int i = 0; st == XCOLL_SUCCESS && i < 3; i++) {
+  for (int i = 0; !last && st == XCOLL_SUCCESS && i < 3; i++) {
     st = xcoll_barrier(comm);
     step = "a barrier after it";
   }
