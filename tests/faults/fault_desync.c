@@ -82,11 +82,33 @@ static xcoll_status run(const call *c, float *buf, xcoll_comm_t comm) {
   return xcoll_allreduce(buf, buf, c->count, c->dtype, c->op, comm);
 }
 
+/* The unreceived case: returns the exit code. */
+static int unreceived_case(xcoll_comm_t comm, int rank, int odd) {
+  static float buf[COUNT];
+  xcoll_status st = xcoll_barrier(comm);
+  const char *what = "the barrier";
+  int ok = st == XCOLL_SUCCESS;
+  if (ok && rank == odd) {
+    st = xcoll_allreduce(buf, buf, COUNT, XCOLL_FLOAT32, XCOLL_SUM, comm);
+    what = "its extra allreduce";
+    ok = st == XCOLL_ERR_REMOTE;
+  } else if (ok) {
+    /* time for the extra call's message to arrive before the destroy */
+    struct timespec pause = {1, 0};
+    nanosleep(&pause, NULL);
+  }
+  printf("DESYNC-%s rank %d (unreceived): %s returned %s; message: %s\n",
+         ok ? "OK" : "BAD", rank, what, xcoll_strerror(st),
+         st == XCOLL_SUCCESS ? "" : xcoll_comm_last_error(comm));
+  xcoll_comm_destroy(comm);
+  return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr,
             "usage: %s op|dtype|count|root|kind|premul|broadcast-last|"
-            "reduce-last\n",
+            "reduce-last|unreceived\n",
             argv[0]);
     return 2;
   }
@@ -108,6 +130,8 @@ int main(int argc, char **argv) {
   xcoll_comm_rank(comm, &rank);
   xcoll_comm_size(comm, &world_size);
   int odd = world_size - 1;
+  if (!strcmp(argv[1], "unreceived"))
+    return unreceived_case(comm, rank, odd);
   call base = {0, 0, XCOLL_SUM, XCOLL_FLOAT32, COUNT, 0};
   call other = base;
   const char *which = argv[1];
