@@ -375,8 +375,8 @@ xcoll_status xcoll_auth_server(int fd, const char *context, const char *peer,
   if (bad && memcmp(first, OFFER_MAGIC, 4) != 0)
     return xcoll_error(NULL, XCOLL_ERR_PROTOCOL, "authentication with %s: %s",
                        peer, why);
-  if (!bad &&
-      !xcoll_auth_hello_tag_ok(context, theirs, first + XCOLL_AUTH_OFFER_BYTES)) {
+  if (!bad && !xcoll_auth_hello_tag_ok(context, theirs,
+                                       first + XCOLL_AUTH_OFFER_BYTES)) {
     bad = 1;
     snprintf(why, sizeof why,
              "its hello tag does not match this job's secret (another "

@@ -15,12 +15,13 @@
  *
  * Strangers (docs/security.md, "Strangers cannot starve a listener";
  * core/stranger.h): a connection is read at accept, and its first message
- * (offer and hello tag, auth.h) vouches for it; one that has not authenticated within
- * XCOLL_STRANGER_DEADLINE_S of its accept is closed; unvouched ones are
- * bounded per listener and per peer address, and past a bound the oldest
- * is read one last time and closed, never a vouched one. Drops of
- * unauthenticated connections are a WARN at most once a second with a
- * count, and the thread's log never blocks it (xcoll_log_never_block). */
+ * (offer and hello tag, auth.h) vouches for it; one that has not
+ * authenticated within XCOLL_STRANGER_DEADLINE_S of its accept is closed;
+ * unvouched ones are bounded per listener and per peer address, and past a
+ * bound the oldest is read one last time and closed, never a vouched one.
+ * Drops of unauthenticated connections are a WARN at most once a second
+ * with a count, and the thread's log never blocks it
+ * (xcoll_log_never_block). */
 #define XCOLL_LOG_SUBSYS XCOLL_SUBSYS_BOOTSTRAP /* log.h */
 #include "store.h"
 
@@ -640,8 +641,9 @@ static void client_auth_step(store_client *c) {
       client_drop(c, why);
       return;
     }
-    if (!bad && !xcoll_auth_hello_tag_ok(STORE_AUTH_CONTEXT, c->client_nonce,
-                                         c->auth_buf + XCOLL_AUTH_OFFER_BYTES)) {
+    if (!bad &&
+        !xcoll_auth_hello_tag_ok(STORE_AUTH_CONTEXT, c->client_nonce,
+                                 c->auth_buf + XCOLL_AUTH_OFFER_BYTES)) {
       bad = 1;
       snprintf(why, sizeof why,
                "its hello tag is wrong: it does not know this job's secret "
@@ -817,7 +819,8 @@ static void origin_of(const struct sockaddr_storage *from, uint8_t out[16]) {
   memset(out, 0, 16);
   if (from->ss_family == AF_INET6) {
     const uint8_t *a = ((const struct sockaddr_in6 *)from)->sin6_addr.s6_addr;
-    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0,
+                                       0, 0, 0, 0, 0xff, 0xff};
     if (memcmp(a, mapped, sizeof mapped) == 0)
       memcpy(out, a + 12, 4);
     else
@@ -1015,9 +1018,11 @@ static void *server_main(void *arg) {
     if (next_deadline >= 0)
       timeout_ms = (int)(next_deadline * 1000.0) + 1;
     int resting = s->accept_resume > 0 && now_s() < s->accept_resume;
-    int rest_ms = resting ? (int)((s->accept_resume - now_s()) * 1000.0) + 1 : -1;
-    if (resting && (timeout_ms < 0 || rest_ms < timeout_ms))
-      timeout_ms = rest_ms;
+    if (resting) {
+      int rest_ms = (int)((s->accept_resume - now_s()) * 1000.0) + 1;
+      if (timeout_ms < 0 || rest_ms < timeout_ms)
+        timeout_ms = rest_ms;
+    }
     /* fd -1: poll skips the listener while accept() rests */
     s->pollfds[1] = (struct pollfd){.fd = resting ? -1 : s->listen_fd,
                                     .events = POLLIN};

@@ -4,9 +4,10 @@
 # killed during startup, a WORLD_SIZE mismatch, a duplicated RANK, orphans
 # of a killed xcollrun, where the store binds (MASTER_ADDR, XCOLL_STORE_BIND),
 # and strangers holding or flooding connections on the startup listeners
-# and the rendezvous store (crowd.*, flood.*). Each is a real multi-process job driven by
-# tests/security/attack.py. The unit-level checks are unit.auth (the
-# challenge-response) and unit.tcp_hello (crafted HELLO fields). Included by
+# and the rendezvous store (crowd.*, flood.*). Each is a real multi-process
+# job driven by tests/security/attack.py. The unit-level checks are
+# unit.auth (the challenge-response), unit.tcp_hello (crafted HELLO fields)
+# and unit.store_strangers (the store's listener). Included by
 # tests/CMakeLists.txt.
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND AND TARGET xcollrun AND TARGET xcoll-perf)

@@ -23,12 +23,13 @@
  * A rank whose call returns success (it only sent) must fail by its next
  * barrier; in the -last cases there is none: every rank must fail in the
  * mismatched call itself (or the barrier just before it, when a faster rank
- * has found the mismatch already).
+ * has found the mismatch already). And:
  *   unreceived      the last rank makes one allreduce more than the others,
  *                   which wait 1 s and destroy their communicator: that
  *                   call fails on the last rank (its peer left), and the
  *                   others' destroy warns that rank P-1 sent a message none
- *                   of their calls received (tcp; ctest matches the WARN). Each rank prints DESYNC-OK or DESYNC-BAD and exits 0 or 1. Run
+ *                   of their calls received (tcp; ctest matches the WARN).
+ * Each rank prints DESYNC-OK or DESYNC-BAD and exits 0 or 1. Run
  * with a long XCOLL_TIMEOUT_S, so that a timeout cannot pass for detection.
  * FAULT_DESYNC_GPU_RANKS=LIST (comma-separated ranks): those ranks are GPU
  * ranks on CUDA device LOCAL_RANK with device buffers (nccl_like's kernels;
