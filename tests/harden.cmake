@@ -23,7 +23,7 @@ if(TARGET xcollrun)
               premul:2 premul:3)
     if(NOT backend STREQUAL "nccl_like")
       list(APPEND specs broadcast-last:2 broadcast-last:4 reduce-last:2
-                        reduce-last:4)
+                        reduce-last:4 gather-last:4 scatter-last:4)
     endif()
     foreach(spec ${specs})
       string(REPLACE ":" ";" parts ${spec})

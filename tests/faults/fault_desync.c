@@ -20,6 +20,8 @@
  *   broadcast-last  broadcast(root 1, float32, 1000) vs broadcast(root 0, ...)
  *   reduce-last     reduce(sum, root 1, float32, 1000) vs reduce(sum, root 0,
  *                   ...)
+ *   gather-last     gather(root 1, float32, 1000) vs gather(root 0, ...)
+ *   scatter-last    scatter(root 1, float32, 1000) vs scatter(root 0, ...)
  * A rank whose call returns success (it only sent) must fail by its next
  * barrier; in the -last cases there is none: every rank must fail in the
  * mismatched call itself (or the barrier just before it, when a faster rank
@@ -46,6 +48,7 @@
 #include "xcoll.h"
 
 #define COUNT 1000
+#define MAX_RANKS 8
 #define BOUND_S 10.0
 
 static double now_s(void) {
@@ -57,6 +60,7 @@ static double now_s(void) {
 typedef struct call {
   int broadcast; /* 0: allreduce */
   int reduce;    /* 1: reduce (broadcast 0) */
+  const char *rooted; /* "gather" or "scatter" (the others 0), else NULL */
   xcoll_op op;
   xcoll_datatype dtype;
   size_t count;
@@ -64,7 +68,10 @@ typedef struct call {
 } call;
 
 static void describe(const call *c, char *out, size_t bytes) {
-  if (c->reduce)
+  if (c->rooted)
+    snprintf(out, bytes, "%s(root %d, %s, %zu)", c->rooted, c->root,
+             xcoll_datatype_name(c->dtype), c->count);
+  else if (c->reduce)
     snprintf(out, bytes, "reduce(%s, root %d, %s, %zu)", xcoll_op_name(c->op),
              c->root, xcoll_datatype_name(c->dtype), c->count);
   else if (c->broadcast)
@@ -75,7 +82,14 @@ static void describe(const call *c, char *out, size_t bytes) {
              xcoll_datatype_name(c->dtype), c->count);
 }
 
+/* buf holds (COUNT + 1) * MAX_RANKS elements: a gather's or scatter's root
+ * buffer is count per rank, the rank's own block at the start. */
 static xcoll_status run(const call *c, float *buf, xcoll_comm_t comm) {
+  size_t block = COUNT + 1;
+  if (c->rooted && !strcmp(c->rooted, "gather"))
+    return xcoll_gather(buf, buf + block, c->count, c->dtype, c->root, comm);
+  if (c->rooted)
+    return xcoll_scatter(buf + block, buf, c->count, c->dtype, c->root, comm);
   if (c->reduce)
     return xcoll_reduce(buf, buf, c->count, c->dtype, c->op, c->root, comm);
   if (c->broadcast)
@@ -109,7 +123,7 @@ int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr,
             "usage: %s op|dtype|count|root|kind|premul|broadcast-last|"
-            "reduce-last|unreceived\n",
+            "reduce-last|gather-last|scatter-last|unreceived\n",
             argv[0]);
     return 2;
   }
@@ -133,15 +147,24 @@ int main(int argc, char **argv) {
   int odd = world_size - 1;
   if (!strcmp(argv[1], "unreceived"))
     return unreceived_case(comm, rank, odd);
-  call base = {0, 0, XCOLL_SUM, XCOLL_FLOAT32, COUNT, 0};
+  call base = {0, 0, NULL, XCOLL_SUM, XCOLL_FLOAT32, COUNT, 0};
   call other = base;
   const char *which = argv[1];
-  int last = !strcmp(which, "broadcast-last") || !strcmp(which, "reduce-last");
+  int last = !strcmp(which, "broadcast-last") ||
+             !strcmp(which, "reduce-last") || !strcmp(which, "gather-last") ||
+             !strcmp(which, "scatter-last");
+  if (world_size > MAX_RANKS) {
+    printf("FATAL: at most %d ranks\n", MAX_RANKS);
+    return 2;
+  }
   if (last) {
     /* rank 0 says root 0, the others root 1 */
     odd = 0;
     base.broadcast = other.broadcast = !strcmp(which, "broadcast-last");
     base.reduce = other.reduce = !strcmp(which, "reduce-last");
+    if (!strcmp(which, "gather-last") || !strcmp(which, "scatter-last"))
+      base.rooted = other.rooted =
+          !strcmp(which, "gather-last") ? "gather" : "scatter";
     base.root = 1;
     other.root = 0;
   } else if (!strcmp(which, "op")) {
@@ -174,13 +197,14 @@ int main(int argc, char **argv) {
   describe(&base, base_text, sizeof base_text);
   describe(&other, other_text, sizeof other_text);
 
-  float *host = calloc(COUNT + 1, sizeof *host), *buf = host;
+  size_t elements = (COUNT + 1) * (MAX_RANKS + 1);
+  float *host = calloc(elements, sizeof *host), *buf = host;
   if (!host)
     return 2;
   uintptr_t dbuf = 0;
   if (gpu) { /* a GPU rank's collectives take device memory */
-    if (cu.mem_alloc(&dbuf, (COUNT + 1) * sizeof *host) != 0 ||
-        cu.htod(dbuf, host, (COUNT + 1) * sizeof *host) != 0) {
+    if (cu.mem_alloc(&dbuf, elements * sizeof *host) != 0 ||
+        cu.htod(dbuf, host, elements * sizeof *host) != 0) {
       printf("FATAL rank %d: device buffers\n", rank);
       return 2;
     }
