@@ -14,6 +14,7 @@
 #include "dispatch.h"
 #include "dtype.h"
 #include "error.h"
+#include "fingerprint_exchange.h"
 #include "group.h"
 #include "log.h"
 #include "request.h"
@@ -183,8 +184,14 @@ xcoll_status xcoll_coll_run(xcoll_comm *comm, const xcoll_coll_args *args) {
   comm->fingerprint = xcoll_fingerprint_of(args);
   if (algorithm == NULL)
     run_local(comm, args);
-  else
-    status = algorithm->run(comm, args);
+  else {
+    /* A rooted collective's data flow depends on the root: the ranks first
+     * check that they agree on the call (core/fingerprint_exchange.h). */
+    if (xcoll_coll_has_root(args->kind))
+      status = xcoll_fingerprint_exchange(comm, args);
+    if (status == XCOLL_SUCCESS)
+      status = algorithm->run(comm, args);
+  }
   if (tracing)
     trace_collective(comm, args, algorithm_name, start_us, status);
   if (status != XCOLL_SUCCESS)
