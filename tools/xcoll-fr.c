@@ -21,6 +21,20 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <stdarg.h>
+
+/* Text for people, cut where it does not fit: snprintf through vsnprintf,
+ * so that the compiler does not warn of truncation we accept. */
+static int format(char *out, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int format(char *out, size_t size, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(out, size, fmt, ap);
+  va_end(ap);
+  return n;
+}
+
 #define FORMAT_NAME "xcoll-flight-recorder"
 #define FORMAT_VERSION 1
 
@@ -186,7 +200,7 @@ static int load(const char *path) {
     comms = grown;
     c = &comms[ncomms++];
     memset(c, 0, sizeof *c);
-    snprintf(c->job, sizeof c->job, "%s", job);
+    format(c->job, sizeof c->job, "%s", job);
     c->comm_id = comm_id;
     c->world_size = world;
     c->ranks = calloc((size_t)world, sizeof *c->ranks);
@@ -263,7 +277,7 @@ static int load_path(const char *path) {
     if (strncmp(e->d_name, "xcoll_fr.", 9) != 0 || !ends_with(e->d_name, ".json"))
       continue;
     char file[4096];
-    snprintf(file, sizeof file, "%s/%s", path, e->d_name);
+    format(file, sizeof file, "%s/%s", path, e->d_name);
     read += load(file) == 0;
   }
   closedir(d);
@@ -281,22 +295,22 @@ static int is_done(const call *c) { return strcmp(c->state, "completed") == 0; }
 /* "allreduce seq 7 (1024 float32 sum)" */
 static void describe(const call *c, char *out, size_t n) {
   if (strcmp(c->name, "send") == 0 || strcmp(c->name, "recv") == 0)
-    snprintf(out, n, "%s %s rank %d (%lld %s, before seq %lld)", c->name,
+    format(out, n, "%s %s rank %d (%lld %s, before seq %lld)", c->name,
              strcmp(c->name, "send") == 0 ? "to" : "from", c->peer, c->count,
              c->dtype, c->seq);
   else if (strcmp(c->name, "group") == 0)
-    snprintf(out, n, "group of %d sends/recvs (before seq %lld)", c->p2p_count,
+    format(out, n, "group of %d sends/recvs (before seq %lld)", c->p2p_count,
              c->seq);
   else if (c->count >= 0)
-    snprintf(out, n, "%s seq %lld (%lld %s%s%s%s)", c->name, c->seq, c->count,
+    format(out, n, "%s seq %lld (%lld %s%s%s%s)", c->name, c->seq, c->count,
              c->dtype, c->op[0] ? " " : "", c->op,
              c->root >= 0 ? ", root" : "");
   else
-    snprintf(out, n, "%s seq %lld", c->name, c->seq);
+    format(out, n, "%s seq %lld", c->name, c->seq);
   if (c->root >= 0 && c->count >= 0) {
     size_t used = strlen(out);
     if (used > 0 && out[used - 1] == ')' && used + 8 < n)
-      snprintf(out + used - 1, n - used + 1, " %d)", c->root);
+      format(out + used - 1, n - used + 1, " %d)", c->root);
   }
 }
 
@@ -342,7 +356,7 @@ static void rank_list(const int *ranks, int n, char *out, size_t size) {
   size_t used = 0;
   out[0] = '\0';
   for (int i = 0; i < n && used + 12 < size; i++)
-    used += (size_t)snprintf(out + used, size - used, "%s%d", i ? "," : "",
+    used += (size_t)format(out + used, size - used, "%s%d", i ? "," : "",
                              ranks[i]);
 }
 
@@ -408,12 +422,12 @@ static int find_desync(const comm_dumps *c, verdict *v) {
     char what[256], theirs[256], who[256], others[256];
     describe(kinds[major], theirs, sizeof theirs);
     rank_list(members[major], nmembers[major], others, sizeof others);
-    size_t used = (size_t)snprintf(v->text, sizeof v->text,
+    size_t used = (size_t)format(v->text, sizeof v->text,
                                    "the ranks disagree at seq %lld:", seq);
     for (int j = 0; j < nkinds; j++) {
       describe(kinds[j], what, sizeof what);
       rank_list(members[j], nmembers[j], who, sizeof who);
-      used += (size_t)snprintf(v->text + used, sizeof v->text - used,
+      used += (size_t)format(v->text + used, sizeof v->text - used,
                                "%s rank%s %s called %s", j ? ";" : "",
                                nmembers[j] > 1 ? "s" : "", who, what);
       if (used >= sizeof v->text)
@@ -450,9 +464,9 @@ static int find_unmatched(const comm_dumps *c, int r, const call *k,
       continue;
     v->kind = "unmatched_p2p";
     add_culprit(v, peer);
-    snprintf(v->call, sizeof v->call, "%s %s rank %d", sending ? "send" : "recv",
+    format(v->call, sizeof v->call, "%s %s rank %d", sending ? "send" : "recv",
              sending ? "to" : "from", r);
-    snprintf(v->text, sizeof v->text,
+    format(v->text, sizeof v->text,
              "rank %d never posted the %s %s rank %d (its #%lld) that rank "
              "%d's %s %s rank %d waits for; it has posted %lld",
              peer, sending ? "send" : "recv", sending ? "to" : "from", r,
@@ -480,7 +494,7 @@ static void analyze(const comm_dumps *c, verdict *v) {
     }
   }
   if (!stuck) {
-    snprintf(v->text, sizeof v->text, "no call is in flight or failed");
+    format(v->text, sizeof v->text, "no call is in flight or failed");
     return;
   }
   char what[256];
@@ -516,8 +530,8 @@ static void analyze(const comm_dumps *c, verdict *v) {
       if (last)
         describe(last, lastcall, sizeof lastcall);
       v->kind = "not_entered";
-      snprintf(v->call, sizeof v->call, "%s", what);
-      snprintf(v->text, sizeof v->text,
+      format(v->call, sizeof v->call, "%s", what);
+      format(v->text, sizeof v->text,
                "rank%s %s never entered %s, which rank%s %s did (rank %d's "
                "last call: %s, %s)",
                v->nculprits > 1 ? "s" : "", who, what, nin > 1 ? "s" : "",
@@ -535,13 +549,13 @@ static void analyze(const comm_dumps *c, verdict *v) {
     if (!d->present) {
       v->kind = "no_dump";
       add_culprit(v, r);
-      snprintf(v->call, sizeof v->call, "%s", what);
+      format(v->call, sizeof v->call, "%s", what);
       if (is_p2p(stuck) && stuck->peer == r)
-        snprintf(v->call, sizeof v->call, "the %s %s rank %d that its %s waits for",
+        format(v->call, sizeof v->call, "the %s %s rank %d that its %s waits for",
                  strcmp(stuck->name, "recv") == 0 ? "send" : "recv",
                  strcmp(stuck->name, "recv") == 0 ? "to" : "from", stuck_rank,
                  stuck->name);
-      snprintf(v->text, sizeof v->text,
+      format(v->text, sizeof v->text,
                "rank %d left no dump (stopped, killed, or without a SIGUSR1 "
                "handler) while ranks wait on it in %s",
                r, what);
@@ -556,8 +570,8 @@ static void analyze(const comm_dumps *c, verdict *v) {
   }
   v->kind = "wait_chain";
   add_culprit(v, r);
-  snprintf(v->call, sizeof v->call, "%s", what);
-  snprintf(v->text, sizeof v->text,
+  format(v->call, sizeof v->call, "%s", what);
+  format(v->text, sizeof v->text,
            "every rank entered %s; the waits lead to rank %d", what, r);
 }
 
@@ -646,13 +660,13 @@ static void print_text(const comm_dumps *c, const verdict *v, int last_n) {
       const call *k = &d->calls[i];
       char count[32] = "";
       if (k->count >= 0)
-        snprintf(count, sizeof count, "%lld", k->count);
+        format(count, sizeof count, "%lld", k->count);
       char name[32];
       if (k->peer >= 0)
-        snprintf(name, sizeof name, "%s %s%d", k->name,
+        format(name, sizeof name, "%s %s%d", k->name,
                  strcmp(k->name, "send") == 0 ? "->" : "<-", k->peer);
       else
-        snprintf(name, sizeof name, "%s", k->name);
+        format(name, sizeof name, "%s", k->name);
       printf("    %6lld %-15s %10s %-9s %-6s %-10s %-14s %-10s\n", k->seq, name,
              count, k->dtype, k->op, k->state, k->status, k->algorithm);
     }
