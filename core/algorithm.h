@@ -50,6 +50,9 @@ typedef struct xcoll_coll_args {
   const size_t *sendcounts, *sdispls, *recvcounts, *rdispls;
   /* XCOLL_COLL_GROUP: the group's calls (core/group.c). */
   struct xcoll_group_ops *group;
+  /* The call's entry in the flight recorder (core/flight.h), given by
+   * dispatch; 0 when it has none yet (a group's collectives). */
+  uint64_t flight_id;
 } xcoll_coll_args;
 
 /* Tags: high 32 bits the collective's seq (mod 2^32), low 32 bits a step

@@ -261,6 +261,21 @@ int xcoll_auth_verify(const char *role, const char *context,
   return ok;
 }
 
+static const uint8_t no_server_nonce[XCOLL_AUTH_NONCE_BYTES];
+
+void xcoll_auth_hello_tag(const char *context,
+                          const uint8_t client_nonce[XCOLL_AUTH_NONCE_BYTES],
+                          uint8_t tag[XCOLL_AUTH_PROOF_BYTES]) {
+  xcoll_auth_prove("hello", context, client_nonce, no_server_nonce, tag);
+}
+
+int xcoll_auth_hello_tag_ok(const char *context,
+                            const uint8_t client_nonce[XCOLL_AUTH_NONCE_BYTES],
+                            const uint8_t tag[XCOLL_AUTH_PROOF_BYTES]) {
+  return xcoll_auth_verify("hello", context, client_nonce, no_server_nonce,
+                           tag);
+}
+
 /* ---- the blocking exchange ---- */
 
 static int ms_left(double deadline) {
@@ -316,11 +331,12 @@ xcoll_status xcoll_auth_client(int fd, const char *context, const char *peer,
                                double deadline) {
   xcoll_status status = xcoll_auth_init();
   if (status) return status;
-  uint8_t offer[XCOLL_AUTH_OFFER_BYTES], mine[XCOLL_AUTH_NONCE_BYTES],
+  uint8_t first[XCOLL_AUTH_FIRST_BYTES], mine[XCOLL_AUTH_NONCE_BYTES],
       theirs[XCOLL_AUTH_NONCE_BYTES];
   uint8_t answer[XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES];
-  xcoll_auth_offer(offer, mine);
-  if (io_all(fd, offer, sizeof offer, 1, deadline) != 0)
+  xcoll_auth_offer(first, mine);
+  xcoll_auth_hello_tag(context, mine, first + XCOLL_AUTH_OFFER_BYTES);
+  if (io_all(fd, first, sizeof first, 1, deadline) != 0)
     return io_error(peer, "sending our offer");
   if (io_all(fd, answer, sizeof answer, 0, deadline) != 0)
     return io_error(peer, "waiting for its answer");
@@ -347,18 +363,25 @@ xcoll_status xcoll_auth_server(int fd, const char *context, const char *peer,
                                double deadline) {
   xcoll_status status = xcoll_auth_init();
   if (status) return status;
-  uint8_t offer[XCOLL_AUTH_OFFER_BYTES], mine[XCOLL_AUTH_NONCE_BYTES],
+  uint8_t first[XCOLL_AUTH_FIRST_BYTES], mine[XCOLL_AUTH_NONCE_BYTES],
       theirs[XCOLL_AUTH_NONCE_BYTES];
   uint8_t answer[XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES];
-  if (io_all(fd, offer, sizeof offer, 0, deadline) != 0)
+  if (io_all(fd, first, sizeof first, 0, deadline) != 0)
     return io_error(peer, "waiting for its offer");
   char why[256];
-  int bad = xcoll_auth_parse_offer(offer, theirs, why, sizeof why);
-  /* Answer even a mismatched offer, so that the other side can say what is
-   * wrong; a foreign offer gets nothing. */
-  if (bad && memcmp(offer, OFFER_MAGIC, 4) != 0)
+  int bad = xcoll_auth_parse_offer(first, theirs, why, sizeof why);
+  /* Answer even a mismatched offer or a wrong hello tag, so that the other
+   * side can say what is wrong; a foreign offer gets nothing. */
+  if (bad && memcmp(first, OFFER_MAGIC, 4) != 0)
     return xcoll_error(NULL, XCOLL_ERR_PROTOCOL, "authentication with %s: %s",
                        peer, why);
+  if (!bad && !xcoll_auth_hello_tag_ok(context, theirs,
+                                       first + XCOLL_AUTH_OFFER_BYTES)) {
+    bad = 1;
+    snprintf(why, sizeof why,
+             "its hello tag does not match this job's secret (another "
+             "XCOLL_AUTH_TOKEN or XCOLL_AUTH_FILE, or not this job's process)");
+  }
   xcoll_auth_offer(answer, mine);
   xcoll_auth_prove("server", context, theirs, mine,
                    answer + XCOLL_AUTH_OFFER_BYTES);

@@ -9,7 +9,8 @@
  *
  * The exchange, between the side that connected (client) and the side that
  * accepted (server); each offer is XCOLL_AUTH_OFFER_BYTES:
- *   client -> server: offer = "XCA1" | flags (1: has a secret) | client nonce
+ *   client -> server: offer = "XCA1" | flags (1: has a secret) | client nonce,
+ *                     then the hello tag (xcoll_auth_hello_tag)
  *   server -> client: offer (server nonce) | server proof
  *   client -> server: client proof                         (only with a secret)
  * proof = HMAC-SHA256(key, role | 0 | context | 0 | client nonce | server
@@ -58,6 +59,27 @@ void xcoll_auth_warn_if_exposed(const char *master_addr);
 /* Building blocks for callers that run the exchange from their own event
  * loop (the tcp backend's startup). */
 
+/* The client's first message in xcoll_auth_client and xcoll_auth_server:
+ * its offer, then its hello tag. */
+#define XCOLL_AUTH_FIRST_BYTES (XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES)
+
+/* The hello tag: HMAC(secret, "hello" | context | client nonce | zeros), the
+ * proof of role "hello" with a zero server nonce. It lets a listener tell a
+ * process of the job from a stranger by the first message, before it
+ * answers anything (core/stranger.h): a listener that must shed
+ * connections keeps those with a valid tag. All zero without a secret (and
+ * then every tag is valid). It binds the client's nonce, not the server's,
+ * so a recorded first message can be replayed; the proofs that follow
+ * cannot. */
+void xcoll_auth_hello_tag(const char *context,
+                          const uint8_t client_nonce[XCOLL_AUTH_NONCE_BYTES],
+                          uint8_t tag[XCOLL_AUTH_PROOF_BYTES]);
+/* 1 when tag is the hello tag for context and client_nonce (or there is no
+ * secret), else 0. */
+int xcoll_auth_hello_tag_ok(const char *context,
+                            const uint8_t client_nonce[XCOLL_AUTH_NONCE_BYTES],
+                            const uint8_t tag[XCOLL_AUTH_PROOF_BYTES]);
+
 /* Fill offer with this process's flags and a fresh random nonce, kept in
  * nonce (XCOLL_AUTH_NONCE_BYTES). */
 void xcoll_auth_offer(uint8_t offer[XCOLL_AUTH_OFFER_BYTES],
@@ -85,7 +107,9 @@ int xcoll_auth_verify(const char *role, const char *context,
  * CLOCK_MONOTONIC time in seconds, see xcoll_auth_now). peer names the other
  * side in messages ("the store at 10.0.0.1:29500", "rank 3 (host:port)").
  * Errors (message set with xcoll_error(NULL, ...)): XCOLL_ERR_PROTOCOL (the
- * peer has another secret, none, or sent something that is not an offer),
+ * peer has another secret, none, or sent something that is not an offer;
+ * the server answers a wrong hello tag before it fails, so that a client
+ * with another secret learns it from the server's proof),
  * XCOLL_ERR_TIMEOUT (no answer by deadline), XCOLL_ERR_REMOTE (connection
  * closed or reset). On error the caller closes fd.
  * The socket net plugin calls these right after its connect and accept. */

@@ -130,6 +130,8 @@ void xcoll_comm_set_broken(xcoll_comm *comm, xcoll_status status,
                                      (int)status))
     snprintf(comm->broken_message, sizeof comm->broken_message, "%s", message);
   pthread_mutex_unlock(&comm->error_lock);
+  if (expected == XCOLL_SUCCESS) /* this call broke it */
+    xcoll_flight_on_broken(comm, status);
 }
 
 /* The options every communicator reads from XCOLL_* variables. socket_ifname
@@ -272,6 +274,7 @@ static xcoll_comm *comm_new(void) {
 
 static void comm_free(xcoll_comm *comm, int held) {
   xcoll_queue_destroy(comm);
+  xcoll_flight_close(comm);
   if ((held & HAVE_BACKEND) && comm->backend->comm_destroy != NULL)
     comm->backend->comm_destroy(comm, comm->backend_state);
   xcoll_store_close(comm->store);
@@ -290,6 +293,9 @@ static void comm_free(xcoll_comm *comm, int held) {
  * comm's identity, backend, options and master address are set. */
 static xcoll_status comm_connect(xcoll_comm *comm, int *held) {
   xcoll_status status = xcoll_queue_create(comm, xcoll_coll_run);
+  if (status != XCOLL_SUCCESS)
+    return status;
+  status = xcoll_flight_open(comm);
   if (status != XCOLL_SUCCESS)
     return status;
   status = xcoll_trace_open(comm->rank);
@@ -321,6 +327,7 @@ static xcoll_status comm_connect(xcoll_comm *comm, int *held) {
   if (status != XCOLL_SUCCESS)
     return xcoll_error_adopt(comm, status);
   *held |= HAVE_BACKEND;
+  xcoll_flight_ready(comm);
   return XCOLL_SUCCESS;
 }
 
@@ -893,6 +900,7 @@ xcoll_status xcoll_comm_destroy(xcoll_comm_t comm) {
     return status;
   xcoll_dispatch_quiesce(comm);
   xcoll_queue_destroy(comm);
+  xcoll_flight_close(comm); /* before the backend state a dump reads */
   comm->backend->comm_destroy(comm, comm->backend_state);
   /* A broken world may have lost ranks for good: do not wait for them. */
   /* A caller's store is not ours to stop: nothing to hold it up for. */

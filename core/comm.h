@@ -12,6 +12,7 @@
 #include "algorithm.h"
 #include "backend.h"
 #include "fingerprint.h"
+#include "flight.h"
 #include "log.h"
 #include "premul.h"
 #include "store.h"
@@ -96,6 +97,10 @@ typedef struct xcoll_comm {
   /* The pre-multiplied sums made on this communicator (core/premul.h):
    * slot k is xcoll_op XCOLL_NUM_OPS + k. Used on the caller's thread only. */
   xcoll_premul_op premul_ops[XCOLL_MAX_PREMUL_OPS];
+  /* The flight recorder (core/flight.h; NULL before init and after
+   * destroy), and where the host collective running now stands. */
+  struct xcoll_flight *flight;
+  xcoll_flight_now flight_now;
 } xcoll_comm;
 
 /* Record which algorithm and protocol (static strings) run the collective
@@ -125,6 +130,9 @@ static inline xcoll_status xcoll_p2p_isend(xcoll_comm *comm, int peer, uint64_t 
   XCOLL_TRACE_SUBSYS(XCOLL_SUBSYS_P2P, "comm %llu: rank %d sends %zu B to rank %d (seq %u step %u)",
               (unsigned long long)comm->comm_id, comm->rank, bytes, peer,
               (unsigned)(tag >> 32), (unsigned)(tag & 0xffffffu));
+  atomic_store_explicit(&comm->flight_now.step, (uint32_t)(tag & 0xffffffu),
+                        memory_order_relaxed);
+  atomic_store_explicit(&comm->flight_now.send_to, peer, memory_order_relaxed);
   return comm->backend->p2p->isend(comm->backend_state, peer, tag, buf, bytes,
                                    request);
 }
@@ -134,13 +142,20 @@ static inline xcoll_status xcoll_p2p_irecv(xcoll_comm *comm, int peer, uint64_t 
   XCOLL_TRACE_SUBSYS(XCOLL_SUBSYS_P2P, "comm %llu: rank %d receives %zu B from rank %d (seq %u step %u)",
               (unsigned long long)comm->comm_id, comm->rank, bytes, peer,
               (unsigned)(tag >> 32), (unsigned)(tag & 0xffffffu));
+  atomic_store_explicit(&comm->flight_now.step, (uint32_t)(tag & 0xffffffu),
+                        memory_order_relaxed);
+  atomic_store_explicit(&comm->flight_now.recv_from, peer, memory_order_relaxed);
   return comm->backend->p2p->irecv(comm->backend_state, peer, tag, buf, bytes,
                                    request);
 }
 static inline xcoll_status xcoll_p2p_wait(xcoll_comm *comm,
                                           xcoll_p2p_request **requests,
                                           int count) {
-  return comm->backend->p2p->wait(comm->backend_state, requests, count);
+  atomic_store_explicit(&comm->flight_now.waiting, 1, memory_order_relaxed);
+  xcoll_status status =
+      comm->backend->p2p->wait(comm->backend_state, requests, count);
+  atomic_store_explicit(&comm->flight_now.waiting, 0, memory_order_relaxed);
+  return status;
 }
 
 #endif

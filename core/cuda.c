@@ -45,6 +45,14 @@ static void *driver_symbol(void *handle, const char *name) {
       d.missing = name;                                                        \
   } while (0)
 
+/* Optional without a fallback the engine needs: NULL leaves the feature
+ * off (cuda.h says which) and does not count as missing. */
+#define LOAD_IF_PRESENT(field, name)                                           \
+  do {                                                                         \
+    void *symbol_ = driver_symbol(d.handle, name);                             \
+    memcpy(&d.field, &symbol_, sizeof symbol_);                                \
+  } while (0)
+
 /* Under load_lock. Fills a local table and publishes it whole. */
 static void driver_load(void) {
   if (xcoll_cu.handle != NULL)
@@ -84,6 +92,26 @@ static void driver_load(void) {
   LOAD_OPTIONAL(mem_host_get_device_pointer, "cuMemHostGetDevicePointer");
   LOAD_OPTIONAL(mem_alloc, "cuMemAlloc");
   LOAD_OPTIONAL(mem_free, "cuMemFree");
+  LOAD_IF_PRESENT(mem_host_register, "cuMemHostRegister");
+  LOAD_IF_PRESENT(mem_host_unregister, "cuMemHostUnregister");
+  LOAD_IF_PRESENT(device_get_attribute, "cuDeviceGetAttribute");
+  LOAD_IF_PRESENT(device_get_uuid, "cuDeviceGetUuid");
+  LOAD_IF_PRESENT(mem_get_allocation_granularity,
+                  "cuMemGetAllocationGranularity");
+  LOAD_IF_PRESENT(mem_create, "cuMemCreate");
+  LOAD_IF_PRESENT(mem_release, "cuMemRelease");
+  LOAD_IF_PRESENT(mem_address_reserve, "cuMemAddressReserve");
+  LOAD_IF_PRESENT(mem_address_free, "cuMemAddressFree");
+  LOAD_IF_PRESENT(mem_map, "cuMemMap");
+  LOAD_IF_PRESENT(mem_unmap, "cuMemUnmap");
+  LOAD_IF_PRESENT(mem_set_access, "cuMemSetAccess");
+  LOAD_IF_PRESENT(mem_export_to_shareable_handle,
+                  "cuMemExportToShareableHandle");
+  LOAD_IF_PRESENT(mem_import_from_shareable_handle,
+                  "cuMemImportFromShareableHandle");
+  LOAD_IF_PRESENT(ipc_get_mem_handle, "cuIpcGetMemHandle");
+  LOAD_IF_PRESENT(ipc_open_mem_handle, "cuIpcOpenMemHandle");
+  LOAD_IF_PRESENT(ipc_close_mem_handle, "cuIpcCloseMemHandle");
   xcoll_cu = d;
   return;
 missing:

@@ -32,6 +32,44 @@ typedef unsigned long long xcoll_cu_deviceptr;
 #define XCOLL_CU_MEMHOSTALLOC_PORTABLE 0x01
 #define XCOLL_CU_MEMHOSTALLOC_DEVICEMAP 0x02
 #define XCOLL_CU_EVENT_DISABLE_TIMING 0x02
+#define XCOLL_CU_MEMHOSTREGISTER_PORTABLE 0x01
+#define XCOLL_CU_MEMHOSTREGISTER_DEVICEMAP 0x02
+#define XCOLL_CU_DEVICE_ATTRIBUTE_VMM_SUPPORTED 102
+#define XCOLL_CU_DEVICE_ATTRIBUTE_POSIX_FD_SUPPORTED 103
+#define XCOLL_CU_MEM_HANDLE_TYPE_POSIX_FD 0x1
+#define XCOLL_CU_MEM_ALLOCATION_TYPE_PINNED 0x1
+#define XCOLL_CU_MEM_LOCATION_TYPE_DEVICE 0x1
+#define XCOLL_CU_MEM_ACCESS_READWRITE 0x3
+#define XCOLL_CU_MEM_ALLOC_GRANULARITY_MINIMUM 0x0
+#define XCOLL_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1
+
+/* cuda.h's CUmemLocation, CUmemAllocationProp, CUmemAccessDesc and
+ * CUipcMemHandle, field for field (the virtual memory management calls
+ * and CUDA IPC that the p2p transport of nccl_like shares device memory
+ * with). */
+typedef struct xcoll_cu_mem_location {
+  int type; /* XCOLL_CU_MEM_LOCATION_TYPE_DEVICE */
+  int id;   /* the device ordinal */
+} xcoll_cu_mem_location;
+typedef struct xcoll_cu_mem_prop {
+  int type;                   /* XCOLL_CU_MEM_ALLOCATION_TYPE_PINNED */
+  int requested_handle_types; /* XCOLL_CU_MEM_HANDLE_TYPE_POSIX_FD */
+  xcoll_cu_mem_location location;
+  void *win32_metadata; /* must be NULL */
+  struct {
+    unsigned char compression_type;
+    unsigned char gpu_direct_rdma_capable;
+    unsigned short usage;
+    unsigned char reserved[4];
+  } alloc_flags;
+} xcoll_cu_mem_prop;
+typedef struct xcoll_cu_mem_access {
+  xcoll_cu_mem_location location;
+  int flags; /* XCOLL_CU_MEM_ACCESS_READWRITE */
+} xcoll_cu_mem_access;
+typedef struct xcoll_cu_ipc_handle {
+  char reserved[64];
+} xcoll_cu_ipc_handle;
 
 typedef struct xcoll_cu_driver {
   void *handle; /* dlopen's; NULL until loaded */
@@ -77,6 +115,50 @@ typedef struct xcoll_cu_driver {
   xcoll_cu_result (*mem_alloc)(xcoll_cu_deviceptr *dptr, size_t bytes);
   xcoll_cu_result (*mem_free)(xcoll_cu_deviceptr dptr);
   const char *missing; /* the first optional entry point not found */
+  /* Optional, and not counted in missing: nccl_like's transports between
+   * ranks of one host (transport/shm.c). Each is NULL when the driver
+   * lacks it; a GPU rank then keeps such connections on net. Shared host
+   * memory mapped into the device (shm): */
+  xcoll_cu_result (*mem_host_register)(void *p, size_t bytes,
+                                       unsigned int flags);
+  xcoll_cu_result (*mem_host_unregister)(void *p);
+  /* Device memory shared between processes (p2p): the device's identity
+   * and abilities, */
+  xcoll_cu_result (*device_get_attribute)(int *value, int attribute,
+                                          int device);
+  xcoll_cu_result (*device_get_uuid)(unsigned char uuid[16], int device);
+  /* cuMem with POSIX file-descriptor handles, */
+  xcoll_cu_result (*mem_get_allocation_granularity)(
+      size_t *granularity, const xcoll_cu_mem_prop *prop, int option);
+  xcoll_cu_result (*mem_create)(unsigned long long *handle, size_t bytes,
+                                const xcoll_cu_mem_prop *prop,
+                                unsigned long long flags);
+  xcoll_cu_result (*mem_release)(unsigned long long handle);
+  xcoll_cu_result (*mem_address_reserve)(xcoll_cu_deviceptr *ptr,
+                                         size_t bytes, size_t alignment,
+                                         xcoll_cu_deviceptr addr,
+                                         unsigned long long flags);
+  xcoll_cu_result (*mem_address_free)(xcoll_cu_deviceptr ptr, size_t bytes);
+  xcoll_cu_result (*mem_map)(xcoll_cu_deviceptr ptr, size_t bytes,
+                             size_t offset, unsigned long long handle,
+                             unsigned long long flags);
+  xcoll_cu_result (*mem_unmap)(xcoll_cu_deviceptr ptr, size_t bytes);
+  xcoll_cu_result (*mem_set_access)(xcoll_cu_deviceptr ptr, size_t bytes,
+                                    const xcoll_cu_mem_access *desc,
+                                    size_t count);
+  xcoll_cu_result (*mem_export_to_shareable_handle)(void *shareable,
+                                                    unsigned long long handle,
+                                                    int type,
+                                                    unsigned long long flags);
+  xcoll_cu_result (*mem_import_from_shareable_handle)(
+      unsigned long long *handle, void *os_handle, int type);
+  /* and legacy CUDA IPC. */
+  xcoll_cu_result (*ipc_get_mem_handle)(xcoll_cu_ipc_handle *handle,
+                                        xcoll_cu_deviceptr dptr);
+  xcoll_cu_result (*ipc_open_mem_handle)(xcoll_cu_deviceptr *dptr,
+                                         xcoll_cu_ipc_handle handle,
+                                         unsigned int flags);
+  xcoll_cu_result (*ipc_close_mem_handle)(xcoll_cu_deviceptr dptr);
 } xcoll_cu_driver;
 
 /* The loaded driver: valid once xcoll_cuda_open has succeeded (it is never

@@ -14,6 +14,7 @@
 #include "dispatch.h"
 #include "dtype.h"
 #include "error.h"
+#include "fingerprint_exchange.h"
 #include "group.h"
 #include "log.h"
 #include "request.h"
@@ -139,8 +140,10 @@ static xcoll_status fail(xcoll_comm *comm, const xcoll_coll_args *args,
 
 xcoll_status xcoll_coll_run(xcoll_comm *comm, const xcoll_coll_args *args) {
   xcoll_status status = xcoll_comm_check(comm);
-  if (status != XCOLL_SUCCESS)
+  if (status != XCOLL_SUCCESS) {
+    xcoll_flight_end(comm, args->flight_id, status);
     return status;
+  }
 
   if (args->kind == XCOLL_COLL_GROUP) {
     /* Sends and receives run here; the group's collectives each go
@@ -150,7 +153,12 @@ xcoll_status xcoll_coll_run(xcoll_comm *comm, const xcoll_coll_args *args) {
     const int tracing = xcoll_trace_enabled();
     double start_us = tracing ? xcoll_time_us() : 0.0;
     comm->fingerprint = xcoll_fingerprint_of(args);
+    uint64_t flight_id =
+        xcoll_flight_start(comm, args->flight_id, args, "group", "p2p");
+    xcoll_flight_running(comm, flight_id);
     status = xcoll_group_run(comm, args);
+    xcoll_flight_end(comm, flight_id, status);
+    xcoll_flight_running(comm, 0);
     if (tracing)
       trace_collective(comm, args, "group", start_us, status);
     if (status != XCOLL_SUCCESS)
@@ -168,8 +176,10 @@ xcoll_status xcoll_coll_run(xcoll_comm *comm, const xcoll_coll_args *args) {
   } else {
     status = xcoll_algorithm_select(comm, args, &algorithm,
                                     explaining ? why : NULL, sizeof why);
-    if (status != XCOLL_SUCCESS)
+    if (status != XCOLL_SUCCESS) {
+      xcoll_flight_end(comm, args->flight_id, status);
       return xcoll_error_adopt(comm, status);
+    }
     algorithm_name = algorithm->name;
   }
   explain(comm, args, algorithm_name, why);
@@ -181,10 +191,21 @@ xcoll_status xcoll_coll_run(xcoll_comm *comm, const xcoll_coll_args *args) {
   const int tracing = xcoll_trace_enabled();
   double start_us = tracing ? xcoll_time_us() : 0.0;
   comm->fingerprint = xcoll_fingerprint_of(args);
+  uint64_t flight_id = xcoll_flight_start(
+      comm, args->flight_id, args, algorithm_name, algorithm == NULL ? "none" : "p2p");
+  xcoll_flight_running(comm, flight_id);
   if (algorithm == NULL)
     run_local(comm, args);
-  else
-    status = algorithm->run(comm, args);
+  else {
+    /* A rooted collective's data flow depends on the root: the ranks first
+     * check that they agree on the call (core/fingerprint_exchange.h). */
+    if (xcoll_coll_has_root(args->kind))
+      status = xcoll_fingerprint_exchange(comm, args);
+    if (status == XCOLL_SUCCESS)
+      status = algorithm->run(comm, args);
+  }
+  xcoll_flight_end(comm, flight_id, status);
+  xcoll_flight_running(comm, 0);
   if (tracing)
     trace_collective(comm, args, algorithm_name, start_us, status);
   if (status != XCOLL_SUCCESS)
@@ -206,6 +227,7 @@ static void finish_backend_request(struct xcoll_request *request) {
   xcoll_status status =
       comm->backend->coll->wait(comm->backend_state, request->op);
   request->op = NULL;
+  xcoll_flight_end(comm, request->args.flight_id, status);
   if (xcoll_trace_enabled())
     trace_collective(comm, &request->args, comm->backend->name,
                      request->start_us, status);
@@ -227,6 +249,7 @@ static int test_backend_request(struct xcoll_request *request) {
         comm->backend->coll->test(comm->backend_state, request->op, &done);
     if (done || status != XCOLL_SUCCESS) {
       request->op = NULL;
+      xcoll_flight_end(comm, request->args.flight_id, status);
       if (xcoll_trace_enabled())
         trace_collective(comm, &request->args, comm->backend->name,
                          request->start_us, status);
@@ -276,6 +299,12 @@ static xcoll_status dispatch_backend(xcoll_comm *comm,
   xcoll_comm_note_algorithm(comm, comm->backend->name, "backend");
   xcoll_status status =
       coll->start(comm, comm->backend_state, &request->args, &request->op);
+  if (status == XCOLL_SUCCESS) {
+    const char *algorithm = atomic_load(&comm->last_algorithm);
+    xcoll_flight_start(comm, request->args.flight_id, &request->args,
+                       algorithm != NULL ? algorithm : comm->backend->name,
+                       atomic_load(&comm->last_protocol));
+  }
   if (status != XCOLL_SUCCESS) {
     xcoll_request_release(request);
     return fail(comm, args, comm->backend->name, status);
@@ -350,8 +379,23 @@ static xcoll_status finish_staging(struct xcoll_request *request,
   return status;
 }
 
+static xcoll_status dispatch(xcoll_comm *comm, const xcoll_coll_args *args,
+                             xcoll_request_t *request);
+
+/* Record the call in the flight recorder (core/flight.h), then send it on
+ * its way; a call that fails before it runs is marked failed there. */
 xcoll_status xcoll_dispatch(xcoll_comm *comm, const xcoll_coll_args *args,
                             xcoll_request_t *request) {
+  xcoll_coll_args recorded = *args;
+  recorded.flight_id = xcoll_flight_record(comm, args);
+  xcoll_status status = dispatch(comm, &recorded, request);
+  if (status != XCOLL_SUCCESS)
+    xcoll_flight_end(comm, recorded.flight_id, status);
+  return status;
+}
+
+static xcoll_status dispatch(xcoll_comm *comm, const xcoll_coll_args *args,
+                             xcoll_request_t *request) {
   const xcoll_backend_coll_ops *coll = comm->backend->coll;
   const char *name = xcoll_coll_name(args->kind);
   if (comm->cuda != NULL && comm->backend->device_engine) {

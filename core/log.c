@@ -1,8 +1,12 @@
 /* log.c - XCOLL_DEBUG logging, modelled on NCCL_DEBUG: a level and a set of
  * subsystems (XCOLL_DEBUG_SUBSYS) read once from the environment, lines
  * prefixed "host:pid:rank xcoll LEVEL", written to stderr or to
- * XCOLL_DEBUG_FILE (%h and %p expanded), never to stdout. */
+ * XCOLL_DEBUG_FILE (%h and %p expanded), never to stdout. A thread that
+ * must never block on its log (xcoll_log_never_block) drops a line rather
+ * than wait for a full pipe or for another thread's write. */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -10,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -24,6 +30,18 @@ static char log_host[64] = "?";
 static _Atomic int log_rank = -1;
 static int log_print_version;
 static unsigned log_subsys_mask = XCOLL_SUBSYS_ALL;
+
+/* Threads that must never block on the log (xcoll_log_never_block), and
+ * the lines such threads dropped since one was last written. */
+static _Thread_local int log_never_block;
+static atomic_ulong log_dropped;
+/* The log's descriptor reopened with O_NONBLOCK when it is a pipe or a FIFO
+ * (the open file description of fd 2 is shared with other processes, so
+ * its flags stay as they are), for the file it was opened for (device and
+ * inode). Under log_lock. */
+static int nonblocking_fd = -1;
+static dev_t nonblocking_dev;
+static ino_t nonblocking_ino;
 
 /* A failure found while parsing, reported by xcoll_log_init(): the once
  * routine itself must not call xcoll_error(), which logs and would re-enter
@@ -200,6 +218,48 @@ void xcoll_log_set_rank(int rank) {
   atomic_store(&log_rank, rank);
 }
 
+void xcoll_log_never_block(void) { log_never_block = 1; }
+
+/* Write line (len bytes, at most PIPE_BUF: one atomic write to a pipe) to
+ * fd without blocking. Returns 0, or -1 when the log cannot take it now.
+ * Called with log_lock held. */
+static int write_nonblocking(int fd, const char *line, size_t len) {
+  struct stat st;
+  if (fstat(fd, &st) != 0)
+    return -1;
+  ssize_t n;
+  if (S_ISSOCK(st.st_mode)) {
+    n = send(fd, line, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+  } else if (S_ISFIFO(st.st_mode)) {
+    if (nonblocking_fd < 0 || nonblocking_dev != st.st_dev ||
+        nonblocking_ino != st.st_ino) {
+      if (nonblocking_fd >= 0)
+        close(nonblocking_fd);
+      char path[64];
+      snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+      nonblocking_fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+      nonblocking_dev = st.st_dev;
+      nonblocking_ino = st.st_ino;
+    }
+    if (nonblocking_fd >= 0) {
+      n = write(nonblocking_fd, line, len);
+    } else { /* no /proc: write only while the pipe has room */
+      struct pollfd p = {.fd = fd, .events = POLLOUT};
+      if (poll(&p, 1, 0) != 1 || !(p.revents & POLLOUT))
+        return -1;
+      n = write(fd, line, len);
+    }
+  } else if (S_ISREG(st.st_mode)) {
+    n = write(fd, line, len);
+  } else { /* a terminal or another device */
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    if (poll(&p, 1, 0) != 1 || !(p.revents & POLLOUT))
+      return -1;
+    n = write(fd, line, len);
+  }
+  return n == (ssize_t)len ? 0 : -1;
+}
+
 void xcoll_log(xcoll_log_level level, const char *fmt, ...) {
   if (level == XCOLL_LOG_NONE || xcoll_log_level_get() < level)
     return;
@@ -225,6 +285,32 @@ void xcoll_log(xcoll_log_level level, const char *fmt, ...) {
   size_t len = strlen(line);
   line[len] = '\n';
   line[len + 1] = '\0';
+
+  if (log_never_block) {
+    /* Another thread's write may wait for a full pipe: do not wait for it. */
+    if (pthread_mutex_trylock(&log_lock) != 0) {
+      atomic_fetch_add(&log_dropped, 1);
+      return;
+    }
+    FILE *out = log_file != NULL ? log_file : stderr;
+    unsigned long dropped = atomic_exchange(&log_dropped, 0);
+    if (dropped > 0) { /* say so in this line, which ends at len */
+      int more = snprintf(line + len, sizeof line - len,
+                          " (%lu earlier log line(s) were dropped: the log "
+                          "could not take them)\n",
+                          dropped);
+      len = more > 0 && (size_t)more < sizeof line - len ? len + (size_t)more
+                                                          : strlen(line);
+      if (line[len - 1] != '\n') /* cut: end it anyway */
+        line[len - 1] = '\n';
+    } else {
+      len++;
+    }
+    if (write_nonblocking(fileno(out), line, len) != 0)
+      atomic_fetch_add(&log_dropped, 1 + dropped);
+    pthread_mutex_unlock(&log_lock);
+    return;
+  }
 
   pthread_mutex_lock(&log_lock);
   FILE *out = log_file != NULL ? log_file : stderr;

@@ -71,6 +71,13 @@ int xcoll_log_init(char *why, size_t why_bytes);
 /* Set the rank shown in the line prefix (-1 before it is known). */
 void xcoll_log_set_rank(int rank);
 
+/* From now on, log lines of the calling thread never block it: a line that
+ * the log cannot take at once (a full pipe, or another thread in the middle
+ * of a write) is dropped and counted, and the next line written from such a
+ * thread says how many were dropped. For background threads that serve
+ * others (the rendezvous store), whose stall would stall the job. */
+void xcoll_log_never_block(void);
+
 void xcoll_log(xcoll_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

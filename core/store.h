@@ -14,10 +14,18 @@
  * XCOLL_STORE_MAX_VALUE bytes (protocol limits); the server holds at most
  * XCOLL_STORE_MAX_BYTES (environment, default 256 MiB) of keys, values and
  * requests being read, and refuses a request over it with a message naming
- * the variable. accept() rests 100 ms after EMFILE/ENFILE instead of
- * spinning.
+ * the variable.
  * Every connection starts with the job secret's challenge-response (auth.h);
- * a client that fails it is dropped with a WARN naming its address.
+ * a client that fails it is dropped, naming its address. Strangers
+ * (core/stranger.h): a connection that has not authenticated
+ * XCOLL_STRANGER_DEADLINE_S after its accept is closed; those without a
+ * valid first message are bounded (256, 128 per peer address) and shed
+ * oldest first, never one with a valid first message; EMFILE sheds one
+ * too, and with none to shed accept() rests 100 ms instead of spinning.
+ * Such drops are a WARN at most once a second with a count, and the
+ * server's thread never blocks on its log. xcoll_store_connect tries again
+ * (up to 8 times) when the store closes its connection during the
+ * exchange.
  *
  * Errors are recorded with xcoll_error(NULL, ...) (thread-local). One client
  * is used by one thread at a time. */

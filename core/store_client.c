@@ -36,6 +36,9 @@
 
 /* A reply to CANCEL may follow the late reply it cancels: allow this long. */
 #define STORE_CANCEL_GRACE_S 10.0
+/* Tries of a connection that the store closed during authentication before
+ * the connection is given up (as the socket net plugin's). */
+#define STORE_SILENT_CLOSE_RETRIES 8
 
 static double now_s(void) { return xcoll_socket_now(); }
 
@@ -436,7 +439,10 @@ xcoll_status xcoll_store_connect(const char *host, int port, double timeout_s,
     return auth_status;
   double start = now_s(), deadline = start + timeout_s;
   double backoff_s = 0.01;
-  int last_errno = 0, fd = -1;
+  int last_errno = 0, fd = -1, silent_closes = 0;
+  char who[300];
+  snprintf(who, sizeof who, "the rendezvous store at %s:%d", host, port);
+reconnect:
   while (fd < 0) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
                              .ai_socktype = SOCK_STREAM,
@@ -473,12 +479,18 @@ xcoll_status xcoll_store_connect(const char *host, int port, double timeout_s,
 
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  char who[300];
-  snprintf(who, sizeof who, "the rendezvous store at %s:%d", host, port);
   xcoll_status handshake =
       xcoll_auth_client(fd, STORE_AUTH_CONTEXT, who, deadline);
   if (handshake != XCOLL_SUCCESS) {
     close(fd);
+    fd = -1;
+    /* A store under a flood of strangers may have closed this connection
+     * before its first message arrived (core/stranger.h): the store answers
+     * every xcoll offer it judges, so a close without an answer is worth
+     * another try, not the end. */
+    if (handshake == XCOLL_ERR_REMOTE &&
+        ++silent_closes <= STORE_SILENT_CLOSE_RETRIES && now_s() < deadline)
+      goto reconnect;
     return handshake;
   }
   xcoll_auth_warn_if_exposed(host);

@@ -11,7 +11,17 @@
  * ranks already there); a joined rank whose connection drops without LEAVE
  * fails every parked and later get and wait with a message naming it. A
  * CANCEL drops the connection's parked request and is answered CANCELLED, so
- * that the stream stays in step. */
+ * that the stream stays in step.
+ *
+ * Strangers (docs/security.md, "Strangers cannot starve a listener";
+ * core/stranger.h): a connection is read at accept, and its first message
+ * (offer and hello tag, auth.h) vouches for it; one that has not
+ * authenticated within XCOLL_STRANGER_DEADLINE_S of its accept is closed;
+ * unvouched ones are bounded per listener and per peer address, and past a
+ * bound the oldest is read one last time and closed, never a vouched one.
+ * Drops of unauthenticated connections are a WARN at most once a second
+ * with a count, and the thread's log never blocks it
+ * (xcoll_log_never_block). */
 #define XCOLL_LOG_SUBSYS XCOLL_SUBSYS_BOOTSTRAP /* log.h */
 #include "store.h"
 
@@ -42,13 +52,26 @@
 #include "socket.h"
 #include "store_codec.h"
 #include "store_join.h"
+#include "stranger.h"
 
 /* XCOLL_STORE_MAX_BYTES (default 256M in core/params.c) bounds the keys and
  * values held plus requests being read. Bootstrap needs kilobytes per rank;
  * the default leaves room for thousands of ranks and user keys while a
  * runaway or hostile client cannot take the host's memory. */
-/* How long accept() rests after EMFILE/ENFILE before it tries again. */
+/* How long accept() rests after EMFILE/ENFILE, with no unauthenticated
+ * connection left to close, before it tries again. */
 #define STORE_ACCEPT_BACKOFF_S 0.1
+/* Connections that have not sent a valid first message (offer and hello
+ * tag) held at once, and how many of them may come from one peer address.
+ * A rank's first message is there when the store accepts its connection
+ * (it is sent as the connect completes), so a rank is vouched for at once
+ * and these bound only strangers: a flood costs rank 0 at most this many
+ * descriptors. As the tcp mesh's (backends/tcp/tcp_connect.c). */
+#define STORE_MAX_PENDING 256
+#define STORE_MAX_PENDING_PER_ADDRESS 128
+/* Connections accepted in one poll round, so that a flood of connects
+ * cannot keep the thread from serving the ranks already connected. */
+#define STORE_ACCEPTS_PER_ROUND 64
 /* When the job has failed (a rank vanished) and rank 0 stops its server,
  * the server stays this long, or until every joined rank has gone, so that
  * ranks whose requests are still on their way hear why instead of seeing
@@ -57,7 +80,7 @@
 
 /* Where a server-side connection is in the authentication exchange. */
 enum store_auth_stage {
-  AUTH_WAIT_OFFER = 0, /* reading the client's offer */
+  AUTH_WAIT_OFFER = 0, /* reading the client's offer and hello tag */
   AUTH_WAIT_PROOF,     /* answered; reading the client's proof */
   AUTH_DONE            /* requests may follow */
 };
@@ -195,12 +218,17 @@ static void table_free(store_table *t) {
 /* ------------------------------------------------------------------ */
 
 typedef struct store_client {
+  struct xcoll_store_server *server;
   int fd;
   char peer[64]; /* "addr:port", for log lines */
   /* authentication (auth.h) before any request is read */
   int auth_stage; /* store_auth_stage */
-  uint8_t auth_buf[XCOLL_AUTH_OFFER_BYTES];
+  uint8_t auth_buf[XCOLL_AUTH_FIRST_BYTES];
   size_t auth_have;
+  double since;       /* seconds (monotonic) of its accept */
+  double vouched_at;  /* and of its valid first message */
+  int vouched;        /* its first message carried a valid hello tag */
+  uint8_t origin[16]; /* its peer address (IPv4 in the first 4 bytes) */
   uint8_t client_nonce[XCOLL_AUTH_NONCE_BYTES];
   uint8_t server_nonce[XCOLL_AUTH_NONCE_BYTES];
   /* the message being read: header first, then key and value */
@@ -245,6 +273,7 @@ struct xcoll_store_server {
   size_t max_bytes;     /* XCOLL_STORE_MAX_BYTES */
   size_t reading_bytes; /* payload buffers of requests being read */
   double accept_resume; /* accept() rests until then after EMFILE */
+  xcoll_drop_tally drops; /* unauthenticated connections closed */
   store_job job;        /* fixed by the first JOIN (store_join.h) */
   char failure[512];    /* why the job failed (a rank vanished), or "" */
   double linger_until;  /* stop asked after a failure: serve until then */
@@ -262,11 +291,31 @@ static void client_free(xcoll_store_server *s, store_client *c) {
   free(c);
 }
 
+/* Close c at the end of this poll round, with a WARN naming it. A
+ * connection that has not authenticated is a stranger's, as far as the
+ * store knows: such drops are a WARN at most once a second with a count of
+ * the others (every one an INFO line), so that strangers do not decide how
+ * much rank 0 logs. */
 static void client_drop(store_client *c, const char *why) {
-  if (!c->dead)
+  if (c->dead)
+    return;
+  c->dead = 1;
+  xcoll_store_server *s = c->server;
+  unsigned long also = 0;
+  if (c->auth_stage == AUTH_DONE)
     XCOLL_WARN("rendezvous store: closing the connection from %s: %s", c->peer,
                why);
-  c->dead = 1;
+  else if (!xcoll_drop_tally_note(&s->drops, now_s(), &also))
+    XCOLL_INFO("rendezvous store: closing the connection from %s: %s", c->peer,
+               why);
+  else if (also > 0)
+    XCOLL_WARN("rendezvous store: closing the connection from %s: %s (and "
+               "closed %lu other unauthenticated connection(s) in the last "
+               "second)",
+               c->peer, why, also);
+  else
+    XCOLL_WARN("rendezvous store: closing the connection from %s: %s", c->peer,
+               why);
 }
 
 /* Write what is queued without blocking; the rest goes when poll says
@@ -568,26 +617,45 @@ static void server_handle(xcoll_store_server *s, store_client *c, uint16_t kind,
   free(payload);
 }
 
-/* A whole offer or proof is in c->auth_buf: answer or verify it. A client
- * that fails is dropped with a WARN naming its address; the server goes on. */
+/* How long a rank's handshake took, for XCOLL_STRANGER_DEADLINE_S's
+ * margin (core/stranger.h). */
+static void client_note_authenticated(const store_client *c) {
+  XCOLL_TRACE("rendezvous store: %s authenticated: first message %.3f ms, "
+              "proof %.3f ms after its accept",
+              c->peer, (c->vouched_at - c->since) * 1e3,
+              (now_s() - c->since) * 1e3);
+}
+
+/* A whole first message (offer and hello tag) or proof is in c->auth_buf:
+ * answer or verify it. A client that fails is dropped, naming its address;
+ * the server goes on. */
 static void client_auth_step(store_client *c) {
   char why[256];
   if (c->auth_stage == AUTH_WAIT_OFFER) {
     int bad = xcoll_auth_parse_offer(c->auth_buf, c->client_nonce, why,
                                      sizeof why) != 0;
     /* A foreign offer gets nothing; a mismatched one (secret against none)
-     * gets our offer first, so that the client can say what is wrong. */
+     * or a wrong hello tag gets our offer and proof first, so that a rank
+     * with another secret, or none, can say what is wrong. */
     if (bad && memcmp(c->auth_buf, "XCA1", 4) != 0) {
       client_drop(c, why);
       return;
     }
+    if (!bad &&
+        !xcoll_auth_hello_tag_ok(STORE_AUTH_CONTEXT, c->client_nonce,
+                                 c->auth_buf + XCOLL_AUTH_OFFER_BYTES)) {
+      bad = 1;
+      snprintf(why, sizeof why,
+               "its hello tag is wrong: it does not know this job's secret "
+               "(XCOLL_AUTH_TOKEN / XCOLL_AUTH_FILE)");
+    }
+    c->vouched = !bad;
+    c->vouched_at = now_s();
     unsigned char answer[XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES];
     xcoll_auth_offer(answer, c->server_nonce);
     xcoll_auth_prove("server", STORE_AUTH_CONTEXT, c->client_nonce,
                      c->server_nonce, answer + XCOLL_AUTH_OFFER_BYTES);
     /* queued raw: the reply path adds store headers, this is not a reply */
-    c->auth_stage = xcoll_auth_enabled() ? AUTH_WAIT_PROOF : AUTH_DONE;
-    c->auth_have = 0;
     if (c->out_capacity < sizeof answer) {
       unsigned char *out = realloc(c->out, 256);
       if (!out) {
@@ -601,8 +669,14 @@ static void client_auth_step(store_client *c) {
     c->out_bytes = sizeof answer;
     c->out_sent = 0;
     client_flush(c);
-    if (bad)
+    if (bad) {
       client_drop(c, why);
+      return;
+    }
+    c->auth_stage = xcoll_auth_enabled() ? AUTH_WAIT_PROOF : AUTH_DONE;
+    c->auth_have = 0;
+    if (c->auth_stage == AUTH_DONE)
+      client_note_authenticated(c);
     return;
   }
   if (!xcoll_auth_verify("client", STORE_AUTH_CONTEXT, c->client_nonce,
@@ -612,12 +686,13 @@ static void client_auth_step(store_client *c) {
     return;
   }
   c->auth_stage = AUTH_DONE;
+  client_note_authenticated(c);
 }
 
 /* Read the authentication exchange's bytes. 1 when requests may follow. */
 static int client_read_auth(store_client *c) {
   while (!c->dead && c->auth_stage != AUTH_DONE) {
-    size_t need = c->auth_stage == AUTH_WAIT_OFFER ? XCOLL_AUTH_OFFER_BYTES
+    size_t need = c->auth_stage == AUTH_WAIT_OFFER ? XCOLL_AUTH_FIRST_BYTES
                                                    : XCOLL_AUTH_PROOF_BYTES;
     ssize_t n = recv(c->fd, c->auth_buf + c->auth_have, need - c->auth_have, 0);
     if (n < 0 && errno == EINTR)
@@ -738,8 +813,107 @@ static void client_read(xcoll_store_server *s, store_client *c) {
   }
 }
 
-static void server_accept(xcoll_store_server *s) {
+/* The peer address of an accepted connection as 16 bytes (IPv4, also an
+ * IPv4-mapped IPv6 address, in the first 4), for the per-address bound. */
+static void origin_of(const struct sockaddr_storage *from, uint8_t out[16]) {
+  memset(out, 0, 16);
+  if (from->ss_family == AF_INET6) {
+    const uint8_t *a = ((const struct sockaddr_in6 *)from)->sin6_addr.s6_addr;
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0,
+                                       0, 0, 0, 0, 0xff, 0xff};
+    if (memcmp(a, mapped, sizeof mapped) == 0)
+      memcpy(out, a + 12, 4);
+    else
+      memcpy(out, a, 16);
+  } else if (from->ss_family == AF_INET) {
+    memcpy(out, &((const struct sockaddr_in *)from)->sin_addr, 4);
+  }
+}
+
+/* A live connection whose first message has not vouched for it. */
+static int is_stranger(const store_client *c) {
+  return !c->dead && !c->vouched && c->auth_stage == AUTH_WAIT_OFFER;
+}
+
+/* Close c's descriptor now rather than at the end of the poll round (it is
+ * dead already): a flood must not hold descriptors until then. */
+static void client_close_now(store_client *c) {
+  if (c->fd >= 0)
+    close(c->fd);
+  c->fd = -1;
+  c->dead = 1;
+}
+
+/* Strangers in the table (from origin only, when not NULL). */
+static size_t count_strangers(const xcoll_store_server *s,
+                              const uint8_t *origin) {
+  size_t n = 0;
+  for (size_t i = 0; i < s->client_count; i++) {
+    const store_client *c = s->clients[i];
+    if (is_stranger(c) &&
+        (!origin || memcmp(c->origin, origin, sizeof c->origin) == 0))
+      n++;
+  }
+  return n;
+}
+
+/* Close the oldest stranger (from origin only, when not NULL) after one
+ * last read of what it sent: a rank whose first message has just arrived
+ * is vouched for by that read and kept. Returns 1 when one was closed. */
+static int shed_oldest_stranger(xcoll_store_server *s, const uint8_t *origin,
+                                const char *why) {
   for (;;) {
+    store_client *oldest = NULL;
+    for (size_t i = 0; i < s->client_count; i++) {
+      store_client *c = s->clients[i];
+      if (!is_stranger(c) ||
+          (origin && memcmp(c->origin, origin, sizeof c->origin) != 0))
+        continue;
+      if (!oldest || c->since < oldest->since)
+        oldest = c;
+    }
+    if (!oldest)
+      return 0;
+    client_read(s, oldest);
+    if (!oldest->dead && oldest->vouched)
+      continue; /* a rank after all: keep it */
+    client_drop(oldest, why);
+    client_close_now(oldest);
+    return 1;
+  }
+}
+
+/* Close every connection that has not authenticated within
+ * XCOLL_STRANGER_DEADLINE_S of its accept (after one last read). Returns
+ * the seconds until the next such deadline, or -1 when none is pending. */
+static double shed_late_connections(xcoll_store_server *s) {
+  double now = now_s(), next = -1;
+  for (size_t i = 0; i < s->client_count; i++) {
+    store_client *c = s->clients[i];
+    if (c->dead || c->auth_stage == AUTH_DONE)
+      continue;
+    double left = c->since + XCOLL_STRANGER_DEADLINE_S - now;
+    if (left <= 0) {
+      client_read(s, c);
+      if (c->dead || c->auth_stage == AUTH_DONE)
+        continue;
+      char why[96];
+      snprintf(why, sizeof why, "it did not authenticate within %.1f s",
+               XCOLL_STRANGER_DEADLINE_S);
+      client_drop(c, why);
+      client_close_now(c);
+    } else if (next < 0 || left < next) {
+      next = left;
+    }
+  }
+  return next;
+}
+
+/* Accept what the listener has (at most STORE_ACCEPTS_PER_ROUND), and read
+ * each new connection at once: a rank's first message is usually there
+ * already, and then it is vouched for before anything is shed. */
+static void server_accept(xcoll_store_server *s) {
+  for (int accepted = 0; accepted < STORE_ACCEPTS_PER_ROUND; accepted++) {
     struct sockaddr_storage sa;
     socklen_t len = sizeof sa;
     int fd = accept4(s->listen_fd, (struct sockaddr *)&sa, &len,
@@ -747,13 +921,22 @@ static void server_accept(xcoll_store_server *s) {
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED)
         continue;
-      if (errno == EMFILE || errno == ENFILE) {
-        /* Out of descriptors: the pending connection stays in the backlog
-         * and poll() would report it again at once. Rest instead of
-         * spinning; closing connections frees descriptors meanwhile. */
-        if (s->accept_resume == 0)
-          XCOLL_WARN("rendezvous store: accept on port %d: %s; pausing "
-                     "accepts for %.0f ms at a time (raise ulimit -n?)",
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+          errno == ENOMEM) {
+        /* Out of descriptors: close a stranger and try again. With none to
+         * close, the pending connection stays in the backlog and poll()
+         * would report it again at once: rest instead of spinning. */
+        char why[128];
+        snprintf(why, sizeof why,
+                 "accept: %s; closing the oldest unauthenticated connection",
+                 strerror(errno));
+        if (shed_oldest_stranger(s, NULL, why))
+          continue;
+        unsigned long also = 0;
+        if (xcoll_drop_tally_note(&s->drops, now_s(), &also))
+          XCOLL_WARN("rendezvous store: accept on port %d: %s, and no "
+                     "unauthenticated connection to close; pausing accepts "
+                     "for %.0f ms at a time (raise ulimit -n?)",
                      s->port, strerror(errno), STORE_ACCEPT_BACKOFF_S * 1e3);
         s->accept_resume = now_s() + STORE_ACCEPT_BACKOFF_S;
         return;
@@ -764,6 +947,15 @@ static void server_accept(xcoll_store_server *s) {
                    strerror(errno));
       return;
     }
+    s->accept_resume = 0;
+    uint8_t origin[16];
+    origin_of(&sa, origin);
+    if (count_strangers(s, origin) >= STORE_MAX_PENDING_PER_ADDRESS)
+      shed_oldest_stranger(s, origin,
+                           "too many unauthenticated connections from its "
+                           "address");
+    if (count_strangers(s, NULL) >= STORE_MAX_PENDING)
+      shed_oldest_stranger(s, NULL, "too many unauthenticated connections");
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (s->client_count == s->client_capacity) {
@@ -781,18 +973,24 @@ static void server_accept(xcoll_store_server *s) {
       close(fd);
       continue;
     }
+    c->server = s;
     c->fd = fd;
     c->joined_rank = -1;
+    c->since = now_s();
+    memcpy(c->origin, origin, sizeof c->origin);
     char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?";
     getnameinfo((struct sockaddr *)&sa, len, host, sizeof host, serv,
                 sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV);
     snprintf(c->peer, sizeof c->peer, "%s:%s", host, serv);
     s->clients[s->client_count++] = c;
+    client_read(s, c);
   }
 }
 
 static void *server_main(void *arg) {
   xcoll_store_server *s = arg;
+  /* Every rank waits on this thread: a full stderr pipe must not stop it. */
+  xcoll_log_never_block();
   for (;;) {
     if (s->linger_until > 0) {
       int joined = 0;
@@ -816,16 +1014,22 @@ static void *server_main(void *arg) {
     }
     s->pollfds[0] = (struct pollfd){.fd = s->wake_fd, .events = POLLIN};
     int timeout_ms = -1;
+    double next_deadline = shed_late_connections(s);
+    if (next_deadline >= 0)
+      timeout_ms = (int)(next_deadline * 1000.0) + 1;
     int resting = s->accept_resume > 0 && now_s() < s->accept_resume;
-    if (resting)
-      timeout_ms = (int)((s->accept_resume - now_s()) * 1000.0) + 1;
+    if (resting) {
+      int rest_ms = (int)((s->accept_resume - now_s()) * 1000.0) + 1;
+      if (timeout_ms < 0 || rest_ms < timeout_ms)
+        timeout_ms = rest_ms;
+    }
     /* fd -1: poll skips the listener while accept() rests */
     s->pollfds[1] = (struct pollfd){.fd = resting ? -1 : s->listen_fd,
                                     .events = POLLIN};
     for (size_t i = 0; i < s->client_count; i++) {
       store_client *c = s->clients[i];
       s->pollfds[i + 2] = (struct pollfd){
-          .fd = c->fd,
+          .fd = c->dead ? -1 : c->fd,
           .events =
               (short)(POLLIN | (c->out_bytes > c->out_sent ? POLLOUT : 0))};
     }
@@ -875,6 +1079,11 @@ static void *server_main(void *arg) {
     }
     s->client_count = kept;
   }
+  unsigned long unlogged = xcoll_drop_tally_flush(&s->drops);
+  if (unlogged > 0)
+    XCOLL_WARN("rendezvous store: closed %lu more unauthenticated "
+               "connection(s) before it stopped",
+               unlogged);
   return NULL;
 }
 

@@ -352,6 +352,25 @@ XCOLL_API xcoll_status xcoll_comm_transport(xcoll_comm_t comm,
                                             const char **send,
                                             const char **recv);
 
+/* Write comm's flight recorder to path as one JSON object (format and
+ * fields: docs/flight-recorder.md; "version" says which): who this rank is,
+ * why the communicator broke if it did, and its last XCOLL_FLIGHT_RECORDER
+ * calls (default 1024), oldest first, each with its sequence number,
+ * collective, count (elements, as the call took it), dtype, op, root or
+ * peer, algorithm, protocol, state (queued, started, completed, failed),
+ * status and monotonic timestamps in microseconds; the host collective
+ * running now also says which step it is at and which peers it waits on.
+ * path NULL: XCOLL_FLIGHT_RECORDER_DIR/xcoll_fr.c<comm_id>.r<rank>.json.
+ * The file is written under a temporary name and renamed, so a reader never
+ * sees half of it. Not collective; callable from any thread, also while a
+ * collective is blocked and on a broken communicator. tools/xcoll-fr reads
+ * the dumps of all ranks and names the rank that holds the job up. Errors:
+ * XCOLL_ERR_INVALID_USAGE (NULL or destroyed comm), XCOLL_ERR_INVALID_ARGUMENT
+ * (path NULL and XCOLL_FLIGHT_RECORDER_DIR unset), XCOLL_ERR_SYSTEM (the
+ * file cannot be written: path and errno in the message),
+ * XCOLL_ERR_NO_MEMORY. */
+XCOLL_API xcoll_status xcoll_comm_dump(xcoll_comm_t comm, const char *path);
+
 /* ---- reduction operators made at run time ---- */
 
 /* A pre-multiplied sum (NCCL's ncclRedOpCreatePreMulSum, which PyTorch's
@@ -585,6 +604,12 @@ XCOLL_API xcoll_status xcoll_ibarrier(xcoll_comm_t comm,
  * Errors: those common to every collective (above), and for alltoallv a
  * NULL counts or displacements array, or a peer's block that does not fit
  * in size_t/PTRDIFF_MAX bytes. A non-blocking form (below) exists for each.
+ * Backends: tcp, ucx and nccl_like, over their point-to-point messages (on
+ * nccl_like, its mesh of links to every rank, driven by the host). On a
+ * communicator bound to a CUDA device (nccl_like's GPU ranks, and tcp and
+ * ucx) device buffers are staged through pinned host memory: nccl_like's
+ * ring kernels do not run these calls, so a mixed ring runs them on the
+ * host too.
  */
 
 /* Every rank sends count elements to every rank (itself included): block p

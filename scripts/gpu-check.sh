@@ -33,9 +33,16 @@
 #      whose results must be bit-identical to a host-only ring's:
 #      tests/nccl_like/nl_mixed.sh; that is the bit-identity check; and a
 #      desync in a mixed ring of 3, LL and SIMPLE, caught on every rank);
+#      The transports: GPU ranks sharing device 0 over P2P at 2 and 4
+#      ranks, over SHM with XCOLL_P2P_DISABLE=1, a mixed ring's GPU rank
+#      over SHM (nl_mixed.sh checks the INFO lines' transports);
 #   3. compute-sanitizer --tool memcheck and --tool racecheck on a 2-rank
 #      nccl_like GPU allreduce (xcoll-perf on device buffers with --check,
-#      8 B to 256 KiB: LL, SIMPLE, gather and ring); racecheck looks for
+#      8 B to 256 KiB: LL, SIMPLE, gather and ring), which connects over
+#      P2P (the peer's device memory, cuMem-mapped); memcheck also over SHM
+#      (XCOLL_P2P_DISABLE=1: both kernels in host segments registered with
+#      cuMemHostRegister) and on a mixed pair (GPU rank 0, host rank 1);
+#      racecheck looks for
 #      shared-memory hazards inside each kernel, memcheck for bad device
 #      accesses and CUDA API errors; --error-exitcode 1 fails the step;
 #      then memcheck on the tcp staging path (tests/staging --quick);
@@ -47,7 +54,9 @@
 #      GPU (float32 1 MiB-256 MiB; bfloat16; the slot in mapped pinned
 #      memory as on a GPU rank): goal reduce-copy / memcpy >= 0.70;
 #   6. xcoll-perf allreduce busbw, device buffers: nccl_like GPU ranks at 2
-#      and 4 ranks sharing device 0; a mixed ring (rank 0 on the GPU, 3 host
+#      and 4 ranks sharing device 0 (P2P; under MPS, and the 2-rank P2P
+#      sweep once before MPS starts, and once with XCOLL_P2P_DISABLE=1,
+#      SHM); a mixed ring (rank 0 on the GPU, 3 host
 #      ranks) against the host-only ring of 4; tcp GPU ranks (staging) at 4
 #      against tcp host ranks. docs/benchmarks.md says what each figure is.
 # Output: BUILD_DIR/gpu-check/ holds each step's full log; the summary is
@@ -114,6 +123,16 @@ for tool in memcheck racecheck; do
     compute-sanitizer --tool "$tool" --error-exitcode 1 \
     tools/xcoll-perf -b 8 -e 256K -f 8 -n 1 -w 1 -c 1
 done
+step sanitizer-memcheck-nccl_like-shm env XCOLL_BACKEND=nccl_like \
+  XCOLL_DEVICE=cuda:0 XCOLL_P2P_DISABLE=1 XCOLL_TIMEOUT_S=900 \
+  timeout -k 10 1200 tools/xcollrun --nproc-per-node 2 --master-port 0 \
+  compute-sanitizer --tool memcheck --error-exitcode 1 \
+  tools/xcoll-perf -b 8 -e 256K -f 8 -n 1 -w 1 -c 1
+step sanitizer-memcheck-nccl_like-mixed env XCOLL_BACKEND=nccl_like \
+  XCOLL_TIMEOUT_S=900 timeout -k 10 1200 \
+  tools/xcollrun --nproc-per-node 2 --master-port 0 \
+  compute-sanitizer --tool memcheck --error-exitcode 1 \
+  tools/xcoll-perf -b 8 -e 256K -f 8 -n 1 -w 1 -c 1 --gpu-ranks 0
 step sanitizer-memcheck-tcp env XCOLL_BACKEND=tcp XCOLL_DEVICE=cuda:0 \
   XCOLL_TIMEOUT_S=120 tools/xcollrun --nproc-per-node 2 --master-port 0 \
   compute-sanitizer --tool memcheck --error-exitcode 1 tests/staging --quick
@@ -163,6 +182,11 @@ perf() {
     END {printf "      %-22s %10s B  busbw %s (oop) %s (ip) GB/s  %s  check %s\n",
                 name, size, oop, ip, alg, check}' >> "$summary"
 }
+# P2P without MPS (time-sliced contexts), and SHM between the same two GPU
+# ranks, before MPS starts.
+perf nccl_like.gpu.np2.nomps 2 XCOLL_BACKEND=nccl_like XCOLL_DEVICE=cuda:0 --
+perf nccl_like.gpu.np2.shm.nomps 2 XCOLL_BACKEND=nccl_like \
+  XCOLL_DEVICE=cuda:0 XCOLL_P2P_DISABLE=1 --
 mps=0
 if [ "${GPU_CHECK_MPS:-1}" != 0 ] && command -v nvidia-cuda-mps-control > /dev/null; then
   export CUDA_MPS_PIPE_DIRECTORY=$logs/mps-pipe CUDA_MPS_LOG_DIRECTORY=$logs/mps-log
@@ -171,6 +195,8 @@ if [ "${GPU_CHECK_MPS:-1}" != 0 ] && command -v nvidia-cuda-mps-control > /dev/n
 fi
 echo "      step 6 under MPS: $([ $mps = 1 ] && echo yes || echo no)" >> "$summary"
 perf nccl_like.gpu.np2 2 XCOLL_BACKEND=nccl_like XCOLL_DEVICE=cuda:0 --
+perf nccl_like.gpu.np2.shm 2 XCOLL_BACKEND=nccl_like XCOLL_DEVICE=cuda:0 \
+  XCOLL_P2P_DISABLE=1 --
 perf nccl_like.gpu.np4 4 XCOLL_BACKEND=nccl_like XCOLL_DEVICE=cuda:0 --
 perf nccl_like.mixed1+3 4 XCOLL_BACKEND=nccl_like -- --gpu-ranks 0
 perf nccl_like.host.np4 4 XCOLL_BACKEND=nccl_like XCOLL_DEVICE=host --

@@ -250,8 +250,13 @@ include(${CMAKE_CURRENT_SOURCE_DIR}/launcher.cmake OPTIONAL)
 
 # The calls that move data without reducing it (alltoall, alltoallv,
 # gather, scatter, send/recv in groups), tests/conformance/exchange.c, on
-# every backend at 1, 2, 3, 4, 5 and 8 ranks; Bruck's alltoall forced at 3
-# ranks, where the size rule would not pick it.
+# every backend at 1, 2, 3, 4, 5 and 8 ranks (nccl_like: host ranks, over
+# the mesh, backends/nccl_like/p2p.c); Bruck's alltoall forced at 3 ranks,
+# where the size rule would not pick it; nccl_like at 3 ranks with its
+# ring over the net plugin rather than shm (XCOLL_SHM_DISABLE=1), and with
+# the example plugin, whose memory nccl_like registers (it sends from
+# unregistered memory only over socket and ucx): there p2p.c copies through
+# registered slots.
 add_executable(exchange ${CMAKE_CURRENT_SOURCE_DIR}/conformance/exchange.c)
 target_link_libraries(exchange PRIVATE xcoll_static)
 function(xcoll_add_exchange name backend nproc timeout extra_env)
@@ -262,6 +267,9 @@ if(TARGET xcollrun)
   set(xcoll_exchange_backends tcp)
   if(XCOLL_HAVE_UCX)
     list(APPEND xcoll_exchange_backends ucx)
+  endif()
+  if(XCOLL_HAVE_NCCL_LIKE)
+    list(APPEND xcoll_exchange_backends nccl_like)
   endif()
   foreach(backend ${xcoll_exchange_backends})
     foreach(np 1 2 3 4 5 8)
@@ -274,4 +282,17 @@ if(TARGET xcollrun)
   endforeach()
   xcoll_add_exchange(tcp.np3.bruck tcp 3 240 "XCOLL_ALGO=alltoall:bruck"
                      --only alltoall)
+  if(XCOLL_HAVE_NCCL_LIKE)
+    set(quick "")
+    if(XCOLL_SANITIZE)
+      set(quick --quick)
+    endif()
+    xcoll_add_exchange(nccl_like.np3.noshm nccl_like 3 240
+                       "XCOLL_SHM_DISABLE=1" ${quick})
+    if(TARGET xcoll-net-example)
+      xcoll_add_exchange(nccl_like.np3.net_example nccl_like 3 240
+                         "XCOLL_NET_PLUGIN=$<TARGET_FILE:xcoll-net-example>"
+                         --quick)
+    endif()
+  endif()
 endif()

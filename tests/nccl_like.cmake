@@ -344,8 +344,12 @@ if(XCOLL_HAVE_CUDA AND TARGET staging)
   endif()
   # Every collective on device buffers, every rank a GPU rank: the staging
   # program (tests/conformance/staging.c) on nccl_like.
+  # GPU ranks on devices of their own connect over shm; .p2p: on one
+  # device (XCOLL_DEVICE=cuda:0), over p2p.
   foreach(cfg "np2;2;" "np3.ll.small;3;XCOLL_PROTO=ll;${NL_SMALL}"
-              "np3.simple.4ch;3;XCOLL_PROTO=simple;XCOLL_NCHANNELS=4;${NL_SMALL}")
+              "np3.simple.4ch;3;XCOLL_PROTO=simple;XCOLL_NCHANNELS=4;${NL_SMALL}"
+              "np2.p2p;2;XCOLL_DEVICE=cuda:0"
+              "np3.p2p.simple.4ch;3;XCOLL_DEVICE=cuda:0;XCOLL_PROTO=simple;XCOLL_NCHANNELS=4;${NL_SMALL}")
     list(GET cfg 0 name)
     list(GET cfg 1 np)
     list(SUBLIST cfg 2 -1 extra)
@@ -362,8 +366,29 @@ if(XCOLL_HAVE_CUDA AND TARGET staging)
   # a host-only world of 4 ranks on a 2-core machine would otherwise run
   # Rabenseifner's allreduce (tcp's bits, not the ring's); the pairwise one
   # it runs instead gives the ring's bits.
-  foreach(cfg "np2;0;" "np3;1;" "np4;0,2;XCOLL_NCHANNELS=4"
-              "np4.ll.small;3;XCOLL_PROTO=ll;${NL_SMALL}")
+  # Each GPU rank on a device of its own (FAKE_CUDA_DEVICES=8): a GPU rank
+  # and a host rank, or two GPU ranks on different GPUs, connect over shm
+  # (the GPU rank maps the segments into its device); .net: with
+  # XCOLL_SHM_DISABLE=1 they stay on net. The .p2p entries share one GPU
+  # (NL_MIXED_DEVICES=1): neighbouring GPU ranks connect over p2p (the
+  # receiver's slots in device memory, cuMem over a POSIX fd; .ipc: CUDA
+  # IPC, the stand-in without cuMem), the others over shm;
+  # XCOLL_P2P_DISABLE=1 puts the GPU pairs on shm, and with
+  # XCOLL_SHM_DISABLE=1 too on net. NL_MIXED_TRANSPORTS: the transports
+  # the INFO lines must name (tests/nccl_like/nl_mixed.sh). An all-GPU
+  # ring fixes XCOLL_NCHANNELS=2, a GPU rank's default, so that the
+  # host-only ring it is compared with cuts the same chunks.
+  foreach(cfg "np2;0;NL_MIXED_TRANSPORTS=SHM" "np3;1;NL_MIXED_TRANSPORTS=SHM"
+              "np4;0,2;XCOLL_NCHANNELS=4;NL_MIXED_TRANSPORTS=SHM"
+              "np4.ll.small;3;XCOLL_PROTO=ll;${NL_SMALL};NL_MIXED_TRANSPORTS=SHM"
+              "np2.net;0;XCOLL_SHM_DISABLE=1;NL_MIXED_TRANSPORTS=NET"
+              "np4.gpu_pair;1,2;NL_MIXED_TRANSPORTS=SHM"
+              "np2.p2p;all;NL_MIXED_DEVICES=1;NL_MIXED_TRANSPORTS=P2P"
+              "np4.p2p;0,1;NL_MIXED_DEVICES=1;XCOLL_NCHANNELS=2;NL_MIXED_TRANSPORTS=P2P SHM"
+              "np3.p2p.ll.small;all;NL_MIXED_DEVICES=1;XCOLL_NCHANNELS=2;XCOLL_PROTO=ll;${NL_SMALL};NL_MIXED_TRANSPORTS=P2P"
+              "np3.p2p.ipc;all;NL_MIXED_DEVICES=1;XCOLL_NCHANNELS=2;FAKE_CUDA_NO_VMM=1;NL_MIXED_TRANSPORTS=P2P"
+              "np2.p2p_disabled;all;NL_MIXED_DEVICES=1;XCOLL_P2P_DISABLE=1;NL_MIXED_TRANSPORTS=SHM"
+              "np2.p2p_shm_disabled;all;NL_MIXED_DEVICES=1;XCOLL_P2P_DISABLE=1;XCOLL_SHM_DISABLE=1;NL_MIXED_TRANSPORTS=NET")
     nl_mixed_test(nccl_like.mixed_ring "${cfg}"
       "${_fake_env};XCOLL_RABENSEIFNER=0")
   endforeach()

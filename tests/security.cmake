@@ -4,9 +4,10 @@
 # killed during startup, a WORLD_SIZE mismatch, a duplicated RANK, orphans
 # of a killed xcollrun, where the store binds (MASTER_ADDR, XCOLL_STORE_BIND),
 # and strangers holding or flooding connections on the startup listeners
-# (crowd.*, flood.*). Each is a real multi-process job driven by
-# tests/security/attack.py. The unit-level checks are unit.auth (the
-# challenge-response) and unit.tcp_hello (crafted HELLO fields). Included by
+# and the rendezvous store (crowd.*, flood.*). Each is a real multi-process
+# job driven by tests/security/attack.py. The unit-level checks are
+# unit.auth (the challenge-response), unit.tcp_hello (crafted HELLO fields)
+# and unit.store_strangers (the store's listener). Included by
 # tests/CMakeLists.txt.
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND AND TARGET xcollrun AND TARGET xcoll-perf)
@@ -15,9 +16,11 @@ if(Python3_Interpreter_FOUND AND TARGET xcollrun AND TARGET xcoll-perf)
   add_library(xcoll_hold_listen MODULE security/hold_listen.c)
   target_link_libraries(xcoll_hold_listen PRIVATE ${CMAKE_DL_LIBS})
   set(attacks stranger scan dying worldsize duprank orphans bind)
-  foreach(kind unix tcpnet mesh)
+  foreach(kind unix tcpnet mesh store)
     list(APPEND attacks "crowd ${kind} 40" "crowd ${kind} 1000" "flood ${kind}")
   endforeach()
+  # More idle connections than rank 0 has descriptors (ulimit -n 1024).
+  list(APPEND attacks "crowd store 1100")
   foreach(attack IN LISTS attacks)
     string(REPLACE " " ";" args "${attack}")
     string(REPLACE " " "." name "${attack}")
@@ -32,4 +35,10 @@ if(Python3_Interpreter_FOUND AND TARGET xcollrun AND TARGET xcoll-perf)
     set_tests_properties(security.${name} PROPERTIES TIMEOUT 300
       LABELS security PROCESSORS 2)
   endforeach()
+endif()
+
+# The rendezvous store's listener against strangers (deadline, bounds, a
+# stderr that blocks): a unit test, in the security label too.
+if(TEST unit.store_strangers)
+  set_tests_properties(unit.store_strangers PROPERTIES LABELS "unit;security")
 endif()

@@ -721,7 +721,7 @@ typedef struct perf_run {
   int device_buffer_ranks; /* ranks with on_device, over the communicator */
   /* Ranks whose connection to the next rank is shm / net (nccl_like's
    * transports, xcoll_comm_transport), over the communicator. */
-  int shm_send_ranks, net_send_ranks;
+  int p2p_send_ranks, shm_send_ranks, net_send_ranks;
   size_t elem_bytes;
   /* What the calls get: max_bytes each, host memory 64-byte aligned, or
    * device memory (cuMemAlloc, 256-byte aligned) when on_device. */
@@ -1178,10 +1178,11 @@ static void print_header(const perf_run *run) {
          average_names[o->average], o->average,
          forced && forced[0] ? forced : "unset: by size",
          proto && proto[0] ? proto : "unset");
-  if (run->shm_send_ranks + run->net_send_ranks > 0)
-    printf("# transports (each rank's connection to the next): SHM on %d "
-           "rank(s), NET on %d (XCOLL_SHM_DISABLE, XCOLL_NET)\n",
-           run->shm_send_ranks, run->net_send_ranks);
+  if (run->p2p_send_ranks + run->shm_send_ranks + run->net_send_ranks > 0)
+    printf("# transports (each rank's connection to the next): P2P on %d "
+           "rank(s), SHM on %d, NET on %d (XCOLL_P2P_DISABLE, "
+           "XCOLL_SHM_DISABLE, XCOLL_NET)\n",
+           run->p2p_send_ranks, run->shm_send_ranks, run->net_send_ranks);
   else
     printf("# transports: %s\n", xcoll_comm_backend(run->comm));
   printf("# GPU ranks (bound to a CUDA device): %d of %d; buffers: CUDA device "
@@ -1488,11 +1489,12 @@ int main(int argc, char **argv) {
   {
     const char *send = "none", *recv = "none";
     (void)xcoll_comm_transport(run.comm, &send, &recv);
-    int32_t flags[5] = {is_gpu_rank, run.on_device,
+    int32_t flags[6] = {is_gpu_rank, run.on_device,
                         run.on_device && !is_gpu_rank,
-                        strcmp(send, "SHM") == 0, strcmp(send, "NET") == 0};
-    int32_t totals[5] = {0, 0, 0, 0, 0};
-    if ((st = small_collective(&run, 0, flags, totals, 5, XCOLL_INT32,
+                        strcmp(send, "SHM") == 0, strcmp(send, "NET") == 0,
+                        strcmp(send, "P2P") == 0};
+    int32_t totals[6] = {0, 0, 0, 0, 0, 0};
+    if ((st = small_collective(&run, 0, flags, totals, 6, XCOLL_INT32,
                                XCOLL_SUM)) != XCOLL_SUCCESS) {
       failure.status = st;
       failure.what = "counting GPU ranks";
@@ -1503,6 +1505,7 @@ int main(int argc, char **argv) {
     run.device_buffer_ranks = totals[1];
     run.shm_send_ranks = totals[3];
     run.net_send_ranks = totals[4];
+    run.p2p_send_ranks = totals[5];
     if (totals[2] > 0) {
       exit_code = 2;
       goto done;

@@ -70,6 +70,11 @@ typedef struct options {
   const char *tee;        /* --tee: the same forms */
   const char *ranks_filter; /* --local-ranks-filter: "0,2" */
   unsigned char *shown;   /* per local rank: output on the console */
+  /* With a log dir: each attempt's ranks dump their flight recorders
+   * (docs/flight-recorder.md) to DIR/attempt_<k>/flight_recorder, unless
+   * XCOLL_FLIGHT_RECORDER_DIR was set (then there). */
+  const char *user_flight_dir;
+  double dump_wait_s; /* XCOLLRUN_DUMP_WAIT_S: how long to wait for dumps */
 } options;
 
 /* Bits of --redirects / --tee (torchrun's Std): 1 stdout, 2 stderr. */
@@ -144,7 +149,11 @@ static void usage(FILE *to) {
       "                       run '$XCOLLRUN_PYTHON program args...'\n"
       "  --log-dir DIR        write the ranks' output that --redirects or --tee\n"
       "                       select to DIR/attempt_<k>/<local_rank>/\n"
-      "                       {stdout,stderr}.log (k: the restart)\n"
+      "                       {stdout,stderr}.log (k: the restart); with it,\n"
+      "                       when a rank fails or xcollrun is stopped, the\n"
+      "                       ranks' flight recorder dumps are collected in\n"
+      "                       DIR/attempt_<k>/flight_recorder and xcoll-fr's\n"
+      "                       summary is printed\n"
       "  --redirects SPEC     send ranks' streams to the log files instead of\n"
       "                       the console: 0 none, 1 stdout, 2 stderr, 3 both;\n"
       "                       or per local rank, e.g. '0:3,1:2' (others 0)\n"
@@ -158,7 +167,8 @@ static void usage(FILE *to) {
       "  --version            print the version and exit\n"
       "\n"
       "environment: XCOLLRUN_GRACE_S (default 5) seconds between SIGTERM and\n"
-      "SIGKILL when the group is stopped. XCOLLRUN_PYTHON (default python3):\n"
+      "SIGKILL when the group is stopped. XCOLLRUN_DUMP_WAIT_S (default 2)\n"
+      "seconds to wait for the ranks' flight recorder dumps (--log-dir). XCOLLRUN_PYTHON (default python3):\n"
       "the interpreter for -m and .py programs.\n"
       "XCOLL_AUTH_TOKEN / XCOLL_AUTH_FILE: the job's secret; when neither is\n"
       "set, a single-node job gets a random one (multi-node jobs must set the\n"
@@ -471,6 +481,18 @@ static void parse_options(int argc, char **argv, options *o) {
   if (o->master_port == 0 && o->nnodes > 1)
     usage_error("--master-port 0 (pick a free port) only works with one node: "
                 "the other nodes could not know the port");
+  o->dump_wait_s = 2.0;
+  const char *dump_wait = getenv("XCOLLRUN_DUMP_WAIT_S");
+  if (dump_wait && *dump_wait) {
+    char *end = NULL;
+    errno = 0;
+    o->dump_wait_s = strtod(dump_wait, &end);
+    if (*end || errno || !(o->dump_wait_s >= 0) || !isfinite(o->dump_wait_s))
+      usage_error("XCOLLRUN_DUMP_WAIT_S='%s' is not a number of seconds >= 0",
+                  dump_wait);
+  }
+  const char *flight_dir = getenv("XCOLL_FLIGHT_RECORDER_DIR");
+  o->user_flight_dir = flight_dir && *flight_dir ? flight_dir : NULL;
   const char *grace = getenv("XCOLLRUN_GRACE_S");
   if (grace && *grace) {
     char *end = NULL;
@@ -645,12 +667,40 @@ static int open_rank_log(const options *o, int attempt, int local_rank,
   return fd;
 }
 
+/* Where attempt's ranks write their flight recorder dumps. */
+static void flight_dir(const options *o, int attempt, char *out, size_t bytes) {
+  if (o->user_flight_dir)
+    snprintf(out, bytes, "%s", o->user_flight_dir);
+  else
+    snprintf(out, bytes, "%s/attempt_%d/flight_recorder", o->log_dir, attempt);
+}
+
+/* mkdir -p; 0 or -1 with a message. */
+static int make_dirs(const char *dir) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s", dir);
+  for (char *p = path + 1;; p++) {
+    if (*p != '/' && *p != '\0')
+      continue;
+    char c = *p;
+    *p = '\0';
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+      message("xcollrun: cannot create %s: %s", path, strerror(errno));
+      return -1;
+    }
+    *p = c;
+    if (c == '\0')
+      return 0;
+  }
+}
+
 /* The keeper of one rank: the process xcollrun forks, leader of the
  * rank's process group and a child subreaper. It runs the rank as its
  * child and waits. When the rank exits, it kills what the rank left in its
  * group (a wrapper's children) and exits the same way; when xcollrun dies,
- * even by SIGKILL, the kernel sends it SIGUSR1 (PR_SET_PDEATHSIG) and it
- * kills the whole group. PR_SET_PDEATHSIG alone reaches only the direct
+ * even by SIGKILL, the kernel sends it SIGUSR2 (PR_SET_PDEATHSIG) and it
+ * kills the whole group. SIGUSR1 from xcollrun goes on to the rank alone
+ * (a flight recorder dump). PR_SET_PDEATHSIG alone reaches only the direct
  * child: a rank started through `bash -c prog` would leave prog running.
  * The signals xcollrun forwards to the group (SIGTERM, SIGINT, SIGHUP)
  * stay blocked here: the rank decides what they do. Returns in the rank's
@@ -659,11 +709,12 @@ static void keep_rank(pid_t launcher) {
   sigset_t wanted;
   sigemptyset(&wanted);
   sigaddset(&wanted, SIGUSR1);
+  sigaddset(&wanted, SIGUSR2);
   sigaddset(&wanted, SIGCHLD);
   sigprocmask(SIG_BLOCK, &wanted, NULL);
   /* If xcollrun died before this line, the signal was never armed:
    * getppid() then names another process. */
-  if (prctl(PR_SET_PDEATHSIG, SIGUSR1) != 0 || getppid() != launcher)
+  if (prctl(PR_SET_PDEATHSIG, SIGUSR2) != 0 || getppid() != launcher)
     _exit(127);
   setpgid(0, 0);
   (void)prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -697,9 +748,15 @@ static void keep_rank(pid_t launcher) {
     siginfo_t info;
     if (sigwaitinfo(&wanted, &info) < 0)
       continue;
-    if (info.si_signo == SIGUSR1) {
+    if (info.si_signo == SIGUSR2) {
       kill(0, SIGKILL); /* the whole group, this process with it */
       _exit(137);
+    }
+    if (info.si_signo == SIGUSR1) {
+      /* xcollrun asks for the rank's flight recorder dump: the rank
+       * only, not what it started (SIGUSR1 would end a wrapper shell). */
+      kill(rank, SIGUSR1);
+      continue;
     }
     int status;
     pid_t done;
@@ -742,6 +799,19 @@ exec_rank(const options *o, int port, int attempt, const rank_process *r,
   /* SIGPIPE was ignored in xcollrun; the program gets the defaults back */
   signal(SIGPIPE, SIG_DFL);
   signal(SIGUSR1, SIG_DFL);
+  signal(SIGUSR2, SIG_DFL);
+  if (o->log_dir) {
+    /* Dumps on a failure and on xcollrun's SIGUSR1 (docs/flight-recorder.md).
+     * Until xcoll installs its handler, SIGUSR1 is ignored, so that an early
+     * request cannot kill the rank (xcoll takes over an ignored SIGUSR1). */
+    char dir[PATH_MAX];
+    flight_dir(o, attempt, dir, sizeof dir);
+    setenv("XCOLL_FLIGHT_RECORDER_DIR", dir, 1);
+    setenv("XCOLL_FLIGHT_RECORDER_SIGNAL", "1", 0);
+    const char *with_signal = getenv("XCOLL_FLIGHT_RECORDER_SIGNAL");
+    if (with_signal && strcmp(with_signal, "1") == 0)
+      signal(SIGUSR1, SIG_IGN);
+  }
   sigprocmask(SIG_SETMASK, original_mask, NULL);
 
   int world_size = o->nnodes * o->nproc_per_node;
@@ -799,6 +869,127 @@ static int exit_code_of(int status) {
 
 enum group_result { GROUP_OK, GROUP_FAILED, GROUP_INTERRUPTED };
 
+/* ---- flight recorder dumps (docs/flight-recorder.md) ---- */
+
+/* Whether dir holds a dump of rank (xcoll_fr.c<id>.r<rank>.json) written
+ * at or after since (CLOCK_REALTIME seconds); rank -1: any dump. */
+static int has_dump(const char *dir, int rank, double since) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return 0;
+  char suffix[32];
+  snprintf(suffix, sizeof suffix, ".r%d.json", rank);
+  int found = 0;
+  struct dirent *e;
+  while (!found && (e = readdir(d)) != NULL) {
+    if (strncmp(e->d_name, "xcoll_fr.", 9) != 0 ||
+        !ends_with(e->d_name, rank < 0 ? ".json" : suffix) ||
+        strstr(e->d_name, ".tmp.") != NULL)
+      continue;
+    char path[PATH_MAX];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (stat(path, &st) == 0 &&
+        st.st_mtim.tv_sec + st.st_mtim.tv_nsec * 1e-9 >= since)
+      found = 1;
+  }
+  closedir(d);
+  return found;
+}
+
+/* Whether a rank's keeper has exited (not reaped: the loop reaps it). */
+static int has_exited(pid_t pid) {
+  siginfo_t info;
+  memset(&info, 0, sizeof info);
+  return waitid(P_PID, (id_t)pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+         info.si_pid == pid;
+}
+
+/* Before the group is stopped: ask every running rank for its flight
+ * recorder dump (SIGUSR1 through its keeper, which the ranks were told to
+ * handle) and wait until each has written one, has exited, or
+ * XCOLLRUN_DUMP_WAIT_S has passed (a stopped rank never answers). The
+ * ranks' output is read meanwhile. */
+static void collect_dumps(const options *o, int attempt, rank_process *ranks,
+                          int count, struct pollfd *fds) {
+  const char *with_signal = getenv("XCOLL_FLIGHT_RECORDER_SIGNAL");
+  if (!o->log_dir || (with_signal && strcmp(with_signal, "1") != 0))
+    return;
+  char dir[PATH_MAX];
+  flight_dir(o, attempt, dir, sizeof dir);
+  struct timespec wall;
+  clock_gettime(CLOCK_REALTIME, &wall);
+  /* file times can be a tick coarser than the clock */
+  double since = (double)wall.tv_sec + wall.tv_nsec * 1e-9 - 0.05;
+  int asked = 0;
+  for (int k = 0; k < count; k++)
+    if (ranks[k].running && !has_exited(ranks[k].pid)) {
+      kill(ranks[k].pid, SIGUSR1); /* the keeper passes it to the rank */
+      asked++;
+    }
+  if (!asked)
+    return;
+  message("xcollrun: asking %d rank(s) for their flight recorder dumps in %s",
+          asked, dir);
+  double deadline = now_s() + o->dump_wait_s;
+  for (;;) {
+    int waiting = 0;
+    for (int k = 0; k < count; k++)
+      if (ranks[k].running && !has_exited(ranks[k].pid) &&
+          !has_dump(dir, ranks[k].rank, since))
+        waiting++;
+    double left = deadline - now_s();
+    if (!waiting || left <= 0)
+      break;
+    int nfds = 0;
+    for (int k = 0; k < count; k++)
+      for (int st = 0; st < 2; st++)
+        if (ranks[k].streams[st].fd >= 0)
+          fds[nfds++] =
+              (struct pollfd){.fd = ranks[k].streams[st].fd, .events = POLLIN};
+    int wait_ms = (int)ceil(left * 1000.0);
+    (void)poll(fds, (nfds_t)nfds, wait_ms < 50 ? wait_ms : 50);
+    for (int k = 0; k < count; k++)
+      for (int st = 0; st < 2; st++)
+        if (ranks[k].streams[st].fd >= 0)
+          read_stream(&ranks[k], &ranks[k].streams[st]);
+  }
+}
+
+/* After a failed or stopped attempt: xcoll-fr's summary of the dumps, on
+ * stderr. xcoll-fr is looked for next to xcollrun, then on PATH. */
+static void summarize_dumps(const options *o, int attempt) {
+  if (!o->log_dir)
+    return;
+  char dir[PATH_MAX];
+  flight_dir(o, attempt, dir, sizeof dir);
+  if (!has_dump(dir, -1, 0))
+    return;
+  char tool[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", tool, sizeof tool - 16);
+  const char *program = "xcoll-fr";
+  if (n > 0) {
+    tool[n] = '\0';
+    char *slash = strrchr(tool, '/');
+    if (slash) {
+      strcpy(slash + 1, "xcoll-fr");
+      if (access(tool, X_OK) == 0)
+        program = tool;
+    }
+  }
+  message("xcollrun: flight recorder dumps are in %s; xcoll-fr says:", dir);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(STDERR_FILENO, STDOUT_FILENO);
+    execlp(program, program, dir, (char *)NULL);
+    fprintf(stderr, "xcollrun: cannot run xcoll-fr: %s\n", strerror(errno));
+    _exit(127);
+  }
+  if (pid > 0)
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+}
+
 /* Runs one attempt of the local group until every rank has exited.
  * *exit_code is what xcollrun should exit with if this is the end. */
 static enum group_result run_group(const options *o, int port, int attempt,
@@ -823,6 +1014,12 @@ static enum group_result run_group(const options *o, int port, int attempt,
   int shown_count = 0;
   for (int k = 0; k < count; k++)
     shown_count += o->shown[k];
+  if (o->log_dir) {
+    char dir[PATH_MAX];
+    flight_dir(o, attempt, dir, sizeof dir);
+    if (make_dirs(dir) != 0)
+      stopping = 1;
+  }
   for (int k = 0; k < count && !stopping; k++) {
     rank_process *r = &ranks[k];
     r->local_rank = k;
@@ -939,6 +1136,8 @@ static enum group_result run_group(const options *o, int port, int attempt,
       char name[32];
       message("xcollrun: got %s: passing it to every rank",
               signal_name(sig, name, sizeof name));
+      if (!stopping)
+        collect_dumps(o, attempt, ranks, count, fds);
       signal_group(ranks, count, sig);
       if (result != GROUP_FAILED) {
         result = GROUP_INTERRUPTED;
@@ -980,6 +1179,8 @@ static enum group_result run_group(const options *o, int port, int attempt,
       result = GROUP_FAILED;
       *exit_code = exit_code_of(status);
       if (live > 0)
+        collect_dumps(o, attempt, ranks, count, fds);
+      if (live > 0)
         message("xcollrun: stopping the other %d rank(s) (SIGTERM, then "
                 "SIGKILL after %.3g s)",
                 live, o->grace_s);
@@ -1019,6 +1220,8 @@ static enum group_result run_group(const options *o, int port, int attempt,
   free(fds);
   if (result == GROUP_OK)
     *exit_code = 0;
+  else
+    summarize_dumps(o, attempt);
   return result;
 }
 

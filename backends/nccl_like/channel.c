@@ -2,9 +2,9 @@
  * connection FIFOs (slots + head/tail + sizes) in host memory, one to the
  * next rank of the ring and one from the previous, and the net plugin comms
  * that carry them. The fingerprint connection (desync.c) is set up the
- * same way, as one more link of the ring, and so are the Bruck
- * allreduce's links to the ranks 1, 2, 4, ... away (bruck.c), when every
- * rank agreed on it at init. Setup follows NCCL's
+ * same way, as one more link of the ring, and so is the mesh: on a comm
+ * of host ranks, a link to every other rank (bruck.c, pairwise.c,
+ * rabenseifner.c, p2p.c). Setup follows NCCL's
  * transport/net.cc: the receiver listens and publishes its handle
  * (bootstrap allgather), the sender connects to it, the receiver accepts;
  * connect and accept are non-blocking and retried. */
@@ -125,9 +125,8 @@ static xcoll_status alloc_fifos(nl_state *st) {
 }
 
 /* The links to connect: one per channel, then the fingerprint connection
- * (desync.c), then with st->bruck or st->pairwise the mesh links
- * 0..mesh_links-1 (bruck.c, pairwise.c). Link i's handle is the i-th of a
- * rank's blob. */
+ * (desync.c), then with st->mesh_on the mesh links 0..mesh_links-1.
+ * Link i's handle is the i-th of a rank's blob. */
 static int link_count(const nl_state *st) {
   return st->nchannels + 1 + st->mesh_links;
 }
@@ -177,14 +176,19 @@ static const char *link_name(const nl_state *st, int i, char *out,
   return out;
 }
 
-/* The mesh's links (to the ranks 2^k away for Bruck, to every other rank
- * for pairwise) and buffers (st->bruck, st->pairwise). */
+/* The mesh's links, one to every other rank (st->mesh_on), and the
+ * buffers of the algorithms that use it (st->bruck, st->pairwise). */
 static xcoll_status alloc_mesh(nl_state *st) {
   st->mesh_links = 0;
-  memset(st->mesh_of, -1, sizeof st->mesh_of);
-  if (!st->bruck && !st->pairwise)
+  if (!st->mesh_on)
     return XCOLL_SUCCESS;
   int p = st->world_size;
+  st->mesh = calloc((size_t)p - 1, sizeof *st->mesh);
+  st->mesh_of = malloc((size_t)p * sizeof *st->mesh_of);
+  if (!st->mesh || !st->mesh_of)
+    return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
+                       "nccl_like: out of memory for the mesh's %d links",
+                       p - 1);
   if (st->bruck) {
     st->mesh_out = alloc_aligned(st, NL_BRUCK_BUFFER_BYTES(p));
     st->mesh_in = alloc_aligned(st, NL_BRUCK_BUFFER_BYTES(p));
@@ -205,10 +209,10 @@ static xcoll_status alloc_mesh(nl_state *st) {
           (int)((size_t)(p - 1) * NL_PAIRWISE_DEPTH * NL_PAIRWISE_UNIT_BYTES >>
                 20));
   }
-  for (int d = 1; d < p; d = st->pairwise ? d + 1 : 2 * d) {
-    st->mesh_of[d] = (int8_t)st->mesh_links;
+  st->mesh_of[0] = -1;
+  for (int d = 1; d < p; d++) {
+    st->mesh_of[d] = st->mesh_links;
     nl_mesh_link *m = &st->mesh[st->mesh_links++];
-    memset(m, 0, sizeof *m);
     m->to = (st->rank + d) % p;
     m->from = (st->rank - d + p) % p;
   }
@@ -382,8 +386,11 @@ static xcoll_status pick_transports(nl_state *st) {
     XCOLL_INFO("channel %02d : %d -> %d via %s", c, st->rank, st->next,
                send->name);
   }
+  /* (A transport whose free is a chosen one's shares its state: p2p runs
+   * on shm's listener.) */
   for (int t = 0; t < NL_TRANSPORTS; t++)
-    if (nl_transports[t] != send && nl_transports[t] != recv &&
+    if (nl_transports[t]->free != send->free &&
+        nl_transports[t]->free != recv->free &&
         nl_transports[t]->free != NULL)
       nl_transports[t]->free(st);
   return XCOLL_SUCCESS;
@@ -518,6 +525,10 @@ void nl_channels_free(nl_state *st) {
   for (int k = 0; k < st->mesh_links; k++)
     link_close(st, &st->mesh[k].link);
   st->mesh_links = 0;
+  free(st->mesh);
+  free(st->mesh_of);
+  st->mesh = NULL;
+  st->mesh_of = NULL;
   if (st->gpu == NULL) { /* a GPU rank never runs Bruck */
     free(st->mesh_out);
     free(st->mesh_in);

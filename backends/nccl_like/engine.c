@@ -187,7 +187,9 @@ static int caller_steps(const nl_state *st, const nl_op *op) {
 
 static int nl_supports(void *state, const xcoll_coll_args *args) {
   nl_state *st = state;
-  /* Every collective runs as a ring kernel (there is no p2p interface). On
+  /* The reductions and broadcast run on the engine (ring kernels, or the
+   * mesh algorithms); the others on core's host algorithms over p2p.c's
+   * interface (a GPU rank refuses them there). On
    * a host rank a stream is declined: this engine runs on the host, so core
    * answers INVALID_ARGUMENT for it ("pass NULL") as for any host backend.
    * A GPU rank takes every call (start() refuses host buffers, saying
@@ -203,6 +205,13 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
   *out = NULL;
   if (atomic_load(&st->failed))
     return broken_status(st);
+  /* Core runs an engine op only once its host algorithms are done: their
+   * messages are off the mesh, whose links the mesh algorithms share. */
+  if (!nl_p2p_idle(st))
+    return xcoll_error(comm, XCOLL_ERR_INTERNAL,
+                       "nccl_like: xcoll_%s started while point-to-point "
+                       "messages are still in flight on the mesh",
+                       xcoll_coll_name(args->kind));
   nl_op *op = calloc(1, sizeof *op);
   if (!op)
     return xcoll_error(comm, XCOLL_ERR_NO_MEMORY,

@@ -38,12 +38,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda.h"
 #include "device.h"
 #include "error.h"
 #include "log.h"
 #include "nccl_like.h"
+#include "transport.h"
 
 #ifdef XCOLL_HAVE_RING_FATBIN
 /* ring_fatbin.c (generated): the fatbin's bytes, from the first to one past
@@ -67,6 +69,18 @@ static const char *const kernel_names[NL_GPU_KINDS] = {
 typedef struct nl_gpu_flight {
   void *event;
 } nl_gpu_flight;
+
+/* Memory outside the mapped block that the kernels reach, and its device
+ * address: a shm segment registered with cuMemHostRegister, or p2p's
+ * device memory (host == its device address, never touched by the host).
+ * At most 2 segments and 2 slot blocks (own and next's). */
+#define NL_GPU_WINDOWS 4
+typedef struct nl_gpu_window {
+  const uint8_t *host;
+  size_t bytes;
+  xcoll_cu_deviceptr dev;
+  int registered; /* cuMemHostRegister'd: unregister at the end */
+} nl_gpu_window;
 
 struct nl_gpu {
   xcoll_cuda *cuda;
@@ -95,6 +109,7 @@ struct nl_gpu {
   nl_gpu_flight flights[NL_QUEUE_DEPTH];
   unsigned flight_head, flight_tail;
   pthread_cond_t room; /* a flight retired */
+  nl_gpu_window windows[NL_GPU_WINDOWS]; /* bytes 0: free */
 };
 
 /* Threads per block: every slice is shared by the block's threads
@@ -109,8 +124,334 @@ static xcoll_status driver_failed(nl_state *st, const char *call,
 }
 
 static xcoll_cu_deviceptr device_address(const nl_gpu *g, const void *host) {
-  return g->mapped_dev + (xcoll_cu_deviceptr)((const uint8_t *)host -
-                                              g->mapped);
+  const uint8_t *p = host;
+  for (int i = 0; i < NL_GPU_WINDOWS; i++) {
+    const nl_gpu_window *w = &g->windows[i];
+    if (w->bytes > 0 && p >= w->host && p < w->host + w->bytes)
+      return w->dev + (xcoll_cu_deviceptr)(p - w->host);
+  }
+  return g->mapped_dev + (xcoll_cu_deviceptr)(p - g->mapped);
+}
+
+static nl_gpu_window *window_add(nl_gpu *g, const void *host, size_t bytes,
+                                 xcoll_cu_deviceptr dev, int registered) {
+  for (int i = 0; i < NL_GPU_WINDOWS; i++)
+    if (g->windows[i].bytes == 0) {
+      g->windows[i] = (nl_gpu_window){host, bytes, dev, registered};
+      return &g->windows[i];
+    }
+  return NULL;
+}
+
+static nl_gpu_window *window_of(nl_gpu *g, const void *host) {
+  for (int i = 0; i < NL_GPU_WINDOWS; i++)
+    if (g->windows[i].bytes > 0 && g->windows[i].host == host)
+      return &g->windows[i];
+  return NULL;
+}
+
+void nl_gpu_describe(nl_state *st, nl_rank_info *info) {
+  nl_gpu *g = st->gpu;
+  if (g == NULL)
+    return;
+  int device = g->cuda->device;
+  info->gpu_host_map = xcoll_cu.mem_host_register != NULL &&
+                       xcoll_cu.mem_host_unregister != NULL &&
+                       xcoll_cu.mem_host_get_device_pointer != NULL;
+  if (xcoll_cu.device_get_uuid == NULL ||
+      xcoll_cu.device_get_uuid(info->gpu_uuid, device) != 0)
+    memset(info->gpu_uuid, 0, sizeof info->gpu_uuid);
+  /* cuMem with POSIX fds: the driver has the calls and the device says
+   * it supports both the VMM API and fd handles. */
+  int vmm = 0, fds = 0;
+  if (xcoll_cu.device_get_attribute != NULL &&
+      xcoll_cu.mem_create != NULL && xcoll_cu.mem_release != NULL &&
+      xcoll_cu.mem_address_reserve != NULL &&
+      xcoll_cu.mem_address_free != NULL && xcoll_cu.mem_map != NULL &&
+      xcoll_cu.mem_unmap != NULL && xcoll_cu.mem_set_access != NULL &&
+      xcoll_cu.mem_get_allocation_granularity != NULL &&
+      xcoll_cu.mem_export_to_shareable_handle != NULL &&
+      xcoll_cu.mem_import_from_shareable_handle != NULL) {
+    if (xcoll_cu.device_get_attribute(
+            &vmm, XCOLL_CU_DEVICE_ATTRIBUTE_VMM_SUPPORTED, device) != 0)
+      vmm = 0;
+    if (xcoll_cu.device_get_attribute(
+            &fds, XCOLL_CU_DEVICE_ATTRIBUTE_POSIX_FD_SUPPORTED, device) != 0)
+      fds = 0;
+  }
+  info->p2p_share = 0;
+  if (vmm && fds)
+    info->p2p_share |= NL_P2P_SHARE_CUMEM;
+  if (xcoll_cu.ipc_get_mem_handle != NULL &&
+      xcoll_cu.ipc_open_mem_handle != NULL &&
+      xcoll_cu.ipc_close_mem_handle != NULL && xcoll_cu.mem_alloc != NULL)
+    info->p2p_share |= NL_P2P_SHARE_IPC;
+}
+
+xcoll_status nl_gpu_map_host(nl_state *st, void *p, size_t bytes) {
+  nl_gpu *g = st->gpu;
+  xcoll_cu_deviceptr dev = 0;
+  xcoll_cu_result rc = xcoll_cuda_push(g->cuda);
+  if (rc != 0)
+    return driver_failed(st, "cuCtxPushCurrent", rc);
+  const char *call = "cuMemHostRegister (a shared FIFO segment)";
+  rc = xcoll_cu.mem_host_register(p, bytes,
+                                  XCOLL_CU_MEMHOSTREGISTER_PORTABLE |
+                                      XCOLL_CU_MEMHOSTREGISTER_DEVICEMAP);
+  if (rc == 0) {
+    call = "cuMemHostGetDevicePointer (a shared FIFO segment)";
+    rc = xcoll_cu.mem_host_get_device_pointer(&dev, p, 0);
+    if (rc != 0)
+      (void)xcoll_cu.mem_host_unregister(p);
+  }
+  xcoll_cuda_pop();
+  if (rc != 0)
+    return driver_failed(st, call, rc);
+  if (window_add(g, p, bytes, dev, 1) == NULL) {
+    if (xcoll_cuda_push(g->cuda) == 0) {
+      (void)xcoll_cu.mem_host_unregister(p);
+      xcoll_cuda_pop();
+    }
+    return xcoll_error(st->comm, XCOLL_ERR_INTERNAL,
+                       "nccl_like: no room for another device window: a "
+                       "bug, please report");
+  }
+  return XCOLL_SUCCESS;
+}
+
+void nl_gpu_unmap_host(nl_state *st, void *p) {
+  nl_gpu *g = st->gpu;
+  nl_gpu_window *w = g != NULL ? window_of(g, p) : NULL;
+  if (w == NULL)
+    return;
+  if (w->registered && xcoll_cuda_push(g->cuda) == 0) {
+    (void)xcoll_cu.mem_host_unregister(p);
+    xcoll_cuda_pop();
+  }
+  memset(w, 0, sizeof *w);
+}
+
+void nl_gpu_quiesce(nl_state *st) {
+  nl_gpu *g = st->gpu;
+  if (g == NULL || xcoll_cuda_push(g->cuda) != 0)
+    return;
+  pthread_mutex_lock(&st->lock);
+  unsigned head = g->flight_head, tail = g->flight_tail;
+  void *events[NL_QUEUE_DEPTH];
+  for (unsigned i = head; i != tail; i++)
+    events[i - head] = g->flights[i % NL_QUEUE_DEPTH].event;
+  pthread_mutex_unlock(&st->lock);
+  /* Only this thread retires flights now (the proxy has stopped). */
+  for (unsigned i = 0; i != tail - head; i++)
+    (void)xcoll_cu.event_synchronize(events[i]);
+  xcoll_cuda_pop();
+}
+
+/* ---- p2p: device memory shared between two processes ---- */
+
+static size_t round_to(size_t n, size_t to) {
+  return to == 0 ? n : (n + to - 1) / to * to;
+}
+
+static xcoll_cu_mem_prop slot_prop(const nl_gpu *g) {
+  xcoll_cu_mem_prop prop;
+  memset(&prop, 0, sizeof prop);
+  prop.type = XCOLL_CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.requested_handle_types = XCOLL_CU_MEM_HANDLE_TYPE_POSIX_FD;
+  prop.location.type = XCOLL_CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = g->cuda->device;
+  return prop;
+}
+
+/* Reserve an address range for handle, map it and open it read-write to
+ * this rank's device (cuMemAddressReserve, cuMemMap, cuMemSetAccess). */
+static xcoll_cu_result map_handle(nl_gpu *g, unsigned long long handle,
+                                  size_t bytes, size_t granularity,
+                                  xcoll_cu_deviceptr *out,
+                                  const char **call) {
+  xcoll_cu_deviceptr ptr = 0;
+  *call = "cuMemAddressReserve";
+  xcoll_cu_result rc =
+      xcoll_cu.mem_address_reserve(&ptr, bytes, granularity, 0, 0);
+  if (rc != 0)
+    return rc;
+  *call = "cuMemMap";
+  rc = xcoll_cu.mem_map(ptr, bytes, 0, handle, 0);
+  if (rc != 0) {
+    (void)xcoll_cu.mem_address_free(ptr, bytes);
+    return rc;
+  }
+  xcoll_cu_mem_access access;
+  memset(&access, 0, sizeof access);
+  access.location.type = XCOLL_CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = g->cuda->device;
+  access.flags = XCOLL_CU_MEM_ACCESS_READWRITE;
+  *call = "cuMemSetAccess";
+  rc = xcoll_cu.mem_set_access(ptr, bytes, &access, 1);
+  if (rc != 0) {
+    (void)xcoll_cu.mem_unmap(ptr, bytes);
+    (void)xcoll_cu.mem_address_free(ptr, bytes);
+    return rc;
+  }
+  *out = ptr;
+  return 0;
+}
+
+/* Zero the new slots (device memory starts undefined) with one copy from
+ * a zeroed host buffer. */
+static xcoll_cu_result zero_device(xcoll_cu_deviceptr dptr, size_t bytes) {
+  void *zeros = calloc(1, bytes);
+  if (zeros == NULL)
+    return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+  xcoll_cu_result rc = xcoll_cu.memcpy_htod_async(dptr, zeros, bytes, NULL);
+  if (rc == 0)
+    rc = xcoll_cu.stream_synchronize(NULL);
+  free(zeros);
+  return rc;
+}
+
+xcoll_status nl_gpu_slots_create(nl_state *st, int kind, size_t bytes,
+                                 nl_gpu_slots *out) {
+  nl_gpu *g = st->gpu;
+  memset(out, 0, sizeof *out);
+  out->fd = -1;
+  out->kind = kind;
+  xcoll_cu_result rc = xcoll_cuda_push(g->cuda);
+  if (rc != 0)
+    return driver_failed(st, "cuCtxPushCurrent", rc);
+  const char *call = "cuMemGetAllocationGranularity";
+  if (kind == NL_P2P_SHARE_CUMEM) {
+    xcoll_cu_mem_prop prop = slot_prop(g);
+    size_t granularity = 0;
+    rc = xcoll_cu.mem_get_allocation_granularity(
+        &granularity, &prop, XCOLL_CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    out->bytes = round_to(bytes, granularity);
+    if (rc == 0) {
+      call = "cuMemCreate (the p2p FIFO slots)";
+      rc = xcoll_cu.mem_create(&out->handle, out->bytes, &prop, 0);
+    }
+    if (rc == 0) {
+      out->has_handle = 1;
+      rc = map_handle(g, out->handle, out->bytes, granularity, &out->dptr,
+                      &call);
+    }
+    if (rc == 0) {
+      int fd = -1;
+      call = "cuMemExportToShareableHandle (POSIX fd)";
+      rc = xcoll_cu.mem_export_to_shareable_handle(
+          &fd, out->handle, XCOLL_CU_MEM_HANDLE_TYPE_POSIX_FD, 0);
+      out->fd = fd;
+    }
+  } else {
+    out->bytes = bytes;
+    call = "cuMemAlloc (the p2p FIFO slots)";
+    rc = xcoll_cu.mem_alloc(&out->dptr, bytes);
+    if (rc == 0) {
+      call = "cuIpcGetMemHandle";
+      rc = xcoll_cu.ipc_get_mem_handle((xcoll_cu_ipc_handle *)out->ipc,
+                                       out->dptr);
+    }
+  }
+  if (rc == 0) {
+    call = "cuMemcpyHtoDAsync (zeroing the p2p FIFO slots)";
+    rc = zero_device(out->dptr, out->bytes);
+  }
+  xcoll_cuda_pop();
+  if (rc == 0 && window_add(g, (const void *)(uintptr_t)out->dptr,
+                            out->bytes, out->dptr, 0) == NULL) {
+    nl_gpu_slots_free(st, out);
+    return xcoll_error(st->comm, XCOLL_ERR_INTERNAL,
+                       "nccl_like: no room for another device window: a "
+                       "bug, please report");
+  }
+  if (rc != 0) {
+    nl_gpu_slots_free(st, out);
+    return driver_failed(st, call, rc);
+  }
+  return XCOLL_SUCCESS;
+}
+
+xcoll_status nl_gpu_slots_import(nl_state *st, int kind, int fd,
+                                 const uint8_t ipc[64], size_t bytes,
+                                 nl_gpu_slots *out) {
+  nl_gpu *g = st->gpu;
+  memset(out, 0, sizeof *out);
+  out->fd = -1;
+  out->kind = kind;
+  out->imported = 1;
+  out->bytes = bytes;
+  xcoll_cu_result rc = xcoll_cuda_push(g->cuda);
+  if (rc != 0)
+    return driver_failed(st, "cuCtxPushCurrent", rc);
+  const char *call;
+  if (kind == NL_P2P_SHARE_CUMEM) {
+    xcoll_cu_mem_prop prop = slot_prop(g);
+    size_t granularity = 0;
+    call = "cuMemGetAllocationGranularity";
+    rc = xcoll_cu.mem_get_allocation_granularity(
+        &granularity, &prop, XCOLL_CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    if (rc == 0 && granularity != 0 && bytes % granularity != 0)
+      rc = 1; /* CUDA_ERROR_INVALID_VALUE: not what the peer made */
+    if (rc == 0) {
+      call = "cuMemImportFromShareableHandle (POSIX fd)";
+      rc = xcoll_cu.mem_import_from_shareable_handle(
+          &out->handle, (void *)(uintptr_t)fd,
+          XCOLL_CU_MEM_HANDLE_TYPE_POSIX_FD);
+    }
+    if (rc == 0) {
+      out->has_handle = 1;
+      rc = map_handle(g, out->handle, bytes, granularity, &out->dptr, &call);
+    }
+  } else {
+    xcoll_cu_ipc_handle handle;
+    memcpy(handle.reserved, ipc, sizeof handle.reserved);
+    call = "cuIpcOpenMemHandle";
+    rc = xcoll_cu.ipc_open_mem_handle(
+        &out->dptr, handle, XCOLL_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+  }
+  xcoll_cuda_pop();
+  if (rc == 0 && window_add(g, (const void *)(uintptr_t)out->dptr, bytes,
+                            out->dptr, 0) == NULL)
+    rc = -1;
+  if (rc != 0) {
+    nl_gpu_slots_free(st, out);
+    return rc == -1 ? xcoll_error(st->comm, XCOLL_ERR_INTERNAL,
+                                  "nccl_like: no room for another device "
+                                  "window: a bug, please report")
+                    : driver_failed(st, call, rc);
+  }
+  return XCOLL_SUCCESS;
+}
+
+void nl_gpu_slots_free(nl_state *st, nl_gpu_slots *s) {
+  nl_gpu *g = st->gpu;
+  if (g == NULL)
+    return;
+  nl_gpu_window *w =
+      s->dptr != 0 ? window_of(g, (const void *)(uintptr_t)s->dptr) : NULL;
+  if (w != NULL)
+    memset(w, 0, sizeof *w);
+  if (s->fd >= 0)
+    close(s->fd);
+  s->fd = -1;
+  if (xcoll_cuda_push(g->cuda) != 0)
+    return;
+  if (s->kind == NL_P2P_SHARE_CUMEM) {
+    if (s->dptr != 0) {
+      (void)xcoll_cu.mem_unmap(s->dptr, s->bytes);
+      (void)xcoll_cu.mem_address_free(s->dptr, s->bytes);
+    }
+    if (s->has_handle)
+      (void)xcoll_cu.mem_release(s->handle);
+  } else if (s->dptr != 0) {
+    if (s->imported)
+      (void)xcoll_cu.ipc_close_mem_handle(s->dptr);
+    else
+      (void)xcoll_cu.mem_free(s->dptr);
+  }
+  xcoll_cuda_pop();
+  s->dptr = 0;
+  s->has_handle = 0;
 }
 
 void *nl_gpu_carve(nl_state *st, size_t bytes) {

@@ -66,7 +66,7 @@ xcoll_status nl_mesh_drive(nl_state *st, nl_mesh_step_fn step,
 }
 
 int nl_mesh_poll(nl_state *st, int timeout_ms) {
-  struct pollfd fds[2 * NL_MESH_MAX_LINKS * NL_MESH_FDS_PER_COMM];
+  struct pollfd fds[2 * NL_MESH_POLL_LINKS * NL_MESH_FDS_PER_COMM];
   int n = 0, max = (int)(sizeof fds / sizeof fds[0]);
   if (st->net->get_fds == NULL)
     return -1;

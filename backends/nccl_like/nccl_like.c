@@ -1,6 +1,7 @@
 /* nccl_like.c - the nccl_like backend's entry points (core/backend.h):
  * options from the environment, comm_init (channels, net connections,
- * worker threads, proxy thread, failure watcher), comm_destroy, comm_abort.
+ * worker threads, proxy thread, failure watcher), comm_destroy, comm_abort;
+ * the p2p interface core's host algorithms run over is p2p.c's.
  * The failure path every thread shares is failure.c's. */
 #include <sched.h>
 #include <stdint.h>
@@ -210,6 +211,11 @@ static xcoll_status agree_channels(nl_state *st) {
                  "rank has XCOLL_RABENSEIFNER=0",
                  st->rank);
     st->rabenseifner = rabenseifner;
+    /* The mesh (a link to every rank) is driven by host threads on every
+     * rank, GPU ranks included: p2p.c's point-to-point messages run on it
+     * everywhere; Bruck and pairwise, whose kernels speak the ring only on
+     * a GPU, were turned off above when any rank is a GPU rank. */
+    st->mesh_on = 1;
   }
   free(all);
   return s;
@@ -235,6 +241,7 @@ static void free_state(nl_state *st) {
   if (!st)
     return;
   stop_threads(st);
+  nl_p2p_close(st);
   nl_channels_free(st);
   nl_gpu_close(st);
   for (int c = 0; c < NL_MAX_CHANNELS; c++) {
@@ -357,12 +364,17 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
       s = xcoll_error_adopt(comm, s);
   }
   st->recvs_ahead = nl_recvs_ahead(st->net, st->net_device);
-  /* The mesh sends from and receives into unregistered host memory: only
-   * plugins that take it (socket, ucx; ibverbs needs reg_mr). The plugin is
-   * the same on every rank, so is this choice. */
-  if (st->net == NULL || (strcmp(st->net->name, "socket") != 0 &&
-                          strcmp(st->net->name, "ucx") != 0))
+  /* Bruck and pairwise send from and receive into unregistered host
+   * memory: only plugins that take it (socket, ucx; ibverbs needs reg_mr).
+   * p2p.c copies through registered slots on the others. The plugin is the
+   * same on every rank, so is this choice. */
+  st->net_takes_host = st->net != NULL &&
+                       (strcmp(st->net->name, "socket") == 0 ||
+                        strcmp(st->net->name, "ucx") == 0);
+  if (!st->net_takes_host)
     st->bruck = st->pairwise = 0;
+  if (st->world_size < 2)
+    st->mesh_on = 0;
   if (s == XCOLL_SUCCESS && st->world_size > 1)
     XCOLL_INFO("nccl_like: Bruck allreduce and allgather %s (XCOLL_BRUCK; up "
                "to %zu B per rank over LL, %d to %d host ranks, net socket "
@@ -382,6 +394,8 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
     s = nl_channels_setup(st);
   if (s == XCOLL_SUCCESS && st->gpu != NULL)
     nl_gpu_bind_conns(st);
+  if (s == XCOLL_SUCCESS)
+    s = nl_p2p_open(st);
   if (s == XCOLL_SUCCESS && st->gpu == NULL)
     s = nl_workers_start(st);
   if (s == XCOLL_SUCCESS && st->world_size > 1)
@@ -436,7 +450,7 @@ const xcoll_backend xcoll_backend_nccl_like = {
     .comm_init = nl_comm_init,
     .comm_destroy = nl_comm_destroy,
     .comm_abort = nl_comm_abort,
-    .p2p = NULL,
+    .p2p = &nl_p2p_ops,
     .coll = &nl_coll_ops,
     .default_chunk_bytes = 0,
     .device_engine = 1,

@@ -13,7 +13,8 @@
  * in mapped pinned memory), channel.c (FIFOs, net connections, mesh
  * links), proxy.c (the proxy step and thread), mesh.c (drives a schedule
  * over the mesh links), bruck.c, pairwise.c, rabenseifner.c (the mesh
- * algorithms), engine.c (worker threads, work queues, op handles: the ABI
+ * algorithms), p2p.c (the p2p interface of core's host algorithms, over
+ * the mesh), engine.c (worker threads, work queues, op handles: the ABI
  * 2 coll ops; the one place an op's algorithm is chosen), nccl_like.c
  * (options, comm init/destroy/abort: the front door). */
 #ifndef XCOLL_NCCL_LIKE_H
@@ -28,6 +29,7 @@
 #include "conn.h"
 #include "fingerprint.h"
 #include "net.h"
+#include "p2p.h"
 #include "ring.h"
 #include "transport.h"
 #include "xcoll.h"
@@ -79,8 +81,11 @@
  * 512 KiB x 2, 256 KiB x 4 and 128 KiB x 8 were within noise of each other
  * from 4 MiB, 512 KiB x 2 the fastest at 1 MiB (0.83 ms, 1 MiB x 1 1.09). */
 #define NL_PAIRWISE_DEPTH 2
-/* Links of the mesh: one per other rank with pairwise, else Bruck's. */
-#define NL_MESH_MAX_LINKS (NL_PAIRWISE_MAX_RANKS - 1)
+/* The mesh has a link to every other rank on a comm of host ranks
+ * (channel.c), for p2p.c and the mesh algorithms; nl_mesh_poll watches at
+ * most this many of them at once (the mesh algorithms use at most
+ * NL_PAIRWISE_MAX_RANKS - 1). */
+#define NL_MESH_POLL_LINKS 64
 /* A Bruck message: this header, then the blocks it carries. The header
  * holds the sender's fingerprint of the call (core/fingerprint.h) and the
  * bytes of one block (one rank's input); its size keeps the blocks 16-byte
@@ -176,10 +181,14 @@ typedef struct nl_ring_link {
 } nl_ring_link;
 
 /* One link of the mesh: it sends to rank + d and receives from rank - d
- * (mod P), for the distances d = 1, 2, 4, ... < P that Bruck's rounds use
- * (bruck.c), or every d in 1..P-1 with pairwise (pairwise.c); mesh_of[d]
- * is the link of distance d. An op posts its messages each way per link
- * in issue order, at most one at a time. */
+ * (mod P), for every distance d in 1..P-1 on a comm of host ranks
+ * (st->mesh_on); mesh_of[d] is the link of distance d. Bruck's rounds use
+ * d = 1, 2, 4, ... (bruck.c), pairwise and Rabenseifner any d, and p2p.c
+ * the link to and from its peer. An op posts its messages each way per
+ * link in issue order; one op at a time uses the mesh (core runs a host
+ * algorithm over p2p.c only once every engine op is done, and an engine
+ * op only once the host algorithms are done), and each leaves every link
+ * idle: no request posted, as many messages sent as the peer received. */
 typedef struct nl_mesh_link {
   nl_ring_link link;
   int to, from; /* the peers of send_comm and recv_comm */
@@ -326,7 +335,7 @@ typedef struct nl_state {
   /* XCOLL_BRUCK and every rank a host rank (agreed at init), P within
    * NL_BRUCK_{MIN,MAX}_RANKS and a plugin that takes unregistered host
    * memory: small allreduces and allgathers run bruck.c over
-   * mesh[0..mesh_links-1]. */
+   * the mesh links of distance 1, 2, 4, ... */
   int bruck;
   /* XCOLL_PAIRWISE (auto: ranks outnumber the host's cores), every rank a
    * host rank, P within 2..NL_PAIRWISE_MAX_RANKS and a plugin that takes
@@ -337,9 +346,18 @@ typedef struct nl_state {
    * power of two, SIMPLE allreduces run rabenseifner.c over the mesh. */
   int rabenseifner;
   uint8_t *pairwise_stage; /* (P-1) x NL_PAIRWISE_DEPTH units: pairwise.c */
-  int mesh_links; /* P-1 with pairwise, ceil(log2 P) with bruck, else 0 */
-  nl_mesh_link mesh[NL_MESH_MAX_LINKS];
-  int8_t mesh_of[NL_PAIRWISE_MAX_RANKS]; /* distance -> link, -1: none */
+  /* Every rank of the comm is a host rank (agreed at init), P >= 2: the
+   * mesh links this rank to every other (channel.c), and p2p.c runs core's
+   * host algorithms over it. Off on a GPU rank and in a mixed ring. */
+  int mesh_on;
+  /* The net plugin sends from and receives into unregistered host memory
+   * (socket, ucx): Bruck, pairwise and p2p.c's payloads go straight from
+   * and to user memory. Else p2p.c copies through registered slots. */
+  int net_takes_host;
+  int mesh_links; /* P-1 with mesh_on, else 0 */
+  nl_mesh_link *mesh; /* mesh_links links: link d-1 is distance d */
+  int *mesh_of;       /* P entries: distance -> link, -1: none */
+  struct nl_p2p *p2p; /* p2p.c's state (NULL: not opened) */
   uint8_t *mesh_out;           /* header + P blocks: what this rank sends */
   uint8_t *mesh_in;            /* the messages it receives, one per link */
   _Atomic uint64_t mesh_moved; /* messages sent or landed (the proxy's
@@ -655,6 +673,23 @@ int nl_rabenseifner_can_run(const nl_state *st, const nl_op *op);
  * another size: ranks in different collectives; the caller lets the
  * fingerprints explain). */
 xcoll_status nl_rabenseifner_run(nl_state *st, nl_channel *ch, nl_op *op);
+
+/* ---- p2p.c ---- */
+/* The p2p interface (core/p2p.h) of a host rank, over the mesh: core's
+ * host algorithms (alltoall(v), gather, scatter, send/recv groups) run
+ * over it. Refused with NOT_SUPPORTED when the mesh is off (a GPU rank, or
+ * a host rank of a mixed ring). */
+extern const xcoll_p2p_ops nl_p2p_ops;
+/* Take p2p.c's state (per-peer queues; slots come on first use). Errors:
+ * NO_MEMORY. Nothing to do without the mesh. */
+xcoll_status nl_p2p_open(nl_state *st);
+/* Free it, deregistering the slots (before nl_channels_free closes the
+ * comms); idempotent. */
+void nl_p2p_close(nl_state *st);
+/* 1 when no p2p message is queued or in flight on any link (what an engine
+ * op on the mesh needs; core waits for host algorithms before it starts
+ * one). */
+int nl_p2p_idle(const nl_state *st);
 
 /* ---- engine.c ---- */
 xcoll_status nl_workers_start(nl_state *st);

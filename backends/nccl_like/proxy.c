@@ -125,6 +125,24 @@ static uint64_t kernel_counters(nl_state *st) {
   return sum;
 }
 
+/* A GPU rank some of whose connections the proxy moves (net). */
+static int gpu_needs_proxy(const nl_state *st) {
+  const nl_channel *ch = &st->channels[0];
+  return ch->send_transport->send_progress != NULL ||
+         ch->recv_transport->recv_progress != NULL;
+}
+
+/* A GPU rank's kernel calls no host hook: its transports' watch runs
+ * here (each once). */
+static void gpu_watch(nl_state *st, double idle_s) {
+  const nl_transport *send = st->channels[0].send_transport;
+  const nl_transport *recv = st->channels[0].recv_transport;
+  if (send->watch != NULL)
+    send->watch(st, idle_s);
+  if (recv->watch != NULL && recv->watch != send->watch)
+    recv->watch(st, idle_s);
+}
+
 static void fail_timeout(nl_state *st, double idle_s) {
   /* Name the peer the ring waits on: a channel whose kernel has consumed
    * everything that arrived waits on the previous rank; one with sends
@@ -258,9 +276,13 @@ static void *proxy_main(void *arg) {
     int spin = 0; /* a channel no worker drives has slots left to send */
     if (st->gpu != NULL) {
       /* A GPU rank: no worker drives a channel; while a kernel runs, every
-       * slot it fills or waits for moves only through this thread. */
+       * slot it fills or waits for on net moves only through this thread.
+       * Over p2p and shm the kernels meet in memory: the thread only
+       * retires launches and watches the peers, between naps. */
       nl_gpu_retire(st);
-      spin = atomic_load(&st->ops_in_flight) > 0;
+      spin = atomic_load(&st->ops_in_flight) > 0 && gpu_needs_proxy(st);
+      if (atomic_load(&st->ops_in_flight) > 0)
+        gpu_watch(st, nl_now() - last_progress);
     }
     /* The send sockets of such channels: the pass sleeps on them in poll
      * rather than yield, when the plugin can name them. */

@@ -132,6 +132,11 @@ typedef struct tcp_state {
 xcoll_status xcoll_tcp_connect_mesh(tcp_state *st);
 /* Log a failure-free close: send BYE where possible, close every fd. */
 void xcoll_tcp_close_sockets(tcp_state *st);
+/* At destroy of a communicator that did not break: a WARN per peer whose
+ * DATA message has arrived (its header held, or waiting in the socket) and
+ * no call of this rank received, naming the peer and its call. What is
+ * still on its way is not seen. */
+void xcoll_tcp_report_unreceived(tcp_state *st);
 
 /* tcp_p2p.c */
 extern const xcoll_p2p_ops xcoll_tcp_p2p_ops;

@@ -104,6 +104,7 @@ static void tcp_comm_destroy(xcoll_comm *comm, void *state) {
     (void)xcoll_tcp_fail(st, XCOLL_ERR_ABORTED, st->rank,
                          "tcp: xcoll_comm_abort was called on rank %d",
                          st->rank);
+  xcoll_tcp_report_unreceived(st);
   pthread_mutex_unlock(&st->io_lock);
   free_state(st);
 }

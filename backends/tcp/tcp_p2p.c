@@ -841,6 +841,51 @@ static xcoll_status tcp_test(void *state, xcoll_p2p_request *request,
   return status;
 }
 
+/* ---- at destroy: messages nobody received ---- */
+
+/* The next message on s that no call of this rank received, if its header
+ * is here already (held, or waiting in the socket); 1 and *h when there is
+ * one. */
+static int unreceived_header(tcp_socket *s, xcoll_wire_header *h) {
+  if (s->fd < 0 || s->closed || s->rx_in_payload) return 0;
+  uint8_t bytes[HDR];
+  if (s->rx_header_got == HDR) {
+    memcpy(bytes, s->rx_header, HDR);
+  } else if (s->rx_header_got == 0) {
+    ssize_t r = recv(s->fd, bytes, HDR, MSG_PEEK | MSG_DONTWAIT);
+    if (r != (ssize_t)HDR) return 0;
+  } else {
+    return 0;
+  }
+  xcoll_wire_decode(bytes, HDR, h, NULL, 0);
+  return h->kind == XCOLL_WIRE_DATA;
+}
+
+void xcoll_tcp_report_unreceived(tcp_state *st) {
+  if (st->broken || !st->sockets) return;
+  for (int p = 0; p < st->world_size; p++) {
+    if (p == st->rank || !st->peers[p].socks) continue;
+    for (int i = 0; i < st->nsocks; i++) {
+      xcoll_wire_header h;
+      if (!unreceived_header(&st->peers[p].socks[i], &h)) continue;
+      xcoll_fingerprint theirs;
+      char call[XCOLL_FINGERPRINT_TEXT_BYTES];
+      if (xcoll_fingerprint_decode(h.fingerprint, &theirs) != 0)
+        snprintf(call, sizeof call, "a collective");
+      else
+        xcoll_fingerprint_describe(&theirs, call, sizeof call);
+      XCOLL_WARN("tcp: rank %d destroys its communicator with a message from "
+                 "rank %d (%s) that none of its calls received: %" PRIu64
+                 " bytes (tag 0x%" PRIx64 ") of rank %d's %s, its collective "
+                 "#%" PRIu64 ": the ranks called different collectives, or "
+                 "rank %d made more calls than this rank",
+                 st->rank, p, peer_addr(st, p), h.length, h.tag, p, call,
+                 theirs.seq, p);
+      break; /* one line per peer */
+    }
+  }
+}
+
 const xcoll_p2p_ops xcoll_tcp_p2p_ops = {
     .isend = tcp_isend,
     .irecv = tcp_irecv,

@@ -14,8 +14,24 @@
  *   premul allreduce(sum, float32, 1000)  vs allreduce(premul_sum, ...)
  *          (a pre-multiplied sum runs as a sum over scaled inputs: only
  *          the fingerprint tells them apart; host ranks only)
+ * and, as the last call before xcoll_comm_destroy, rank 0 making the odd
+ * call (where a rank receives nothing, or waits on a rank that sends it
+ * nothing):
+ *   broadcast-last  broadcast(root 1, float32, 1000) vs broadcast(root 0, ...)
+ *   reduce-last     reduce(sum, root 1, float32, 1000) vs reduce(sum, root 0,
+ *                   ...)
+ *   gather-last     gather(root 1, float32, 1000) vs gather(root 0, ...)
+ *   scatter-last    scatter(root 1, float32, 1000) vs scatter(root 0, ...)
  * A rank whose call returns success (it only sent) must fail by its next
- * barrier. Each rank prints DESYNC-OK or DESYNC-BAD and exits 0 or 1. Run
+ * barrier; in the -last cases there is none: every rank must fail in the
+ * mismatched call itself (or the barrier just before it, when a faster rank
+ * has found the mismatch already). And:
+ *   unreceived      the last rank makes one allreduce more than the others,
+ *                   which wait 1 s and destroy their communicator: that
+ *                   call fails on the last rank (its peer left), and the
+ *                   others' destroy warns that rank P-1 sent a message none
+ *                   of their calls received (tcp; ctest matches the WARN).
+ * Each rank prints DESYNC-OK or DESYNC-BAD and exits 0 or 1. Run
  * with a long XCOLL_TIMEOUT_S, so that a timeout cannot pass for detection.
  * FAULT_DESYNC_GPU_RANKS=LIST (comma-separated ranks): those ranks are GPU
  * ranks on CUDA device LOCAL_RANK with device buffers (nccl_like's kernels;
@@ -32,6 +48,7 @@
 #include "xcoll.h"
 
 #define COUNT 1000
+#define MAX_RANKS 8
 #define BOUND_S 10.0
 
 static double now_s(void) {
@@ -42,6 +59,8 @@ static double now_s(void) {
 
 typedef struct call {
   int broadcast; /* 0: allreduce */
+  int reduce;    /* 1: reduce (broadcast 0) */
+  const char *rooted; /* "gather" or "scatter" (the others 0), else NULL */
   xcoll_op op;
   xcoll_datatype dtype;
   size_t count;
@@ -49,7 +68,13 @@ typedef struct call {
 } call;
 
 static void describe(const call *c, char *out, size_t bytes) {
-  if (c->broadcast)
+  if (c->rooted)
+    snprintf(out, bytes, "%s(root %d, %s, %zu)", c->rooted, c->root,
+             xcoll_datatype_name(c->dtype), c->count);
+  else if (c->reduce)
+    snprintf(out, bytes, "reduce(%s, root %d, %s, %zu)", xcoll_op_name(c->op),
+             c->root, xcoll_datatype_name(c->dtype), c->count);
+  else if (c->broadcast)
     snprintf(out, bytes, "broadcast(root %d, %s, %zu)", c->root,
              xcoll_datatype_name(c->dtype), c->count);
   else
@@ -57,15 +82,49 @@ static void describe(const call *c, char *out, size_t bytes) {
              xcoll_datatype_name(c->dtype), c->count);
 }
 
+/* buf holds (COUNT + 1) * MAX_RANKS elements: a gather's or scatter's root
+ * buffer is count per rank, the rank's own block at the start. */
 static xcoll_status run(const call *c, float *buf, xcoll_comm_t comm) {
+  size_t block = COUNT + 1;
+  if (c->rooted && !strcmp(c->rooted, "gather"))
+    return xcoll_gather(buf, buf + block, c->count, c->dtype, c->root, comm);
+  if (c->rooted)
+    return xcoll_scatter(buf + block, buf, c->count, c->dtype, c->root, comm);
+  if (c->reduce)
+    return xcoll_reduce(buf, buf, c->count, c->dtype, c->op, c->root, comm);
   if (c->broadcast)
     return xcoll_broadcast(buf, buf, c->count, c->dtype, c->root, comm);
   return xcoll_allreduce(buf, buf, c->count, c->dtype, c->op, comm);
 }
 
+/* The unreceived case: returns the exit code. */
+static int unreceived_case(xcoll_comm_t comm, int rank, int odd) {
+  static float buf[COUNT];
+  xcoll_status st = xcoll_barrier(comm);
+  const char *what = "the barrier";
+  int ok = st == XCOLL_SUCCESS;
+  if (ok && rank == odd) {
+    st = xcoll_allreduce(buf, buf, COUNT, XCOLL_FLOAT32, XCOLL_SUM, comm);
+    what = "its extra allreduce";
+    ok = st == XCOLL_ERR_REMOTE;
+  } else if (ok) {
+    /* time for the extra call's message to arrive before the destroy */
+    struct timespec pause = {1, 0};
+    nanosleep(&pause, NULL);
+  }
+  printf("DESYNC-%s rank %d (unreceived): %s returned %s; message: %s\n",
+         ok ? "OK" : "BAD", rank, what, xcoll_strerror(st),
+         st == XCOLL_SUCCESS ? "" : xcoll_comm_last_error(comm));
+  xcoll_comm_destroy(comm);
+  return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: %s op|dtype|count|root|kind|premul\n", argv[0]);
+    fprintf(stderr,
+            "usage: %s op|dtype|count|root|kind|premul|broadcast-last|"
+            "reduce-last|gather-last|scatter-last|unreceived\n",
+            argv[0]);
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -86,10 +145,29 @@ int main(int argc, char **argv) {
   xcoll_comm_rank(comm, &rank);
   xcoll_comm_size(comm, &world_size);
   int odd = world_size - 1;
-  call base = {0, XCOLL_SUM, XCOLL_FLOAT32, COUNT, 0};
+  if (!strcmp(argv[1], "unreceived"))
+    return unreceived_case(comm, rank, odd);
+  call base = {0, 0, NULL, XCOLL_SUM, XCOLL_FLOAT32, COUNT, 0};
   call other = base;
   const char *which = argv[1];
-  if (!strcmp(which, "op")) {
+  int last = !strcmp(which, "broadcast-last") ||
+             !strcmp(which, "reduce-last") || !strcmp(which, "gather-last") ||
+             !strcmp(which, "scatter-last");
+  if (world_size > MAX_RANKS) {
+    printf("FATAL: at most %d ranks\n", MAX_RANKS);
+    return 2;
+  }
+  if (last) {
+    /* rank 0 says root 0, the others root 1 */
+    odd = 0;
+    base.broadcast = other.broadcast = !strcmp(which, "broadcast-last");
+    base.reduce = other.reduce = !strcmp(which, "reduce-last");
+    if (!strcmp(which, "gather-last") || !strcmp(which, "scatter-last"))
+      base.rooted = other.rooted =
+          !strcmp(which, "gather-last") ? "gather" : "scatter";
+    base.root = 1;
+    other.root = 0;
+  } else if (!strcmp(which, "op")) {
     other.op = XCOLL_MAX;
   } else if (!strcmp(which, "dtype")) {
     other.dtype = XCOLL_INT32;
@@ -119,13 +197,14 @@ int main(int argc, char **argv) {
   describe(&base, base_text, sizeof base_text);
   describe(&other, other_text, sizeof other_text);
 
-  float *host = calloc(COUNT + 1, sizeof *host), *buf = host;
+  size_t elements = (COUNT + 1) * (MAX_RANKS + 1);
+  float *host = calloc(elements, sizeof *host), *buf = host;
   if (!host)
     return 2;
   uintptr_t dbuf = 0;
   if (gpu) { /* a GPU rank's collectives take device memory */
-    if (cu.mem_alloc(&dbuf, (COUNT + 1) * sizeof *host) != 0 ||
-        cu.htod(dbuf, host, (COUNT + 1) * sizeof *host) != 0) {
+    if (cu.mem_alloc(&dbuf, elements * sizeof *host) != 0 ||
+        cu.htod(dbuf, host, elements * sizeof *host) != 0) {
       printf("FATAL rank %d: device buffers\n", rank);
       return 2;
     }
@@ -142,7 +221,7 @@ int main(int argc, char **argv) {
     st = run(rank == odd ? &other : &base, buf, comm);
     step = "the mismatched call";
   }
-  for (int i = 0; st == XCOLL_SUCCESS && i < 3; i++) {
+  for (int i = 0; !last && st == XCOLL_SUCCESS && i < 3; i++) {
     st = xcoll_barrier(comm);
     step = "a barrier after it";
   }

@@ -13,6 +13,9 @@
 # NL_MIXED_KINDS="allreduce ...": compare only the HASH lines of these
 # collectives (e.g. against another backend whose other algorithms reduce
 # in another order).
+# NL_MIXED_TRANSPORTS="P2P SHM ...": the second run logs at XCOLL_DEBUG=INFO
+# and its connections ("channel NN : a -> b via NAME") must use exactly
+# these transports (nccl_like's selection: p2p, shm, net).
 set -u
 xcollrun=$1
 program=$2
@@ -28,6 +31,7 @@ for run in host mixed; do
   if [ "$run" = mixed ]; then
     ranks=$gpu_ranks
     read -r -a run_env <<< "$second_env"
+    [ -n "${NL_MIXED_TRANSPORTS:-}" ] && run_env+=(XCOLL_DEBUG=INFO)
   fi
   echo "== $np ranks, GPU ranks: $ranks${run_env[*]:+, ${run_env[*]}}"
   if ! env "${run_env[@]}" timeout -k 5 240 "$xcollrun" --nproc-per-node "$np" --master-port 0 \
@@ -46,6 +50,17 @@ for run in host mixed; do
   grep -E "^\[rank [0-9]+\] HASH [0-9]+ ($kinds) " "$tmp/$run.out" | sort \
     > "$tmp/$run.hash"
 done
+if [ -n "${NL_MIXED_TRANSPORTS:-}" ]; then
+  want=$(tr ' ' '\n' <<< "$NL_MIXED_TRANSPORTS" | grep . | sort -u | tr '\n' ' ')
+  used=$(grep -oE "channel [0-9]+ : [0-9]+ -> [0-9]+ via [A-Z0-9]+" "$tmp/mixed.err" |
+         awk '{print $NF}' | sort -u | tr '\n' ' ')
+  grep -hoE "channel [0-9]+ : [0-9]+ -> [0-9]+ via [A-Z0-9]+|nccl_like p2p: .*" \
+    "$tmp/mixed.err" | sort -u
+  if [ "$used" != "$want" ]; then
+    echo "FAIL: the mixed run's connections went via '$used', not '$want'"
+    exit 1
+  fi
+fi
 lines=$(wc -l < "$tmp/host.hash")
 if [ "$lines" -eq 0 ]; then
   echo "FAIL: no HASH lines"

@@ -1,8 +1,11 @@
 /* test_nl_shm.c - the shm transport of nccl_like (backends/nccl_like/
  * transport/shm.c) at its edges, without a job around it:
  *  - which pairs it accepts (nl_transport_pick over crafted rank infos):
- *    one host, one /dev/shm, one pid namespace, two host ranks, neither
- *    with XCOLL_SHM_DISABLE=1; anything else goes to net;
+ *    one host, one /dev/shm, one pid namespace, host ranks or GPU ranks
+ *    that map host memory into their device, neither with
+ *    XCOLL_SHM_DISABLE=1; two GPU ranks on one GPU (same UUID) that share
+ *    device memory one common way go to p2p first, unless either set
+ *    XCOLL_P2P_DISABLE=1; anything else goes to net;
  *  - a process that is not the published previous rank (a stranger of
  *    another job on the same host) connects to the FIFO listener: it is
  *    closed at once with no file descriptor, the segment never reaches it,
@@ -66,8 +69,47 @@ static void test_pick(void **unused) {
   assert_ptr_equal(nl_transport_pick(&a, &c), &nl_transport_net);
   assert_ptr_equal(nl_transport_pick(&c, &a), &nl_transport_net);
   c = b;
-  c.cuda_device = 0; /* a GPU rank */
+  c.cuda_device = 0; /* a GPU rank whose driver cannot map host memory */
   assert_ptr_equal(nl_transport_pick(&a, &c), &nl_transport_net);
+  c.gpu_host_map = 1; /* the mixed pair: it maps the segment */
+  assert_ptr_equal(nl_transport_pick(&a, &c), &nl_transport_shm);
+  assert_ptr_equal(nl_transport_pick(&c, &a), &nl_transport_shm);
+
+  /* Two GPU ranks on one GPU: p2p, in NCCL's order before shm. */
+  nl_rank_info g = host_rank(), h = host_rank();
+  h.pid = 1001;
+  g.cuda_device = h.cuda_device = 0;
+  g.gpu_host_map = h.gpu_host_map = 1;
+  g.p2p_allowed = h.p2p_allowed = 1;
+  g.p2p_share = NL_P2P_SHARE_CUMEM | NL_P2P_SHARE_IPC;
+  h.p2p_share = NL_P2P_SHARE_IPC;
+  memcpy(g.gpu_uuid, "gpu-uuid-0123456", 16);
+  memcpy(h.gpu_uuid, "gpu-uuid-0123456", 16);
+  assert_ptr_equal(nl_transport_pick(&g, &h), &nl_transport_p2p);
+  assert_ptr_equal(nl_transport_pick(&h, &g), &nl_transport_p2p);
+  nl_rank_info k = h;
+  k.shm_allowed = 0; /* p2p does not depend on XCOLL_SHM_DISABLE */
+  assert_ptr_equal(nl_transport_pick(&g, &k), &nl_transport_p2p);
+  k = h;
+  k.p2p_allowed = 0; /* XCOLL_P2P_DISABLE=1 on one side: shm */
+  assert_ptr_equal(nl_transport_pick(&g, &k), &nl_transport_shm);
+  assert_ptr_equal(nl_transport_pick(&k, &g), &nl_transport_shm);
+  k.shm_allowed = 0; /* and XCOLL_SHM_DISABLE=1: net */
+  assert_ptr_equal(nl_transport_pick(&g, &k), &nl_transport_net);
+  k = h;
+  k.gpu_uuid[15] ^= 1; /* another GPU: shm through host memory */
+  assert_ptr_equal(nl_transport_pick(&g, &k), &nl_transport_shm);
+  k = h;
+  memset(k.gpu_uuid, 0, sizeof k.gpu_uuid); /* unknown device: not p2p */
+  memset(g.gpu_uuid, 0, sizeof g.gpu_uuid);
+  assert_ptr_equal(nl_transport_pick(&g, &k), &nl_transport_shm);
+  memcpy(g.gpu_uuid, "gpu-uuid-0123456", 16);
+  k = h;
+  k.p2p_share = 0; /* no way to share device memory */
+  assert_ptr_equal(nl_transport_pick(&g, &k), &nl_transport_shm);
+  k = h;
+  k.host_id[0] ^= 1; /* another host */
+  assert_ptr_equal(nl_transport_pick(&g, &k), &nl_transport_net);
   c = b;
   c.host_id_ok = 0; /* could not tell its host */
   assert_ptr_equal(nl_transport_pick(&a, &c), &nl_transport_net);

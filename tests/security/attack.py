@@ -32,13 +32,17 @@ only when the job behaved as it must:
             ranks, until the job ends. KIND: unix (nccl_like's socket net
             plugin, abstract names @xcoll-net-socket-* from /proc/net/unix),
             tcpnet (the same plugin with XCOLL_SOCKET_UNIX=0, ports from
-            /proc/net/tcp), mesh (the tcp backend's startup listener). The
-            job must finish with correct results, well within
+            /proc/net/tcp), mesh (the tcp backend's startup listener), store
+            (the rendezvous store on rank 0: every rank's first connect, to
+            the store, waits until the stranger holds N connections there).
+            The job must finish with correct results, well within
             XCOLL_TIMEOUT_S, and warn about dropped connections at most
             once a second per listener.
   flood KIND
             the same, but the stranger holds 70 idle connections per
-            listener and meanwhile connects and closes in a loop.
+            listener and meanwhile connects and closes in a loop (on the
+            store, each of those sends 69 bytes of garbage first: a wrong
+            first message, which the store drops).
 
 usage: attack.py MODE BUILD_DIR [KIND [N]]"""
 import errno
@@ -539,11 +543,17 @@ class Crowd:
                 socks.append(s)
                 self.opened += 1
 
-    def knock(self, targets):
-        """One connect+close on every target (the flood)."""
+    def knock(self, targets, payload=None):
+        """One connect+close on every target (the flood), sending payload
+        first when given (and the connect has completed)."""
         for target in targets:
             s = self._open(target)
             if s is not None:
+                if payload:
+                    try:
+                        s.send(payload)
+                    except OSError:
+                        pass
                 s.close()
                 self.opened += 1
 
@@ -555,6 +565,9 @@ class Crowd:
 
 
 def startup_targets(kind, pids, store_port):
+    if kind == "store":
+        return [("tcp", store_port)] if store_port in listening_ports(pids) \
+            else []
     if kind == "unix":
         return [("unix", n) for n in sorted(unix_listener_names(pids))]
     return [("tcp", p) for p in sorted(listening_ports(pids))
@@ -571,7 +584,8 @@ def check_drop_warnings(out, took_s):
             continue
         m = re.search(r"rank (\d+) dropped a connection from .* to "
                       r"(\d+\.\d+\.\d+\.\d+:\d+):",
-                      line) or re.search(r"tcp: rank (\d+) drops ", line)
+                      line) or re.search(r"tcp: rank (\d+) drops ", line) \
+            or re.search(r"(rendezvous store): closing the connection", line)
         if m:
             key = m.groups()
             per_listener[key] = per_listener.get(key, 0) + 1
@@ -588,8 +602,8 @@ def crowd_job(kind, per_target, flood):
     """A 4-rank job attacked by a Crowd during its startup (see crowd)."""
     timeout_s = 30
     env = dict(os.environ, XCOLL_TIMEOUT_S=str(timeout_s))
-    env["XCOLL_BACKEND"] = "tcp" if kind == "mesh" else "nccl_like"
-    if kind != "mesh":
+    env["XCOLL_BACKEND"] = "tcp" if kind in ("mesh", "store") else "nccl_like"
+    if kind not in ("mesh", "store"):
         env["XCOLL_NET"] = "socket"
         # The ring's channels over the plugin too (between ranks of one
         # host they would be shared memory, which listens elsewhere).
@@ -607,7 +621,10 @@ def crowd_job(kind, per_target, flood):
     # listen(2), so the order does not matter to ASan's interceptors.
     asan = env.get("ASAN_OPTIONS", "")
     env["ASAN_OPTIONS"] = (asan + ":" if asan else "") + "verify_asan_link_order=0"
-    env["XCOLL_TEST_HOLD_RANK"] = "3"
+    if kind == "store":
+        env["XCOLL_TEST_HOLD_CONNECT"] = "1"
+    else:
+        env["XCOLL_TEST_HOLD_RANK"] = "3"
     env["XCOLL_TEST_HOLD_FILE"] = ready
     prog = [PERF, "-b", "8", "-e", "4K", "-f", "8", "-n", "5"]
 
@@ -626,6 +643,7 @@ def crowd_job(kind, per_target, flood):
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     start = time.time()
     targets = []
+    flooder = None
     try:
         # Ranks 0-2 open their listeners and wait for rank 3 (nccl_like:
         # its net listeners; tcp: the mesh listener).
@@ -634,25 +652,43 @@ def crowd_job(kind, per_target, flood):
             per_rank = [startup_targets(kind, family(p), port) for p in ranks]
             found = sorted(sum(per_rank, []))
             owners = [t for t in per_rank if t]
+            if kind == "store" and found and found == targets:
+                break  # rank 0's store, filled once
             if len(owners) >= 3 and found and found == targets:
                 break  # a second scan found nothing new
             targets = found
             crowd.fill(targets, time.time() + 20)
         queued = sum(len(v) for v in crowd.held.values())
-        print("%s: %d idle connections on %d listener(s) before rank 3 "
-              "starts" % (kind, queued, len(targets)), flush=True)
+        print("%s: %d idle connections on %d listener(s) before %s "
+              "starts" % (kind, queued, len(targets),
+                          "any rank's store connection" if kind == "store"
+                          else "rank 3"), flush=True)
         if not targets:
             job.kill()
             fail("found no startup listener to attack (job exit %r after "
                  "%.1f s); the job said:\n%s"
                  % (job.poll(), time.time() - start,
                     job.communicate()[0][-3000:]))
+        if flood and kind == "store":
+            # The store's part of a job is its startup, which is short: the
+            # flood of wrong first messages runs from a thread, from a
+            # second before the ranks connect until the job ends, so that
+            # they connect into it.
+            import threading
+
+            def flood_store():
+                while not flooding_done.is_set():
+                    crowd.knock(targets, os.urandom(69))
+            flooding_done = threading.Event()
+            flooder = threading.Thread(target=flood_store)
+            flooder.start()
+            time.sleep(1.0)
         open(ready, "w").close()
         released = time.time()
         # During the rest of the startup and the run: top up, or flood.
         while job.poll() is None and time.time() - released < LIMIT_S:
             live = startup_targets(kind, family(job.pid), port)
-            if flood:
+            if flood and kind != "store":
                 for _ in range(20):
                     crowd.knock(live)
             crowd.prune()
@@ -664,6 +700,9 @@ def crowd_job(kind, per_target, flood):
             fail("the job did not finish in %d s" % LIMIT_S)
         took = time.time() - released
     finally:
+        if flooder is not None:
+            flooding_done.set()
+            flooder.join()
         crowd.close()
         if job.poll() is None:
             job.kill()
@@ -681,6 +720,14 @@ def crowd_job(kind, per_target, flood):
         fail("the job took %.1f s, beyond XCOLL_TIMEOUT_S=%d" % (took,
                                                                   timeout_s))
     check_drop_warnings(out, took)
+    if kind == "store":
+        # Only the store is attacked: every WARN line of the job, whatever
+        # it says, counts (its accept, its handshake, its closing count).
+        warns = sum(1 for line in out.splitlines() if " WARN " in line)
+        print("WARN lines in all: %d in %.1f s" % (warns, took))
+        if warns > took + 5:
+            fail("%d WARN lines in %.1f s under attack on the store"
+                 % (warns, took))
 
 
 def mode_crowd():

@@ -36,6 +36,24 @@
  *   expose pinned buffers outstanding, the context stack depth, copies
  *   queued and not run, modules loaded and events alive, so a test can
  *   check that a library frees and pops what it takes.
+ * - cuMemHostRegister / cuMemHostUnregister record a host range (a shm
+ *   segment of nccl_like) as registered: with CU_MEMHOSTREGISTER_DEVICEMAP
+ *   cuMemHostGetDevicePointer gives its host address and kernels may
+ *   reach it, as a mapped pinned block.
+ * - Device memory shared between processes, over memfd: cuMemAlloc's
+ *   memory is a memfd mapping (PROT_NONE as above) whose IPC handle
+ *   (cuIpcGetMemHandle) names the owner's pid and fd, which
+ *   cuIpcOpenMemHandle opens through /proc; cuMemCreate makes a memfd
+ *   that cuMemExportToShareableHandle hands out as a POSIX fd, and
+ *   cuMemImportFromShareableHandle / cuMemAddressReserve / cuMemMap /
+ *   cuMemSetAccess map it (PROT_NONE, opened for kernels as device memory
+ *   is). A kernel opens the device memory its connections' slots point
+ *   into too, so the p2p transport's writes into a peer's slots land.
+ *   cuDeviceGetAttribute answers VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED and
+ *   HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED with 1 (0 under
+ *   FAKE_CUDA_NO_VMM=1, which also makes cuMemCreate fail with
+ *   CUDA_ERROR_NOT_SUPPORTED: the CUDA IPC fallback); cuDeviceGetUuid
+ *   gives every ordinal a UUID of its own, the same in every process.
  * - fake_cuda_set_device_range calls one host range device memory for
  *   cuPointerGetAttribute only (unit.device's detection tests).
  * Not modelled: the legacy stream's implicit synchronisation with other
@@ -46,8 +64,9 @@
  * CUDA_ERROR_INVALID_VALUE 1, CUDA_ERROR_INVALID_DEVICE 101,
  * CUDA_ERROR_INVALID_IMAGE 200, CUDA_ERROR_INVALID_CONTEXT 201,
  * CUDA_ERROR_INVALID_HANDLE 400, CUDA_ERROR_NOT_FOUND 500,
- * CUDA_ERROR_NOT_READY 600). FAKE_CUDA_DEVICES sets the device count
- * (default 1). */
+ * CUDA_ERROR_NOT_READY 600, CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED 712,
+ * CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED 713, CUDA_ERROR_NOT_SUPPORTED 801).
+ * FAKE_CUDA_DEVICES sets the device count (default 1). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -55,7 +74,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "ring.h"
 
@@ -69,6 +92,9 @@ enum {
   INVALID_HANDLE = 400,
   NOT_FOUND = 500,
   NOT_READY = 600,
+  ALREADY_REGISTERED = 712,
+  NOT_REGISTERED = 713,
+  NOT_SUPPORTED = 801,
   MAX_ALLOCATIONS = 256,
   MAX_PENDING = 1024
 };
@@ -98,12 +124,37 @@ void fake_cuda_set_device_range(void *base, size_t bytes, int managed) {
 }
 
 /* ---- device allocations (PROT_NONE mappings) ---- */
+enum { ALLOC_MEMALLOC, ALLOC_CUMEM_MAP, ALLOC_IPC_OPEN };
 static struct allocation {
   uintptr_t base;
   size_t bytes;  /* asked for */
   size_t mapped; /* rounded up to pages */
   int opened;    /* copies and kernels using it now: read-write while > 0 */
+  int kind;      /* ALLOC_*: who made it, so only its maker frees it */
+  int fd;        /* ALLOC_MEMALLOC: the memfd behind it (IPC), else -1 */
 } allocations[MAX_ALLOCATIONS];
+
+static int memfd(const char *name, size_t bytes) {
+  int fd = (int)syscall(SYS_memfd_create, name, 1u /* MFD_CLOEXEC */);
+  if (fd >= 0 && ftruncate(fd, (off_t)bytes) != 0) {
+    close(fd);
+    fd = -1;
+  }
+  return fd;
+}
+
+/* Records a mapping as device memory. Under lock; 0 when the table is
+ * full. */
+static int add_allocation(uintptr_t base, size_t bytes, size_t mapped,
+                          int kind, int fd) {
+  for (int i = 0; i < MAX_ALLOCATIONS; i++)
+    if (allocations[i].base == 0) {
+      allocations[i] =
+          (struct allocation){base, bytes, mapped, 0, kind, fd};
+      return 1;
+    }
+  return 0;
+}
 
 /* The allocation holding [p, p + bytes), or NULL. Under lock. */
 static struct allocation *find_allocation(uintptr_t p, size_t bytes) {
@@ -122,27 +173,34 @@ int cuMemAlloc(uintptr_t *dptr, size_t bytes) {
   size_t mapped = (bytes + 4095) / 4096 * 4096;
   if (mapped == 0)
     mapped = 4096;
-  void *p = mmap(NULL, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED)
+  /* A memfd, so that cuIpcOpenMemHandle can map it in another process. */
+  int fd = memfd("fake-cuda-alloc", mapped);
+  void *p = fd < 0 ? MAP_FAILED
+                   : mmap(NULL, mapped, PROT_NONE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    if (fd >= 0)
+      close(fd);
     return OUT_OF_MEMORY;
+  }
   pthread_mutex_lock(&lock);
-  for (int i = 0; i < MAX_ALLOCATIONS; i++)
-    if (allocations[i].base == 0) {
-      allocations[i] = (struct allocation){(uintptr_t)p, bytes, mapped, 0};
-      pthread_mutex_unlock(&lock);
-      *dptr = (uintptr_t)p;
-      return OK;
-    }
+  int added = add_allocation((uintptr_t)p, bytes, mapped, ALLOC_MEMALLOC, fd);
   pthread_mutex_unlock(&lock);
-  munmap(p, mapped);
-  return OUT_OF_MEMORY;
+  if (!added) {
+    munmap(p, mapped);
+    close(fd);
+    return OUT_OF_MEMORY;
+  }
+  *dptr = (uintptr_t)p;
+  return OK;
 }
 
 int cuMemFree(uintptr_t dptr) {
   pthread_mutex_lock(&lock);
   for (int i = 0; i < MAX_ALLOCATIONS; i++)
-    if (allocations[i].base == dptr) {
+    if (allocations[i].base == dptr && allocations[i].kind == ALLOC_MEMALLOC) {
       munmap((void *)dptr, allocations[i].mapped);
+      if (allocations[i].fd >= 0)
+        close(allocations[i].fd);
       allocations[i].base = 0;
       pthread_mutex_unlock(&lock);
       return OK;
@@ -229,6 +287,7 @@ static struct host_block {
   uintptr_t base;
   size_t bytes;
   unsigned int flags;
+  int registered; /* cuMemHostRegister's (the caller owns the memory) */
   struct host_block *next;
 } *host_blocks;
 
@@ -257,7 +316,7 @@ int cuMemHostAlloc(void **p, size_t bytes, unsigned int flags) {
     return OUT_OF_MEMORY;
   }
   memset(memory, 0xA5, size);
-  *b = (struct host_block){(uintptr_t)memory, size, flags, NULL};
+  *b = (struct host_block){(uintptr_t)memory, size, flags, 0, NULL};
   pthread_mutex_lock(&lock);
   b->next = host_blocks;
   host_blocks = b;
@@ -271,7 +330,7 @@ int cuMemFreeHost(void *p) {
     return INVALID_CONTEXT;
   pthread_mutex_lock(&lock);
   struct host_block **at = &host_blocks;
-  while (*at != NULL && (*at)->base != (uintptr_t)p)
+  while (*at != NULL && ((*at)->base != (uintptr_t)p || (*at)->registered))
     at = &(*at)->next;
   struct host_block *b = *at;
   if (b != NULL)
@@ -284,7 +343,304 @@ int cuMemFreeHost(void *p) {
   atomic_fetch_sub(&pinned_outstanding, 1);
   return OK;
 }
+
+/* Page-locks nothing: records [p, p + bytes) so that, with DEVICEMAP, its
+ * device address is its host address and kernels may reach it. Counted in
+ * fake_cuda_pinned_outstanding until unregistered. */
+int cuMemHostRegister(void *p, size_t bytes, unsigned int flags) {
+  if (ctx_depth == 0)
+    return INVALID_CONTEXT;
+  if (p == NULL || bytes == 0 ||
+      (flags & ~(unsigned)(HOSTALLOC_PORTABLE | HOSTALLOC_DEVICEMAP)) != 0)
+    return INVALID_VALUE;
+  struct host_block *b = malloc(sizeof *b);
+  if (b == NULL)
+    return OUT_OF_MEMORY;
+  pthread_mutex_lock(&lock);
+  for (struct host_block *o = host_blocks; o != NULL; o = o->next)
+    if ((uintptr_t)p < o->base + o->bytes && o->base < (uintptr_t)p + bytes) {
+      pthread_mutex_unlock(&lock);
+      free(b);
+      return ALREADY_REGISTERED;
+    }
+  *b = (struct host_block){(uintptr_t)p, bytes, flags, 1, host_blocks};
+  host_blocks = b;
+  pthread_mutex_unlock(&lock);
+  atomic_fetch_add(&pinned_outstanding, 1);
+  return OK;
+}
+int cuMemHostUnregister(void *p) {
+  if (ctx_depth == 0)
+    return INVALID_CONTEXT;
+  pthread_mutex_lock(&lock);
+  struct host_block **at = &host_blocks;
+  while (*at != NULL && ((*at)->base != (uintptr_t)p || !(*at)->registered))
+    at = &(*at)->next;
+  struct host_block *b = *at;
+  if (b != NULL)
+    *at = b->next;
+  pthread_mutex_unlock(&lock);
+  if (b == NULL)
+    return NOT_REGISTERED;
+  free(b);
+  atomic_fetch_sub(&pinned_outstanding, 1);
+  return OK;
+}
 int fake_cuda_pinned_outstanding(void) { return atomic_load(&pinned_outstanding); }
+
+/* ---- device attributes, and device memory shared between processes ---- */
+static int no_vmm(void) {
+  const char *v = getenv("FAKE_CUDA_NO_VMM");
+  return v != NULL && strcmp(v, "1") == 0;
+}
+
+int cuDeviceGetAttribute(int *value, int attribute, int device) {
+  if (value == NULL || device < 0 || device >= device_count())
+    return INVALID_VALUE;
+  if (attribute == 102 || attribute == 103) { /* VMM, POSIX fd handles */
+    *value = !no_vmm();
+    return OK;
+  }
+  return INVALID_VALUE;
+}
+
+int cuDeviceGetUuid(unsigned char uuid[16], int device) {
+  if (uuid == NULL || device < 0 || device >= device_count())
+    return INVALID_DEVICE;
+  memset(uuid, 0, 16);
+  memcpy(uuid, "fake-gpu", 8);
+  uuid[15] = (unsigned char)(device + 1);
+  return OK;
+}
+
+enum { GRANULARITY = 65536, MEM_HANDLE_MAGIC = 0x6d656d68 };
+struct mem_handle {
+  int magic;
+  int fd;
+  size_t bytes;
+};
+struct mem_prop { /* CUmemAllocationProp */
+  int type, handle_types, location_type, location_id;
+  void *win32;
+  unsigned char flags[8];
+};
+struct mem_access { /* CUmemAccessDesc */
+  int location_type, location_id, flags;
+};
+
+static struct mem_handle *as_mem_handle(unsigned long long h) {
+  struct mem_handle *m = (struct mem_handle *)(uintptr_t)h;
+  return m != NULL && m->magic == MEM_HANDLE_MAGIC ? m : NULL;
+}
+
+static int prop_ok(const struct mem_prop *prop) {
+  return prop != NULL && prop->type == 1 && prop->location_type == 1 &&
+         prop->location_id >= 0 && prop->location_id < device_count() &&
+         (prop->handle_types & ~1) == 0;
+}
+
+int cuMemGetAllocationGranularity(size_t *granularity,
+                                  const struct mem_prop *prop, int option) {
+  if (granularity == NULL || !prop_ok(prop) || (option != 0 && option != 1))
+    return INVALID_VALUE;
+  *granularity = GRANULARITY;
+  return OK;
+}
+
+int cuMemCreate(unsigned long long *handle, size_t bytes,
+                const struct mem_prop *prop, unsigned long long flags) {
+  if (no_vmm())
+    return NOT_SUPPORTED;
+  if (handle == NULL || !prop_ok(prop) || flags != 0 || bytes == 0 ||
+      bytes % GRANULARITY != 0)
+    return INVALID_VALUE;
+  struct mem_handle *m = malloc(sizeof *m);
+  int fd = m != NULL ? memfd("fake-cuda-cumem", bytes) : -1;
+  if (fd < 0) {
+    free(m);
+    return OUT_OF_MEMORY;
+  }
+  *m = (struct mem_handle){MEM_HANDLE_MAGIC, fd, bytes};
+  *handle = (unsigned long long)(uintptr_t)m;
+  return OK;
+}
+
+/* The mapping made with it stays, as in the driver. */
+int cuMemRelease(unsigned long long handle) {
+  struct mem_handle *m = as_mem_handle(handle);
+  if (m == NULL)
+    return INVALID_VALUE;
+  close(m->fd);
+  m->magic = 0;
+  free(m);
+  return OK;
+}
+
+int cuMemExportToShareableHandle(void *shareable, unsigned long long handle,
+                                 int type, unsigned long long flags) {
+  struct mem_handle *m = as_mem_handle(handle);
+  if (m == NULL || shareable == NULL || type != 1 || flags != 0)
+    return INVALID_VALUE;
+  int fd = fcntl(m->fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0)
+    return OUT_OF_MEMORY;
+  memcpy(shareable, &fd, sizeof fd);
+  return OK;
+}
+
+/* The fd stays the caller's (the driver takes its own reference). */
+int cuMemImportFromShareableHandle(unsigned long long *handle, void *os_handle,
+                                   int type) {
+  int fd = (int)(intptr_t)os_handle;
+  struct stat sb;
+  if (handle == NULL || type != 1 || fstat(fd, &sb) != 0 || sb.st_size <= 0)
+    return INVALID_VALUE;
+  struct mem_handle *m = malloc(sizeof *m);
+  int own = m != NULL ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
+  if (own < 0) {
+    free(m);
+    return OUT_OF_MEMORY;
+  }
+  *m = (struct mem_handle){MEM_HANDLE_MAGIC, own, (size_t)sb.st_size};
+  *handle = (unsigned long long)(uintptr_t)m;
+  return OK;
+}
+
+int cuMemAddressReserve(uintptr_t *ptr, size_t bytes, size_t alignment,
+                        uintptr_t addr, unsigned long long flags) {
+  (void)alignment;
+  if (ptr == NULL || bytes == 0 || bytes % GRANULARITY != 0 || addr != 0 ||
+      flags != 0)
+    return INVALID_VALUE;
+  void *p = mmap(NULL, bytes, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED)
+    return OUT_OF_MEMORY;
+  *ptr = (uintptr_t)p;
+  return OK;
+}
+
+int cuMemAddressFree(uintptr_t ptr, size_t bytes) {
+  pthread_mutex_lock(&lock);
+  int mapped = find_allocation(ptr, 0) != NULL;
+  pthread_mutex_unlock(&lock);
+  if (mapped || bytes == 0)
+    return INVALID_VALUE; /* still mapped: cuMemUnmap first */
+  munmap((void *)ptr, bytes);
+  return OK;
+}
+
+int cuMemMap(uintptr_t ptr, size_t bytes, size_t offset,
+             unsigned long long handle, unsigned long long flags) {
+  struct mem_handle *m = as_mem_handle(handle);
+  if (m == NULL || flags != 0 || offset != 0 || bytes > m->bytes ||
+      bytes % GRANULARITY != 0)
+    return INVALID_VALUE;
+  void *p = mmap((void *)ptr, bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, m->fd,
+                 0);
+  if (p == MAP_FAILED)
+    return INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  int added = add_allocation(ptr, bytes, bytes, ALLOC_CUMEM_MAP, -1);
+  pthread_mutex_unlock(&lock);
+  return added ? OK : OUT_OF_MEMORY;
+}
+
+/* Leaves the range reserved (PROT_NONE, no memory behind it). */
+int cuMemUnmap(uintptr_t ptr, size_t bytes) {
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < MAX_ALLOCATIONS; i++)
+    if (allocations[i].base == ptr && allocations[i].kind == ALLOC_CUMEM_MAP &&
+        allocations[i].mapped == bytes) {
+      allocations[i].base = 0;
+      pthread_mutex_unlock(&lock);
+      mmap((void *)ptr, bytes, PROT_NONE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+      return OK;
+    }
+  pthread_mutex_unlock(&lock);
+  return INVALID_VALUE;
+}
+
+int cuMemSetAccess(uintptr_t ptr, size_t bytes, const struct mem_access *desc,
+                   size_t count) {
+  if (desc == NULL || count != 1 || desc->location_type != 1 ||
+      desc->location_id < 0 || desc->location_id >= device_count() ||
+      desc->flags != 3)
+    return INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  int mapped = find_allocation(ptr, bytes) != NULL;
+  pthread_mutex_unlock(&lock);
+  return mapped ? OK : INVALID_VALUE;
+}
+
+enum { IPC_MAGIC = 0x69706368 };
+struct ipc_handle { /* CUipcMemHandle's 64 bytes */
+  int magic;
+  int pid;
+  int fd;
+  int pad;
+  uint64_t bytes;
+  char reserved[40];
+};
+
+int cuIpcGetMemHandle(struct ipc_handle *handle, uintptr_t dptr) {
+  if (handle == NULL)
+    return INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  struct allocation *a = find_allocation(dptr, 0);
+  int ok = a != NULL && a->base == dptr && a->kind == ALLOC_MEMALLOC &&
+           a->fd >= 0;
+  if (ok) {
+    memset(handle, 0, sizeof *handle);
+    handle->magic = IPC_MAGIC;
+    handle->pid = (int)getpid();
+    handle->fd = a->fd;
+    handle->bytes = a->mapped;
+  }
+  pthread_mutex_unlock(&lock);
+  return ok ? OK : INVALID_VALUE;
+}
+
+/* Opens the owner's memfd through /proc (same user), mapped PROT_NONE. */
+int cuIpcOpenMemHandle(uintptr_t *dptr, struct ipc_handle handle,
+                       unsigned int flags) {
+  if (dptr == NULL || flags != 1 || handle.magic != IPC_MAGIC ||
+      handle.bytes == 0)
+    return INVALID_VALUE;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd/%d", handle.pid, handle.fd);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0)
+    return INVALID_HANDLE;
+  void *p = mmap(NULL, handle.bytes, PROT_NONE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED)
+    return OUT_OF_MEMORY;
+  pthread_mutex_lock(&lock);
+  int added = add_allocation((uintptr_t)p, handle.bytes, handle.bytes,
+                             ALLOC_IPC_OPEN, -1);
+  pthread_mutex_unlock(&lock);
+  if (!added) {
+    munmap(p, handle.bytes);
+    return OUT_OF_MEMORY;
+  }
+  *dptr = (uintptr_t)p;
+  return OK;
+}
+
+int cuIpcCloseMemHandle(uintptr_t dptr) {
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < MAX_ALLOCATIONS; i++)
+    if (allocations[i].base == dptr && allocations[i].kind == ALLOC_IPC_OPEN) {
+      munmap((void *)dptr, allocations[i].mapped);
+      allocations[i].base = 0;
+      pthread_mutex_unlock(&lock);
+      return OK;
+    }
+  pthread_mutex_unlock(&lock);
+  return INVALID_VALUE;
+}
 
 /* Unified addressing: the device sees a mapped block at its host address.
  * Only blocks allocated with CU_MEMHOSTALLOC_DEVICEMAP are mapped. */
@@ -562,15 +918,27 @@ static void check_reachable(const struct launch *l) {
 /* Runs a launch's blocks, each on a thread of its own, with the device
  * allocations its work points into opened for the kernel's duration. */
 static void run_kernel(const struct launch *l) {
-  const void *buffers[3] = {l->work.sendbuf, l->work.recvbuf, l->work.scratch};
-  struct allocation *opened[3] = {NULL, NULL, NULL};
+  /* The work's buffers, and the slots of every connection (device memory
+   * over p2p: this rank's, or the peer's mapped here). */
+  size_t nbuffers = 3 + 2 * (size_t)l->blocks;
+  const void **buffers = calloc(nbuffers, sizeof *buffers);
+  struct allocation **opened = calloc(nbuffers, sizeof *opened);
+  if (buffers == NULL || opened == NULL)
+    fault("out of memory for a launch");
+  buffers[0] = l->work.sendbuf;
+  buffers[1] = l->work.recvbuf;
+  buffers[2] = l->work.scratch;
   pthread_mutex_lock(&lock);
   check_reachable(l);
-  for (int i = 0; i < 3; i++) {
+  for (unsigned int c = 0; c < l->blocks && l->work.nranks > 1; c++) {
+    buffers[3 + 2 * c] = l->sends != NULL ? l->sends[c].buff : NULL;
+    buffers[4 + 2 * c] = l->recvs != NULL ? l->recvs[c].buff : NULL;
+  }
+  for (size_t i = 0; i < nbuffers; i++) {
     /* One allocation opened once even when two buffers lie in it. */
     struct allocation *a =
         buffers[i] != NULL ? find_allocation((uintptr_t)buffers[i], 0) : NULL;
-    for (int j = 0; j < i && a != NULL; j++)
+    for (size_t j = 0; j < i && a != NULL; j++)
       if (opened[j] == a)
         a = NULL;
     if (a != NULL)
@@ -590,10 +958,12 @@ static void run_kernel(const struct launch *l) {
     pthread_join(blocks[c].thread, NULL);
   free(blocks);
   pthread_mutex_lock(&lock);
-  for (int i = 0; i < 3; i++)
+  for (size_t i = 0; i < nbuffers; i++)
     if (opened[i] != NULL)
       close_allocation(opened[i]);
   pthread_mutex_unlock(&lock);
+  free(buffers);
+  free(opened);
 }
 
 /* The worker of s: runs its items in order, forever (it sleeps when the

@@ -18,7 +18,8 @@
  * and results are compared bit for bit; integer sums and products use
  * full-range values, so they wrap, and the reference wraps modulo 2^n too.
  * test_float_error_bounds checks random inputs against the error bounds the
- * algorithm files state. */
+ * algorithm files state; test_fingerprint_exchange, that every rank learns
+ * of a mismatched rooted call from the exchange's messages alone. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -38,6 +39,7 @@
 #include "algorithm.h"
 #include "comm.h"
 #include "dtype.h"
+#include "fingerprint_exchange.h"
 
 #define MAX_RANKS 8
 #define GUARD_BYTES 16
@@ -1038,6 +1040,56 @@ static void test_fake_detects_mismatch(void **state) {
   assert_non_null(strstr(why, "protocol"));
 }
 
+/* The fingerprint exchange before a rooted collective
+ * (core/fingerprint_exchange.h) over the fake backend, which compares no
+ * fingerprint: the messages' own contents must tell every rank. Ranks that
+ * agree pass and leave no message behind; when one rank names another root
+ * (each rank in turn), every rank fails with PROTOCOL naming both calls, at
+ * every P and in both matching modes. */
+static void test_fingerprint_exchange(void **state) {
+  (void)state;
+  xcoll_coll_args args[MAX_RANKS];
+  rank_run runs[MAX_RANKS];
+  char why[256] = "";
+  for (size_t i = 0; i < sizeof test_sizes / sizeof test_sizes[0]; i++) {
+    int P = test_sizes[i];
+    for (int synchronous = 0; synchronous < 2 && P > 1; synchronous++) {
+      for (int odd = -1; odd < P; odd++) {
+        uint64_t seq = next_seq++;
+        for (int r = 0; r < P; r++) {
+          memset(&args[r], 0, sizeof args[r]);
+          args[r].kind = XCOLL_COLL_BROADCAST;
+          args[r].count = 1000;
+          args[r].dtype = XCOLL_FLOAT32;
+          args[r].root = r == odd ? 1 : 0;
+          args[r].seq = seq;
+        }
+        int ok = run_ranks(P, xcoll_fingerprint_exchange, args, 0, synchronous,
+                           runs, why, sizeof why);
+        if (odd < 0) {
+          if (!ok)
+            fail_msg("P=%d, every rank agreeing: %s", P, why);
+          continue;
+        }
+        assert_false(world.failed);
+        for (int r = 0; r < P; r++) {
+          const char *message = runs[r].comm.last_error;
+          if (runs[r].status != XCOLL_ERR_PROTOCOL ||
+              !strstr(message, "broadcast(root 0, float32, 1000)") ||
+              !strstr(message, "broadcast(root 1, float32, 1000)"))
+            fail_msg("P=%d, rank %d calling root 1 (%s): rank %d returned "
+                     "%d: %s",
+                     P, odd, synchronous ? "synchronous" : "eager", r,
+                     (int)runs[r].status, message);
+        }
+        for (int a = 0; a < P; a++)
+          for (int b = 0; b < P; b++)
+            assert_true(!world.sends[a][b].head && !world.recvs[a][b].head);
+      }
+    }
+  }
+}
+
 /* Selection by size and P, and XCOLL_ALGO overrides and errors. */
 static const char *selected(xcoll_comm *comm, xcoll_coll_kind kind,
                             size_t bytes, xcoll_status *status) {
@@ -1107,6 +1159,7 @@ static void test_algorithm_select(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fake_detects_mismatch),
+      cmocka_unit_test(test_fingerprint_exchange),
       cmocka_unit_test(test_allreduce_ring),
       cmocka_unit_test(test_allreduce_recursive_doubling),
       cmocka_unit_test(test_allreduce_rabenseifner),

@@ -175,12 +175,20 @@ static void test_replay(void **unused) {
   use_token("a secret");
   /* Record a genuine session: the client's offer, the server's answer and
    * the client's proof, as an eavesdropper would. */
-  uint8_t c_offer[XCOLL_AUTH_OFFER_BYTES], c_nonce[XCOLL_AUTH_NONCE_BYTES];
+  uint8_t c_first[XCOLL_AUTH_FIRST_BYTES], c_nonce[XCOLL_AUTH_NONCE_BYTES];
   uint8_t s_nonce[XCOLL_AUTH_NONCE_BYTES];
   uint8_t answer[XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES];
   uint8_t c_proof[XCOLL_AUTH_PROOF_BYTES];
-  xcoll_auth_offer(c_offer, c_nonce);
+  xcoll_auth_offer(c_first, c_nonce);
+  xcoll_auth_hello_tag(CONTEXT, c_nonce, c_first + XCOLL_AUTH_OFFER_BYTES);
+  assert_true(xcoll_auth_hello_tag_ok(CONTEXT, c_nonce,
+                                      c_first + XCOLL_AUTH_OFFER_BYTES));
+  /* the hello tag is bound to its context and nonce */
+  assert_false(xcoll_auth_hello_tag_ok("other context", c_nonce,
+                                       c_first + XCOLL_AUTH_OFFER_BYTES));
   xcoll_auth_offer(answer, s_nonce);
+  assert_false(xcoll_auth_hello_tag_ok(CONTEXT, s_nonce,
+                                       c_first + XCOLL_AUTH_OFFER_BYTES));
   xcoll_auth_prove("server", CONTEXT, c_nonce, s_nonce,
                    answer + XCOLL_AUTH_OFFER_BYTES);
   xcoll_auth_prove("client", CONTEXT, c_nonce, s_nonce, c_proof);
@@ -201,13 +209,15 @@ static void test_replay(void **unused) {
   close(sv[0]);
   close(sv[1]);
 
-  /* Replay the client's offer and proof to a new server. */
+  /* Replay the client's first message (its hello tag passes: it binds
+   * only the client's nonce) and its proof to a new server: the proof does
+   * not, the server's nonce is fresh. */
   assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
   server_run r = {.fd = sv[1]};
   pthread_t t;
   pthread_create(&t, NULL, server_thread, &r);
-  assert_int_equal(write(sv[0], c_offer, sizeof c_offer),
-                   (ssize_t)sizeof c_offer);
+  assert_int_equal(write(sv[0], c_first, sizeof c_first),
+                   (ssize_t)sizeof c_first);
   read_exact(sv[0], answer, sizeof answer);
   assert_int_equal(write(sv[0], c_proof, sizeof c_proof),
                    (ssize_t)sizeof c_proof);

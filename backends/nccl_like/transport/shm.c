@@ -1,4 +1,4 @@
-/* shm.c - the shm transport of nccl_like: two host ranks of one host share
+/* shm.c - the shm transport of nccl_like: two ranks of one host share
  * the receiver's FIFO, as NCCL's src/transport/shm.cc does. Each rank puts
  * the receive FIFOs of its channels (head, tail, sizes, slots) in one
  * memfd segment; the previous rank of the ring maps it and its kernels
@@ -6,6 +6,14 @@
  * post head there. No proxy step and no system call per step: a step is a
  * copy into the slot and a release store. See docs/nccl_like.md,
  * "Transports".
+ *
+ * GPU ranks: a GPU rank registers both segments it maps (its own and
+ * next's) with cuMemHostRegister(DEVICEMAP); its kernel reads and writes
+ * them through the device addresses cuMemHostGetDevicePointer gives
+ * (gpu_engine.c), over PCIe, with no proxy. Between two GPU ranks on one
+ * GPU the p2p transport (p2p.c) runs on this file's handshake and
+ * counters, with the receiver's slots in its device memory instead, sent
+ * as a second fd (cuMem) or an IPC handle in the hello.
  *
  * How the segment travels: each rank listens on an abstract Unix socket
  * whose name holds a random 64-bit nonce, published with its pid in the
@@ -60,9 +68,22 @@
 /* Longest futex sleep of a waiting kernel (nanoseconds): the abort flag,
  * the peers' sockets and the fingerprints are looked at between sleeps. */
 #define NL_SHM_SLEEP_NS 1000000L
+/* A host rank waiting for a GPU rank's post: a kernel on the device
+ * never calls the notify hook (it has no system calls), so nobody would
+ * wake a futex sleeper before NL_SHM_SLEEP_NS. Instead it keeps spinning
+ * with a sched_yield per pass for NL_SHM_GPU_YIELD_S, then sleeps
+ * NL_SHM_GPU_NAP_NS at a time: a post costs it at most that much more
+ * once it has waited a millisecond, and a long kernel costs one wake-up
+ * per nap rather than a spinning core. */
+#define NL_SHM_GPU_YIELD_S 1e-3
+#define NL_SHM_GPU_NAP_NS 20000L
+/* A GPU rank's proxy looks at its shm peers (nl_shm_watch) only once the
+ * ring has not moved for this long (seconds): a kernel that has posted
+ * its last step while the peer, done, already left, is not a death. */
+#define NL_SHM_WATCH_IDLE_S 0.05
 /* A segment's header message (receiver -> sender, with the fd). */
 #define NL_SHM_MAGIC 0x534c4e58u /* "XNLS" */
-#define NL_SHM_VERSION 1u
+#define NL_SHM_VERSION 2u
 
 typedef struct nl_shm_hello {
   uint32_t magic, version;
@@ -72,6 +93,11 @@ typedef struct nl_shm_hello {
   uint64_t buffsize;
   uint64_t stride; /* bytes per channel in the segment */
   uint64_t segment_bytes;
+  /* p2p: where the slots are. 0: in the segment (shm); NL_P2P_SHARE_CUMEM:
+   * a second fd, channel c's at c * buffsize; NL_P2P_SHARE_IPC: ipc. */
+  uint32_t slot_kind, pad;
+  uint64_t slot_bytes;
+  uint8_t ipc[64];
 } nl_shm_hello;
 
 /* One end of a shm connection: the socket to the peer (liveness) and the
@@ -94,6 +120,9 @@ typedef struct nl_shm {
   uint8_t *peer_segment;
   size_t peer_segment_bytes;
   nl_shm_peer to_prev, to_next; /* recv side's and send side's peer */
+  /* p2p: this rank's receive slots (device memory) and next's, mapped. */
+  nl_gpu_slots slots, peer_slots;
+  int segment_on_device, peer_on_device; /* registered with the GPU */
   pthread_mutex_t check_lock; /* one thread polls the sockets at a time; */
   double checked_at;          /* guarded by it, with the peers' closed */
   unsigned long strangers; /* connections refused at the listener */
@@ -127,8 +156,10 @@ static int read_host_id(uint8_t out[24]) {
 
 xcoll_status nl_rank_info_fill(nl_state *st, nl_rank_info *info) {
   memset(info, 0, sizeof *info);
-  long disable = 0;
+  long disable = 0, p2p_disable = 0;
   xcoll_status s = xcoll_param_int("XCOLL_SHM_DISABLE", &disable);
+  if (s == XCOLL_SUCCESS)
+    s = xcoll_param_int("XCOLL_P2P_DISABLE", &p2p_disable);
   if (s != XCOLL_SUCCESS)
     return xcoll_error_adopt(st->comm, s);
   struct stat shm_dir, pid_ns;
@@ -142,17 +173,29 @@ xcoll_status nl_rank_info_fill(nl_state *st, nl_rank_info *info) {
   info->pid = (int32_t)getpid();
   info->cuda_device = st->gpu != NULL ? 0 : -1;
   info->shm_allowed = disable == 0;
+  info->p2p_allowed = p2p_disable == 0;
+  nl_gpu_describe(st, info);
   return XCOLL_SUCCESS;
 }
 
-/* Two host ranks of one boot, network and pid namespace, with the same
- * /dev/shm, neither of which disabled shm. A GPU rank's FIFOs are device-
- * mapped memory: it stays on net. */
-static int shm_can_connect(const nl_rank_info *a, const nl_rank_info *b) {
-  return a->host_id_ok && b->host_id_ok && a->shm_allowed &&
-         b->shm_allowed && a->cuda_device < 0 && b->cuda_device < 0 &&
+int nl_same_host(const nl_rank_info *a, const nl_rank_info *b) {
+  return a->host_id_ok && b->host_id_ok &&
          memcmp(a->host_id, b->host_id, sizeof a->host_id) == 0 &&
          a->shm_dev == b->shm_dev && a->pid_ns == b->pid_ns;
+}
+
+/* A host rank, or a GPU rank that can map the segment into its device. */
+static int maps_segment(const nl_rank_info *a) {
+  return a->cuda_device < 0 || a->gpu_host_map;
+}
+
+/* Two ranks of one boot, network and pid namespace, with the same
+ * /dev/shm, neither of which disabled shm, each a host rank or a GPU rank
+ * that maps the segment into its device (the mixed pair, and two GPU
+ * ranks that p2p does not take). */
+static int shm_can_connect(const nl_rank_info *a, const nl_rank_info *b) {
+  return a->shm_allowed && b->shm_allowed && maps_segment(a) &&
+         maps_segment(b) && nl_same_host(a, b);
 }
 
 /* ---- sockets ---- */
@@ -211,13 +254,18 @@ static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 /* Before the infos are exchanged: a host rank that allows shm listens and
  * publishes the listener's nonce in its info. */
 static xcoll_status shm_setup(nl_state *st, nl_rank_info *mine) {
-  if (!mine->shm_allowed || !mine->host_id_ok || mine->cuda_device >= 0)
+  /* p2p runs on this listener too, whether or not shm is disabled. */
+  int p2p = mine->cuda_device >= 0 && mine->p2p_allowed &&
+            mine->p2p_share != 0;
+  if (!(mine->shm_allowed || p2p) || !mine->host_id_ok ||
+      !maps_segment(mine))
     return XCOLL_SUCCESS; /* can_connect will say no to every peer */
   nl_shm *shm = calloc(1, sizeof *shm);
   if (!shm)
     return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
                        "nccl_like shm: out of memory");
   shm->listen_fd = shm->segment_fd = -1;
+  shm->slots.fd = shm->peer_slots.fd = -1;
   shm->to_prev = (nl_shm_peer){.rank = st->prev, .sock = -1, .pidfd = -1};
   shm->to_next = (nl_shm_peer){.rank = st->next, .sock = -1, .pidfd = -1};
   pthread_mutex_init(&shm->check_lock, NULL);
@@ -227,12 +275,28 @@ static xcoll_status shm_setup(nl_state *st, nl_rank_info *mine) {
   return s;
 }
 
+/* Bytes per channel in a segment: the counters' page, then the slots
+ * unless they are device memory (p2p). */
+static size_t segment_stride(const nl_state *st, const nl_transport *t) {
+  return round_up(sizeof(nl_fifo_mem), 4096) +
+         (t->device_slots ? 0 : st->buffsize);
+}
+
+/* The kind of device memory p2p shares between a and b: cuMem when both
+ * can, else CUDA IPC. */
+static int share_kind(const nl_rank_info *a, const nl_rank_info *b) {
+  int both = a->p2p_share & b->p2p_share;
+  return (both & NL_P2P_SHARE_CUMEM) ? NL_P2P_SHARE_CUMEM : NL_P2P_SHARE_IPC;
+}
+
 /* Every channel's receive FIFO in one memfd: channel c's nl_fifo_mem at
- * c * stride, its slots one page later. */
-static xcoll_status shm_recv_alloc(nl_state *st, nl_channel *ch) {
+ * c * stride, its slots one page later (p2p: at c * buffsize in one
+ * block of device memory). */
+xcoll_status nl_shm_recv_alloc(nl_state *st, nl_channel *ch) {
   nl_shm *shm = st->shm;
+  int device_slots = ch->recv_transport->device_slots;
   if (shm->segment == NULL) {
-    shm->stride = round_up(sizeof(nl_fifo_mem), 4096) + st->buffsize;
+    shm->stride = segment_stride(st, ch->recv_transport);
     shm->segment_bytes = shm->stride * (size_t)st->nchannels;
     shm->segment_fd = (int)syscall(SYS_memfd_create, "xcoll-nl-fifo",
                                    (unsigned)MFD_CLOEXEC);
@@ -254,10 +318,33 @@ static xcoll_status shm_recv_alloc(nl_state *st, nl_channel *ch) {
     shm->segment = p;
     /* Touch every page here, at init, not inside the first collective. */
     memset(shm->segment, 0, shm->segment_bytes);
+    xcoll_status s = XCOLL_SUCCESS;
+    if (st->gpu != NULL) {
+      s = nl_gpu_map_host(st, shm->segment, shm->segment_bytes);
+      shm->segment_on_device = s == XCOLL_SUCCESS;
+    }
+    int kind = device_slots ? share_kind(&st->rank_infos[st->rank],
+                                         &st->rank_infos[st->prev])
+                            : 0;
+    if (s == XCOLL_SUCCESS && device_slots)
+      s = nl_gpu_slots_create(st, kind, st->buffsize * (size_t)st->nchannels,
+                              &shm->slots);
+    if (s != XCOLL_SUCCESS)
+      return s;
+    if (device_slots)
+      XCOLL_INFO("nccl_like p2p: rank %d's receive slots (%zu B of device "
+                 "memory) go to rank %d by %s",
+                 st->rank, shm->slots.bytes, st->prev,
+                 kind == NL_P2P_SHARE_CUMEM ? "cuMem (a POSIX fd)"
+                                            : "CUDA IPC");
   }
   uint8_t *base = shm->segment + (size_t)ch->id * shm->stride;
   ch->recv_mem = (nl_fifo_mem *)base;
-  ch->recv_buff = base + round_up(sizeof(nl_fifo_mem), 4096);
+  /* p2p: a device address, which only the kernels follow. */
+  ch->recv_buff = device_slots
+                      ? (uint8_t *)(uintptr_t)shm->slots.dptr +
+                            (size_t)ch->id * st->buffsize
+                      : base + round_up(sizeof(nl_fifo_mem), 4096);
   return XCOLL_SUCCESS;
 }
 
@@ -272,19 +359,27 @@ static xcoll_status send_segment(nl_state *st, nl_shm *shm, int fd) {
                         .nchannels = st->nchannels,
                         .buffsize = st->buffsize,
                         .stride = shm->stride,
-                        .segment_bytes = shm->segment_bytes};
-  char control[CMSG_SPACE(sizeof(int))];
+                        .segment_bytes = shm->segment_bytes,
+                        .slot_kind = (uint32_t)(shm->slots.dptr != 0
+                                                    ? shm->slots.kind
+                                                    : 0),
+                        .slot_bytes = shm->slots.bytes};
+  int fds[2] = {shm->segment_fd, shm->slots.fd};
+  int nfds = hello.slot_kind == NL_P2P_SHARE_CUMEM ? 2 : 1;
+  if (hello.slot_kind == NL_P2P_SHARE_IPC)
+    memcpy(hello.ipc, shm->slots.ipc, sizeof hello.ipc);
+  char control[CMSG_SPACE(2 * sizeof(int))];
   memset(control, 0, sizeof control);
   struct iovec iov = {.iov_base = &hello, .iov_len = sizeof hello};
   struct msghdr msg = {.msg_iov = &iov,
                        .msg_iovlen = 1,
                        .msg_control = control,
-                       .msg_controllen = sizeof control};
+                       .msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int))};
   struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
   cm->cmsg_level = SOL_SOCKET;
   cm->cmsg_type = SCM_RIGHTS;
-  cm->cmsg_len = CMSG_LEN(sizeof(int));
-  memcpy(CMSG_DATA(cm), &shm->segment_fd, sizeof(int));
+  cm->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+  memcpy(CMSG_DATA(cm), fds, (size_t)nfds * sizeof(int));
   /* A fresh stream socket has room for 64 bytes: this never blocks. */
   ssize_t sent;
   do
@@ -303,7 +398,7 @@ static xcoll_status send_segment(nl_state *st, nl_shm *shm, int fd) {
  * SUCCESS with *done = 0 while nothing has arrived yet. */
 static xcoll_status take_segment(nl_state *st, nl_shm *shm, int *done) {
   nl_shm_hello hello;
-  char control[CMSG_SPACE(sizeof(int))];
+  char control[CMSG_SPACE(2 * sizeof(int))];
   struct iovec iov = {.iov_base = &hello, .iov_len = sizeof hello};
   struct msghdr msg = {.msg_iov = &iov,
                        .msg_iovlen = 1,
@@ -312,25 +407,47 @@ static xcoll_status take_segment(nl_state *st, nl_shm *shm, int *done) {
   ssize_t got = recvmsg(shm->to_next.sock, &msg, MSG_CMSG_CLOEXEC);
   if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
     return XCOLL_SUCCESS;
-  int fd = -1;
+  int fd = -1, slot_fd = -1, extra = 0;
   for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); got > 0 && cm != NULL;
-       cm = CMSG_NXTHDR(&msg, cm))
-    if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
-        cm->cmsg_len == CMSG_LEN(sizeof(int)))
-      memcpy(&fd, CMSG_DATA(cm), sizeof(int));
-  size_t want = round_up(sizeof(nl_fifo_mem), 4096) + st->buffsize;
+       cm = CMSG_NXTHDR(&msg, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+      continue;
+    size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    int got_fds[2] = {-1, -1};
+    memcpy(got_fds, CMSG_DATA(cm), (n < 2 ? n : 2) * sizeof(int));
+    if (fd < 0 && n >= 1 && n <= 2) {
+      fd = got_fds[0];
+      slot_fd = n == 2 ? got_fds[1] : -1;
+    } else {
+      for (size_t i = 0; i < n && i < 2; i++)
+        close(got_fds[i]);
+      extra = 1;
+    }
+  }
+  const nl_transport *t = st->channels[0].send_transport;
+  size_t want = segment_stride(st, t);
+  uint32_t want_kind =
+      t->device_slots
+          ? (uint32_t)share_kind(&st->rank_infos[st->rank],
+                                 &st->rank_infos[st->next])
+          : 0;
   struct stat sb;
   const char *bad =
       got < 0                                   ? strerror(errno)
       : got == 0                                ? "it closed the connection"
-      : got != (ssize_t)sizeof hello || fd < 0  ? "a short message or no fd"
+      : got != (ssize_t)sizeof hello || fd < 0 || extra
+                                                ? "a short message or no fd"
       : hello.magic != NL_SHM_MAGIC ||
               hello.version != NL_SHM_VERSION   ? "another protocol version"
       : hello.comm_id != st->comm->comm_id ||
               hello.rank != st->next            ? "another communicator's"
       : hello.nchannels != st->nchannels || hello.buffsize != st->buffsize ||
               hello.stride != want ||
-              hello.segment_bytes != want * (size_t)st->nchannels
+              hello.segment_bytes != want * (size_t)st->nchannels ||
+              hello.slot_kind != want_kind ||
+              (want_kind != 0 &&
+               hello.slot_bytes < st->buffsize * (size_t)st->nchannels) ||
+              (want_kind == NL_P2P_SHARE_CUMEM) != (slot_fd >= 0)
                                                 ? "another FIFO layout"
       : fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < hello.segment_bytes
                                                 ? "a segment smaller than it "
@@ -339,6 +456,8 @@ static xcoll_status take_segment(nl_state *st, nl_shm *shm, int *done) {
   if (bad != NULL) {
     if (fd >= 0)
       close(fd);
+    if (slot_fd >= 0)
+      close(slot_fd);
     return xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
                        "nccl_like shm: rank %d: rank %d (next in the ring) "
                        "sent no usable FIFO segment: %s",
@@ -347,14 +466,29 @@ static xcoll_status take_segment(nl_state *st, nl_shm *shm, int *done) {
   void *p = mmap(NULL, hello.segment_bytes, PROT_READ | PROT_WRITE,
                  MAP_SHARED, fd, 0);
   close(fd); /* the mapping keeps the memory */
-  if (p == MAP_FAILED)
+  if (p == MAP_FAILED) {
+    if (slot_fd >= 0)
+      close(slot_fd);
     return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
                        "nccl_like shm: rank %d cannot map rank %d's %" PRIu64
                        " B segment: %s",
                        st->rank, st->next, hello.segment_bytes,
                        strerror(errno));
+  }
   shm->peer_segment = p;
   shm->peer_segment_bytes = hello.segment_bytes;
+  xcoll_status s = XCOLL_SUCCESS;
+  if (st->gpu != NULL) {
+    s = nl_gpu_map_host(st, shm->peer_segment, shm->peer_segment_bytes);
+    shm->peer_on_device = s == XCOLL_SUCCESS;
+  }
+  if (s == XCOLL_SUCCESS && want_kind != 0)
+    s = nl_gpu_slots_import(st, (int)want_kind, slot_fd, hello.ipc,
+                            hello.slot_bytes, &shm->peer_slots);
+  if (slot_fd >= 0)
+    close(slot_fd); /* the mapping keeps the memory */
+  if (s != XCOLL_SUCCESS)
+    return s;
   *done = 1;
   return XCOLL_SUCCESS;
 }
@@ -376,6 +510,11 @@ static xcoll_status accept_prev(nl_state *st, nl_shm *shm) {
     xcoll_status s = send_segment(st, shm, fd);
     if (s != XCOLL_SUCCESS)
       return s;
+    /* prev holds the slots' memory now: the fd has done its work. */
+    if (shm->slots.fd >= 0) {
+      close(shm->slots.fd);
+      shm->slots.fd = -1;
+    }
   }
 }
 
@@ -413,18 +552,25 @@ static void bind_send(nl_state *st, nl_shm *shm) {
   size_t fifo = round_up(sizeof(nl_fifo_mem), 4096);
   for (int c = 0; c < st->nchannels; c++) {
     nl_channel *ch = &st->channels[c];
-    if (ch->send_transport != &nl_transport_shm)
+    if (!ch->send_transport->shm_handshake)
       continue;
-    uint8_t *base = shm->peer_segment + (size_t)c * (fifo + st->buffsize);
+    uint8_t *base =
+        shm->peer_segment + (size_t)c * segment_stride(st, ch->send_transport);
     ch->send_mem = (nl_fifo_mem *)base;
-    ch->send_buff = base + fifo;
+    ch->send_buff = ch->send_transport->device_slots
+                        ? (uint8_t *)(uintptr_t)shm->peer_slots.dptr +
+                              (size_t)c * st->buffsize
+                        : base + fifo;
   }
 }
 
-static xcoll_status shm_connect(nl_state *st) {
+xcoll_status nl_shm_connect(nl_state *st) {
   nl_shm *shm = st->shm;
-  int need_prev = st->channels[0].recv_transport == &nl_transport_shm;
-  int need_next = st->channels[0].send_transport == &nl_transport_shm;
+  int need_prev = st->channels[0].recv_transport->shm_handshake;
+  int need_next = st->channels[0].send_transport->shm_handshake;
+  /* p2p and shm in the two directions share one exchange: run it once. */
+  if (shm->listen_fd < 0 && (!need_next || shm->peer_segment != NULL))
+    return XCOLL_SUCCESS;
   int mapped = !need_next;
   double deadline = nl_now() + st->timeout_s;
   xcoll_status s = XCOLL_SUCCESS;
@@ -483,17 +629,26 @@ static void peer_close(nl_shm_peer *p) {
   p->sock = p->pidfd = -1;
 }
 
-static void shm_free(nl_state *st) {
+void nl_shm_free(nl_state *st) {
   nl_shm *shm = st->shm;
   if (shm == NULL)
     return;
+  /* A GPU rank's kernels may still run on this memory (a comm aborted
+   * with calls nobody waited for): they end soon, the abort flag is up. */
+  nl_gpu_quiesce(st);
   for (int c = 0; c < NL_MAX_CHANNELS; c++) {
     nl_channel *ch = &st->channels[c];
-    if (ch->send_transport == &nl_transport_shm)
+    if (ch->send_transport != NULL && ch->send_transport->shm_handshake)
       ch->send_mem = NULL, ch->send_buff = NULL;
-    if (ch->recv_transport == &nl_transport_shm)
+    if (ch->recv_transport != NULL && ch->recv_transport->shm_handshake)
       ch->recv_mem = NULL, ch->recv_buff = NULL;
   }
+  if (shm->segment_on_device)
+    nl_gpu_unmap_host(st, shm->segment);
+  if (shm->peer_on_device)
+    nl_gpu_unmap_host(st, shm->peer_segment);
+  nl_gpu_slots_free(st, &shm->slots);
+  nl_gpu_slots_free(st, &shm->peer_slots);
   if (shm->listen_fd >= 0)
     close(shm->listen_fd);
   if (shm->segment_fd >= 0)
@@ -539,8 +694,8 @@ static const char *how_gone(const nl_shm_peer *p) {
 
 static void check_peers(nl_state *st, nl_channel *ch) {
   nl_shm *shm = st->shm;
-  int send_shm = ch->send_transport == &nl_transport_shm;
-  int recv_shm = ch->recv_transport == &nl_transport_shm;
+  int send_shm = ch->send_transport->shm_handshake;
+  int recv_shm = ch->recv_transport->shm_handshake;
   uint64_t sent = send_shm ? atomic_load_explicit(&ch->send_mem->tail,
                                                   memory_order_acquire)
                            : 0;
@@ -592,13 +747,13 @@ static void futex_wake_all(_Atomic uint32_t *word) {
 }
 
 /* A kernel that spun NL_SHM_SPIN_S sleeps on the FIFO's event count until
- * the peer posts (shm_posted) or NL_SHM_SLEEP_NS.
+ * the peer posts (nl_shm_posted) or NL_SHM_SLEEP_NS.
  * The count is bumped after the post's release store and read before the
  * counter is checked again, both in sequentially consistent order, so a
- * post is never slept through. */
-static int shm_wait(nl_state *st, nl_channel *ch,
-                    const _Atomic uint64_t *counter, uint64_t target,
-                    double waited_s) {
+ * post is never slept through. A GPU rank posts without a wake-up: waiting
+ * on one, the kernel yields, then naps NL_SHM_GPU_NAP_NS at a time. */
+int nl_shm_wait(nl_state *st, nl_channel *ch, const _Atomic uint64_t *counter,
+                uint64_t target, double waited_s) {
   nl_shm *shm = st->shm;
   if (pthread_mutex_trylock(&shm->check_lock) == 0) {
     double now = nl_now();
@@ -611,6 +766,14 @@ static int shm_wait(nl_state *st, nl_channel *ch,
   if (waited_s < NL_SHM_SPIN_S)
     return 0;
   nl_fifo_mem *fifo = fifo_of(ch, counter);
+  int poster = fifo == ch->recv_mem ? st->prev : st->next;
+  if (st->rank_infos[poster].cuda_device >= 0) {
+    if (waited_s < NL_SHM_GPU_YIELD_S)
+      return 0; /* the kernel's own pass yields */
+    struct timespec nap = {0, NL_SHM_GPU_NAP_NS};
+    nanosleep(&nap, NULL);
+    return 1;
+  }
   uint32_t seen = atomic_load(&fifo->wake_seq);
   atomic_fetch_add(&fifo->waiters, 1);
   if (atomic_load(counter) < target &&
@@ -621,7 +784,7 @@ static int shm_wait(nl_state *st, nl_channel *ch,
 }
 
 /* After a post: wake the peer if it sleeps on this FIFO. */
-static void shm_posted(nl_state *st, nl_channel *ch, int is_send) {
+void nl_shm_posted(nl_state *st, nl_channel *ch, int is_send) {
   (void)st;
   nl_fifo_mem *fifo = is_send ? ch->send_mem : ch->recv_mem;
   atomic_thread_fence(memory_order_seq_cst);
@@ -631,16 +794,35 @@ static void shm_posted(nl_state *st, nl_channel *ch, int is_send) {
   }
 }
 
+/* A GPU rank's proxy, while a kernel runs and the ring stands still: the
+ * peers' sockets, as a host rank's waiting kernel looks at them. */
+void nl_shm_watch(nl_state *st, double idle_s) {
+  nl_shm *shm = st->shm;
+  if (shm == NULL || idle_s < NL_SHM_WATCH_IDLE_S)
+    return;
+  pthread_mutex_lock(&shm->check_lock);
+  double now = nl_now();
+  if (now - shm->checked_at >= NL_SHM_CHECK_S) {
+    shm->checked_at = now;
+    for (int c = 0; c < st->nchannels && !atomic_load(&st->failed); c++)
+      check_peers(st, &st->channels[c]);
+  }
+  pthread_mutex_unlock(&shm->check_lock);
+}
+
 const nl_transport nl_transport_shm = {
     .name = "SHM",
     .can_connect = shm_can_connect,
     .setup = shm_setup,
-    .recv_alloc = shm_recv_alloc,
+    .recv_alloc = nl_shm_recv_alloc,
     .send_in_peer_memory = 1,
-    .connect = shm_connect,
-    .free = shm_free,
+    .shm_handshake = 1,
+    .device_slots = 0,
+    .connect = nl_shm_connect,
+    .free = nl_shm_free,
     .send_progress = NULL,
     .recv_progress = NULL,
-    .wait = shm_wait,
-    .posted = shm_posted,
+    .wait = nl_shm_wait,
+    .posted = nl_shm_posted,
+    .watch = nl_shm_watch,
 };

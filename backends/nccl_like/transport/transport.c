@@ -3,8 +3,8 @@
  * of ranks: the first whose can_connect accepts it (selectTransport). */
 #include "transport.h"
 
-const nl_transport *const nl_transports[NL_TRANSPORTS] = {&nl_transport_shm,
-                                                          &nl_transport_net};
+const nl_transport *const nl_transports[NL_TRANSPORTS] = {
+    &nl_transport_p2p, &nl_transport_shm, &nl_transport_net};
 
 const nl_transport *nl_transport_pick(const nl_rank_info *a,
                                       const nl_rank_info *b) {
