@@ -735,7 +735,10 @@ static void usage(FILE *to) {
 int main(int argc, char **argv) {
   int as_json = 0, last_n = 6, read = 0, paths = 0;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--json") == 0) {
+    if (strcmp(argv[i], "--version") == 0) {
+      printf("xcoll-fr (xcoll) %s\n", XCOLL_PROJECT_VERSION);
+      return 0;
+    } else if (strcmp(argv[i], "--json") == 0) {
       as_json = 1;
     } else if (strcmp(argv[i], "--last") == 0 && i + 1 < argc) {
       last_n = atoi(argv[++i]);
