@@ -315,20 +315,40 @@ static int io_all(int fd, void *buf, size_t bytes, int sending,
   return 0;
 }
 
-static xcoll_status io_error(const char *peer, const char *step) {
+static xcoll_status io_error_how(const char *peer, const char *step,
+                                 int quiet) {
   int err = errno;
+  xcoll_status (*record)(struct xcoll_comm *, xcoll_status, const char *,
+                         ...) = quiet ? xcoll_error_quiet : xcoll_error;
   if (err == ETIMEDOUT)
-    return xcoll_error(NULL, XCOLL_ERR_TIMEOUT,
-                       "authentication with %s: no answer in time while %s",
-                       peer, step);
-  return xcoll_error(NULL, XCOLL_ERR_REMOTE,
-                     "authentication with %s: connection lost while %s: %s "
-                     "(the peer may have rejected our secret: see its log)",
-                     peer, step, strerror(err));
+    return record(NULL, XCOLL_ERR_TIMEOUT,
+                  "authentication with %s: no answer in time while %s", peer,
+                  step);
+  return record(NULL, XCOLL_ERR_REMOTE,
+                "authentication with %s: connection lost while %s: %s (the "
+                "peer may have rejected our secret: see its log)",
+                peer, step, strerror(err));
 }
+
+static xcoll_status io_error(const char *peer, const char *step) {
+  return io_error_how(peer, step, 0);
+}
+
+static xcoll_status auth_client(int fd, const char *context, const char *peer,
+                                double deadline, int quiet);
 
 xcoll_status xcoll_auth_client(int fd, const char *context, const char *peer,
                                double deadline) {
+  return auth_client(fd, context, peer, deadline, 0);
+}
+
+xcoll_status xcoll_auth_client_quiet(int fd, const char *context,
+                                     const char *peer, double deadline) {
+  return auth_client(fd, context, peer, deadline, 1);
+}
+
+static xcoll_status auth_client(int fd, const char *context, const char *peer,
+                                double deadline, int quiet) {
   xcoll_status status = xcoll_auth_init();
   if (status) return status;
   uint8_t first[XCOLL_AUTH_FIRST_BYTES], mine[XCOLL_AUTH_NONCE_BYTES],
@@ -337,9 +357,9 @@ xcoll_status xcoll_auth_client(int fd, const char *context, const char *peer,
   xcoll_auth_offer(first, mine);
   xcoll_auth_hello_tag(context, mine, first + XCOLL_AUTH_OFFER_BYTES);
   if (io_all(fd, first, sizeof first, 1, deadline) != 0)
-    return io_error(peer, "sending our offer");
+    return io_error_how(peer, "sending our offer", quiet);
   if (io_all(fd, answer, sizeof answer, 0, deadline) != 0)
-    return io_error(peer, "waiting for its answer");
+    return io_error_how(peer, "waiting for its answer", quiet);
   char why[256];
   if (xcoll_auth_parse_offer(answer, theirs, why, sizeof why) != 0)
     return xcoll_error(NULL, XCOLL_ERR_PROTOCOL, "authentication with %s: %s",
@@ -355,7 +375,7 @@ xcoll_status xcoll_auth_client(int fd, const char *context, const char *peer,
   uint8_t proof[XCOLL_AUTH_PROOF_BYTES];
   xcoll_auth_prove("client", context, mine, theirs, proof);
   if (io_all(fd, proof, sizeof proof, 1, deadline) != 0)
-    return io_error(peer, "sending our proof");
+    return io_error_how(peer, "sending our proof", quiet);
   return XCOLL_SUCCESS;
 }
 

@@ -115,6 +115,11 @@ int xcoll_auth_verify(const char *role, const char *context,
  * The socket net plugin calls these right after its connect and accept. */
 xcoll_status xcoll_auth_client(int fd, const char *context, const char *peer,
                                double deadline);
+/* xcoll_auth_client that records a TIMEOUT or REMOTE failure without a log
+ * line, for a caller that will try again on a new connection (the store
+ * client): a line for each try would report trouble that the retry mends. */
+xcoll_status xcoll_auth_client_quiet(int fd, const char *context,
+                                     const char *peer, double deadline);
 xcoll_status xcoll_auth_server(int fd, const char *context, const char *peer,
                                double deadline);
 

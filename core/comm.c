@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "blame.h"
 #include "comm.h"
 #include "torch_store.h"
 #include "device.h"
@@ -868,17 +869,34 @@ xcoll_status xcoll_comm_abort(xcoll_comm_t comm) {
   return XCOLL_SUCCESS;
 }
 
-/* Before rank 0 of the world stops the store, wait until every rank has
- * reached destroy: a slower rank may still be reading rendezvous keys, and
- * pulling the server from under it would fail its init or split. */
-static xcoll_status finalize_handshake(xcoll_comm *comm) {
+/* Before rank 0 of the world stops the store, it waits until every rank
+ * has reached destroy: a slower rank may still be reading rendezvous keys,
+ * and pulling the server from under it would fail its init or split. Each
+ * rank counts itself in on entering destroy (before its backend closes
+ * anything: the count is all the store it needs from then on), broken or
+ * not: a healthy rank 0 that made fewer calls and left would otherwise
+ * wait out XCOLL_TIMEOUT_S for the ranks its departure broke. A broken
+ * rank waits for no reply longer than a second: a stopped rank 0 answers
+ * nothing. Returns the add's status. */
+static xcoll_status finalize_arrive(xcoll_comm *comm, int broken) {
   char count_key[64], done_key[64];
   snprintf(count_key, sizeof count_key, "%sfinalize", comm->store_prefix);
   snprintf(done_key, sizeof done_key, "%sfinalize_done", comm->store_prefix);
+  if (broken)
+    xcoll_store_set_timeout(comm->store,
+                            comm->timeout_s < 1.0 ? comm->timeout_s : 1.0);
   int64_t arrived = 0;
   xcoll_status status = xcoll_store_add(comm->store, count_key, 1, &arrived);
   if (status == XCOLL_SUCCESS && arrived == comm->world_size)
     status = xcoll_store_set(comm->store, done_key, "1", 1);
+  return status;
+}
+
+/* Rank 0, healthy, after its backend closed: wait for every rank's arrival. */
+static xcoll_status finalize_wait(xcoll_comm *comm, xcoll_status arrived) {
+  char done_key[64];
+  snprintf(done_key, sizeof done_key, "%sfinalize_done", comm->store_prefix);
+  xcoll_status status = arrived;
   if (status == XCOLL_SUCCESS && comm->store_server != NULL) {
     const char *keys[1] = {done_key};
     status = xcoll_store_wait(comm->store, keys, 1);
@@ -901,12 +919,19 @@ xcoll_status xcoll_comm_destroy(xcoll_comm_t comm) {
   xcoll_dispatch_quiesce(comm);
   xcoll_queue_destroy(comm);
   xcoll_flight_close(comm); /* before the backend state a dump reads */
+  int broken = atomic_load(&comm->broken_status) != XCOLL_SUCCESS;
+  /* Before any connection closes: a peer still waiting on this rank learns
+   * that it left rather than died (core/blame.h). */
+  if (!broken)
+    xcoll_blame_announce_leave(comm);
+  /* A caller's store is not ours to stop: nothing to hold it up for. */
+  int finalize = comm->comm_id == 0 && comm->world_size > 1 && !comm->has_kv;
+  xcoll_status arrived = finalize ? finalize_arrive(comm, broken)
+                                  : XCOLL_SUCCESS;
   comm->backend->comm_destroy(comm, comm->backend_state);
   /* A broken world may have lost ranks for good: do not wait for them. */
-  /* A caller's store is not ours to stop: nothing to hold it up for. */
-  if (comm->comm_id == 0 && comm->world_size > 1 && !comm->has_kv &&
-      atomic_load(&comm->broken_status) == XCOLL_SUCCESS)
-    status = finalize_handshake(comm);
+  if (finalize && !broken)
+    status = finalize_wait(comm, arrived);
   comm_free(comm, HAVE_TRACE);
   return status;
 }

@@ -103,6 +103,14 @@ if(TARGET xcollrun)
     endforeach()
     set_tests_properties(netns.cut.${backend} PROPERTIES TIMEOUT 180
       LABELS "netns;${backend}" SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+    # Startup after lost SYN-ACKs and first messages (F10): the store client
+    # and the tcp mesh connector connect again instead of waiting out an
+    # RTO that the lost SYN-ACK inflated.
+    add_test(NAME netns.synack.${backend}
+      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/netns/netns.sh
+              $<TARGET_FILE:netns_loop> ${backend} synack)
+    set_tests_properties(netns.synack.${backend} PROPERTIES TIMEOUT 120
+      LABELS "netns;${backend}" SKIP_RETURN_CODE 77)
   endforeach()
 endif()
 

@@ -212,6 +212,35 @@ if(TARGET xcollrun)
     endif()
   endforeach()
 
+  # The right rank is blamed (tests/faults/fault_blame.sh): a rank stopped
+  # mid-allreduce is named as the one that stopped making progress by every
+  # survivor (rank 2, and rank 0, the store's host); a rank that made one
+  # call fewer and destroyed its communicator is named as having left, and
+  # its destroy returns at once.
+  add_executable(fault_blame ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_blame.c)
+  target_link_libraries(fault_blame PRIVATE xcoll_static m)
+  set(_blame_backends tcp)
+  if(XCOLL_HAVE_UCX)
+    list(APPEND _blame_backends ucx)
+  endif()
+  if(XCOLL_HAVE_NCCL_LIKE)
+    list(APPEND _blame_backends nccl_like)
+  endif()
+  foreach(backend IN LISTS _blame_backends)
+    foreach(mode stop leave)
+      foreach(victim 2 0)
+        set(test faults.blame.${mode}.${backend}.rank${victim})
+        add_test(NAME ${test}
+          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_blame.sh
+                  $<TARGET_FILE:xcollrun> $<TARGET_FILE:fault_blame> ${mode}
+                  ${victim})
+        set_tests_properties(${test} PROPERTIES TIMEOUT 90
+          LABELS "faults;${backend}" ENVIRONMENT XCOLL_BACKEND=${backend}
+          PROCESSORS 2)
+      endforeach()
+    endforeach()
+  endforeach()
+
   # A comm that breaks with 20000 requests queued fails each of them with a
   # few log lines in all, on every backend.
   add_executable(fault_quiet ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_quiet.c)

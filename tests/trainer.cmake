@@ -140,6 +140,15 @@ if(TARGET xtrain)
       LABELS "trainer;mp")
   endforeach()
 
+  # Sharded saves killed at every point of the two-phase save, on each
+  # rank: --resume loads the last complete set, bitwise, on every rank, or
+  # every rank refuses (tests/trainer/checkpoint_kill.sh).
+  add_test(NAME trainer.fsdp_checkpoint.kill
+    COMMAND sh ${XTRAIN_TEST_DIR}/checkpoint_kill.sh $<TARGET_FILE:xtrain>
+      $<TARGET_FILE:xcollrun> $<TARGET_FILE:xtrain_compare_params>)
+  set_tests_properties(trainer.fsdp_checkpoint.kill PROPERTIES TIMEOUT 200
+    LABELS "trainer;mp" PROCESSORS 2)
+
   # xtrain vs PyTorch from the same --export-init, sample order and
   # optimizer: the loss curves agree step by step (needs python3 with torch).
   find_package(Python3 COMPONENTS Interpreter)

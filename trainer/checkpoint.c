@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fault_point.h"
+
 #define MAX_HEADER_BYTES (16u << 20)
 
 static const char *state_suffix(const optimizer *o, int i) {
@@ -126,7 +128,14 @@ int checkpoint_commit(FILE *f, int write_failed, const char *tmp,
     unlink(tmp);
     return -1;
   }
-  if (fclose(f) != 0 || rename(tmp, path) != 0) {
+  if (fclose(f) != 0) {
+    snprintf(err, err_size, "cannot close %s: %s", tmp, strerror(errno));
+    unlink(tmp);
+    return -1;
+  }
+  /* A kill here leaves the complete temporary file and the old one. */
+  fault_point("checkpoint.before_rename");
+  if (rename(tmp, path) != 0) {
     snprintf(err, err_size, "cannot move %s to %s: %s", tmp, path,
              strerror(errno));
     unlink(tmp);

@@ -3,6 +3,7 @@
 #include "checkpoint_fsdp.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fault_point.h"
 #include "fsdp.h"
 
 #define INDEX_FORMAT "xtrain-fsdp-sharded-1"
@@ -81,9 +83,11 @@ static void shard_model(const strategy *s, int S, model *flat) {
   flat->params = s->params;
 }
 
-static void file_name(char *out, size_t size, const char *stem, int rank,
-                      int world_size) {
-  snprintf(out, size, "%s.rank%d-of-%d.safetensors", stem, rank, world_size);
+/* A generation's shard file: "<stem>.g<generation>.rank<r>-of-<W>.safetensors". */
+static void file_name(char *out, size_t size, const char *stem,
+                      int64_t generation, int rank, int world_size) {
+  snprintf(out, size, "%s.g%" PRId64 ".rank%d-of-%d.safetensors", stem,
+           generation, rank, world_size);
 }
 
 /* Write text to dir/name atomically, as checkpoint_save writes. */
@@ -105,9 +109,10 @@ static int write_text_atomic(const char *dir, const char *name,
 
 static char *build_index(const strategy *s, const optimizer *o,
                          const checkpoint_meta *meta, const char *stem,
-                         int world_size, int S) {
+                         int64_t generation, int world_size, int S) {
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "format", INDEX_FORMAT);
+  cJSON_AddNumberToObject(root, "generation", (double)generation);
   cJSON_AddNumberToObject(root, "step", (double)meta->step);
   cJSON_AddNumberToObject(root, "world_size", world_size);
   cJSON_AddNumberToObject(root, "shard_group_size", S);
@@ -134,7 +139,7 @@ static char *build_index(const strategy *s, const optimizer *o,
   cJSON *files = cJSON_AddArrayToObject(root, "files");
   for (int r = 0; r < world_size; r++) {
     char name[4096];
-    file_name(name, sizeof name, stem, r, world_size);
+    file_name(name, sizeof name, stem, generation, r, world_size);
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "rank", r);
     cJSON_AddNumberToObject(j, "shard_rank", r % S);
@@ -188,6 +193,186 @@ out:
   return rc;
 }
 
+/* The generation dir/<stem>.index.json names, or 0 when there is none (no
+ * index, an unreadable one, or one written before generations). */
+static int64_t current_generation(const char *dir, const char *stem) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s.index.json", dir, stem);
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return 0;
+  char text[1 << 16];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = '\0';
+  cJSON *root = cJSON_Parse(text);
+  const cJSON *g = cJSON_GetObjectItemCaseSensitive(root, "generation");
+  int64_t generation = cJSON_IsNumber(g) && g->valuedouble > 0 &&
+                               g->valuedouble < 9e15
+                           ? (int64_t)g->valuedouble
+                           : 0;
+  cJSON_Delete(root);
+  return generation;
+}
+
+/* Every rank learns whether any rank failed: returns the lowest failing
+ * rank, or -1 when all succeeded (or the allreduce itself failed: then
+ * world_size, with err set). */
+static int any_failed(xcoll_comm_t world, int rank, int world_size, int failed,
+                      const char *what, char *err, size_t err_size) {
+  /* MAX over world_size - r of the failing ranks names the lowest. */
+  int64_t mine = failed ? world_size - rank : 0, worst = 0;
+  xcoll_status st =
+      xcoll_allreduce(&mine, &worst, 1, XCOLL_INT64, XCOLL_MAX, world);
+  if (st != XCOLL_SUCCESS) {
+    snprintf(err, err_size, "agreeing on %s: %s", what, xcoll_strerror(st));
+    return world_size;
+  }
+  return worst > 0 ? world_size - (int)worst : -1;
+}
+
+/* "<stem>.rank<r>-of-<W>.safetensors" (before generations) or
+ * "<stem>.g<G>.rank<r>-of-<W>.safetensors": 1 with *generation (0 for the
+ * first form) and *file_rank, else 0. */
+static int parse_shard_name(const char *name, const char *stem,
+                            int64_t *generation, int *file_rank) {
+  size_t n = strlen(stem);
+  if (strncmp(name, stem, n) != 0 || name[n] != '.')
+    return 0;
+  const char *p = name + n + 1;
+  long long g = 0;
+  int r = -1, w = -1, used = 0;
+  if (p[0] == 'g') {
+    if (sscanf(p, "g%lld.rank%d-of-%d.safetensors%n", &g, &r, &w, &used) != 3)
+      return 0;
+  } else if (sscanf(p, "rank%d-of-%d.safetensors%n", &r, &w, &used) != 2) {
+    return 0;
+  }
+  if (p[used] != '\0' || r < 0 || w < 1 || g < 0)
+    return 0;
+  *generation = g;
+  *file_rank = r;
+  return 1;
+}
+
+/* After the index names generation: remove this rank's shard files of
+ * every other generation (rank 0 also those of ranks beyond the world, left
+ * by a larger run), so that only the set the index names stays. */
+static void remove_old_generations(const char *dir, const char *stem,
+                                   int64_t generation, int rank,
+                                   int world_size) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    int64_t g;
+    int file_rank;
+    if (!parse_shard_name(e->d_name, stem, &g, &file_rank) ||
+        g == generation ||
+        !(file_rank == rank || (rank == 0 && file_rank >= world_size)))
+      continue;
+    char path[8400];
+    snprintf(path, sizeof path, "%.4000s/%.4000s", dir, e->d_name);
+    if (unlink(path) == 0)
+      fault_point("sharded_save.removed_old");
+  }
+  closedir(d);
+}
+
+/* The sharded save, in two phases so that a kill at any point leaves the
+ * last complete set loadable (docs/trainer.md, "Checkpoints"):
+ *   1. the ranks agree on a new generation (the index's + 1);
+ *   2. each rank writes its shard under the new generation's name, beside
+ *      the old generation's files, which nothing touches;
+ *   3. once every rank's shard is in place (agreed: a rank that failed is
+ *      known to all), rank 0 writes the index naming the new generation:
+ *      temporary file, fsync, rename, fsync of the directory; this rename
+ *      is the switch from the old set to the new one;
+ *   4. once every rank knows the index is in place, each removes its files
+ *      of older generations.
+ * A kill before the rename of step 3 leaves the old index and the old
+ * files; after it, the new index and the new files. */
+static int save_sharded(const strategy *s, const optimizer *o,
+                        const checkpoint_meta *meta, const char *dir,
+                        const char *stem, xcoll_comm_t world, int rank,
+                        int world_size, char *err, size_t err_size) {
+  fault_point("sharded_save.begin");
+  int shard_rank, S;
+  xcoll_comm_t comm;
+  fsdp_shard_group(s, &shard_rank, &S, &comm);
+  /* Rank 0's reading of the index decides: MAX over the world. */
+  int64_t mine = rank == 0 ? current_generation(dir, stem) : 0, latest = 0;
+  xcoll_status st =
+      xcoll_allreduce(&mine, &latest, 1, XCOLL_INT64, XCOLL_MAX, world);
+  if (st != XCOLL_SUCCESS) {
+    snprintf(err, err_size, "agreeing on the generation of %s/%s: %s", dir,
+             stem, xcoll_strerror(st));
+    return -1;
+  }
+  int64_t generation = latest + 1;
+
+  model flat;
+  shard_model(s, S, &flat);
+  char name[4096];
+  file_name(name, sizeof name, stem, generation, rank, world_size);
+  int failed = checkpoint_save(dir, name, &flat, o, meta, err, err_size) != 0;
+  if (!failed)
+    fault_point("sharded_save.shard_written");
+  /* The index names a complete set: every rank's file is in place before
+   * rank 0 writes it (agreed on the world: under hybrid_shard the sharding
+   * group is one node). */
+  char what[160];
+  snprintf(what, sizeof what, "the shards of %s generation %" PRId64, stem,
+           generation);
+  char agree_err[512];
+  int bad = any_failed(world, rank, world_size, failed, what, agree_err,
+                       sizeof agree_err);
+  if (failed) /* this rank's own reason is in err */
+    return -1;
+  if (bad >= 0) {
+    if (bad < world_size)
+      snprintf(err, err_size, "rank %d could not write its shard of %s/%s "
+               "(see its error): the index still names the previous set",
+               bad, dir, stem);
+    else
+      snprintf(err, err_size, "%s", agree_err);
+    return -1;
+  }
+
+  if (rank == 0) {
+    fault_point("sharded_save.index_pending");
+    char *index = build_index(s, o, meta, stem, generation, world_size, S);
+    if (!index) {
+      snprintf(err, err_size, "cannot build %s.index.json (no memory)", stem);
+      failed = 1;
+    } else {
+      snprintf(name, sizeof name, "%s.index.json", stem);
+      failed = write_text_atomic(dir, name, index, err, err_size) != 0;
+      free(index);
+    }
+    if (!failed)
+      fault_point("sharded_save.index_written");
+  }
+  snprintf(what, sizeof what, "the index of %s generation %" PRId64, stem,
+           generation);
+  bad = any_failed(world, rank, world_size, failed, what, agree_err,
+                   sizeof agree_err);
+  if (failed)
+    return -1;
+  if (bad >= 0) {
+    if (bad < world_size)
+      snprintf(err, err_size, "rank 0 could not write %s/%s.index.json (see "
+               "its error): it still names the previous set", dir, stem);
+    else
+      snprintf(err, err_size, "%s", agree_err);
+    return -1;
+  }
+  remove_old_generations(dir, stem, generation, rank, world_size);
+  fault_point("sharded_save.done");
+  return 0;
+}
+
 int fsdp_checkpoint_save(const strategy *s, const optimizer *o,
                          const checkpoint_meta *meta, checkpoint_format format,
                          const char *dir, const char *stem,
@@ -195,35 +380,8 @@ int fsdp_checkpoint_save(const strategy *s, const optimizer *o,
                          char *err, size_t err_size) {
   if (format == CHECKPOINT_FULL)
     return save_full(s, o, meta, dir, stem, rank, err, err_size);
-  int shard_rank, S;
-  xcoll_comm_t comm;
-  fsdp_shard_group(s, &shard_rank, &S, &comm);
-  model flat;
-  shard_model(s, S, &flat);
-  char name[4096];
-  file_name(name, sizeof name, stem, rank, world_size);
-  if (checkpoint_save(dir, name, &flat, o, meta, err, err_size) != 0)
-    return -1;
-  /* The index names a complete set: every rank's file is in place before
-   * rank 0 writes it (a barrier on the world: under hybrid_shard the
-   * sharding group is one node). */
-  xcoll_status st = xcoll_barrier(world);
-  if (st != XCOLL_SUCCESS) {
-    snprintf(err, err_size, "barrier before writing %s/%s.index.json: %s",
-             dir, stem, xcoll_strerror(st));
-    return -1;
-  }
-  if (rank != 0)
-    return 0;
-  char *index = build_index(s, o, meta, stem, world_size, S);
-  if (!index) {
-    snprintf(err, err_size, "cannot build %s.index.json (no memory)", stem);
-    return -1;
-  }
-  snprintf(name, sizeof name, "%s.index.json", stem);
-  int rc = write_text_atomic(dir, name, index, err, err_size);
-  free(index);
-  return rc;
+  return save_sharded(s, o, meta, dir, stem, world, rank, world_size, err,
+                      err_size);
 }
 
 /* ---- sharded load ---- */

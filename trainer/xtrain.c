@@ -703,21 +703,36 @@ static void window_add(window *w, const window *d) {
   w->skipped += d->skipped;
 }
 
-static void fail(run *r, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
+static void fail_v(run *r, int agreed, const char *fmt, va_list ap) {
   fprintf(stderr, "xtrain[rank %d]: error: ", r->rank);
   vfprintf(stderr, fmt, ap);
   fprintf(stderr, "\n");
-  va_end(ap);
   if (r->trace.file)
     fflush(r->trace.file); /* xcoll-trace-merge reads an unclosed file */
   if (r->comm) {
-    /* Tell peers, so they fail fast instead of waiting for a timeout. */
-    xcoll_comm_abort(r->comm);
+    /* Tell peers, so they fail fast instead of waiting for a timeout; but
+     * when every rank already knows (agreed), an abort right after the
+     * collective that told them could cut a peer still finishing it. */
+    if (!agreed)
+      xcoll_comm_abort(r->comm);
     xcoll_comm_destroy(r->comm);
   }
   exit(1);
+}
+
+static void fail(run *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fail_v(r, 0, fmt, ap);
+  va_end(ap);
+}
+
+/* A failure every rank has learned from a collective and stops on. */
+static void fail_together(run *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fail_v(r, 1, fmt, ap);
+  va_end(ap);
 }
 
 static void check_xcoll(run *r, xcoll_status st, const char *what) {
@@ -862,8 +877,12 @@ static void save_checkpoint(run *r, const char *stem) {
     if (fsdp_checkpoint_save(&r->strat, &r->opt, &r->meta,
                              r->cfg.checkpoint_format, r->cfg.checkpoint_dir,
                              stem, r->comm, r->rank, r->world_size, err,
-                             sizeof err) != 0)
+                             sizeof err) != 0) {
+      /* A sharded save fails on every rank at once; a full one on rank 0. */
+      if (r->cfg.checkpoint_format == CHECKPOINT_SHARDED)
+        fail_together(r, "%s", err);
       fail(r, "%s", err);
+    }
     return;
   }
   if (r->rank != 0)
@@ -1038,6 +1057,81 @@ static void load_data(run *r) {
   data_truncate(&r->test, r->cfg.test_limit);
 }
 
+/* After every rank tried to read its checkpoint (ok, err: this rank's
+ * outcome; meta->step what it read): all ranks resume, from the same step,
+ * or all fail. Nobody says "resumed" before every rank has read its part:
+ * the lowest failing rank is named on every rank, and that rank gives its
+ * own reason. what names the checkpoint. */
+static void agree_on_resume(run *r, int ok, const char *err,
+                            const char *what) {
+  int64_t mine[2] = {ok ? 1 : 0, r->meta.step};
+  int64_t *all = calloc((size_t)r->world_size * 2, sizeof *all);
+  if (!all)
+    fail(r, "out of memory agreeing on --resume");
+  if (r->comm) {
+    xcoll_status st = xcoll_allgather(mine, all, 2, XCOLL_INT64, r->comm);
+    if (st != XCOLL_SUCCESS)
+      fail(r, "--resume: agreeing with the other ranks on %s: %s", what,
+           xcoll_strerror(st));
+  } else {
+    memcpy(all, mine, sizeof mine);
+  }
+  int failed = -1, other = -1;
+  for (int k = 0; k < r->world_size; k++) {
+    if (!all[2 * k] && failed < 0)
+      failed = k;
+    if (all[2 * k + 1] != all[1] && other < 0)
+      other = k;
+  }
+  int64_t step0 = all[1], step_other = other >= 0 ? all[2 * other + 1] : 0;
+  free(all);
+  if (!ok)
+    fail_together(r, "%s", err);
+  if (failed >= 0)
+    fail_together(r, "--resume: rank %d could not read its part of %s (see "
+                  "its error): no rank resumed", failed, what);
+  if (other >= 0)
+    fail_together(r, "--resume: %s: rank 0 read step %" PRId64 " but rank %d "
+                  "read step %" PRId64 ": no rank resumed", what, step0,
+                  other, step_other);
+}
+
+enum { RESUME_NONE = 0, RESUME_FULL = 1, RESUME_SHARDED = 2 };
+
+/* Rank 0's choice, which every rank follows: from its directory, where a
+ * shared one is what all ranks see. */
+static int resume_choice(run *r, const char *path, const char *index) {
+  const config *c = &r->cfg;
+  int64_t choice = RESUME_NONE;
+  if (r->rank == 0) {
+    struct stat full_st, sharded_st;
+    int have_full = stat(path, &full_st) == 0;
+    int have_sharded = stat(index, &sharded_st) == 0;
+    choice = have_full ? RESUME_FULL : have_sharded ? RESUME_SHARDED
+                                                    : RESUME_NONE;
+    if (have_sharded && have_full) {
+      /* The format was changed between runs: the newer one is where
+       * training stopped; --checkpoint-format decides a tie. */
+      double full_t = full_st.st_mtim.tv_sec + 1e-9 * full_st.st_mtim.tv_nsec;
+      double sharded_t =
+          sharded_st.st_mtim.tv_sec + 1e-9 * sharded_st.st_mtim.tv_nsec;
+      if (sharded_t > full_t ||
+          (sharded_t == full_t && c->checkpoint_format == CHECKPOINT_SHARDED))
+        choice = RESUME_SHARDED;
+      printf("xtrain: --resume: both %s and %s exist; reading the newer, "
+             "%s\n", path, index, choice == RESUME_SHARDED ? index : path);
+    }
+  }
+  if (r->comm) {
+    xcoll_status st = xcoll_broadcast(&choice, &choice, 1, XCOLL_INT64, 0,
+                                      r->comm);
+    if (st != XCOLL_SUCCESS)
+      fail(r, "--resume: learning rank 0's choice of checkpoint: %s",
+           xcoll_strerror(st));
+  }
+  return (int)choice;
+}
+
 /* --resume: dir/checkpoint_latest.safetensors (full, any strategy) or the
  * sharded set (checkpoint_latest.index.json, fsdp only). When both are
  * there (the format was changed between runs), the newer one.
@@ -1055,24 +1149,8 @@ static void resume_full(run *r) {
            c->checkpoint_dir);
   snprintf(index, sizeof index, "%s/checkpoint_latest.index.json",
            c->checkpoint_dir);
-  struct stat full_st, sharded_st;
-  int have_full = stat(path, &full_st) == 0;
-  int have_sharded = stat(index, &sharded_st) == 0;
-  int use_sharded = have_sharded && !have_full;
-  if (have_sharded && have_full) {
-    /* The format was changed between runs: the newer one is where
-     * training stopped; --checkpoint-format decides a tie. */
-    double full_t = full_st.st_mtim.tv_sec + 1e-9 * full_st.st_mtim.tv_nsec;
-    double sharded_t =
-        sharded_st.st_mtim.tv_sec + 1e-9 * sharded_st.st_mtim.tv_nsec;
-    use_sharded = sharded_t > full_t ||
-                  (sharded_t == full_t &&
-                   c->checkpoint_format == CHECKPOINT_SHARDED);
-    if (r->rank == 0)
-      printf("xtrain: --resume: both %s and %s exist; reading the newer, "
-             "%s\n", path, index, use_sharded ? index : path);
-  }
-  if (use_sharded) {
+  int choice = resume_choice(r, path, index);
+  if (choice == RESUME_SHARDED) {
     if (c->strategy != STRATEGY_FSDP)
       fail(r, "%s is a sharded FSDP checkpoint: resume it with --strategy "
            "fsdp at the world size that wrote it (and save with "
@@ -1081,7 +1159,7 @@ static void resume_full(run *r) {
     r->resume_sharded = 1;
     return;
   }
-  if (!have_full) {
+  if (choice == RESUME_NONE) {
     if (r->rank == 0)
       fprintf(stderr, "xtrain: --resume: no %s yet, starting from scratch\n",
               path);
@@ -1089,8 +1167,8 @@ static void resume_full(run *r) {
   }
   char saved_config[sizeof meta->config];
   memcpy(saved_config, meta->config, sizeof saved_config);
-  if (checkpoint_load(path, &r->m, &r->opt, meta, err, sizeof err) != 0)
-    fail(r, "%s", err);
+  int ok = checkpoint_load(path, &r->m, &r->opt, meta, err, sizeof err) == 0;
+  agree_on_resume(r, ok, err, path);
   memcpy(meta->config, saved_config, sizeof saved_config);
   if (r->rank == 0)
     printf("resumed from %s: epoch %d, step %" PRId64 "\n", path, meta->epoch,
@@ -1242,11 +1320,15 @@ static void setup_strategy(run *r) {
     if (r->resume_sharded) {
       char saved_config[sizeof r->meta.config];
       memcpy(saved_config, r->meta.config, sizeof saved_config);
-      if (fsdp_checkpoint_load_sharded(&r->strat, &r->opt, &r->meta,
-                                       c->checkpoint_dir, "checkpoint_latest",
-                                       r->rank, r->world_size, err,
-                                       sizeof err) != 0)
-        fail(r, "%s", err);
+      int ok = fsdp_checkpoint_load_sharded(&r->strat, &r->opt, &r->meta,
+                                            c->checkpoint_dir,
+                                            "checkpoint_latest", r->rank,
+                                            r->world_size, err,
+                                            sizeof err) == 0;
+      char what[4200];
+      snprintf(what, sizeof what, "%s/checkpoint_latest.index.json",
+               c->checkpoint_dir);
+      agree_on_resume(r, ok, err, what);
       memcpy(r->meta.config, saved_config, sizeof saved_config);
       if (r->rank == 0)
         printf("resumed from %s/checkpoint_latest.index.json (sharded): "

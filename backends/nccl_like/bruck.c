@@ -273,12 +273,24 @@ static void missing_ranks(const nl_state *st, const nl_round *rounds,
   }
 }
 
+/* The senders of the rounds not yet landed (an nl_mesh_waits_fn). */
+static int bruck_waits(void *ctx, int *ranks, int max) {
+  bruck_run *b = ctx;
+  int p = b->st->world_size, n = 0;
+  for (int i = 0; i < b->nrounds && n < max; i++)
+    if (!b->rounds[i].landed)
+      ranks[n++] = (b->st->rank - b->rounds[i].d + p) % p;
+  return n;
+}
+
 static xcoll_status bruck_stuck(void *ctx, double waited_s) {
   bruck_run *b = ctx;
   nl_state *st = b->st;
   char who[256];
   missing_ranks(st, b->rounds, b->nrounds, who, sizeof who);
-  return nl_fail_everywhere(st, XCOLL_ERR_TIMEOUT,
+  int waits[NL_BRUCK_MAX_LINKS];
+  int count = bruck_waits(b, waits, NL_BRUCK_MAX_LINKS);
+  return nl_fail_timeout(st, waits, count,
                  "nccl_like: rank %d made no progress for %.1f s "
                  "(XCOLL_TIMEOUT_S=%.1f) in a Bruck %s: no message "
                  "from %s: are they alive and in the same "
@@ -297,7 +309,8 @@ xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op) {
     memcpy(st->mesh_out + NL_BRUCK_HEADER_BYTES, w->sendbuf, block);
   bruck_run run = {.st = st, .op = op, .block = block};
   run.nrounds = schedule(p, run.rounds);
-  xcoll_status s = nl_mesh_drive(st, mesh_step, bruck_stuck, &run);
+  xcoll_status s =
+      nl_mesh_drive(st, mesh_step, bruck_waits, bruck_stuck, &run);
   if (s != XCOLL_SUCCESS)
     return s;
 

@@ -93,10 +93,13 @@ static void publish_failure(nl_state *st, xcoll_status status,
 /* A rank that fails everywhere publishes before its connections close
  * (nl_fail_everywhere runs before comm_destroy joins the thread that runs
  * it), so a closed connection may have its reason in this rank's wake key
- * already: fail with that instead of a bare death. Returns 1 if it did. */
-static int fail_from_published(nl_state *st) {
+ * already: fail with that instead of a bare death. Returns 1 if it did.
+ * Otherwise *left says whether dead_rank announced that it left (it
+ * destroyed its communicator: core/blame.h) rather than died. */
+static int fail_from_published(nl_state *st, int dead_rank, int *left) {
   xcoll_comm *comm = st->comm;
   xcoll_store *store = NULL;
+  *left = 0;
   /* Briefly: when the store is gone too (rank 0 exited), the watcher and
    * the proxy report that, and this failure should not wait for it. */
   if (xcoll_store_connect(comm->master_addr, comm->master_port, 0.5,
@@ -109,8 +112,10 @@ static int fail_from_published(nl_state *st) {
   if (xcoll_store_check(store, keys, 1, &exists) == XCOLL_SUCCESS && exists &&
       xcoll_store_get(store, st->wake_key, &value, &bytes) != XCOLL_SUCCESS)
     bytes = 0;
-  xcoll_store_close(store);
   int found = bytes > 0;
+  if (!found)
+    *left = xcoll_blame_has_left(comm, store, dead_rank);
+  xcoll_store_close(store);
   if (found)
     fail_from_wake_value(st, value, bytes);
   free(value);
@@ -147,18 +152,70 @@ xcoll_status nl_fail(nl_state *st, xcoll_status status, int dead_rank,
   vsnprintf(message, sizeof message, fmt, ap);
   va_end(ap);
 
+  int left = 0;
   if (dead_rank >= 0 && !atomic_load(&st->failed) && st->wake_key[0] &&
-      fail_from_published(st))
+      fail_from_published(st, dead_rank, &left))
     return st->fail_status;
+  if (left)
+    /* Not a death: the transport saw a connection close, which is what a
+     * normal destroy does too. */
+    snprintf(message, sizeof message,
+             "nccl_like: rank %d: rank %d left (destroyed its communicator) "
+             "while this rank still waited on it in a collective: the ranks "
+             "made different numbers of calls, or it finished early",
+             st->rank, dead_rank);
   if (!record_failure(st, status, message))
     return status;
   if (dead_rank >= 0) {
     char published[XCOLL_ERROR_BYTES];
-    snprintf(published, sizeof published, "rank %d died (seen by rank %d): %.900s",
-             dead_rank, st->rank, message);
+    if (left)
+      snprintf(published, sizeof published,
+               "rank %d left (destroyed its communicator) while rank %d "
+               "still waited on it in a collective: the ranks made different "
+               "numbers of calls, or it finished early",
+               dead_rank, st->rank);
+    else
+      snprintf(published, sizeof published,
+               "rank %d died (seen by rank %d): %.900s", dead_rank, st->rank,
+               message);
     publish_failure(st, XCOLL_ERR_REMOTE, published);
   }
   return status;
+}
+
+xcoll_status nl_fail_timeout(nl_state *st, const int *waits_on, int count,
+                             const char *fmt, ...) {
+  char message[XCOLL_ERROR_BYTES];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(message, sizeof message, fmt, ap);
+  va_end(ap);
+  xcoll_blame_kind kind;
+  char why[512];
+  int culprit = xcoll_blame_culprit(&st->blame, waits_on, count, &kind, why,
+                                    sizeof why);
+  if (culprit < 0 || culprit == st->rank)
+    return nl_fail_everywhere(st, XCOLL_ERR_TIMEOUT, "%s%s%s", message,
+                              why[0] ? "; " : "", why);
+  const char *how = kind == XCOLL_BLAME_LEFT
+                        ? "left (destroyed its communicator)"
+                        : "stopped making progress";
+  char headline[XCOLL_ERROR_BYTES];
+  snprintf(headline, sizeof headline,
+           "nccl_like: rank %d %s (%.300s): %.600s", culprit, how, why,
+           message);
+  if (!record_failure(st, XCOLL_ERR_TIMEOUT, headline))
+    return XCOLL_ERR_TIMEOUT;
+  /* The store's host is the silent one: publishing would only wait too,
+   * and every other rank times out by itself the same way. */
+  if (!xcoll_blame_store_silent(&st->blame)) {
+    char published[XCOLL_ERROR_BYTES];
+    snprintf(published, sizeof published,
+             "rank %d %s (seen by rank %d: %.300s): %.600s", culprit, how,
+             st->rank, why, message);
+    publish_failure(st, XCOLL_ERR_TIMEOUT, published);
+  }
+  return XCOLL_ERR_TIMEOUT;
 }
 
 xcoll_status nl_fail_everywhere(nl_state *st, xcoll_status status,

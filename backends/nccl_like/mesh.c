@@ -42,25 +42,40 @@ void nl_mesh_idle(nl_state *st, uint64_t spins, double waited_s) {
 }
 
 xcoll_status nl_mesh_drive(nl_state *st, nl_mesh_step_fn step,
-                           nl_mesh_stuck_fn stuck, void *ctx) {
+                           nl_mesh_waits_fn waits, nl_mesh_stuck_fn stuck,
+                           void *ctx) {
   double last_progress = nl_now();
+  double post_after = st->timeout_s - xcoll_blame_lead_s(st->timeout_s);
   uint64_t spins = 0;
+  int posted = 0;
   for (;;) {
     if (xc_abort_raised(st->abort))
       return XCOLL_ERR_ABORTED;
     int progress = 0, done = 0;
     xcoll_status s = step(ctx, &progress, &done);
+    if (done && posted)
+      xcoll_blame_progressed(&st->blame);
     if (s != XCOLL_SUCCESS || done)
       return s;
     double now = nl_now();
     if (progress) {
       last_progress = now;
       spins = 0;
+      if (posted)
+        xcoll_blame_progressed(&st->blame);
+      posted = 0;
       continue;
     }
     spins++;
     if (now - last_progress > st->timeout_s)
       return stuck(ctx, now - last_progress);
+    if (!posted && now - last_progress > post_after) {
+      /* Stalled long enough to tell the store whom this rank waits on. */
+      int ranks[NL_PAIRWISE_MAX_RANKS];
+      xcoll_blame_stalled(&st->blame, ranks,
+                          waits(ctx, ranks, NL_PAIRWISE_MAX_RANKS));
+      posted = 1;
+    }
     nl_mesh_idle(st, spins, now - last_progress);
   }
 }

@@ -252,6 +252,7 @@ static void free_state(nl_state *st) {
   pthread_cond_destroy(&st->done_cond);
   pthread_cond_destroy(&st->proxy_cond);
   pthread_mutex_destroy(&st->lock);
+  xcoll_blame_fini(&st->blame);
   free(st);
 }
 
@@ -328,6 +329,7 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
   st->timeout_s = comm->timeout_s > 0 ? comm->timeout_s : 300.0;
   st->trace_base = 1000000u + 1000u * comm->comm_id;
   pthread_mutex_init(&st->lock, NULL);
+  xcoll_blame_init(&st->blame, comm);
   pthread_cond_init(&st->done_cond, NULL);
   pthread_cond_init(&st->proxy_cond, NULL);
   for (int c = 0; c < NL_MAX_CHANNELS; c++) {

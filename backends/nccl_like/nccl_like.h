@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "blame.h"
 #include "comm.h"
 #include "conn.h"
 #include "fingerprint.h"
@@ -417,6 +418,9 @@ typedef struct nl_state {
   int watcher_started;
   xcoll_store *watch_store;
   char wake_key[64]; /* "<prefix>nl/wake/<rank>" */
+  /* Stall records in the store: a timeout names the rank that stopped,
+   * not the first to give up (core/blame.h). */
+  xcoll_blame blame;
 
   uint64_t trace_base; /* tids: channels base+c, proxy sends base+100+c, recvs base+200+c */
 } nl_state;
@@ -442,6 +446,14 @@ xcoll_status nl_fail(nl_state *st, xcoll_status status, int dead_rank,
 xcoll_status nl_fail_everywhere(nl_state *st, xcoll_status status,
                                 const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* A timeout: the wait made no progress for XCOLL_TIMEOUT_S, waiting on
+ * waits_on[0..count). As nl_fail_everywhere, but naming the rank the stall
+ * records (core/blame.h) show made no progress, when they show one, as
+ * "rank C stopped making progress", with the message formatted here after
+ * it; published unless the store itself does not answer. */
+xcoll_status nl_fail_timeout(nl_state *st, const int *waits_on, int count,
+                             const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Monotonic clock, seconds. */
 double nl_now(void);
 /* The sentence explaining the calling thread's last failed plugin call
@@ -588,15 +600,19 @@ void nl_mesh_idle(nl_state *st, uint64_t spins, double waited_s);
  * *progress when something moved and *done when nothing is left. */
 typedef xcoll_status (*nl_mesh_step_fn)(void *ctx, int *progress, int *done);
 /* The schedule made no progress for waited_s > st->timeout_s: returns
- * nl_fail(TIMEOUT) with a message naming what it waits for. */
+ * nl_fail_timeout with a message naming what it waits for. */
 typedef xcoll_status (*nl_mesh_stuck_fn)(void *ctx, double waited_s);
+/* The ranks the schedule waits on now (at most max, into ranks): posted as
+ * this rank's stall record when it has made no progress for a while. */
+typedef int (*nl_mesh_waits_fn)(void *ctx, int *ranks, int max);
 /* Drive a schedule over the mesh to its end on the calling thread (Bruck,
  * pairwise and Rabenseifner share it): step until done, idling with
  * nl_mesh_idle between passes that moved nothing. Returns step's error,
  * ABORTED once the comm's abort flag is raised, or stuck's status after
  * st->timeout_s without progress. */
 xcoll_status nl_mesh_drive(nl_state *st, nl_mesh_step_fn step,
-                           nl_mesh_stuck_fn stuck, void *ctx);
+                           nl_mesh_waits_fn waits, nl_mesh_stuck_fn stuck,
+                           void *ctx);
 /* poll(2) the mesh sockets that have a request posted, at most timeout_ms.
  * Returns 1 when one is ready, 0 when none is (or poll failed: the caller
  * tests every link anyway), -1 when the plugin names no descriptor. */

@@ -352,12 +352,24 @@ static void missing_peers(const pw_run *r, char *out, size_t bytes) {
   }
 }
 
+/* The peers whose messages have not all landed (an nl_mesh_waits_fn). */
+static int pw_waits(void *ctx, int *ranks, int max) {
+  pw_run *r = ctx;
+  int p = r->st->world_size, n = 0;
+  for (int d = 1; d < p && n < max; d++)
+    if (r->link[d].recv_done != messages(r, d, 0))
+      ranks[n++] = (r->st->rank - d + p) % p;
+  return n;
+}
+
 static xcoll_status pw_stuck(void *ctx, double waited_s) {
   pw_run *r = ctx;
   nl_state *st = r->st;
   char who[256];
   missing_peers(r, who, sizeof who);
-  return nl_fail_everywhere(st, XCOLL_ERR_TIMEOUT,
+  int waits[NL_PAIRWISE_MAX_RANKS];
+  int count = pw_waits(r, waits, NL_PAIRWISE_MAX_RANKS);
+  return nl_fail_timeout(st, waits, count,
                  "nccl_like: rank %d made no progress for %.1f s "
                  "(XCOLL_TIMEOUT_S=%.1f) in a pairwise allreduce: waiting "
                  "for %s: are they alive and in the same collective?",
@@ -385,7 +397,7 @@ xcoll_status nl_pairwise_run(nl_state *st, nl_channel *ch, nl_op *op) {
    * has compared it. */
   int fp_moved = 0;
   nl_fp_progress(st, &fp_moved);
-  s = nl_mesh_drive(st, pw_step, pw_stuck, &r);
+  s = nl_mesh_drive(st, pw_step, pw_waits, pw_stuck, &r);
   free(r.plan.unit);
   if (s != XCOLL_SUCCESS)
     return s;

@@ -143,27 +143,42 @@ static void gpu_watch(nl_state *st, double idle_s) {
     recv->watch(st, idle_s);
 }
 
+/* The channel whose sends are outstanding (it waits on the next rank), or
+ * -1: then the ring waits on the previous rank. */
+static int channel_waiting_on_next(nl_state *st) {
+  for (int c = 0; c < st->nchannels; c++) {
+    nl_channel *ch = &st->channels[c];
+    /* The FIFO counters, not proxy_send's: a worker may hold the channel. */
+    if (atomic_load_explicit(&ch->send_mem->tail, memory_order_acquire) >
+        atomic_load_explicit(&ch->send_mem->head, memory_order_acquire))
+      return c;
+  }
+  return -1;
+}
+
+/* The rank the ring waits on (for the stall record, core/blame.h). */
+static int ring_waits_on(nl_state *st) {
+  return channel_waiting_on_next(st) >= 0 ? st->next : st->prev;
+}
+
 static void fail_timeout(nl_state *st, double idle_s) {
   /* Name the peer the ring waits on: a channel whose kernel has consumed
    * everything that arrived waits on the previous rank; one with sends
    * outstanding waits on the next. */
-  for (int c = 0; c < st->nchannels; c++) {
+  int c = channel_waiting_on_next(st);
+  if (c >= 0) {
     nl_channel *ch = &st->channels[c];
-    /* The FIFO counters, not proxy_send's: a worker may hold the channel. */
     uint64_t sent =
         atomic_load_explicit(&ch->send_mem->head, memory_order_acquire);
-    if (atomic_load_explicit(&ch->send_mem->tail, memory_order_acquire) >
-        sent) {
-      nl_fail_everywhere(st, XCOLL_ERR_TIMEOUT,
-              "nccl_like: rank %d made no progress for %.1f s "
-              "(XCOLL_TIMEOUT_S=%.1f): channel %d waits for rank %d (next in "
-              "the ring) to take step %" PRIu64 ": is rank %d alive and in "
-              "the same collective?",
-              st->rank, idle_s, st->timeout_s, c, st->next, sent, st->next);
-      return;
-    }
+    nl_fail_timeout(st, &st->next, 1,
+            "nccl_like: rank %d made no progress for %.1f s "
+            "(XCOLL_TIMEOUT_S=%.1f): channel %d waits for rank %d (next in "
+            "the ring) to take step %" PRIu64 ": is rank %d alive and in "
+            "the same collective?",
+            st->rank, idle_s, st->timeout_s, c, st->next, sent, st->next);
+    return;
   }
-  nl_fail_everywhere(st, XCOLL_ERR_TIMEOUT,
+  nl_fail_timeout(st, &st->prev, 1,
           "nccl_like: rank %d made no progress for %.1f s "
           "(XCOLL_TIMEOUT_S=%.1f): waiting for data from rank %d (previous in "
           "the ring), step %" PRIu64 " on channel 0: is rank %d alive and in "
@@ -241,6 +256,9 @@ static unsigned read_kicks(nl_state *st, int *draining) {
 
 static void *proxy_main(void *arg) {
   nl_state *st = arg;
+  double post_after = st->timeout_s - xcoll_blame_lead_s(st->timeout_s);
+  int posted = 0; /* this stall's record is in the store (core/blame.h) */
+  double posted_at = 0;
   double last_progress = nl_now();
   double last_active = 0;
   uint64_t last_kernel = 0, last_moved = 0;
@@ -250,6 +268,10 @@ static void *proxy_main(void *arg) {
                  (atomic_load(&st->ops_in_flight) > 0 || sends_pending(st) ||
                   nl_fp_pending(st));
     if (!active) {
+      if (posted) { /* the stall ended with the op: the record is stale */
+        xcoll_blame_progressed(&st->blame);
+        posted = 0;
+      }
       /* Between back-to-back ops, nap rather than sleep, so that start()
        * need not wake the proxy for every op (it wakes an idle one only). */
       int draining = 0;
@@ -342,10 +364,14 @@ static void *proxy_main(void *arg) {
       last_kernel = kernel;
       last_progress = nl_now();
     }
-    if (progress) {
+    if (progress)
       last_progress = nl_now();
-      continue;
+    if (posted && last_progress > posted_at) {
+      xcoll_blame_progressed(&st->blame);
+      posted = 0;
     }
+    if (progress)
+      continue;
     /* Bruck messages (bruck.c) move no FIFO counter: the thread
      * running the op drives them, so they reset the watchdog without
      * keeping this thread off its nap. */
@@ -368,6 +394,13 @@ static void *proxy_main(void *arg) {
     if (idle > st->timeout_s) {
       fail_timeout(st, idle);
       continue;
+    }
+    if (!posted && idle > post_after &&
+        atomic_load(&st->ops_in_flight) > 0) {
+      int waits_on = ring_waits_on(st);
+      xcoll_blame_stalled(&st->blame, &waits_on, 1);
+      posted = 1;
+      posted_at = nl_now();
     }
     if (spin && !progress && all_pollable && nsend_fds > 0) {
       /* Trailing sends only, each waiting for room in its socket. */

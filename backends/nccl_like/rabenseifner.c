@@ -259,12 +259,21 @@ static void partner_waits(const rb_run *r, char *out, size_t bytes) {
   }
 }
 
+/* The partner of this exchange (an nl_mesh_waits_fn). */
+static int rb_waits(void *ctx, int *ranks, int max) {
+  rb_run *r = ctx;
+  if (max < 1)
+    return 0;
+  ranks[0] = r->partner;
+  return 1;
+}
+
 static xcoll_status rb_stuck(void *ctx, double waited_s) {
   rb_run *r = ctx;
   nl_state *st = r->st;
   char chain[128];
   partner_waits(r, chain, sizeof chain);
-  return nl_fail_everywhere(st, XCOLL_ERR_TIMEOUT,
+  return nl_fail_timeout(st, &r->partner, 1,
                  "nccl_like: rank %d made no progress for %.1f s "
                  "(XCOLL_TIMEOUT_S=%.1f) in a Rabenseifner allreduce "
                  "(%s level %d): waiting for rank %d (%zu of %zu units "
@@ -282,7 +291,8 @@ static xcoll_status exchange_run(rb_run *r, const char *what, int level,
   double t0 = xcoll_trace_enabled() ? xcoll_time_us() : 0;
   r->what = what;
   r->level = level;
-  xcoll_status s = nl_mesh_drive(r->st, exchange_step, rb_stuck, r);
+  xcoll_status s =
+      nl_mesh_drive(r->st, exchange_step, rb_waits, rb_stuck, r);
   if (s == XCOLL_SUCCESS && r->ndone < 2 * RB_MAX_LEVELS)
     r->done_masks[r->ndone++] = r->partner ^ r->st->rank;
   if (s == XCOLL_SUCCESS && xcoll_trace_enabled()) {

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "blame.h"
 #include "comm.h"
 #include "p2p.h"
 #include "wire.h"
@@ -126,6 +127,9 @@ typedef struct tcp_state {
    * reach the peers as XCOLL_ERR_REMOTE). */
   int broken_by_desync;
   char broken_message[XCOLL_ERROR_BYTES];
+  /* Stall records in the store, to name the rank that stopped when a wait
+   * times out (core/blame.h). */
+  xcoll_blame blame;
 } tcp_state;
 
 /* tcp_connect.c: listen, publish the address, connect the full mesh. */

@@ -21,6 +21,7 @@ static void free_state(tcp_state *st) {
     free(st->slabs);
     st->slabs = next;
   }
+  xcoll_blame_fini(&st->blame);
   pthread_mutex_destroy(&st->io_lock);
   free(st->pollfds);
   free(st->sockets);
@@ -45,6 +46,7 @@ static xcoll_status tcp_comm_init(xcoll_comm *comm, void **state) {
   st->listen_fd = -1;
   st->wake_fd = -1;
   pthread_mutex_init(&st->io_lock, NULL);
+  xcoll_blame_init(&st->blame, comm);
   atomic_init(&st->aborted, 0);
   st->request_bytes = (sizeof(struct xcoll_p2p_request) +
                        (size_t)st->nsocks * sizeof(tcp_part) + 15) &

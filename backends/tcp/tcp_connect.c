@@ -226,6 +226,9 @@ static void tune_socket(int fd) {
  * (core/stranger.h). */
 #define MESH_MAX_PENDING_STRANGERS 256
 #define MESH_MAX_PENDING_PER_ADDRESS 128
+/* How many times a connector connects again when the listener closes its
+ * connection before a byte of the answer (see link_read). */
+#define MESH_SILENT_CLOSE_RETRIES 8
 /* After accept fails for lack of descriptors with nothing to shed, the
  * listener rests this long (seconds) instead of spinning on a readable
  * backlog. */
@@ -268,6 +271,7 @@ typedef struct mesh_link {
   double since;
   int vouched;
   uint8_t origin[16];
+  int retries; /* connector: connections opened again after a silent close */
 } mesh_link;
 
 typedef struct mesh {
@@ -455,6 +459,8 @@ static xcoll_status connector_reply(mesh *m, mesh_link *l) {
   return XCOLL_SUCCESS;
 }
 
+static xcoll_status connector_open(mesh *m, mesh_link *l, int p, int i);
+
 /* Read what l's socket has, up to the message it waits for; act on a whole
  * one. Returns an error only for failures that end startup. */
 static xcoll_status link_read(mesh *m, mesh_link *l) {
@@ -474,6 +480,22 @@ static xcoll_status link_read(mesh *m, mesh_link *l) {
                  l->stage == STAGE_PROOF ? "authentication" : "HELLO");
       link_reject(m, l, reason);
       return XCOLL_SUCCESS;
+    }
+    if (l->have == 0 && l->retries < MESH_SILENT_CLOSE_RETRIES &&
+        xcoll_tcp_now() < m->deadline) {
+      /* Closed before a byte of the answer: the listener shed it as a
+       * silent stranger because our HELLO came late (a lost SYN-ACK makes
+       * the kernel's first RTT sample about 1 s, so a lost HELLO is resent
+       * some 2-3 s later, past XCOLL_STRANGER_DEADLINE_S), or under a flood
+       * of strangers. A new connection starts with a fresh RTT estimate. A
+       * listener that judged the HELLO wrong closes the next one too. */
+      XCOLL_INFO("tcp: rank %d: %s closed the connection before answering "
+                 "its HELLO (%s); connecting again",
+                 st->rank, l->who, why);
+      l->retries++;
+      close(l->fd);
+      l->fd = -1;
+      return connector_open(m, l, l->peer, l->index);
     }
     return xcoll_error(st->comm, XCOLL_ERR_REMOTE,
                        "tcp: rank %d lost the connection to %s during the "
@@ -623,49 +645,64 @@ static void mesh_accept(mesh *m) {
   }
 }
 
-/* Open the connections to every higher rank and send each its HELLO. Our
- * connects complete in the peers' listen backlogs, so nobody waits for
- * anyone's accept. */
+/* Connect socket i to higher rank p and send its HELLO, into link l (a
+ * free slot, or the link of an earlier try). Our connects complete in the
+ * peer's listen backlog, so nobody waits for anyone's accept. */
+static xcoll_status connector_open(mesh *m, mesh_link *l, int p, int i) {
+  tcp_state *st = m->st;
+  struct sockaddr_storage sa;
+  socklen_t sa_len = 0;
+  if (xcoll_netaddr_parse(st->peers[p].addr, &sa, &sa_len) != 0)
+    return xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
+                       "tcp: rank %d published the address \"%s\", which is "
+                       "neither IPv4 host:port nor [IPv6]:port",
+                       p, st->peers[p].addr);
+  /* offer | hello tag (see MESH_CALL_BYTES) */
+  uint8_t first[XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES];
+  uint8_t nonce[XCOLL_AUTH_NONCE_BYTES];
+  static const uint8_t no_nonce[XCOLL_AUTH_NONCE_BYTES];
+  char context[XCOLL_AUTH_CONTEXT_BYTES];
+  xcoll_auth_offer(first, nonce);
+  auth_context(st, st->rank, p, i, context, sizeof context);
+  xcoll_auth_prove("hello", context, nonce, no_nonce,
+                   first + XCOLL_AUTH_OFFER_BYTES);
+  int fd = connect_until(st, &sa, sa_len, m->deadline);
+  if (fd < 0 && errno == ECANCELED) return XCOLL_ERR_REMOTE;
+  if (fd < 0 || send_hello(st, fd, p, i, first, sizeof first) != 0) {
+    int err = errno;
+    if (fd >= 0) close(fd);
+    return xcoll_error(st->comm,
+                       err == ETIMEDOUT ? XCOLL_ERR_TIMEOUT : XCOLL_ERR_REMOTE,
+                       "tcp: rank %d cannot connect to rank %d at %s: %s "
+                       "(check XCOLL_SOCKET_IFNAME and firewalls; is rank "
+                       "%d alive?)",
+                       st->rank, p, st->peers[p].addr, strerror(err), p);
+  }
+  int retries = l ? l->retries : 0;
+  if (l) {
+    memset(l, 0, sizeof *l);
+    l->fd = fd;
+    l->role = LINK_CONNECTOR;
+    l->need = MESH_REPLY_BYTES;
+  } else {
+    l = mesh_add(m, fd, LINK_CONNECTOR);
+  }
+  l->peer = p;
+  l->index = i;
+  l->retries = retries;
+  memcpy(l->nonce_mine, nonce, sizeof nonce);
+  snprintf(l->who, sizeof l->who, "rank %d (%s)", p, st->peers[p].addr);
+  return XCOLL_SUCCESS;
+}
+
+/* Open the connections to every higher rank and send each its HELLO. */
 static xcoll_status mesh_connect_up(mesh *m) {
   tcp_state *st = m->st;
-  for (int p = st->rank + 1; p < st->world_size; p++) {
-    struct sockaddr_storage sa;
-    socklen_t sa_len = 0;
-    if (xcoll_netaddr_parse(st->peers[p].addr, &sa, &sa_len) != 0)
-      return xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
-                         "tcp: rank %d published the address \"%s\", which is "
-                         "neither IPv4 host:port nor [IPv6]:port",
-                         p, st->peers[p].addr);
+  for (int p = st->rank + 1; p < st->world_size; p++)
     for (int i = 0; i < st->nsocks; i++) {
-      /* offer | hello tag (see MESH_CALL_BYTES) */
-      uint8_t first[XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES];
-      uint8_t nonce[XCOLL_AUTH_NONCE_BYTES];
-      static const uint8_t no_nonce[XCOLL_AUTH_NONCE_BYTES];
-      char context[XCOLL_AUTH_CONTEXT_BYTES];
-      xcoll_auth_offer(first, nonce);
-      auth_context(st, st->rank, p, i, context, sizeof context);
-      xcoll_auth_prove("hello", context, nonce, no_nonce,
-                       first + XCOLL_AUTH_OFFER_BYTES);
-      int fd = connect_until(st, &sa, sa_len, m->deadline);
-      if (fd < 0 && errno == ECANCELED) return XCOLL_ERR_REMOTE;
-      if (fd < 0 || send_hello(st, fd, p, i, first, sizeof first) != 0) {
-        int err = errno;
-        if (fd >= 0) close(fd);
-        return xcoll_error(st->comm,
-                           err == ETIMEDOUT ? XCOLL_ERR_TIMEOUT
-                                            : XCOLL_ERR_REMOTE,
-                           "tcp: rank %d cannot connect to rank %d at %s: %s "
-                           "(check XCOLL_SOCKET_IFNAME and firewalls; is rank "
-                           "%d alive?)",
-                           st->rank, p, st->peers[p].addr, strerror(err), p);
-      }
-      mesh_link *l = mesh_add(m, fd, LINK_CONNECTOR);
-      l->peer = p;
-      l->index = i;
-      memcpy(l->nonce_mine, nonce, sizeof nonce);
-      snprintf(l->who, sizeof l->who, "rank %d (%s)", p, st->peers[p].addr);
+      xcoll_status s = connector_open(m, NULL, p, i);
+      if (s != XCOLL_SUCCESS) return s;
     }
-  }
   return XCOLL_SUCCESS;
 }
 

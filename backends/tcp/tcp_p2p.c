@@ -230,19 +230,24 @@ static xcoll_status peer_died(tcp_state *st, tcp_socket *s) {
                         s->peer, peer_addr(st, s->peer), what, st->rank);
 }
 
+/* The peer said BYE (it destroyed its communicator normally) while this
+ * rank still waits on it. */
+static xcoll_status peer_left(tcp_state *st, tcp_socket *s) {
+  char what[128];
+  describe_pending(s, what, sizeof what);
+  return xcoll_tcp_fail(st, XCOLL_ERR_REMOTE, s->peer,
+                        "tcp: rank %d (%s) left (destroyed its communicator) "
+                        "during %s: the ranks made different numbers of "
+                        "calls, or it finished early",
+                        s->peer, peer_addr(st, s->peer), what);
+}
+
 /* A send or receive failed with errno err. */
 static xcoll_status peer_lost(tcp_state *st, tcp_socket *s, int err) {
   if (err == EPIPE || err == ECONNRESET || err == ENOTCONN ||
       err == ECONNABORTED || err == ETIMEDOUT || err == EHOSTUNREACH) {
-    if (s->bye_received) {
-      char what[128];
-      describe_pending(s, what, sizeof what);
-      return xcoll_tcp_fail(st, XCOLL_ERR_REMOTE, s->peer,
-                            "tcp: rank %d (%s) destroyed its communicator "
-                            "during %s: the ranks called different "
-                            "collectives, or it finished early",
-                            s->peer, peer_addr(st, s->peer), what);
-    }
+    if (s->bye_received)
+      return peer_left(st, s);
     return peer_died(st, s);
   }
   return xcoll_tcp_fail(st, XCOLL_ERR_SYSTEM, st->rank,
@@ -454,7 +459,8 @@ static xcoll_status on_eof(tcp_state *st, tcp_socket *s) {
     s->closed = 1;
     return XCOLL_SUCCESS;
   }
-  return peer_died(st, s);
+  /* After BYE nothing more comes: a receive still posted never completes. */
+  return s->bye_received ? peer_left(st, s) : peer_died(st, s);
 }
 
 static xcoll_status do_rx(tcp_state *st, tcp_socket *s, int *progress) {
@@ -593,7 +599,22 @@ static xcoll_status check_abort(tcp_state *st) {
   return XCOLL_SUCCESS;
 }
 
-static xcoll_status timed_out(tcp_state *st) {
+/* The peers the requests of this wait still wait on (at most max), for the
+ * stall record and the culprit (core/blame.h). */
+static int waited_peers(xcoll_p2p_request **requests, int count, int *peers,
+                        int max) {
+  int n = 0;
+  for (int i = 0; i < count && n < max; i++) {
+    if (!requests[i] || requests[i]->state != TCP_REQUEST_ACTIVE) continue;
+    int seen = 0;
+    for (int k = 0; k < n && !seen; k++) seen = peers[k] == requests[i]->peer;
+    if (!seen) peers[n++] = requests[i]->peer;
+  }
+  return n;
+}
+
+static xcoll_status timed_out(tcp_state *st, xcoll_p2p_request **requests,
+                              int count) {
   char pending[512];
   size_t used = 0;
   pending[0] = '\0';
@@ -610,10 +631,28 @@ static xcoll_status timed_out(tcp_state *st) {
                                used ? ", " : "", s->tx_head->request->bytes,
                                s->peer, peer_addr(st, s->peer));
   }
+  int peers[64];
+  int n = waited_peers(requests, count, peers, 64);
+  xcoll_blame_kind kind;
+  char why[512];
+  int culprit = xcoll_blame_culprit(&st->blame, peers, n, &kind, why,
+                                    sizeof why);
+  if (culprit >= 0 && culprit != st->rank)
+    /* The ABORT carries the culprit as its origin: every peer names it. */
+    return xcoll_tcp_fail(st, XCOLL_ERR_TIMEOUT, culprit,
+                          "tcp: rank %d %s: rank %d waited %.1f s "
+                          "(XCOLL_TIMEOUT_S), still pending: %s; %s",
+                          culprit,
+                          kind == XCOLL_BLAME_LEFT
+                              ? "left (destroyed its communicator)"
+                              : "stopped making progress",
+                          st->rank, st->timeout_s,
+                          used ? pending : "nothing", why);
   return xcoll_tcp_fail(st, XCOLL_ERR_TIMEOUT, st->rank,
                         "tcp: rank %d made no progress for %.1f s "
-                        "(XCOLL_TIMEOUT_S); still pending: %s",
-                        st->rank, st->timeout_s, used ? pending : "nothing");
+                        "(XCOLL_TIMEOUT_S); still pending: %s%s%s",
+                        st->rank, st->timeout_s, used ? pending : "nothing",
+                        why[0] ? "; " : "", why);
 }
 
 static int all_done(xcoll_p2p_request **requests, int count) {
@@ -649,6 +688,9 @@ static xcoll_status progress_until_done(tcp_state *st,
   if (st->broken) return rebroken(st);
   double last_progress = xcoll_tcp_now();
   double spin_until = last_progress + TCP_SPIN_US * 1e-6;
+  /* Stalled this long, the wait posts what it waits on (core/blame.h). */
+  double lead = xcoll_blame_lead_s(st->timeout_s);
+  int posted = 0;
   int need_sweep = 1;
   for (;;) {
     xcoll_status status = check_abort(st);
@@ -663,6 +705,8 @@ static xcoll_status progress_until_done(tcp_state *st,
     if (progress) {
       last_progress = now;
       spin_until = now + TCP_SPIN_US * 1e-6;
+      if (posted) xcoll_blame_progressed(&st->blame);
+      posted = 0;
     }
     if (now < spin_until) {
       need_sweep = 1;
@@ -670,13 +714,23 @@ static xcoll_status progress_until_done(tcp_state *st,
       continue;
     }
     double left = last_progress + st->timeout_s - now;
-    if (left <= 0) return timed_out(st);
-    int timeout_ms = left > 1e6 ? 1000000000 : (int)(left * 1000.0) + 1;
+    if (left <= 0) return timed_out(st, requests, count);
+    if (!posted && left <= lead) {
+      int peers[64];
+      xcoll_blame_stalled(&st->blame, peers,
+                          waited_peers(requests, count, peers, 64));
+      posted = 1;
+      continue; /* posting may have taken a while: look at the clock again */
+    }
+    double sleep_s = posted ? left : left - lead;
+    int timeout_ms = sleep_s > 1e6 ? 1000000000 : (int)(sleep_s * 1000.0) + 1;
     status = poll_once(st, timeout_ms, &progress);
     if (status != XCOLL_SUCCESS) return status;
     if (progress) {
       last_progress = xcoll_tcp_now();
       spin_until = last_progress + TCP_SPIN_US * 1e-6;
+      if (posted) xcoll_blame_progressed(&st->blame);
+      posted = 0;
     }
     /* After poll only the sockets it reported have news; the sweep resumes
      * with the next spin. */
@@ -809,6 +863,9 @@ static xcoll_status tcp_wait(void *state, xcoll_p2p_request **requests,
                        "tcp: wait on %d requests with a NULL array", count);
   pthread_mutex_lock(&st->io_lock);
   xcoll_status status = progress_until_done(st, requests, count);
+  /* A stall record posted during a wait that then completed is stale; one
+   * of a wait that timed out stays, for the ranks waiting on this one. */
+  if (status == XCOLL_SUCCESS) xcoll_blame_progressed(&st->blame);
   for (int i = 0; i < count; i++) {
     if (!requests[i]) continue;
     if (requests[i]->state != TCP_REQUEST_FREE) request_put(st, requests[i]);

@@ -693,6 +693,25 @@ static void describe_pending(xcoll_p2p_request **requests, int count,
   }
 }
 
+/* A pending request whose peer said goodbye (it destroyed its
+ * communicator) can never complete: the first such peer, or -1. A request
+ * matched just before the goodbye may still be finishing, so the caller
+ * gives it ABORT_GRACE_S. */
+static int departed_peer(const ucx_state *state, xcoll_p2p_request **requests,
+                         int count) {
+  for (int i = 0; i < count; i++) {
+    const xcoll_ucx_request *request = (const xcoll_ucx_request *)requests[i];
+    if (request == NULL || request->done || request->peer == state->rank)
+      continue;
+    const peer_watch *watch = &state->peers[request->peer];
+    if (watch->departed ||
+        (watch->goodbye != NULL && watch->goodbye->done &&
+         watch->goodbye->status == UCS_OK))
+      return request->peer;
+  }
+  return -1;
+}
+
 /* XCOLL_TIMEOUT_S passed without a completion. The peer to blame is one we
  * wait on that did not answer the liveness probe; if all answered, they are
  * stuck on someone else, and the rank that waits on the stopped one sends
@@ -731,6 +750,7 @@ static xcoll_status ucx_wait(void *opaque, xcoll_p2p_request **requests,
   double lead_s = state->timeout_s / 4 < PROBE_LEAD_S ? state->timeout_s / 4
                                                       : PROBE_LEAD_S;
   int probing = 0;
+  double departed_since = 0; /* when a peer we wait on said goodbye */
   /* On a broken communicator (a cleanup wait after a failure) release the
    * requests at once: no second timeout, no second log line. */
   if (state->broken) {
@@ -783,9 +803,24 @@ static xcoll_status ucx_wait(void *opaque, xcoll_p2p_request **requests,
       return XCOLL_SUCCESS;
     if (completed > 0) {
       last_progress = t;
+      departed_since = 0;
       if (probing)
         clear_probes(state);
       probing = 0;
+    }
+    int gone = departed_peer(state, requests, count);
+    if (gone >= 0 && departed_since == 0)
+      departed_since = t;
+    if (gone >= 0 && t - departed_since > ABORT_GRACE_S) {
+      char what[256];
+      describe_pending(requests, count, what, sizeof what);
+      result = state_fail(state, XCOLL_ERR_REMOTE, gone,
+                          "ucx: rank %d left (destroyed its communicator) "
+                          "while rank %d waited on messages %s: the ranks "
+                          "made different numbers of calls, or it finished "
+                          "early",
+                          gone, state->rank, what);
+      break;
     }
     double stalled = t - last_progress;
     if (!probing && stalled > state->timeout_s - lead_s) {

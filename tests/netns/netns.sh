@@ -9,6 +9,21 @@
 #                                 dropped (iptables statistic, or tc netem):
 #                                 200 allreduces (100 at 5% or more) must be
 #                                 exact on every rank.
+#   netns.sh PROG BACKEND synack  startup after a lost SYN-ACK, which makes
+#                                 the kernel's first RTT sample of a
+#                                 connection about 1 s and its first RTO
+#                                 about 2.3 s, doubling: ranks 1-3 lose
+#                                 the first SYN-ACK of their store
+#                                 connection and their first 3
+#                                 authentication offers to it; rank 0 the
+#                                 first SYN-ACK of its mesh connection to
+#                                 rank 1, and rank 1 rank 0's first HELLO
+#                                 (tcp). With XCOLL_TIMEOUT_S=10 every rank
+#                                 must start and run 5 exact allreduces:
+#                                 the store's lost packets alone cost
+#                                 12.5 s on one connection, and the late
+#                                 HELLO outlasts the listener's 2 s
+#                                 XCOLL_STRANGER_DEADLINE_S.
 # PROG is tests/netns/netns_loop.c's binary. Needs root and CAP_NET_ADMIN to
 # create namespaces (and iptables or sch_netem for loss); otherwise exits 77 (skipped)
 # with the reason.
@@ -59,6 +74,31 @@ if [ "$mode" = loss ]; then
   done
 fi
 
+if [ "$mode" = synack ]; then
+  command -v iptables >/dev/null || skip "iptables is not installed"
+  # Exact packets by size, no randomness: a SYN-ACK is 60 bytes, an
+  # authentication offer to the store 89 (IP + TCP with timestamps + 37),
+  # a tcp mesh HELLO 185. Rules on the hosts' links only: rank 0 reaches
+  # its own store over lo.
+  ipt() { # ipt RANK MATCH...: drop what matches on RANK's link
+    r=$1
+    shift
+    ip netns exec "$(ns "$r")" iptables -A INPUT -i "xb${r}_$id" -p tcp "$@" \
+      -j DROP
+  }
+  for r in 1 2 3; do
+    ipt $r --sport 29511 --tcp-flags SYN,ACK SYN,ACK -m quota --quota 60 ||
+      skip "iptables' quota match is missing"
+    ipt 0 -s "10.77.0.$((r + 1))" --dport 29511 -m length --length 89 \
+      -m quota --quota $((3 * 89))
+  done
+  if [ "$backend" = tcp ]; then
+    ipt 0 -s 10.77.0.2 ! --sport 29511 --tcp-flags SYN,ACK SYN,ACK \
+      -m quota --quota 60
+    ipt 1 -s 10.77.0.1 -m length --length 185 -m quota --quota 185
+  fi
+fi
+
 tmp=$(mktemp -d)
 export NETNS_READY_DIR=$tmp
 export XCOLL_BACKEND=$backend XCOLL_TIMEOUT_S=5
@@ -75,6 +115,10 @@ if [ "$mode" = loss ]; then
   [ "$loss" -ge 5 ] && iterations=100
   args=(--iterations "$iterations")
   export XCOLL_TIMEOUT_S=60
+elif [ "$mode" = synack ]; then
+  args=(--iterations 5)
+  export XCOLL_TIMEOUT_S=10
+  started=$(date +%s.%N)
 else
   args=(--until-failure 10)
 fi
@@ -113,6 +157,21 @@ if [ "$mode" = cut ]; then
   for r in 0 1 3; do
     grep -q "^CUT-OK rank $r:" "$tmp/out.$r" ||
       { echo "FAIL: survivor rank $r did not fail within its bound"; fail=1; }
+  done
+elif [ "$mode" = synack ]; then
+  echo "the job took $(awk -v a="$started" -v b="$(date +%s.%N)" \
+    'BEGIN { printf "%.2f", b - a }') s"
+  for r in 0 1 2 3; do
+    grep -q "^EXACT rank $r:" "$tmp/out.$r" ||
+      { echo "FAIL: rank $r did not start and finish exact"; fail=1; }
+  done
+  # Every rule must have dropped what it was written for, or the test
+  # proves nothing (a packet size changed?).
+  for r in 0 1 2 3; do
+    ip netns exec "$(ns $r)" iptables -L INPUT -v -x -n | awk -v r="$r" '
+      NR > 2 { printf "rank %d host dropped %d packet(s): %s\n", r, $1,
+               substr($0, index($0, $10)); if ($1 == 0) bad = 1 }
+      END { exit bad }' || { echo "FAIL: a rule of rank $r's host dropped nothing"; fail=1; }
   done
 else
   for r in 0 1 2 3; do
