@@ -4,8 +4,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "log.h"
+
+/* Monotonic seconds. */
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* Longest chain followed, in ranks: past it the culprit is unknown. */
 #define BLAME_MAX_CHAIN 64
@@ -187,6 +195,20 @@ int xcoll_blame_culprit(xcoll_blame *blame, const int *waits_on, int count,
   while (store != NULL && head < tail && culprit < 0) {
     int r = queue[head++], waits[BLAME_MAX_CHAIN];
     int n = read_record(blame, store, r, waits, BLAME_MAX_CHAIN);
+    /* A rank that began waiting up to a lead later than this one posts its
+     * record up to a lead later (its own clock started later: it may have
+     * moved bytes to a stopped peer's socket meanwhile). Give it that long
+     * before naming it; a rank that left says so at once. */
+    if (n == -1 && !xcoll_blame_has_left(comm, store, r)) {
+      double until = now_s() + xcoll_blame_lead_s(comm->timeout_s);
+      while (n == -1 && now_s() < until) {
+        pthread_mutex_unlock(&blame->lock);
+        struct timespec nap = {0, 20 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+        pthread_mutex_lock(&blame->lock);
+        n = read_record(blame, store, r, waits, BLAME_MAX_CHAIN);
+      }
+    }
     if (n == -2) {
       store = NULL;
       break;

@@ -33,8 +33,32 @@ except ImportError:
     print("torch is not installed (apt-get install python3-torch): skipped")
     sys.exit(77)
 
+
+def blas_of_torch():
+    """'openblas', 'mkl' or 'other': the BLAS behind torch's CPU matmul."""
+    config = torch.__config__.show().lower()
+    if "blas_info=open" in config:
+        return "openblas"
+    return "mkl" if "blas_info=mkl" in config or "mkl" in config else "other"
+
+
+# xtrain multiplies with OpenBLAS. A PyTorch on another BLAS (the PyPI
+# wheels use MKL) rounds its sums in another order, and SGD with momentum
+# through ReLU amplifies that: the curves agree to 1e-7 for about 10 steps,
+# then drift to a few 1e-3 by step 50. Debian's python3-torch uses
+# OpenBLAS: prefer it when this torch does not.
+if blas_of_torch() != "openblas" and os.path.exists("/usr/bin/python3") \
+        and sys.executable != "/usr/bin/python3" and not os.environ.get("XTRAIN_TORCH_REEXEC"):
+    probe = subprocess.run(["/usr/bin/python3", "-c", "import torch, numpy"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if probe.returncode == 0:
+        os.environ["XTRAIN_TORCH_REEXEC"] = "1"
+        os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
+
 TOLERANCE = 1e-4
 BATCH = 64
+# Steps compared when torch's BLAS is not xtrain's (see above).
+OTHER_BLAS_STEPS = 10
 
 
 def read_safetensors(path):
@@ -136,6 +160,11 @@ def compare(name, ours, theirs):
 def main():
     xtrain, xcollrun, data_dir = sys.argv[1:4]
     steps = int(sys.argv[4]) if len(sys.argv) > 4 else 50
+    if blas_of_torch() != "openblas" and steps > OTHER_BLAS_STEPS:
+        print(f"torch {torch.__version__} multiplies with {blas_of_torch()}, "
+              f"xtrain with OpenBLAS: comparing the first {OTHER_BLAS_STEPS} "
+              f"steps (Debian's python3-torch, on OpenBLAS, compares {steps})")
+        steps = OTHER_BLAS_STEPS
     tmp = tempfile.mkdtemp()
     init_path = os.path.join(tmp, "init.safetensors")
     common = ["--model", "mlp", "--sampler", "sequential", "--epochs", "1",
