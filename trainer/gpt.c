@@ -40,14 +40,14 @@ struct gpt_activations {
   const unsigned char *targets; /* (B, T) of the last forward */
   float *embedded;             /* (B, T, C) wte[token] + wpe[t] */
   gpt_block_activations blocks[GPT_MAX_LAYERS];
-  /* Forward scratch, reused by every block. */
-  float *qkv;                  /* (B, T, 3C) the qkv projection */
-  float *attn_yr;              /* (B, NH, T, hs) attention's output by head */
   float *ln_f;                 /* (B, T, C) */
   float *ln_f_mean;            /* (B, T) */
   float *ln_f_rstd;            /* (B, T) */
   float *logits;               /* (B, T, V) */
   float *probs;                /* (B, T, V) */
+  /* Forward scratch, reused by every block. */
+  float *qkv;                  /* (B, T, 3C) the qkv projection */
+  float *attn_yr;              /* (B, NH, T, hs) attention's output by head */
   /* Backward scratch, reused by every block. */
   float *dresidual;            /* (B, T, C) gradient of the residual stream,
                                   updated in place from block to block */
