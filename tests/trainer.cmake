@@ -158,6 +158,12 @@ if(TARGET xtrain)
         $<TARGET_FILE:xtrain> $<TARGET_FILE:xcollrun> ${XTRAIN_DATA_DIR})
     set_tests_properties(trainer.torch_loss_curve PROPERTIES TIMEOUT 200
       LABELS "trainer;mp" SKIP_RETURN_CODE 77)
+    # The same for --model gpt against bench/gpt_torch.py's GPT, AdamW.
+    add_test(NAME trainer.torch_gpt_loss_curve
+      COMMAND ${Python3_EXECUTABLE} ${XTRAIN_TEST_DIR}/torch_gpt_loss_curve.py
+        $<TARGET_FILE:xtrain> $<TARGET_FILE:xcollrun>)
+    set_tests_properties(trainer.torch_gpt_loss_curve PROPERTIES TIMEOUT 200
+      LABELS "trainer;mp" SKIP_RETURN_CODE 77)
   endif()
 
   # Same run over XCOLL_BACKEND=tcp and ucx: bitwise equal parameters.

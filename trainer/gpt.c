@@ -13,6 +13,7 @@
 
 #include "gpt_layers.h"
 #include "layers.h"
+#include "profile.h"
 
 /* One block's forward activations, B = max_batch, T = context,
  * C = d_model, NH = n_head. */
@@ -20,7 +21,7 @@ typedef struct gpt_block_activations {
   float *ln1;            /* (B, T, C) */
   float *ln1_mean;       /* (B, T) */
   float *ln1_rstd;       /* (B, T) */
-  float *qkv;            /* (B, T, 3C) */
+  float *qkvr;           /* (3, B, NH, T, hs) q, k, v by (sequence, head) */
   float *att;            /* (B, NH, T, T) attention probabilities */
   float *attn_out;       /* (B, T, C) heads concatenated */
   float *attn_proj;      /* (B, T, C) */
@@ -44,17 +45,19 @@ struct gpt_activations {
   float *ln_f_rstd;            /* (B, T) */
   float *logits;               /* (B, T, V) */
   float *probs;                /* (B, T, V) */
+  /* Forward scratch, reused by every block. */
+  float *qkv;                  /* (B, T, 3C) the qkv projection */
+  float *attn_yr;              /* (B, NH, T, hs) attention's output by head */
   /* Backward scratch, reused by every block. */
-  float *dresidual[2];         /* (B, T, C) gradient of the residual stream
-                                  above and below the current block */
-  float *dresidual_mid;        /* (B, T, C) */
-  float *dbranch;              /* (B, T, C) gradient of attn_proj, fc_proj */
+  float *dresidual;            /* (B, T, C) gradient of the residual stream,
+                                  updated in place from block to block */
   float *dln;                  /* (B, T, C) gradient of a LayerNorm output */
   float *dattn_out;            /* (B, T, C) */
   float *dqkv;                 /* (B, T, 3C) */
+  float *dqkvr;                /* (3, B, NH, T, hs) attention_backward's */
+  float *datt;                 /* (B, NH, T, T) scratch */
   float *dfc;                  /* (B, T, 4C) */
   float *dlogits;              /* (B, T, V) */
-  float *datt;                 /* (T, T) attention_backward's scratch */
   /* Every array above, for gpt_free_activations. */
   void *owned[32 + 16 * GPT_MAX_LAYERS];
   int num_owned;
@@ -125,7 +128,7 @@ int gpt_allocate_activations(model *m) {
   int ok = a->tokens && a->embedded;
   for (int l = 0; l < g->n_layer; l++) {
     gpt_block_activations *b = &a->blocks[l];
-    float **arrays[] = {&b->ln1, &b->qkv, &b->att, &b->attn_out,
+    float **arrays[] = {&b->ln1, &b->qkvr, &b->att, &b->attn_out,
                         &b->attn_proj, &b->residual_mid, &b->ln2, &b->fc,
                         &b->fc_gelu, &b->fc_proj, &b->residual_out,
                         &b->ln1_mean, &b->ln1_rstd, &b->ln2_mean,
@@ -138,12 +141,14 @@ int gpt_allocate_activations(model *m) {
       ok = ok && *arrays[i];
     }
   }
-  float **arrays[] = {&a->ln_f, &a->ln_f_mean, &a->ln_f_rstd, &a->logits,
-                      &a->probs, &a->dresidual[0], &a->dresidual[1],
-                      &a->dresidual_mid, &a->dbranch, &a->dln, &a->dattn_out,
-                      &a->dqkv, &a->dfc, &a->dlogits, &a->datt};
-  size_t sizes[] = {BT * C, BT, BT, BT * V, BT * V, BT * C, BT * C, BT * C,
-                    BT * C, BT * C, BT * C, BT * 3 * C, BT * 4 * C, BT * V, TT};
+  size_t BHTT = (size_t)m->max_batch * g->n_head * TT;
+  float **arrays[] = {&a->qkv, &a->attn_yr, &a->ln_f, &a->ln_f_mean,
+                      &a->ln_f_rstd, &a->logits, &a->probs, &a->dresidual,
+                      &a->dln, &a->dattn_out, &a->dqkv, &a->dqkvr, &a->datt,
+                      &a->dfc, &a->dlogits};
+  size_t sizes[] = {BT * 3 * C, BT * C, BT * C, BT, BT, BT * V, BT * V,
+                    BT * C, BT * C, BT * C, BT * 3 * C, BT * 3 * C, BHTT,
+                    BT * 4 * C, BT * V};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     *arrays[i] = own(a, sizes[i], f);
     ok = ok && *arrays[i];
@@ -166,20 +171,27 @@ void gpt_free_activations(model *m) {
 static float *param(model *m, int i) { return m->tensor_params[i]; }
 static float *grad(model *m, int i) { return m->tensor_grads[i]; }
 
+/* --profile: charge the time since the previous lap to part. */
+static void lap(model *m, profile_part part) {
+  if (m->profile)
+    profile_lap(m->profile, part);
+}
+
 /* Before the forward or backward of the layer whose first tensor is
  * first_index (model.h's param_needed). */
 static void need(model *m, int first_index, model_pass pass) {
   if (m->param_needed)
     m->param_needed(m->param_needed_ctx, first_index, pass);
+  lap(m, PROFILE_HOOKS);
 }
 
 /* Tensors first..last have their final gradient; reported last first, the
  * reverse registration order DDP fills its buckets in. */
 static void ready(model *m, int first, int last) {
-  if (!m->grad_ready)
-    return;
-  for (int i = last; i >= first; i--)
-    m->grad_ready(m->grad_ready_ctx, i);
+  if (m->grad_ready)
+    for (int i = last; i >= first; i--)
+      m->grad_ready(m->grad_ready_ctx, i);
+  lap(m, PROFILE_HOOKS);
 }
 
 /* Input of block l (B, T, C): the embeddings or the previous block's. */
@@ -197,20 +209,30 @@ static void block_forward(model *m, int l, int B) {
   const float *x = block_input(a, l);
   layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, x, param(m, p->ln1_weight),
                     param(m, p->ln1_bias), BT, C);
-  linear_forward(b->qkv, b->ln1, param(m, p->qkv_weight), param(m, p->qkv_bias),
+  lap(m, PROFILE_ELEMENTWISE);
+  linear_forward(a->qkv, b->ln1, param(m, p->qkv_weight), param(m, p->qkv_bias),
                  BT, C, 3 * C);
-  attention_forward(b->attn_out, b->att, b->qkv, B, T, C, g->n_head);
+  lap(m, PROFILE_MATMUL);
+  attention_forward(b->attn_out, b->qkvr, b->att, a->attn_yr, a->qkv, B, T, C,
+                    g->n_head);
+  lap(m, PROFILE_ATTENTION);
   linear_forward(b->attn_proj, b->attn_out, param(m, p->attn_proj_weight),
                  param(m, p->attn_proj_bias), BT, C, C);
+  lap(m, PROFILE_MATMUL);
   residual_forward(b->residual_mid, x, b->attn_proj, N);
   layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->residual_mid,
                     param(m, p->ln2_weight), param(m, p->ln2_bias), BT, C);
+  lap(m, PROFILE_ELEMENTWISE);
   linear_forward(b->fc, b->ln2, param(m, p->fc_weight), param(m, p->fc_bias),
                  BT, C, 4 * C);
+  lap(m, PROFILE_MATMUL);
   gelu_forward(b->fc_gelu, b->fc, 4 * N);
+  lap(m, PROFILE_ELEMENTWISE);
   linear_forward(b->fc_proj, b->fc_gelu, param(m, p->fc_proj_weight),
                  param(m, p->fc_proj_bias), BT, 4 * C, C);
+  lap(m, PROFILE_MATMUL);
   residual_forward(b->residual_out, b->residual_mid, b->fc_proj, N);
+  lap(m, PROFILE_ELEMENTWISE);
 }
 
 double gpt_forward(model *m, const float *x, const unsigned char *targets,
@@ -224,8 +246,10 @@ double gpt_forward(model *m, const float *x, const unsigned char *targets,
   a->targets = targets;
   need(m, p->wte, MODEL_FORWARD);
   embedding_forward(a->embedded, a->tokens, param(m, p->wte), BT, C);
+  lap(m, PROFILE_ELEMENTWISE);
   need(m, p->wpe, MODEL_FORWARD);
   position_embedding_forward(a->embedded, param(m, p->wpe), B, T, C);
+  lap(m, PROFILE_ELEMENTWISE);
   for (int l = 0; l < g->n_layer; l++) {
     need(m, p->blocks[l].ln1_weight, MODEL_FORWARD);
     block_forward(m, l, B);
@@ -234,50 +258,56 @@ double gpt_forward(model *m, const float *x, const unsigned char *targets,
   layernorm_forward(a->ln_f, a->ln_f_mean, a->ln_f_rstd,
                     block_input(a, g->n_layer), param(m, p->ln_f_weight),
                     param(m, p->ln_f_bias), BT, C);
+  lap(m, PROFILE_ELEMENTWISE);
   need(m, p->lm_head, MODEL_FORWARD);
   linear_forward(a->logits, a->ln_f, param(m, p->lm_head), NULL, BT, C, V);
+  lap(m, PROFILE_MATMUL);
   double sum = softmax_cross_entropy_forward(a->probs, a->logits, targets, BT,
                                              V, NULL);
+  lap(m, PROFILE_LOSS);
   return sum / T; /* per sequence: the mean over its positions */
 }
 
-/* Backward of block l: dout (B, T, C) is the gradient of its output;
- * dinp (B, T, C) receives that of its input. */
-static void block_backward(model *m, int l, int B, float *dinp,
-                           const float *dout) {
+/* Backward of block l. dresidual (B, T, C) holds the gradient of the
+ * block's output and receives that of its input, in place: a skip
+ * connection passes the gradient on unchanged, so the branch reads it as
+ * its output's gradient and its layernorm_backward adds the branch's part. */
+static void block_backward(model *m, int l, int B, float *dresidual) {
   const gpt_config *g = &m->gpt;
   const gpt_block_params *p = &m->gpt_index.blocks[l];
   struct gpt_activations *a = m->gpt_acts;
   gpt_block_activations *b = &a->blocks[l];
   int T = g->context, C = g->d_model, BT = B * T;
   size_t N = (size_t)BT * C;
-  /* residual_out = residual_mid + fc_proj */
-  memset(a->dresidual_mid, 0, N * sizeof(float));
-  memset(a->dbranch, 0, N * sizeof(float));
-  residual_backward(a->dresidual_mid, a->dbranch, dout, N);
+  /* residual_out = residual_mid + fc_proj(gelu(fc(ln2(residual_mid)))) */
   linear_backward(a->dfc, grad(m, p->fc_proj_weight), grad(m, p->fc_proj_bias),
-                  a->dbranch, b->fc_gelu, param(m, p->fc_proj_weight), BT,
+                  dresidual, b->fc_gelu, param(m, p->fc_proj_weight), BT,
                   4 * C, C);
+  lap(m, PROFILE_MATMUL);
   gelu_backward(a->dfc, a->dfc, b->fc, 4 * N);
+  lap(m, PROFILE_ELEMENTWISE);
   linear_backward(a->dln, grad(m, p->fc_weight), grad(m, p->fc_bias), a->dfc,
                   b->ln2, param(m, p->fc_weight), BT, C, 4 * C);
-  layernorm_backward(a->dresidual_mid, grad(m, p->ln2_weight),
-                     grad(m, p->ln2_bias), a->dln, b->residual_mid, b->ln2_mean,
-                     b->ln2_rstd, param(m, p->ln2_weight), BT, C);
-  /* residual_mid = input + attn_proj */
-  memset(dinp, 0, N * sizeof(float));
-  memset(a->dbranch, 0, N * sizeof(float));
-  residual_backward(dinp, a->dbranch, a->dresidual_mid, N);
+  lap(m, PROFILE_MATMUL);
+  layernorm_backward(dresidual, grad(m, p->ln2_weight), grad(m, p->ln2_bias),
+                     a->dln, b->residual_mid, b->ln2_mean, b->ln2_rstd,
+                     param(m, p->ln2_weight), BT, C);
+  lap(m, PROFILE_ELEMENTWISE);
+  /* residual_mid = input + attn_proj(attention(qkv(ln1(input)))) */
   linear_backward(a->dattn_out, grad(m, p->attn_proj_weight),
-                  grad(m, p->attn_proj_bias), a->dbranch, b->attn_out,
+                  grad(m, p->attn_proj_bias), dresidual, b->attn_out,
                   param(m, p->attn_proj_weight), BT, C, C);
-  attention_backward(a->dqkv, a->dattn_out, b->qkv, b->att, a->datt, B, T, C,
-                     g->n_head);
+  lap(m, PROFILE_MATMUL);
+  attention_backward(a->dqkv, a->dqkvr, a->datt, a->dattn_out, b->qkvr, b->att,
+                     B, T, C, g->n_head);
+  lap(m, PROFILE_ATTENTION);
   linear_backward(a->dln, grad(m, p->qkv_weight), grad(m, p->qkv_bias),
                   a->dqkv, b->ln1, param(m, p->qkv_weight), BT, C, 3 * C);
-  layernorm_backward(dinp, grad(m, p->ln1_weight), grad(m, p->ln1_bias), a->dln,
-                     block_input(a, l), b->ln1_mean, b->ln1_rstd,
+  lap(m, PROFILE_MATMUL);
+  layernorm_backward(dresidual, grad(m, p->ln1_weight), grad(m, p->ln1_bias),
+                     a->dln, block_input(a, l), b->ln1_mean, b->ln1_rstd,
                      param(m, p->ln1_weight), BT, C);
+  lap(m, PROFILE_ELEMENTWISE);
 }
 
 void gpt_backward(model *m, int B, float loss_scale) {
@@ -289,31 +319,33 @@ void gpt_backward(model *m, int B, float loss_scale) {
   /* The forward's value per sequence is its mean over T positions. */
   softmax_cross_entropy_backward(a->dlogits, a->probs, a->targets, BT, V,
                                  loss_scale / (float)T);
+  lap(m, PROFILE_LOSS);
   need(m, p->lm_head, MODEL_BACKWARD);
   linear_backward(a->dln, grad(m, p->lm_head), NULL, a->dlogits, a->ln_f,
                   param(m, p->lm_head), BT, C, V);
+  lap(m, PROFILE_MATMUL);
   ready(m, p->lm_head, p->lm_head);
   need(m, p->ln_f_weight, MODEL_BACKWARD);
-  float *dres = a->dresidual[0], *dnext = a->dresidual[1];
+  float *dres = a->dresidual;
   memset(dres, 0, N * sizeof(float));
   layernorm_backward(dres, grad(m, p->ln_f_weight), grad(m, p->ln_f_bias),
                      a->dln, block_input(a, g->n_layer), a->ln_f_mean,
                      a->ln_f_rstd, param(m, p->ln_f_weight), BT, C);
+  lap(m, PROFILE_ELEMENTWISE);
   ready(m, p->ln_f_weight, p->ln_f_bias);
   for (int l = g->n_layer - 1; l >= 0; l--) {
     const gpt_block_params *bp = &p->blocks[l];
     need(m, bp->ln1_weight, MODEL_BACKWARD);
-    block_backward(m, l, B, dnext, dres);
+    block_backward(m, l, B, dres);
     ready(m, bp->ln1_weight, bp->fc_proj_bias);
-    float *t = dres;
-    dres = dnext;
-    dnext = t;
   }
   need(m, p->wpe, MODEL_BACKWARD);
   position_embedding_backward(grad(m, p->wpe), dres, B, T, C);
+  lap(m, PROFILE_ELEMENTWISE);
   ready(m, p->wpe, p->wpe);
   need(m, p->wte, MODEL_BACKWARD);
   embedding_backward(grad(m, p->wte), a->tokens, dres, BT, C);
+  lap(m, PROFILE_ELEMENTWISE);
   ready(m, p->wte, p->wte);
 }
 

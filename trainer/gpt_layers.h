@@ -49,20 +49,28 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias,
                         const float *dout, const float *inp, const float *mean,
                         const float *rstd, const float *weight, int N, int C);
 
-/* Causal multi-head self-attention on packed projections (Vaswani et al.
- * 2017): for each sequence b and head h with head size hs = C / NH,
+/* Causal multi-head self-attention (Vaswani et al. 2017): for each
+ * sequence b and head h with head size hs = C / NH,
  * att = softmax(q k^T / sqrt(hs)) with position t attending to positions
  * <= t only, and out = att v, heads concatenated along C.
- * out (B, T, C), att (B, NH, T, T) receives the attention probabilities
- * (zero above the diagonal) for backward, qkv (B, T, 3C) holds q, k, v in
- * that order along the last dimension, each split into NH heads of hs. */
-void attention_forward(float *out, float *att, const float *qkv, int B, int T,
-                       int C, int NH);
-/* dqkv (B, T, 3C) overwritten, dout (B, T, C), qkv (B, T, 3C),
- * att (B, NH, T, T) from forward, scratch (T, T). */
-void attention_backward(float *dqkv, const float *dout, const float *qkv,
-                        const float *att, float *scratch, int B, int T, int C,
-                        int NH);
+ * As llm.c's CUDA attention, the heads of all sequences are one batch:
+ * qkv (B, T, 3C), which holds q, k, v in that order along the last
+ * dimension, each split into NH heads of hs, is permuted into
+ * qkvr (3, B, NH, T, hs), where every (sequence, head) is a contiguous
+ * (T, hs) block one stride from the next; each product is then one strided
+ * batched GEMM over the B * NH blocks, and the softmax one pass over the
+ * B * NH * T rows of att.
+ * out (B, T, C); qkvr (3, B, NH, T, hs) and att (B, NH, T, T), the
+ * probabilities (zero above the diagonal), are kept for backward;
+ * yr (B, NH, T, hs) is scratch; qkv (B, T, 3C). */
+void attention_forward(float *out, float *qkvr, float *att, float *yr,
+                       const float *qkv, int B, int T, int C, int NH);
+/* dqkv (B, T, 3C) overwritten; dqkvr (3, B, NH, T, hs) and
+ * datt (B, NH, T, T) are scratch; dout (B, T, C); qkvr and att from
+ * forward. */
+void attention_backward(float *dqkv, float *dqkvr, float *datt,
+                        const float *dout, const float *qkvr, const float *att,
+                        int B, int T, int C, int NH);
 
 /* GELU, tanh approximation as GPT-2 (Hendrycks & Gimpel 2016):
  * out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).

@@ -133,6 +133,8 @@ typedef struct param_view {
   param_init init;
 } param_view;
 
+struct profile; /* profile.h */
+
 typedef void (*grad_ready_fn)(void *ctx, int param_index);
 
 typedef enum model_pass { MODEL_FORWARD = 0, MODEL_BACKWARD = 1 } model_pass;
@@ -163,6 +165,9 @@ typedef struct model {
   void *grad_ready_ctx;
   param_needed_fn param_needed; /* may be NULL */
   void *param_needed_ctx;
+  /* xtrain --profile: the gpt's forward and backward charge each layer to
+   * its part (profile.h); NULL when not profiling. */
+  struct profile *profile;
   /* Tensors by name, and activations and their gradients, owned by the
    * model (see model.c): MLP only / CNN only. */
   mlp_params mlp_index;

@@ -55,12 +55,16 @@ static void adamw_step(optimizer *o, float *p, const float *grads, float lr) {
   float step_size = lr / bias1;
   float decay = 1.0f - lr * o->weight_decay;
   float *m = o->state[0], *v = o->state[1];
-  for (size_t i = 0; i < o->n; i++) {
+  /* In locals: stores through p could alias o's fields, which would keep
+   * the loop from vectorising. */
+  float eps = o->eps;
+  size_t n = o->n;
+  for (size_t i = 0; i < n; i++) {
     float g = grads[i];
     p[i] *= decay;
     m[i] = b1 * m[i] + (1.0f - b1) * g;
     v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-    float denom = sqrtf(v[i]) / bias2_sqrt + o->eps;
+    float denom = sqrtf(v[i]) / bias2_sqrt + eps;
     p[i] -= step_size * m[i] / denom;
   }
 }

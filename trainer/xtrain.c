@@ -37,6 +37,7 @@
 #include "optim.h"
 #include "strategy.h"
 #include "text.h"
+#include "profile.h"
 #include "timeline.h"
 #include "xcoll.h"
 
@@ -78,6 +79,7 @@ typedef struct config {
   const char *data_file; /* gpt: --data-file, instead of the fortunes */
   const char *dump_params;
   const char *trace;
+  int profile; /* --profile */
   /* mixed precision and communication hooks (mixed.h, comm_hooks.h) */
   xcoll_datatype param_dtype, reduce_dtype;
   double init_scale;
@@ -164,6 +166,9 @@ static void usage(FILE *out) {
 "                           communication hooks) [none]\n"
 "  --powersgd-rank R        powersgd: rank of the approximation [1]\n"
 "  --powersgd-warmup N      powersgd: plain all-reduce for the first N steps [1000]\n"
+"  --profile                at the end, rank 0 prints where an update's time\n"
+"                           went (gpt: matmul, attention, elementwise, loss;\n"
+"                           hooks, comm wait, optimizer), wall and CPU ms\n"
 "  --trace FILE             Chrome trace of steps, layers and bucket all-reduces;\n"
 "                           each rank writes FILE with .rank<r> before the\n"
 "                           extension (or %%r replaced by the rank)\n"
@@ -214,7 +219,7 @@ enum {
   OPT_CONTEXT, OPT_DATA_FILE, OPT_PARAM_DTYPE, OPT_REDUCE_DTYPE,
   OPT_INIT_SCALE, OPT_GROWTH_INTERVAL, OPT_COMM_HOOK, OPT_POWERSGD_RANK,
   OPT_POWERSGD_WARMUP, OPT_CKPT_FORMAT, OPT_INIT_FROM, OPT_EXPORT_INIT,
-  OPT_SAMPLER
+  OPT_SAMPLER, OPT_PROFILE
 };
 
 /* Mixed precision and hooks: refuse what has no meaning for the strategy. */
@@ -291,6 +296,7 @@ static void parse_args(config *c, int argc, char **argv) {
       {"cnn-channels", required_argument, 0, OPT_CHANNELS},
       {"dump-params", required_argument, 0, OPT_DUMP},
       {"trace", required_argument, 0, OPT_TRACE},
+      {"profile", no_argument, 0, OPT_PROFILE},
       {"param-dtype", required_argument, 0, OPT_PARAM_DTYPE},
       {"reduce-dtype", required_argument, 0, OPT_REDUCE_DTYPE},
       {"init-scale", required_argument, 0, OPT_INIT_SCALE},
@@ -484,6 +490,7 @@ static void parse_args(config *c, int argc, char **argv) {
     }
     case OPT_DUMP: c->dump_params = optarg; break;
     case OPT_TRACE: c->trace = optarg; break;
+    case OPT_PROFILE: c->profile = 1; break;
     case OPT_PARAM_DTYPE:
     case OPT_REDUCE_DTYPE: {
       int v = mixed_dtype_parse(optarg);
@@ -663,6 +670,8 @@ typedef struct run {
   double progress_from; /* ddp_now at the first step */
   int64_t progress_steps; /* updates since then */
   timeline trace; /* --trace; file NULL when off */
+  profile prof;   /* --profile: the updates after the first */
+  int64_t profiled_updates;
   /* data */
   dataset train, test;
   float mean, std; /* of the whole training set */
@@ -1439,12 +1448,26 @@ static int scaler_says_skip(run *r) {
   return skip;
 }
 
+/* --profile: charge the time since the previous lap to part. */
+static void lap(profile *prof, profile_part part) {
+  if (prof)
+    profile_lap(prof, part);
+}
+
 /* Runs update s of the epoch (its K micro-batches, the strategy's
  * communication and the optimizer step); returns its sums in *w. */
 static void train_step(run *r, int epoch, int64_t s, window *w) {
   const config *c = &r->cfg;
   int B = c->batch_size, K = c->grad_accum;
   memset(w, 0, sizeof *w);
+  /* --profile: laps only in training steps, not in evaluation. The first
+   * update (page faults, OpenBLAS's buffers) is not counted. */
+  profile *prof = c->profile ? &r->prof : NULL;
+  if (prof && r->profiled_updates == 1)
+    profile_reset(prof);
+  r->m.profile = prof;
+  if (prof)
+    profile_start(prof);
   double t0 = ddp_now();
   size_t wire_before = r->strat.wire_bytes;
   int64_t m0 = s * K, m1 = m0 + K;
@@ -1463,6 +1486,7 @@ static void train_step(run *r, int epoch, int64_t s, window *w) {
                                                 : (size_t)B);
     double t_load = ddp_now();
     fill_batch(r, 0, r->smp.indices + lo, n);
+    lap(prof, PROFILE_OTHER);
     double t_forward = ddp_now();
     timeline_span(&r->trace, "load batch", "data", TIMELINE_TID_STEPS, t_load,
                   t_forward, NULL);
@@ -1476,6 +1500,7 @@ static void train_step(run *r, int epoch, int64_t s, window *w) {
        * gather, reduce */
       double loss = r->strat.forward_backward(&r->strat, r->x, r->y, n,
                                               loss_scale, &correct);
+      lap(prof, PROFILE_MODEL);
       double t_done = ddp_now();
       timeline_span(&r->trace, "dp forward+backward", "compute",
                     TIMELINE_TID_STEPS, t_forward, t_done, NULL);
@@ -1487,7 +1512,9 @@ static void train_step(run *r, int epoch, int64_t s, window *w) {
       continue;
     }
     strategy_before_forward(&r->strat);
+    lap(prof, PROFILE_HOOKS);
     double loss = model_forward(&r->m, r->x, r->y, n, &correct);
+    lap(prof, PROFILE_MODEL);
     w->loss += loss;
     w->correct += correct;
     w->count += n;
@@ -1495,9 +1522,11 @@ static void train_step(run *r, int epoch, int64_t s, window *w) {
     timeline_span(&r->trace, "forward", "compute", TIMELINE_TID_STEPS,
                   t_forward, t_backward, NULL);
     strategy_before_backward(&r->strat, sync);
+    lap(prof, PROFILE_HOOKS);
     tracer.mark = t_backward;
     tracer.previous = -1;
     model_backward(&r->m, n, loss_scale);
+    lap(prof, PROFILE_MODEL);
     double t_wait = ddp_now();
     if (r->trace.file) {
       char args[64];
@@ -1509,6 +1538,7 @@ static void train_step(run *r, int epoch, int64_t s, window *w) {
     check_xcoll(r, strategy_after_backward(&r->strat),
                 r->cfg.strategy == STRATEGY_FSDP ? "gradient reduce-scatter"
                                                  : "gradient all-reduce");
+    lap(prof, PROFILE_COMM_WAIT);
     /* DDP communicates on the last micro-batch, FSDP on every one. */
     int fsdp_run = r->cfg.strategy == STRATEGY_FSDP;
     if (r->comm && (sync || fsdp_run)) {
@@ -1533,6 +1563,7 @@ static void train_step(run *r, int epoch, int64_t s, window *w) {
     optim_step(&r->opt, r->strat.params, r->strat.grads, lr);
   }
   strategy_after_step(&r->strat);
+  lap(prof, PROFILE_OPTIMIZER);
   w->skipped = skip;
   w->wire = (double)(r->strat.wire_bytes - wire_before);
   r->meta.step++;
@@ -1548,6 +1579,11 @@ static void train_step(run *r, int epoch, int64_t s, window *w) {
                   args);
   }
   w->time = t_end - t0;
+  if (prof) {
+    lap(prof, PROFILE_OTHER);
+    r->profiled_updates++;
+    r->m.profile = NULL;
+  }
 }
 
 /* ---- logging ---- */
@@ -1706,6 +1742,8 @@ static void log_summary(run *r, const window *all, double samples) {
   size_t rss = peak_rss_bytes();
   printf("memory: rank 0 peak resident set %zu bytes (%.1f MiB)\n", rss,
          (double)rss / (1024.0 * 1024.0));
+  if (r->cfg.profile)
+    profile_print(&r->prof, r->profiled_updates - 1, stdout);
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "event", "summary");
   cJSON_AddNumberToObject(o, "step", (double)r->meta.step);

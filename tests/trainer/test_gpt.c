@@ -136,7 +136,7 @@ static double ln_loss(void *p) {
 
 static void test_layernorm(void **state) {
   (void)state;
-  ln_ctx c = {.N = 5, .C = 8};
+  ln_ctx c = {.N = 5, .C = 37}; /* two blocks of LANES (16) and a tail */
   size_t n = (size_t)c.N * c.C;
   c.inp = rand_array(n, 2.0f);
   for (size_t i = 0; i < n; i++)
@@ -180,26 +180,53 @@ static void test_layernorm(void **state) {
 
 typedef struct attn_ctx {
   int B, T, C, NH;
-  float *qkv, *out, *att, *r;
+  float *qkv, *qkvr, *yr, *out, *att, *r;
 } attn_ctx;
 
 static double attn_loss(void *p) {
   attn_ctx *c = p;
-  attention_forward(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH);
+  attention_forward(c->out, c->qkvr, c->att, c->yr, c->qkv, c->B, c->T, c->C,
+                    c->NH);
   return dot(c->out, c->r, (size_t)c->B * c->T * c->C);
 }
 
 static void test_attention(void **state) {
   (void)state;
-  attn_ctx c = {.B = 2, .T = 5, .C = 6, .NH = 2};
+  attn_ctx c = {.B = 2, .T = 19, .C = 6, .NH = 2}; /* rows longer than LANES */
   size_t nqkv = (size_t)c.B * c.T * 3 * c.C, nout = (size_t)c.B * c.T * c.C;
   c.qkv = rand_array(nqkv, 1.0f);
   c.out = zeros(nout);
   c.att = zeros((size_t)c.B * c.NH * c.T * c.T);
+  c.qkvr = zeros(nqkv);
+  c.yr = zeros(nout);
   c.r = rand_array(nout, 1.0f);
   float *dqkv = rand_array(nqkv, 1.0f); /* overwritten */
-  float *scratch = zeros((size_t)c.T * c.T);
+  float *dqkvr = rand_array(nqkv, 1.0f); /* scratch */
+  float *datt = rand_array((size_t)c.B * c.NH * c.T * c.T, 1.0f);
   attn_loss(&c);
+  /* out against the definition, one (sequence, head, position) at a time */
+  int hs = c.C / c.NH;
+  for (int b = 0; b < c.B; b++)
+    for (int h = 0; h < c.NH; h++)
+      for (int i = 0; i < c.T; i++) {
+        const float *q = c.qkv + ((size_t)b * c.T + i) * 3 * c.C + h * hs;
+        double w[32], sum = 0.0, maxv = -1e30;
+        for (int j = 0; j <= i; j++) {
+          const float *k = c.qkv + ((size_t)b * c.T + j) * 3 * c.C + c.C + h * hs;
+          w[j] = dot(q, k, (size_t)hs) / sqrt((double)hs);
+          maxv = w[j] > maxv ? w[j] : maxv;
+        }
+        for (int j = 0; j <= i; j++)
+          sum += (w[j] = exp(w[j] - maxv));
+        for (int d = 0; d < hs; d++) {
+          double want = 0.0;
+          for (int j = 0; j <= i; j++)
+            want += w[j] / sum *
+                    c.qkv[((size_t)b * c.T + j) * 3 * c.C + 2 * c.C + h * hs + d];
+          assert_float_equal(c.out[((size_t)b * c.T + i) * c.C + h * hs + d],
+                             want, 1e-5);
+        }
+      }
   /* probabilities: rows sum to 1, nothing above the diagonal */
   for (int row = 0; row < c.B * c.NH * c.T; row++) {
     int i = row % c.T;
@@ -212,9 +239,11 @@ static void test_attention(void **state) {
     }
     assert_float_equal(s, 1.0, 1e-5);
   }
-  attention_backward(dqkv, c.r, c.qkv, c.att, scratch, c.B, c.T, c.C, c.NH);
+  attention_backward(dqkv, dqkvr, datt, c.r, c.qkvr, c.att, c.B, c.T, c.C,
+                     c.NH);
   check_grad(attn_loss, &c, c.qkv, dqkv, nqkv, "attention dqkv");
-  free(c.qkv); free(c.out); free(c.att); free(c.r); free(dqkv); free(scratch);
+  free(c.qkv); free(c.qkvr); free(c.yr); free(c.out); free(c.att); free(c.r);
+  free(dqkv); free(dqkvr); free(datt);
 }
 
 /* ---- gelu and residual ---- */
@@ -249,6 +278,14 @@ static void test_gelu(void **state) {
   assert_float_equal(y[0], 0.0f, 1e-7);
   assert_float_equal(y[1], 6.0f, 1e-5);
   assert_float_equal(y[2], 0.841192f, 1e-5);
+  /* and against tanh, within float rounding, across the range */
+  for (int i = -1600; i <= 1600; i++) {
+    float xi = (float)i / 100.0f, yi;
+    gelu_forward(&yi, &xi, 1);
+    double u = 0.7978845608028654 * (xi + 0.044715 * xi * xi * xi);
+    double want = 0.5 * xi * (1.0 + tanh(u));
+    assert_float_equal(yi, want, 2e-7 * (fabs(want) > 1.0 ? fabs(want) : 1.0));
+  }
   free(c.a); free(c.out); free(c.r); free(dinp);
 }
 

@@ -135,8 +135,8 @@ def torch_curve(init, meta, images, labels, steps):
     return losses
 
 
-def xtrain_curve(cmd, log_json):
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+def xtrain_curve(cmd, log_json, env=None):
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
     losses = []
     with open(log_json) as f:
         for line in f:
