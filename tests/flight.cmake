@@ -14,6 +14,20 @@ if(TARGET xcollrun AND TARGET xcoll-fr)
     set_tests_properties(faults.flight_recorder.${case} PROPERTIES TIMEOUT 60
       LABELS "faults;tools;tcp" PROCESSORS 2 ENVIRONMENT XCOLL_BACKEND=tcp)
   endforeach()
+  # nccl_like: a peer that is alive but never makes the call (skip) must
+  # time out too, although the waiting thread runs the op itself and its
+  # fingerprint is batched: the proxy, asleep since the last op, is woken.
+  if(XCOLL_HAVE_NCCL_LIKE)
+    foreach(case skip order recv)
+      add_test(NAME faults.flight_recorder.${case}.nccl_like
+        COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_fr.sh
+                $<TARGET_FILE:xcollrun> $<TARGET_FILE:fault_fr>
+                $<TARGET_FILE:xcoll-fr> ${PROJECT_SOURCE_DIR}/docs ${case})
+      set_tests_properties(faults.flight_recorder.${case}.nccl_like PROPERTIES
+        TIMEOUT 60 LABELS "faults;tools;nccl_like" PROCESSORS 2
+        ENVIRONMENT XCOLL_BACKEND=nccl_like)
+    endforeach()
+  endif()
 endif()
 
 # unit.flight parses the entries it formats with cJSON.

@@ -283,6 +283,16 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
   }
   op->channels_left = op->nchannels;
   atomic_fetch_add(&st->ops_in_flight, 1);
+  /* The proxy alone checks "no progress for timeout_s": one asleep since
+   * the last op (past its linger) must wake for this one, even when the
+   * waiting thread runs the op's channels and its fingerprint is batched
+   * (then nothing else wakes it, and a peer that is alive but never makes
+   * the call would hang this rank for ever). Back-to-back ops find it
+   * napping, awake: no wake-up each. */
+  if (st->proxy_idle) {
+    st->proxy_kicks++;
+    pthread_cond_signal(&st->proxy_cond);
+  }
   int pushed = 0;
   for (int c = 0; c < op->nchannels; c++) {
     nl_channel *ch = &st->channels[c];

@@ -70,7 +70,9 @@ expect = {"skip": ("xcoll_fr.c0.r2.json", 7, "allreduce", "failed"),
           "recv": ("xcoll_fr.c0.r0.json", 0, "recv", "failed")}[mode]
 e = entry(os.path.join(dir, expect[0]), expect[1], expect[2])
 ok = e is not None and e["state"] == expect[3]
-if ok and mode != "order":
+# Host algorithms record their step and peer; nccl_like's engine does not
+# yet (docs/flight-recorder.md).
+if ok and mode != "order" and os.environ.get("XCOLL_BACKEND") != "nccl_like":
     ok = "progress" in e
 print(("ok" if ok else "FAIL") + ": %s holds %s seq %d %s: %s" % (expect[0], expect[2], expect[1], expect[3], e))
 sys.exit(1 if bad or not ok else 0)
