@@ -77,7 +77,8 @@ fi
 if [ "$mode" = synack ]; then
   command -v iptables >/dev/null || skip "iptables is not installed"
   # Exact packets by size, no randomness: a SYN-ACK is 60 bytes, an
-  # authentication offer to the store 89 (IP + TCP with timestamps + 37),
+  # rank's first message to the store 121 (IP + TCP with timestamps + the
+  # 37-byte offer and its 32-byte hello tag, core/auth.h),
   # a tcp mesh HELLO 185. Rules on the hosts' links only: rank 0 reaches
   # its own store over lo.
   ipt() { # ipt RANK MATCH...: drop what matches on RANK's link
@@ -89,8 +90,8 @@ if [ "$mode" = synack ]; then
   for r in 1 2 3; do
     ipt $r --sport 29511 --tcp-flags SYN,ACK SYN,ACK -m quota --quota 60 ||
       skip "iptables' quota match is missing"
-    ipt 0 -s "10.77.0.$((r + 1))" --dport 29511 -m length --length 89 \
-      -m quota --quota $((3 * 89))
+    ipt 0 -s "10.77.0.$((r + 1))" --dport 29511 -m length --length 121 \
+      -m quota --quota $((3 * 121))
   done
   if [ "$backend" = tcp ]; then
     ipt 0 -s 10.77.0.2 ! --sport 29511 --tcp-flags SYN,ACK SYN,ACK \
