@@ -33,7 +33,9 @@ required=(build-essential cmake pkg-config libcmocka-dev libopenblas-dev
 # works without it (XCOLL_WITH_TORCH=AUTO), and those tests then skip with
 # the reason. python3-torch (Debian's 1.13 in /usr/bin/python3) is the
 # PyTorch peer of bench/ and of the trainer's loss-curve test.
-peers=(openmpi-bin libopenmpi-dev)
+# --peers: Open MPI (bench/'s MPI peer) and iperf3 (one TCP stream on
+# loopback, the ceiling bench/ compares sendrecv with).
+peers=(openmpi-bin libopenmpi-dev iperf3)
 
 want=("${required[@]}")
 if [ "${1:-}" = "--peers" ]; then
