@@ -198,7 +198,8 @@ static void log_env_settings(void) {
  * it, as NCCL refuses an NCCL_PROTO token it does not know), and one that
  * this backend does not read gets one WARN per process saying so, rather
  * than being dropped in silence. XCOLL_ALGO chooses core's host-driven
- * algorithms, which a backend without a p2p interface never runs. */
+ * algorithms: a device-driven backend runs its own collectives, and core's
+ * only for the calls it declines (one WARN says so). */
 static xcoll_status check_backend_params(const xcoll_backend *backend) {
   static _Atomic unsigned char warned[128]; /* by table index */
   static _Atomic unsigned char algo_warned;
@@ -235,10 +236,12 @@ static xcoll_status check_backend_params(const xcoll_backend *backend) {
                ours != NULL ? ours : "", ours != NULL ? ")" : "");
   }
   const char *algo = xcoll_env_str("XCOLL_ALGO");
-  if (algo != NULL && backend->p2p == NULL &&
+  if (algo != NULL && backend->coll != NULL &&
       atomic_exchange(&algo_warned, 1) == 0)
-    XCOLL_WARN("XCOLL_ALGO=%.100s does not apply to backend %s, which "
-               "chooses its own algorithms: ignored",
+    XCOLL_WARN("XCOLL_ALGO=%.100s does not apply to backend %s's own "
+               "collectives, whose algorithms it chooses itself: only to the "
+               "calls core runs there over its p2p interface (alltoall, "
+               "alltoallv, gather, scatter)",
                algo, backend->name);
   return XCOLL_SUCCESS;
 }
