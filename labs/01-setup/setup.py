@@ -5,6 +5,7 @@ on xcoll; a first allreduce. Run with torchrun (or xcollrun):
 """
 import argparse
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -49,3 +50,5 @@ if rank < 2:
 
 dist.barrier()
 dist.destroy_process_group()
+sys.stdout.flush()
+os._exit(0)  # not sys.exit: see labs/README.md (gloo threads at shutdown)

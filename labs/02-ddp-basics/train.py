@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import gzip
 import os
+import sys
 import time
 
 import numpy as np
@@ -151,3 +152,5 @@ if rank == 0:
     print(f"checkpoints: {args.out}/latest.pt, {args.out}/best.pt "
           f"(best accuracy {best:.4f})")
 dist.destroy_process_group()
+sys.stdout.flush()
+os._exit(0)  # not sys.exit: see labs/README.md (gloo threads at shutdown)

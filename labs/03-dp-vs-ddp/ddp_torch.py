@@ -63,8 +63,9 @@ def main():
             "world_size": world,
             "samples_per_s": args.steps * args.batch_size * world / elapsed,
             "backward_ms": 1e3 * backward_s / args.steps}))
-        sys.stdout.flush()
     dist.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)  # not sys.exit: see labs/README.md (gloo threads at shutdown)
 
 
 if __name__ == "__main__":

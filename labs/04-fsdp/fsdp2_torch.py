@@ -8,6 +8,8 @@ and checks that both end with the same parameters.
     torchrun --standalone --nproc-per-node 4 labs/04-fsdp/fsdp2_torch.py
 """
 import argparse
+import os
+import sys
 import time
 
 import torch
@@ -81,3 +83,5 @@ if rank == 0:
           f"relative difference {worst:.1e})", flush=True)
 dist.destroy_process_group(groups["xcoll"])
 dist.destroy_process_group()
+sys.stdout.flush()
+os._exit(0)  # not sys.exit: see labs/README.md (gloo threads at shutdown)

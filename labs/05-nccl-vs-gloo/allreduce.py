@@ -8,6 +8,8 @@ per size. Run with torchrun (or xcollrun):
       torchrun --standalone --nproc-per-node 2 labs/05-nccl-vs-gloo/allreduce.py
 """
 import argparse
+import os
+import sys
 import time
 
 import torch
@@ -51,3 +53,5 @@ while size <= args.max_bytes:
               f"{busbw:>11.3f}", flush=True)
     size *= 4
 dist.destroy_process_group()
+sys.stdout.flush()
+os._exit(0)  # not sys.exit: see labs/README.md (gloo threads at shutdown)

@@ -22,6 +22,18 @@ def init_groups():
     return dist.group.WORLD, xcoll, dist.get_rank(), dist.get_world_size()
 
 
+def finish(message):
+    """Prints message and ends the process with status 0 without finalizing
+    the interpreter."""
+    print(message, flush=True)
+    sys.stderr.flush()
+    # torch's gloo worker threads may drop the last reference to a finished
+    # Work while the interpreter finalizes; the GIL acquire in its destructor
+    # then aborts the process (std::terminate; see pytorch/pytorch PR 179291).
+    # Leave without finalizing once everything is printed.
+    os._exit(0)
+
+
 def fail(message):
     print(f"FAIL rank {os.environ.get('RANK')}: {message}", file=sys.stderr,
           flush=True)

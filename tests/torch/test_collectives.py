@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 import xcoll_torch
-from common import check_close, fail, init_groups
+from common import check_close, fail, finish, init_groups
 
 gloo, xcoll, rank, world = init_groups()
 torch.manual_seed(1234 + rank)
@@ -332,4 +332,4 @@ expect_error("allreduce", lambda: dist.all_reduce(
 dist.barrier(group=xcoll)
 dist.destroy_process_group(xcoll)
 dist.destroy_process_group()
-print(f"rank {rank}: every collective matches gloo", flush=True)
+finish(f"rank {rank}: every collective matches gloo")

@@ -16,7 +16,7 @@ if not torch.cuda.is_available():
           "this test needs a GPU", flush=True)
     sys.exit(77)
 
-from common import check_close, init_groups  # noqa: E402
+from common import check_close, finish, init_groups  # noqa: E402
 
 gloo, xcoll, rank, world = init_groups()
 dev = torch.device("cuda", 0)
@@ -118,4 +118,4 @@ for (name, px), (_, pg) in zip(models["xcoll"].module.named_parameters(),
 torch.cuda.synchronize()
 dist.destroy_process_group(xcoll)
 dist.destroy_process_group()
-print(f"rank {rank}: CUDA tensors on xcoll match gloo", flush=True)
+finish(f"rank {rank}: CUDA tensors on xcoll match gloo")

@@ -5,7 +5,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import check_close, init_groups
+from common import check_close, finish, init_groups
 
 STEPS = 8
 gloo, xcoll, rank, world = init_groups()
@@ -40,5 +40,4 @@ for (n, px), (_, pg) in zip(models["xcoll"].module.named_parameters(),
                 pg.detach(), 1e-6)
 dist.destroy_process_group(xcoll)
 dist.destroy_process_group()
-print(f"rank {rank}: DDP on xcoll matches DDP on gloo after {STEPS} steps",
-      flush=True)
+finish(f"rank {rank}: DDP on xcoll matches DDP on gloo after {STEPS} steps")

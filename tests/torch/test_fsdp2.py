@@ -7,7 +7,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 
-from common import check_close, init_groups
+from common import check_close, finish, init_groups
 
 STEPS = 5
 gloo, xcoll, rank, world = init_groups()
@@ -49,5 +49,5 @@ for (n, px), (_, pg) in zip(models["xcoll"].named_parameters(),
                 pg.full_tensor(), 1e-5)
 dist.destroy_process_group(xcoll)
 dist.destroy_process_group()
-print(f"rank {rank}: FSDP2 on xcoll matches FSDP2 on gloo after {STEPS} "
-      f"steps", flush=True)
+finish(f"rank {rank}: FSDP2 on xcoll matches FSDP2 on gloo after {STEPS} "
+       f"steps")

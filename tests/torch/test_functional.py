@@ -14,7 +14,7 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
 import xcoll_torch
-from common import check_close, fail, init_groups
+from common import check_close, fail, finish, init_groups
 
 gloo, xcoll, rank, world = init_groups()
 torch.manual_seed(99 + rank)
@@ -106,5 +106,5 @@ except RuntimeError as e:
 
 dist.destroy_process_group(xcoll)
 dist.destroy_process_group()
-print(f"rank {rank}: functional collectives match gloo; timeout, abort and "
-      f"shutdown behave", flush=True)
+finish(f"rank {rank}: functional collectives match gloo; timeout, abort and "
+       f"shutdown behave")
