@@ -361,6 +361,15 @@ if(XCOLL_HAVE_CUDA AND TARGET staging)
       LABELS "conformance;nccl_like;staging" PROCESSORS 2
       ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like;XCOLL_DEVICE=cuda;${_fake_env};${extra}")
   endforeach()
+  # XCOLL_NCHANNELS unset, a GPU rank proposes its device's SMs / 8: the
+  # stand-in reports 132 SMs (an H100's), so both ranks run 16 channels.
+  set(test conformance.gpu_ranks.nccl_like.np2.channels_by_device)
+  add_test(NAME ${test}
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/nl_channels.sh 16
+            $<TARGET_FILE:xcollrun> 2 $<TARGET_FILE:staging> --quick)
+  set_tests_properties(${test} PROPERTIES TIMEOUT 240
+    LABELS "conformance;nccl_like;staging" PROCESSORS 2
+    ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like;XCOLL_DEVICE=cuda;${_fake_env};FAKE_CUDA_SMS=132")
   # Mixed rings: GPU ranks and host ranks in one ring, results bit-identical
   # to a host-only ring's (tests/nccl_like/nl_mixed.sh). XCOLL_RABENSEIFNER=0:
   # a host-only world of 4 ranks on a 2-core machine would otherwise run

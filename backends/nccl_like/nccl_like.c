@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "bootstrap.h"
+#include "cuda.h"
 #include "env.h"
 #include "params.h"
 #include "error.h"
@@ -22,25 +23,47 @@ const xcoll_net_v1 *nl_net_override = NULL;
 
 /* ---- options ---- */
 
-/* The channels a host rank proposes when XCOLL_NCHANNELS is unset: one per
- * core this process may run on, shared among the ranks of its host
- * (LOCAL_WORLD_SIZE; 1 when unknown), between 1 and the table's default.
- * A host channel is a thread that spins while its ring step waits: with
- * fewer cores than busy threads, a second channel takes the core the
- * neighbour rank needs to forward the next slot (measured on 2 cores,
- * P=2 and P=4, 1-16 MiB: docs/nccl_like.md, "Channels, connections,
- * FIFOs"). NCCL bounds its channel count by hardware too (the SMs, the
- * NICs' bandwidth: ncclTopoCompute in src/graph/search.cc). A GPU rank's channels are CUDA blocks, not host
- * threads: it proposes the default. */
+/* The channels a rank proposes when XCOLL_NCHANNELS is unset.
+ *
+ * A host rank: one per core this process may run on, shared among the
+ * ranks of its host (LOCAL_WORLD_SIZE; 1 when unknown), between 1 and the
+ * table's default. A host channel is a thread that spins while its ring
+ * step waits: with fewer cores than busy threads, a second channel takes
+ * the core the neighbour rank needs to forward the next slot (measured on
+ * 2 cores, P=2 and P=4, 1-16 MiB: docs/nccl_like.md, "Channels,
+ * connections, FIFOs").
+ *
+ * A GPU rank: its channels are CUDA blocks, one per channel, and a block
+ * runs on one SM, so two channels leave most of a large GPU idle. It
+ * proposes one channel per NL_SMS_PER_CHANNEL SMs of its device, between
+ * the table's default and NL_MAX_CHANNELS (16 on a 132-SM H100); ranks
+ * that share the GPU share its SMs too. Small calls still run on fewer
+ * channels (NL_MIN_BYTES_PER_CHANNEL, engine.c). NCCL bounds its channel
+ * count by hardware as well (SMs, links, NICs: ncclTopoCompute in
+ * src/graph/search.cc) and runs one block per channel. */
 static long host_cores(void) {
   cpu_set_t set;
   CPU_ZERO(&set);
   return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
 }
 
-static int channels_for_cores(const nl_state *st, int fallback) {
+static int channels_for_device(const nl_state *st, int fallback) {
+  int sms = 0;
+  if (xcoll_cu.device_get_attribute == NULL ||
+      xcoll_cu.device_get_attribute(
+          &sms, XCOLL_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+          st->comm->cuda->device) != 0 ||
+      sms < 1)
+    return fallback; /* the driver does not say: the table's default */
+  int n = sms / NL_SMS_PER_CHANNEL;
+  if (n < fallback)
+    n = fallback;
+  return n > NL_MAX_CHANNELS ? NL_MAX_CHANNELS : n;
+}
+
+static int channels_auto(const nl_state *st, int fallback) {
   if (st->comm->cuda != NULL)
-    return fallback;
+    return channels_for_device(st, fallback);
   long cores = host_cores();
   long local = st->comm->local_world_size > 0 ? st->comm->local_world_size : 1;
   long per_rank = cores / local;
@@ -63,7 +86,7 @@ static xcoll_status read_options(nl_state *st) {
                        NL_MAX_CHANNELS);
   st->nchannels_auto = xcoll_env_str("XCOLL_NCHANNELS") == NULL;
   st->nchannels = st->nchannels_auto
-                      ? channels_for_cores(st, (int)nchannels)
+                      ? channels_auto(st, (int)nchannels)
                       : (int)nchannels;
 
   size_t buffsize = 0;
@@ -145,7 +168,7 @@ static xcoll_status read_options(nl_state *st) {
 
 /* Every rank of a ring must run the same channels (a channel is a ring of
  * its own connections): the ranks exchange their proposals (XCOLL_NCHANNELS,
- * or channels_for_cores) with one bootstrap allgather and all take the
+ * or channels_auto) with one bootstrap allgather and all take the
  * smallest, as NCCL's init takes the minimum of every rank's channel count
  * after its allgather of topology graphs (src/init.cc). A rank that set
  * XCOLL_NCHANNELS and got fewer says so at INFO. */
@@ -188,9 +211,9 @@ static xcoll_status agree_channels(nl_state *st) {
                  "rank %d proposed %d (%s), and every rank takes the "
                  "smallest",
                  st->rank, agreed, st->nchannels,
-                 st->nchannels_auto ? "from its cores" : "XCOLL_NCHANNELS",
+                 st->nchannels_auto ? "from its hardware" : "XCOLL_NCHANNELS",
                  from, agreed,
-                 all[4 * from + 1] ? "from its cores" : "XCOLL_NCHANNELS");
+                 all[4 * from + 1] ? "from its hardware" : "XCOLL_NCHANNELS");
     st->nchannels = agreed;
     /* Bruck needs every rank's mesh: any rank that does not propose it
      * (XCOLL_BRUCK=0, a GPU rank) turns it off for all. */
@@ -284,8 +307,9 @@ static void log_choices(nl_state *st, const char *net_why) {
              "(XCOLL_BUFFSIZE)",
              st->nchannels,
              st->nchannels_auto
-                 ? "XCOLL_NCHANNELS unset: the smallest proposal, each rank's "
-                   "cores / local ranks, 1 to 2"
+                 ? "XCOLL_NCHANNELS unset: the smallest proposal; a host "
+                   "rank's is its cores / local ranks, a GPU rank's its "
+                   "SMs / 8"
                  : "XCOLL_NCHANNELS, or a smaller proposal of another rank",
              proto_name(st->proto),
              st->proto == NL_PROTO_AUTO ? ": LL up to 4 KiB, SIMPLE above" : "",

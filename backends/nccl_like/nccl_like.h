@@ -39,6 +39,9 @@
  * XCOLL_NCHANNELS (2) and XCOLL_BUFFSIZE (4M, NCCL_BUFFSIZE's) and the
  * ranges xcoll-info prints live in core/params.c's table. */
 #define NL_MAX_CHANNELS 16
+/* A GPU rank proposes one channel (one block) per this many SMs
+ * (nccl_like.c, channels_auto; its INFO line says 8). */
+#define NL_SMS_PER_CHANNEL 8
 /* XCOLL_BUFFSIZE bounds (bytes per connection FIFO): a slot must hold at
  * least a few LL lines; 1 GiB keeps 2 x 16 FIFOs addressable. */
 #define NL_MIN_BUFFSIZE ((size_t)XCOLL_STEPS * 256)
@@ -325,7 +328,7 @@ typedef struct nl_state {
   int prev, next; /* ring neighbours (ring = rank order) */
   int nchannels; /* agreed by every rank at init (agree_channels) */
   int nchannels_auto; /* XCOLL_NCHANNELS unset: this rank's proposal came
-                         from its cores (nccl_like.c: channels_for_cores) */
+                         from its hardware (nccl_like.c: channels_auto) */
   size_t buffsize;   /* bytes per connection FIFO */
   size_t step_bytes; /* buffsize / XCOLL_STEPS */
   nl_proto_choice proto;

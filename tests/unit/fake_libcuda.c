@@ -54,6 +54,8 @@
  *   FAKE_CUDA_NO_VMM=1, which also makes cuMemCreate fail with
  *   CUDA_ERROR_NOT_SUPPORTED: the CUDA IPC fallback); cuDeviceGetUuid
  *   gives every ordinal a UUID of its own, the same in every process.
+ *   MULTIPROCESSOR_COUNT is FAKE_CUDA_SMS where set (otherwise
+ *   CUDA_ERROR_INVALID_VALUE, as for every other attribute).
  * - fake_cuda_set_device_range calls one host range device memory for
  *   cuPointerGetAttribute only (unit.device's detection tests).
  * Not modelled: the legacy stream's implicit synchronisation with other
@@ -399,6 +401,11 @@ int cuDeviceGetAttribute(int *value, int attribute, int device) {
     return INVALID_VALUE;
   if (attribute == 102 || attribute == 103) { /* VMM, POSIX fd handles */
     *value = !no_vmm();
+    return OK;
+  }
+  const char *sms = getenv("FAKE_CUDA_SMS");
+  if (attribute == 16 && sms != NULL) { /* MULTIPROCESSOR_COUNT */
+    *value = atoi(sms);
     return OK;
   }
   return INVALID_VALUE;
