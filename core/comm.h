@@ -87,6 +87,14 @@ typedef struct xcoll_comm {
   /* Number of xcoll_comm_split calls made on this communicator: names the
    * store keys of each split apart (same on every rank). */
   uint64_t split_count;
+  /* The same for xcoll_comm_shrink calls (same on every rank left). */
+  uint64_t shrink_count;
+  /* This communicator's rank r is rank world_ranks[r] of the world (the
+   * ranks the store knows by JOIN); NULL for the world itself. */
+  int *world_ranks;
+  /* Destroy counts every rank in before rank 0 stops the store: set on the
+   * world, and on a shrunk communicator that took the store over from it. */
+  int finalize_store;
   /* The message of the error that broke the communicator (under error_lock),
    * repeated by every later call that fails with broken_status. */
   char broken_message[XCOLL_ERROR_BYTES];

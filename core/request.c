@@ -220,6 +220,16 @@ void xcoll_queue_drain(xcoll_comm *comm) {
   pthread_mutex_unlock(&queue->lock);
 }
 
+int xcoll_queue_busy(xcoll_comm *comm) {
+  struct xcoll_queue *queue = comm->queue;
+  if (queue == NULL)
+    return 0;
+  pthread_mutex_lock(&queue->lock);
+  int busy = queue->head != NULL || queue->busy || queue->inflight_head != NULL;
+  pthread_mutex_unlock(&queue->lock);
+  return busy;
+}
+
 void xcoll_inflight_add(xcoll_comm *comm, struct xcoll_request *request) {
   struct xcoll_queue *queue = comm->queue;
   pthread_mutex_lock(&request->lock);

@@ -68,6 +68,10 @@ xcoll_status xcoll_queue_run(struct xcoll_comm *comm,
 /* Block until nothing is queued or running on the progress thread. */
 void xcoll_queue_drain(struct xcoll_comm *comm);
 
+/* Whether comm has a collective queued, running, or started on the backend
+ * and not yet seen complete (1), or none (0). Any thread. */
+int xcoll_queue_busy(struct xcoll_comm *comm);
+
 /* A new request with one reference (the caller's), not done. NULL with
  * XCOLL_ERR_NO_MEMORY set. */
 struct xcoll_request *xcoll_request_new(struct xcoll_comm *comm);

@@ -41,6 +41,12 @@
 #define XCOLL_STORE_MAX_VALUE (64u << 20)
 /* Longest job id (XCOLL_JOB_ID) in bytes. */
 #define XCOLL_STORE_MAX_JOB_ID 256
+/* Keys "xcoll/excluded/<world rank>" name the world ranks that a shrink
+ * (xcoll_comm_shrink) left out. The server reads them: a joined rank whose
+ * connection drops without LEAVE fails every parked get and wait (the job
+ * lost a rank), unless that rank is excluded; setting the key forgives a
+ * departure already seen, so that the survivors can meet in the store again. */
+#define XCOLL_STORE_EXCLUDED_PREFIX "xcoll/excluded/"
 
 typedef struct xcoll_store_server xcoll_store_server;
 typedef struct xcoll_store xcoll_store;

@@ -9,7 +9,8 @@
  * counter (as in TCPStore), so a get of a counter returns e.g. "12". join
  * registers a world rank (job id, WORLD_SIZE, RANK are checked against the
  * ranks already there); a joined rank whose connection drops without LEAVE
- * fails every parked and later get and wait with a message naming it. A
+ * fails every parked and later get and wait with a message naming it,
+ * until a shrink excludes it (XCOLL_STORE_EXCLUDED_PREFIX in store.h). A
  * CANCEL drops the connection's parked request and is answered CANCELLED, so
  * that the stream stays in step.
  *
@@ -257,6 +258,12 @@ typedef struct store_client {
   int left;        /* it said LEAVE: its close is normal */
 } store_client;
 
+/* A joined rank that went without LEAVE (server_note_departure). */
+typedef struct store_departure {
+  int rank;
+  char peer[64];
+} store_departure;
+
 struct xcoll_store_server {
   int listen_fd;
   int wake_fd;
@@ -276,6 +283,11 @@ struct xcoll_store_server {
   xcoll_drop_tally drops; /* unauthenticated connections closed */
   store_job job;        /* fixed by the first JOIN (store_join.h) */
   char failure[512];    /* why the job failed (a rank vanished), or "" */
+  /* Joined ranks whose connection dropped without LEAVE, in order: failure
+   * names the first of them that no shrink has excluded. */
+  store_departure *departed;
+  size_t departed_count;
+  size_t departed_capacity;
   double linger_until;  /* stop asked after a failure: serve until then */
 };
 
@@ -450,18 +462,68 @@ static void server_fail_parked(xcoll_store_server *s) {
   }
 }
 
+/* Whether a shrink left world rank out (XCOLL_STORE_EXCLUDED_PREFIX). */
+static int server_rank_excluded(xcoll_store_server *s, int rank) {
+  char key[64];
+  int len = snprintf(key, sizeof key, "%s%d", XCOLL_STORE_EXCLUDED_PREFIX,
+                     rank);
+  return table_find(&s->table, (const unsigned char *)key, (size_t)len) !=
+         NULL;
+}
+
+/* failure names the first departed rank not excluded, or is "" when every
+ * departed rank is excluded: the survivors' waits are served again. Parked
+ * requests are failed when a new failure appears. */
+static void server_update_failure(xcoll_store_server *s) {
+  int had_failure = s->failure[0] != '\0';
+  s->failure[0] = '\0';
+  for (size_t i = 0; i < s->departed_count; i++) {
+    const store_departure *d = &s->departed[i];
+    if (server_rank_excluded(s, d->rank))
+      continue;
+    snprintf(s->failure, sizeof s->failure,
+             "rank %d (%s) lost its connection to the rendezvous store "
+             "without closing its communicator: it died or was killed; see "
+             "its log",
+             d->rank, d->peer);
+    break;
+  }
+  if (s->failure[0] && !had_failure) {
+    XCOLL_WARN("rendezvous store: %s", s->failure);
+    server_fail_parked(s);
+  } else if (!s->failure[0] && had_failure) {
+    XCOLL_INFO("rendezvous store: every rank that vanished was excluded by a "
+               "shrink; waits are served again");
+  }
+}
+
 /* A connection is about to be closed. A rank that joined and goes without
  * LEAVE died (or was killed): everyone waiting in the store hears it now
- * instead of at their timeout. */
+ * instead of at their timeout, unless a shrink already left it out. */
 static void server_note_departure(xcoll_store_server *s, store_client *c) {
-  if (c->joined_rank < 0 || c->left || s->failure[0])
+  if (c->joined_rank < 0 || c->left)
     return;
-  snprintf(s->failure, sizeof s->failure,
-           "rank %d (%s) lost its connection to the rendezvous store without "
-           "closing its communicator: it died or was killed; see its log",
-           c->joined_rank, c->peer);
-  XCOLL_WARN("rendezvous store: %s", s->failure);
-  server_fail_parked(s);
+  if (s->departed_count == s->departed_capacity) {
+    size_t capacity = s->departed_capacity ? 2 * s->departed_capacity : 8;
+    store_departure *grown =
+        realloc(s->departed, capacity * sizeof *grown);
+    if (grown == NULL) { /* still fail the job, without the record */
+      if (!s->failure[0]) {
+        snprintf(s->failure, sizeof s->failure,
+                 "rank %d (%s) lost its connection to the rendezvous store "
+                 "without closing its communicator",
+                 c->joined_rank, c->peer);
+        server_fail_parked(s);
+      }
+      return;
+    }
+    s->departed = grown;
+    s->departed_capacity = capacity;
+  }
+  store_departure *d = &s->departed[s->departed_count++];
+  d->rank = c->joined_rank;
+  snprintf(d->peer, sizeof d->peer, "%s", c->peer);
+  server_update_failure(s);
 }
 
 /* The address of a live connection registered as rank, other than the
@@ -531,6 +593,10 @@ static void server_handle(xcoll_store_server *s, store_client *c, uint16_t kind,
       break;
     }
     client_reply(c, STORE_REPLY_OK, NULL, 0);
+    size_t prefix_bytes = strlen(XCOLL_STORE_EXCLUDED_PREFIX);
+    if (s->departed_count > 0 && key_bytes > prefix_bytes &&
+        memcmp(key, XCOLL_STORE_EXCLUDED_PREFIX, prefix_bytes) == 0)
+      server_update_failure(s);
     server_wake_parked(s);
     break;
   }
@@ -1236,6 +1302,7 @@ void xcoll_store_server_stop(xcoll_store_server *s) {
     client_free(s, s->clients[i]);
   free(s->clients);
   free(s->pollfds);
+  free(s->departed);
   table_free(&s->table);
   close(s->listen_fd);
   close(s->wake_fd);

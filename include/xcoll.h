@@ -316,6 +316,44 @@ XCOLL_API xcoll_status xcoll_comm_abort(xcoll_comm_t comm);
 XCOLL_API xcoll_status xcoll_comm_split(xcoll_comm_t comm, int color, int key,
                                         xcoll_comm_t *newcomm);
 
+/* Flags of xcoll_comm_shrink (NCCL_SHRINK_DEFAULT / NCCL_SHRINK_ABORT). */
+#define XCOLL_SHRINK_DEFAULT 0 /* comm has nothing in flight on this rank */
+#define XCOLL_SHRINK_ABORT 1   /* abort comm first (xcoll_comm_abort) */
+
+/* Make a communicator of comm's ranks less the exclude_count ranks of
+ * exclude_ranks (ranks of comm, in any order), as ncclCommShrink does: the
+ * ranks left keep their order and are numbered 0..P'-1, P' = world size of
+ * comm - exclude_count. Collective over the ranks left only: every one of
+ * them passes the same set (the excluded ranks do not call it; they may be
+ * dead), and none of them waits for or talks to an excluded rank. Works on a
+ * broken communicator (a peer died: its error names the rank to exclude).
+ * The new communicator has comm's backend and its own connections; comm
+ * stays as it was (aborted with XCOLL_SHRINK_ABORT) and must still be
+ * destroyed, before or after the new one.
+ * flags: XCOLL_SHRINK_DEFAULT when this rank has no collective in flight on
+ * comm (every request waited for); XCOLL_SHRINK_ABORT to abort comm first,
+ * which fails what is in flight with XCOLL_ERR_ABORTED and waits for it to
+ * end (use it right after a failure, or when a non-blocking call may still
+ * be blocked).
+ * A caller that is itself in exclude_ranks gets XCOLL_SUCCESS and
+ * *newcomm = NULL and touches nothing, as NCCL gives such a rank no
+ * communicator.
+ * Meeting goes through the rendezvous store, which lives in rank 0 of the
+ * world (or is the caller's, xcoll_comm_init_kv): the world's rank 0 must be
+ * alive. When it is among the ranks left, the store moves to the new
+ * communicator, so comm may be destroyed first.
+ * Errors: XCOLL_ERR_INVALID_ARGUMENT (newcomm NULL, exclude_count < 0,
+ * exclude_ranks NULL with exclude_count > 0, a rank outside [0, world size),
+ * a rank listed twice, every rank excluded, unknown flags, or a rank left
+ * passed a different set: the message names it), XCOLL_ERR_INVALID_USAGE
+ * (comm NULL or destroyed; XCOLL_SHRINK_DEFAULT while a collective is in
+ * flight on comm), and those of xcoll_comm_init (XCOLL_ERR_TIMEOUT naming
+ * the rank that never arrived, when a rank left did not call it). */
+XCOLL_API xcoll_status xcoll_comm_shrink(xcoll_comm_t comm,
+                                         const int *exclude_ranks,
+                                         int exclude_count, int flags,
+                                         xcoll_comm_t *newcomm);
+
 /* Getters. Errors: XCOLL_ERR_INVALID_ARGUMENT for NULL pointers. */
 XCOLL_API xcoll_status xcoll_comm_rank(xcoll_comm_t comm, int *rank);
 XCOLL_API xcoll_status xcoll_comm_size(xcoll_comm_t comm, int *world_size);

@@ -458,6 +458,50 @@ static void *blocked_get_main(void *arg) {
   return NULL;
 }
 
+/* A joined rank that vanishes without LEAVE (interrupted, then closed, so
+ * no LEAVE goes out): the get that waits on a missing key fails naming it. */
+static void vanish(xcoll_store *st) {
+  xcoll_store_interrupt(st);
+  xcoll_store_close(st);
+}
+
+static xcoll_status get_missing(xcoll_store *st) {
+  void *value = NULL;
+  size_t bytes = 0;
+  xcoll_status status = xcoll_store_get(st, "never-set", &value, &bytes);
+  free(value);
+  return status;
+}
+
+/* A shrink's exclusion key forgives a vanished rank: waits are served again
+ * (XCOLL_STORE_EXCLUDED_PREFIX); a rank that vanishes later, not excluded,
+ * fails them again. */
+static void test_excluded_rank_is_forgiven(void **state) {
+  xcoll_store *st[3];
+  for (int r = 0; r < 3; r++) {
+    st[r] = connect_client(*state);
+    assert_int_equal(xcoll_store_join(st[r], 3, r), XCOLL_SUCCESS);
+    xcoll_store_set_timeout(st[r], 10.0); /* bounds a failing test */
+  }
+  vanish(st[2]);
+  assert_int_equal(get_missing(st[0]), XCOLL_ERR_REMOTE);
+  assert_non_null(strstr(xcoll_last_error(), "rank 2"));
+  assert_int_equal(xcoll_store_set(st[0], XCOLL_STORE_EXCLUDED_PREFIX "2", "1",
+                                   1),
+                   XCOLL_SUCCESS);
+  assert_int_equal(xcoll_store_health(st[1]), XCOLL_SUCCESS);
+  assert_int_equal(xcoll_store_set(st[0], "after", "x", 1), XCOLL_SUCCESS);
+  void *value = NULL;
+  size_t bytes = 0;
+  assert_int_equal(xcoll_store_get(st[1], "after", &value, &bytes),
+                   XCOLL_SUCCESS);
+  free(value);
+  vanish(st[1]);
+  assert_int_equal(get_missing(st[0]), XCOLL_ERR_REMOTE);
+  assert_non_null(strstr(xcoll_last_error(), "rank 1"));
+  xcoll_store_close(st[0]);
+}
+
 static void test_stop_wakes_clients(void **state) {
   (void)state;
   fixture f = {0};
@@ -491,6 +535,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_port_taken, setup, teardown),
       cmocka_unit_test_setup_teardown(test_malformed_messages, setup, teardown),
       cmocka_unit_test_setup_teardown(test_oversized_value_rejected, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_excluded_rank_is_forgiven, setup,
                                       teardown),
       cmocka_unit_test(test_stop_wakes_clients),
   };

@@ -1,0 +1,203 @@
+/* fault_shrink.c - survivors shrink a communicator and go on
+ * (xcoll_comm_shrink).
+ *
+ * Run under xcollrun with 4 ranks (tests/faults/fault_shrink.sh does, and
+ * checks the output):
+ *   fault_shrink --kill    after one allreduce, rank 2 sends itself SIGKILL.
+ *                          Each survivor's next allreduce (or that one, if
+ *                          rank 2 died before the survivor finished it) must
+ *                          fail with an error naming rank 2; it then shrinks
+ *                          with
+ *                          XCOLL_SHRINK_ABORT, excluding rank 2.
+ *   fault_shrink --leave   after one allreduce, rank 1 destroys its
+ *                          communicator and exits. The others first check
+ *                          the argument errors (out of range, duplicate,
+ *                          every rank, the caller itself listed), then
+ *                          shrink with XCOLL_SHRINK_DEFAULT, excluding 1.
+ * On the new communicator each survivor checks its rank (old ranks in order,
+ * renumbered 0..2) and size 3, and that an allreduce and an allgather give
+ * exactly what is computed here from the old ranks that are left. Each
+ * survivor prints "SHRINK-OK rank R ..." or "SHRINK-BAD rank R ..." and
+ * exits 0 or 1 accordingly. */
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xcoll.h"
+
+#define WORLD 4
+/* 256 KiB of int32: the ring on every backend (nccl_like takes its small
+ * host allreduces another way). */
+#define COUNT (64 * 1024)
+
+static int bad(int rank, const char *what, xcoll_status status,
+               xcoll_comm_t comm) {
+  printf("SHRINK-BAD rank %d: %s (status %d: %s)\n", rank, what, (int)status,
+         comm != NULL ? xcoll_comm_last_error(comm) : xcoll_last_error());
+  fflush(stdout);
+  return 1;
+}
+
+/* Element i of old rank r's allreduce input. */
+static int32_t input(int old_rank, int i) {
+  return old_rank * 100000 + i;
+}
+
+/* The checks on the shrunk communicator. left[k] is the old rank of new
+ * rank k. */
+static int check_new(xcoll_comm_t shrunk, int old_rank, const int *left,
+                     int left_count) {
+  int rank = -1, size = -1;
+  xcoll_comm_rank(shrunk, &rank);
+  xcoll_comm_size(shrunk, &size);
+  int expected_rank = -1;
+  for (int k = 0; k < left_count; k++)
+    if (left[k] == old_rank)
+      expected_rank = k;
+  if (size != left_count || rank != expected_rank) {
+    printf("SHRINK-BAD rank %d: new rank %d of %d, expected %d of %d\n",
+           old_rank, rank, size, expected_rank, left_count);
+    return 1;
+  }
+  static int32_t send[COUNT], recv[COUNT];
+  for (int i = 0; i < COUNT; i++)
+    send[i] = input(old_rank, i);
+  xcoll_status status =
+      xcoll_allreduce(send, recv, COUNT, XCOLL_INT32, XCOLL_SUM, shrunk);
+  if (status != XCOLL_SUCCESS)
+    return bad(old_rank, "allreduce on the shrunk communicator", status,
+               shrunk);
+  for (int i = 0; i < COUNT; i++) {
+    int32_t expected = 0;
+    for (int k = 0; k < left_count; k++)
+      expected += input(left[k], i);
+    if (recv[i] != expected) {
+      printf("SHRINK-BAD rank %d: allreduce element %d is %d, expected %d\n",
+             old_rank, i, (int)recv[i], (int)expected);
+      return 1;
+    }
+  }
+  int32_t mine = old_rank, gathered[WORLD] = {-1, -1, -1, -1};
+  status = xcoll_allgather(&mine, gathered, 1, XCOLL_INT32, shrunk);
+  if (status != XCOLL_SUCCESS)
+    return bad(old_rank, "allgather on the shrunk communicator", status,
+               shrunk);
+  for (int k = 0; k < left_count; k++)
+    if (gathered[k] != left[k]) {
+      printf("SHRINK-BAD rank %d: allgather slot %d holds %d, expected old "
+             "rank %d\n",
+             old_rank, k, (int)gathered[k], left[k]);
+      return 1;
+    }
+  return 0;
+}
+
+/* Argument errors, all found before anything is sent. */
+static int check_errors(xcoll_comm_t comm, int rank) {
+  xcoll_comm_t out = NULL;
+  int out_of_range[1] = {WORLD};
+  int twice[2] = {1, 1};
+  int every[WORLD] = {0, 1, 2, 3};
+  struct {
+    const char *what;
+    const int *list;
+    int count;
+    int flags;
+  } cases[] = {{"rank out of range", out_of_range, 1, XCOLL_SHRINK_DEFAULT},
+               {"rank listed twice", twice, 2, XCOLL_SHRINK_DEFAULT},
+               {"every rank", every, WORLD, XCOLL_SHRINK_DEFAULT},
+               {"negative count", twice, -1, XCOLL_SHRINK_DEFAULT},
+               {"unknown flags", twice, 0, 4}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    xcoll_status status = xcoll_comm_shrink(comm, cases[c].list, cases[c].count,
+                                            cases[c].flags, &out);
+    if (status != XCOLL_ERR_INVALID_ARGUMENT || out != NULL)
+      return bad(rank, cases[c].what, status, comm);
+  }
+  /* The caller listed: no communicator for it, as NCCL does. */
+  xcoll_status status =
+      xcoll_comm_shrink(comm, &rank, 1, XCOLL_SHRINK_DEFAULT, &out);
+  if (status != XCOLL_SUCCESS || out != NULL)
+    return bad(rank, "caller in its own list", status, comm);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  int kill_mode = argc > 1 && strcmp(argv[1], "--kill") == 0;
+  int leave_mode = argc > 1 && strcmp(argv[1], "--leave") == 0;
+  if (!kill_mode && !leave_mode) {
+    fprintf(stderr, "usage: fault_shrink --kill | --leave\n");
+    return 2;
+  }
+  /* xcollrun sends SIGTERM to the other ranks as soon as one dies: the
+   * survivors must live on to shrink. */
+  signal(SIGTERM, SIG_IGN);
+  const int gone = kill_mode ? 2 : 1;
+  xcoll_comm_t comm = NULL;
+  xcoll_status status = xcoll_comm_init_env(&comm);
+  if (status != XCOLL_SUCCESS)
+    return bad(-1, "init", status, NULL);
+  int rank = -1, size = -1;
+  xcoll_comm_rank(comm, &rank);
+  xcoll_comm_size(comm, &size);
+  if (size != WORLD) {
+    printf("SHRINK-BAD rank %d: needs %d ranks, got %d\n", rank, WORLD, size);
+    return 1;
+  }
+  static int32_t send[COUNT], recv[COUNT];
+  for (int i = 0; i < COUNT; i++)
+    send[i] = input(rank, i);
+  /* Rank 2 may die before a survivor has finished the first allreduce:
+   * then that one fails already, as the second would. */
+  status = xcoll_allreduce(send, recv, COUNT, XCOLL_INT32, XCOLL_SUM, comm);
+  if (status != XCOLL_SUCCESS && !(kill_mode && rank != gone))
+    return bad(rank, "first allreduce", status, comm);
+
+  if (rank == gone) {
+    printf("GONE rank %d\n", rank);
+    fflush(stdout);
+    if (kill_mode)
+      raise(SIGKILL);
+    status = xcoll_comm_destroy(comm);
+    return status == XCOLL_SUCCESS ? 0 : bad(rank, "destroy", status, NULL);
+  }
+
+  int flags = XCOLL_SHRINK_DEFAULT;
+  if (kill_mode) {
+    if (status == XCOLL_SUCCESS)
+      status =
+          xcoll_allreduce(send, recv, COUNT, XCOLL_INT32, XCOLL_SUM, comm);
+    if (status == XCOLL_SUCCESS)
+      return bad(rank, "the allreduce after rank 2 died succeeded", status,
+                 comm);
+    const char *message = xcoll_comm_last_error(comm);
+    if (strstr(message, "rank 2") == NULL)
+      return bad(rank, "the error does not name rank 2", status, comm);
+    printf("rank %d saw: %s\n", rank, message);
+    flags = XCOLL_SHRINK_ABORT;
+  } else if (check_errors(comm, rank) != 0) {
+    return 1;
+  }
+
+  xcoll_comm_t shrunk = NULL;
+  status = xcoll_comm_shrink(comm, &gone, 1, flags, &shrunk);
+  if (status != XCOLL_SUCCESS || shrunk == NULL)
+    return bad(rank, "shrink", status, comm);
+  int left[WORLD], left_count = 0;
+  for (int r = 0; r < WORLD; r++)
+    if (r != gone)
+      left[left_count++] = r;
+  /* The old communicator first: the new one must not need it. */
+  xcoll_comm_destroy(comm);
+  if (check_new(shrunk, rank, left, left_count) != 0)
+    return 1;
+  status = xcoll_comm_destroy(shrunk);
+  if (status != XCOLL_SUCCESS)
+    return bad(rank, "destroy of the shrunk communicator", status, NULL);
+  printf("SHRINK-OK rank %d: rank %d of 3 after rank %d %s\n", rank,
+         rank - (rank > gone), gone, kill_mode ? "died" : "left");
+  fflush(stdout);
+  return 0;
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# fault_shrink.sh - 4 ranks lose one, and the other three shrink the
+# communicator and go on (tests/faults/fault_shrink.c).
+#   fault_shrink.sh XCOLLRUN FAULT_SHRINK_BINARY kill|leave
+# kill:  rank 2 SIGKILLs itself after the first allreduce.
+# leave: rank 1 destroys its communicator after the first allreduce.
+# Each of the three others must print SHRINK-OK, and the job must end within
+# 60 s (the failure is seen on the dead connections, not at XCOLL_TIMEOUT_S).
+set -u
+xcollrun=$1
+prog=$2
+mode=$3
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+export XCOLL_TIMEOUT_S=60
+# xcollrun SIGTERMs the group when rank 2 dies; fault_shrink ignores it and
+# xcollrun's SIGKILL comes only after this grace period.
+export XCOLLRUN_GRACE_S=50
+timeout -k 5 60 "$xcollrun" --nproc-per-node 4 --master-port 0 "$prog" \
+  "--$mode" >"$out" 2>&1
+rc=$?
+cat "$out"
+echo "xcollrun exited with $rc"
+if [ $rc -eq 124 ]; then
+  echo "FAIL: the job did not finish within 60 s"
+  exit 1
+fi
+gone=2
+[ "$mode" = leave ] && gone=1
+fail=0
+grep -q "GONE rank $gone" "$out" || { echo "FAIL: rank $gone never left"; fail=1; }
+for r in 0 1 2 3; do
+  [ "$r" -eq "$gone" ] && continue
+  if ! grep -q "SHRINK-OK rank $r:" "$out"; then
+    echo "FAIL: rank $r did not go on after the shrink"
+    fail=1
+  fi
+done
+grep -q "SHRINK-BAD" "$out" && { echo "FAIL: a survivor reported a bad outcome"; fail=1; }
+[ $fail -eq 0 ] && echo "PASS: 3 survivors shrank and went on ($mode)"
+exit $fail
