@@ -158,7 +158,7 @@ step bench-bfloat16 ./bench_reduce_cuda --dtype bfloat16 --minbytes 1M \
 step bench-pinned-slot ./bench_reduce_cuda --dtype float32 --minbytes 1M \
   --maxbytes 64M --blocks 2,32,0 --pinned-slot
 for b in float32 bfloat16 pinned-slot; do
-  grep -h "best reduce-copy" "$logs/bench-$b.log" | sed "s/^# /      bench $b: /" >> "$summary"
+  grep -h "traffic ratio at" "$logs/bench-$b.log" | sed "s/^# /      bench $b: /" >> "$summary"
 done
 # The default nccl_like launch: 2 channels = 2 blocks, at the largest size.
 awk '$1 ~ /^[0-9]+$/ && $2 == 2 {row = $0} END {if (row != "") print "      bench float32, 2 blocks (nccl_like default), largest size:" row}' \
