@@ -146,7 +146,7 @@ static perf_buffers buffers_at(const perf_run *run, const perf_shape *s,
 
 /* The pointers the calls get. */
 perf_buffers perf_buffers_for(const perf_run *run, const perf_shape *s,
-                                int in_place) {
+                              int in_place) {
   return buffers_at(run, s, in_place, run->sendbuf, run->recvbuf);
 }
 
@@ -186,7 +186,7 @@ static void fill_check(const perf_run *run, const perf_shape *s,
  * in recvbuf). The synchronous copies run on the legacy default stream, so
  * they are ordered with the calls, which use it too. Returns 0 or -1. */
 int perf_prepare_check(const perf_run *run, const perf_shape *s, int in_place,
-                         perf_failure *failure) {
+                       perf_failure *failure) {
   perf_buffers host = host_buffers_for(run, s, in_place);
   fill_check(run, s, &host, in_place);
   if (!run->on_device || s->bytes == 0)
@@ -256,8 +256,8 @@ static int64_t count_wrong_host(const perf_run *run, const perf_shape *s,
 
 /* count_wrong_host after copying device results back (recvbuf's span).
  * Returns -1 with failure set when the copy fails. */
-int64_t perf_count_wrong(const perf_run *run, const perf_shape *s, int in_place,
-                           perf_failure *failure) {
+int64_t perf_count_wrong(const perf_run *run, const perf_shape *s,
+                         int in_place, perf_failure *failure) {
   if (run->on_device && s->bytes > 0 &&
       run->cuda.dtoh(run->host_recv, (unsigned long long)(uintptr_t)run->recvbuf,
                      s->bytes) != 0) {

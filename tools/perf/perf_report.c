@@ -81,7 +81,7 @@ static int root_column(const perf_options *o) {
 }
 
 void perf_print_row(const perf_run *run, const perf_shape *s,
-                      const perf_result *oop, const perf_result *ip) {
+                    const perf_result *oop, const perf_result *ip) {
   const perf_options *o = run->opt;
   char wrong_oop[24], wrong_ip[24], algorithm[128];
   format_wrong(wrong_oop, sizeof wrong_oop, oop->wrong);
@@ -103,8 +103,8 @@ static void json_number(FILE *f, const char *key, double value) {
 }
 
 void perf_write_json_row(FILE *f, const perf_run *run, const perf_shape *s,
-                           const perf_result *oop, const perf_result *ip,
-                           int cycle) {
+                         const perf_result *oop, const perf_result *ip,
+                         int cycle) {
   const perf_options *o = run->opt;
   fprintf(f,
           "{\"tool\":\"xcoll-perf\",\"collective\":\"%s\",\"backend\":\"%s\","
