@@ -73,8 +73,9 @@ typedef struct option_row {
 
 static void cnn_channels(config *c, const char *value);
 
-static const option_choice strategies[] = {{"none", STRATEGY_NONE},
-    {"dp", STRATEGY_DP}, {"ddp", STRATEGY_DDP}, {"fsdp", STRATEGY_FSDP}, {NULL, 0}};
+static const option_choice strategies[] = {
+    {"none", STRATEGY_NONE}, {"dp", STRATEGY_DP}, {"ddp", STRATEGY_DDP},
+    {"fsdp", STRATEGY_FSDP}, {NULL, 0}};
 static const option_choice on_off[] = {{"on", 1}, {"off", 0}, {NULL, 0}};
 static const option_choice optimizers[] = {{"sgd", OPTIM_SGD},
                                            {"adamw", OPTIM_ADAMW}, {NULL, 0}};
@@ -86,8 +87,10 @@ static const option_choice samplers[] = {{"random", 0}, {"sequential", 1},
                                          {NULL, 0}};
 
 #define AT(field) offsetof(config, field)
-#define NOTE(n, v, text) {.name = n, .value = v, .kind = OPTION_NOTE, .help = text}
-#define SET(n, f, text) {.name = n, .kind = OPTION_SET, .at = AT(f), .help = text}
+#define NOTE(n, v, text)                                                       \
+  {.name = n, .value = v, .kind = OPTION_NOTE, .help = text}
+#define SET(n, f, text)                                                        \
+  {.name = n, .kind = OPTION_SET, .at = AT(f), .help = text}
 #define INTEGER(k, n, v, f, l, h, g, text)                                     \
   {.name = n, .value = v, .kind = k, .at = AT(f), .lo = l, .hi = h,            \
    .given = g, .help = text}
@@ -140,7 +143,8 @@ static const option_row rows[] = {
   PARSED("backward-prefetch", "P", fsdp.backward_prefetch, fsdp_prefetch_parse,
          "pre, post or none", GIVEN_FSDP, "fsdp: pre|post|none [pre]"),
   CHOICE("forward-prefetch", "on|off", fsdp.forward_prefetch, on_off,
-         GIVEN_FSDP, "fsdp: gather the next unit during a unit's forward [off]"),
+         GIVEN_FSDP,
+         "fsdp: gather the next unit during a unit's forward [off]"),
   INTEGER(OPTION_SIZE, "fsdp-min-params", "N", fsdp.min_params, 0,
           INT64_MAX / 2, GIVEN_FSDP,
           "fsdp: layers join a unit until it has N parameters [0]"),
@@ -555,12 +559,11 @@ void options_parse(config *c, int argc, char **argv) {
   check_config(c, given);
 }
 
-static const char *strategy_name(const config *c) {
-  if (c->strategy == STRATEGY_FSDP)
-    return "fsdp";
-  if (c->strategy == STRATEGY_DP)
-    return "dp";
-  return c->strategy == STRATEGY_DDP ? "ddp" : "none";
+/* The name of value in choices (the command line's spelling). */
+static const char *choice_name(const option_choice *choices, int value) {
+  while (choices->name && choices->value != value)
+    choices++;
+  return choices->name ? choices->name : "?";
 }
 
 char *config_json(const config *c) {
@@ -574,7 +577,8 @@ char *config_json(const config *c) {
     cJSON_AddNumberToObject(o, "d_model", c->gpt.d_model);
     cJSON_AddNumberToObject(o, "context", c->gpt.context);
   }
-  cJSON_AddStringToObject(o, "strategy", strategy_name(c));
+  cJSON_AddStringToObject(o, "strategy",
+                          choice_name(strategies, (int)c->strategy));
   if (c->strategy == STRATEGY_FSDP) {
     cJSON_AddStringToObject(o, "sharding", fsdp_sharding_name(c->fsdp.sharding));
     cJSON_AddStringToObject(o, "backward_prefetch",
@@ -587,11 +591,13 @@ char *config_json(const config *c) {
   cJSON_AddNumberToObject(o, "epochs", c->epochs);
   cJSON_AddNumberToObject(o, "batch_size", c->batch_size);
   cJSON_AddNumberToObject(o, "lr", c->lr);
-  cJSON_AddStringToObject(o, "optimizer", c->optimizer == OPTIM_ADAMW ? "adamw" : "sgd");
+  cJSON_AddStringToObject(o, "optimizer",
+                          choice_name(optimizers, (int)c->optimizer));
   cJSON_AddNumberToObject(o, "momentum", c->momentum);
   cJSON_AddNumberToObject(o, "weight_decay", c->weight_decay);
   cJSON_AddBoolToObject(o, "nesterov", c->nesterov);
-  cJSON_AddStringToObject(o, "schedule", c->schedule == SCHEDULE_COSINE ? "cosine" : "constant");
+  cJSON_AddStringToObject(o, "schedule",
+                          choice_name(schedules, (int)c->schedule));
   cJSON_AddNumberToObject(o, "warmup_steps", (double)c->warmup_steps);
   cJSON_AddNumberToObject(o, "clip_grad_norm", c->clip_grad_norm);
   cJSON_AddNumberToObject(o, "first_bucket_mb", c->first_bucket_mb);
@@ -612,7 +618,8 @@ char *config_json(const config *c) {
     cJSON_AddNumberToObject(o, "powersgd_rank", c->powersgd_rank);
     cJSON_AddNumberToObject(o, "powersgd_warmup", (double)c->powersgd_warmup);
   }
-  cJSON_AddStringToObject(o, "sampler", c->sampler_sequential ? "sequential" : "random");
+  cJSON_AddStringToObject(o, "sampler",
+                          choice_name(samplers, c->sampler_sequential));
   char *s = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   return s;
