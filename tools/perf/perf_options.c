@@ -1,7 +1,8 @@
 /*
  * perf_options.c - xcoll-perf's command line: nccl-tests' flags (checked
  * against its README and src/common.cu), the collective names and their
- * aliases, --help's text, and the checks between flags.
+ * aliases, --help's text, and the checks between flags. Sizes (-b, -e, -i)
+ * go through the library's parser of XCOLL_* sizes (core/env.h).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env.h"
 #include "perf.h"
 
 const char *const perf_coll_names[PERF_NUM_COLLS] = {
@@ -84,29 +86,6 @@ static void usage(FILE *out, const char *argv0) {
 }
 
 /* ---- parsing ---- */
-
-/* Bytes with an optional K/M/G suffix (powers of 1024), like nccl-tests. */
-static int parse_size(const char *text, size_t *out) {
-  char *end = NULL;
-  errno = 0;
-  unsigned long long value = strtoull(text, &end, 10);
-  if (errno != 0 || end == text || text[0] == '-')
-    return -1;
-  unsigned long long scale = 1;
-  switch (*end) {
-  case '\0': break;
-  case 'k': case 'K': scale = 1ull << 10; end++; break;
-  case 'm': case 'M': scale = 1ull << 20; end++; break;
-  case 'g': case 'G': scale = 1ull << 30; end++; break;
-  default: return -1;
-  }
-  if (*end == 'B' || *end == 'b')
-    end++;
-  if (*end != '\0' || value > SIZE_MAX / scale)
-    return -1;
-  *out = (size_t)(value * scale);
-  return 0;
-}
 
 static int parse_int(const char *text, long min, long max, int *out) {
   char *end = NULL;
@@ -271,8 +250,8 @@ int perf_parse_options(int argc, char **argv, perf_options *opt) {
                           long_options, NULL)) != -1) {
     int bad = 0, single = 0;
     switch (c) {
-    case 'b': bad = parse_size(optarg, &opt->min_bytes); break;
-    case 'e': bad = parse_size(optarg, &opt->max_bytes); break;
+    case 'b': bad = xcoll_parse_size(optarg, &opt->min_bytes) != 0; break;
+    case 'e': bad = xcoll_parse_size(optarg, &opt->max_bytes) != 0; break;
     case 'f': {
       char *end = NULL;
       opt->step_factor = strtod(optarg, &end);
@@ -282,7 +261,8 @@ int perf_parse_options(int argc, char **argv, perf_options *opt) {
       break;
     }
     case 'i':
-      bad = parse_size(optarg, &opt->step_bytes) || opt->step_bytes == 0;
+      bad = xcoll_parse_size(optarg, &opt->step_bytes) != 0 ||
+            opt->step_bytes == 0;
       opt->step_factor = 0.0;
       break;
     case 'n': bad = parse_int(optarg, 1, 1000000000L, &opt->iters); break;
