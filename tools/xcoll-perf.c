@@ -52,8 +52,9 @@
 #include "perf.h"
 #include "xcoll.h"
 
-/* The tool's own small collectives: count <= 3 elements, <= 16 bytes.
- * On a GPU rank the values travel through run->scratch. */
+/* The tool's own small collectives (times, counts): at most 32 bytes. On a
+ * GPU rank the values travel through run->scratch, sent from its first 32
+ * bytes and received into its last 32. */
 static xcoll_status small_collective(perf_run *run, int broadcast,
                                      const void *in, void *out, size_t count,
                                      xcoll_datatype dtype, xcoll_op op) {
