@@ -1,85 +1,12 @@
 /* net_socket.c - the "socket" net plugin (xcoll_net_socket): the net API of
  * net/net.h over stream sockets, host memory only: TCP, or Unix-domain
- * sockets between ranks of one host (XCOLL_SOCKET_UNIX). It plays the part
- * of NCCL's net_socket transport (src/transport/net_socket.cc): one-way
- * connections, a message >= SOCK_STRIPE_MIN bytes striped over
- * XCOLL_NSOCKS_PERPEER sockets, all progress inside isend/irecv/test, no
- * thread of its own.
- *
- * Connection set-up:
- *   listen  binds an ephemeral port on the address the tcp backend would use
- *           (core/netaddr.h) and writes the handle: address, port, the number
- *           of data sockets, and a random 64-bit nonce. Unless
- *           XCOLL_SOCKET_UNIX=0 it also listens on the abstract Unix-domain
- *           name of that nonce and adds this host's id (boot id, network
- *           namespace) to the handle.
- *   connect opens that many sockets (non-blocking; refused connections are
- *           retried until config->timeout_s), to the Unix-domain name when
- *           the handle's host id is its own (and neither side set
- *           XCOLL_SOCKET_UNIX=0), else to the TCP port, and sends on each a
- *           hello: magic, version, socket index, socket count, rank,
- *           comm_id, nonce. Everything after the connect (hello,
- *           authentication, wire format) is the same on both kinds.
- *           The hello is followed by the job-secret exchange of
- *           core/auth.h, per socket: the client's offer and hello tag
- *           (SOCK_CLIENT_SEND); the server's offer | server proof; the
- *           client's proof (only with a secret).
- *   accept  takes every incoming connection, reads its hello without
- *           blocking and keeps it only when comm_id, nonce, rank and socket
- *           count match and it then passes the exchange; anything else (a
- *           port scanner, a connect+close, a late connection of another
- *           job, a process without this job's secret) is dropped, naming
- *           its address (a WARN at most once a second, with a count), and
- *           the accept goes on. Connections that have not proved the
- *           secret are bounded and time out (SOCK_MAX_PENDING).
- *
- * Authentication never waits: connect and accept run each exchange as
- * steps of their per-socket stage machines, each step reading or writing
- * what the socket takes without blocking (a ring of ranks that connect to
- * the next and accept from the previous by turns would deadlock on an
- * exchange that waited inside connect). The secret is the process's
- * (XCOLL_AUTH_TOKEN / XCOLL_AUTH_FILE, read by xcoll_auth_init);
- * xcoll_net_config.secret is not used. The proofs' context is
- *   "net socket comm=<comm_id> ranks=<connecting rank>><accepting rank>
- *    socket=<index> listener=<handle nonce, 16 hex digits>"
- * (one line), so a proof is bound to one socket of one connection. A
- * listener that fails its proof is a PROTOCOL error of connect naming its
- * address; a listener that drops the connection is a REMOTE error. A
- * mismatched offer (one side without a secret) is still answered with the
- * listener's offer before the drop, so both sides log the same reason.
- *
- * Wire format of one message (every field little-endian):
- *   socket 0: header (magic u32 "XNSM", tag u32, size u64), then part 0
- *   socket i: part i
- * where a message below SOCK_STRIPE_MIN bytes is one part on socket 0 and a
- * longer one is cut into nsocks parts of ceil(size / nsocks) bytes (the last
- * ones shorter or empty). Each socket carries its parts in message order, so
- * socket i never needs more than the sizes socket 0 already delivered.
- *
- * System calls per message. A recv comm reads socket 0 through a stage of
- * SOCK_STAGE_BYTES (the wire format knows nothing of it): when the next
- * header is needed, one recv() takes whatever the socket holds, so that a
- * small message, header and payload, costs one call, and several queued
- * ones share one; the bytes of later messages stay in the stage, in order,
- * until their receives are posted, however late. A payload with half the
- * stage or more still to come is read straight into the receive buffer,
- * and parts on sockets i > 0 always are. Every socket is read (or written)
- * until a call moves less than asked: the rest has not arrived (or the
- * kernel's send buffer is full), and one more call now would only fail
- * with EAGAIN; the next isend/irecv/test tries each socket again.
- * Bytes in the stage do not make socket 0 readable, and callers sleep in
- * poll(2) on get_fds's descriptors when test makes no progress: so irecv
- * and test give the posted receives what the stage holds before they
- * return (irecv without a system call). A receive that test reports not
- * done waits for bytes that no socket has delivered yet, and polling its
- * descriptors wakes when they come. A peer's close (end of stream) is a
- * close between messages, an expected failure, only when it comes where a
- * header is needed and the stage is empty; with part of a header or of a
- * payload read (in the stage or not) it is an error.
- *
- * Errors are logged with the log function given to init (ERROR level, one
- * sentence naming the peer) and break the comm: every later call on it
- * returns the same status. */
+ * sockets between ranks of one host (XCOLL_SOCKET_UNIX), playing the part
+ * of NCCL's net_socket transport. One-way connections; a message of
+ * SOCK_STRIPE_MIN bytes or more is striped over XCOLL_NSOCKS_PERPEER
+ * sockets; all progress happens inside isend/irecv/test, with no thread of
+ * its own. docs/net-plugins.md, "The socket plugin in detail", describes
+ * the connection set-up and its authentication stage machines, the wire
+ * format, the receive stage and the error rules that this file implements. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -474,8 +401,8 @@ struct sock_comm {
   int error_expected; /* the peer closed at a message boundary (see fail) */
   sock_request requests[XCOLL_NET_MAX_REQUESTS];
   /* Recv comms: bytes read from socket 0 that no message has taken yet,
-   * stage[stage_start, stage_end) of SOCK_STAGE_BYTES (see the file's
-   * first comment); send comms have no stage. */
+   * stage[stage_start, stage_end) of SOCK_STAGE_BYTES (docs/net-plugins.md,
+   * "System calls per message"); send comms have no stage. */
   size_t stage_start, stage_end;
   uint8_t stage[];
 };
