@@ -63,6 +63,7 @@ test_limit=${TEST_LIMIT:-64}
 variants=${VARIANTS:-"xtrain.full_shard fsdp2.full_shard.gloo fsdp2.full_shard.xcoll
   xtrain.shard_grad_op fsdp2.shard_grad_op.gloo fsdp2.shard_grad_op.xcoll
   xtrain.hybrid_shard fsdp2.hybrid_shard.gloo fsdp2.hybrid_shard.xcoll"}
+# shellcheck disable=SC2086
 variants=$(echo $variants) # one line, single spaces
 python=${PYTHON:-}
 if [ -z "$python" ]; then
