@@ -194,7 +194,9 @@ def fsdp_import():
 
 def unavailable(reason, args, rank=0):
     if rank == 0:
-        print(json.dumps({"impl": "torch-fsdp-gloo", "fsdp": "unavailable",
+        impl = ("torch-fsdp2-%s" % args.backend if args.strategy == "fsdp2"
+                else "torch-fsdp-gloo")
+        print(json.dumps({"impl": impl, "fsdp": "unavailable",
                           "torch": torch.__version__,
                           "python": sys.version.split()[0], "reason": reason}),
               flush=True)
@@ -316,9 +318,9 @@ def worker(rank, world_size, args):
                              % (args.node_ranks, world_size))
         try:
             from torch.distributed.fsdp import fully_shard  # noqa: F401
-        except ImportError as e:
-            unavailable("fully_shard (FSDP2, PyTorch >= 2.6) is missing: %s" % e,
-                        args, rank)
+        except Exception as e:  # noqa: BLE001 - torch 1.13 raises ValueError
+            unavailable("import fully_shard (FSDP2, PyTorch >= 2.6) failed: %s: %s" % (
+                type(e).__name__, str(e).splitlines()[0] if str(e) else ""), args, rank)
         mesh = fsdp2_mesh(args.backend, args.node_ranks, rank, world_size)
         net = wrap_fsdp2(model, mesh, args.reshard_after_forward == "on")
         wire = WireCounter()
