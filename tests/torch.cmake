@@ -113,3 +113,23 @@ foreach(entry ${xcoll_torchrun_programs})
   set_tests_properties(torch.torchrun.${name} PROPERTIES TIMEOUT 120
     LABELS torch SKIP_RETURN_CODE 77)
 endforeach()
+
+# bench/fsdp_gpt.sh (xtrain's FSDP beside PyTorch's FSDP2 on the gpt, gloo and
+# xcoll) at tiny sizes: every row of its table has its figures
+# (tests/trainer/fsdp_gpt_bench.sh). 9 short runs of 2 ranks, six of them
+# starting Python with torch: about 80 s on 2 busy cores.
+if(TARGET xtrain AND XCOLL_HAVE_TORCH)
+  add_test(NAME trainer.fsdp_gpt_bench
+    COMMAND sh ${PROJECT_SOURCE_DIR}/tests/trainer/fsdp_gpt_bench.sh
+      ${PROJECT_SOURCE_DIR}/bench/fsdp_gpt.sh ${PROJECT_BINARY_DIR}
+      ${XCOLL_TORCH_PYTHON_FOUND})
+  set_tests_properties(trainer.fsdp_gpt_bench PROPERTIES
+    ENVIRONMENT "XCOLL_TIMEOUT_S=60")
+elseif(TARGET xtrain)
+  add_test(NAME trainer.fsdp_gpt_bench COMMAND sh -c
+    "echo 'skipped: PyTorch is not importable or its headers are missing, so xcoll_torch was not built (bash scripts/setup.sh makes .venv with torch 2.13; XCOLL_WITH_TORCH, XCOLL_TORCH_PYTHON)'; exit 77")
+endif()
+if(TARGET xtrain)
+  set_tests_properties(trainer.fsdp_gpt_bench PROPERTIES TIMEOUT 420
+    LABELS "trainer;torch" SKIP_RETURN_CODE 77)
+endif()
