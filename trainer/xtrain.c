@@ -171,7 +171,8 @@ static void usage(FILE *out) {
 "                           hooks, comm wait, optimizer), wall and CPU ms\n"
 "  --trace FILE             Chrome trace of steps, layers and bucket all-reduces;\n"
 "                           each rank writes FILE with .rank<r> before the\n"
-"                           extension (or %%r replaced by the rank)\n"
+"                           extension (or %%r replaced by the rank, %%p by the\n"
+"                           pid)\n"
 "  --help\n"
 "  --version                print the version and exit\n");
 }
