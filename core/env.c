@@ -82,20 +82,15 @@ xcoll_status xcoll_env_double(const char *name, double def, double min,
   return XCOLL_SUCCESS;
 }
 
-xcoll_status xcoll_env_size(const char *name, size_t def, size_t *out) {
-  const char *value = xcoll_env_str(name);
-  if (value == NULL) {
-    *out = def;
-    return XCOLL_SUCCESS;
-  }
+int xcoll_parse_size(const char *text, size_t *out) {
   char *end = NULL;
   errno = 0;
   unsigned long long parsed =
-      starts_like_number(value, 0) ? strtoull(value, &end, 10) : 0;
-  if (end == NULL || end == value)
-    goto malformed;
+      starts_like_number(text, 0) ? strtoull(text, &end, 10) : 0;
+  if (end == NULL || end == text)
+    return XCOLL_SIZE_MALFORMED;
   if (errno == ERANGE)
-    goto too_large;
+    return XCOLL_SIZE_TOO_LARGE;
 
   unsigned shift = 0;
   switch (*end) {
@@ -117,28 +112,37 @@ xcoll_status xcoll_env_size(const char *name, size_t def, size_t *out) {
     end++;
     break;
   default:
-    goto malformed;
+    return XCOLL_SIZE_MALFORMED;
   }
   /* "64K", "64KB" and "64KiB" all mean 65536 bytes: people write all three. */
   if (shift != 0 && (strcmp(end, "B") == 0 || strcmp(end, "iB") == 0))
     end += strlen(end);
   if (*end != '\0')
-    goto malformed;
+    return XCOLL_SIZE_MALFORMED;
   if (parsed > (unsigned long long)(SIZE_MAX >> shift))
-    goto too_large;
+    return XCOLL_SIZE_TOO_LARGE;
   *out = (size_t)(parsed << shift);
-  return XCOLL_SUCCESS;
+  return 0;
+}
 
-malformed:
-  return xcoll_error(NULL, XCOLL_ERR_ENV,
-                     "%s='%.100s' is not a size: expected a number of bytes "
-                     "with an optional K, M or G suffix (powers of 1024), "
-                     "e.g. 524288 or 512K",
-                     name, value);
-too_large:
-  return xcoll_error(NULL, XCOLL_ERR_ENV,
-                     "%s='%.100s' is too large: sizes must fit in %zu bytes",
-                     name, value, (size_t)SIZE_MAX);
+xcoll_status xcoll_env_size(const char *name, size_t def, size_t *out) {
+  const char *value = xcoll_env_str(name);
+  if (value == NULL) {
+    *out = def;
+    return XCOLL_SUCCESS;
+  }
+  int parsed = xcoll_parse_size(value, out);
+  if (parsed == XCOLL_SIZE_MALFORMED)
+    return xcoll_error(NULL, XCOLL_ERR_ENV,
+                       "%s='%.100s' is not a size: expected a number of bytes "
+                       "with an optional K, M or G suffix (powers of 1024), "
+                       "e.g. 524288 or 512K",
+                       name, value);
+  if (parsed == XCOLL_SIZE_TOO_LARGE)
+    return xcoll_error(NULL, XCOLL_ERR_ENV,
+                       "%s='%.100s' is too large: sizes must fit in %zu bytes",
+                       name, value, (size_t)SIZE_MAX);
+  return XCOLL_SUCCESS;
 }
 
 xcoll_status xcoll_env_choice(const char *name, const char *const *choices,

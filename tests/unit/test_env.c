@@ -144,6 +144,28 @@ static void test_size_suffixes(void **state) {
   unsetenv(VAR);
 }
 
+/* The parser itself, as the tools call it: which failure it is. */
+static void test_parse_size(void **state) {
+  (void)state;
+  size_t value = 5;
+  assert_int_equal(xcoll_parse_size("2KiB", &value), 0);
+  assert_int_equal(value, 2048);
+  assert_int_equal(xcoll_parse_size("32M", &value), 0);
+  assert_int_equal(value, (size_t)32 << 20);
+  const char *malformed[] = {"", "B", " 1", "+1", "1B", "1 K", "1Kb", "1KiBs"};
+  for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++) {
+    value = 5;
+    assert_int_equal(xcoll_parse_size(malformed[i], &value),
+                     XCOLL_SIZE_MALFORMED);
+    assert_int_equal(value, 5);
+  }
+  assert_int_equal(xcoll_parse_size("99999999999999999999999", &value),
+                   XCOLL_SIZE_TOO_LARGE);
+  assert_int_equal(xcoll_parse_size("17179869184G", &value),
+                   XCOLL_SIZE_TOO_LARGE);
+  assert_int_equal(value, 5);
+}
+
 static void test_choice(void **state) {
   (void)state;
   const char *const choices[] = {"ring", "tree", NULL};
@@ -272,6 +294,7 @@ int main(void) {
       cmocka_unit_test(test_int_out_of_range_and_overflow),
       cmocka_unit_test(test_double),
       cmocka_unit_test(test_size_suffixes),
+      cmocka_unit_test(test_parse_size),
       cmocka_unit_test(test_choice),
       cmocka_unit_test_setup(test_init_env_malformed_torchrun,
                              clear_launcher_env),
