@@ -20,6 +20,7 @@
 
 #include "log.h"
 #include "params.h"
+#include "path_pattern.h"
 #include "xcoll.h"
 
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
@@ -51,33 +52,9 @@ static char parse_message[512];
 
 int xcoll_log_expand_path(const char *pattern, const char *host, long pid,
                           char *out, size_t out_bytes) {
-  size_t used = 0;
-  if (out_bytes == 0)
-    return -1;
-  for (const char *c = pattern; *c != '\0'; c++) {
-    char piece[32];
-    const char *text = piece;
-    if (c[0] == '%' && c[1] == 'h') {
-      text = host;
-      c++;
-    } else if (c[0] == '%' && c[1] == 'p') {
-      snprintf(piece, sizeof piece, "%ld", pid);
-      c++;
-    } else if (c[0] == '%' && c[1] == '%') {
-      snprintf(piece, sizeof piece, "%%");
-      c++;
-    } else {
-      piece[0] = *c;
-      piece[1] = '\0';
-    }
-    size_t len = strlen(text);
-    if (used + len + 1 > out_bytes)
-      return -1;
-    memcpy(out + used, text, len);
-    used += len;
-  }
-  out[used] = '\0';
-  return 0;
+  xcoll_path_fields fields = {
+      .host = host, .pid = pid, .rank = -1, .percent = 1, .rank_suffix = 0};
+  return xcoll_path_expand(pattern, &fields, out, out_bytes);
 }
 
 static const struct {

@@ -72,7 +72,8 @@ const char *store_request_check(const store_header *h) {
   }
 }
 
-int store_key_list_valid(const unsigned char *list, size_t bytes) {
+int store_key_list_walk(const unsigned char *list, size_t bytes,
+                        store_key_visit visit, void *context) {
   if (bytes < 4)
     return 0;
   uint32_t count = get_u32(list);
@@ -86,7 +87,13 @@ int store_key_list_valid(const unsigned char *list, size_t bytes) {
     at += 4;
     if (len == 0 || len > XCOLL_STORE_MAX_KEY || len > bytes - at)
       return 0;
+    if (visit && !visit(list + at, len, context))
+      return 0;
     at += len;
   }
   return at == bytes;
+}
+
+int store_key_list_valid(const unsigned char *list, size_t bytes) {
+  return store_key_list_walk(list, bytes, NULL, NULL);
 }

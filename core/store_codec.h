@@ -86,5 +86,12 @@ const char *store_request_check(const store_header *h);
 /* 1 when list (bytes long) is a well-formed key list: count >= 1, every key
  * 1..XCOLL_STORE_MAX_KEY bytes, nothing left over. */
 int store_key_list_valid(const unsigned char *list, size_t bytes);
+/* The one parser of key lists: as store_key_list_valid, and visit (when not
+ * NULL) is called on each key in order once its length is checked, with
+ * context; the walk stops with 0 at the first visit that returns 0. */
+typedef int (*store_key_visit)(const unsigned char *key, size_t key_bytes,
+                               void *context);
+int store_key_list_walk(const unsigned char *list, size_t bytes,
+                        store_key_visit visit, void *context);
 
 #endif

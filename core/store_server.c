@@ -382,29 +382,16 @@ static void client_reply_error(store_client *c, const char *message) {
   client_reply(c, STORE_REPLY_ERROR, message, strlen(message));
 }
 
-/* Walks a key list (u32 count, then u32 length + bytes per key). With
- * table == NULL it only validates and returns 1 when well formed. With a
- * table it returns 1 when every key exists. */
-static int key_list_scan(const unsigned char *list, size_t bytes,
-                         store_table *table) {
-  if (bytes < 4)
-    return 0;
-  uint32_t count = get_u32(list);
-  size_t at = 4;
-  if (count == 0)
-    return 0;
-  for (uint32_t i = 0; i < count; i++) {
-    if (bytes - at < 4)
-      return 0;
-    uint32_t len = get_u32(list + at);
-    at += 4;
-    if (len == 0 || len > XCOLL_STORE_MAX_KEY || len > bytes - at)
-      return 0;
-    if (table && !table_find(table, list + at, len))
-      return 0;
-    at += len;
-  }
-  return at == bytes;
+/* store_key_visit: whether key exists in the table (context). */
+static int key_exists(const unsigned char *key, size_t key_bytes,
+                      void *context) {
+  return table_find(context, key, key_bytes) != NULL;
+}
+
+/* 1 when list is a well-formed key list whose keys all exist. */
+static int all_keys_exist(const unsigned char *list, size_t bytes,
+                          store_table *table) {
+  return store_key_list_walk(list, bytes, key_exists, table);
 }
 
 /* Answer a parked get or wait if its keys now exist. */
@@ -418,7 +405,7 @@ static void client_try_unpark(xcoll_store_server *s, store_client *c) {
       return;
     client_reply(c, STORE_REPLY_OK, e->value, e->value_bytes);
   } else {
-    if (!key_list_scan(c->parked_payload, c->parked_value_bytes, &s->table))
+    if (!all_keys_exist(c->parked_payload, c->parked_value_bytes, &s->table))
       return;
     client_reply(c, STORE_REPLY_OK, NULL, 0);
   }
@@ -602,7 +589,7 @@ static void server_handle(xcoll_store_server *s, store_client *c, uint16_t kind,
   }
   case STORE_GET:
   case STORE_WAIT:
-    if (kind == STORE_WAIT && !key_list_scan(value, value_bytes, NULL)) {
+    if (kind == STORE_WAIT && !store_key_list_valid(value, value_bytes)) {
       client_drop(c, "malformed key list in wait");
       break;
     }
@@ -643,12 +630,12 @@ static void server_handle(xcoll_store_server *s, store_client *c, uint16_t kind,
     break;
   }
   case STORE_CHECK: {
-    if (!key_list_scan(value, value_bytes, NULL)) {
+    if (!store_key_list_valid(value, value_bytes)) {
       client_drop(c, "malformed key list in check");
       break;
     }
     unsigned char exists =
-        (unsigned char)key_list_scan(value, value_bytes, &s->table);
+        (unsigned char)all_keys_exist(value, value_bytes, &s->table);
     client_reply(c, STORE_REPLY_OK, &exists, 1);
     break;
   }

@@ -20,6 +20,7 @@
 
 #include "error.h"
 #include "log.h"
+#include "path_pattern.h"
 
 #define TRACE_BUFFER_BYTES (256 * 1024)
 /* Flush at least this often, so that a rank that dies loses only the last
@@ -74,51 +75,6 @@ double xcoll_time_us(void) {
 
 int xcoll_trace_enabled(void) {
   return atomic_load_explicit(&trace_on, memory_order_relaxed);
-}
-
-/* Expands %r (rank) and %p (pid); without either, inserts ".rank<N>" before
- * the extension of the file name. Returns 0, or -1 if out is too small. */
-static int trace_expand_path(const char *pattern, int rank, char *out,
-                             size_t out_bytes) {
-  size_t used = 0;
-  int expanded = 0;
-  for (const char *p = pattern; *p; p++) {
-    char piece[32];
-    const char *text = piece;
-    if (p[0] == '%' && p[1] == 'r') {
-      snprintf(piece, sizeof piece, "%d", rank);
-      p++;
-      expanded = 1;
-    } else if (p[0] == '%' && p[1] == 'p') {
-      snprintf(piece, sizeof piece, "%ld", (long)getpid());
-      p++;
-      expanded = 1;
-    } else {
-      piece[0] = *p;
-      piece[1] = '\0';
-    }
-    size_t len = strlen(text);
-    if (used + len >= out_bytes)
-      return -1;
-    memcpy(out + used, text, len);
-    used += len;
-  }
-  out[used] = '\0';
-  if (expanded)
-    return 0;
-  const char *slash = strrchr(out, '/');
-  char *dot = strrchr(out, '.');
-  if (dot && (!slash || dot > slash + 1)) {
-    char extension[256];
-    if (strlen(dot) >= sizeof extension)
-      return -1;
-    strcpy(extension, dot);
-    int n = snprintf(dot, out_bytes - (size_t)(dot - out), ".rank%d%s", rank,
-                     extension);
-    return (n < 0 || (size_t)n >= out_bytes - (size_t)(dot - out)) ? -1 : 0;
-  }
-  int n = snprintf(out + used, out_bytes - used, ".rank%d", rank);
-  return (n < 0 || (size_t)n >= out_bytes - used) ? -1 : 0;
 }
 
 /* Writes s as the inside of a JSON string. */
@@ -261,7 +217,7 @@ xcoll_status xcoll_trace_open(int rank) {
   }
   int reopen = trace_end_offset >= 0;
   if (!reopen &&
-      trace_expand_path(pattern, rank, trace_path, sizeof trace_path) != 0) {
+      xcoll_path_expand_rank(pattern, rank, trace_path, sizeof trace_path) != 0) {
     pthread_mutex_unlock(&trace_lock);
     return xcoll_error(NULL, XCOLL_ERR_ENV,
                        "XCOLL_TRACE='%s' expands to a path longer than %zu "

@@ -802,6 +802,21 @@ XCOLL_API xcoll_status xcoll_wait(xcoll_request_t request);
  * is not released: call xcoll_wait on it afterwards (it returns at once). */
 XCOLL_API xcoll_status xcoll_test(xcoll_request_t request, int *done);
 
+/* ---- per-rank file names ---- */
+
+/* Name one file per rank from pattern by the rule XCOLL_TRACE follows, for
+ * an application's own per-rank outputs (xtrain's --trace): "%r" becomes
+ * rank and "%p" the calling process's id; a pattern with neither gets
+ * ".rank<rank>" before the extension of its last path component
+ * ("out/trace.json" -> "out/trace.rank0.json"), or at its end when it has
+ * no extension. Every other character is copied. Writes the
+ * NUL-terminated name to out, out_bytes bytes long.
+ * Errors: XCOLL_ERR_INVALID_ARGUMENT when pattern or out is NULL, rank is
+ * negative, or the name and its NUL need more than out_bytes (use a
+ * shorter pattern or a larger buffer); xcoll_last_error() says which. */
+XCOLL_API xcoll_status xcoll_rank_path(const char *pattern, int rank,
+                                       char *out, size_t out_bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,124 +1,52 @@
 /*
  * mixed.c - casts between float32 and float16 / bfloat16, and dynamic loss
- * scaling (see mixed.h).
+ * scaling (see mixed.h). The conversions are kernels/fp16.h's, the ones
+ * xcoll's own float16 / bfloat16 reductions use, so a value the trainer
+ * narrows has the bits a collective would give it. They are branch-free, so
+ * the loops below vectorise. trainer.mixed_casts checks them against a
+ * reference that never touches bits.
  *
- * Narrowing works on the bit pattern, without branches on the common path:
- * the float32 mantissa loses the bits the narrow format lacks, and adding
- * "half an ulp minus one, plus the kept lowest bit" before the shift rounds
- * to nearest with ties to even (above half carries, below does not,
- * exactly half carries only from an odd result). A carry out of the
- * mantissa bumps the exponent, which is also how the largest finite values
- * round to infinity. float16 subnormals (below 2^-14) are rounded by the
- * FPU itself, by adding 0.5 (see to_f16). trainer.mixed_casts checks all of
- * it against a reference that never touches bits. Per element on this
- * host: about 1 ns to narrow, 0.5 to 1.3 ns to widen.
+ * fp16.h is a header-only file of pure functions (no state, no symbol of the
+ * library): including it keeps the trainer on the public API for everything
+ * it links, while the conversions stay written once.
  */
 #include "mixed.h"
 
 #include <math.h>
 #include <string.h>
 
-static uint32_t bits_of(float x) {
-  uint32_t u;
-  memcpy(&u, &x, sizeof u);
-  return u;
-}
-
-static float float_of(uint32_t u) {
-  float x;
-  memcpy(&x, &u, sizeof x);
-  return x;
-}
-
-static inline uint16_t to_bf16(float x) {
-  uint32_t u = bits_of(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it quiet and signed */
-    return (uint16_t)((u >> 16) | 0x0040u);
-  /* Round away the low 16 bits, nearest even, without branches: adding 0x7fff
-   * carries into bit 16 when the low half is above 0x8000, and adding the kept
-   * lowest bit too carries at exactly 0x8000 only when that bit is odd. The
-   * carry runs into the exponent (the largest finite values round to infinity)
-   * but never into the sign. */
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-
-static inline float from_bf16(uint16_t b) {
-  return float_of((uint32_t)b << 16);
-}
-
-static inline uint16_t to_f16(float x) {
-  uint32_t u = bits_of(x);
-  uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-  uint32_t mag = u & 0x7fffffffu;
-  if (mag >= 0x47800000u) { /* >= 2^16: infinity, or NaN kept quiet */
-    if (mag > 0x7f800000u)
-      return (uint16_t)(sign | 0x7e00u | ((mag >> 13) & 0x03ffu));
-    return (uint16_t)(sign | 0x7c00u);
-  }
-  if (mag < 0x38800000u) {
-    /* Below 2^-14, float16's subnormals: adding 0.5, whose float32 ulp is
-     * 2^-24 (float16's subnormal step), lets the FPU round the value to
-     * that step, nearest even; what remains above 0.5's bits is the
-     * float16 pattern (0x400, the smallest normal, when it rounds up). */
-    uint32_t sum = bits_of(float_of(mag) + 0.5f);
-    return (uint16_t)(sign | (sum - 0x3f000000u));
-  }
-  /* Normal: rebias the exponent (127 -> 15) and round away 13 mantissa
-   * bits (adding 0xfff carries when they exceed half an ulp, adding the
-   * kept lowest bit too carries at exactly half only when it is odd); a carry
-   * may reach exponent 31, infinity. */
-  uint32_t odd = (mag >> 13) & 1u;
-  mag += ((uint32_t)(15 - 127) << 23) + 0xfffu + odd;
-  return (uint16_t)(sign | (mag >> 13));
-}
-
-static inline float from_f16(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x03ffu;
-  if (exp == 0x1fu) /* inf, NaN (payload kept) */
-    return float_of(sign | 0x7f800000u | (mant << 13));
-  if (exp == 0) {
-    if (mant == 0)
-      return float_of(sign);
-    /* Subnormal: mant * 2^-24, exact in float32. */
-    float v = (float)mant * 0x1p-24f;
-    return sign ? -v : v;
-  }
-  return float_of(sign | ((exp + 127 - 15) << 23) | (mant << 13));
-}
+#include "../kernels/fp16.h"
 
 /* The public one-element casts; the loops below use the inline forms so
  * that the compiler can keep them in registers (a call per element cost
  * more than the conversion). */
 uint16_t mixed_f32_to_bf16(float x) {
-  return to_bf16(x);
+  return xc_float_to_bfloat16(x);
 }
 float mixed_bf16_to_f32(uint16_t b) {
-  return from_bf16(b);
+  return xc_bfloat16_to_float(b);
 }
 uint16_t mixed_f32_to_f16(float x) {
-  return to_f16(x);
+  return xc_float_to_half(x);
 }
 float mixed_f16_to_f32(uint16_t h) {
-  return from_f16(h);
+  return xc_half_to_float(h);
 }
 
 void mixed_narrow(uint16_t *out, const float *in, size_t n, float divisor,
                   xcoll_datatype dtype) {
   if (divisor == 1.0f && dtype == XCOLL_BFLOAT16) {
     for (size_t i = 0; i < n; i++)
-      out[i] = to_bf16(in[i]);
+      out[i] = xc_float_to_bfloat16(in[i]);
   } else if (divisor == 1.0f) {
     for (size_t i = 0; i < n; i++)
-      out[i] = to_f16(in[i]);
+      out[i] = xc_float_to_half(in[i]);
   } else if (dtype == XCOLL_BFLOAT16) {
     for (size_t i = 0; i < n; i++)
-      out[i] = to_bf16(in[i] / divisor);
+      out[i] = xc_float_to_bfloat16(in[i] / divisor);
   } else {
     for (size_t i = 0; i < n; i++)
-      out[i] = to_f16(in[i] / divisor);
+      out[i] = xc_float_to_half(in[i] / divisor);
   }
 }
 
@@ -126,10 +54,10 @@ void mixed_widen(float *out, const uint16_t *in, size_t n,
                  xcoll_datatype dtype) {
   if (dtype == XCOLL_BFLOAT16) {
     for (size_t i = 0; i < n; i++)
-      out[i] = from_bf16(in[i]);
+      out[i] = xc_bfloat16_to_float(in[i]);
   } else {
     for (size_t i = 0; i < n; i++)
-      out[i] = from_f16(in[i]);
+      out[i] = xc_half_to_float(in[i]);
   }
 }
 
@@ -137,10 +65,10 @@ void mixed_widen_add(float *acc, const uint16_t *in, size_t n,
                      xcoll_datatype dtype) {
   if (dtype == XCOLL_BFLOAT16) {
     for (size_t i = 0; i < n; i++)
-      acc[i] += from_bf16(in[i]);
+      acc[i] += xc_bfloat16_to_float(in[i]);
   } else {
     for (size_t i = 0; i < n; i++)
-      acc[i] += from_f16(in[i]);
+      acc[i] += xc_half_to_float(in[i]);
   }
 }
 

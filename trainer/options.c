@@ -249,7 +249,8 @@ static const option_row rows[] = {
   STRING("trace", "FILE", trace, 0,
          "Chrome trace of steps, layers and bucket all-reduces;\n"
          "each rank writes FILE with .rank<r> before the\n"
-         "extension (or %r replaced by the rank)"),
+         "extension (or %r replaced by the rank, %p by the\n"
+         "pid)"),
   {.name = "help", .kind = OPTION_HELP, .help = ""},
   {.name = "version", .kind = OPTION_VERSION,
    .help = "print the version and exit"},

@@ -9,42 +9,7 @@
 #include <errno.h>
 #include <string.h>
 
-static int expand_path(const char *pattern, int rank, char *out, size_t bytes) {
-  size_t used = 0;
-  int expanded = 0;
-  for (const char *p = pattern; *p; p++) {
-    char piece[32];
-    if (p[0] == '%' && p[1] == 'r') {
-      snprintf(piece, sizeof piece, "%d", rank);
-      p++;
-      expanded = 1;
-    } else {
-      piece[0] = *p;
-      piece[1] = '\0';
-    }
-    size_t len = strlen(piece);
-    if (used + len >= bytes)
-      return -1;
-    memcpy(out + used, piece, len + 1);
-    used += len;
-  }
-  out[used] = '\0';
-  if (expanded)
-    return 0;
-  /* insert .rank<N> before the extension of the last path component */
-  const char *slash = strrchr(out, '/');
-  char *dot = strrchr(out, '.');
-  char extension[256] = "";
-  if (dot && (!slash || dot > slash + 1)) {
-    if (strlen(dot) >= sizeof extension)
-      return -1;
-    strcpy(extension, dot);
-    *dot = '\0';
-  }
-  size_t base = strlen(out);
-  int n = snprintf(out + base, bytes - base, ".rank%d%s", rank, extension);
-  return (n < 0 || (size_t)n >= bytes - base) ? -1 : 0;
-}
+#include "xcoll.h"
 
 static void separator(timeline *t) {
   fputs(t->events++ ? ",\n" : "\n", t->file);
@@ -65,7 +30,8 @@ int timeline_open(timeline *t, const char *pattern, int rank, char *err,
                   size_t err_bytes) {
   memset(t, 0, sizeof *t);
   t->rank = rank;
-  if (expand_path(pattern, rank, t->path, sizeof t->path) != 0) {
+  if (xcoll_rank_path(pattern, rank, t->path, sizeof t->path) !=
+      XCOLL_SUCCESS) {
     snprintf(err, err_bytes,
              "--trace '%s' expands to a path longer than %zu bytes: use a "
              "shorter one", pattern, sizeof t->path);

@@ -29,9 +29,9 @@ typedef struct timeline {
   char path[4096];
 } timeline;
 
-/* Open the trace of rank: "%r" in pattern becomes the rank; without it,
- * ".rank<N>" goes before the extension (trace.json -> trace.rank0.json), as
- * XCOLL_TRACE does. Writes the opening bracket and the process name. Returns
+/* Open the trace of rank, named by xcoll_rank_path (XCOLL_TRACE's rule):
+ * "%r" in pattern becomes the rank and "%p" the pid; without either,
+ * ".rank<N>" goes before the extension (trace.json -> trace.rank0.json). Writes the opening bracket and the process name. Returns
  * 0, or -1 with a message naming the path in err. */
 int timeline_open(timeline *t, const char *pattern, int rank, char *err,
                   size_t err_bytes);

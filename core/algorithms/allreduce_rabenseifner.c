@@ -16,95 +16,77 @@
  * depth log2(pow2) (+1 with a fold): |error| <= ceil(log2 P) * eps * sum|x|.
  * Each element is reduced on one rank and then copied, so all ranks hold
  * bitwise-identical results. */
-#include <stdlib.h>
-
 #include "algorithm.h"
 #include "comm.h"
-#include "dtype.h"
 #include "pipeline.h"
 
-#define STEP_FOLD_IN 0
-#define STEP_HALVING 1   /* + level, level < 31 */
-#define STEP_DOUBLING 32 /* + level */
-#define STEP_FOLD_OUT 63
+#define STEP_HALVING 1   /* + level, level < 31; after the fold in */
+#define STEP_DOUBLING 32 /* + level; before the fold out */
 #define MAX_LEVELS 31
 
-xcoll_status xcoll_allreduce_rabenseifner(struct xcoll_comm *comm,
-                                          const xcoll_coll_args *args) {
-  const int P = comm->world_size, rank = comm->rank;
+/* Halving then doubling over the pow2 ranks left after the fold. */
+static xcoll_status halving_doubling(struct xcoll_comm *comm,
+                                     const xcoll_coll_args *args,
+                                     const xcoll_fold *fold, void *scratch,
+                                     size_t chunk_elems) {
   const size_t elem_size = xcoll_datatype_size(args->dtype);
   const size_t count = args->count;
   char *recvbuf = args->recvbuf;
-  if (count == 0)
-    return XCOLL_SUCCESS;
-
-  size_t chunk_elems = xcoll_chunk_elems(comm, elem_size, count);
-  char *scratch =
-      xcoll_scratch_alloc(comm, 2 * chunk_elems * elem_size,
-                          "the Rabenseifner allreduce's receive chunks");
-  if (!scratch)
-    return XCOLL_ERR_NO_MEMORY;
-
-  xcoll_fold fold = xcoll_fold_plan(rank, P);
-  xcoll_status status = xcoll_fold_in(
-      comm, &fold, xcoll_tag(args, STEP_FOLD_IN), args->sendbuf, recvbuf, count,
-      scratch, chunk_elems, args->dtype, args->op);
-
-  if (fold.newrank >= 0 && status == XCOLL_SUCCESS) {
-    /* The window [lo, lo + length) this rank is responsible for, before each
-     * halving level: the allgather walks them back up. */
-    size_t saved_lo[MAX_LEVELS], saved_length[MAX_LEVELS];
-    size_t lo = 0, length = count;
-    int levels = 0;
-    for (int mask = fold.pow2 / 2; mask >= 1 && status == XCOLL_SUCCESS;
-         mask /= 2, levels++) {
-      saved_lo[levels] = lo;
-      saved_length[levels] = length;
-      int partner_new = fold.newrank ^ mask;
-      int partner = xcoll_fold_rank(&fold, partner_new);
-      size_t lower = length / 2, upper = length - lower;
-      size_t keep_lo, keep_length, give_lo, give_length;
-      if ((fold.newrank & mask) == 0) {
-        keep_lo = lo, keep_length = lower;
-        give_lo = lo + lower, give_length = upper;
-      } else {
-        keep_lo = lo + lower, keep_length = upper;
-        give_lo = lo, give_length = lower;
-      }
-      xcoll_exchange_mode mode = partner_new < fold.newrank
-                                     ? XCOLL_EXCHANGE_REDUCE_RECV_FIRST
-                                     : XCOLL_EXCHANGE_REDUCE;
-      status = xcoll_exchange(
-          comm, xcoll_tag(args, (uint32_t)(STEP_HALVING + levels)), partner,
-          recvbuf + give_lo * elem_size, give_length, partner,
-          recvbuf + keep_lo * elem_size, keep_length, mode,
-          recvbuf + keep_lo * elem_size, scratch, chunk_elems, args->dtype,
-          args->op);
-      lo = keep_lo, length = keep_length;
+  xcoll_status status = XCOLL_SUCCESS;
+  /* The window [lo, lo + length) this rank is responsible for, before each
+   * halving level: the allgather walks them back up. */
+  size_t saved_lo[MAX_LEVELS], saved_length[MAX_LEVELS];
+  size_t lo = 0, length = count;
+  int levels = 0;
+  for (int mask = fold->pow2 / 2; mask >= 1 && status == XCOLL_SUCCESS;
+       mask /= 2, levels++) {
+    saved_lo[levels] = lo;
+    saved_length[levels] = length;
+    int partner_new = fold->newrank ^ mask;
+    int partner = xcoll_fold_rank(fold, partner_new);
+    size_t lower = length / 2, upper = length - lower;
+    size_t keep_lo, keep_length, give_lo, give_length;
+    if ((fold->newrank & mask) == 0) {
+      keep_lo = lo, keep_length = lower;
+      give_lo = lo + lower, give_length = upper;
+    } else {
+      keep_lo = lo + lower, keep_length = upper;
+      give_lo = lo, give_length = lower;
     }
-    /* Allgather: undo the halving levels in reverse; at each, the partner
-     * holds the other part of the parent window. */
-    for (int level = levels - 1; level >= 0 && status == XCOLL_SUCCESS;
-         level--) {
-      int mask = fold.pow2 >> (level + 1);
-      int partner = xcoll_fold_rank(&fold, fold.newrank ^ mask);
-      size_t parent_lo = saved_lo[level], parent_length = saved_length[level];
-      size_t other_lo =
-          (fold.newrank & mask) == 0 ? parent_lo + length : parent_lo;
-      size_t other_length = parent_length - length;
-      status = xcoll_exchange(
-          comm, xcoll_tag(args, (uint32_t)(STEP_DOUBLING + level)), partner,
-          recvbuf + lo * elem_size, length, partner,
-          recvbuf + other_lo * elem_size, other_length, XCOLL_EXCHANGE_COPY,
-          NULL, NULL, chunk_elems, args->dtype, args->op);
-      lo = parent_lo, length = parent_length;
-    }
+    xcoll_exchange_mode mode = partner_new < fold->newrank
+                                   ? XCOLL_EXCHANGE_REDUCE_RECV_FIRST
+                                   : XCOLL_EXCHANGE_REDUCE;
+    status = xcoll_exchange(
+        comm, xcoll_tag(args, (uint32_t)(STEP_HALVING + levels)), partner,
+        recvbuf + give_lo * elem_size, give_length, partner,
+        recvbuf + keep_lo * elem_size, keep_length, mode,
+        recvbuf + keep_lo * elem_size, scratch, chunk_elems, args->dtype,
+        args->op);
+    lo = keep_lo, length = keep_length;
   }
-  if (status == XCOLL_SUCCESS)
-    status = xcoll_fold_out(comm, &fold, xcoll_tag(args, STEP_FOLD_OUT),
-                            recvbuf, count, chunk_elems, args->dtype);
-  free(scratch);
-  if (status == XCOLL_SUCCESS && args->op == XCOLL_AVG)
-    xcoll_scale_avg(recvbuf, count, args->dtype, P);
+  /* Allgather: undo the halving levels in reverse; at each, the partner
+   * holds the other part of the parent window. */
+  for (int level = levels - 1; level >= 0 && status == XCOLL_SUCCESS;
+       level--) {
+    int mask = fold->pow2 >> (level + 1);
+    int partner = xcoll_fold_rank(fold, fold->newrank ^ mask);
+    size_t parent_lo = saved_lo[level], parent_length = saved_length[level];
+    size_t other_lo =
+        (fold->newrank & mask) == 0 ? parent_lo + length : parent_lo;
+    size_t other_length = parent_length - length;
+    status = xcoll_exchange(
+        comm, xcoll_tag(args, (uint32_t)(STEP_DOUBLING + level)), partner,
+        recvbuf + lo * elem_size, length, partner,
+        recvbuf + other_lo * elem_size, other_length, XCOLL_EXCHANGE_COPY,
+        NULL, NULL, chunk_elems, args->dtype, args->op);
+    lo = parent_lo, length = parent_length;
+  }
   return status;
+}
+
+xcoll_status xcoll_allreduce_rabenseifner(struct xcoll_comm *comm,
+                                          const xcoll_coll_args *args) {
+  return xcoll_allreduce_folded(
+      comm, args, "the Rabenseifner allreduce's receive chunks",
+      halving_doubling);
 }

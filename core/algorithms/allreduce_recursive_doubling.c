@@ -14,56 +14,37 @@
  * bitwise-identical values (even min/max on -0/+0) and every rank ends with
  * the same result. A float sum has depth log2(pow2) (+1 with a fold), hence
  * |error| <= ceil(log2 P) * eps * sum|x|. */
-#include <stdlib.h>
-
 #include "algorithm.h"
 #include "comm.h"
-#include "dtype.h"
 #include "pipeline.h"
 
-/* Tag steps: the fold in, the doubling steps 1..30, the fold out. */
-#define STEP_FOLD_IN 0
-#define STEP_FOLD_OUT 63
+/* The doubling steps over the pow2 ranks left after the fold, with tag
+ * steps 1..30 (between the fold's). */
+static xcoll_status doubling_steps(struct xcoll_comm *comm,
+                                   const xcoll_coll_args *args,
+                                   const xcoll_fold *fold, void *scratch,
+                                   size_t chunk_elems) {
+  char *recvbuf = args->recvbuf;
+  xcoll_status status = XCOLL_SUCCESS;
+  uint32_t step = 1;
+  for (int mask = 1; mask < fold->pow2 && status == XCOLL_SUCCESS;
+       mask <<= 1, step++) {
+    int partner_new = fold->newrank ^ mask;
+    int partner = xcoll_fold_rank(fold, partner_new);
+    xcoll_exchange_mode mode = partner_new < fold->newrank
+                                   ? XCOLL_EXCHANGE_REDUCE_RECV_FIRST
+                                   : XCOLL_EXCHANGE_REDUCE;
+    status = xcoll_exchange(comm, xcoll_tag(args, step), partner, recvbuf,
+                            args->count, partner, recvbuf, args->count, mode,
+                            recvbuf, scratch, chunk_elems, args->dtype,
+                            args->op);
+  }
+  return status;
+}
 
 xcoll_status xcoll_allreduce_recursive_doubling(struct xcoll_comm *comm,
                                                 const xcoll_coll_args *args) {
-  const int P = comm->world_size, rank = comm->rank;
-  const size_t elem_size = xcoll_datatype_size(args->dtype);
-  const size_t count = args->count;
-  char *recvbuf = args->recvbuf;
-  if (count == 0)
-    return XCOLL_SUCCESS;
-
-  size_t chunk_elems = xcoll_chunk_elems(comm, elem_size, count);
-  char *scratch =
-      xcoll_scratch_alloc(comm, 2 * chunk_elems * elem_size,
-                          "the recursive-doubling allreduce's receive chunks");
-  if (!scratch)
-    return XCOLL_ERR_NO_MEMORY;
-
-  xcoll_fold fold = xcoll_fold_plan(rank, P);
-  xcoll_status status = xcoll_fold_in(
-      comm, &fold, xcoll_tag(args, STEP_FOLD_IN), args->sendbuf, recvbuf, count,
-      scratch, chunk_elems, args->dtype, args->op);
-  if (fold.newrank >= 0) {
-    uint32_t step = 1;
-    for (int mask = 1; mask < fold.pow2 && status == XCOLL_SUCCESS;
-         mask <<= 1, step++) {
-      int partner_new = fold.newrank ^ mask;
-      int partner = xcoll_fold_rank(&fold, partner_new);
-      xcoll_exchange_mode mode = partner_new < fold.newrank
-                                     ? XCOLL_EXCHANGE_REDUCE_RECV_FIRST
-                                     : XCOLL_EXCHANGE_REDUCE;
-      status = xcoll_exchange(comm, xcoll_tag(args, step), partner, recvbuf,
-                              count, partner, recvbuf, count, mode, recvbuf,
-                              scratch, chunk_elems, args->dtype, args->op);
-    }
-  }
-  if (status == XCOLL_SUCCESS)
-    status = xcoll_fold_out(comm, &fold, xcoll_tag(args, STEP_FOLD_OUT),
-                            recvbuf, count, chunk_elems, args->dtype);
-  free(scratch);
-  if (status == XCOLL_SUCCESS && args->op == XCOLL_AVG)
-    xcoll_scale_avg(recvbuf, count, args->dtype, P);
-  return status;
+  return xcoll_allreduce_folded(
+      comm, args, "the recursive-doubling allreduce's receive chunks",
+      doubling_steps);
 }

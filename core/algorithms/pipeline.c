@@ -1,6 +1,7 @@
 /* pipeline.c - the chunked, pipelined exchange step and the small helpers
- * (chunk size, scratch buffers, chunk tracing) that the algorithms in
- * core/algorithms/ are built from. See pipeline.h. */
+ * (chunk size, scratch buffers, chunk tracing, the fold that runs the
+ * power-of-two allreduces on any P) that the algorithms in core/algorithms/
+ * are built from. See pipeline.h. */
 #include "pipeline.h"
 
 #include <stdio.h>
@@ -188,4 +189,32 @@ xcoll_status xcoll_fold_out(struct xcoll_comm *comm, const xcoll_fold *fold,
   return xcoll_exchange(comm, tag, rank - 1, recvbuf, count, -1, NULL, 0,
                         XCOLL_EXCHANGE_COPY, NULL, NULL, chunk_elems, dtype,
                         XCOLL_SUM);
+}
+
+xcoll_status xcoll_allreduce_folded(struct xcoll_comm *comm,
+                                    const xcoll_coll_args *args,
+                                    const char *what, xcoll_folded_body body) {
+  const size_t elem_size = xcoll_datatype_size(args->dtype);
+  const size_t count = args->count;
+  if (count == 0)
+    return XCOLL_SUCCESS;
+
+  size_t chunk_elems = xcoll_chunk_elems(comm, elem_size, count);
+  char *scratch = xcoll_scratch_alloc(comm, 2 * chunk_elems * elem_size, what);
+  if (!scratch)
+    return XCOLL_ERR_NO_MEMORY;
+
+  xcoll_fold fold = xcoll_fold_plan(comm->rank, comm->world_size);
+  xcoll_status status = xcoll_fold_in(
+      comm, &fold, xcoll_tag(args, XCOLL_FOLD_STEP_IN), args->sendbuf,
+      args->recvbuf, count, scratch, chunk_elems, args->dtype, args->op);
+  if (fold.newrank >= 0 && status == XCOLL_SUCCESS)
+    status = body(comm, args, &fold, scratch, chunk_elems);
+  if (status == XCOLL_SUCCESS)
+    status = xcoll_fold_out(comm, &fold, xcoll_tag(args, XCOLL_FOLD_STEP_OUT),
+                            args->recvbuf, count, chunk_elems, args->dtype);
+  free(scratch);
+  if (status == XCOLL_SUCCESS && args->op == XCOLL_AVG)
+    xcoll_scale_avg(args->recvbuf, count, args->dtype, comm->world_size);
+  return status;
 }

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "algorithm.h"
 #include "comm.h"
 #include "trace.h"
 #include "xcoll.h"
@@ -122,6 +123,24 @@ xcoll_status xcoll_fold_in(struct xcoll_comm *comm, const xcoll_fold *fold,
 xcoll_status xcoll_fold_out(struct xcoll_comm *comm, const xcoll_fold *fold,
                             uint64_t tag, void *recvbuf, size_t count,
                             size_t chunk_elems, xcoll_datatype dtype);
+
+/* The frame of an allreduce built for a power of two ranks (recursive
+ * doubling, Rabenseifner), run on any P: nothing for count 0; 2 chunks of
+ * scratch (what names them in an allocation failure); the fold in (tag
+ * step XCOLL_FOLD_STEP_IN) from args->sendbuf into args->recvbuf; then, on
+ * the pow2 ranks that stay in and only if the fold in succeeded, body over
+ * recvbuf in place, with the fold's newrank numbering; the fold out (tag
+ * step XCOLL_FOLD_STEP_OUT); AVG's division by P. body's own tag steps lie
+ * strictly between the two. Returns the first failing status. */
+#define XCOLL_FOLD_STEP_IN 0
+#define XCOLL_FOLD_STEP_OUT 63
+typedef xcoll_status (*xcoll_folded_body)(struct xcoll_comm *comm,
+                                          const xcoll_coll_args *args,
+                                          const xcoll_fold *fold,
+                                          void *scratch, size_t chunk_elems);
+xcoll_status xcoll_allreduce_folded(struct xcoll_comm *comm,
+                                    const xcoll_coll_args *args,
+                                    const char *what, xcoll_folded_body body);
 
 /* Tracing of chunk spans: xcoll_trace_clock() is 0 when tracing is off, so
  * that callers pay one call and a branch; xcoll_trace_chunk records the span

@@ -28,7 +28,7 @@ for cc in gcc clang; do
     echo "note: $cc not found, its header check is left out"
     continue
   fi
-  for h in device.h reduce.h conn.h prims.h ring.h; do
+  for h in device.h fp16.h reduce.h conn.h prims.h ring.h; do
     printf '#include "%s"\n#include "%s"\nint xc_header_check;\n' "$h" "$h" \
       > "$tmp/check.c"
     "$cc" -std=c11 -Wall -Wextra -Werror -Wpedantic -I"$src/include" \

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "perf.h"
-#include "reduce.h"
+#include "fp16.h"
 
 static void store_element(void *buf, size_t i, xcoll_datatype dtype, double v) {
   switch (dtype) {
