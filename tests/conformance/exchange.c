@@ -225,76 +225,60 @@ static void alltoallv_case(xcoll_datatype dt, size_t scale, int mode,
 
 /* ---- gather and scatter ---- */
 
-static void gather_case(xcoll_datatype dt, size_t count, int root, int in_place,
-                        int mode, uint64_t salt) {
+/* Gather, or scatter (the same shape, the other way): the root's P blocks
+ * (gather's recvbuf, scatter's sendbuf) and every rank's one block
+ * (gather's sendbuf, scatter's recvbuf), each between 64-byte guards. In
+ * place, the root's one block is its slice of the P blocks. */
+static void rooted_case(int scatter, xcoll_datatype dt, size_t count, int root,
+                        int in_place, int mode, uint64_t salt) {
   size_t elem = xcoll_datatype_size(dt), block = count * elem;
   size_t all = block * (size_t)P;
-  uint8_t *send = xmalloc(block), *recv = xmalloc(all + 128);
-  memset(recv, GUARD, all + 128);
-  uint8_t *out = recv + 64;
+  uint8_t *many = xmalloc(all + 128), *one = xmalloc(block + 128);
+  memset(many, GUARD, all + 128);
+  memset(one, GUARD, block + 128);
+  uint8_t *blocks = many + 64, *mine = one + 64;
   int is_root = rank == root;
-  const void *sbuf = send;
-  if (in_place && is_root) {
-    fill(out + (size_t)root * block, rank, root, count, elem, salt);
-    sbuf = out + (size_t)root * block;
-  } else {
-    fill(send, rank, root, count, elem, salt);
-  }
-  /* Off the root recvbuf is unused: pass NULL on odd ranks. */
-  void *rbuf = is_root || rank % 2 == 0 ? out : NULL;
-  xcoll_request_t req = NULL;
-  xcoll_status st =
-      mode == 0 ? xcoll_gather(sbuf, rbuf, count, dt, root, comm)
-                : xcoll_igather(sbuf, rbuf, count, dt, root, comm, NULL, &req);
-  st = finish(st, req, mode);
-  char what[160];
-  snprintf(what, sizeof what, "gather(%s, count %zu, root %d, %s, %s)",
-           xcoll_datatype_name(dt), count, root,
-           in_place ? "in place" : "out of place", modes[mode]);
-  int ok = 1;
-  if (is_root)
-    for (int s = 0; s < P && ok && st == XCOLL_SUCCESS; s++)
-      ok = check(what, out + (size_t)s * block, s, root, count, elem, salt);
-  else
-    ok = check_guard(what, out, all); /* untouched off the root */
-  ok = ok && check_guard(what, recv, 64) && check_guard(what, out + all, 64);
-  verdict(what, st, ok);
-  free(send);
-  free(recv);
-}
-
-static void scatter_case(xcoll_datatype dt, size_t count, int root, int in_place,
-                         int mode, uint64_t salt) {
-  size_t elem = xcoll_datatype_size(dt), block = count * elem;
-  size_t all = block * (size_t)P;
-  uint8_t *send = xmalloc(all), *recv = xmalloc(block + 128);
-  memset(recv, GUARD, block + 128);
-  uint8_t *out = recv + 64;
-  int is_root = rank == root;
-  if (is_root)
+  uint8_t *my_block = in_place && is_root ? blocks + (size_t)root * block : mine;
+  if (!scatter)
+    fill(my_block, rank, root, count, elem, salt);
+  else if (is_root)
     for (int d = 0; d < P; d++)
-      fill(send + (size_t)d * block, root, d, count, elem, salt);
-  void *rbuf = out;
-  if (in_place && is_root)
-    rbuf = send + (size_t)root * block;
-  const void *sbuf = is_root || rank % 2 == 0 ? send : NULL;
+      fill(blocks + (size_t)d * block, root, d, count, elem, salt);
+  /* Off the root the P blocks are unused: pass NULL on odd ranks. */
+  void *root_buf = is_root || rank % 2 == 0 ? blocks : NULL;
   xcoll_request_t req = NULL;
-  xcoll_status st =
-      mode == 0 ? xcoll_scatter(sbuf, rbuf, count, dt, root, comm)
-                : xcoll_iscatter(sbuf, rbuf, count, dt, root, comm, NULL, &req);
+  xcoll_status st;
+  if (scatter)
+    st = mode == 0 ? xcoll_scatter(root_buf, my_block, count, dt, root, comm)
+                   : xcoll_iscatter(root_buf, my_block, count, dt, root, comm,
+                                    NULL, &req);
+  else
+    st = mode == 0 ? xcoll_gather(my_block, root_buf, count, dt, root, comm)
+                   : xcoll_igather(my_block, root_buf, count, dt, root, comm,
+                                   NULL, &req);
   st = finish(st, req, mode);
   char what[160];
-  snprintf(what, sizeof what, "scatter(%s, count %zu, root %d, %s, %s)",
-           xcoll_datatype_name(dt), count, root,
-           in_place ? "in place" : "out of place", modes[mode]);
-  int ok = st == XCOLL_SUCCESS &&
-           check(what, rbuf, root, rank, count, elem, salt) &&
-           check_guard(what, recv, 64) && check_guard(what, out + block, 64);
-  if (in_place && is_root)
-    ok = ok && check_guard(what, out, block);
+  snprintf(what, sizeof what, "%s(%s, count %zu, root %d, %s, %s)",
+           scatter ? "scatter" : "gather", xcoll_datatype_name(dt), count,
+           root, in_place ? "in place" : "out of place", modes[mode]);
+  int ok = st == XCOLL_SUCCESS;
+  if (scatter)
+    ok = ok && check(what, my_block, root, rank, count, elem, salt);
+  else if (is_root)
+    for (int s = 0; s < P && ok; s++)
+      ok = check(what, blocks + (size_t)s * block, s, root, count, elem, salt);
+  else
+    ok = ok && check_guard(what, blocks, all); /* untouched off the root */
+  /* Nothing written outside the blocks, nor into the one block that the
+   * in-place root does not use. */
+  ok = ok && check_guard(what, many, 64) &&
+       check_guard(what, blocks + all, 64) && check_guard(what, one, 64) &&
+       check_guard(what, mine + block, 64);
+  if (scatter && in_place && is_root)
+    ok = ok && check_guard(what, mine, block);
   verdict(what, st, ok);
-  free(send);
-  free(recv);
+  free(many);
+  free(one);
 }
 
 /* ---- send/recv and groups ---- */
@@ -538,9 +522,11 @@ int main(int argc, char **argv) {
       for (size_t c = 0; c < ncounts; c++)
         for (int ip = 0; ip < 2; ip++) {
           if (enabled("gather"))
-            gather_case(dtypes[t], counts[c], root, ip, mode++ % 3, salt++);
+            rooted_case(0, dtypes[t], counts[c], root, ip, mode++ % 3,
+                        salt++);
           if (enabled("scatter"))
-            scatter_case(dtypes[t], counts[c], root, ip, mode++ % 3, salt++);
+            rooted_case(1, dtypes[t], counts[c], root, ip, mode++ % 3,
+                        salt++);
         }
     }
   }
