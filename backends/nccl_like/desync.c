@@ -89,8 +89,7 @@ xcoll_status nl_fp_record(nl_state *st, const xcoll_fingerprint *call,
      * what the next one takes): wait, as for a full channel queue. The
      * proxy keeps running the step while someone waits (nl_fp_pending). */
     atomic_fetch_add(&fp->room_waiters, 1);
-    st->proxy_kicks++; /* also end a nap: the proxy runs the step */
-    pthread_cond_signal(&st->proxy_cond);
+    nl_proxy_wake(st); /* also end a nap: the proxy runs the step */
     while (!has_room(fp) && !atomic_load(&fp->broken) &&
            !atomic_load(&st->failed) && !st->stopping)
       pthread_cond_wait(&st->done_cond, &st->lock);
@@ -123,10 +122,8 @@ xcoll_status nl_fp_record(nl_state *st, const xcoll_fingerprint *call,
    * caller finds the step taken by the proxy, the batch stays due and
    * goes with the next call's, or with the proxy's next pass. */
   if (send_target(fp, started + 1) > atomic_load(&fp->sent) &&
-      (st->proxy_idle || (deferred && !caller_steps))) {
-    st->proxy_kicks++;
-    pthread_cond_signal(&st->proxy_cond);
-  }
+      (st->proxy_idle || (deferred && !caller_steps)))
+    nl_proxy_wake(st);
   return XCOLL_SUCCESS;
 }
 

@@ -393,9 +393,9 @@ typedef struct nl_state {
    * read without it by the proxy's loop. */
   _Atomic int ops_in_flight;
   int stopping;              /* comm_destroy: threads exit */
-  /* Bumped under lock with proxy_cond signalled when the proxy may have
-   * work its timed wait must not sleep through (a worker left its kernel
-   * with slots to send, an op started). */
+  /* Bumped under lock with proxy_cond signalled (nl_proxy_wake) when the
+   * proxy may have work its timed wait must not sleep through (a worker
+   * left its kernel with slots to send, an op started). */
   unsigned proxy_kicks;
   int draining; /* nl_proxy_drain runs: the proxy must not linger */
 
@@ -578,6 +578,10 @@ xcoll_status nl_proxy_start(nl_state *st);
 /* Receives to keep posted ahead per connection over net (device): the
  * plugin's properties.recvs_ahead capped at XCOLL_STEPS, else 1. */
 int nl_recvs_ahead(const xcoll_net_v1 *net, int device);
+/* Under st->lock: the proxy may have work now (an op started, fingerprints
+ * came due, a kernel left slots to send): end its nap (NL_PROXY_NAP_MS)
+ * or its sleep until work, so that it looks at once. */
+void nl_proxy_wake(nl_state *st);
 /* Stop and join (st->stopping must be set and proxy_cond signalled). */
 void nl_proxy_join(nl_state *st);
 /* The worker's progress hook (xc_work.progress; ctx is its nl_channel,
