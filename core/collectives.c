@@ -244,6 +244,16 @@ static xcoll_status copy_vectors(xcoll_comm *comm, xcoll_coll_args *args,
   return XCOLL_SUCCESS;
 }
 
+/* A call with nothing to do: success, and for the non-blocking form a
+ * request that is already complete. */
+static xcoll_status nothing_to_do(xcoll_comm *comm, int nonblocking,
+                                  xcoll_request_t *request) {
+  if (!nonblocking)
+    return XCOLL_SUCCESS;
+  *request = xcoll_request_completed(comm, XCOLL_SUCCESS);
+  return *request != NULL ? XCOLL_SUCCESS : XCOLL_ERR_NO_MEMORY;
+}
+
 static xcoll_status issue(xcoll_comm *comm, xcoll_coll_args *args,
                           int nonblocking, xcoll_request_t *request) {
   if (request != NULL)
@@ -264,12 +274,8 @@ static xcoll_status issue(xcoll_comm *comm, xcoll_coll_args *args,
    * zero count is no call at all, as in NCCL. Outside a group a send or
    * recv is a group of one. */
   if (info->has_peer) {
-    if (args->count == 0) {
-      if (!nonblocking)
-        return XCOLL_SUCCESS;
-      *request = xcoll_request_completed(comm, XCOLL_SUCCESS);
-      return *request != NULL ? XCOLL_SUCCESS : XCOLL_ERR_NO_MEMORY;
-    }
+    if (args->count == 0)
+      return nothing_to_do(comm, nonblocking, request);
     if (grouped)
       return xcoll_group_record(comm, args, NULL);
     return xcoll_group_single(comm, args, nonblocking ? request : NULL);
@@ -296,10 +302,7 @@ static xcoll_status issue(xcoll_comm *comm, xcoll_coll_args *args,
   args->seq = comm->next_seq++;
   if (args->count == 0 && args->kind != XCOLL_COLL_BARRIER && !info->vector) {
     free(scratch);
-    if (!nonblocking)
-      return XCOLL_SUCCESS;
-    *request = xcoll_request_completed(comm, XCOLL_SUCCESS);
-    return *request != NULL ? XCOLL_SUCCESS : XCOLL_ERR_NO_MEMORY;
+    return nothing_to_do(comm, nonblocking, request);
   }
   status = xcoll_dispatch(comm, args, nonblocking ? request : NULL);
   if (scratch != NULL && status == XCOLL_SUCCESS && nonblocking)
@@ -309,10 +312,10 @@ static xcoll_status issue(xcoll_comm *comm, xcoll_coll_args *args,
   return status;
 }
 
+/* The arguments every call has; the rest are zero. */
 static xcoll_coll_args make_args(xcoll_coll_kind kind, const void *sendbuf,
                                  void *recvbuf, size_t count,
-                                 xcoll_datatype dtype, xcoll_op op, int root,
-                                 xcoll_stream_t stream) {
+                                 xcoll_datatype dtype, xcoll_op op, int root) {
   xcoll_coll_args args;
   memset(&args, 0, sizeof args);
   args.kind = kind;
@@ -322,72 +325,60 @@ static xcoll_coll_args make_args(xcoll_coll_kind kind, const void *sendbuf,
   args.dtype = dtype;
   args.op = op;
   args.root = root;
-  args.stream = stream;
   return args;
+}
+
+/* The two forms of every call, over the same arguments: xcoll_X is
+ * blocking(make_X(...)), xcoll_iX nonblocking(make_X(...), stream,
+ * request). */
+static xcoll_status blocking(xcoll_comm_t comm, xcoll_coll_args args) {
+  return issue(comm, &args, 0, NULL);
+}
+
+static xcoll_status nonblocking(xcoll_comm_t comm, xcoll_coll_args args,
+                                xcoll_stream_t stream,
+                                xcoll_request_t *request) {
+  args.stream = stream;
+  return issue(comm, &args, 1, request);
 }
 
 xcoll_status xcoll_allreduce(const void *sendbuf, void *recvbuf, size_t count,
                              xcoll_datatype dtype, xcoll_op op,
                              xcoll_comm_t comm) {
-  xcoll_coll_args args = make_args(XCOLL_COLL_ALLREDUCE, sendbuf, recvbuf,
-                                   count, dtype, op, 0, NULL);
-  return issue(comm, &args, 0, NULL);
-}
-
-xcoll_status xcoll_allgather(const void *sendbuf, void *recvbuf,
-                             size_t sendcount, xcoll_datatype dtype,
-                             xcoll_comm_t comm) {
-  xcoll_coll_args args = make_args(XCOLL_COLL_ALLGATHER, sendbuf, recvbuf,
-                                   sendcount, dtype, XCOLL_SUM, 0, NULL);
-  return issue(comm, &args, 0, NULL);
-}
-
-xcoll_status xcoll_reduce_scatter(const void *sendbuf, void *recvbuf,
-                                  size_t recvcount, xcoll_datatype dtype,
-                                  xcoll_op op, xcoll_comm_t comm) {
-  xcoll_coll_args args = make_args(XCOLL_COLL_REDUCE_SCATTER, sendbuf, recvbuf,
-                                   recvcount, dtype, op, 0, NULL);
-  return issue(comm, &args, 0, NULL);
-}
-
-xcoll_status xcoll_broadcast(const void *sendbuf, void *recvbuf, size_t count,
-                             xcoll_datatype dtype, int root,
-                             xcoll_comm_t comm) {
-  xcoll_coll_args args = make_args(XCOLL_COLL_BROADCAST, sendbuf, recvbuf,
-                                   count, dtype, XCOLL_SUM, root, NULL);
-  return issue(comm, &args, 0, NULL);
-}
-
-xcoll_status xcoll_reduce(const void *sendbuf, void *recvbuf, size_t count,
-                          xcoll_datatype dtype, xcoll_op op, int root,
-                          xcoll_comm_t comm) {
-  xcoll_coll_args args = make_args(XCOLL_COLL_REDUCE, sendbuf, recvbuf, count,
-                                   dtype, op, root, NULL);
-  return issue(comm, &args, 0, NULL);
-}
-
-xcoll_status xcoll_barrier(xcoll_comm_t comm) {
-  xcoll_coll_args args = make_args(XCOLL_COLL_BARRIER, NULL, NULL, 0,
-                                   XCOLL_UINT8, XCOLL_SUM, 0, NULL);
-  return issue(comm, &args, 0, NULL);
+  return blocking(comm, make_args(XCOLL_COLL_ALLREDUCE, sendbuf, recvbuf,
+                                  count, dtype, op, 0));
 }
 
 xcoll_status xcoll_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
                               xcoll_datatype dtype, xcoll_op op,
                               xcoll_comm_t comm, xcoll_stream_t stream,
                               xcoll_request_t *request) {
-  xcoll_coll_args args = make_args(XCOLL_COLL_ALLREDUCE, sendbuf, recvbuf,
-                                   count, dtype, op, 0, stream);
-  return issue(comm, &args, 1, request);
+  return nonblocking(comm, make_args(XCOLL_COLL_ALLREDUCE, sendbuf, recvbuf,
+                                     count, dtype, op, 0),
+                     stream, request);
+}
+
+xcoll_status xcoll_allgather(const void *sendbuf, void *recvbuf,
+                             size_t sendcount, xcoll_datatype dtype,
+                             xcoll_comm_t comm) {
+  return blocking(comm, make_args(XCOLL_COLL_ALLGATHER, sendbuf, recvbuf,
+                                  sendcount, dtype, XCOLL_SUM, 0));
 }
 
 xcoll_status xcoll_iallgather(const void *sendbuf, void *recvbuf,
                               size_t sendcount, xcoll_datatype dtype,
                               xcoll_comm_t comm, xcoll_stream_t stream,
                               xcoll_request_t *request) {
-  xcoll_coll_args args = make_args(XCOLL_COLL_ALLGATHER, sendbuf, recvbuf,
-                                   sendcount, dtype, XCOLL_SUM, 0, stream);
-  return issue(comm, &args, 1, request);
+  return nonblocking(comm, make_args(XCOLL_COLL_ALLGATHER, sendbuf, recvbuf,
+                                     sendcount, dtype, XCOLL_SUM, 0),
+                     stream, request);
+}
+
+xcoll_status xcoll_reduce_scatter(const void *sendbuf, void *recvbuf,
+                                  size_t recvcount, xcoll_datatype dtype,
+                                  xcoll_op op, xcoll_comm_t comm) {
+  return blocking(comm, make_args(XCOLL_COLL_REDUCE_SCATTER, sendbuf, recvbuf,
+                                  recvcount, dtype, op, 0));
 }
 
 xcoll_status xcoll_ireduce_scatter(const void *sendbuf, void *recvbuf,
@@ -395,49 +386,69 @@ xcoll_status xcoll_ireduce_scatter(const void *sendbuf, void *recvbuf,
                                    xcoll_op op, xcoll_comm_t comm,
                                    xcoll_stream_t stream,
                                    xcoll_request_t *request) {
-  xcoll_coll_args args = make_args(XCOLL_COLL_REDUCE_SCATTER, sendbuf, recvbuf,
-                                   recvcount, dtype, op, 0, stream);
-  return issue(comm, &args, 1, request);
+  return nonblocking(comm, make_args(XCOLL_COLL_REDUCE_SCATTER, sendbuf,
+                                     recvbuf, recvcount, dtype, op, 0),
+                     stream, request);
+}
+
+xcoll_status xcoll_broadcast(const void *sendbuf, void *recvbuf, size_t count,
+                             xcoll_datatype dtype, int root,
+                             xcoll_comm_t comm) {
+  return blocking(comm, make_args(XCOLL_COLL_BROADCAST, sendbuf, recvbuf,
+                                  count, dtype, XCOLL_SUM, root));
 }
 
 xcoll_status xcoll_ibroadcast(const void *sendbuf, void *recvbuf, size_t count,
                               xcoll_datatype dtype, int root, xcoll_comm_t comm,
                               xcoll_stream_t stream, xcoll_request_t *request) {
-  xcoll_coll_args args = make_args(XCOLL_COLL_BROADCAST, sendbuf, recvbuf,
-                                   count, dtype, XCOLL_SUM, root, stream);
-  return issue(comm, &args, 1, request);
+  return nonblocking(comm, make_args(XCOLL_COLL_BROADCAST, sendbuf, recvbuf,
+                                     count, dtype, XCOLL_SUM, root),
+                     stream, request);
+}
+
+xcoll_status xcoll_reduce(const void *sendbuf, void *recvbuf, size_t count,
+                          xcoll_datatype dtype, xcoll_op op, int root,
+                          xcoll_comm_t comm) {
+  return blocking(comm, make_args(XCOLL_COLL_REDUCE, sendbuf, recvbuf, count,
+                                  dtype, op, root));
 }
 
 xcoll_status xcoll_ireduce(const void *sendbuf, void *recvbuf, size_t count,
                            xcoll_datatype dtype, xcoll_op op, int root,
                            xcoll_comm_t comm, xcoll_stream_t stream,
                            xcoll_request_t *request) {
-  xcoll_coll_args args = make_args(XCOLL_COLL_REDUCE, sendbuf, recvbuf, count,
-                                   dtype, op, root, stream);
-  return issue(comm, &args, 1, request);
+  return nonblocking(comm, make_args(XCOLL_COLL_REDUCE, sendbuf, recvbuf,
+                                     count, dtype, op, root),
+                     stream, request);
+}
+
+static xcoll_coll_args make_barrier(void) {
+  return make_args(XCOLL_COLL_BARRIER, NULL, NULL, 0, XCOLL_UINT8, XCOLL_SUM,
+                   0);
+}
+
+xcoll_status xcoll_barrier(xcoll_comm_t comm) {
+  return blocking(comm, make_barrier());
 }
 
 xcoll_status xcoll_ibarrier(xcoll_comm_t comm, xcoll_request_t *request) {
-  xcoll_coll_args args = make_args(XCOLL_COLL_BARRIER, NULL, NULL, 0,
-                                   XCOLL_UINT8, XCOLL_SUM, 0, NULL);
-  return issue(comm, &args, 1, request);
+  return nonblocking(comm, make_barrier(), NULL, request);
 }
 
 /* ---- all-to-all, gather, scatter ---- */
 
 xcoll_status xcoll_alltoall(const void *sendbuf, void *recvbuf, size_t count,
                             xcoll_datatype dtype, xcoll_comm_t comm) {
-  xcoll_coll_args args = make_args(XCOLL_COLL_ALLTOALL, sendbuf, recvbuf, count,
-                                   dtype, XCOLL_SUM, 0, NULL);
-  return issue(comm, &args, 0, NULL);
+  return blocking(comm, make_args(XCOLL_COLL_ALLTOALL, sendbuf, recvbuf, count,
+                                  dtype, XCOLL_SUM, 0));
 }
 
 xcoll_status xcoll_ialltoall(const void *sendbuf, void *recvbuf, size_t count,
                              xcoll_datatype dtype, xcoll_comm_t comm,
                              xcoll_stream_t stream, xcoll_request_t *request) {
-  xcoll_coll_args args = make_args(XCOLL_COLL_ALLTOALL, sendbuf, recvbuf, count,
-                                   dtype, XCOLL_SUM, 0, stream);
-  return issue(comm, &args, 1, request);
+  return nonblocking(comm, make_args(XCOLL_COLL_ALLTOALL, sendbuf, recvbuf,
+                                     count, dtype, XCOLL_SUM, 0),
+                     stream, request);
 }
 
 static xcoll_coll_args make_alltoallv(const void *sendbuf,
@@ -445,10 +456,9 @@ static xcoll_coll_args make_alltoallv(const void *sendbuf,
                                       const size_t *sdispls, void *recvbuf,
                                       const size_t *recvcounts,
                                       const size_t *rdispls,
-                                      xcoll_datatype dtype,
-                                      xcoll_stream_t stream) {
+                                      xcoll_datatype dtype) {
   xcoll_coll_args args = make_args(XCOLL_COLL_ALLTOALLV, sendbuf, recvbuf, 0,
-                                   dtype, XCOLL_SUM, 0, stream);
+                                   dtype, XCOLL_SUM, 0);
   args.sendcounts = sendcounts;
   args.sdispls = sdispls;
   args.recvcounts = recvcounts;
@@ -460,9 +470,8 @@ xcoll_status xcoll_alltoallv(const void *sendbuf, const size_t *sendcounts,
                              const size_t *sdispls, void *recvbuf,
                              const size_t *recvcounts, const size_t *rdispls,
                              xcoll_datatype dtype, xcoll_comm_t comm) {
-  xcoll_coll_args args = make_alltoallv(sendbuf, sendcounts, sdispls, recvbuf,
-                                        recvcounts, rdispls, dtype, NULL);
-  return issue(comm, &args, 0, NULL);
+  return blocking(comm, make_alltoallv(sendbuf, sendcounts, sdispls, recvbuf,
+                                       recvcounts, rdispls, dtype));
 }
 
 xcoll_status xcoll_ialltoallv(const void *sendbuf, const size_t *sendcounts,
@@ -470,79 +479,74 @@ xcoll_status xcoll_ialltoallv(const void *sendbuf, const size_t *sendcounts,
                               const size_t *recvcounts, const size_t *rdispls,
                               xcoll_datatype dtype, xcoll_comm_t comm,
                               xcoll_stream_t stream, xcoll_request_t *request) {
-  xcoll_coll_args args = make_alltoallv(sendbuf, sendcounts, sdispls, recvbuf,
-                                        recvcounts, rdispls, dtype, stream);
-  return issue(comm, &args, 1, request);
+  return nonblocking(comm, make_alltoallv(sendbuf, sendcounts, sdispls,
+                                          recvbuf, recvcounts, rdispls, dtype),
+                     stream, request);
 }
 
 xcoll_status xcoll_gather(const void *sendbuf, void *recvbuf, size_t count,
                           xcoll_datatype dtype, int root, xcoll_comm_t comm) {
-  xcoll_coll_args args = make_args(XCOLL_COLL_GATHER, sendbuf, recvbuf, count,
-                                   dtype, XCOLL_SUM, root, NULL);
-  return issue(comm, &args, 0, NULL);
+  return blocking(comm, make_args(XCOLL_COLL_GATHER, sendbuf, recvbuf, count,
+                                  dtype, XCOLL_SUM, root));
 }
 
 xcoll_status xcoll_igather(const void *sendbuf, void *recvbuf, size_t count,
                            xcoll_datatype dtype, int root, xcoll_comm_t comm,
                            xcoll_stream_t stream, xcoll_request_t *request) {
-  xcoll_coll_args args = make_args(XCOLL_COLL_GATHER, sendbuf, recvbuf, count,
-                                   dtype, XCOLL_SUM, root, stream);
-  return issue(comm, &args, 1, request);
+  return nonblocking(comm, make_args(XCOLL_COLL_GATHER, sendbuf, recvbuf,
+                                     count, dtype, XCOLL_SUM, root),
+                     stream, request);
 }
 
 xcoll_status xcoll_scatter(const void *sendbuf, void *recvbuf, size_t count,
                            xcoll_datatype dtype, int root, xcoll_comm_t comm) {
-  xcoll_coll_args args = make_args(XCOLL_COLL_SCATTER, sendbuf, recvbuf, count,
-                                   dtype, XCOLL_SUM, root, NULL);
-  return issue(comm, &args, 0, NULL);
+  return blocking(comm, make_args(XCOLL_COLL_SCATTER, sendbuf, recvbuf, count,
+                                  dtype, XCOLL_SUM, root));
 }
 
 xcoll_status xcoll_iscatter(const void *sendbuf, void *recvbuf, size_t count,
                             xcoll_datatype dtype, int root, xcoll_comm_t comm,
                             xcoll_stream_t stream, xcoll_request_t *request) {
-  xcoll_coll_args args = make_args(XCOLL_COLL_SCATTER, sendbuf, recvbuf, count,
-                                   dtype, XCOLL_SUM, root, stream);
-  return issue(comm, &args, 1, request);
+  return nonblocking(comm, make_args(XCOLL_COLL_SCATTER, sendbuf, recvbuf,
+                                     count, dtype, XCOLL_SUM, root),
+                     stream, request);
 }
 
 /* ---- point-to-point (core/group.c runs them) ---- */
 
 static xcoll_coll_args make_p2p(xcoll_coll_kind kind, const void *sendbuf,
                                 void *recvbuf, size_t count,
-                                xcoll_datatype dtype, int peer,
-                                xcoll_stream_t stream) {
-  xcoll_coll_args args = make_args(kind, sendbuf, recvbuf, count, dtype,
-                                   XCOLL_SUM, 0, stream);
+                                xcoll_datatype dtype, int peer) {
+  xcoll_coll_args args =
+      make_args(kind, sendbuf, recvbuf, count, dtype, XCOLL_SUM, 0);
   args.peer = peer;
   return args;
 }
 
 xcoll_status xcoll_send(const void *sendbuf, size_t count, xcoll_datatype dtype,
                         int peer, xcoll_comm_t comm) {
-  xcoll_coll_args args =
-      make_p2p(XCOLL_COLL_SEND, sendbuf, NULL, count, dtype, peer, NULL);
-  return issue(comm, &args, 0, NULL);
-}
-
-xcoll_status xcoll_recv(void *recvbuf, size_t count, xcoll_datatype dtype,
-                        int peer, xcoll_comm_t comm) {
-  xcoll_coll_args args =
-      make_p2p(XCOLL_COLL_RECV, NULL, recvbuf, count, dtype, peer, NULL);
-  return issue(comm, &args, 0, NULL);
+  return blocking(comm,
+                  make_p2p(XCOLL_COLL_SEND, sendbuf, NULL, count, dtype, peer));
 }
 
 xcoll_status xcoll_isend(const void *sendbuf, size_t count, xcoll_datatype dtype,
                          int peer, xcoll_comm_t comm, xcoll_stream_t stream,
                          xcoll_request_t *request) {
-  xcoll_coll_args args =
-      make_p2p(XCOLL_COLL_SEND, sendbuf, NULL, count, dtype, peer, stream);
-  return issue(comm, &args, 1, request);
+  return nonblocking(
+      comm, make_p2p(XCOLL_COLL_SEND, sendbuf, NULL, count, dtype, peer),
+      stream, request);
+}
+
+xcoll_status xcoll_recv(void *recvbuf, size_t count, xcoll_datatype dtype,
+                        int peer, xcoll_comm_t comm) {
+  return blocking(comm,
+                  make_p2p(XCOLL_COLL_RECV, NULL, recvbuf, count, dtype, peer));
 }
 
 xcoll_status xcoll_irecv(void *recvbuf, size_t count, xcoll_datatype dtype,
                          int peer, xcoll_comm_t comm, xcoll_stream_t stream,
                          xcoll_request_t *request) {
-  xcoll_coll_args args =
-      make_p2p(XCOLL_COLL_RECV, NULL, recvbuf, count, dtype, peer, stream);
-  return issue(comm, &args, 1, request);
+  return nonblocking(
+      comm, make_p2p(XCOLL_COLL_RECV, NULL, recvbuf, count, dtype, peer),
+      stream, request);
 }

@@ -160,12 +160,19 @@ xcoll_status xcoll_staging_begin(xcoll_comm *comm, const xcoll_coll_args *args,
     host_args->sendbuf = pinned + send_at;
     rc = xcoll_cu.memcpy_dtoh_async(pinned + send_at, (xcoll_cu_deviceptr)(uintptr_t)send,
                                send_bytes, args->stream);
-    if (rc != 0) {
-      pinned_give(cuda, pinned, got);
-      xcoll_cuda_pop();
-      free(staging);
-      return driver_failed(comm, "cuMemcpyDtoHAsync", rc);
-    }
+  }
+  /* alltoallv's receive span may hold bytes no block covers (gaps its
+   * displacements leave): they go back to the device with the result, so
+   * they come in first, unchanged. */
+  if (rc == 0 && recv_device && args->kind == XCOLL_COLL_ALLTOALLV && !overlap)
+    rc = xcoll_cu.memcpy_dtoh_async(pinned + recv_at,
+                                    (xcoll_cu_deviceptr)(uintptr_t)recv,
+                                    recv_bytes, args->stream);
+  if (rc != 0) {
+    pinned_give(cuda, pinned, got);
+    xcoll_cuda_pop();
+    free(staging);
+    return driver_failed(comm, "cuMemcpyDtoHAsync", rc);
   }
   if (recv_device) {
     host_args->recvbuf = pinned + recv_at;

@@ -30,8 +30,9 @@ typedef struct xcoll_staging xcoll_staging;
 
 /* Prepare args of a collective on comm (bound to a CUDA device) for the
  * host algorithms: synchronise args->stream, copy each device buffer's
- * input (sendbuf; recvbuf too when it overlaps sendbuf, the in-place forms)
- * into pinned memory, and write to *host_args the same call on the pinned
+ * input (sendbuf; recvbuf too when it overlaps sendbuf, the in-place forms,
+ * or for alltoallv, whose receive span may have gaps no block covers that
+ * the copy back must leave unchanged) into pinned memory, and write to *host_args the same call on the pinned
  * copies with stream NULL. *staging is NULL when neither buffer is device
  * memory (host_args then only has its stream cleared). Errors:
  * XCOLL_ERR_NO_MEMORY (pinned allocation), XCOLL_ERR_SYSTEM (a driver call

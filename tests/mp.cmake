@@ -287,7 +287,7 @@ include(${CMAKE_CURRENT_SOURCE_DIR}/launcher.cmake OPTIONAL)
 # unregistered memory only over socket and ucx): there p2p.c copies through
 # registered slots.
 add_executable(exchange ${CMAKE_CURRENT_SOURCE_DIR}/conformance/exchange.c)
-target_link_libraries(exchange PRIVATE xcoll_static)
+target_link_libraries(exchange PRIVATE xcoll_static ${CMAKE_DL_LIBS})
 function(xcoll_add_exchange name backend nproc timeout extra_env)
   xcoll_add_mp_program(conformance.exchange.${name} exchange ${backend}
                        ${nproc} ${timeout} "${extra_env}" ${ARGN})

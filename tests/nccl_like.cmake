@@ -401,6 +401,23 @@ if(XCOLL_HAVE_CUDA AND TARGET staging)
     nl_mixed_test(nccl_like.mixed_ring "${cfg}"
       "${_fake_env};XCOLL_RABENSEIFNER=0")
   endforeach()
+  # The calls core runs over p2p.c's mesh on a mixed ring: alltoall,
+  # alltoallv, gather, scatter and send/recv groups (tests/conformance/
+  # exchange.c --gpu-ranks), one GPU rank (its buffers in device memory,
+  # staged through pinned memory) and two host ranks; every result against
+  # exchange.c's reference. gpu1: the GPU rank between the host ranks;
+  # gpu0: the GPU rank is rank 0 (root 0's cases, the final allreduce).
+  if(TARGET exchange)
+    foreach(ranks 1 0)
+      set(test nccl_like.mixed_ring.exchange.np3.gpu${ranks})
+      add_test(NAME ${test}
+        COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node 3 --master-port 0
+                $<TARGET_FILE:exchange> --gpu-ranks ${ranks} ${_quick})
+      set_tests_properties(${test} PROPERTIES TIMEOUT 240
+        LABELS "conformance;nccl_like" PROCESSORS 2 SKIP_RETURN_CODE 77
+        ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like;${_fake_env}")
+    endforeach()
+  endif()
   # A peer killed (SIGKILL) or stopped (SIGSTOP) in an allreduce loop with
   # GPU ranks in the ring: survivors fail within the bound naming it, a
   # GPU rank's kernel included (the abort flag in mapped memory). gpu0_3:

@@ -6,7 +6,7 @@
  * CUDA build, so the fingerprints travel apart: start() appends each op's
  * fingerprint (core/fingerprint.h) to st->fp, and the fingerprint step sends
  * it to the next rank over a net connection of its own (every fingerprint
- * not yet sent in one message, XCOLL_FINGERPRINT_BYTES each, at most
+ * not yet sent in one message, NL_FP_ENTRY_BYTES each, at most
  * NL_FP_BATCH; tag = the first one's op counter), receives
  * the previous rank's, and compares the previous rank's op k with this
  * rank's op k once op k has started here (a fingerprint that arrives first
@@ -89,8 +89,7 @@ xcoll_status nl_fp_record(nl_state *st, const xcoll_fingerprint *call,
      * what the next one takes): wait, as for a full channel queue. The
      * proxy keeps running the step while someone waits (nl_fp_pending). */
     atomic_fetch_add(&fp->room_waiters, 1);
-    st->proxy_kicks++; /* also end a nap: the proxy runs the step */
-    pthread_cond_signal(&st->proxy_cond);
+    nl_proxy_wake(st); /* also end a nap: the proxy runs the step */
     while (!has_room(fp) && !atomic_load(&fp->broken) &&
            !atomic_load(&st->failed) && !st->stopping)
       pthread_cond_wait(&st->done_cond, &st->lock);
@@ -105,6 +104,11 @@ xcoll_status nl_fp_record(nl_state *st, const xcoll_fingerprint *call,
   int slot = (int)(started % NL_FP_WINDOW);
   fp->local[slot] = *call;
   xcoll_fingerprint_encode(&fp->local[slot], fp->out[slot]);
+  /* Core starts an engine op with no point-to-point message in flight:
+   * this count is final for every call before it. */
+  uint64_t p2p_sent = nl_p2p_sent(st, st->next);
+  for (int i = 0; i < 8; i++)
+    fp->out[slot][XCOLL_FINGERPRINT_BYTES + i] = (uint8_t)(p2p_sent >> (8 * i));
   atomic_store_explicit(&fp->started, started + 1, memory_order_release);
   if (!deferred)
     raise_urgent(fp, started + 1);
@@ -118,10 +122,8 @@ xcoll_status nl_fp_record(nl_state *st, const xcoll_fingerprint *call,
    * caller finds the step taken by the proxy, the batch stays due and
    * goes with the next call's, or with the proxy's next pass. */
   if (send_target(fp, started + 1) > atomic_load(&fp->sent) &&
-      (st->proxy_idle || (deferred && !caller_steps))) {
-    st->proxy_kicks++;
-    pthread_cond_signal(&st->proxy_cond);
-  }
+      (st->proxy_idle || (deferred && !caller_steps)))
+    nl_proxy_wake(st);
   return XCOLL_SUCCESS;
 }
 
@@ -194,7 +196,7 @@ static xcoll_status send_step(nl_state *st, uint64_t target, int *progress) {
                              min_u64(NL_FP_WINDOW - slot, NL_FP_BATCH));
     xcoll_net_request *request = NULL;
     xcoll_status s = st->net->isend(
-        fp->link.send_comm, fp->out[slot], count * XCOLL_FINGERPRINT_BYTES,
+        fp->link.send_comm, fp->out[slot], count * NL_FP_ENTRY_BYTES,
         (uint32_t)fp->send_posted, fp->send_mhandle, &request);
     if (s != XCOLL_SUCCESS)
       return link_failed(st, s, st->next, "to");
@@ -241,21 +243,21 @@ static xcoll_status judge(nl_state *st, uint64_t index) {
 }
 
 /* Receive the previous rank's fingerprints and judge each against this
- * rank's op of the same index. Only while an op started here waits for its
- * comparison: fingerprints that come first wait in the plugin (or in
+ * rank's op of the same index, until `wanted` have been received: started
+ * (an op started here waits for its comparison), or started + 1 for
+ * nl_fp_peek. Fingerprints that come first wait in the plugin (or in
  * fp->in, for the rest of a message), and no receive is polled for
  * nothing. One receive is posted at a time, and only once the last message
  * was judged: the socket plugin fails every request of a comm once the
  * peer closes, which would lose a message that had landed behind a receive
  * posted further ahead (proxy.c's NL_RECVS_AHEAD says the same); the loop
  * still takes every message that is there in one step. */
-static xcoll_status recv_step(nl_state *st, uint64_t started, int *progress) {
+static xcoll_status recv_step(nl_state *st, uint64_t started, uint64_t wanted,
+                              int *progress) {
   nl_fp_link *fp = &st->fp;
   for (;;) {
     uint64_t judged = atomic_load_explicit(&fp->judged, memory_order_relaxed);
-    if (judged >= started)
-      return XCOLL_SUCCESS;
-    if (fp->received > judged) {
+    if (judged < started && fp->received > judged) {
       xcoll_status s = judge(st, judged);
       if (s != XCOLL_SUCCESS)
         return s;
@@ -263,6 +265,8 @@ static xcoll_status recv_step(nl_state *st, uint64_t started, int *progress) {
       *progress = 1;
       continue;
     }
+    if (fp->received >= wanted)
+      return XCOLL_SUCCESS;
     if (!fp->recv_request) {
       xcoll_net_request *request = NULL;
       xcoll_status s = st->net->irecv(fp->link.recv_comm, fp->in,
@@ -284,15 +288,15 @@ static xcoll_status recv_step(nl_state *st, uint64_t started, int *progress) {
     if (!done)
       return XCOLL_SUCCESS;
     fp->recv_request = NULL;
-    if (bytes == 0 || bytes % XCOLL_FINGERPRINT_BYTES != 0)
+    if (bytes == 0 || bytes % NL_FP_ENTRY_BYTES != 0)
       return nl_fail_everywhere(
           st, XCOLL_ERR_PROTOCOL,
           "nccl_like: rank %d got a %zu-byte message of collective "
           "fingerprints from rank %d (a multiple of %d expected): a "
           "corrupted connection or another xcoll version",
-          st->rank, bytes, st->prev, XCOLL_FINGERPRINT_BYTES);
+          st->rank, bytes, st->prev, NL_FP_ENTRY_BYTES);
     fp->in_base = fp->received;
-    fp->received += bytes / XCOLL_FINGERPRINT_BYTES;
+    fp->received += bytes / NL_FP_ENTRY_BYTES;
     *progress = 1;
   }
 }
@@ -315,7 +319,7 @@ void nl_fp_progress(nl_state *st, int *progress) {
   int moved = 0;
   if (send_step(st, target, &moved) == XCOLL_SUCCESS &&
       !atomic_load(&fp->broken))
-    (void)recv_step(st, started, &moved);
+    (void)recv_step(st, started, started, &moved);
   pthread_mutex_unlock(&fp->lock);
   if (moved)
     *progress = 1;
@@ -326,6 +330,25 @@ void nl_fp_progress(nl_state *st, int *progress) {
     pthread_cond_broadcast(&st->done_cond);
     pthread_mutex_unlock(&st->lock);
   }
+}
+
+int nl_fp_peek(nl_state *st, xcoll_fingerprint *theirs, uint64_t *p2p_sent) {
+  nl_fp_link *fp = &st->fp;
+  if (st->world_size == 1 || atomic_load(&fp->broken) ||
+      atomic_load(&st->failed) || pthread_mutex_trylock(&fp->lock) != 0)
+    return 0;
+  uint64_t started = atomic_load_explicit(&fp->started, memory_order_acquire);
+  int moved = 0, found = 0;
+  if (recv_step(st, started, started + 1, &moved) == XCOLL_SUCCESS &&
+      !atomic_load(&fp->broken) && fp->received > started) {
+    const uint8_t *entry = fp->in[started - fp->in_base];
+    found = xcoll_fingerprint_decode(entry, theirs) == 0 && theirs->valid;
+    *p2p_sent = 0;
+    for (int i = 0; i < 8; i++)
+      *p2p_sent |= (uint64_t)entry[XCOLL_FINGERPRINT_BYTES + i] << (8 * i);
+  }
+  pthread_mutex_unlock(&fp->lock);
+  return found;
 }
 
 int nl_fp_judged(nl_state *st, uint64_t index) {

@@ -289,10 +289,8 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
    * (then nothing else wakes it, and a peer that is alive but never makes
    * the call would hang this rank for ever). Back-to-back ops find it
    * napping, awake: no wake-up each. */
-  if (st->proxy_idle) {
-    st->proxy_kicks++;
-    pthread_cond_signal(&st->proxy_cond);
-  }
+  if (st->proxy_idle)
+    nl_proxy_wake(st);
   int pushed = 0;
   for (int c = 0; c < op->nchannels; c++) {
     nl_channel *ch = &st->channels[c];
@@ -519,10 +517,8 @@ static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
     atomic_fetch_sub(&st->ops_in_flight, 1);
     pthread_cond_broadcast(&st->done_cond);
   }
-  if (kick) {
-    st->proxy_kicks++;
-    pthread_cond_signal(&st->proxy_cond);
-  }
+  if (kick)
+    nl_proxy_wake(st);
   pthread_mutex_unlock(&st->lock);
 }
 

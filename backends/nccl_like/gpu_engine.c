@@ -759,8 +759,7 @@ xcoll_status nl_gpu_launch(nl_state *st, nl_op *op) {
   g->flight_tail++;
   atomic_fetch_add(&st->ops_in_flight, 1);
   /* Wake a sleeping proxy: the kernel's slots need it. */
-  st->proxy_kicks++;
-  pthread_cond_signal(&st->proxy_cond);
+  nl_proxy_wake(st);
   pthread_mutex_unlock(&st->lock);
   xcoll_cuda_pop();
   if (rc != 0) {

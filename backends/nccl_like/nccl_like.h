@@ -149,6 +149,12 @@ typedef enum nl_proto_choice {
  * with the next one that is not deferred; the receiver catches up on
  * judging them once it lags by twice this. */
 #define NL_FP_DEFER NL_FP_BATCH
+/* One entry of the fingerprint connection: the op's fingerprint, then
+ * (u64, little-endian) how many point-to-point messages (p2p.c) this rank
+ * had sent to the next rank when the op started, so that a next rank
+ * waiting in a host call for more of them learns they will never come
+ * (nl_fp_peek). */
+#define NL_FP_ENTRY_BYTES (XCOLL_FINGERPRINT_BYTES + 8)
 /* Memory of one direction of one connection on one channel: the slots and
  * the counters that the kernel (worker thread) and the proxy share. head and
  * tail sit on cache lines of their own (NCCL's ncclSendMem/ncclRecvMem). */
@@ -276,9 +282,9 @@ typedef struct nl_fp_link {
   /* This rank's fingerprints, and as sent. start() writes slot `started`
    * under the state's lock, then publishes started (release). */
   xcoll_fingerprint local[NL_FP_WINDOW];
-  uint8_t out[NL_FP_WINDOW][XCOLL_FINGERPRINT_BYTES];
+  uint8_t out[NL_FP_WINDOW][NL_FP_ENTRY_BYTES];
   /* The previous rank's last message: fingerprints in_base.. received-1. */
-  uint8_t in[NL_FP_BATCH][XCOLL_FINGERPRINT_BYTES];
+  uint8_t in[NL_FP_BATCH][NL_FP_ENTRY_BYTES];
   _Atomic uint64_t started; /* ops start() fingerprinted */
   _Atomic uint64_t sent;    /* fingerprints whose message was sent */
   _Atomic uint64_t judged;  /* compared with the previous rank's */
@@ -390,9 +396,9 @@ typedef struct nl_state {
    * read without it by the proxy's loop. */
   _Atomic int ops_in_flight;
   int stopping;              /* comm_destroy: threads exit */
-  /* Bumped under lock with proxy_cond signalled when the proxy may have
-   * work its timed wait must not sleep through (a worker left its kernel
-   * with slots to send, an op started). */
+  /* Bumped under lock with proxy_cond signalled (nl_proxy_wake) when the
+   * proxy may have work its timed wait must not sleep through (a worker
+   * left its kernel with slots to send, an op started). */
   unsigned proxy_kicks;
   int draining; /* nl_proxy_drain runs: the proxy must not linger */
 
@@ -504,6 +510,13 @@ int nl_fp_pending(nl_state *st);
  * called by a kernel that has waited long on an LL step, so that a
  * neighbour explaining a failed step (nl_fp_explain) gets this rank's. */
 void nl_fp_flush(nl_state *st);
+/* For a thread waiting in a host call (p2p.c), no engine op in flight:
+ * run the receive side of the step (trylock) until the previous rank's
+ * fingerprint of this rank's next op is here, judging the ones before it.
+ * 1 and *theirs, *p2p_sent (the point-to-point messages that rank had sent
+ * to this one when it started that op) once it is; 0 when not yet (or the
+ * step is another thread's now, the link closed, the comm failed). */
+int nl_fp_peek(nl_state *st, xcoll_fingerprint *theirs, uint64_t *p2p_sent);
 /* After a kernel of op index failed with PROTOCOL (a slot that does not
  * fit its schedule): run the fingerprint step until the previous rank's
  * fingerprint of that op is compared (at most NL_FP_EXPLAIN_S), so that a
@@ -568,6 +581,10 @@ xcoll_status nl_proxy_start(nl_state *st);
 /* Receives to keep posted ahead per connection over net (device): the
  * plugin's properties.recvs_ahead capped at XCOLL_STEPS, else 1. */
 int nl_recvs_ahead(const xcoll_net_v1 *net, int device);
+/* Under st->lock: the proxy may have work now (an op started, fingerprints
+ * came due, a kernel left slots to send): end its nap (NL_PROXY_NAP_MS)
+ * or its sleep until work, so that it looks at once. */
+void nl_proxy_wake(nl_state *st);
 /* Stop and join (st->stopping must be set and proxy_cond signalled). */
 void nl_proxy_join(nl_state *st);
 /* The worker's progress hook (xc_work.progress; ctx is its nl_channel,
@@ -709,6 +726,9 @@ void nl_p2p_close(nl_state *st);
  * op on the mesh needs; core waits for host algorithms before it starts
  * one). */
 int nl_p2p_idle(const nl_state *st);
+/* Point-to-point messages queued to peer since the comm started (0 without
+ * the mesh): what the fingerprint of an op carries for the next rank. */
+uint64_t nl_p2p_sent(const nl_state *st, int peer);
 
 /* ---- engine.c ---- */
 xcoll_status nl_workers_start(nl_state *st);

@@ -178,6 +178,11 @@ int nl_p2p_idle(const nl_state *st) {
   return 1;
 }
 
+uint64_t nl_p2p_sent(const nl_state *st, int peer) {
+  const nl_p2p *q = st->p2p;
+  return q != NULL && peer != st->rank ? q->send[peer].messages : 0;
+}
+
 static xcoll_status failed_status(nl_state *st) {
   pthread_mutex_lock(&st->lock);
   xcoll_status status = st->fail_status;
@@ -558,6 +563,43 @@ static xcoll_status stuck(nl_state *st, nl_p2p *q, double waited_s) {
                  used ? pending : "nothing");
 }
 
+/* A host call waits for a message from the previous rank of the ring, which
+ * may be in an engine op instead (a group here, an allreduce there): its
+ * messages and this rank's go over different connections, and neither
+ * would see the other's fingerprint. The fingerprint connection from that
+ * rank says which op it started after this rank's last engine op, and how
+ * many point-to-point messages it had sent to this rank by then: if that op
+ * comes after this call, or is another call of the same place, and this
+ * rank waits for a message numbered beyond those, the message would have
+ * to come from a call after that op: the ranks called different things. */
+static xcoll_status check_prev(nl_state *st, nl_p2p *q) {
+  const p2p_dir *d = &q->recv[st->prev];
+  xcoll_fingerprint theirs;
+  uint64_t sent = 0;
+  if (st->prev == st->rank || d->tail == NULL || !q->fp_current.valid ||
+      !nl_fp_peek(st, &theirs, &sent))
+    return XCOLL_SUCCESS;
+  xcoll_fingerprint none;
+  memset(&none, 0, sizeof none);
+  const xcoll_fingerprint *ours = NULL;
+  xcoll_fingerprint_verdict verdict = xcoll_fingerprint_judge(
+      &q->fp_current, &none, &theirs, 0, &ours);
+  if (verdict == XCOLL_FINGERPRINT_MATCH ||
+      (verdict == XCOLL_FINGERPRINT_AHEAD && d->tail->number < sent))
+    return XCOLL_SUCCESS;
+  char sentence[2 * XCOLL_FINGERPRINT_TEXT_BYTES + 160];
+  xcoll_fingerprint_mismatch(st->rank, &q->fp_current, st->prev, &theirs,
+                             sentence, sizeof sentence);
+  return nl_fail_everywhere(
+      st, XCOLL_ERR_PROTOCOL,
+      "nccl_like: collective mismatch: %s (found by rank %d, waiting for "
+      "point-to-point message %" PRIu64 " from rank %d, which had sent %" PRIu64
+      " when it started its call): every rank must call the same collectives "
+      "in the same order with the same count, dtype, op and root, and make "
+      "its sends and receives in the same place among them",
+      sentence, st->rank, d->tail->number, st->prev, sent);
+}
+
 static int all_done(xcoll_p2p_request **requests, int count) {
   for (int i = 0; i < count; i++)
     if (requests[i] != NULL && requests[i]->state == P2P_ACTIVE)
@@ -678,6 +720,9 @@ static xcoll_status nl_p2p_wait(void *state, xcoll_p2p_request **requests,
       s = stuck(st, q, now - last_progress);
       break;
     }
+    if (now - last_progress >= NL_P2P_SPIN_S &&
+        (s = check_prev(st, q)) != XCOLL_SUCCESS)
+      break;
     /* Yield the core first, so that a rank sharing it that has a message
      * for this one gets it at once; then sleep on the links' sockets
      * (NL_POLL_MS at a time: the failure flag is looked at between). */

@@ -14,20 +14,30 @@
  * non-blocking call inside a group.
  *
  *   xcollrun --nproc-per-node N exchange [--quick] [--only NAME]
+ *            [--gpu-ranks LIST]
  * Prints one line per call and "exchange PASSED|FAILED" on rank 0; exit
- * status 1 on any failure. */
+ * status 1 on any failure.
+ *
+ * --gpu-ranks 0,2: those ranks are GPU ranks (bound to CUDA device
+ * LOCAL_RANK, the driver through tests/gpu/test_cuda.h: the real one or
+ * the stand-in tests/unit/fake_libcuda.c), the others host ranks: a mixed
+ * ring on nccl_like. A GPU rank passes device memory to every call: each
+ * case's buffers, guards included, are mirrored on the device, copied there
+ * before the call and back after it, and checked on the host as on a host
+ * rank. Exit 77 (every rank) when there is no CUDA driver. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "../gpu/test_cuda.h"
 #include "xcoll.h"
 
 static xcoll_comm_t comm;
 static int rank, P, quick;
 static long cases, failed;
-static const char *only;
+static const char *only, *gpu_ranks;
 
 #define GUARD 0xA5
 
@@ -94,6 +104,82 @@ static void *xmalloc(size_t bytes) {
   return p;
 }
 
+/* ---- buffers, and their device mirrors on a GPU rank ---- */
+
+static int gpu;
+static test_cuda cu;
+#define MAX_BUFFERS 8
+static struct {
+  uint8_t *host;
+  uintptr_t device; /* 0 on a host rank */
+  size_t bytes;
+} buffers[MAX_BUFFERS];
+
+/* A buffer a call reads or writes: host memory, mirrored on the device on
+ * a GPU rank. Freed with buffer_free. */
+static uint8_t *buffer(size_t bytes) {
+  for (int i = 0; i < MAX_BUFFERS; i++) {
+    if (buffers[i].host != NULL)
+      continue;
+    buffers[i].host = xmalloc(bytes);
+    buffers[i].bytes = bytes;
+    if (gpu && cu.mem_alloc(&buffers[i].device, bytes ? bytes : 1) != 0) {
+      printf("FATAL rank %d: cuMemAlloc of %zu B failed\n", rank, bytes);
+      exit(2);
+    }
+    return buffers[i].host;
+  }
+  printf("FATAL rank %d: more than %d buffers at once\n", rank, MAX_BUFFERS);
+  exit(2);
+}
+
+static void buffer_free(uint8_t *host) {
+  for (int i = 0; i < MAX_BUFFERS; i++)
+    if (host != NULL && buffers[i].host == host) {
+      if (buffers[i].device != 0)
+        (void)cu.mem_free(buffers[i].device);
+      free(host);
+      buffers[i].host = NULL;
+      buffers[i].device = 0;
+      return;
+    }
+}
+
+/* What the call gets for host address p inside a buffer: p on a host
+ * rank, the same offset in the device mirror on a GPU rank. */
+static void *D(const void *p) {
+  if (!gpu || p == NULL)
+    return (void *)(uintptr_t)p;
+  const uint8_t *at = p;
+  for (int i = 0; i < MAX_BUFFERS; i++)
+    if (buffers[i].host != NULL && at >= buffers[i].host &&
+        at <= buffers[i].host + buffers[i].bytes)
+      return (void *)(buffers[i].device + (uintptr_t)(at - buffers[i].host));
+  printf("FATAL rank %d: %p is in no buffer\n", rank, p);
+  exit(2);
+}
+
+/* Before a call: every buffer to its mirror; after: back. */
+static void to_device(void) {
+  for (int i = 0; gpu && i < MAX_BUFFERS; i++)
+    if (buffers[i].host != NULL && buffers[i].bytes > 0 &&
+        cu.htod(buffers[i].device, buffers[i].host, buffers[i].bytes) != 0) {
+      printf("FATAL rank %d: cuMemcpyHtoD failed\n", rank);
+      exit(2);
+    }
+}
+
+static void from_device(void) {
+  if (gpu)
+    (void)cu.stream_sync(NULL);
+  for (int i = 0; gpu && i < MAX_BUFFERS; i++)
+    if (buffers[i].host != NULL && buffers[i].bytes > 0 &&
+        cu.dtoh(buffers[i].host, buffers[i].device, buffers[i].bytes) != 0) {
+      printf("FATAL rank %d: cuMemcpyDtoH failed\n", rank);
+      exit(2);
+    }
+}
+
 /* Complete a request the mode's way: 1 wait, 2 test until done. */
 static xcoll_status finish(xcoll_status st, xcoll_request_t req, int mode) {
   if (st != XCOLL_SUCCESS || mode == 0)
@@ -142,17 +228,19 @@ static void alltoall_case(xcoll_datatype dt, size_t count, int in_place,
                           int mode, uint64_t salt) {
   size_t elem = xcoll_datatype_size(dt), block = count * elem;
   size_t all = block * (size_t)P;
-  uint8_t *send = xmalloc(all), *recv = xmalloc(all + 2 * 64);
+  uint8_t *send = buffer(all), *recv = buffer(all + 2 * 64);
   memset(recv, GUARD, all + 128);
   uint8_t *out = recv + 64;
   for (int d = 0; d < P; d++)
     fill((in_place ? out : send) + (size_t)d * block, rank, d, count, elem, salt);
   xcoll_request_t req = NULL;
   const void *sbuf = in_place ? out : send;
+  to_device();
   xcoll_status st =
-      mode == 0 ? xcoll_alltoall(sbuf, out, count, dt, comm)
-                : xcoll_ialltoall(sbuf, out, count, dt, comm, NULL, &req);
+      mode == 0 ? xcoll_alltoall(D(sbuf), D(out), count, dt, comm)
+                : xcoll_ialltoall(D(sbuf), D(out), count, dt, comm, NULL, &req);
   st = finish(st, req, mode);
+  from_device();
   char what[160];
   snprintf(what, sizeof what, "alltoall(%s, count %zu, %s, %s)",
            xcoll_datatype_name(dt), count, in_place ? "in place" : "out of place",
@@ -162,8 +250,8 @@ static void alltoall_case(xcoll_datatype dt, size_t count, int in_place,
     ok = check(what, out + (size_t)s * block, s, rank, count, elem, salt);
   ok = ok && check_guard(what, recv, 64) && check_guard(what, out + all, 64);
   verdict(what, st, ok);
-  free(send);
-  free(recv);
+  buffer_free(send);
+  buffer_free(recv);
 }
 
 /* ---- alltoallv ---- */
@@ -192,19 +280,21 @@ static void alltoallv_case(xcoll_datatype dt, size_t scale, int mode,
     rtotal += rc[p] + 1;
   }
   rtotal += 1;
-  uint8_t *send = xmalloc(stotal * elem), *recv = xmalloc(rtotal * elem);
+  uint8_t *send = buffer(stotal * elem), *recv = buffer(rtotal * elem);
   memset(send, GUARD, stotal * elem);
   memset(recv, GUARD, rtotal * elem);
   for (int p = 0; p < P; p++)
     fill(send + sd[p] * elem, rank, p, sc[p], elem, salt);
   xcoll_request_t req = NULL;
+  to_device();
   xcoll_status st =
-      mode == 0 ? xcoll_alltoallv(send, sc, sd, recv, rc, rd, dt, comm)
-                : xcoll_ialltoallv(send, sc, sd, recv, rc, rd, dt, comm, NULL,
-                                   &req);
+      mode == 0 ? xcoll_alltoallv(D(send), sc, sd, D(recv), rc, rd, dt, comm)
+                : xcoll_ialltoallv(D(send), sc, sd, D(recv), rc, rd, dt, comm,
+                                   NULL, &req);
   /* The arrays are the call's only until it returns. */
   memset(sc, 0xff, 4 * (size_t)P * sizeof(size_t));
   st = finish(st, req, mode);
+  from_device();
   char what[160];
   snprintf(what, sizeof what, "alltoallv(%s, scale %zu, %s)",
            xcoll_datatype_name(dt), scale, modes[mode]);
@@ -219,82 +309,70 @@ static void alltoallv_case(xcoll_datatype dt, size_t scale, int mode,
   ok = ok && check_guard(what, recv + at * elem, elem);
   verdict(what, st, ok);
   free(sc);
-  free(send);
-  free(recv);
+  buffer_free(send);
+  buffer_free(recv);
 }
 
 /* ---- gather and scatter ---- */
 
-static void gather_case(xcoll_datatype dt, size_t count, int root, int in_place,
-                        int mode, uint64_t salt) {
+/* Gather, or scatter (the same shape, the other way): the root's P blocks
+ * (gather's recvbuf, scatter's sendbuf) and every rank's one block
+ * (gather's sendbuf, scatter's recvbuf), each between 64-byte guards. In
+ * place, the root's one block is its slice of the P blocks. */
+static void rooted_case(int scatter, xcoll_datatype dt, size_t count, int root,
+                        int in_place, int mode, uint64_t salt) {
   size_t elem = xcoll_datatype_size(dt), block = count * elem;
   size_t all = block * (size_t)P;
-  uint8_t *send = xmalloc(block), *recv = xmalloc(all + 128);
-  memset(recv, GUARD, all + 128);
-  uint8_t *out = recv + 64;
+  uint8_t *many = buffer(all + 128), *one = buffer(block + 128);
+  memset(many, GUARD, all + 128);
+  memset(one, GUARD, block + 128);
+  uint8_t *blocks = many + 64, *mine = one + 64;
   int is_root = rank == root;
-  const void *sbuf = send;
-  if (in_place && is_root) {
-    fill(out + (size_t)root * block, rank, root, count, elem, salt);
-    sbuf = out + (size_t)root * block;
-  } else {
-    fill(send, rank, root, count, elem, salt);
-  }
-  /* Off the root recvbuf is unused: pass NULL on odd ranks. */
-  void *rbuf = is_root || rank % 2 == 0 ? out : NULL;
-  xcoll_request_t req = NULL;
-  xcoll_status st =
-      mode == 0 ? xcoll_gather(sbuf, rbuf, count, dt, root, comm)
-                : xcoll_igather(sbuf, rbuf, count, dt, root, comm, NULL, &req);
-  st = finish(st, req, mode);
-  char what[160];
-  snprintf(what, sizeof what, "gather(%s, count %zu, root %d, %s, %s)",
-           xcoll_datatype_name(dt), count, root,
-           in_place ? "in place" : "out of place", modes[mode]);
-  int ok = 1;
-  if (is_root)
-    for (int s = 0; s < P && ok && st == XCOLL_SUCCESS; s++)
-      ok = check(what, out + (size_t)s * block, s, root, count, elem, salt);
-  else
-    ok = check_guard(what, out, all); /* untouched off the root */
-  ok = ok && check_guard(what, recv, 64) && check_guard(what, out + all, 64);
-  verdict(what, st, ok);
-  free(send);
-  free(recv);
-}
-
-static void scatter_case(xcoll_datatype dt, size_t count, int root, int in_place,
-                         int mode, uint64_t salt) {
-  size_t elem = xcoll_datatype_size(dt), block = count * elem;
-  size_t all = block * (size_t)P;
-  uint8_t *send = xmalloc(all), *recv = xmalloc(block + 128);
-  memset(recv, GUARD, block + 128);
-  uint8_t *out = recv + 64;
-  int is_root = rank == root;
-  if (is_root)
+  uint8_t *my_block = in_place && is_root ? blocks + (size_t)root * block : mine;
+  if (!scatter)
+    fill(my_block, rank, root, count, elem, salt);
+  else if (is_root)
     for (int d = 0; d < P; d++)
-      fill(send + (size_t)d * block, root, d, count, elem, salt);
-  void *rbuf = out;
-  if (in_place && is_root)
-    rbuf = send + (size_t)root * block;
-  const void *sbuf = is_root || rank % 2 == 0 ? send : NULL;
+      fill(blocks + (size_t)d * block, root, d, count, elem, salt);
+  /* Off the root the P blocks are unused: pass NULL on odd ranks. */
+  void *root_buf = is_root || rank % 2 == 0 ? blocks : NULL;
   xcoll_request_t req = NULL;
-  xcoll_status st =
-      mode == 0 ? xcoll_scatter(sbuf, rbuf, count, dt, root, comm)
-                : xcoll_iscatter(sbuf, rbuf, count, dt, root, comm, NULL, &req);
+  xcoll_status st;
+  to_device();
+  if (scatter)
+    st = mode == 0
+             ? xcoll_scatter(D(root_buf), D(my_block), count, dt, root, comm)
+             : xcoll_iscatter(D(root_buf), D(my_block), count, dt, root, comm,
+                              NULL, &req);
+  else
+    st = mode == 0
+             ? xcoll_gather(D(my_block), D(root_buf), count, dt, root, comm)
+             : xcoll_igather(D(my_block), D(root_buf), count, dt, root, comm,
+                             NULL, &req);
   st = finish(st, req, mode);
+  from_device();
   char what[160];
-  snprintf(what, sizeof what, "scatter(%s, count %zu, root %d, %s, %s)",
-           xcoll_datatype_name(dt), count, root,
-           in_place ? "in place" : "out of place", modes[mode]);
-  int ok = st == XCOLL_SUCCESS &&
-           check(what, rbuf, root, rank, count, elem, salt) &&
-           check_guard(what, recv, 64) && check_guard(what, out + block, 64);
-  if (in_place && is_root)
-    ok = ok && check_guard(what, out, block);
+  snprintf(what, sizeof what, "%s(%s, count %zu, root %d, %s, %s)",
+           scatter ? "scatter" : "gather", xcoll_datatype_name(dt), count,
+           root, in_place ? "in place" : "out of place", modes[mode]);
+  int ok = st == XCOLL_SUCCESS;
+  if (scatter)
+    ok = ok && check(what, my_block, root, rank, count, elem, salt);
+  else if (is_root)
+    for (int s = 0; s < P && ok; s++)
+      ok = check(what, blocks + (size_t)s * block, s, root, count, elem, salt);
+  else
+    ok = ok && check_guard(what, blocks, all); /* untouched off the root */
+  /* Nothing written outside the blocks, nor into the one block that the
+   * in-place root does not use. */
+  ok = ok && check_guard(what, many, 64) &&
+       check_guard(what, blocks + all, 64) && check_guard(what, one, 64) &&
+       check_guard(what, mine + block, 64);
+  if (scatter && in_place && is_root)
+    ok = ok && check_guard(what, mine, block);
   verdict(what, st, ok);
-  free(send);
-  free(recv);
+  buffer_free(many);
+  buffer_free(one);
 }
 
 /* ---- send/recv and groups ---- */
@@ -304,30 +382,32 @@ static void scatter_case(xcoll_datatype dt, size_t count, int root, int in_place
 static void ring_shift(xcoll_datatype dt, size_t count, uint64_t salt) {
   size_t elem = xcoll_datatype_size(dt);
   int next = (rank + 1) % P, prev = (rank + P - 1) % P;
-  uint8_t *send = xmalloc(count * elem), *recv = xmalloc(count * elem);
+  uint8_t *send = buffer(count * elem), *recv = buffer(count * elem);
   fill(send, rank, next, count, elem, salt);
+  to_device();
   xcoll_status st = xcoll_group_start();
   if (rank % 2 == 0) {
     if (st == XCOLL_SUCCESS)
-      st = xcoll_send(send, count, dt, next, comm);
+      st = xcoll_send(D(send), count, dt, next, comm);
     if (st == XCOLL_SUCCESS)
-      st = xcoll_recv(recv, count, dt, prev, comm);
+      st = xcoll_recv(D(recv), count, dt, prev, comm);
   } else {
     if (st == XCOLL_SUCCESS)
-      st = xcoll_recv(recv, count, dt, prev, comm);
+      st = xcoll_recv(D(recv), count, dt, prev, comm);
     if (st == XCOLL_SUCCESS)
-      st = xcoll_send(send, count, dt, next, comm);
+      st = xcoll_send(D(send), count, dt, next, comm);
   }
   xcoll_status end = xcoll_group_end();
   if (st == XCOLL_SUCCESS)
     st = end;
+  from_device();
   char what[128];
   snprintf(what, sizeof what, "group ring shift(%s, count %zu)",
            xcoll_datatype_name(dt), count);
   verdict(what, st, st == XCOLL_SUCCESS &&
                         check(what, recv, prev, rank, count, elem, salt));
-  free(send);
-  free(recv);
+  buffer_free(send);
+  buffer_free(recv);
 }
 
 /* Every rank sends a block to every rank (itself included) in one group;
@@ -335,15 +415,16 @@ static void ring_shift(xcoll_datatype dt, size_t count, uint64_t salt) {
 static void all_pairs(size_t count, int nonblocking, uint64_t salt) {
   xcoll_datatype dt = XCOLL_FLOAT32;
   size_t elem = 4, block = count * elem;
-  uint8_t *send = xmalloc(block * (size_t)P), *recv = xmalloc(block * (size_t)P);
+  uint8_t *send = buffer(block * (size_t)P), *recv = buffer(block * (size_t)P);
   for (int d = 0; d < P; d++)
     fill(send + (size_t)d * block, rank, d, count, elem, salt);
+  to_device();
   xcoll_status st = xcoll_group_start();
   for (int k = 0; k < P && st == XCOLL_SUCCESS; k++) {
     int p = (rank % 2 == 0) ? k : P - 1 - k;
-    st = xcoll_recv(recv + (size_t)p * block, count, dt, p, comm);
+    st = xcoll_recv(D(recv + (size_t)p * block), count, dt, p, comm);
     if (st == XCOLL_SUCCESS)
-      st = xcoll_send(send + (size_t)p * block, count, dt, p, comm);
+      st = xcoll_send(D(send + (size_t)p * block), count, dt, p, comm);
   }
   xcoll_status end;
   if (nonblocking) {
@@ -355,6 +436,7 @@ static void all_pairs(size_t count, int nonblocking, uint64_t salt) {
   }
   if (st == XCOLL_SUCCESS)
     st = end;
+  from_device();
   char what[128];
   snprintf(what, sizeof what, "group all pairs(count %zu, %s)", count,
            nonblocking ? "igroup_end" : "group_end");
@@ -362,48 +444,58 @@ static void all_pairs(size_t count, int nonblocking, uint64_t salt) {
   for (int s = 0; s < P && ok && st == XCOLL_SUCCESS; s++)
     ok = check(what, recv + (size_t)s * block, s, rank, count, elem, salt);
   verdict(what, st, ok);
-  free(send);
-  free(recv);
+  buffer_free(send);
+  buffer_free(recv);
 }
 
 /* 64 small sends outstanding to one peer (next), 64 receives from prev. */
 static void many_small(uint64_t salt) {
   enum { N = 64 };
   int next = (rank + 1) % P, prev = (rank + P - 1) % P;
-  int32_t out[N][3], in[N][3];
+  const size_t bytes = 3 * 4; /* 3 int32 each */
+  uint8_t *out = buffer(N * bytes), *in = buffer(N * bytes);
   for (int k = 0; k < N; k++)
-    fill((uint8_t *)out[k], rank, next, 3, 4, salt + (uint64_t)k);
+    fill(out + k * bytes, rank, next, 3, 4, salt + (uint64_t)k);
+  to_device();
   xcoll_status st = xcoll_group_start();
   for (int k = 0; k < N && st == XCOLL_SUCCESS; k++)
-    st = xcoll_send(out[k], 3, XCOLL_INT32, next, comm);
+    st = xcoll_send(D(out + k * bytes), 3, XCOLL_INT32, next, comm);
   for (int k = 0; k < N && st == XCOLL_SUCCESS; k++)
-    st = xcoll_recv(in[k], 3, XCOLL_INT32, prev, comm);
+    st = xcoll_recv(D(in + k * bytes), 3, XCOLL_INT32, prev, comm);
   xcoll_status end = xcoll_group_end();
   if (st == XCOLL_SUCCESS)
     st = end;
+  from_device();
   int ok = 1;
   for (int k = 0; k < N && ok && st == XCOLL_SUCCESS; k++)
-    ok = check("group 64 sends to one peer", (uint8_t *)in[k], prev, rank, 3, 4,
+    ok = check("group 64 sends to one peer", in + k * bytes, prev, rank, 3, 4,
                salt + (uint64_t)k);
   verdict("group 64 sends to one peer", st, ok);
+  buffer_free(out);
+  buffer_free(in);
 }
 
 /* Sends, an allreduce and receives in one group. */
 static void mixed(uint64_t salt) {
   int next = (rank + 1) % P, prev = (rank + P - 1) % P;
-  uint8_t send[40], recv[40];
+  uint8_t *send = buffer(40), *recv = buffer(40), *sums = buffer(16);
   fill(send, rank, next, 10, 4, salt);
   int64_t mine = rank + 1, sum = 0;
+  memcpy(sums, &mine, 8);
+  to_device();
   xcoll_status st = xcoll_group_start();
   if (st == XCOLL_SUCCESS)
-    st = xcoll_send(send, 10, XCOLL_FLOAT32, next, comm);
+    st = xcoll_send(D(send), 10, XCOLL_FLOAT32, next, comm);
   if (st == XCOLL_SUCCESS)
-    st = xcoll_allreduce(&mine, &sum, 1, XCOLL_INT64, XCOLL_SUM, comm);
+    st = xcoll_allreduce(D(sums), D(sums + 8), 1, XCOLL_INT64, XCOLL_SUM,
+                         comm);
   if (st == XCOLL_SUCCESS)
-    st = xcoll_recv(recv, 10, XCOLL_FLOAT32, prev, comm);
+    st = xcoll_recv(D(recv), 10, XCOLL_FLOAT32, prev, comm);
   xcoll_status end = xcoll_group_end();
   if (st == XCOLL_SUCCESS)
     st = end;
+  from_device();
+  memcpy(&sum, sums + 8, 8);
   int ok = st == XCOLL_SUCCESS &&
            check("group send + allreduce + recv", recv, prev, rank, 10, 4, salt);
   if (st == XCOLL_SUCCESS && sum != (int64_t)P * (P + 1) / 2) {
@@ -413,6 +505,9 @@ static void mixed(uint64_t salt) {
     ok = 0;
   }
   verdict("group send + allreduce + recv", st, ok);
+  buffer_free(send);
+  buffer_free(recv);
+  buffer_free(sums);
 }
 
 /* Outside a group: even ranks send to the odd rank above, which receives;
@@ -422,34 +517,39 @@ static void standalone(size_t count, uint64_t salt) {
   if (partner >= P)
     return;
   size_t elem = 8;
-  uint8_t *buf = xmalloc(count * elem);
+  uint8_t *buf = buffer(count * elem);
   xcoll_status st;
   int ok = 1;
   if (rank % 2 == 0) {
     fill(buf, rank, partner, count, elem, salt);
-    st = xcoll_send(buf, count, XCOLL_FLOAT64, partner, comm);
+    to_device();
+    st = xcoll_send(D(buf), count, XCOLL_FLOAT64, partner, comm);
     if (st == XCOLL_SUCCESS) {
       xcoll_request_t req = NULL;
-      st = xcoll_irecv(buf, count, XCOLL_FLOAT64, partner, comm, NULL, &req);
+      st = xcoll_irecv(D(buf), count, XCOLL_FLOAT64, partner, comm, NULL, &req);
       st = finish(st, req, 1);
+      from_device();
       ok = st == XCOLL_SUCCESS &&
            check("send/recv outside a group", buf, partner, rank, count, elem,
                  salt + 1);
     }
   } else {
-    st = xcoll_recv(buf, count, XCOLL_FLOAT64, partner, comm);
+    st = xcoll_recv(D(buf), count, XCOLL_FLOAT64, partner, comm);
+    from_device();
     ok = st == XCOLL_SUCCESS &&
          check("send/recv outside a group", buf, partner, rank, count, elem,
                salt);
     if (st == XCOLL_SUCCESS) {
       fill(buf, rank, partner, count, elem, salt + 1);
+      to_device();
       xcoll_request_t req = NULL;
-      st = xcoll_isend(buf, count, XCOLL_FLOAT64, partner, comm, NULL, &req);
+      st = xcoll_isend(D(buf), count, XCOLL_FLOAT64, partner, comm, NULL,
+                       &req);
       st = finish(st, req, 2);
     }
   }
   verdict("send/recv outside a group", st, ok);
-  free(buf);
+  buffer_free(buf);
 }
 
 /* ---- bad use (local errors: nothing is sent) ---- */
@@ -497,15 +597,40 @@ int main(int argc, char **argv) {
       quick = 1;
     else if (!strcmp(argv[i], "--only") && i + 1 < argc)
       only = argv[++i];
+    else if (!strcmp(argv[i], "--gpu-ranks") && i + 1 < argc)
+      gpu_ranks = argv[++i];
     else {
       fprintf(stderr,
               "usage: %s [--quick] [--only alltoall|alltoallv|gather|scatter|"
-              "group|errors]\n",
+              "group|errors] [--gpu-ranks LIST]\n",
               argv[0]);
       return 2;
     }
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
+  if (gpu_ranks != NULL) {
+    /* Every rank looks for the driver, so that all skip together rather
+     * than leave the others waiting for a rank that left. */
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (driver == NULL) {
+      printf("SKIP: --gpu-ranks and no CUDA driver (libcuda.so.1): %s\n",
+             dlerror());
+      return 77;
+    }
+    /* This rank's placement, before the communicator reads XCOLL_DEVICE. */
+    const char *env_rank = getenv("RANK"), *local = getenv("LOCAL_RANK");
+    int me = env_rank ? atoi(env_rank) : 0;
+    char list[256];
+    snprintf(list, sizeof list, "%s", gpu_ranks);
+    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ","))
+      gpu |= atoi(tok) == me;
+    int device = local ? atoi(local) : 0;
+    char value[32];
+    snprintf(value, sizeof value, "cuda:%d", device);
+    setenv("XCOLL_DEVICE", gpu ? value : "host", 1);
+    if (gpu && test_cuda_load(&cu, device, "exchange") != 0)
+      return 2;
+  }
   xcoll_status st = xcoll_comm_init_env(&comm);
   if (st != XCOLL_SUCCESS) {
     printf("FATAL: xcoll_comm_init_env: %s: %s\n", xcoll_strerror(st),
@@ -538,9 +663,11 @@ int main(int argc, char **argv) {
       for (size_t c = 0; c < ncounts; c++)
         for (int ip = 0; ip < 2; ip++) {
           if (enabled("gather"))
-            gather_case(dtypes[t], counts[c], root, ip, mode++ % 3, salt++);
+            rooted_case(0, dtypes[t], counts[c], root, ip, mode++ % 3,
+                        salt++);
           if (enabled("scatter"))
-            scatter_case(dtypes[t], counts[c], root, ip, mode++ % 3, salt++);
+            rooted_case(1, dtypes[t], counts[c], root, ip, mode++ % 3,
+                        salt++);
         }
     }
   }
@@ -557,7 +684,14 @@ int main(int argc, char **argv) {
     standalone(100000, salt += 2);
   }
   int64_t mine[2] = {failed, cases}, total[2] = {0, 0};
-  st = xcoll_allreduce(mine, total, 2, XCOLL_INT64, XCOLL_SUM, comm);
+  uint8_t *tally = buffer(sizeof mine + sizeof total);
+  memcpy(tally, mine, sizeof mine);
+  to_device();
+  st = xcoll_allreduce(D(tally), D(tally + sizeof mine), 2, XCOLL_INT64,
+                       XCOLL_SUM, comm);
+  from_device();
+  memcpy(total, tally + sizeof mine, sizeof total);
+  buffer_free(tally);
   if (st != XCOLL_SUCCESS) {
     printf("FATAL rank %d: final allreduce: %s\n", rank, xcoll_comm_last_error(comm));
     return 1;

@@ -14,6 +14,10 @@
  *             once instead: a recv matched with a recv)
  *   kind      rank 0 sends in a group while rank 1 calls allreduce: both
  *             XCOLL_ERR_PROTOCOL naming the group and the allreduce
+ *   kind-swapped  the same with the ranks' roles swapped (rank 1 in the
+ *             group, receiving): on nccl_like each rank of the two is the
+ *             other's previous rank on the ring, and this case has the
+ *             other one find the mismatch
  * Each rank prints P2P-OK or P2P-BAD and exits 0 or 1. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +32,7 @@ static int bad(int rank, const char *why, const char *message) {
 
 int main(int argc, char **argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: %s count|dtype|unmatched|kind\n", argv[0]);
+    fprintf(stderr, "usage: %s count|dtype|unmatched|kind|kind-swapped\n", argv[0]);
     return 2;
   }
   const char *which = argv[1];
@@ -70,10 +74,14 @@ int main(int argc, char **argv) {
     static char call[64];
     snprintf(call, sizeof call, "recv from rank %d (4 float32)", peer);
     needles[0] = call;
-  } else if (!strcmp(which, "kind")) {
-    if (rank == 0) {
+  } else if (!strcmp(which, "kind") || !strcmp(which, "kind-swapped")) {
+    int swapped = !strcmp(which, "kind-swapped");
+    if (rank == swapped) {
       xcoll_group_start();
-      xcoll_send(buf, 4, XCOLL_FLOAT32, 1, comm);
+      if (swapped)
+        xcoll_recv(buf, 4, XCOLL_FLOAT32, 0, comm);
+      else
+        xcoll_send(buf, 4, XCOLL_FLOAT32, 1, comm);
       st = xcoll_group_end();
     } else {
       st = xcoll_allreduce(buf, buf, 4, XCOLL_FLOAT32, XCOLL_SUM, comm);
