@@ -1528,18 +1528,19 @@ private:
     return static_cast<size_t>(input.numel() / size_);
   }
 
-  // t (the call's input or output tensor) must hold expected elements.
+  // t (the call's input or output tensor) must hold expected elements:
+  // world_size times count where its side is per rank.
   void expect_numel(const char *call, const char *what, const at::Tensor &t,
                     size_t expected, bool per_rank, size_t count) {
     if (static_cast<size_t>(t.numel()) == expected)
       return;
-    if (per_rank)
-      TORCH_CHECK(false, "xcoll backend: ", call, ": the ", what,
-                  " tensor holds ", t.numel(), " elements, expected ",
-                  expected, " (world_size ", size_, " x ", count,
-                  " elements per rank)");
+    std::string why = per_rank ? " (world_size " + std::to_string(size_) +
+                                     " x " + std::to_string(count) +
+                                     " elements per rank)"
+                               : "";
     TORCH_CHECK(false, "xcoll backend: ", call, ": the ", what,
-                " tensor holds ", t.numel(), " elements, expected ", expected);
+                " tensor holds ", t.numel(), " elements, expected ", expected,
+                why);
   }
 
   void check_root_or_peer(const char *call, const xcoll_coll_info *info,
