@@ -7,10 +7,13 @@
 // communicator is made when the group is, through the c10d Store that torch
 // hands the creator (xcoll_comm_init_kv); a communicator bound to cuda:N is
 // made the first time a tensor on cuda:N is used (or at once with
-// init_process_group(device_id=...)). Every call is issued with xcoll's
-// non-blocking form and returns a WorkXcoll holding the request, which is
-// waited on exactly once: by Work::wait, Work::isCompleted or the group's
-// completion thread, so that futures complete without anybody waiting.
+// init_process_group(device_id=...)). Each call's sizes come from core's
+// table of collectives (xcoll_coll_shape), and one function makes every
+// xcoll call (call_xcoll). A synchronous call on host tensors runs xcoll's
+// blocking form inline; any other is issued with the non-blocking form and
+// returns a WorkXcoll holding the request, which is waited on exactly once:
+// by Work::wait, Work::isCompleted or the group's completion thread, so
+// that futures complete without anybody waiting.
 #include <ATen/ATen.h>
 #include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
@@ -325,6 +328,117 @@ const c10::impl::DeviceGuardImplInterface *cuda_guard() {
   return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
 }
 
+// ---- one xcoll call, in the terms of core's table of collectives ----
+
+// A call of xcoll's C API as its row in the table (xcoll_coll_info) has it:
+// the kind, the buffers, the count argument (count_name), and what the row
+// says the call takes: an op, a root or (send, recv) a peer, or
+// (alltoallv) counts and displacements per peer, in elements.
+struct XcollArgs {
+  XcollArgs(xcoll_coll_kind kind_, xcoll_datatype dtype_)
+      : kind(kind_), dtype(dtype_) {}
+
+  // alltoallv's arrays (world_size entries each; xcoll copies them).
+  void set_vectors(const std::vector<size_t> &send_counts,
+                   const std::vector<size_t> &send_displs,
+                   const std::vector<size_t> &recv_counts,
+                   const std::vector<size_t> &recv_displs) {
+    sendcounts = send_counts.data();
+    sdispls = send_displs.data();
+    recvcounts = recv_counts.data();
+    rdispls = recv_displs.data();
+  }
+
+  xcoll_coll_kind kind;
+  xcoll_datatype dtype;
+  const void *sendbuf = nullptr;
+  void *recvbuf = nullptr;
+  size_t count = 0;
+  xcoll_op op = XCOLL_SUM;
+  int root = 0; // the root, or the peer of send and recv
+  const size_t *sendcounts = nullptr, *sdispls = nullptr;
+  const size_t *recvcounts = nullptr, *rdispls = nullptr;
+};
+
+// Makes the call a describes on comm: its blocking form where blocking (run
+// in the caller's thread, or recorded in an xcoll group), else its
+// non-blocking form on stream, the request in *request. The one place that
+// names xcoll's collective functions.
+xcoll_status call_xcoll(const XcollArgs &a, xcoll_comm_t comm, bool blocking,
+                        xcoll_stream_t stream, xcoll_request_t *request) {
+  switch (a.kind) {
+  case XCOLL_COLL_ALLREDUCE:
+    return blocking ? xcoll_allreduce(a.sendbuf, a.recvbuf, a.count, a.dtype,
+                                      a.op, comm)
+                    : xcoll_iallreduce(a.sendbuf, a.recvbuf, a.count,
+                                       a.dtype, a.op, comm, stream, request);
+  case XCOLL_COLL_ALLGATHER:
+    return blocking ? xcoll_allgather(a.sendbuf, a.recvbuf, a.count, a.dtype,
+                                      comm)
+                    : xcoll_iallgather(a.sendbuf, a.recvbuf, a.count,
+                                       a.dtype, comm, stream, request);
+  case XCOLL_COLL_REDUCE_SCATTER:
+    return blocking ? xcoll_reduce_scatter(a.sendbuf, a.recvbuf, a.count,
+                                           a.dtype, a.op, comm)
+                    : xcoll_ireduce_scatter(a.sendbuf, a.recvbuf, a.count,
+                                            a.dtype, a.op, comm, stream,
+                                            request);
+  case XCOLL_COLL_BROADCAST:
+    return blocking ? xcoll_broadcast(a.sendbuf, a.recvbuf, a.count, a.dtype,
+                                      a.root, comm)
+                    : xcoll_ibroadcast(a.sendbuf, a.recvbuf, a.count,
+                                       a.dtype, a.root, comm, stream,
+                                       request);
+  case XCOLL_COLL_REDUCE:
+    return blocking ? xcoll_reduce(a.sendbuf, a.recvbuf, a.count, a.dtype,
+                                   a.op, a.root, comm)
+                    : xcoll_ireduce(a.sendbuf, a.recvbuf, a.count, a.dtype,
+                                    a.op, a.root, comm, stream, request);
+  case XCOLL_COLL_BARRIER:
+    return blocking ? xcoll_barrier(comm) : xcoll_ibarrier(comm, request);
+#if XCOLL_TORCH_HAVE_P2P
+  case XCOLL_COLL_SEND:
+    return blocking ? xcoll_send(a.sendbuf, a.count, a.dtype, a.root, comm)
+                    : xcoll_isend(a.sendbuf, a.count, a.dtype, a.root, comm,
+                                  stream, request);
+  case XCOLL_COLL_RECV:
+    return blocking ? xcoll_recv(a.recvbuf, a.count, a.dtype, a.root, comm)
+                    : xcoll_irecv(a.recvbuf, a.count, a.dtype, a.root, comm,
+                                  stream, request);
+#endif
+#if XCOLL_TORCH_HAVE_ALLTOALL
+  case XCOLL_COLL_ALLTOALL:
+    return blocking ? xcoll_alltoall(a.sendbuf, a.recvbuf, a.count, a.dtype,
+                                     comm)
+                    : xcoll_ialltoall(a.sendbuf, a.recvbuf, a.count, a.dtype,
+                                      comm, stream, request);
+  case XCOLL_COLL_ALLTOALLV:
+    return blocking
+               ? xcoll_alltoallv(a.sendbuf, a.sendcounts, a.sdispls,
+                                 a.recvbuf, a.recvcounts, a.rdispls, a.dtype,
+                                 comm)
+               : xcoll_ialltoallv(a.sendbuf, a.sendcounts, a.sdispls,
+                                  a.recvbuf, a.recvcounts, a.rdispls, a.dtype,
+                                  comm, stream, request);
+#endif
+#if XCOLL_TORCH_HAVE_GATHER
+  case XCOLL_COLL_GATHER:
+    return blocking ? xcoll_gather(a.sendbuf, a.recvbuf, a.count, a.dtype,
+                                   a.root, comm)
+                    : xcoll_igather(a.sendbuf, a.recvbuf, a.count, a.dtype,
+                                    a.root, comm, stream, request);
+  case XCOLL_COLL_SCATTER:
+    return blocking ? xcoll_scatter(a.sendbuf, a.recvbuf, a.count, a.dtype,
+                                    a.root, comm)
+                    : xcoll_iscatter(a.sendbuf, a.recvbuf, a.count, a.dtype,
+                                     a.root, comm, stream, request);
+#endif
+  default:
+    break;
+  }
+  return XCOLL_ERR_NOT_SUPPORTED; // a call this build does not offer
+}
+
 } // namespace
 
 // ---- work ----
@@ -630,28 +744,19 @@ public:
   }
 
   // ---- collectives ----
+  //
+  // Each call is one of two forms, sized by core's table of collectives
+  // (flat_call, list_call below); the table's row says which tensor is the
+  // send and which the receive buffer, how many elements each holds, and
+  // whether the call takes an op, a root or a peer.
 
   c10::intrusive_ptr<c10d::Work>
   allreduce(std::vector<at::Tensor> &tensors,
             const c10d::AllreduceOptions &opts) override {
-    const char *call = "allreduce";
-    at::Tensor tensor = single_tensor(tensors, call);
-    Call c = begin(call, tensor.device());
-    xcoll_datatype dtype = to_xcoll_dtype(tensor, call);
-    ReduceOpScope op(opts.reduceOp, tensor, dtype, c.comm->comm, call);
-    at::Tensor work = tensor.contiguous();
-    launch(c);
-    if (c.run_inline(opts.asyncOp))
-      check(call, xcoll_allreduce(work.data_ptr(), work.data_ptr(),
-                                  work.numel(), dtype, op.get(), c.comm->comm),
-            c.comm->comm);
-    else
-      check(call, xcoll_iallreduce(work.data_ptr(), work.data_ptr(),
-                                   work.numel(), dtype, op.get(), c.comm->comm,
-                                   c.native_stream(), c.request_slot()),
-            c.comm->comm);
-    return end(c, c10d::OpType::ALLREDUCE, {tensor}, {work},
-               copy_back(work, tensor));
+    at::Tensor tensor = single_tensor(tensors, "allreduce");
+    return flat_call("allreduce", XCOLL_COLL_ALLREDUCE,
+                     c10d::OpType::ALLREDUCE, tensor, tensor, &opts.reduceOp,
+                     0, opts.asyncOp);
   }
 
   // DDP's and the coalescing manager's: one allreduce over the tensors laid
@@ -662,150 +767,49 @@ public:
     const char *call = "allreduce_coalesced";
     TORCH_CHECK(!tensors.empty(), "xcoll backend: ", call, ": no tensors");
     for (const at::Tensor &t : tensors)
-      TORCH_CHECK(t.device() == tensors[0].device() &&
-                      t.scalar_type() == tensors[0].scalar_type(),
-                  "xcoll backend: ", call,
-                  ": every tensor must have the first's device and type");
-    Call c = begin(call, tensors[0].device());
-    xcoll_datatype dtype = to_xcoll_dtype(tensors[0], call);
-    ReduceOpScope op(opts.reduceOp, tensors[0], dtype, c.comm->comm, call);
-    std::vector<at::Tensor> flat;
-    for (const at::Tensor &t : tensors)
-      flat.push_back(t.reshape({-1}));
-    at::Tensor work = at::cat(flat);
-    launch(c);
-    check(call, xcoll_iallreduce(work.data_ptr(), work.data_ptr(),
-                                 work.numel(), dtype, op.get(), c.comm->comm,
-                                 c.native_stream(), c.request_slot()),
-          c.comm->comm);
-    std::vector<at::Tensor> targets = tensors;
-    auto scatter_back = [work, targets]() {
-      int64_t offset = 0;
-      for (const at::Tensor &t : targets) {
-        const_cast<at::Tensor &>(t).copy_(
-            work.narrow(0, offset, t.numel()).view(t.sizes()));
-        offset += t.numel();
-      }
-    };
-    return end(c, c10d::OpType::COALESCED, targets, {work}, scatter_back);
+      check_alike(call, tensors[0], t);
+    Staged s;
+    s.send = s.recv = end_to_end(tensors);
+    s.count = static_cast<size_t>(s.send.numel());
+    s.outputs = tensors;
+    s.after = split_back(s.send, tensors);
+    return run(call, XCOLL_COLL_ALLREDUCE, c10d::OpType::COALESCED, tensors[0],
+               &opts.reduceOp, 0, opts.asyncOp, std::move(s));
   }
 
   c10::intrusive_ptr<c10d::Work>
   broadcast(std::vector<at::Tensor> &tensors,
             const c10d::BroadcastOptions &opts) override {
-    const char *call = "broadcast";
-    at::Tensor tensor = single_tensor(tensors, call);
-    check_root(call, opts.rootRank);
-    Call c = begin(call, tensor.device());
-    xcoll_datatype dtype = to_xcoll_dtype(tensor, call);
-    at::Tensor work = tensor.contiguous();
-    launch(c);
-    if (c.run_inline(opts.asyncOp))
-      check(call, xcoll_broadcast(work.data_ptr(), work.data_ptr(),
-                                  work.numel(), dtype,
-                                  static_cast<int>(opts.rootRank),
-                                  c.comm->comm),
-            c.comm->comm);
-    else
-      check(call, xcoll_ibroadcast(work.data_ptr(), work.data_ptr(),
-                                   work.numel(), dtype,
-                                   static_cast<int>(opts.rootRank),
-                                   c.comm->comm, c.native_stream(),
-                                   c.request_slot()),
-            c.comm->comm);
-    return end(c, c10d::OpType::BROADCAST, {tensor}, {work},
-               copy_back(work, tensor));
+    at::Tensor tensor = single_tensor(tensors, "broadcast");
+    return flat_call("broadcast", XCOLL_COLL_BROADCAST,
+                     c10d::OpType::BROADCAST, tensor, tensor, nullptr,
+                     opts.rootRank, opts.asyncOp);
   }
 
   c10::intrusive_ptr<c10d::Work>
   reduce(std::vector<at::Tensor> &tensors,
          const c10d::ReduceOptions &opts) override {
-    const char *call = "reduce";
-    at::Tensor tensor = single_tensor(tensors, call);
-    check_root(call, opts.rootRank);
-    Call c = begin(call, tensor.device());
-    xcoll_datatype dtype = to_xcoll_dtype(tensor, call);
-    ReduceOpScope op(opts.reduceOp, tensor, dtype, c.comm->comm, call);
-    at::Tensor work = tensor.contiguous();
-    launch(c);
-    if (c.run_inline(opts.asyncOp))
-      check(call, xcoll_reduce(work.data_ptr(), work.data_ptr(), work.numel(),
-                               dtype, op.get(),
-                               static_cast<int>(opts.rootRank), c.comm->comm),
-            c.comm->comm);
-    else
-      check(call, xcoll_ireduce(work.data_ptr(), work.data_ptr(),
-                                work.numel(), dtype, op.get(),
-                                static_cast<int>(opts.rootRank), c.comm->comm,
-                                c.native_stream(), c.request_slot()),
-            c.comm->comm);
-    return end(c, c10d::OpType::REDUCE, {tensor}, {work},
-               copy_back(work, tensor));
+    at::Tensor tensor = single_tensor(tensors, "reduce");
+    return flat_call("reduce", XCOLL_COLL_REDUCE, c10d::OpType::REDUCE, tensor,
+                     tensor, &opts.reduceOp, opts.rootRank, opts.asyncOp);
   }
 
   c10::intrusive_ptr<c10d::Work>
   allgather(std::vector<std::vector<at::Tensor>> &outputs,
             std::vector<at::Tensor> &inputs,
-            const c10d::AllgatherOptions &) override {
-    const char *call = "allgather";
-    at::Tensor input = single_tensor(inputs, call);
-    TORCH_CHECK(outputs.size() == 1 &&
-                    outputs[0].size() == static_cast<size_t>(size_),
-                "xcoll backend: allgather wants one list of ", size_,
-                " output tensors");
-    for (const at::Tensor &out : outputs[0])
-      TORCH_CHECK(out.numel() == input.numel() &&
-                      out.scalar_type() == input.scalar_type() &&
-                      out.device() == input.device(),
-                  "xcoll backend: allgather: every output tensor must have "
-                  "the input's size, type and device");
-    Call c = begin(call, input.device());
-    xcoll_datatype dtype = to_xcoll_dtype(input, call);
-    at::Tensor send = input.contiguous();
-    at::Tensor gathered = at::empty({size_ * input.numel()}, input.options());
-    launch(c);
-    check(call, xcoll_iallgather(send.data_ptr(), gathered.data_ptr(),
-                                 send.numel(), dtype, c.comm->comm,
-                                 c.native_stream(), c.request_slot()),
-          c.comm->comm);
-    std::vector<at::Tensor> targets = outputs[0];
-    int64_t n = input.numel();
-    auto scatter_out = [gathered, targets, n]() {
-      for (size_t r = 0; r < targets.size(); r++)
-        const_cast<at::Tensor &>(targets[r])
-            .copy_(gathered.narrow(0, static_cast<int64_t>(r) * n, n)
-                       .view(targets[r].sizes()));
-    };
-    return end(c, c10d::OpType::ALLGATHER, targets, {send, gathered},
-               scatter_out);
+            const c10d::AllgatherOptions &opts) override {
+    at::Tensor input = single_tensor(inputs, "allgather");
+    return list_call("allgather", XCOLL_COLL_ALLGATHER,
+                     c10d::OpType::ALLGATHER, input, outputs, nullptr, 0,
+                     opts.asyncOp);
   }
 
   c10::intrusive_ptr<c10d::Work>
   _allgather_base(at::Tensor &output, at::Tensor &input,
                   const c10d::AllgatherOptions &opts) override {
-    const char *call = "_allgather_base";
-    TORCH_CHECK(output.numel() == size_ * input.numel() &&
-                    output.scalar_type() == input.scalar_type() &&
-                    output.device() == input.device(),
-                "xcoll backend: _allgather_base: the output must hold "
-                "world_size (",
-                size_, ") times the input's elements, of its type and device");
-    Call c = begin(call, input.device());
-    xcoll_datatype dtype = to_xcoll_dtype(input, call);
-    at::Tensor send = input.contiguous();
-    at::Tensor work = output.contiguous();
-    launch(c);
-    if (c.run_inline(opts.asyncOp))
-      check(call, xcoll_allgather(send.data_ptr(), work.data_ptr(),
-                                  send.numel(), dtype, c.comm->comm),
-            c.comm->comm);
-    else
-      check(call, xcoll_iallgather(send.data_ptr(), work.data_ptr(),
-                                   send.numel(), dtype, c.comm->comm,
-                                   c.native_stream(), c.request_slot()),
-            c.comm->comm);
-    return end(c, c10d::OpType::_ALLGATHER_BASE, {output}, {send, work},
-               copy_back(work, output));
+    return flat_call("_allgather_base", XCOLL_COLL_ALLGATHER,
+                     c10d::OpType::_ALLGATHER_BASE, input, output, nullptr, 0,
+                     opts.asyncOp);
   }
 
   // The functional collectives' (FSDP2, DTensor) coalesced forms: one
@@ -833,66 +837,18 @@ public:
   reduce_scatter(std::vector<at::Tensor> &outputs,
                  std::vector<std::vector<at::Tensor>> &inputs,
                  const c10d::ReduceScatterOptions &opts) override {
-    const char *call = "reduce_scatter";
-    at::Tensor output = single_tensor(outputs, call);
-    TORCH_CHECK(inputs.size() == 1 &&
-                    inputs[0].size() == static_cast<size_t>(size_),
-                "xcoll backend: reduce_scatter wants one list of ", size_,
-                " input tensors");
-    for (const at::Tensor &in : inputs[0])
-      TORCH_CHECK(in.numel() == output.numel() &&
-                      in.scalar_type() == output.scalar_type() &&
-                      in.device() == output.device(),
-                  "xcoll backend: reduce_scatter: every input tensor must "
-                  "have the output's size, type and device");
-    Call c = begin(call, output.device());
-    xcoll_datatype dtype = to_xcoll_dtype(output, call);
-    ReduceOpScope op(opts.reduceOp, output, dtype, c.comm->comm, call);
-    std::vector<at::Tensor> flat;
-    for (const at::Tensor &in : inputs[0])
-      flat.push_back(in.reshape({-1}));
-    at::Tensor send = at::cat(flat);
-    at::Tensor work = output.contiguous();
-    launch(c);
-    check(call, xcoll_ireduce_scatter(send.data_ptr(), work.data_ptr(),
-                                      work.numel(), dtype, op.get(),
-                                      c.comm->comm, c.native_stream(),
-                                      c.request_slot()),
-          c.comm->comm);
-    return end(c, c10d::OpType::REDUCE_SCATTER, {output}, {send, work},
-               copy_back(work, output));
+    at::Tensor output = single_tensor(outputs, "reduce_scatter");
+    return list_call("reduce_scatter", XCOLL_COLL_REDUCE_SCATTER,
+                     c10d::OpType::REDUCE_SCATTER, output, inputs,
+                     &opts.reduceOp, 0, opts.asyncOp);
   }
 
   c10::intrusive_ptr<c10d::Work>
   _reduce_scatter_base(at::Tensor &output, at::Tensor &input,
                        const c10d::ReduceScatterOptions &opts) override {
-    const char *call = "_reduce_scatter_base";
-    TORCH_CHECK(input.numel() == size_ * output.numel() &&
-                    output.scalar_type() == input.scalar_type() &&
-                    output.device() == input.device(),
-                "xcoll backend: _reduce_scatter_base: the input must hold "
-                "world_size (",
-                size_,
-                ") times the output's elements, of its type and device");
-    Call c = begin(call, output.device());
-    xcoll_datatype dtype = to_xcoll_dtype(output, call);
-    ReduceOpScope op(opts.reduceOp, output, dtype, c.comm->comm, call);
-    at::Tensor send = input.contiguous();
-    at::Tensor work = output.contiguous();
-    launch(c);
-    if (c.run_inline(opts.asyncOp))
-      check(call, xcoll_reduce_scatter(send.data_ptr(), work.data_ptr(),
-                                       work.numel(), dtype, op.get(),
-                                       c.comm->comm),
-            c.comm->comm);
-    else
-      check(call, xcoll_ireduce_scatter(send.data_ptr(), work.data_ptr(),
-                                        work.numel(), dtype, op.get(),
-                                        c.comm->comm, c.native_stream(),
-                                        c.request_slot()),
-            c.comm->comm);
-    return end(c, c10d::OpType::_REDUCE_SCATTER_BASE, {output}, {send, work},
-               copy_back(work, output));
+    return flat_call("_reduce_scatter_base", XCOLL_COLL_REDUCE_SCATTER,
+                     c10d::OpType::_REDUCE_SCATTER_BASE, input, output,
+                     &opts.reduceOp, 0, opts.asyncOp);
   }
 
   // On the host communicator; with a device bound to the group
@@ -905,74 +861,43 @@ public:
       device = *opts.device;
     else if (bound_device_id_)
       device = *bound_device_id_;
-    Call c = begin(call, device.is_cuda() ? device
-                                          : c10::Device(c10::DeviceType::CPU));
-    launch(c);
+    Call c = begin(call,
+                   device.is_cuda() ? device
+                                    : c10::Device(c10::DeviceType::CPU),
+                   opts.asyncOp);
     if (c.comm->stream_ordered) {
       // No stream argument in xcoll_ibarrier: a one-element allreduce on
       // the comm's stream orders it like the other calls.
       at::Tensor one = at::zeros({1}, at::TensorOptions().device(device));
-      check(call, xcoll_iallreduce(one.data_ptr(), one.data_ptr(), 1,
-                                   XCOLL_FLOAT32, XCOLL_SUM, c.comm->comm,
-                                   c.native_stream(), c.request_slot()),
-            c.comm->comm);
+      XcollArgs a(XCOLL_COLL_ALLREDUCE, XCOLL_FLOAT32);
+      a.sendbuf = a.recvbuf = one.data_ptr();
+      a.count = 1;
+      issue(c, a);
       auto work = end(c, c10d::OpType::BARRIER, {}, {one}, nullptr);
       c.lock.unlock();
       work->complete_blocking(); // a barrier holds the host
       return work;
     }
-    if (c.run_inline(opts.asyncOp))
-      check(call, xcoll_barrier(c.comm->comm), c.comm->comm);
-    else
-      check(call, xcoll_ibarrier(c.comm->comm, c.request_slot()),
-            c.comm->comm);
+    issue(c, XcollArgs(XCOLL_COLL_BARRIER, XCOLL_UINT8));
     return end(c, c10d::OpType::BARRIER, {}, {}, nullptr);
   }
 
   // ---- point to point, coalescing, alltoall, gather, scatter ----
 
 #if XCOLL_TORCH_HAVE_P2P
+  // torch's send and recv have no async flag (isend is send): the
+  // non-blocking form, or the group's.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors,
                                       int dst, int /*tag: NCCL's way*/) override {
-    const char *call = "send";
-    at::Tensor tensor = single_tensor(tensors, call);
-    check_peer(call, dst);
-    Call c = begin(call, tensor.device());
-    xcoll_datatype dtype = to_xcoll_dtype(tensor, call);
-    at::Tensor work = tensor.contiguous();
-    launch(c);
-    if (c.grouped)
-      check(call, xcoll_send(work.data_ptr(), work.numel(), dtype, dst,
-                             c.comm->comm),
-            c.comm->comm);
-    else
-      check(call, xcoll_isend(work.data_ptr(), work.numel(), dtype, dst,
-                              c.comm->comm, c.native_stream(),
-                              c.request_slot()),
-            c.comm->comm);
-    return end(c, c10d::OpType::SEND, {tensor}, {work}, nullptr);
+    return flat_call("send", XCOLL_COLL_SEND, c10d::OpType::SEND,
+                     single_tensor(tensors, "send"), at::Tensor(), nullptr,
+                     dst, true);
   }
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors,
                                       int src, int /*tag*/) override {
-    const char *call = "recv";
-    at::Tensor tensor = single_tensor(tensors, call);
-    check_peer(call, src);
-    Call c = begin(call, tensor.device());
-    xcoll_datatype dtype = to_xcoll_dtype(tensor, call);
-    at::Tensor work = tensor.contiguous();
-    launch(c);
-    if (c.grouped)
-      check(call, xcoll_recv(work.data_ptr(), work.numel(), dtype, src,
-                             c.comm->comm),
-            c.comm->comm);
-    else
-      check(call, xcoll_irecv(work.data_ptr(), work.numel(), dtype, src,
-                              c.comm->comm, c.native_stream(),
-                              c.request_slot()),
-            c.comm->comm);
-    return end(c, c10d::OpType::RECV, {tensor}, {work},
-               copy_back(work, tensor));
+    return flat_call("recv", XCOLL_COLL_RECV, c10d::OpType::RECV, at::Tensor(),
+                     single_tensor(tensors, "recv"), nullptr, src, true);
   }
 
   // batch_isend_irecv: the calls between start and end are one xcoll group
@@ -1035,99 +960,59 @@ public:
 #endif
 
 #if XCOLL_TORCH_HAVE_ALLTOALL
-  // all_to_all_single: equal splits are xcoll_ialltoall; split sizes (in
-  // rows of dimension 0) are xcoll_ialltoallv's counts and displacements.
+  // all_to_all_single: equal splits are xcoll_alltoall; split sizes (in
+  // rows of dimension 0) are xcoll_alltoallv's counts and displacements.
   c10::intrusive_ptr<c10d::Work>
   alltoall_base(at::Tensor &output, at::Tensor &input,
                 std::vector<int64_t> &output_splits,
                 std::vector<int64_t> &input_splits,
-                const c10d::AllToAllOptions &) override {
+                const c10d::AllToAllOptions &opts) override {
     const char *call = "alltoall_base";
-    TORCH_CHECK(output.scalar_type() == input.scalar_type() &&
-                    output.device() == input.device(),
-                "xcoll backend: alltoall_base: input and output must have "
-                "one type and device");
-    Call c = begin(call, input.device());
-    xcoll_datatype dtype = to_xcoll_dtype(input, call);
-    at::Tensor send = input.contiguous();
-    at::Tensor work = output.contiguous();
-    if (output_splits.empty() && input_splits.empty()) {
-      TORCH_CHECK(input.numel() % size_ == 0 &&
-                      output.numel() == input.numel(),
-                  "xcoll backend: alltoall_base: with equal splits input "
-                  "and output must hold the same number of elements, a "
-                  "multiple of world_size (",
-                  size_, ")");
-      launch(c);
-      check(call, xcoll_ialltoall(send.data_ptr(), work.data_ptr(),
-                                  send.numel() / size_, dtype, c.comm->comm,
-                                  c.native_stream(), c.request_slot()),
-            c.comm->comm);
-    } else {
-      std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;
-      split_counts(call, input, input_splits, send_counts, send_displs);
-      split_counts(call, output, output_splits, recv_counts, recv_displs);
-      launch(c);
-      check(call, xcoll_ialltoallv(send.data_ptr(), send_counts.data(),
-                                   send_displs.data(), work.data_ptr(),
-                                   recv_counts.data(), recv_displs.data(),
-                                   dtype, c.comm->comm, c.native_stream(),
-                                   c.request_slot()),
-            c.comm->comm);
-    }
-    return end(c, c10d::OpType::ALLTOALL_BASE, {output}, {send, work},
-               copy_back(work, output));
+    if (output_splits.empty() && input_splits.empty())
+      return flat_call(call, XCOLL_COLL_ALLTOALL, c10d::OpType::ALLTOALL_BASE,
+                       input, output, nullptr, 0, opts.asyncOp);
+    check_alike(call, input, output);
+    Staged s;
+    split_counts(call, input, input_splits, s.per_peer[0], s.per_peer[1]);
+    split_counts(call, output, output_splits, s.per_peer[2], s.per_peer[3]);
+    s.send = input.contiguous();
+    s.recv = output.contiguous();
+    s.outputs = {output};
+    s.after = copy_back(s.recv, output);
+    return run(call, XCOLL_COLL_ALLTOALLV, c10d::OpType::ALLTOALL_BASE, input,
+               nullptr, 0, opts.asyncOp, std::move(s));
   }
 
-  // all_to_all with lists: the inputs end to end, xcoll_ialltoallv, then
+  // all_to_all with lists: the inputs end to end, xcoll_alltoallv, then
   // each output gets its block.
   c10::intrusive_ptr<c10d::Work>
   alltoall(std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
-           const c10d::AllToAllOptions &) override {
+           const c10d::AllToAllOptions &opts) override {
     const char *call = "alltoall";
     TORCH_CHECK(outputs.size() == static_cast<size_t>(size_) &&
                     inputs.size() == static_cast<size_t>(size_),
                 "xcoll backend: alltoall wants ", size_,
-                " input and output tensors");
-    std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;
+                " input and output tensors (one per rank), got ",
+                inputs.size(), " and ", outputs.size());
+    Staged s;
     size_t send_total = 0, recv_total = 0;
-    std::vector<at::Tensor> flat;
     for (int r = 0; r < size_; r++) {
-      TORCH_CHECK(inputs[r].scalar_type() == inputs[0].scalar_type() &&
-                      outputs[r].scalar_type() == inputs[0].scalar_type() &&
-                      inputs[r].device() == inputs[0].device() &&
-                      outputs[r].device() == inputs[0].device(),
-                  "xcoll backend: alltoall: every tensor must have one type "
-                  "and device");
-      send_counts.push_back(inputs[r].numel());
-      send_displs.push_back(send_total);
+      check_alike(call, inputs[0], inputs[r]);
+      check_alike(call, inputs[0], outputs[r]);
+      s.per_peer[0].push_back(inputs[r].numel());
+      s.per_peer[1].push_back(send_total);
       send_total += inputs[r].numel();
-      recv_counts.push_back(outputs[r].numel());
-      recv_displs.push_back(recv_total);
+      s.per_peer[2].push_back(outputs[r].numel());
+      s.per_peer[3].push_back(recv_total);
       recv_total += outputs[r].numel();
-      flat.push_back(inputs[r].reshape({-1}));
     }
-    Call c = begin(call, inputs[0].device());
-    xcoll_datatype dtype = to_xcoll_dtype(inputs[0], call);
-    at::Tensor send = at::cat(flat);
-    at::Tensor recv =
+    s.send = end_to_end(inputs);
+    s.recv =
         at::empty({static_cast<int64_t>(recv_total)}, inputs[0].options());
-    launch(c);
-    check(call, xcoll_ialltoallv(send.data_ptr(), send_counts.data(),
-                                 send_displs.data(), recv.data_ptr(),
-                                 recv_counts.data(), recv_displs.data(), dtype,
-                                 c.comm->comm, c.native_stream(),
-                                 c.request_slot()),
-          c.comm->comm);
-    std::vector<at::Tensor> targets = outputs;
-    auto scatter_out = [recv, targets, recv_displs]() {
-      for (size_t r = 0; r < targets.size(); r++)
-        const_cast<at::Tensor &>(targets[r])
-            .copy_(recv.narrow(0, static_cast<int64_t>(recv_displs[r]),
-                               targets[r].numel())
-                       .view(targets[r].sizes()));
-    };
-    return end(c, c10d::OpType::ALLTOALL, targets, {send, recv}, scatter_out);
+    s.outputs = outputs;
+    s.after = split_back(s.recv, outputs);
+    return run(call, XCOLL_COLL_ALLTOALLV, c10d::OpType::ALLTOALL, inputs[0],
+               nullptr, 0, opts.asyncOp, std::move(s));
   }
 #else
   c10::intrusive_ptr<c10d::Work>
@@ -1148,88 +1033,18 @@ public:
   gather(std::vector<std::vector<at::Tensor>> &outputs,
          std::vector<at::Tensor> &inputs,
          const c10d::GatherOptions &opts) override {
-    const char *call = "gather";
-    at::Tensor input = single_tensor(inputs, call);
-    check_root(call, opts.rootRank);
-    bool root = rank_ == opts.rootRank;
-    std::vector<at::Tensor> targets;
-    if (root) {
-      TORCH_CHECK(outputs.size() == 1 &&
-                      outputs[0].size() == static_cast<size_t>(size_),
-                  "xcoll backend: gather wants on the root one list of ",
-                  size_, " output tensors");
-      targets = outputs[0];
-      for (const at::Tensor &out : targets)
-        TORCH_CHECK(out.numel() == input.numel() &&
-                        out.scalar_type() == input.scalar_type() &&
-                        out.device() == input.device(),
-                    "xcoll backend: gather: every output tensor must have "
-                    "the input's size, type and device");
-    }
-    Call c = begin(call, input.device());
-    xcoll_datatype dtype = to_xcoll_dtype(input, call);
-    at::Tensor send = input.contiguous();
-    at::Tensor gathered =
-        root ? at::empty({size_ * input.numel()}, input.options()) : send;
-    launch(c);
-    check(call, xcoll_igather(send.data_ptr(), root ? gathered.data_ptr()
-                                                    : nullptr,
-                              send.numel(), dtype,
-                              static_cast<int>(opts.rootRank), c.comm->comm,
-                              c.native_stream(), c.request_slot()),
-          c.comm->comm);
-    int64_t n = input.numel();
-    std::function<void()> scatter_out;
-    if (root)
-      scatter_out = [gathered, targets, n]() {
-        for (size_t r = 0; r < targets.size(); r++)
-          const_cast<at::Tensor &>(targets[r])
-              .copy_(gathered.narrow(0, static_cast<int64_t>(r) * n, n)
-                         .view(targets[r].sizes()));
-      };
-    return end(c, c10d::OpType::GATHER, targets, {send, gathered},
-               scatter_out);
+    at::Tensor input = single_tensor(inputs, "gather");
+    return list_call("gather", XCOLL_COLL_GATHER, c10d::OpType::GATHER, input,
+                     outputs, nullptr, opts.rootRank, opts.asyncOp);
   }
 
   c10::intrusive_ptr<c10d::Work>
   scatter(std::vector<at::Tensor> &outputs,
           std::vector<std::vector<at::Tensor>> &inputs,
           const c10d::ScatterOptions &opts) override {
-    const char *call = "scatter";
-    at::Tensor output = single_tensor(outputs, call);
-    check_root(call, opts.rootRank);
-    bool root = rank_ == opts.rootRank;
-    at::Tensor send;
-    if (root) {
-      TORCH_CHECK(inputs.size() == 1 &&
-                      inputs[0].size() == static_cast<size_t>(size_),
-                  "xcoll backend: scatter wants on the root one list of ",
-                  size_, " input tensors");
-      std::vector<at::Tensor> flat;
-      for (const at::Tensor &in : inputs[0]) {
-        TORCH_CHECK(in.numel() == output.numel() &&
-                        in.scalar_type() == output.scalar_type() &&
-                        in.device() == output.device(),
-                    "xcoll backend: scatter: every input tensor must have "
-                    "the output's size, type and device");
-        flat.push_back(in.reshape({-1}));
-      }
-      send = at::cat(flat);
-    }
-    Call c = begin(call, output.device());
-    xcoll_datatype dtype = to_xcoll_dtype(output, call);
-    at::Tensor work = output.contiguous();
-    launch(c);
-    check(call, xcoll_iscatter(root ? send.data_ptr() : nullptr,
-                               work.data_ptr(), work.numel(), dtype,
-                               static_cast<int>(opts.rootRank), c.comm->comm,
-                               c.native_stream(), c.request_slot()),
-          c.comm->comm);
-    std::vector<at::Tensor> keep = {work};
-    if (root)
-      keep.push_back(send);
-    return end(c, c10d::OpType::SCATTER, {output}, keep,
-               copy_back(work, output));
+    at::Tensor output = single_tensor(outputs, "scatter");
+    return list_call("scatter", XCOLL_COLL_SCATTER, c10d::OpType::SCATTER,
+                     output, inputs, nullptr, opts.rootRank, opts.asyncOp);
   }
 #else
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &,
@@ -1265,28 +1080,23 @@ public:
   }
 
 private:
-  // One call being issued: its communicator and stream, and where its
-  // request goes.
+  // One call being issued: its communicator and stream, which of xcoll's
+  // forms it takes, and where its request goes.
   struct Call {
     const char *name;
     Comm *comm;
     std::optional<c10::Stream> stream; // what xcoll is given (CUDA only)
     bool grouped = false;              // recorded in a coalescing group
-    bool blocking = false;             // ran inline with the blocking form
+    // Runs inline with the blocking form: a synchronous call (async_op
+    // False: the caller waits at once) on the host, in the caller's thread,
+    // with no hand-off to xcoll's progress thread and back (about 30 us of
+    // the 40 a small allreduce took through the request on 2 cores).
+    bool blocking = false;
     xcoll_request_t request = nullptr;
     std::unique_lock<std::mutex> lock; // issue order: one call at a time
 
     void *native_stream() const {
       return stream ? stream->native_handle() : nullptr;
-    }
-    xcoll_request_t *request_slot() { return &request; }
-    // A synchronous call (async_op=False: the caller waits at once) on the
-    // host runs xcoll's blocking form in the caller's thread: no hand-off
-    // to xcoll's progress thread and back (about 30 us of the 40 a small
-    // allreduce took through the request on 2 cores).
-    bool run_inline(bool async_op) {
-      blocking = !async_op && !grouped && !comm->device.is_cuda();
-      return blocking;
     }
   };
 
@@ -1359,9 +1169,10 @@ private:
                 ": the group was shut down");
   }
 
-  // Picks the communicator and takes the issue lock: xcoll wants one call
-  // at a time per communicator, in one order on every rank.
-  Call begin(const char *call, const c10::Device &device) {
+  // Picks the communicator and the form of the call (Call::blocking) and
+  // takes the issue lock: xcoll wants one call at a time per communicator,
+  // in one order on every rank.
+  Call begin(const char *call, const c10::Device &device, bool async_op) {
     check_open(call);
     Call c;
     c.name = call;
@@ -1374,6 +1185,7 @@ private:
       coalesced_comm_ = c.comm;
       return c;
     }
+    c.blocking = !async_op && !c.comm->device.is_cuda();
     c.lock = std::unique_lock<std::mutex>(issue_lock_);
     return c;
   }
@@ -1522,6 +1334,254 @@ private:
     std::vector<at::Tensor> outputs_;
     c10::intrusive_ptr<c10::ivalue::Future> future_;
   };
+
+  // ---- the forms of a call, sized by core's table of collectives ----
+
+  // A call's buffers once staged, for run(): what xcoll reads and writes
+  // (undefined: unused on this rank), and what the work hands back.
+  struct Staged {
+    at::Tensor send, recv;           // one tensor for the in-place forms
+    size_t count = 0;                // the count argument (count_name)
+    std::vector<size_t> per_peer[4]; // alltoallv's send counts and
+                                     // displacements, then receive ones
+    std::vector<at::Tensor> outputs; // the work's result
+    std::function<void()> after;     // copies recv to outputs, if needed
+  };
+
+  // Issues the call of kind on staged buffers: the communicator of like's
+  // device, like's type, the op where the row has one, the root (or the
+  // peer of send and recv), and the form async_op asks for (begin).
+  c10::intrusive_ptr<c10d::Work>
+  run(const char *call, xcoll_coll_kind kind, c10d::OpType type,
+      const at::Tensor &like, const c10d::ReduceOp *reduce_op, int64_t root,
+      bool async_op, Staged s) {
+    Call c = begin(call, like.device(), async_op);
+    XcollArgs a(kind, to_xcoll_dtype(like, call));
+    std::optional<ReduceOpScope> op;
+    if (xcoll_coll_info_of(kind)->has_op) {
+      op.emplace(*reduce_op, like, a.dtype, c.comm->comm, call);
+      a.op = op->get();
+    }
+    a.count = s.count;
+    a.root = static_cast<int>(root);
+    if (kind == XCOLL_COLL_ALLTOALLV)
+      a.set_vectors(s.per_peer[0], s.per_peer[1], s.per_peer[2],
+                    s.per_peer[3]);
+    std::vector<at::Tensor> keep;
+    if (s.send.defined()) {
+      a.sendbuf = s.send.data_ptr();
+      keep.push_back(s.send);
+    }
+    if (s.recv.defined()) {
+      a.recvbuf = s.recv.data_ptr();
+      if (!s.recv.is_same(s.send))
+        keep.push_back(s.recv);
+    }
+    issue(c, a);
+    return end(c, type, std::move(s.outputs), std::move(keep),
+               std::move(s.after));
+  }
+
+  // A call on flat tensors: input is its send buffer and output its receive
+  // buffer (one tensor for the in-place forms; undefined for the buffer its
+  // row leaves unused: send's receive buffer, recv's send buffer). The
+  // count argument comes from the tensor on the side that is not per rank
+  // (allgather's input, reduce_scatter's output; alltoall's input over
+  // world_size), and the other tensor must hold what the table says.
+  // root: the root, or the peer of send and recv (ignored without either).
+  // A tensor that is not contiguous is staged in a contiguous copy.
+  c10::intrusive_ptr<c10d::Work>
+  flat_call(const char *call, xcoll_coll_kind kind, c10d::OpType type,
+            const at::Tensor &input, const at::Tensor &output,
+            const c10d::ReduceOp *reduce_op, int64_t root, bool async_op) {
+    const xcoll_coll_info *info = xcoll_coll_info_of(kind);
+    check_root_or_peer(call, info, root);
+    bool in_place =
+        input.defined() && output.defined() && input.is_same(output);
+    const at::Tensor &any = input.defined() ? input : output;
+    Staged s;
+    s.count = static_cast<size_t>(any.numel());
+    if (input.defined() && output.defined() && !in_place) {
+      check_alike(call, input, output);
+      s.count = count_of(call, info, input, output);
+      Shape shape = shape_of(call, kind, s.count, rank_ == root);
+      expect_numel(call, "input", input, shape.send, info->send_per_rank,
+                   s.count);
+      expect_numel(call, "output", output, shape.recv, info->recv_per_rank,
+                   s.count);
+    }
+    if (input.defined())
+      s.send = input.contiguous();
+    if (output.defined()) {
+      s.recv = in_place ? s.send : output.contiguous();
+      s.outputs = {output};
+      s.after = copy_back(s.recv, output);
+    } else {
+      s.outputs = {input}; // send: nothing comes back
+    }
+    return run(call, kind, type, any, reduce_op, root, async_op,
+               std::move(s));
+  }
+
+  // A list form (allgather, reduce_scatter, gather, scatter): tensor on one
+  // side, and on the side the table has per rank one list of world_size
+  // tensors of tensor's size (gather's outputs and scatter's inputs on the
+  // root only). The list is laid end to end in one flat buffer of the
+  // table's size, which xcoll writes (outputs) or reads (inputs).
+  c10::intrusive_ptr<c10d::Work>
+  list_call(const char *call, xcoll_coll_kind kind, c10d::OpType type,
+            const at::Tensor &tensor,
+            std::vector<std::vector<at::Tensor>> &lists,
+            const c10d::ReduceOp *reduce_op, int64_t root, bool async_op) {
+    const xcoll_coll_info *info = xcoll_coll_info_of(kind);
+    check_root_or_peer(call, info, root);
+    bool list_is_output = info->recv_per_rank != 0;
+    const char *list_name = list_is_output ? "output" : "input";
+    bool list_root_only =
+        list_is_output ? info->recv_root_only : info->send_root_only;
+    bool list_used = !list_root_only || rank_ == root;
+    Staged s;
+    s.count = static_cast<size_t>(tensor.numel());
+    Shape shape = shape_of(call, kind, s.count, rank_ == root);
+    std::vector<at::Tensor> list;
+    if (list_used) {
+      TORCH_CHECK(lists.size() == 1 &&
+                      lists[0].size() == static_cast<size_t>(size_),
+                  "xcoll backend: ", call, " wants",
+                  list_root_only ? " on the root" : "", " one list of ",
+                  size_, " ", list_name, " tensors");
+      list = lists[0];
+      for (size_t r = 0; r < list.size(); r++) {
+        check_alike(call, tensor, list[r]);
+        TORCH_CHECK(static_cast<size_t>(list[r].numel()) == s.count,
+                    "xcoll backend: ", call, ": ", list_name, " tensor ", r,
+                    " holds ", list[r].numel(), " elements, expected ",
+                    s.count, " (as many as the ",
+                    list_is_output ? "input" : "output", " tensor)");
+      }
+    }
+    at::Tensor single = tensor.contiguous();
+    at::Tensor flat;
+    if (list_used)
+      flat = list_is_output
+                 ? at::empty({static_cast<int64_t>(shape.recv)},
+                             tensor.options())
+                 : end_to_end(list);
+    TORCH_INTERNAL_ASSERT(
+        !list_used || static_cast<size_t>(flat.numel()) ==
+                          (list_is_output ? shape.recv : shape.send));
+    if (list_is_output) {
+      s.send = single;
+      s.recv = flat;
+      s.outputs = list;
+      if (list_used)
+        s.after = split_back(flat, list);
+    } else {
+      s.send = flat;
+      s.recv = single;
+      s.outputs = {tensor};
+      s.after = copy_back(single, tensor);
+    }
+    return run(call, kind, type, tensor, reduce_op, root, async_op,
+               std::move(s));
+  }
+
+  // Issues a on c's communicator once the caller's stream is ordered before
+  // it (launch): the blocking form when the call runs inline or is recorded
+  // in a coalescing group, else the non-blocking form, its request in c.
+  void issue(Call &c, const XcollArgs &a) {
+    launch(c);
+    check(c.name,
+          call_xcoll(a, c.comm->comm, c.blocking || c.grouped,
+                     c.native_stream(), &c.request),
+          c.comm->comm);
+  }
+
+  // Elements of the send and receive buffers of a call of kind with count
+  // on this rank, from core's table (xcoll_coll_shape).
+  struct Shape {
+    size_t send = 0, recv = 0;
+  };
+  Shape shape_of(const char *call, xcoll_coll_kind kind, size_t count,
+                 bool is_root) {
+    Shape shape;
+    xcoll_status status = xcoll_coll_shape(kind, count, size_, is_root,
+                                           &shape.send, &shape.recv, nullptr);
+    TORCH_CHECK(status == XCOLL_SUCCESS, "xcoll backend: ", call, ": ",
+                count, " elements per rank at world_size ", size_,
+                " overflow a size: ", xcoll_strerror(status));
+    return shape;
+  }
+
+  // The count argument of a call on two flat tensors (the table's
+  // count_name): the tensor on the side that is not per rank sets it; with
+  // both per rank (alltoall) it is the input's elements over world_size.
+  size_t count_of(const char *call, const xcoll_coll_info *info,
+                  const at::Tensor &input, const at::Tensor &output) {
+    if (!info->send_per_rank)
+      return static_cast<size_t>(input.numel());
+    if (!info->recv_per_rank)
+      return static_cast<size_t>(output.numel());
+    TORCH_CHECK(input.numel() % size_ == 0, "xcoll backend: ", call,
+                ": the input tensor holds ", input.numel(),
+                " elements, not a multiple of world_size (", size_, ")");
+    return static_cast<size_t>(input.numel() / size_);
+  }
+
+  // t (the call's input or output tensor) must hold expected elements:
+  // world_size times count where its side is per rank.
+  void expect_numel(const char *call, const char *what, const at::Tensor &t,
+                    size_t expected, bool per_rank, size_t count) {
+    if (static_cast<size_t>(t.numel()) == expected)
+      return;
+    std::string why = per_rank ? " (world_size " + std::to_string(size_) +
+                                     " x " + std::to_string(count) +
+                                     " elements per rank)"
+                               : "";
+    TORCH_CHECK(false, "xcoll backend: ", call, ": the ", what,
+                " tensor holds ", t.numel(), " elements, expected ", expected,
+                why);
+  }
+
+  void check_root_or_peer(const char *call, const xcoll_coll_info *info,
+                          int64_t root) {
+    if (info->has_root)
+      check_root(call, root);
+    if (info->has_peer)
+      check_peer(call, root);
+  }
+
+  // Tensors of one call share a type and a device.
+  static void check_alike(const char *call, const at::Tensor &first,
+                          const at::Tensor &other) {
+    TORCH_CHECK(first.scalar_type() == other.scalar_type() &&
+                    first.device() == other.device(),
+                "xcoll backend: ", call,
+                ": every tensor must have one type and device (",
+                first.scalar_type(), " on ", first.device(), " and ",
+                other.scalar_type(), " on ", other.device(), ")");
+  }
+
+  // The tensors laid end to end in one flat tensor.
+  static at::Tensor end_to_end(const std::vector<at::Tensor> &tensors) {
+    std::vector<at::Tensor> flat;
+    for (const at::Tensor &t : tensors)
+      flat.push_back(t.reshape({-1}));
+    return at::cat(flat);
+  }
+
+  // The inverse: each target gets its block of flat, laid end to end.
+  static std::function<void()> split_back(const at::Tensor &flat,
+                                          std::vector<at::Tensor> targets) {
+    return [flat, targets]() {
+      int64_t offset = 0;
+      for (const at::Tensor &t : targets) {
+        const_cast<at::Tensor &>(t).copy_(
+            flat.narrow(0, offset, t.numel()).view(t.sizes()));
+        offset += t.numel();
+      }
+    };
+  }
 
   static void check(const char *call, xcoll_status status, xcoll_comm_t comm) {
     TORCH_CHECK(status == XCOLL_SUCCESS, "xcoll backend: ", call, ": ",

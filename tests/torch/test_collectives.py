@@ -5,8 +5,9 @@ broadcast and reduce from every root, all_gather and all_gather_into_tensor,
 reduce_scatter and reduce_scatter_tensor, barrier; the coalesced forms;
 send/recv, batch_isend_irecv, all_to_all(_single), gather and scatter where
 the C API offers them (else their errors name them); async works (wait,
-is_completed, get_future); split_group over xcoll_comm_split; the errors of
-unsupported calls and dtypes, a reduce op named by its name."""
+is_completed, get_future); the coalescing manager's all_reduce; split_group
+over xcoll_comm_split; the errors of unsupported calls and dtypes, a reduce
+op named by its name, and tensors of the wrong size."""
 import torch
 import torch.distributed as dist
 
@@ -287,6 +288,18 @@ if native.have_p2p:
 else:
     expect_error("send", lambda: dist.send(torch.ones(1), nxt, group=xcoll),
                  "not supported")
+if native.have_p2p:
+    # The coalescing manager's all_reduce: torch starts a coalescing group
+    # (an xcoll group), then calls allreduce_coalesced inside it.
+    ts = [data(torch.float32, 13), data(torch.float32, 5)]
+    want = [t.clone() for t in ts]
+    with dist._coalescing_manager(group=xcoll, device=torch.device("cpu")):
+        for t in ts:
+            dist.all_reduce(t, group=xcoll)
+    for t in want:
+        dist.all_reduce(t, group=gloo)
+    check_close("coalescing manager all_reduce", torch.cat(ts),
+                torch.cat(want), 1e-5)
 if native.have_alltoall:
     engine_lacks("alltoall", alltoall)
 else:
@@ -328,6 +341,25 @@ expect_error("allreduce", lambda: dist.all_reduce(
 expect_error("allreduce", lambda: dist.all_reduce(
     torch.ones(4, dtype=torch.bool), op=dist.ReduceOp.AVG, group=xcoll),
     "AVG")
+
+# Sizes come from core's table of collectives: a tensor of the wrong size
+# is named, with the size expected.
+expect_error("_allgather_base", lambda: dist.all_gather_into_tensor(
+    torch.empty(5), torch.ones(3), group=xcoll),
+    "output tensor holds 5 elements", f"expected {3 * world}")
+expect_error("_reduce_scatter_base", lambda: dist.reduce_scatter_tensor(
+    torch.empty(3), torch.ones(5), group=xcoll),
+    "input tensor holds 5 elements", f"expected {3 * world}")
+expect_error("allgather", lambda: dist.all_gather(
+    [torch.empty(3) for _ in range(world - 1)] + [torch.empty(4)],
+    torch.ones(3), group=xcoll), f"output tensor {world - 1}", "expected 3")
+if native.have_alltoall:
+    expect_error("alltoall_base", lambda: dist.all_to_all_single(
+        torch.empty(2 * world + 2), torch.ones(2 * world), group=xcoll),
+        "output tensor", f"expected {2 * world}")
+    expect_error("alltoall_base", lambda: dist.all_to_all_single(
+        torch.empty(2 * world + 1), torch.ones(2 * world + 1), group=xcoll),
+        "not a multiple of world_size")
 
 dist.barrier(group=xcoll)
 dist.destroy_process_group(xcoll)
