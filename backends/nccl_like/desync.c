@@ -82,7 +82,8 @@ static int has_room(nl_fp_link *fp) {
 }
 
 xcoll_status nl_fp_record(nl_state *st, const xcoll_fingerprint *call,
-                          int deferred, int caller_steps, uint64_t *index) {
+                          int deferred, int caller_steps, uint64_t p2p_sent,
+                          uint64_t *index) {
   nl_fp_link *fp = &st->fp;
   if (!has_room(fp) && !atomic_load(&fp->broken)) {
     /* NL_FP_WINDOW ops ahead of what the previous rank has started (or of
@@ -105,8 +106,7 @@ xcoll_status nl_fp_record(nl_state *st, const xcoll_fingerprint *call,
   fp->local[slot] = *call;
   xcoll_fingerprint_encode(&fp->local[slot], fp->out[slot]);
   /* Core starts an engine op with no point-to-point message in flight:
-   * this count is final for every call before it. */
-  uint64_t p2p_sent = nl_p2p_sent(st, st->next);
+   * p2p_sent is final for every call before it. */
   for (int i = 0; i < 8; i++)
     fp->out[slot][XCOLL_FINGERPRINT_BYTES + i] = (uint8_t)(p2p_sent >> (8 * i));
   atomic_store_explicit(&fp->started, started + 1, memory_order_release);

@@ -255,7 +255,7 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
    * also wakes a sleeping proxy, which then drives the channels too. */
   op->fp_deferred = nl_fp_deferrable(st, op);
   if (nl_fp_record(st, &op->fp, op->fp_deferred, caller_steps(st, op),
-                   &op->fp_index) != XCOLL_SUCCESS) {
+                   nl_p2p_sent(st, st->next), &op->fp_index) != XCOLL_SUCCESS) {
     pthread_mutex_unlock(&st->lock);
     free(op);
     return broken_status(st);

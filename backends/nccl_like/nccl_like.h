@@ -485,9 +485,12 @@ void nl_watcher_join(nl_state *st);
  * it is sent at once and the op completes only once it was judged. caller_steps
  * (with deferred): the issuing thread runs the step itself once the op is
  * done (nl_fp_step_due, in a blocking wait), so a batch that comes due
- * does not wake the proxy. Errors: the comm's failure status. */
+ * does not wake the proxy. p2p_sent: the point-to-point messages this rank
+ * has queued to the next one (nl_p2p_sent), which the fingerprint carries.
+ * Errors: the comm's failure status. */
 xcoll_status nl_fp_record(nl_state *st, const xcoll_fingerprint *call,
-                          int deferred, int caller_steps, uint64_t *index);
+                          int deferred, int caller_steps, uint64_t p2p_sent,
+                          uint64_t *index);
 /* 1 when the step has fingerprints to send (a batch came due): what a
  * blocking wait checks after an op recorded with caller_steps. */
 int nl_fp_step_due(nl_state *st);
@@ -583,8 +586,14 @@ xcoll_status nl_proxy_start(nl_state *st);
 int nl_recvs_ahead(const xcoll_net_v1 *net, int device);
 /* Under st->lock: the proxy may have work now (an op started, fingerprints
  * came due, a kernel left slots to send): end its nap (NL_PROXY_NAP_MS)
- * or its sleep until work, so that it looks at once. */
-void nl_proxy_wake(nl_state *st);
+ * or its sleep until work, so that it looks at once. Inline here, not in
+ * proxy.c, so that the files that wake the proxy (engine.c, desync.c,
+ * gpu_engine.c) need none of proxy.c's symbols: no loop among the files
+ * (scripts/check-layers.sh). */
+static inline void nl_proxy_wake(nl_state *st) {
+  st->proxy_kicks++;
+  pthread_cond_signal(&st->proxy_cond);
+}
 /* Stop and join (st->stopping must be set and proxy_cond signalled). */
 void nl_proxy_join(nl_state *st);
 /* The worker's progress hook (xc_work.progress; ctx is its nl_channel,

@@ -189,11 +189,6 @@ static void fail_timeout(nl_state *st, double idle_s) {
           st->prev);
 }
 
-void nl_proxy_wake(nl_state *st) {
-  st->proxy_kicks++;
-  pthread_cond_signal(&st->proxy_cond);
-}
-
 /* Sleep until there is something to move. Returns 0 when the thread must
  * exit. */
 static int wait_for_work(nl_state *st) {
