@@ -1120,6 +1120,49 @@ out:
   return status;
 }
 
+xcoll_status xcoll_comm_failed_ranks(xcoll_comm_t comm, int *ranks,
+                                     int capacity, int *count) {
+  if (count == NULL || capacity < 0 || (ranks == NULL && capacity > 0))
+    return xcoll_error(comm_is_live(comm) ? comm : NULL,
+                       XCOLL_ERR_INVALID_ARGUMENT,
+                       "xcoll_comm_failed_ranks: count is NULL, capacity "
+                       "negative, or ranks NULL with capacity > 0 (pass "
+                       "ranks with room for capacity ints, or NULL and 0 to "
+                       "ask only how many)");
+  *count = 0;
+  /* A broken communicator passes: it is the one to ask about. */
+  xcoll_status status = check_live(comm, "xcoll_comm_failed_ranks");
+  if (status != XCOLL_SUCCESS)
+    return status;
+  if (comm->has_kv || xcoll_store_is_kv(comm->store))
+    return xcoll_error(comm, XCOLL_ERR_NOT_SUPPORTED,
+                       "xcoll_comm_failed_ranks: comm %llu rendezvoused "
+                       "through the caller's store (xcoll_comm_init_kv), "
+                       "which does not record departures: take the ranks "
+                       "from the error that broke the communicator",
+                       (unsigned long long)comm->comm_id);
+  int found = 0;
+  for (int r = 0; r < comm->world_size; r++) {
+    if (r == comm->rank)
+      continue;
+    char key[64];
+    snprintf(key, sizeof key, "%s%d", XCOLL_STORE_DEPARTED_PREFIX,
+             world_rank_of(comm, r));
+    const char *keys[1] = {key};
+    int dead = 0;
+    status = xcoll_store_check(comm->store, keys, 1, &dead);
+    if (status != XCOLL_SUCCESS)
+      return xcoll_error_adopt(comm, status);
+    if (dead || xcoll_blame_has_left(comm, comm->store, r)) {
+      if (found < capacity)
+        ranks[found] = r;
+      found++;
+    }
+  }
+  *count = found;
+  return XCOLL_SUCCESS;
+}
+
 /* ---- abort, destroy ---- */
 
 xcoll_status xcoll_comm_abort(xcoll_comm_t comm) {

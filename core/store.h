@@ -47,6 +47,10 @@
  * lost a rank), unless that rank is excluded; setting the key forgives a
  * departure already seen, so that the survivors can meet in the store again. */
 #define XCOLL_STORE_EXCLUDED_PREFIX "xcoll/excluded/"
+/* Keys "xcoll/departed/<world rank>" (value: the rank's address) are set by
+ * the server itself when a joined rank's connection drops without LEAVE: the
+ * ranks known dead, for xcoll_comm_failed_ranks. */
+#define XCOLL_STORE_DEPARTED_PREFIX "xcoll/departed/"
 
 typedef struct xcoll_store_server xcoll_store_server;
 typedef struct xcoll_store xcoll_store;

@@ -510,6 +510,19 @@ static void server_note_departure(xcoll_store_server *s, store_client *c) {
   store_departure *d = &s->departed[s->departed_count++];
   d->rank = c->joined_rank;
   snprintf(d->peer, sizeof d->peer, "%s", c->peer);
+  /* Published for xcoll_comm_failed_ranks (a check, not a wait: it is
+   * answered while the job is failed). Out of memory: the record above
+   * still fails the job; only the list misses the rank. */
+  char key[64];
+  int key_len = snprintf(key, sizeof key, "%s%d", XCOLL_STORE_DEPARTED_PREFIX,
+                         d->rank);
+  size_t peer_len = strlen(d->peer);
+  unsigned char *value = malloc(peer_len > 0 ? peer_len : 1);
+  if (value != NULL) {
+    memcpy(value, d->peer, peer_len);
+    (void)table_put(&s->table, (const unsigned char *)key, (size_t)key_len,
+                    value, peer_len);
+  }
   server_update_failure(s);
 }
 

@@ -354,6 +354,24 @@ XCOLL_API xcoll_status xcoll_comm_shrink(xcoll_comm_t comm,
                                          int exclude_count, int flags,
                                          xcoll_comm_t *newcomm);
 
+/* The ranks of comm known to be gone, for xcoll_comm_shrink's exclude list
+ * without a coordinator: those whose process died (the rendezvous store
+ * saw its connection drop without a close) and those that destroyed comm.
+ * Writes the first min(*count, capacity) of them, ascending, to ranks and
+ * their number to *count; never lists the caller. Works on a broken
+ * communicator. Local, not collective: it asks the store, so survivors
+ * that ask while a second peer is still dying may get different lists, and
+ * xcoll_comm_shrink then fails naming the rank whose list differs. Ask
+ * once the failure that broke comm has been seen. A rank that is stopped
+ * (SIGSTOP) or cut off is not listed: only its timeout names it.
+ * Errors: XCOLL_ERR_INVALID_ARGUMENT (count NULL, capacity < 0, ranks NULL
+ * with capacity > 0), XCOLL_ERR_INVALID_USAGE (comm NULL or destroyed),
+ * XCOLL_ERR_NOT_SUPPORTED (comm made by xcoll_comm_init_kv: the caller's
+ * store records no departures), and the store's errors (XCOLL_ERR_REMOTE
+ * or XCOLL_ERR_TIMEOUT when its host, the world's rank 0, is gone). */
+XCOLL_API xcoll_status xcoll_comm_failed_ranks(xcoll_comm_t comm, int *ranks,
+                                               int capacity, int *count);
+
 /* Getters. Errors: XCOLL_ERR_INVALID_ARGUMENT for NULL pointers. */
 XCOLL_API xcoll_status xcoll_comm_rank(xcoll_comm_t comm, int *rank);
 XCOLL_API xcoll_status xcoll_comm_size(xcoll_comm_t comm, int *world_size);

@@ -16,7 +16,9 @@
  *                          shrink with XCOLL_SHRINK_DEFAULT, excluding 1.
  * On the new communicator each survivor checks its rank (old ranks in order,
  * renumbered 0..2) and size 3, and that an allreduce and an allgather give
- * exactly what is computed here from the old ranks that are left. Each
+ * exactly what is computed here from the old ranks that are left. The
+ * exclude list comes from xcoll_comm_failed_ranks, which must list the gone
+ * rank alone. Each
  * survivor prints "SHRINK-OK rank R ..." or "SHRINK-BAD rank R ..." and
  * exits 0 or 1 accordingly. */
 #include <signal.h>
@@ -24,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "xcoll.h"
 
@@ -95,6 +98,52 @@ static int check_new(xcoll_comm_t shrunk, int old_rank, const int *left,
 }
 
 /* Argument errors, all found before anything is sent. */
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The exclude list from xcoll_comm_failed_ranks, which must come to list
+ * exactly `gone`: the store hears of a death (or a destroy) about when the
+ * peers do, but not necessarily before this rank asks, so ask until it
+ * does, within 10 s. 0 when it did, else 1 (SHRINK-BAD printed). */
+static int await_failed(xcoll_comm_t comm, int rank, int gone, int *ranks,
+                        int *count) {
+  int none = -1;
+  xcoll_status status = xcoll_comm_failed_ranks(comm, ranks, 1, NULL);
+  if (status != XCOLL_ERR_INVALID_ARGUMENT)
+    return bad(rank, "xcoll_comm_failed_ranks with count NULL", status, comm);
+  double deadline = now_s() + 10.0;
+  for (;;) {
+    status = xcoll_comm_failed_ranks(comm, ranks, WORLD, count);
+    if (status != XCOLL_SUCCESS)
+      return bad(rank, "xcoll_comm_failed_ranks", status, comm);
+    if (*count == 1 && ranks[0] == gone)
+      break;
+    if (*count > 0) {
+      printf("SHRINK-BAD rank %d: xcoll_comm_failed_ranks lists %d rank(s), "
+             "the first %d, not rank %d alone\n",
+             rank, *count, ranks[0], gone);
+      return 1;
+    }
+    if (now_s() > deadline) {
+      printf("SHRINK-BAD rank %d: xcoll_comm_failed_ranks did not list rank "
+             "%d within 10 s\n",
+             rank, gone);
+      return 1;
+    }
+    struct timespec nap = {0, 1000 * 1000};
+    nanosleep(&nap, NULL);
+  }
+  /* Only asking how many: ranks NULL with capacity 0. */
+  status = xcoll_comm_failed_ranks(comm, NULL, 0, &none);
+  if (status != XCOLL_SUCCESS || none != 1)
+    return bad(rank, "xcoll_comm_failed_ranks(NULL, 0) did not count 1",
+               status, comm);
+  return 0;
+}
+
 static int check_errors(xcoll_comm_t comm, int rank) {
   xcoll_comm_t out = NULL;
   int out_of_range[1] = {WORLD};
@@ -181,8 +230,11 @@ int main(int argc, char **argv) {
     return 1;
   }
 
+  int exclude[WORLD], exclude_count = 0;
+  if (await_failed(comm, rank, gone, exclude, &exclude_count) != 0)
+    return 1;
   xcoll_comm_t shrunk = NULL;
-  status = xcoll_comm_shrink(comm, &gone, 1, flags, &shrunk);
+  status = xcoll_comm_shrink(comm, exclude, exclude_count, flags, &shrunk);
   if (status != XCOLL_SUCCESS || shrunk == NULL)
     return bad(rank, "shrink", status, comm);
   int left[WORLD], left_count = 0;
