@@ -18,9 +18,10 @@
  * renumbered 0..2) and size 3, and that an allreduce and an allgather give
  * exactly what is computed here from the old ranks that are left. The
  * exclude list comes from xcoll_comm_failed_ranks, which must list the gone
- * rank alone. Each
- * survivor prints "SHRINK-OK rank R ..." or "SHRINK-BAD rank R ..." and
- * exits 0 or 1 accordingly. */
+ * rank alone. Each survivor prints "SHRINK-OK rank R ..." or "SHRINK-BAD
+ * rank R ..." and exits 0 or 1 accordingly. The GONE and SHRINK-OK lines
+ * end with CLOCK_MONOTONIC times (one clock for the host's processes), from
+ * which fault_shrink.sh gives the time from the loss to going on. */
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -50,6 +51,16 @@ static int32_t input(int old_rank, int i) {
 
 /* The checks on the shrunk communicator. left[k] is the old rank of new
  * rank k. */
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* When the first collective on the shrunk communicator ended (CLOCK_MONOTONIC
+ * seconds, one clock for every process of the host). */
+static double first_collective_at;
+
 static int check_new(xcoll_comm_t shrunk, int old_rank, const int *left,
                      int left_count) {
   int rank = -1, size = -1;
@@ -69,6 +80,7 @@ static int check_new(xcoll_comm_t shrunk, int old_rank, const int *left,
     send[i] = input(old_rank, i);
   xcoll_status status =
       xcoll_allreduce(send, recv, COUNT, XCOLL_INT32, XCOLL_SUM, shrunk);
+  first_collective_at = now_s();
   if (status != XCOLL_SUCCESS)
     return bad(old_rank, "allreduce on the shrunk communicator", status,
                shrunk);
@@ -98,12 +110,6 @@ static int check_new(xcoll_comm_t shrunk, int old_rank, const int *left,
 }
 
 /* Argument errors, all found before anything is sent. */
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* The exclude list from xcoll_comm_failed_ranks, which must come to list
  * exactly `gone`: the store hears of a death (or a destroy) about when the
  * peers do, but not necessarily before this rank asks, so ask until it
@@ -205,7 +211,7 @@ int main(int argc, char **argv) {
     return bad(rank, "first allreduce", status, comm);
 
   if (rank == gone) {
-    printf("GONE rank %d\n", rank);
+    printf("GONE rank %d at %.6f\n", rank, now_s());
     fflush(stdout);
     if (kill_mode)
       raise(SIGKILL);
@@ -248,8 +254,10 @@ int main(int argc, char **argv) {
   status = xcoll_comm_destroy(shrunk);
   if (status != XCOLL_SUCCESS)
     return bad(rank, "destroy of the shrunk communicator", status, NULL);
-  printf("SHRINK-OK rank %d: rank %d of 3 after rank %d %s\n", rank,
-         rank - (rank > gone), gone, kill_mode ? "died" : "left");
+  printf("SHRINK-OK rank %d: rank %d of 3 after rank %d %s; first "
+         "collective on it done at %.6f\n",
+         rank, rank - (rank > gone), gone, kill_mode ? "died" : "left",
+         first_collective_at);
   fflush(stdout);
   return 0;
 }

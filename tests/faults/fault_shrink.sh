@@ -37,5 +37,12 @@ for r in 0 1 2 3; do
   fi
 done
 grep -q "SHRINK-BAD" "$out" && { echo "FAIL: a survivor reported a bad outcome"; fail=1; }
+# A figure, not a check: from the gone rank's last word to the last
+# survivor's first collective on the shrunk communicator.
+awk -v gone="$gone" '
+  $0 ~ "GONE rank " gone " at " {t0 = $NF}
+  /SHRINK-OK rank .* done at / {if ($NF > t1) t1 = $NF}
+  END {if (t0 != "" && t1 != "")
+         printf "from rank %d gone to the last survivor'"'"'s first collective on the shrunk communicator: %.1f ms\n", gone, 1000 * (t1 - t0)}' "$out"
 [ $fail -eq 0 ] && echo "PASS: 3 survivors shrank and went on ($mode)"
 exit $fail
