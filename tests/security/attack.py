@@ -223,8 +223,10 @@ def mode_stranger():
                              % len(got))
         return hits
 
-    # enough iterations that the job is still running while it is attacked
-    hits, out = run_job_with_attacker(env, attack, iters=300)
+    # enough iterations that the job is still running while it is attacked,
+    # and while the store judges and drops the stranger's connections (at
+    # 300 the job could end, in 0.4 s, before the first drop was logged)
+    hits, out = run_job_with_attacker(env, attack, iters=3000)
     if hits == 0:
         fail("the stranger never reached the store")
     if "rendezvous store: closing the connection from" not in out:
