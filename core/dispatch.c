@@ -287,6 +287,20 @@ static xcoll_status dispatch_backend(xcoll_comm *comm,
   /* Host collectives issued earlier must be on the wire first. */
   xcoll_queue_drain(comm);
   explain(comm, args, comm->backend->name, "the backend runs it (device-driven)");
+  /* A device engine compares each rank's fingerprint with its ring
+   * neighbour's only (nccl_like). At 3 ranks and more, a rank whose
+   * neighbours agree with it could return success from a rooted collective
+   * whose root another rank named differently, and learn of it only in its
+   * next call: the ranks first agree on the call over the backend's p2p
+   * interface, as host-driven rooted collectives do
+   * (core/fingerprint_exchange.h). At 2 ranks the neighbour is every rank. */
+  if (xcoll_coll_has_root(args->kind) && comm->world_size > 2 &&
+      comm->backend->p2p != NULL) {
+    comm->fingerprint = xcoll_fingerprint_of(args);
+    xcoll_status status = xcoll_fingerprint_exchange(comm, args);
+    if (status != XCOLL_SUCCESS)
+      return fail(comm, args, comm->backend->name, status);
+  }
 
   struct xcoll_request *request = xcoll_request_new(comm);
   if (request == NULL)

@@ -14,17 +14,15 @@ if(TARGET xcollrun)
   # messages reach a rank that waits for someone else); op and count at 3
   # too: nccl_like's Bruck allreduce (3 ranks and more) compares the
   # fingerprint each message carries. The -last cases make the rooted
-  # mismatch the last call before destroy, at 2 and 4 ranks: every rank
-  # must fail in that call (core/fingerprint_exchange.h), on the host-driven
-  # backends (nccl_like tells a rank whose ring neighbours agree with it in
-  # its next call: docs/desync.md, "Limits").
+  # mismatch the last call before destroy, at 2, 3 and 4 ranks: every rank
+  # must fail in that call (core/fingerprint_exchange.h), on every backend
+  # (nccl_like's ring engine runs the exchange before a rooted collective
+  # at 3 ranks and more: core/dispatch.c).
   foreach(backend ${desync_backends})
     set(specs op:2 dtype:2 count:2 root:2 kind:2 root:3 kind:3 op:3 count:3
-              premul:2 premul:3)
-    if(NOT backend STREQUAL "nccl_like")
-      list(APPEND specs broadcast-last:2 broadcast-last:4 reduce-last:2
-                        reduce-last:4 gather-last:4 scatter-last:4)
-    endif()
+              premul:2 premul:3 broadcast-last:2 broadcast-last:3
+              broadcast-last:4 reduce-last:2 reduce-last:3 reduce-last:4
+              gather-last:4 scatter-last:4)
     foreach(spec ${specs})
       string(REPLACE ":" ";" parts ${spec})
       list(GET parts 0 case)

@@ -287,6 +287,47 @@ static void track_fingerprint(nl_state *st, nl_p2p *q) {
   }
 }
 
+/* How long a rank that got a mesh message carrying no fingerprint waits
+ * for its previous rank's fingerprint on the ring (seconds): the previous
+ * rank sent it when it started its call, so it is on its way. */
+#define NL_P2P_EXPLAIN_S 1.0
+
+/* A message that is no p2p header and carries no fingerprint came from a
+ * peer in a ring collective that sends bare data on the mesh (pairwise.c).
+ * The previous rank's fingerprint of the call this rank makes next, from
+ * the ring's fingerprint link, names the call the ranks disagree on: a
+ * PROTOCOL naming both calls when it differs from the host call this rank
+ * is in, else XCOLL_SUCCESS (the caller reports the bare message). */
+static xcoll_status explain_bare_message(nl_state *st, nl_p2p *q, int peer,
+                                         size_t got) {
+  if (st->prev == st->rank || !q->fp_current.valid)
+    return XCOLL_SUCCESS;
+  const double until = nl_now() + NL_P2P_EXPLAIN_S;
+  xcoll_fingerprint theirs;
+  uint64_t sent = 0;
+  while (!nl_fp_peek(st, &theirs, &sent)) {
+    if (nl_now() > until || xc_abort_raised(st->abort))
+      return XCOLL_SUCCESS;
+    sched_yield();
+  }
+  xcoll_fingerprint none;
+  memset(&none, 0, sizeof none);
+  const xcoll_fingerprint *ours = NULL;
+  if (xcoll_fingerprint_judge(&q->fp_current, &none, &theirs, 0, &ours) !=
+      XCOLL_FINGERPRINT_MISMATCH)
+    return XCOLL_SUCCESS;
+  char sentence[2 * XCOLL_FINGERPRINT_TEXT_BYTES + 160];
+  xcoll_fingerprint_mismatch(st->rank, &q->fp_current, st->prev, &theirs,
+                             sentence, sizeof sentence);
+  return nl_fail_everywhere(
+      st, XCOLL_ERR_PROTOCOL,
+      "nccl_like: collective mismatch: %s (found by rank %d after a message "
+      "of %zu B from rank %d that is no point-to-point header): every rank "
+      "must call the same collectives in the same order with the same "
+      "count, dtype, op and root",
+      sentence, st->rank, got, peer);
+}
+
 /* The header of r's message from r->peer landed (got bytes): check it
  * before anything that follows is used. */
 static xcoll_status header_check(nl_state *st, nl_p2p *q,
@@ -318,7 +359,10 @@ static xcoll_status header_check(nl_state *st, nl_p2p *q,
   for (int i = 0; i < 4 && got >= XCOLL_FINGERPRINT_BYTES + 4; i++)
     magic |= (uint32_t)in[XCOLL_FINGERPRINT_BYTES + i] << (8 * i);
   if (got < NL_P2P_HEADER_BYTES || magic != NL_P2P_MAGIC ||
-      in[28] != NL_P2P_VERSION)
+      in[28] != NL_P2P_VERSION) {
+    xcoll_status named = explain_bare_message(st, q, peer, got);
+    if (named != XCOLL_SUCCESS)
+      return named;
     return nl_fail_everywhere(
         st, XCOLL_ERR_PROTOCOL,
         "nccl_like: rank %d got a message of %zu B from rank %d that is not "
@@ -326,6 +370,7 @@ static xcoll_status header_check(nl_state *st, nl_p2p *q,
         "%zu B with tag 0x%" PRIx64 ": the two ranks are in different calls "
         "(one in an nccl_like collective?) or run different xcoll versions",
         st->rank, got, peer, magic, NL_P2P_MAGIC, r->bytes, r->tag);
+  }
   uint64_t tag = get_u64(in + 32), bytes = get_u64(in + 40);
   uint64_t number = get_u64(in + 48);
   int eager = r->messages == 1;
