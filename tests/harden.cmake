@@ -50,6 +50,19 @@ if(TARGET xcollrun)
     # 5 s: the rank that made fewer calls waits that long in its destroy
     # for the other's (issue 33 F8), after the WARN.
     ENVIRONMENT "XCOLL_TIMEOUT_S=5;XCOLL_BACKEND=tcp")
+  # nccl_like: the previous rank's fingerprint of a call this rank never
+  # made, there at destroy (backends/nccl_like/nccl_like.c).
+  if(XCOLL_HAVE_NCCL_LIKE)
+    set(test faults.desync.nccl_like.unreceived.np2)
+    add_test(NAME ${test}
+      COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node 2 --master-port 0
+              $<TARGET_FILE:fault_desync> unreceived)
+    set_tests_properties(${test} PROPERTIES TIMEOUT 90
+      LABELS "faults;nccl_like" PROCESSORS 2
+      PASS_REGULAR_EXPRESSION "rank 0 destroys its communicator after rank 1 \\(previous on the ring\\) started allreduce\\(sum, float32, 1000\\), its collective #1"
+      FAIL_REGULAR_EXPRESSION "DESYNC-BAD|FATAL"
+      ENVIRONMENT "XCOLL_TIMEOUT_S=5;XCOLL_BACKEND=nccl_like")
+  endif()
   # nccl_like's pairwise allreduce (SIMPLE, every rank sending to every
   # other): a count mismatch shows as a message of another size, an op or
   # kind mismatch only in the fingerprints.

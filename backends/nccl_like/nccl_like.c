@@ -3,6 +3,7 @@
  * worker threads, proxy thread, failure watcher), comm_destroy, comm_abort;
  * the p2p interface core's host algorithms run over is p2p.c's.
  * The failure path every thread shares is failure.c's. */
+#include <inttypes.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -441,11 +442,39 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
   return XCOLL_SUCCESS;
 }
 
+/* At the destroy of a communicator that did not fail: a fingerprint the
+ * previous rank sent for a call this rank never started means that rank
+ * made a call this one did not (a desync nothing else reports when it was
+ * this rank's last call): one WARN naming it, as tcp names a message no
+ * call received. Looks at what arrived only (a few non-blocking passes of
+ * the fingerprint step), so a healthy destroy costs nothing more. */
+static void report_unstarted(nl_state *st) {
+  enum { PASSES = 4 };
+  xcoll_fingerprint theirs;
+  uint64_t p2p_sent = 0;
+  if (st->world_size == 1 || atomic_load(&st->failed))
+    return;
+  for (int pass = 0; pass < PASSES; pass++) {
+    if (!nl_fp_peek(st, &theirs, &p2p_sent))
+      continue;
+    char call[XCOLL_FINGERPRINT_TEXT_BYTES];
+    xcoll_fingerprint_describe(&theirs, call, sizeof call);
+    XCOLL_WARN("nccl_like: rank %d destroys its communicator after rank %d "
+               "(previous on the ring) started %s, its collective #%" PRIu64
+               ", which this rank never called: the ranks called different "
+               "collectives, or rank %d made more calls than this rank",
+               st->rank, st->prev, call, theirs.seq, st->prev);
+    return;
+  }
+}
+
 static void nl_comm_destroy(xcoll_comm *comm, void *state) {
   (void)comm;
   nl_state *st = state;
-  if (st)
+  if (st) {
+    report_unstarted(st);
     nl_proxy_drain(st);
+  }
   free_state(st);
 }
 
