@@ -42,68 +42,27 @@
 # env:   RANKS (4) NODE_RANKS (2) N_LAYER (4) N_HEAD (4) D_MODEL (128)
 #        CONTEXT (64) BATCH (16 per rank) STEPS (100) WARMUP (10) REPEAT (3)
 #        LR (0.001) TEST_LIMIT (64 validation windows) VARIANTS (all above)
-#        PYTHON (.venv/bin/python of the checkout if present, else python3:
+#        PYTHON, BENCH_DIR, BENCH_ROUND (bench/lib/common.sh; PYTHON needs
 #        PyTorch >= 2.6 for fully_shard)
 # Exit status 77 when PYTHON cannot import fully_shard or xcoll_torch.
 set -eu
+bench=fsdp_gpt.sh
 here=$(cd "$(dirname "$0")" && pwd)
-build=${1:-build}
-ranks=${RANKS:-4}
-node_ranks=${NODE_RANKS:-2}
-n_layer=${N_LAYER:-4}
-n_head=${N_HEAD:-4}
-d_model=${D_MODEL:-128}
-context=${CONTEXT:-64}
-batch=${BATCH:-16}
-steps=${STEPS:-100}
-warmup=${WARMUP:-10}
+. "$here/lib/common.sh"
+bench_setup "${1:-build}"
+bench_gpt_settings
 repeat=${REPEAT:-3}
-lr=${LR:-0.001}
-test_limit=${TEST_LIMIT:-64}
 variants=${VARIANTS:-"xtrain.full_shard fsdp2.full_shard.gloo fsdp2.full_shard.xcoll
   xtrain.shard_grad_op fsdp2.shard_grad_op.gloo fsdp2.shard_grad_op.xcoll
   xtrain.hybrid_shard fsdp2.hybrid_shard.gloo fsdp2.hybrid_shard.xcoll"}
 # shellcheck disable=SC2086
 variants=$(echo $variants) # one line, single spaces
-python=${PYTHON:-}
-if [ -z "$python" ]; then
-  python=python3
-  venv=$(cd "$here/.." && pwd)/.venv/bin/python
-  [ -x "$venv" ] && python=$venv
-fi
-xtrain=$build/trainer/xtrain
-xcollrun=$build/tools/xcollrun
-for f in "$xtrain" "$xcollrun"; do
-  [ -x "$f" ] || { echo "fsdp_gpt.sh: $f not found: build first (cmake --build $build)"; exit 1; }
-done
-if [ "$warmup" -lt 1 ] || [ "$steps" -lt $((2 * warmup)) ]; then
-  echo "fsdp_gpt.sh: need WARMUP >= 1 and STEPS >= 2 x WARMUP (got $steps, $warmup)"
-  exit 1
-fi
-[ "$node_ranks" -ge 1 ] && [ $((ranks % node_ranks)) -eq 0 ] ||
-  { echo "fsdp_gpt.sh: RANKS ($ranks) must be a multiple of NODE_RANKS ($node_ranks)"; exit 1; }
-[ $((d_model % n_head)) -eq 0 ] ||
-  { echo "fsdp_gpt.sh: D_MODEL ($d_model) must be divisible by N_HEAD ($n_head)"; exit 1; }
 export PYTHONPATH="$build/integrations/torch${PYTHONPATH:+:$PYTHONPATH}"
 case " $variants" in
   *" fsdp2."*)
-    why=$("$python" -c "from torch.distributed.fsdp import fully_shard; import xcoll_torch" 2>&1) ||
-      { echo "fsdp_gpt.sh: skipped: $python cannot import fully_shard (PyTorch >= 2.6) and" \
-          "xcoll_torch (a build with -DXCOLL_WITH_TORCH=ON): $(echo "$why" | tail -n 1)"; exit 77; } ;;
+    bench_need_python "from torch.distributed.fsdp import fully_shard; import xcoll_torch" \
+      "import fully_shard (PyTorch >= 2.6) and xcoll_torch (a build with -DXCOLL_WITH_TORCH=ON)" ;;
 esac
-timed=$(( (steps / warmup - 1) * warmup )) # updates counted: the records after the first
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cores=$(nproc) # before OMP_NUM_THREADS, which GNU nproc obeys
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-
-cat > "$tmp/nodes.sh" <<'WRAP'
-lws=$1
-shift
-export LOCAL_WORLD_SIZE=$lws LOCAL_RANK=$((RANK % lws))
-export GROUP_RANK=$((RANK / lws)) GROUP_WORLD_SIZE=$((WORLD_SIZE / lws))
-exec "$@"
-WRAP
 
 # run VARIANT ROUND: one run; its log (and xtrain's JSON records) into $tmp.
 run() {
@@ -126,7 +85,7 @@ run() {
         full_shard) flags="--reshard-after-forward on" ;;
         shard_grad_op) flags="--reshard-after-forward off" ;;
         hybrid_shard) flags="--reshard-after-forward on --node-ranks $node_ranks" ;;
-        *) echo "fsdp_gpt.sh: unknown variant $v"; exit 1 ;;
+        *) bench_fail "unknown variant $v" ;;
       esac
       # shellcheck disable=SC2086
       XCOLLRUN_PYTHON=$python $launch "$here/gpt_torch.py" --strategy fsdp2 \
@@ -134,26 +93,28 @@ run() {
         --d-model "$d_model" --context "$context" --batch-size "$batch" --lr "$lr" \
         --weight-decay 0 --warmup "$warmup" --steps "$timed" --threads 1 \
         > "$tmp/$v.$round.log" 2>&1 ;;
-    *) echo "fsdp_gpt.sh: unknown variant $v"; exit 1 ;;
-  esac || { cat "$tmp/$v.$round.log"; echo "fsdp_gpt.sh: $v failed"; exit 1; }
+    *) bench_fail "unknown variant $v" ;;
+  esac || { cat "$tmp/$v.$round.log"; bench_fail "$v failed"; }
 }
 
-echo "command: RANKS=$ranks NODE_RANKS=$node_ranks N_LAYER=$n_layer N_HEAD=$n_head" \
-  "D_MODEL=$d_model CONTEXT=$context BATCH=$batch STEPS=$steps WARMUP=$warmup" \
-  "REPEAT=$repeat LR=$lr TEST_LIMIT=$test_limit VARIANTS='$variants'" \
-  "PYTHON=$python sh $0 $build"
-echo "gpt: $n_layer layers, $n_head heads, d_model $d_model, context $context;" \
-  "$ranks ranks x batch $batch; AdamW lr $lr; $steps updates, the first $warmup" \
-  "not counted ($timed counted); 1 thread per rank; XCOLL_BACKEND ${XCOLL_BACKEND:-tcp};" \
-  "$cores cores; load $(cut -d' ' -f1 /proc/loadavg); median of $repeat round(s)"
-start=$(date +%s)
-for round in $(seq "$repeat"); do
+bench_rounds "$repeat"
+for round in $rounds; do
+  bench_round_begin "$round"
   for v in $variants; do
     run "$v" "$round"
   done
-  echo "round $round of $repeat done after $(( $(date +%s) - start )) s," \
-    "load $(cut -d' ' -f1 /proc/loadavg)" >&2
+  bench_round_end "$round" "$repeat"
 done
+bench_table_wanted || exit 0
+
+bench_command "RANKS=$ranks" "NODE_RANKS=$node_ranks" "N_LAYER=$n_layer" "N_HEAD=$n_head" \
+  "D_MODEL=$d_model" "CONTEXT=$context" "BATCH=$batch" "STEPS=$steps" "WARMUP=$warmup" \
+  "REPEAT=$repeat" "LR=$lr" "TEST_LIMIT=$test_limit" "VARIANTS=$variants" "PYTHON=$python"
+echo "gpt: $n_layer layers, $n_head heads, d_model $d_model, context $context;" \
+  "$ranks ranks x batch $batch; AdamW lr $lr; $steps updates, the first $warmup" \
+  "not counted ($timed counted); 1 thread per rank; XCOLL_BACKEND ${XCOLL_BACKEND:-tcp};" \
+  "$cores cores; median of $repeat interleaved round(s)"
+bench_loads "$repeat"
 
 "$python" - "$tmp" "$repeat" "$variants" <<'PY'
 import json, re, statistics, sys
@@ -203,4 +164,3 @@ for v in variants:
         cell([r["step_ms"] for r in runs], "{:.1f}"),
         cell([r["sps"] for r in runs], "{:.0f}")))
 PY
-echo "load $(cut -d' ' -f1 /proc/loadavg) at the end; $(( $(date +%s) - start )) s in all"

@@ -42,51 +42,22 @@
 # env:   N_LAYER (4) N_HEAD (4) D_MODEL (128) CONTEXT (64) BATCH (16 per rank)
 #        STEPS (100) WARMUP (10) RANKS (4) NODE_RANKS (2) REPEATS (1)
 #        LR (0.001) TEST_LIMIT (64 validation windows) VARIANTS (all above)
-#        PYTHON (/usr/bin/python3: Debian's python3-torch)
+#        PYTHON, BENCH_DIR, BENCH_ROUND (bench/lib/common.sh; PYTHON needs
+#        torch when VARIANTS has torch)
+# Exit status 77 when VARIANTS has torch and PYTHON cannot import torch.
 set -eu
+bench=gpt.sh
 here=$(cd "$(dirname "$0")" && pwd)
-build=${1:-build}
-n_layer=${N_LAYER:-4}
-n_head=${N_HEAD:-4}
-d_model=${D_MODEL:-128}
-context=${CONTEXT:-64}
-batch=${BATCH:-16}
-steps=${STEPS:-100}
-warmup=${WARMUP:-10}
-ranks=${RANKS:-4}
-node_ranks=${NODE_RANKS:-2}
+. "$here/lib/common.sh"
+bench_setup "${1:-build}"
+bench_gpt_settings
 repeats=${REPEATS:-1}
-lr=${LR:-0.001}
-test_limit=${TEST_LIMIT:-64}
 variants=${VARIANTS:-"ddp torch full_shard shard_grad_op hybrid_shard ddp_bf16 full_shard_bf16 dp"}
-python=${PYTHON:-/usr/bin/python3}
-xtrain=$build/trainer/xtrain
-xcollrun=$build/tools/xcollrun
-for f in "$xtrain" "$xcollrun"; do
-  [ -x "$f" ] || { echo "gpt.sh: $f not found: build first (cmake --build $build)"; exit 1; }
-done
-if [ "$warmup" -lt 1 ] || [ "$steps" -lt $((2 * warmup)) ]; then
-  echo "gpt.sh: need WARMUP >= 1 and STEPS >= 2 x WARMUP (got $steps, $warmup)"
-  exit 1
-fi
-[ $((ranks % node_ranks)) -eq 0 ] ||
-  { echo "gpt.sh: RANKS ($ranks) must be a multiple of NODE_RANKS ($node_ranks)"; exit 1; }
-[ $((d_model % n_head)) -eq 0 ] ||
-  { echo "gpt.sh: D_MODEL ($d_model) must be divisible by N_HEAD ($n_head)"; exit 1; }
-# Updates counted: the records after the first, WARMUP updates each.
-timed=$(( (steps / warmup - 1) * warmup ))
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cores=$(nproc) # before OMP_NUM_THREADS, which GNU nproc obeys
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
-
-cat > "$tmp/nodes.sh" <<'WRAP'
-lws=$1
-shift
-export LOCAL_WORLD_SIZE=$lws LOCAL_RANK=$((RANK % lws))
-export GROUP_RANK=$((RANK / lws)) GROUP_WORLD_SIZE=$((WORLD_SIZE / lws))
-exec "$@"
-WRAP
+# shellcheck disable=SC2086
+variants=$(echo $variants) # one line, single spaces
+case " $variants " in
+  *" torch "*) bench_need_python "import torch" "import torch (PyTorch's rows)" ;;
+esac
 
 gpt="--model gpt --n-layer $n_layer --n-head $n_head --d-model $d_model --context $context"
 common="$gpt --optimizer adamw --lr $lr --weight-decay 0 --epochs 1 \
@@ -109,12 +80,12 @@ run_xtrain() {
     dp) flags="--strategy dp --dp-devices $ranks"
         launch=""
         b=$((batch * ranks)) ;;
-    *) echo "gpt.sh: unknown variant $name"; exit 1 ;;
+    *) bench_fail "unknown variant $name" ;;
   esac
   # shellcheck disable=SC2086
   $launch "$xtrain" $flags $common --batch-size "$b" \
     --log-json "$tmp/$name.$round.json" > "$tmp/$name.$round.log" 2>&1 ||
-    { cat "$tmp/$name.$round.log"; echo "gpt.sh: $name failed"; exit 1; }
+    { cat "$tmp/$name.$round.log"; bench_fail "$name failed"; }
 }
 
 run_torch() {
@@ -125,21 +96,22 @@ run_torch() {
     > "$tmp/torch$1.$2.log" 2>&1
 }
 
-torch_fsdp=no
-if "$python" "$here/gpt_torch.py" --check-fsdp > "$tmp/fsdp_check" 2>&1; then
-  torch_fsdp=yes
+# Whether PyTorch's FSDP imports, asked once per BENCH_DIR.
+bench_rounds "$repeats"
+if [ -n "$rounds" ] && [ ! -f "$tmp/fsdp_check.rc" ]; then
+  rc=0
+  "$python" "$here/gpt_torch.py" --check-fsdp > "$tmp/fsdp_check" 2>&1 || rc=$?
+  echo "$rc" > "$tmp/fsdp_check.rc"
 fi
+torch_fsdp=no
+[ "$(cat "$tmp/fsdp_check.rc" 2>/dev/null)" = 0 ] && torch_fsdp=yes
 
-echo "gpt: $n_layer layers, $n_head heads, d_model $d_model, context $context;" \
-  "$ranks ranks x batch $batch (dp: 1 process x $ranks threads x batch $((ranks * batch)));" \
-  "AdamW lr $lr; $steps updates, the first $warmup not counted ($timed counted);" \
-  "1 thread per rank; $cores cores; load $(cut -d' ' -f1 /proc/loadavg); $repeats round(s)"
-start=$(date +%s)
-for round in $(seq "$repeats"); do
+for round in $rounds; do
+  bench_round_begin "$round"
   for v in $variants; do
     if [ "$v" = torch ]; then
       run_torch ddp "$round" ||
-        { cat "$tmp/torchddp.$round.log"; echo "gpt.sh: PyTorch DDP failed"; exit 1; }
+        { cat "$tmp/torchddp.$round.log"; bench_fail "PyTorch DDP failed"; }
       if [ $torch_fsdp = yes ]; then
         run_torch fsdp "$round" || true # the log says why; reported below
       fi
@@ -147,9 +119,19 @@ for round in $(seq "$repeats"); do
       run_xtrain "$v" "$round"
     fi
   done
-  echo "round $round of $repeats done after $(( $(date +%s) - start )) s," \
-    "load $(cut -d' ' -f1 /proc/loadavg)" >&2
+  bench_round_end "$round" "$repeats"
 done
+bench_table_wanted || exit 0
+
+bench_command "N_LAYER=$n_layer" "N_HEAD=$n_head" "D_MODEL=$d_model" "CONTEXT=$context" \
+  "BATCH=$batch" "STEPS=$steps" "WARMUP=$warmup" "RANKS=$ranks" "NODE_RANKS=$node_ranks" \
+  "REPEATS=$repeats" "LR=$lr" "TEST_LIMIT=$test_limit" "VARIANTS=$variants" "PYTHON=$python"
+echo "gpt: $n_layer layers, $n_head heads, d_model $d_model, context $context;" \
+  "$ranks ranks x batch $batch (dp: 1 process x $ranks threads x batch $((ranks * batch)));" \
+  "AdamW lr $lr; $steps updates, the first $warmup not counted ($timed counted);" \
+  "1 thread per rank; XCOLL_BACKEND ${XCOLL_BACKEND:-tcp}; $cores cores;" \
+  "median of $repeats interleaved round(s)"
+bench_loads "$repeats"
 
 "$python" - "$tmp" "$repeats" "$warmup" "$variants" "$torch_fsdp" <<'PY'
 import json, os, re, statistics, sys
@@ -260,4 +242,3 @@ elif "torch" in variants:
                   cell([a["sps"] / g["samples_per_s"] for a, g in
                         zip(runs.get("full_shard", []), got)] or [0], "%.2fx")))
 PY
-echo "load $(cut -d' ' -f1 /proc/loadavg) at the end; $(( $(date +%s) - start )) s in all"

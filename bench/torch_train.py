@@ -65,7 +65,7 @@ def worker(rank, world_size, args):
         print(json.dumps({"impl": "torch-ddp-gloo", "world_size": args.world_size,
                           "batch_size": B, "steps": args.steps,
                           "samples_per_s": args.steps * B * args.world_size / elapsed,
-                          "loss": float(loss)}), flush=True)
+                          "loss": float(loss.detach()), "torch": torch.__version__}), flush=True)
     dist.destroy_process_group()
 
 

@@ -114,22 +114,36 @@ foreach(entry ${xcoll_torchrun_programs})
     LABELS torch SKIP_RETURN_CODE 77)
 endforeach()
 
-# bench/fsdp_gpt.sh (xtrain's FSDP beside PyTorch's FSDP2 on the gpt, gloo and
-# xcoll) at tiny sizes: every row of its table has its figures
-# (tests/trainer/fsdp_gpt_bench.sh). 9 short runs of 2 ranks, six of them
-# starting Python with torch: about 80 s on 2 busy cores.
-if(TARGET xtrain AND XCOLL_HAVE_TORCH)
-  add_test(NAME trainer.fsdp_gpt_bench
-    COMMAND sh ${PROJECT_SOURCE_DIR}/tests/trainer/fsdp_gpt_bench.sh
-      ${PROJECT_SOURCE_DIR}/bench/fsdp_gpt.sh ${PROJECT_BINARY_DIR}
-      ${XCOLL_TORCH_PYTHON_FOUND})
-  set_tests_properties(trainer.fsdp_gpt_bench PROPERTIES
-    ENVIRONMENT "XCOLL_TIMEOUT_S=60")
-elseif(TARGET xtrain)
-  add_test(NAME trainer.fsdp_gpt_bench COMMAND sh -c
-    "echo 'skipped: PyTorch is not importable or its headers are missing, so xcoll_torch was not built (bash scripts/setup.sh makes .venv with torch 2.13; XCOLL_WITH_TORCH, XCOLL_TORCH_PYTHON)'; exit 77")
-endif()
-if(TARGET xtrain)
-  set_tests_properties(trainer.fsdp_gpt_bench PROPERTIES TIMEOUT 420
-    LABELS "trainer;torch" SKIP_RETURN_CODE 77)
-endif()
+# The trainer's benchmark scripts at tiny sizes, each checked by a script of
+# tests/trainer that every row of every table has its figures (the speed is
+# not judged). NAME|BENCH_SCRIPT|CHECK|TIMEOUT:
+# - fsdp_gpt_bench: bench/fsdp_gpt.sh (xtrain's FSDP beside PyTorch's FSDP2
+#   on the gpt, gloo and xcoll); 9 short runs of 2 ranks, six of them
+#   starting Python with torch: about 80 s on 2 busy cores.
+# - tables_bench: bench/trainer_tables.sh (every comparison table of
+#   docs/trainer.md from one command) with QUICK=1 at 2 ranks; about 25
+#   short runs, ten of them starting Python with torch: 70 s under a load
+#   of 4 on 2 cores, 100 s under 6 to 8.
+foreach(entry "fsdp_gpt_bench|fsdp_gpt.sh|fsdp_gpt_bench.sh|420"
+              "tables_bench|trainer_tables.sh|trainer_tables.sh|360")
+  string(REPLACE "|" ";" fields "${entry}")
+  list(GET fields 0 name)
+  list(GET fields 1 script)
+  list(GET fields 2 check)
+  list(GET fields 3 timeout)
+  if(TARGET xtrain AND XCOLL_HAVE_TORCH)
+    add_test(NAME trainer.${name}
+      COMMAND sh ${PROJECT_SOURCE_DIR}/tests/trainer/${check}
+        ${PROJECT_SOURCE_DIR}/bench/${script} ${PROJECT_BINARY_DIR}
+        ${XCOLL_TORCH_PYTHON_FOUND})
+    set_tests_properties(trainer.${name} PROPERTIES
+      ENVIRONMENT "XCOLL_TIMEOUT_S=60")
+  elseif(TARGET xtrain)
+    add_test(NAME trainer.${name} COMMAND sh -c
+      "echo 'skipped: PyTorch is not importable or its headers are missing, so xcoll_torch was not built (bash scripts/setup.sh makes .venv with torch 2.13; XCOLL_WITH_TORCH, XCOLL_TORCH_PYTHON)'; exit 77")
+  endif()
+  if(TARGET xtrain)
+    set_tests_properties(trainer.${name} PROPERTIES TIMEOUT ${timeout}
+      LABELS "trainer;torch" SKIP_RETURN_CODE 77)
+  endif()
+endforeach()
