@@ -112,7 +112,6 @@ void xcoll_comm_set_broken(xcoll_comm *comm, xcoll_status status,
     xcoll_flight_on_broken(comm, status);
 }
 
-
 xcoll_status xcoll_comm_failed_ranks(xcoll_comm_t comm, int *ranks,
                                      int capacity, int *count) {
   if (count == NULL || capacity < 0 || (ranks == NULL && capacity > 0))

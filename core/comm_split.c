@@ -21,7 +21,6 @@
 
 /* ---- split and shrink: the parts they share ---- */
 
-
 /* This host's name without spaces, for counting ranks per host. */
 static void host_name(char host[64]) {
   if (gethostname(host, 64) != 0 || host[0] == '\0')
