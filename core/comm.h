@@ -125,6 +125,13 @@ xcoll_status xcoll_comm_check(xcoll_comm *comm);
  * one, such as destroy); function names the caller in the message. */
 xcoll_status xcoll_comm_check_live(xcoll_comm *comm, const char *function);
 
+/* Whether comm is a live communicator (not NULL, not destroyed), without a
+ * message: for choosing which communicator an argument error is logged on. */
+int xcoll_comm_is_live(const xcoll_comm *comm);
+
+/* The world rank of comm's rank. */
+int xcoll_comm_world_rank(const xcoll_comm *comm, int rank);
+
 /* Mark comm broken with status (REMOTE, TIMEOUT, PROTOCOL, ABORTED) unless it
  * already is: later calls fail at once with status and repeat message.
  * Thread-safe; the first caller wins. */

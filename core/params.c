@@ -226,7 +226,7 @@ static const xcoll_param params[] = {
 /* NCCL's and Gloo's names for what an XCOLL_* variable sets (NCCL's
  * docs/env.html, Gloo's gloo/transport/tcp; PyTorch passes GLOO_SOCKET_IFNAME
  * to gloo). xcoll never reads them: a set one gets one warning naming the
- * variable to set instead (core/comm.c). */
+ * variable to set instead (core/comm_create.c). */
 static const xcoll_param_alias aliases[] = {
     {"NCCL_DEBUG", "XCOLL_DEBUG"},
     {"NCCL_DEBUG_SUBSYS", "XCOLL_DEBUG_SUBSYS"},

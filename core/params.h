@@ -7,7 +7,7 @@
  * variables name nccl_like, whose plugins read them); xcoll-info shows it
  * only when one of them is compiled in, and a communicator of another
  * backend checks its value and warns once that it does not apply
- * (core/comm.c). Free-text variables (paths, lists) have a checker
+ * (core/comm_create.c). Free-text variables (paths, lists) have a checker
  * function where the library has a parser for them. */
 #ifndef XCOLL_CORE_PARAMS_H
 #define XCOLL_CORE_PARAMS_H

@@ -1,18 +1,12 @@
 /* store_server.c - the rendezvous store's server (store.h): a key-value
- * server that runs on rank 0 in a background thread.
+ * server that runs on rank 0 in a background thread. This file holds the
+ * thread, its connections and their admission; the table and the requests
+ * are store_requests.c's (store_server.h).
  *
  * One thread polls the listening socket, every client socket and a wake-up
  * eventfd. Each connection first runs the job secret's exchange (auth.h),
- * then sends requests (store_codec.h). A get or wait on a key that does not
- * exist yet is parked on its connection and answered when a set or add
- * creates the key, so clients never poll. add stores the decimal text of the
- * counter (as in TCPStore), so a get of a counter returns e.g. "12". join
- * registers a world rank (job id, WORLD_SIZE, RANK are checked against the
- * ranks already there); a joined rank whose connection drops without LEAVE
- * fails every parked and later get and wait with a message naming it,
- * until a shrink excludes it (XCOLL_STORE_EXCLUDED_PREFIX in store.h). A
- * CANCEL drops the connection's parked request and is answered CANCELLED, so
- * that the stream stays in step.
+ * then sends requests (store_codec.h), each handed to store_server_handle
+ * once read whole.
  *
  * Strangers (docs/security.md, "Strangers cannot starve a listener";
  * core/stranger.h): a connection is read at accept, and its first message
@@ -24,19 +18,15 @@
  * with a count, and the thread's log never blocks it
  * (xcoll_log_never_block). */
 #define XCOLL_LOG_SUBSYS XCOLL_SUBSYS_BOOTSTRAP /* log.h */
-#include "store.h"
+#include "store_server.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <inttypes.h>
 #include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
-#include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,15 +35,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "auth.h"
 #include "env.h"
 #include "params.h"
 #include "error.h"
 #include "log.h"
-#include "socket.h"
-#include "store_codec.h"
-#include "store_join.h"
-#include "stranger.h"
 
 /* XCOLL_STORE_MAX_BYTES (default 256M in core/params.c) bounds the keys and
  * values held plus requests being read. Bootstrap needs kilobytes per rank;
@@ -79,218 +64,6 @@
  * the store vanish. */
 #define STORE_FAILURE_LINGER_S 2.0
 
-/* Where a server-side connection is in the authentication exchange. */
-enum store_auth_stage {
-  AUTH_WAIT_OFFER = 0, /* reading the client's offer and hello tag */
-  AUTH_WAIT_PROOF,     /* answered; reading the client's proof */
-  AUTH_DONE            /* requests may follow */
-};
-
-static double now_s(void) { return xcoll_socket_now(); }
-
-/* ------------------------------------------------------------------ */
-/* Server: the table                                                    */
-/* ------------------------------------------------------------------ */
-
-typedef struct store_entry {
-  unsigned char *key;
-  size_t key_bytes;
-  unsigned char *value;
-  size_t value_bytes;
-  uint64_t hash;
-  struct store_entry *next;
-} store_entry;
-
-typedef struct store_table {
-  store_entry **buckets;
-  size_t bucket_count; /* a power of two */
-  size_t entry_count;
-  size_t bytes; /* keys + values held */
-} store_table;
-
-static uint64_t key_hash(const unsigned char *key, size_t bytes) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (size_t i = 0; i < bytes; i++) {
-    h ^= key[i];
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-static store_entry **table_slot(store_table *t, const unsigned char *key,
-                                size_t key_bytes, uint64_t hash) {
-  store_entry **slot = &t->buckets[hash & (t->bucket_count - 1)];
-  while (*slot && !((*slot)->hash == hash && (*slot)->key_bytes == key_bytes &&
-                    memcmp((*slot)->key, key, key_bytes) == 0))
-    slot = &(*slot)->next;
-  return slot;
-}
-
-static store_entry *table_find(store_table *t, const unsigned char *key,
-                               size_t key_bytes) {
-  return *table_slot(t, key, key_bytes, key_hash(key, key_bytes));
-}
-
-static void table_grow(store_table *t) {
-  size_t count = t->bucket_count * 2;
-  store_entry **buckets = calloc(count, sizeof *buckets);
-  if (!buckets)
-    return; /* longer chains, still correct */
-  for (size_t i = 0; i < t->bucket_count; i++) {
-    store_entry *e = t->buckets[i];
-    while (e) {
-      store_entry *next = e->next;
-      e->next = buckets[e->hash & (count - 1)];
-      buckets[e->hash & (count - 1)] = e;
-      e = next;
-    }
-  }
-  free(t->buckets);
-  t->buckets = buckets;
-  t->bucket_count = count;
-}
-
-/* Takes ownership of value (malloc'd, may be NULL when value_bytes is 0).
- * Returns 0, or -1 when out of memory (value is freed). */
-static int table_put(store_table *t, const unsigned char *key, size_t key_bytes,
-                     unsigned char *value, size_t value_bytes) {
-  uint64_t hash = key_hash(key, key_bytes);
-  store_entry **slot = table_slot(t, key, key_bytes, hash);
-  if (*slot) {
-    t->bytes = t->bytes - (*slot)->value_bytes + value_bytes;
-    free((*slot)->value);
-    (*slot)->value = value;
-    (*slot)->value_bytes = value_bytes;
-    return 0;
-  }
-  store_entry *e = calloc(1, sizeof *e);
-  unsigned char *key_copy = malloc(key_bytes);
-  if (!e || !key_copy) {
-    free(e);
-    free(key_copy);
-    free(value);
-    return -1;
-  }
-  memcpy(key_copy, key, key_bytes);
-  e->key = key_copy;
-  e->key_bytes = key_bytes;
-  e->value = value;
-  e->value_bytes = value_bytes;
-  e->hash = hash;
-  *slot = e;
-  t->bytes += key_bytes + value_bytes;
-  if (++t->entry_count > 2 * t->bucket_count)
-    table_grow(t);
-  return 0;
-}
-
-static int table_remove(store_table *t, const unsigned char *key,
-                        size_t key_bytes) {
-  store_entry **slot = table_slot(t, key, key_bytes, key_hash(key, key_bytes));
-  store_entry *e = *slot;
-  if (!e)
-    return 0;
-  *slot = e->next;
-  t->bytes -= e->key_bytes + e->value_bytes;
-  free(e->key);
-  free(e->value);
-  free(e);
-  t->entry_count--;
-  return 1;
-}
-
-static void table_free(store_table *t) {
-  for (size_t i = 0; i < t->bucket_count; i++) {
-    store_entry *e = t->buckets[i];
-    while (e) {
-      store_entry *next = e->next;
-      free(e->key);
-      free(e->value);
-      free(e);
-      e = next;
-    }
-  }
-  free(t->buckets);
-  t->buckets = NULL;
-}
-
-/* ------------------------------------------------------------------ */
-/* Server: connections                                                  */
-/* ------------------------------------------------------------------ */
-
-typedef struct store_client {
-  struct xcoll_store_server *server;
-  int fd;
-  char peer[64]; /* "addr:port", for log lines */
-  /* authentication (auth.h) before any request is read */
-  int auth_stage; /* store_auth_stage */
-  uint8_t auth_buf[XCOLL_AUTH_FIRST_BYTES];
-  size_t auth_have;
-  double since;       /* seconds (monotonic) of its accept */
-  double vouched_at;  /* and of its valid first message */
-  int vouched;        /* its first message carried a valid hello tag */
-  uint8_t origin[16]; /* its peer address (IPv4 in the first 4 bytes) */
-  uint8_t client_nonce[XCOLL_AUTH_NONCE_BYTES];
-  uint8_t server_nonce[XCOLL_AUTH_NONCE_BYTES];
-  /* the message being read: header first, then key and value */
-  unsigned char header_buf[STORE_HEADER_BYTES];
-  size_t header_have;
-  store_header header;
-  unsigned char *payload;
-  size_t payload_bytes;
-  size_t payload_have;
-  /* a request over XCOLL_STORE_MAX_BYTES: its payload is read and thrown
-   * away, then it is refused with this reason (keeps the stream in step) */
-  size_t discard_left;
-  char *discard_why;
-  /* a get or wait that waits for keys; its payload is kept here */
-  uint16_t parked_kind;
-  unsigned char *parked_payload;
-  size_t parked_key_bytes;
-  size_t parked_value_bytes;
-  /* replies not yet written */
-  unsigned char *out;
-  size_t out_bytes;
-  size_t out_sent;
-  size_t out_capacity;
-  int dead; /* close at the end of this poll round */
-  int joined_rank; /* rank of the world it joined as, or -1 */
-  int left;        /* it said LEAVE: its close is normal */
-} store_client;
-
-/* A joined rank that went without LEAVE (server_note_departure). */
-typedef struct store_departure {
-  int rank;
-  char peer[64];
-} store_departure;
-
-struct xcoll_store_server {
-  int listen_fd;
-  int wake_fd;
-  atomic_int stopping;
-  pthread_t thread;
-  char addr[128];
-  int port;
-  store_table table;
-  store_client **clients;
-  size_t client_count;
-  size_t client_capacity;
-  struct pollfd *pollfds;
-  size_t pollfd_capacity;
-  size_t max_bytes;     /* XCOLL_STORE_MAX_BYTES */
-  size_t reading_bytes; /* payload buffers of requests being read */
-  double accept_resume; /* accept() rests until then after EMFILE */
-  xcoll_drop_tally drops; /* unauthenticated connections closed */
-  store_job job;        /* fixed by the first JOIN (store_join.h) */
-  char failure[512];    /* why the job failed (a rank vanished), or "" */
-  /* Joined ranks whose connection dropped without LEAVE, in order: failure
-   * names the first of them that no shrink has excluded. */
-  store_departure *departed;
-  size_t departed_count;
-  size_t departed_capacity;
-  double linger_until;  /* stop asked after a failure: serve until then */
-};
-
 static void client_free(xcoll_store_server *s, store_client *c) {
   if (c->fd >= 0)
     close(c->fd);
@@ -303,393 +76,13 @@ static void client_free(xcoll_store_server *s, store_client *c) {
   free(c);
 }
 
-/* Close c at the end of this poll round, with a WARN naming it. A
- * connection that has not authenticated is a stranger's, as far as the
- * store knows: such drops are a WARN at most once a second with a count of
- * the others (every one an INFO line), so that strangers do not decide how
- * much rank 0 logs. */
-static void client_drop(store_client *c, const char *why) {
-  if (c->dead)
-    return;
-  c->dead = 1;
-  xcoll_store_server *s = c->server;
-  unsigned long also = 0;
-  if (c->auth_stage == AUTH_DONE)
-    XCOLL_WARN("rendezvous store: closing the connection from %s: %s", c->peer,
-               why);
-  else if (!xcoll_drop_tally_note(&s->drops, now_s(), &also))
-    XCOLL_INFO("rendezvous store: closing the connection from %s: %s", c->peer,
-               why);
-  else if (also > 0)
-    XCOLL_WARN("rendezvous store: closing the connection from %s: %s (and "
-               "closed %lu other unauthenticated connection(s) in the last "
-               "second)",
-               c->peer, why, also);
-  else
-    XCOLL_WARN("rendezvous store: closing the connection from %s: %s", c->peer,
-               why);
-}
-
-/* Write what is queued without blocking; the rest goes when poll says
- * POLLOUT. */
-static void client_flush(store_client *c) {
-  while (!c->dead && c->out_sent < c->out_bytes) {
-    ssize_t n = send(c->fd, c->out + c->out_sent, c->out_bytes - c->out_sent,
-                     MSG_NOSIGNAL);
-    if (n > 0) {
-      c->out_sent += (size_t)n;
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      return;
-    } else {
-      client_drop(c, n < 0 ? strerror(errno) : "peer closed");
-      return;
-    }
-  }
-  if (c->out_sent == c->out_bytes) {
-    c->out_sent = 0;
-    c->out_bytes = 0;
-  }
-}
-
-static void client_reply(store_client *c, uint16_t kind, const void *value,
-                         size_t value_bytes) {
-  if (c->dead)
-    return;
-  size_t need = c->out_bytes + STORE_HEADER_BYTES + value_bytes;
-  if (need > c->out_capacity) {
-    size_t capacity = c->out_capacity ? c->out_capacity : 256;
-    while (capacity < need)
-      capacity *= 2;
-    unsigned char *out = realloc(c->out, capacity);
-    if (!out) {
-      client_drop(c, "out of memory for a reply");
-      return;
-    }
-    c->out = out;
-    c->out_capacity = capacity;
-  }
-  store_header h = {STORE_MAGIC, STORE_VERSION, kind, 0, (uint32_t)value_bytes};
-  store_header_encode(&h, c->out + c->out_bytes);
-  if (value_bytes)
-    memcpy(c->out + c->out_bytes + STORE_HEADER_BYTES, value, value_bytes);
-  c->out_bytes = need;
-  client_flush(c);
-}
-
-static void client_reply_error(store_client *c, const char *message) {
-  client_reply(c, STORE_REPLY_ERROR, message, strlen(message));
-}
-
-/* store_key_visit: whether key exists in the table (context). */
-static int key_exists(const unsigned char *key, size_t key_bytes,
-                      void *context) {
-  return table_find(context, key, key_bytes) != NULL;
-}
-
-/* 1 when list is a well-formed key list whose keys all exist. */
-static int all_keys_exist(const unsigned char *list, size_t bytes,
-                          store_table *table) {
-  return store_key_list_walk(list, bytes, key_exists, table);
-}
-
-/* Answer a parked get or wait if its keys now exist. */
-static void client_try_unpark(xcoll_store_server *s, store_client *c) {
-  if (!c->parked_kind || c->dead)
-    return;
-  if (c->parked_kind == STORE_GET) {
-    store_entry *e =
-        table_find(&s->table, c->parked_payload, c->parked_key_bytes);
-    if (!e)
-      return;
-    client_reply(c, STORE_REPLY_OK, e->value, e->value_bytes);
-  } else {
-    if (!all_keys_exist(c->parked_payload, c->parked_value_bytes, &s->table))
-      return;
-    client_reply(c, STORE_REPLY_OK, NULL, 0);
-  }
-  free(c->parked_payload);
-  c->parked_payload = NULL;
-  c->parked_kind = 0;
-}
-
-static void server_wake_parked(xcoll_store_server *s) {
-  for (size_t i = 0; i < s->client_count; i++)
-    client_try_unpark(s, s->clients[i]);
-}
-
-/* Parses the decimal text a counter is stored as. */
-static int parse_counter(const unsigned char *text, size_t bytes,
-                         int64_t *out) {
-  char buf[32];
-  if (bytes == 0 || bytes >= sizeof buf)
-    return -1;
-  memcpy(buf, text, bytes);
-  buf[bytes] = '\0';
-  char *end = NULL;
-  errno = 0;
-  long long v = strtoll(buf, &end, 10);
-  if (errno || *end != '\0')
-    return -1;
-  *out = (int64_t)v;
-  return 0;
-}
-
-/* Answer every parked get and wait with the job's failure. */
-static void server_fail_parked(xcoll_store_server *s) {
-  for (size_t i = 0; i < s->client_count; i++) {
-    store_client *c = s->clients[i];
-    if (!c->parked_kind || c->dead)
-      continue;
-    client_reply(c, STORE_REPLY_FAILED, s->failure, strlen(s->failure));
-    free(c->parked_payload);
-    c->parked_payload = NULL;
-    c->parked_kind = 0;
-  }
-}
-
-/* Whether a shrink left world rank out (XCOLL_STORE_EXCLUDED_PREFIX). */
-static int server_rank_excluded(xcoll_store_server *s, int rank) {
-  char key[64];
-  int len = snprintf(key, sizeof key, "%s%d", XCOLL_STORE_EXCLUDED_PREFIX,
-                     rank);
-  return table_find(&s->table, (const unsigned char *)key, (size_t)len) !=
-         NULL;
-}
-
-/* failure names the first departed rank not excluded, or is "" when every
- * departed rank is excluded: the survivors' waits are served again. Parked
- * requests are failed when a new failure appears. */
-static void server_update_failure(xcoll_store_server *s) {
-  int had_failure = s->failure[0] != '\0';
-  s->failure[0] = '\0';
-  for (size_t i = 0; i < s->departed_count; i++) {
-    const store_departure *d = &s->departed[i];
-    if (server_rank_excluded(s, d->rank))
-      continue;
-    snprintf(s->failure, sizeof s->failure,
-             "rank %d (%s) lost its connection to the rendezvous store "
-             "without closing its communicator: it died or was killed; see "
-             "its log",
-             d->rank, d->peer);
-    break;
-  }
-  if (s->failure[0] && !had_failure) {
-    XCOLL_WARN("rendezvous store: %s", s->failure);
-    server_fail_parked(s);
-  } else if (!s->failure[0] && had_failure) {
-    XCOLL_INFO("rendezvous store: every rank that vanished was excluded by a "
-               "shrink; waits are served again");
-  }
-}
-
-/* A connection is about to be closed. A rank that joined and goes without
- * LEAVE died (or was killed): everyone waiting in the store hears it now
- * instead of at their timeout, unless a shrink already left it out. */
-static void server_note_departure(xcoll_store_server *s, store_client *c) {
-  if (c->joined_rank < 0 || c->left)
-    return;
-  if (s->departed_count == s->departed_capacity) {
-    size_t capacity = s->departed_capacity ? 2 * s->departed_capacity : 8;
-    store_departure *grown =
-        realloc(s->departed, capacity * sizeof *grown);
-    if (grown == NULL) { /* still fail the job, without the record */
-      if (!s->failure[0]) {
-        snprintf(s->failure, sizeof s->failure,
-                 "rank %d (%s) lost its connection to the rendezvous store "
-                 "without closing its communicator",
-                 c->joined_rank, c->peer);
-        server_fail_parked(s);
-      }
-      return;
-    }
-    s->departed = grown;
-    s->departed_capacity = capacity;
-  }
-  store_departure *d = &s->departed[s->departed_count++];
-  d->rank = c->joined_rank;
-  snprintf(d->peer, sizeof d->peer, "%s", c->peer);
-  /* Published for xcoll_comm_failed_ranks (a check, not a wait: it is
-   * answered while the job is failed). Out of memory: the record above
-   * still fails the job; only the list misses the rank. */
-  char key[64];
-  int key_len = snprintf(key, sizeof key, "%s%d", XCOLL_STORE_DEPARTED_PREFIX,
-                         d->rank);
-  size_t peer_len = strlen(d->peer);
-  unsigned char *value = malloc(peer_len > 0 ? peer_len : 1);
-  if (value != NULL) {
-    memcpy(value, d->peer, peer_len);
-    (void)table_put(&s->table, (const unsigned char *)key, (size_t)key_len,
-                    value, peer_len);
-  }
-  server_update_failure(s);
-}
-
-/* The address of a live connection registered as rank, other than the
- * one asking (store_rank_holder for store_join_judge). */
-typedef struct join_query {
-  xcoll_store_server *server;
-  store_client *caller;
-} join_query;
-
-static const char *rank_holder(void *context, uint32_t rank) {
-  join_query *q = context;
-  for (size_t i = 0; i < q->server->client_count; i++) {
-    store_client *o = q->server->clients[i];
-    if (o != q->caller && !o->dead && !o->left && o->joined_rank == (int)rank)
-      return o->peer;
-  }
-  return NULL;
-}
-
-/* JOIN: check the caller's job id, world size and rank against the job's
- * (store_join.h). */
-static void server_join(xcoll_store_server *s, store_client *c,
-                        const unsigned char *job, size_t job_bytes,
-                        const unsigned char *value) {
-  char why[768];
-  uint32_t rank = 0;
-  join_query query = {s, c};
-  store_join_verdict verdict = store_join_judge(
-      &s->job, c->peer, s->port, c->joined_rank, job, job_bytes, value,
-      rank_holder, &query, &rank, why, sizeof why);
-  if (verdict != STORE_JOIN_ACCEPTED) {
-    if (verdict == STORE_JOIN_CONFLICT)
-      XCOLL_WARN("rendezvous store: %s", why);
-    client_reply_error(c, why);
-    return;
-  }
-  c->joined_rank = (int)rank;
-  client_reply(c, STORE_REPLY_OK, NULL, 0);
-}
-
-/* Handles one complete request; payload is handed over (the function frees
- * or keeps it). */
-static void server_handle(xcoll_store_server *s, store_client *c, uint16_t kind,
-                          unsigned char *payload, size_t key_bytes,
-                          size_t value_bytes) {
-  const unsigned char *key = payload;
-  const unsigned char *value = payload + key_bytes;
-
-  if (c->parked_kind && kind != STORE_CANCEL) {
-    free(payload);
-    client_drop(c, "a new request arrived while one was still waiting");
-    return;
-  }
-  switch (kind) {
-  case STORE_SET: {
-    unsigned char *copy = NULL;
-    if (value_bytes) {
-      copy = malloc(value_bytes);
-      if (!copy) {
-        client_reply_error(c, "the store server is out of memory");
-        break;
-      }
-      memcpy(copy, value, value_bytes);
-    }
-    if (table_put(&s->table, key, key_bytes, copy, value_bytes) != 0) {
-      client_reply_error(c, "the store server is out of memory");
-      break;
-    }
-    client_reply(c, STORE_REPLY_OK, NULL, 0);
-    size_t prefix_bytes = strlen(XCOLL_STORE_EXCLUDED_PREFIX);
-    if (s->departed_count > 0 && key_bytes > prefix_bytes &&
-        memcmp(key, XCOLL_STORE_EXCLUDED_PREFIX, prefix_bytes) == 0)
-      server_update_failure(s);
-    server_wake_parked(s);
-    break;
-  }
-  case STORE_GET:
-  case STORE_WAIT:
-    if (kind == STORE_WAIT && !store_key_list_valid(value, value_bytes)) {
-      client_drop(c, "malformed key list in wait");
-      break;
-    }
-    c->parked_kind = kind;
-    c->parked_payload = payload;
-    c->parked_key_bytes = key_bytes;
-    c->parked_value_bytes = value_bytes;
-    payload = NULL;
-    client_try_unpark(s, c);
-    if (c->parked_kind && s->failure[0]) /* it would wait for the dead */
-      server_fail_parked(s);
-    break;
-  case STORE_ADD: {
-    int64_t delta = get_i64(value), current = 0, result;
-    store_entry *e = table_find(&s->table, key, key_bytes);
-    if (e && parse_counter(e->value, e->value_bytes, &current) != 0) {
-      client_reply_error(c,
-                         "add on a key whose value is not a decimal integer");
-      break;
-    }
-    if (__builtin_add_overflow(current, delta, &result)) {
-      client_reply_error(c, "add would overflow a 64-bit counter");
-      break;
-    }
-    char text[32];
-    int len = snprintf(text, sizeof text, "%" PRId64, result);
-    unsigned char *copy = malloc((size_t)len);
-    if (copy)
-      memcpy(copy, text, (size_t)len);
-    if (!copy || table_put(&s->table, key, key_bytes, copy, (size_t)len)) {
-      client_reply_error(c, "the store server is out of memory");
-      break;
-    }
-    unsigned char reply[8];
-    put_i64(reply, result);
-    client_reply(c, STORE_REPLY_OK, reply, sizeof reply);
-    server_wake_parked(s);
-    break;
-  }
-  case STORE_CHECK: {
-    if (!store_key_list_valid(value, value_bytes)) {
-      client_drop(c, "malformed key list in check");
-      break;
-    }
-    unsigned char exists =
-        (unsigned char)all_keys_exist(value, value_bytes, &s->table);
-    client_reply(c, STORE_REPLY_OK, &exists, 1);
-    break;
-  }
-  case STORE_DELETE: {
-    unsigned char deleted =
-        (unsigned char)table_remove(&s->table, key, key_bytes);
-    client_reply(c, STORE_REPLY_OK, &deleted, 1);
-    break;
-  }
-  case STORE_JOIN:
-    server_join(s, c, key, key_bytes, value);
-    break;
-  case STORE_LEAVE:
-    c->left = 1;
-    break;
-  case STORE_HEALTH:
-    if (s->failure[0])
-      client_reply(c, STORE_REPLY_FAILED, s->failure, strlen(s->failure));
-    else
-      client_reply(c, STORE_REPLY_OK, NULL, 0);
-    break;
-  case STORE_CANCEL:
-    free(c->parked_payload);
-    c->parked_payload = NULL;
-    c->parked_kind = 0;
-    client_reply(c, STORE_REPLY_CANCELLED, NULL, 0);
-    break;
-  default:
-    client_drop(c, "unknown request kind");
-    break;
-  }
-  free(payload);
-}
-
 /* How long a rank's handshake took, for XCOLL_STRANGER_DEADLINE_S's
  * margin (core/stranger.h). */
 static void client_note_authenticated(const store_client *c) {
   XCOLL_TRACE("rendezvous store: %s authenticated: first message %.3f ms, "
               "proof %.3f ms after its accept",
               c->peer, (c->vouched_at - c->since) * 1e3,
-              (now_s() - c->since) * 1e3);
+              (store_now_s() - c->since) * 1e3);
 }
 
 /* A whole first message (offer and hello tag) or proof is in c->auth_buf:
@@ -704,7 +97,7 @@ static void client_auth_step(store_client *c) {
      * or a wrong hello tag gets our offer and proof first, so that a rank
      * with another secret, or none, can say what is wrong. */
     if (bad && memcmp(c->auth_buf, "XCA1", 4) != 0) {
-      client_drop(c, why);
+      store_client_drop(c, why);
       return;
     }
     if (!bad &&
@@ -716,7 +109,7 @@ static void client_auth_step(store_client *c) {
                "(XCOLL_AUTH_TOKEN / XCOLL_AUTH_FILE)");
     }
     c->vouched = !bad;
-    c->vouched_at = now_s();
+    c->vouched_at = store_now_s();
     unsigned char answer[XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES];
     xcoll_auth_offer(answer, c->server_nonce);
     xcoll_auth_prove("server", STORE_AUTH_CONTEXT, c->client_nonce,
@@ -725,7 +118,7 @@ static void client_auth_step(store_client *c) {
     if (c->out_capacity < sizeof answer) {
       unsigned char *out = realloc(c->out, 256);
       if (!out) {
-        client_drop(c, "out of memory for the authentication answer");
+        store_client_drop(c, "out of memory for the authentication answer");
         return;
       }
       c->out = out;
@@ -734,9 +127,9 @@ static void client_auth_step(store_client *c) {
     memcpy(c->out, answer, sizeof answer);
     c->out_bytes = sizeof answer;
     c->out_sent = 0;
-    client_flush(c);
+    store_client_flush(c);
     if (bad) {
-      client_drop(c, why);
+      store_client_drop(c, why);
       return;
     }
     c->auth_stage = xcoll_auth_enabled() ? AUTH_WAIT_PROOF : AUTH_DONE;
@@ -747,7 +140,7 @@ static void client_auth_step(store_client *c) {
   }
   if (!xcoll_auth_verify("client", STORE_AUTH_CONTEXT, c->client_nonce,
                          c->server_nonce, c->auth_buf)) {
-    client_drop(c, "authentication failed: it does not know this job's "
+    store_client_drop(c, "authentication failed: it does not know this job's "
                    "secret (XCOLL_AUTH_TOKEN / XCOLL_AUTH_FILE)");
     return;
   }
@@ -768,7 +161,7 @@ static int client_read_auth(store_client *c) {
     if (n <= 0) {
       /* connect+close (a port scan) is not worth a warning */
       if (c->auth_have || c->auth_stage != AUTH_WAIT_OFFER)
-        client_drop(c, n < 0 ? strerror(errno)
+        store_client_drop(c, n < 0 ? strerror(errno)
                              : "closed during authentication");
       c->dead = 1;
       return 0;
@@ -806,7 +199,7 @@ static void client_read(xcoll_store_server *s, store_client *c) {
         continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK)
         return;
-      client_drop(c, strerror(errno));
+      store_client_drop(c, strerror(errno));
       return;
     }
     if (want && n == 0) {
@@ -817,7 +210,7 @@ static void client_read(xcoll_store_server *s, store_client *c) {
       c->discard_left -= (size_t)n;
       if (c->discard_left == 0) {
         c->header_have = 0;
-        client_reply_error(c, c->discard_why);
+        store_client_reply_error(c, c->discard_why);
         free(c->discard_why);
         c->discard_why = NULL;
       }
@@ -830,7 +223,7 @@ static void client_read(xcoll_store_server *s, store_client *c) {
       store_header_decode(c->header_buf, &c->header);
       const char *why = store_request_check(&c->header);
       if (why) {
-        client_drop(c, why);
+        store_client_drop(c, why);
         return;
       }
       c->payload_bytes = (size_t)c->header.key_bytes + c->header.value_bytes;
@@ -847,12 +240,12 @@ static void client_read(xcoll_store_server *s, store_client *c) {
         c->discard_why = strdup(reason);
         c->discard_left = c->payload_bytes;
         if (!c->discard_why) {
-          client_drop(c, "out of memory");
+          store_client_drop(c, "out of memory");
           return;
         }
         if (c->discard_left == 0) {
           c->header_have = 0;
-          client_reply_error(c, c->discard_why);
+          store_client_reply_error(c, c->discard_why);
           free(c->discard_why);
           c->discard_why = NULL;
         }
@@ -862,7 +255,7 @@ static void client_read(xcoll_store_server *s, store_client *c) {
       /* one spare byte so that an empty payload still gets a buffer */
       c->payload = malloc(c->payload_bytes + 1);
       if (!c->payload) {
-        client_drop(c, "out of memory for a request");
+        store_client_drop(c, "out of memory for a request");
         return;
       }
     } else {
@@ -873,7 +266,7 @@ static void client_read(xcoll_store_server *s, store_client *c) {
       c->payload = NULL;
       s->reading_bytes -= c->payload_bytes;
       c->header_have = 0;
-      server_handle(s, c, c->header.kind, payload, c->header.key_bytes,
+      store_server_handle(s, c, c->header.kind, payload, c->header.key_bytes,
                     c->header.value_bytes);
     }
   }
@@ -943,7 +336,7 @@ static int shed_oldest_stranger(xcoll_store_server *s, const uint8_t *origin,
     client_read(s, oldest);
     if (!oldest->dead && oldest->vouched)
       continue; /* a rank after all: keep it */
-    client_drop(oldest, why);
+    store_client_drop(oldest, why);
     client_close_now(oldest);
     return 1;
   }
@@ -953,7 +346,7 @@ static int shed_oldest_stranger(xcoll_store_server *s, const uint8_t *origin,
  * XCOLL_STRANGER_DEADLINE_S of its accept (after one last read). Returns
  * the seconds until the next such deadline, or -1 when none is pending. */
 static double shed_late_connections(xcoll_store_server *s) {
-  double now = now_s(), next = -1;
+  double now = store_now_s(), next = -1;
   for (size_t i = 0; i < s->client_count; i++) {
     store_client *c = s->clients[i];
     if (c->dead || c->auth_stage == AUTH_DONE)
@@ -966,7 +359,7 @@ static double shed_late_connections(xcoll_store_server *s) {
       char why[96];
       snprintf(why, sizeof why, "it did not authenticate within %.1f s",
                XCOLL_STRANGER_DEADLINE_S);
-      client_drop(c, why);
+      store_client_drop(c, why);
       client_close_now(c);
     } else if (next < 0 || left < next) {
       next = left;
@@ -999,12 +392,12 @@ static void server_accept(xcoll_store_server *s) {
         if (shed_oldest_stranger(s, NULL, why))
           continue;
         unsigned long also = 0;
-        if (xcoll_drop_tally_note(&s->drops, now_s(), &also))
+        if (xcoll_drop_tally_note(&s->drops, store_now_s(), &also))
           XCOLL_WARN("rendezvous store: accept on port %d: %s, and no "
                      "unauthenticated connection to close; pausing accepts "
                      "for %.0f ms at a time (raise ulimit -n?)",
                      s->port, strerror(errno), STORE_ACCEPT_BACKOFF_S * 1e3);
-        s->accept_resume = now_s() + STORE_ACCEPT_BACKOFF_S;
+        s->accept_resume = store_now_s() + STORE_ACCEPT_BACKOFF_S;
         return;
       }
       s->accept_resume = 0;
@@ -1042,7 +435,7 @@ static void server_accept(xcoll_store_server *s) {
     c->server = s;
     c->fd = fd;
     c->joined_rank = -1;
-    c->since = now_s();
+    c->since = store_now_s();
     memcpy(c->origin, origin, sizeof c->origin);
     char host[INET6_ADDRSTRLEN] = "?", serv[16] = "?";
     getnameinfo((struct sockaddr *)&sa, len, host, sizeof host, serv,
@@ -1063,7 +456,7 @@ static void *server_main(void *arg) {
       for (size_t i = 0; i < s->client_count; i++)
         joined += s->clients[i]->joined_rank >= 0 && !s->clients[i]->left &&
                   !s->clients[i]->dead;
-      if (joined == 0 || now_s() >= s->linger_until)
+      if (joined == 0 || store_now_s() >= s->linger_until)
         break;
     }
     size_t need = s->client_count + 2;
@@ -1083,9 +476,9 @@ static void *server_main(void *arg) {
     double next_deadline = shed_late_connections(s);
     if (next_deadline >= 0)
       timeout_ms = (int)(next_deadline * 1000.0) + 1;
-    int resting = s->accept_resume > 0 && now_s() < s->accept_resume;
+    int resting = s->accept_resume > 0 && store_now_s() < s->accept_resume;
     if (resting) {
-      int rest_ms = (int)((s->accept_resume - now_s()) * 1000.0) + 1;
+      int rest_ms = (int)((s->accept_resume - store_now_s()) * 1000.0) + 1;
       if (timeout_ms < 0 || rest_ms < timeout_ms)
         timeout_ms = rest_ms;
     }
@@ -1116,14 +509,14 @@ static void *server_main(void *arg) {
       if (read(s->wake_fd, &drained, sizeof drained) < 0) { /* empty */
       }
       if (s->linger_until == 0)
-        s->linger_until = now_s() + STORE_FAILURE_LINGER_S;
+        s->linger_until = store_now_s() + STORE_FAILURE_LINGER_S;
     }
     /* Clients accepted below are appended after the polled ones. */
     for (size_t i = 0; i < polled; i++) {
       store_client *c = s->clients[i];
       short rev = s->pollfds[i + 2].revents;
       if (rev & POLLOUT)
-        client_flush(c);
+        store_client_flush(c);
       if (rev & (POLLIN | POLLHUP | POLLERR))
         client_read(s, c);
       if (rev & POLLNVAL)
@@ -1131,12 +524,12 @@ static void *server_main(void *arg) {
     }
     if (s->pollfds[1].revents & POLLIN)
       server_accept(s);
-    else if (s->accept_resume > 0 && now_s() >= s->accept_resume)
+    else if (s->accept_resume > 0 && store_now_s() >= s->accept_resume)
       server_accept(s); /* rested: try the backlog again */
     size_t kept = 0;
     for (size_t i = 0; i < s->client_count; i++)
       if (s->clients[i]->dead)
-        server_note_departure(s, s->clients[i]);
+        store_server_note_departure(s, s->clients[i]);
     for (size_t i = 0; i < s->client_count; i++) {
       if (s->clients[i]->dead)
         client_free(s, s->clients[i]);
@@ -1152,7 +545,6 @@ static void *server_main(void *arg) {
                unlogged);
   return NULL;
 }
-
 
 xcoll_status xcoll_store_server_start(const char *addr, int port,
                                       xcoll_store_server **server,
@@ -1303,7 +695,7 @@ void xcoll_store_server_stop(xcoll_store_server *s) {
   free(s->clients);
   free(s->pollfds);
   free(s->departed);
-  table_free(&s->table);
+  store_table_free(&s->table);
   close(s->listen_fd);
   close(s->wake_fd);
   free(s);
