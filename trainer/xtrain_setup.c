@@ -242,11 +242,12 @@ void setup_model(run *r) {
 static void setup_mixed(run *r) {
   const config *c = &r->cfg;
   if (c->strategy == STRATEGY_DDP && c->comm_hook != COMM_HOOK_NONE) {
-    if (comm_hook_init(&r->hook, &r->dp, c->comm_hook, c->reduce_dtype,
-                       c->powersgd_rank, c->powersgd_warmup,
+    if (comm_hook_init(&r->hook, &r->m, r->dp.world_size, c->comm_hook,
+                       c->reduce_dtype, c->powersgd_rank, c->powersgd_warmup,
                        c->seed + 0x9e3779b97f4a7c15ull) != 0)
       fail(r, "out of memory setting up --comm-hook %s",
            comm_hook_name(c->comm_hook));
+    ddp_register_comm_hook(&r->dp, &r->hook);
   }
   int fp16 = c->param_dtype == XCOLL_FLOAT16 || c->reduce_dtype == XCOLL_FLOAT16;
   loss_scaler_init(&r->scaler, fp16, c->init_scale, c->scale_growth_interval);
