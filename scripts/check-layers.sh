@@ -5,7 +5,8 @@
 # a global symbol that B defines. The edges go through tsort(1), which
 # names the files of a loop when there is one. --edges prints the edges
 # ("A -> B") too. ctest runs it on backends/nccl_like (unit.nccl_like_layers,
-# tests/nccl_like.cmake); docs/nccl_like.md gives the command for its graph.
+# tests/nccl_like.cmake) and on trainer/ (unit.trainer_layers,
+# tests/trainer.cmake); docs/nccl_like.md gives the command for its graph.
 set -euo pipefail
 print_edges=0
 if [ "${1:-}" = --edges ]; then

@@ -33,6 +33,17 @@ if(TARGET xtrain)
   add_test(NAME trainer.comm_hooks COMMAND test_trainer_comm_hooks)
   set_tests_properties(trainer.comm_hooks PROPERTIES TIMEOUT 60 LABELS trainer)
 
+  # The files of trainer/ (xtrain_core and the xtrain program) call each
+  # other in no loop: scripts/check-layers.sh derives "file A calls file B"
+  # from the object files' symbols (nm), as unit.nccl_like_layers does for
+  # backends/nccl_like.
+  add_test(NAME unit.trainer_layers
+    COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/check-layers.sh
+      "$<TARGET_OBJECTS:xtrain_core>" "$<TARGET_OBJECTS:xtrain>"
+    COMMAND_EXPAND_LISTS)
+  set_tests_properties(unit.trainer_layers PROPERTIES TIMEOUT 30
+    LABELS "unit;trainer")
+
   add_executable(xtrain_compare_params ${CMAKE_CURRENT_LIST_DIR}/trainer/compare_params.c)
   target_link_libraries(xtrain_compare_params PRIVATE m)
 

@@ -78,28 +78,27 @@ static int powersgd_init(comm_hook *h, const model *m, uint64_t seed) {
   return 0;
 }
 
-int comm_hook_init(comm_hook *h, ddp *d, comm_hook_kind kind,
-                   xcoll_datatype dtype, int rank_r, int64_t warmup,
-                   uint64_t seed) {
+int comm_hook_init(comm_hook *h, const model *m, int world_size,
+                   comm_hook_kind kind, xcoll_datatype dtype, int rank_r,
+                   int64_t warmup, uint64_t seed) {
   memset(h, 0, sizeof *h);
   h->kind = kind;
   h->dtype = dtype;
   h->rank_r = rank_r;
   h->warmup = warmup;
-  h->world_size = d->world_size;
+  h->world_size = world_size;
   int status = 0;
   if (kind == COMM_HOOK_FP16 || kind == COMM_HOOK_BF16) {
     h->dtype = kind == COMM_HOOK_FP16 ? XCOLL_FLOAT16 : XCOLL_BFLOAT16;
-    h->lowp = malloc(d->m->num_elements * sizeof(uint16_t));
+    h->lowp = malloc(m->num_elements * sizeof(uint16_t));
     status = h->lowp ? 0 : -1;
   } else if (kind == COMM_HOOK_POWERSGD) {
-    status = powersgd_init(h, d->m, seed);
+    status = powersgd_init(h, m, seed);
   }
   if (status != 0) {
     comm_hook_free(h);
     return -1;
   }
-  d->hook = h;
   return 0;
 }
 
@@ -116,24 +115,17 @@ void comm_hook_free(comm_hook *h) {
 
 /* ---- fp16 / bf16 ---- */
 
-static void compress_bucket(comm_hook *h, ddp *d, int bucket) {
-  ddp_bucket *b = &d->buckets[bucket];
-  const float *g = d->m->grads + b->offset;
+static void compress_bucket(comm_hook *h, const comm_bucket *b,
+                            comm_work *w) {
   uint16_t *low = h->lowp + b->offset;
   float world = (float)h->world_size;
   /* Divide in float32 first, then round once (PyTorch casts, then divides
    * in the 16-bit type: the same for power-of-two world sizes). */
-  mixed_narrow(low, g, b->count, world, h->dtype);
-  b->launch_time = ddp_now();
-  xcoll_status st = xcoll_iallreduce(low, low, b->count, h->dtype, XCOLL_SUM,
-                                     d->comm, NULL, &b->request);
-  d->blocked_in_calls += ddp_now() - b->launch_time;
-  if (st != XCOLL_SUCCESS) {
-    d->status = st;
-    return;
-  }
-  b->launched = 1;
-  d->wire_bytes += mixed_wire_allreduce(b->count * 2, h->world_size);
+  mixed_narrow(low, b->buffer, b->count, world, h->dtype);
+  w->status = xcoll_iallreduce(low, low, b->count, h->dtype, XCOLL_SUM,
+                               b->comm, NULL, &w->request);
+  if (w->status == XCOLL_SUCCESS)
+    w->wire_bytes += mixed_wire_allreduce(b->count * 2, h->world_size);
 }
 
 /* ---- PowerSGD ---- */
@@ -165,16 +157,21 @@ static void orthonormalise(float *P, int n, int r) {
   }
 }
 
-static xcoll_status allreduce_sum(comm_hook *h, ddp *d, float *x, size_t n) {
+static xcoll_status allreduce_sum(comm_hook *h, const comm_bucket *b,
+                                  comm_work *w, float *x, size_t n) {
   if (n == 0)
     return XCOLL_SUCCESS;
-  d->wire_bytes += mixed_wire_allreduce(n * sizeof(float), h->world_size);
-  return xcoll_allreduce(x, x, n, XCOLL_FLOAT32, XCOLL_SUM, d->comm);
+  w->wire_bytes += mixed_wire_allreduce(n * sizeof(float), h->world_size);
+  return xcoll_allreduce(x, x, n, XCOLL_FLOAT32, XCOLL_SUM, b->comm);
 }
 
-static xcoll_status powersgd_bucket(comm_hook *h, ddp *d, const ddp_bucket *b) {
-  model *m = d->m;
-  float *grads = m->grads;
+/* Tensor p's gradient inside the bucket's buffer. */
+static float *tensor_grad(const comm_bucket *b, int p) {
+  return b->buffer + (b->params[p].offset - b->offset);
+}
+
+static xcoll_status powersgd_bucket(comm_hook *h, const comm_bucket *b,
+                                    comm_work *w) {
   int r = h->rank_r;
   float world = (float)h->world_size;
   /* Tensors sent whole: packed, summed, averaged, unpacked. */
@@ -187,28 +184,28 @@ static xcoll_status powersgd_bucket(comm_hook *h, ddp *d, const ddp_bucket *b) {
       last_matrix = h->compressed[p];
       continue;
     }
-    memcpy(h->uncompressed + nu, grads + m->views[p].offset,
-           m->views[p].numel * sizeof(float));
-    nu += m->views[p].numel;
+    memcpy(h->uncompressed + nu, tensor_grad(b, p),
+           b->params[p].numel * sizeof(float));
+    nu += b->params[p].numel;
   }
-  xcoll_status st = allreduce_sum(h, d, h->uncompressed, nu);
+  xcoll_status st = allreduce_sum(h, b, w, h->uncompressed, nu);
   if (st != XCOLL_SUCCESS)
     return st;
   nu = 0;
   for (int p = b->first_param; p <= b->last_param; p++) {
     if (h->compressed[p] >= 0)
       continue;
-    float *g = grads + m->views[p].offset;
-    for (size_t i = 0; i < m->views[p].numel; i++)
+    float *g = tensor_grad(b, p);
+    for (size_t i = 0; i < b->params[p].numel; i++)
       g[i] = h->uncompressed[nu + i] / world;
-    nu += m->views[p].numel;
+    nu += b->params[p].numel;
   }
   if (first_matrix < 0)
     return XCOLL_SUCCESS;
   /* P = (M + error) Q for every matrix, then one all-reduce of all P. */
   for (int i = first_matrix; i <= last_matrix; i++) {
     powersgd_matrix *pm = &h->matrices[i];
-    float *M = grads + m->views[pm->param].offset;
+    float *M = tensor_grad(b, pm->param);
     size_t nm = (size_t)pm->n * pm->m;
     for (size_t k = 0; k < nm; k++)
       M[k] += pm->error[k];
@@ -218,7 +215,7 @@ static xcoll_status powersgd_bucket(comm_hook *h, ddp *d, const ddp_bucket *b) {
   }
   const powersgd_matrix *a = &h->matrices[first_matrix];
   const powersgd_matrix *z = &h->matrices[last_matrix];
-  st = allreduce_sum(h, d, h->p_all + a->p_offset,
+  st = allreduce_sum(h, b, w, h->p_all + a->p_offset,
                      z->p_offset + (size_t)z->n * r - a->p_offset);
   if (st != XCOLL_SUCCESS)
     return st;
@@ -228,10 +225,10 @@ static xcoll_status powersgd_bucket(comm_hook *h, ddp *d, const ddp_bucket *b) {
     float *P = h->p_all + pm->p_offset;
     orthonormalise(P, pm->n, r);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, pm->m, r, pm->n, 1.0f,
-                grads + m->views[pm->param].offset, pm->m, P, r, 0.0f,
+                tensor_grad(b, pm->param), pm->m, P, r, 0.0f,
                 h->q_all + pm->q_offset, r);
   }
-  st = allreduce_sum(h, d, h->q_all + a->q_offset,
+  st = allreduce_sum(h, b, w, h->q_all + a->q_offset,
                      z->q_offset + (size_t)z->m * r - a->q_offset);
   if (st != XCOLL_SUCCESS)
     return st;
@@ -245,7 +242,7 @@ static xcoll_status powersgd_bucket(comm_hook *h, ddp *d, const ddp_bucket *b) {
       Q[k] /= world;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, pm->n, pm->m, r, 1.0f,
                 h->p_all + pm->p_offset, r, Q, r, 0.0f, h->approx, pm->m);
-    float *M = grads + m->views[pm->param].offset;
+    float *M = tensor_grad(b, pm->param);
     size_t nm = (size_t)pm->n * pm->m;
     for (size_t k = 0; k < nm; k++) {
       pm->error[k] = M[k] - h->approx[k];
@@ -255,37 +252,25 @@ static xcoll_status powersgd_bucket(comm_hook *h, ddp *d, const ddp_bucket *b) {
   return XCOLL_SUCCESS;
 }
 
-int comm_hook_bucket_ready(comm_hook *h, ddp *d, int bucket) {
+int comm_hook_bucket_ready(comm_hook *h, const comm_bucket *b,
+                           comm_work *w) {
+  w->request = NULL;
+  w->wire_bytes = 0;
+  w->status = XCOLL_SUCCESS;
   if (h->kind == COMM_HOOK_FP16 || h->kind == COMM_HOOK_BF16) {
-    compress_bucket(h, d, bucket);
+    compress_bucket(h, b, w);
     return 1;
   }
   if (h->kind != COMM_HOOK_POWERSGD || h->iteration < h->warmup)
     return 0;
-  ddp_bucket *b = &d->buckets[bucket];
-  b->launch_time = ddp_now();
-  xcoll_status st = powersgd_bucket(h, d, b);
-  b->done_time = ddp_now();
-  d->blocked_in_calls += b->done_time - b->launch_time;
-  if (st != XCOLL_SUCCESS) {
-    d->status = st;
-    return 1;
-  }
-  /* Done already: no request to wait for. */
-  b->launched = 1;
-  b->done = 1;
-  b->request = NULL;
+  /* Done on return: no request to wait for. */
+  w->status = powersgd_bucket(h, b, w);
   return 1;
 }
 
-void comm_hook_finish(comm_hook *h, ddp *d) {
-  if (h->kind == COMM_HOOK_FP16 || h->kind == COMM_HOOK_BF16) {
-    for (int i = 0; i < d->num_buckets; i++) {
-      const ddp_bucket *b = &d->buckets[i];
-      if (b->launched)
-        mixed_widen(d->m->grads + b->offset, h->lowp + b->offset, b->count,
-                    h->dtype);
-    }
-  }
-  h->iteration++;
+void comm_hook_bucket_done(comm_hook *h, const comm_bucket *b) {
+  if (h->kind == COMM_HOOK_FP16 || h->kind == COMM_HOOK_BF16)
+    mixed_widen(b->buffer, h->lowp + b->offset, b->count, h->dtype);
 }
+
+void comm_hook_finish(comm_hook *h) { h->iteration++; }

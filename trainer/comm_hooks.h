@@ -29,8 +29,11 @@
  *     Unlike PyTorch's asynchronous futures, a bucket's three all-reduces
  *     run blocking inside its grad_ready hook (backward waits for them).
  *
- * Every hook counts the bytes it puts on the wire (mixed.h's ring model)
- * in ddp.last.wire_bytes.
+ * A hook sees a bucket only through the comm_bucket view that ddp.c builds
+ * (PyTorch hands its hooks a GradBucket: index, buffer, the parameters'
+ * offsets), and answers with a comm_work; it never reads ddp's own state.
+ * Every hook counts the bytes it puts on the wire (mixed.h's ring model),
+ * which ddp.c adds to ddp.last.wire_bytes.
  */
 #ifndef XTRAIN_COMM_HOOKS_H
 #define XTRAIN_COMM_HOOKS_H
@@ -38,7 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ddp.h"
+#include "model.h"
 #include "xcoll.h"
 
 typedef enum comm_hook_kind {
@@ -77,21 +80,43 @@ typedef struct comm_hook {
   float *approx;        /* scratch: one matrix's P Q^T (n m) */
 } comm_hook;
 
-/* Set up hook kind for d (ddp_init done). powersgd: rank r >= 1, warmup
- * steps >= 0, Q drawn from seed. Returns 0, or -1 when out of memory (with
- * the hook left empty). Attaches the hook to d (d->hook). */
-int comm_hook_init(comm_hook *h, ddp *d, comm_hook_kind kind,
-                   xcoll_datatype dtype, int rank_r, int64_t warmup,
-                   uint64_t seed);
+/* One bucket as ddp.c hands it to a hook (PyTorch's GradBucket). Tensor p
+ * (first_param <= p <= last_param) is params[p].numel floats at
+ * buffer + params[p].offset - offset. */
+typedef struct comm_bucket {
+  int index;     /* bucket number; bucket 0 is the first to be ready */
+  float *buffer; /* the bucket's gradients, in place in model.grads */
+  size_t offset; /* buffer's first element in model.grads */
+  size_t count;  /* floats in buffer */
+  int first_param, last_param; /* registration indices of its tensors */
+  const param_view *params;    /* the model's views, by registration index */
+  xcoll_comm_t comm;
+} comm_bucket;
+
+/* What a hook did with a bucket (PyTorch's hook returns a future). */
+typedef struct comm_work {
+  xcoll_request_t request; /* for ddp.c to wait on; NULL when done already */
+  size_t wire_bytes;       /* put on the wire for this bucket */
+  xcoll_status status;     /* of the first failed call; then no request */
+} comm_work;
+
+/* Set up hook kind for model m over world_size ranks. powersgd: rank r >=
+ * 1, warmup steps >= 0, Q drawn from seed. Returns 0, or -1 when out of
+ * memory (with the hook left empty). ddp_register_comm_hook attaches it. */
+int comm_hook_init(comm_hook *h, const model *m, int world_size,
+                   comm_hook_kind kind, xcoll_datatype dtype, int rank_r,
+                   int64_t warmup, uint64_t seed);
 void comm_hook_free(comm_hook *h);
 
 /* Called by ddp.c: bucket b's gradients are final; start (fp16/bf16) or
- * run (powersgd) its communication and return 1, or return 0 for ddp.c's
- * own float32 all-reduce (hook none, powersgd's warmup). Errors go to
- * d->status. */
-int comm_hook_bucket_ready(comm_hook *h, ddp *d, int b);
-/* Called by ddp.c after every bucket's request completed: cast results back
- * into model.grads. */
-void comm_hook_finish(comm_hook *h, ddp *d);
+ * run (powersgd) its communication, fill *w and return 1, or return 0 for
+ * ddp.c's own float32 all-reduce (hook none, powersgd's warmup). */
+int comm_hook_bucket_ready(comm_hook *h, const comm_bucket *b, comm_work *w);
+/* Called by ddp.c for every bucket once all requests completed: cast the
+ * result back into the bucket's buffer (fp16/bf16). */
+void comm_hook_bucket_done(comm_hook *h, const comm_bucket *b);
+/* Called by ddp.c after comm_hook_bucket_done on every bucket of a
+ * synchronised backward: counts the pass (powersgd's warmup). */
+void comm_hook_finish(comm_hook *h);
 
 #endif /* XTRAIN_COMM_HOOKS_H */

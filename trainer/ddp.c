@@ -47,10 +47,51 @@ void ddp_poll(ddp *d) {
   d->blocked_in_calls += ddp_now() - t0;
 }
 
+/* What a communication hook sees of bucket i. */
+static comm_bucket bucket_view(const ddp *d, int i) {
+  const ddp_bucket *b = &d->buckets[i];
+  comm_bucket v = {.index = i,
+                   .buffer = d->m->grads + b->offset,
+                   .offset = b->offset,
+                   .count = b->count,
+                   .first_param = b->first_param,
+                   .last_param = b->last_param,
+                   .params = d->m->views,
+                   .comm = d->comm};
+  return v;
+}
+
+/* Bucket b through the hook; 0 when the hook leaves it to ddp.c. */
+static int hook_bucket_ready(ddp *d, int bucket) {
+  ddp_bucket *b = &d->buckets[bucket];
+  comm_bucket view = bucket_view(d, bucket);
+  comm_work work;
+  b->launch_time = ddp_now();
+  if (!comm_hook_bucket_ready(d->hook, &view, &work))
+    return 0;
+  double now = ddp_now();
+  /* A hook's casts and blocking calls stall backward as well. */
+  d->blocked_in_calls += now - b->launch_time;
+  if (work.status != XCOLL_SUCCESS) {
+    d->status = work.status;
+    return 1;
+  }
+  b->launched = 1;
+  b->request = work.request;
+  d->wire_bytes += work.wire_bytes;
+  if (!work.request) { /* ran to completion (powersgd) */
+    b->done = 1;
+    b->done_time = now;
+  }
+  return 1;
+}
+
+void ddp_register_comm_hook(ddp *d, struct comm_hook *h) { d->hook = h; }
+
 void ddp_bucket_ready(ddp *d, int bucket) {
   if (!d->sync || d->status != XCOLL_SUCCESS)
     return;
-  if (d->hook && comm_hook_bucket_ready(d->hook, d, bucket))
+  if (d->hook && hook_bucket_ready(d, bucket))
     return;
   ddp_bucket *b = &d->buckets[bucket];
   float *range = d->m->grads + b->offset;
@@ -135,8 +176,13 @@ xcoll_status ddp_finish_backward(ddp *d) {
       if (!d->buckets[i].launched)
         result = XCOLL_ERR_INTERNAL; /* a tensor was never reported ready */
   }
-  if (result == XCOLL_SUCCESS && d->hook)
-    comm_hook_finish(d->hook, d);
+  if (result == XCOLL_SUCCESS && d->hook) {
+    for (int i = 0; i < d->num_buckets; i++) {
+      comm_bucket view = bucket_view(d, i);
+      comm_hook_bucket_done(d->hook, &view);
+    }
+    comm_hook_finish(d->hook);
+  }
   double end = ddp_now();
   double comm = 0.0, prev_done = 0.0;
   for (int i = 0; i < d->num_buckets; i++) {

@@ -103,6 +103,10 @@ void ddp_begin_backward(ddp *d, int sync);
  * (message in xcoll_comm_last_error). A no-op with sync off. */
 xcoll_status ddp_finish_backward(ddp *d);
 
+/* Run hook h (comm_hooks.h, set up for d's model and world) on every
+ * bucket in place of the float32 all-reduce; NULL detaches. */
+void ddp_register_comm_hook(ddp *d, struct comm_hook *h);
+
 /* Monotonic clock in seconds. */
 double ddp_now(void);
 

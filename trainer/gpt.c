@@ -1,6 +1,6 @@
 /*
  * gpt.c - the transformer of gpt.h as a sequence of the layers in
- * gpt_layers.c and layers.c, with named parameter indices (model.h's
+ * gpt_layers.c and layers.c, with named parameter indices (gpt.h's
  * gpt_params) and named activations (below), in the manner of llm.c's
  * ParameterTensors / ActivationTensors.
  */
@@ -13,7 +13,9 @@
 
 #include "gpt_layers.h"
 #include "layers.h"
+#include "model.h"
 #include "profile.h"
+#include "tensors.h"
 
 /* One block's forward activations, B = max_batch, T = context,
  * C = d_model, NH = n_head. */

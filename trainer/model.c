@@ -2,7 +2,8 @@
  * model.c - the MLP (784-256-256-10, ReLU) and the LeNet-5-like CNN
  * (conv5x5 pad 2 + ReLU + pool, conv5x5 + ReLU + pool, fc 120, fc 84, fc 10)
  * written as sequences of the layers in layers.c over one parameter buffer;
- * the tensor registry and initialisation shared with the gpt (gpt.c).
+ * their parameters' initialisation; model_create_gpt and the dispatch to
+ * gpt.c for --model gpt. Tensors are registered through tensors.c.
  */
 #include "model.h"
 
@@ -14,40 +15,15 @@
 
 #include "gpt.h"
 #include "layers.h"
+#include "tensors.h"
 
 enum { MLP_HIDDEN = 256, CNN_FC1 = 120, CNN_FC2 = 84, CNN_K = 5 };
-
-static void add_param_va(model *m, const char *name, param_init init,
-                         int fan_in, int ndim, va_list ap) {
-  param_view *v = &m->views[m->num_params++];
-  snprintf(v->name, sizeof v->name, "%s", name);
-  v->ndim = ndim;
-  v->numel = 1;
-  v->fan_in = fan_in;
-  v->init = init;
-  for (int i = 0; i < ndim; i++) {
-    v->shape[i] = va_arg(ap, int);
-    v->numel *= (size_t)v->shape[i];
-  }
-  v->offset = m->num_elements;
-  m->num_elements += v->numel;
-}
 
 static int add_param(model *m, const char *name, int fan_in, int ndim, ...) {
   int index = m->num_params;
   va_list ap;
   va_start(ap, ndim);
-  add_param_va(m, name, PARAM_INIT_FAN_IN, fan_in, ndim, ap);
-  va_end(ap);
-  return index;
-}
-
-int model_add_param(model *m, const char *name, param_init init, int fan_in,
-                    int ndim, ...) {
-  int index = m->num_params;
-  va_list ap;
-  va_start(ap, ndim);
-  add_param_va(m, name, init, fan_in, ndim, ap);
+  model_add_param_va(m, name, PARAM_INIT_FAN_IN, fan_in, ndim, ap);
   va_end(ap);
   return index;
 }

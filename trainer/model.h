@@ -25,6 +25,7 @@
 
 #include <stddef.h>
 
+#include "gpt.h"
 #include "rng.h"
 
 /* A gpt block registers 12 tensors; 256 allows 20 blocks. */
@@ -34,6 +35,11 @@
 #define MODEL_IMAGE_PIXELS 784
 #define MODEL_CLASSES 10
 #define MODEL_GPT_VOCAB 256 /* gpt: one token per byte */
+
+/* gpt.h's blocks fit in the registry: 12 tensors each, plus wte, wpe,
+ * ln_f (2) and lm_head. */
+_Static_assert(12 * GPT_MAX_LAYERS + 5 <= MODEL_MAX_PARAMS,
+               "GPT_MAX_LAYERS blocks must fit in MODEL_MAX_PARAMS");
 
 typedef enum model_kind {
   MODEL_MLP = 0,
@@ -86,38 +92,6 @@ typedef struct cnn_activations {
   float *fc2;    /* (B, 84) */
   float *logits; /* (B, 10) */
 } cnn_activations;
-
-/* --model gpt's shape. */
-typedef struct gpt_config {
-  int n_layer;  /* transformer blocks */
-  int n_head;   /* attention heads; divides d_model */
-  int d_model;  /* width C of the residual stream */
-  int context;  /* sequence length T */
-} gpt_config;
-
-/* Registration indices (into model.views) of one transformer block's
- * tensors, C = d_model. All are registered under the layer name "h<l>", so
- * that units.h makes one layer, hence one FSDP unit, of each block. */
-typedef struct gpt_block_params {
-  int ln1_weight, ln1_bias;       /* (C), (C) */
-  int qkv_weight, qkv_bias;       /* (3C, C), (3C) */
-  int attn_proj_weight, attn_proj_bias; /* (C, C), (C) */
-  int ln2_weight, ln2_bias;       /* (C), (C) */
-  int fc_weight, fc_bias;         /* (4C, C), (4C) */
-  int fc_proj_weight, fc_proj_bias; /* (C, 4C), (C) */
-} gpt_block_params;
-
-/* 12 tensors per block, plus wte, wpe, ln_f (2) and lm_head. */
-#define GPT_MAX_LAYERS ((MODEL_MAX_PARAMS - 5) / 12)
-
-/* Registration indices of the whole gpt's tensors, V = 256, T = context. */
-typedef struct gpt_params {
-  int wte;     /* (V, C) token embedding */
-  int wpe;     /* (T, C) position embedding */
-  gpt_block_params blocks[GPT_MAX_LAYERS]; /* n_layer used */
-  int ln_f_weight, ln_f_bias; /* (C), (C) */
-  int lm_head; /* (V, C) output projection, untied from wte, no bias */
-} gpt_params;
 
 struct gpt_activations; /* gpt.c */
 

@@ -61,7 +61,10 @@ static void test_compress(xcoll_comm_t comm, comm_hook_kind kind) {
   comm_hook h;
   CHECK(model_create(&m, MODEL_MLP, 0, 0, 1) == 0, "model_create");
   ddp_init(&d, comm, &m, 0.1, 25.0);
-  CHECK(comm_hook_init(&h, &d, kind, XCOLL_FLOAT32, 1, 0, 1) == 0, "init");
+  CHECK(comm_hook_init(&h, &m, d.world_size, kind, XCOLL_FLOAT32, 1, 0, 1)
+            == 0,
+        "init");
+  ddp_register_comm_hook(&d, &h);
   rng r;
   rng_seed(&r, 5);
   fill_random(m.grads, m.num_elements, &r);
@@ -88,8 +91,10 @@ static void test_powersgd(xcoll_comm_t comm) {
   CHECK(model_create(&m, MODEL_MLP, 0, 0, 1) == 0, "model_create");
   ddp_init(&d, comm, &m, 0.1, 25.0); /* several buckets */
   CHECK(d.num_buckets >= 2, "want several buckets, got %d", d.num_buckets);
-  CHECK(comm_hook_init(&h, &d, COMM_HOOK_POWERSGD, XCOLL_FLOAT32, r, 0, 3) == 0,
+  CHECK(comm_hook_init(&h, &m, d.world_size, COMM_HOOK_POWERSGD,
+                       XCOLL_FLOAT32, r, 0, 3) == 0,
         "init");
+  ddp_register_comm_hook(&d, &h);
   CHECK(h.num_matrices == 3, "all three MLP weights compress at rank 4, got %d",
         h.num_matrices);
   rng g;
