@@ -112,13 +112,14 @@ struct ibn_comm {
 
 /* ---- ibverbs_setup.c ---- */
 
-/* The device, opened once per process; its fields hold once ib_init has
+/* The device, opened once per process; its fields hold once init has
  * succeeded. */
 extern ibn_device ibn_dev;
 ibn_mr *ibn_mr_get(void *addr, size_t bytes);
 void ibn_mr_put(ibn_mr *m);
 void ibn_comm_free(ibn_comm *c);
-xcoll_status ib_init(xcoll_net_log_fn log);
+/* The plugin's init, but for net_ibverbs.c's copy of the log function. */
+xcoll_status ibn_setup_init(xcoll_net_log_fn log);
 xcoll_status ib_devices(int *count);
 xcoll_status ib_get_properties(int device_index, xcoll_net_properties *p);
 xcoll_status ib_listen(int device_index, const xcoll_net_config *config,
@@ -129,9 +130,5 @@ xcoll_status ib_connect(int device_index, const xcoll_net_config *config,
                         const void *handle, int peer_rank,
                         xcoll_net_send_comm **send_comm);
 void ib_close_listen(xcoll_net_listen_comm *listen_comm);
-
-/* ---- net_ibverbs.c ---- */
-
-void ibn_data_log_set(xcoll_net_log_fn log);
 
 #endif

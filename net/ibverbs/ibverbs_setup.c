@@ -432,9 +432,8 @@ static int qp_info_valid(const ibn_qp_info *q) {
 
 /* ---- init, devices ---- */
 
-xcoll_status ib_init(xcoll_net_log_fn log) {
+xcoll_status ibn_setup_init(xcoll_net_log_fn log) {
   net_plugin_log_set(log);
-  ibn_data_log_set(log);
   xcoll_status s = net_handshake_init(log); /* the bootstrap connection */
   if (s != XCOLL_SUCCESS)
     return s;

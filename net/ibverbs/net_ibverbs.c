@@ -68,9 +68,12 @@
 /* wr_id of a CTS write: the request slot with this bit. */
 #define IBN_WR_CTS 0x100u
 
-/* net_plugin_log.h keeps the log function per file: ib_init hands it to
- * this one too. */
-void ibn_data_log_set(xcoll_net_log_fn log) { net_plugin_log_set(log); }
+/* net_plugin_log.h keeps the log function per file: this file's is set
+ * here, ibverbs_setup.c's (with the device) by ibn_setup_init. */
+static xcoll_status ib_init(xcoll_net_log_fn log) {
+  net_plugin_log_set(log);
+  return ibn_setup_init(log);
+}
 
 /* Outstanding CTS entries at once, for the INFO line at close (a check that
  * slots are kept in flight, not a speed): written by a receiver and not yet
