@@ -16,8 +16,8 @@
  *     magic u32 "XNSC" | version u16 (SOCK_HELLO_VERSION) | socket index u16
  *     | nsocks u16 | 0 u16 | rank u32 | comm_id u64 | the listener's nonce u64
  *   The hello is followed by the authentication offer (core/auth.h) and,
- *   since hello version 2, a hello tag (net_socket.c): the three are the
- *   connection's first message.
+ *   since hello version 2, a hello tag (socket_internal.h): the three are
+ *   the connection's first message.
  *   message header (SOCK_HEADER_BYTES):
  *     magic u32 "XNSM" | tag u32 | size u64 (bytes) */
 #ifndef XCOLL_NET_SOCKET_WIRE_H

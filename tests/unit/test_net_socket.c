@@ -22,10 +22,10 @@
  * error; a staged message completes from test with its socket not
  * readable (a caller polling it would sleep).
  *
- * The test reads the handle's address and port at the offsets net_socket.c
+ * The test reads the handle's address and port at the offsets the plugin
  * writes them (8: IPv4 address, 12: port, both in network order) to knock
  * on the listener as a stranger, and writes hellos, handles, proof
- * contexts and message headers as net_socket.c documents them to play a
+ * contexts and message headers as net/socket/ documents them to play a
  * stranger, a fake listener or a sender on a raw socket. The stage tests
  * look at socket 0 (get_fds's first descriptor) with FIONREAD and poll to
  * know which bytes the plugin has read. */
@@ -863,7 +863,7 @@ static uint64_t get64(const unsigned char *p) {
   return v;
 }
 
-/* The context net_socket.c documents for the proofs. */
+/* The context socket_conn.c documents for the proofs. */
 static void context_of(uint64_t comm_id, int connector, int acceptor,
                        int index, uint64_t listener_nonce, char *out) {
   snprintf(out, XCOLL_AUTH_CONTEXT_BYTES,
@@ -887,7 +887,7 @@ static void tag_first(unsigned char *first, uint64_t comm_id, int connector,
 #define FIRST_BYTES (32 + XCOLL_AUTH_OFFER_BYTES + XCOLL_AUTH_PROOF_BYTES)
 
 /* The hello tag of a first message whose hello and offer are written: the
- * proof with role "hello" (net_socket.c), under the current secret (all
+ * proof with role "hello" (socket_internal.h), under the current secret (all
  * zero without one). */
 static void tag_first(unsigned char *first, uint64_t comm_id, int connector,
                       int acceptor, int index, uint64_t listener_nonce);
