@@ -233,7 +233,8 @@ int xcoll_blame_culprit(xcoll_blame *blame, const int *waits_on, int count,
   }
   int silent = blame->store_silent == 1;
   pthread_mutex_unlock(&blame->lock);
-  if (culprit < 0 && silent && comm->comm_id == 0 && comm->rank != 0) {
+  if (culprit < 0 && silent && comm->comm_id == 0 && comm->rank != 0 &&
+      !comm->store_external) {
     /* The store runs in rank 0's process: taking a connection (the kernel
      * does that) but never answering means the process does not run. */
     culprit = 0;

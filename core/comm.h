@@ -52,6 +52,9 @@ typedef struct xcoll_comm {
    * keeps keys of different communicators apart. */
   xcoll_store *store;
   xcoll_store_server *store_server; /* rank 0 of the world only, else NULL */
+  /* 1 when the launcher serves the store (XCOLL_STORE_EXTERNAL=1): rank 0
+   * starts none, and a silent store says nothing about rank 0. */
+  int store_external;
   char store_prefix[32];
   /* Set when the communicator meets its peers through the caller's store
    * (xcoll_comm_init_kv): store forwards to kv, store_server is NULL, and

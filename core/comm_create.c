@@ -350,7 +350,12 @@ static xcoll_status comm_init_world(xcoll_comm_t *out,
   if (status != XCOLL_SUCCESS)
     goto fail;
 
-  if (comm->rank == 0 && !comm->has_kv) {
+  long store_external = 0;
+  status = xcoll_param_int("XCOLL_STORE_EXTERNAL", &store_external);
+  if (status != XCOLL_SUCCESS)
+    goto fail;
+  comm->store_external = store_external == 1 && !comm->has_kv;
+  if (comm->rank == 0 && !comm->has_kv && !comm->store_external) {
     /* A world of one has nobody to meet: a private loopback port avoids
      * clashing with other single-process jobs on the default port. */
     int single = comm->world_size == 1;

@@ -73,6 +73,11 @@ static const xcoll_param params[] = {
      0},
     {"XCOLL_TIMEOUT_S", XCOLL_PARAM_DOUBLE, NULL, 300, 0.001, 1e7, NULL, NULL,
      NULL, "seconds any wait may last without progress", 0},
+    {"XCOLL_STORE_EXTERNAL", XCOLL_PARAM_INT, NULL, 0, 0, 1, NULL, NULL, NULL,
+     "1: the launcher serves the rendezvous store at MASTER_ADDR:MASTER_PORT "
+     "(xcollrun --store-host launcher), so rank 0 starts none and the store "
+     "outlives any rank",
+     0},
     {"XCOLL_SOCKET_IFNAME", XCOLL_PARAM_TEXT, NULL, 0, 0, 0,
      "route to MASTER_ADDR", NULL, xcoll_ifname_check,
      "interfaces: eth,ib prefixes; =eth0 exact; ^docker,lo excludes", 0},

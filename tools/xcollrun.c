@@ -46,7 +46,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "error.h"
 #include "run.h"
+#include "store.h"
 
 /* Asks the kernel for a free port on the master address: bind to port 0,
  * read the port, close. Another process may take it before rank 0 binds
@@ -496,12 +498,29 @@ int main(int argc, char **argv) {
   (void)prctl(PR_SET_CHILD_SUBREAPER, 1);
 
   int exit_code = 1;
+  if (o.store_on_launcher)
+    setenv("XCOLL_STORE_EXTERNAL", "1", 1);
   for (int attempt = 0; attempt <= o.max_restarts; attempt++) {
-    int port = o.master_port ? o.master_port : pick_free_port(o.master_addr);
+    /* Each attempt meets in a fresh store: nothing of a failed attempt's
+     * keys can mislead the next. */
+    xcoll_store_server *store = NULL;
+    int port = o.master_port;
+    if (o.store_on_launcher && o.node_rank == 0) {
+      if (xcoll_store_server_start(o.master_addr, o.master_port, &store,
+                                   &port) != XCOLL_SUCCESS) {
+        run_message("xcollrun: cannot serve the rendezvous store on %s:%d "
+                    "(--store-host launcher): %s",
+                    o.master_addr, o.master_port, xcoll_last_error());
+        return 1;
+      }
+    } else if (port == 0) {
+      port = pick_free_port(o.master_addr);
+    }
     if (port < 0)
       return 1;
     enum group_result result =
         run_group(&o, port, attempt, signal_fd, &original_mask, &exit_code);
+    xcoll_store_server_stop(store);
     if (result != GROUP_FAILED)
       break;
     if (attempt < o.max_restarts)

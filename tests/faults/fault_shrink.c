@@ -9,6 +9,9 @@
  *                          fail with an error naming rank 2; it then shrinks
  *                          with
  *                          XCOLL_SHRINK_ABORT, excluding rank 2.
+ *   fault_shrink --kill0   the same with rank 0, which would host the
+ *                          rendezvous store unless the launcher does
+ *                          (xcollrun --store-host launcher).
  *   fault_shrink --leave   after one allreduce, rank 1 destroys its
  *                          communicator and exits. The others first check
  *                          the argument errors (out of range, duplicate,
@@ -180,16 +183,17 @@ static int check_errors(xcoll_comm_t comm, int rank) {
 }
 
 int main(int argc, char **argv) {
-  int kill_mode = argc > 1 && strcmp(argv[1], "--kill") == 0;
+  int kill0_mode = argc > 1 && strcmp(argv[1], "--kill0") == 0;
+  int kill_mode = kill0_mode || (argc > 1 && strcmp(argv[1], "--kill") == 0);
   int leave_mode = argc > 1 && strcmp(argv[1], "--leave") == 0;
   if (!kill_mode && !leave_mode) {
-    fprintf(stderr, "usage: fault_shrink --kill | --leave\n");
+    fprintf(stderr, "usage: fault_shrink --kill | --kill0 | --leave\n");
     return 2;
   }
   /* xcollrun sends SIGTERM to the other ranks as soon as one dies: the
    * survivors must live on to shrink. */
   signal(SIGTERM, SIG_IGN);
-  const int gone = kill_mode ? 2 : 1;
+  const int gone = kill0_mode ? 0 : kill_mode ? 2 : 1;
   xcoll_comm_t comm = NULL;
   xcoll_status status = xcoll_comm_init_env(&comm);
   if (status != XCOLL_SUCCESS)
@@ -225,11 +229,13 @@ int main(int argc, char **argv) {
       status =
           xcoll_allreduce(send, recv, COUNT, XCOLL_INT32, XCOLL_SUM, comm);
     if (status == XCOLL_SUCCESS)
-      return bad(rank, "the allreduce after rank 2 died succeeded", status,
-                 comm);
+      return bad(rank, "the allreduce after the gone rank died succeeded",
+                 status, comm);
     const char *message = xcoll_comm_last_error(comm);
-    if (strstr(message, "rank 2") == NULL)
-      return bad(rank, "the error does not name rank 2", status, comm);
+    char gone_name[16];
+    snprintf(gone_name, sizeof gone_name, "rank %d", gone);
+    if (strstr(message, gone_name) == NULL)
+      return bad(rank, "the error does not name the gone rank", status, comm);
     printf("rank %d saw: %s\n", rank, message);
     flags = XCOLL_SHRINK_ABORT;
   } else if (check_errors(comm, rank) != 0) {

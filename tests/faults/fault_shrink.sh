@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # fault_shrink.sh - 4 ranks lose one, and the other three shrink the
 # communicator and go on (tests/faults/fault_shrink.c).
-#   fault_shrink.sh XCOLLRUN FAULT_SHRINK_BINARY kill|leave
+#   fault_shrink.sh XCOLLRUN FAULT_SHRINK_BINARY kill|kill0|leave
 # kill:  rank 2 SIGKILLs itself after the first allreduce.
+# kill0: rank 0 does; the store is served by xcollrun (--store-host
+#        launcher), so the survivors still have it.
 # leave: rank 1 destroys its communicator after the first allreduce.
 # Each of the three others must print SHRINK-OK, and the job must end within
 # 60 s (the failure is seen on the dead connections, not at XCOLL_TIMEOUT_S).
@@ -16,8 +18,8 @@ export XCOLL_TIMEOUT_S=60
 # xcollrun SIGTERMs the group when rank 2 dies; fault_shrink ignores it and
 # xcollrun's SIGKILL comes only after this grace period.
 export XCOLLRUN_GRACE_S=50
-timeout -k 5 60 "$xcollrun" --nproc-per-node 4 --master-port 0 "$prog" \
-  "--$mode" >"$out" 2>&1
+timeout -k 5 60 "$xcollrun" --nproc-per-node 4 --master-port 0 \
+  --store-host launcher "$prog" "--$mode" >"$out" 2>&1
 rc=$?
 cat "$out"
 echo "xcollrun exited with $rc"
@@ -27,6 +29,7 @@ if [ $rc -eq 124 ]; then
 fi
 gone=2
 [ "$mode" = leave ] && gone=1
+[ "$mode" = kill0 ] && gone=0
 fail=0
 grep -q "GONE rank $gone" "$out" || { echo "FAIL: rank $gone never left"; fail=1; }
 for r in 0 1 2 3; do

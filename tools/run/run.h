@@ -39,6 +39,10 @@ typedef struct options {
    * XCOLL_FLIGHT_RECORDER_DIR was set (then there). */
   const char *user_flight_dir;
   double dump_wait_s; /* XCOLLRUN_DUMP_WAIT_S: how long to wait for dumps */
+  /* --store-host launcher: node 0's xcollrun serves the rendezvous store
+   * (torchrun's agent store), so that it outlives every rank, rank 0 too;
+   * the ranks get XCOLL_STORE_EXTERNAL=1. 0: rank 0 serves it. */
+  int store_on_launcher;
 } options;
 
 /* Bits of --redirects / --tee (torchrun's Std): 1 stdout, 2 stderr. */

@@ -55,6 +55,11 @@ static void usage(FILE *to) {
       "                       single node only)\n"
       "  --max-restarts N     restart the local group up to N times after a\n"
       "                       failure (default 0)\n"
+      "  --store-host WHO     who serves the rendezvous store: 'rank0' (the\n"
+      "                       default) or 'launcher' (xcollrun on node 0,\n"
+      "                       as torchrun's agent store: the store outlives\n"
+      "                       every rank, so that survivors of rank 0's\n"
+      "                       death can shrink their communicator)\n"
       "  -m, --module         the program is a Python module: run\n"
       "                       '$XCOLLRUN_PYTHON -m program args...'\n"
       "  --no-python          run program as it is, also when it ends in .py\n"
@@ -303,7 +308,7 @@ void run_parse_options(int argc, char **argv, options *o) {
         "--nproc-per-node", "--nnodes",    "--node-rank",
         "--master-addr",    "--master-port", "--max-restarts",
         "--log-dir",        "--redirects",   "--tee",
-        "--local-ranks-filter"};
+        "--local-ranks-filter", "--store-host"};
     int which = -1;
     for (int k = 0; k < (int)(sizeof known / sizeof known[0]); k++)
       if (strcmp(name, known[k]) == 0)
@@ -350,6 +355,16 @@ void run_parse_options(int argc, char **argv, options *o) {
       break;
     case 9:
       o->ranks_filter = value;
+      break;
+    case 10:
+      if (strcmp(value, "launcher") == 0)
+        o->store_on_launcher = 1;
+      else if (strcmp(value, "rank0") == 0)
+        o->store_on_launcher = 0;
+      else
+        usage_error("--store-host '%s': use 'launcher' (this xcollrun on "
+                    "node 0 serves the rendezvous store) or 'rank0'",
+                    value);
       break;
     }
   }
