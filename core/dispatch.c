@@ -293,9 +293,13 @@ static xcoll_status dispatch_backend(xcoll_comm *comm,
    * whose root another rank named differently, and learn of it only in its
    * next call: the ranks first agree on the call over the backend's p2p
    * interface, as host-driven rooted collectives do
-   * (core/fingerprint_exchange.h). At 2 ranks the neighbour is every rank. */
+   * (core/fingerprint_exchange.h). At 2 ranks the neighbour is every rank.
+   * The exchange's messages share the mesh with the engine's own (Bruck,
+   * pairwise), so the engine's calls issued earlier complete first, as
+   * before a host algorithm (dispatch). */
   if (xcoll_coll_has_root(args->kind) && comm->world_size > 2 &&
       comm->backend->p2p != NULL) {
+    xcoll_dispatch_quiesce(comm);
     comm->fingerprint = xcoll_fingerprint_of(args);
     xcoll_status status = xcoll_fingerprint_exchange(comm, args);
     if (status != XCOLL_SUCCESS)

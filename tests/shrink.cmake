@@ -23,3 +23,27 @@ if(TARGET xcollrun)
     endforeach()
   endforeach()
 endif()
+
+# The conformance suite on a shrunk communicator: 4 ranks, rank 2 (or 0)
+# SIGKILLs itself after an allreduce, the three others shrink with
+# XCOLL_SHRINK_ABORT and run the whole quick suite on the new communicator,
+# every result checked against what a fresh 3-rank job must give
+# (conformance.c --lose-rank). The store is the launcher's, so rank 0's
+# death leaves it. xcollrun exits with the lost rank's signal, so the
+# verdict is the suite's line.
+if(TARGET xcollrun AND TARGET conformance)
+  foreach(backend IN LISTS _shrink_backends)
+    foreach(lost 2 0)
+      set(test conformance.shrink.${backend}.lose${lost})
+      add_test(NAME ${test}
+        COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node 4 --master-port 0
+                --store-host launcher $<TARGET_FILE:conformance> --quick
+                --lose-rank ${lost})
+      set_tests_properties(${test} PROPERTIES TIMEOUT 300
+        LABELS "conformance;faults;${backend}" PROCESSORS 2
+        PASS_REGULAR_EXPRESSION "conformance PASSED: backend ${backend}, 3 ranks"
+        FAIL_REGULAR_EXPRESSION "FATAL|conformance FAILED"
+        ENVIRONMENT "XCOLL_BACKEND=${backend};XCOLLRUN_GRACE_S=240;XCOLL_TIMEOUT_S=60")
+    endforeach()
+  endforeach()
+endif()

@@ -17,10 +17,20 @@
  *                    the 4M count only runs when N >= 4194304)
  *   --min-count N    skip element counts below N
  *   --backend NAME   set XCOLL_BACKEND and check that the communicator got it
+ *   --lose-rank R    after one allreduce rank R SIGKILLs itself; the others
+ *                    see a collective fail, take R from
+ *                    xcoll_comm_failed_ranks, shrink with
+ *                    XCOLL_SHRINK_ABORT and run the whole suite on the
+ *                    shrunk communicator, whose ranks and results must be
+ *                    those of a fresh job of one rank fewer (the expected
+ *                    values are computed from the new ranks). Run it under
+ *                    xcollrun with XCOLLRUN_GRACE_S large: the survivors
+ *                    ignore the SIGTERM xcollrun sends when R dies.
  * Exit status 0 when every rank saw every result it expected. */
 #include <errno.h>
 #include <math.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1457,14 +1467,72 @@ static void sweep_errors(void) {
 static void usage(const char *argv0) {
   fprintf(stderr,
           "usage: %s [--quick] [--coll NAME]... [--max-count N] "
-          "[--min-count N] [--backend NAME]\n",
+          "[--min-count N] [--backend NAME] [--lose-rank R]\n",
           argv0);
   exit(2);
 }
 
+/* --lose-rank: rank `lost` dies after one allreduce and the others go on
+ * with the communicator shrunk without it (g.comm, g.rank, g.world_size
+ * become the new one's). */
+static void lose_rank(int lost) {
+  if (lost < 0 || lost >= g.world_size || g.world_size < 2) {
+    printf("FATAL: --lose-rank %d needs a rank of a world of 2 or more "
+           "(world size %d)\n", lost, g.world_size);
+    exit(2);
+  }
+  int32_t one = 1, sum = 0;
+  xcoll_status st = xcoll_allreduce(&one, &sum, 1, XCOLL_INT32, XCOLL_SUM,
+                                    g.comm);
+  if (g.rank == lost) {
+    printf("rank %d: leaving by SIGKILL (--lose-rank)\n", g.rank);
+    raise(SIGKILL);
+  }
+  /* The first allreduce may fail already if the lost rank died first. */
+  double deadline = now_s() + 30;
+  while (st == XCOLL_SUCCESS && now_s() < deadline)
+    st = xcoll_allreduce(&one, &sum, 1, XCOLL_INT32, XCOLL_SUM, g.comm);
+  if (st == XCOLL_SUCCESS)
+    fatal("a collective after the lost rank died kept succeeding",
+          XCOLL_ERR_INTERNAL);
+  int failed[64], count = 0;
+  do {
+    st = xcoll_comm_failed_ranks(g.comm, failed, 64, &count);
+    if (st != XCOLL_SUCCESS)
+      fatal("xcoll_comm_failed_ranks", st);
+    if (count == 0)
+      sched_yield();
+  } while (count == 0 && now_s() < deadline);
+  if (count != 1 || failed[0] != lost) {
+    printf("FATAL rank %d: xcoll_comm_failed_ranks gave %d rank(s), the "
+           "first %d; expected rank %d alone\n",
+           g.rank, count, count > 0 ? failed[0] : -1, lost);
+    exit(2);
+  }
+  xcoll_comm_t shrunk = NULL;
+  st = xcoll_comm_shrink(g.comm, failed, count, XCOLL_SHRINK_ABORT, &shrunk);
+  if (st != XCOLL_SUCCESS || shrunk == NULL)
+    fatal("xcoll_comm_shrink", st == XCOLL_SUCCESS ? XCOLL_ERR_INTERNAL : st);
+  xcoll_comm_destroy(g.comm);
+  int old_rank = g.rank, old_size = g.world_size;
+  g.comm = shrunk;
+  if (xcoll_comm_rank(g.comm, &g.rank) != XCOLL_SUCCESS ||
+      xcoll_comm_size(g.comm, &g.world_size) != XCOLL_SUCCESS)
+    fatal("comm_rank/comm_size of the shrunk communicator",
+          XCOLL_ERR_INTERNAL);
+  if (g.world_size != old_size - 1 || g.rank != old_rank - (old_rank > lost)) {
+    printf("FATAL: old rank %d of %d is rank %d of %d after the shrink; "
+           "expected %d of %d\n", old_rank, old_size, g.rank, g.world_size,
+           old_rank - (old_rank > lost), old_size - 1);
+    exit(2);
+  }
+  printf("rank %d: was rank %d of %d; rank %d died; the suite runs on the "
+         "shrunk communicator\n", g.rank, old_rank, old_size, lost);
+}
+
 int main(int argc, char **argv) {
   const char *want_backend = NULL;
-  int any_coll = 0;
+  int any_coll = 0, lose = -1;
   g.max_count = 131072 + 64;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) {
@@ -1484,6 +1552,10 @@ int main(int argc, char **argv) {
       g.max_count = strtoull(argv[++i], NULL, 10);
     } else if (!strcmp(argv[i], "--min-count") && i + 1 < argc) {
       g.min_count = strtoull(argv[++i], NULL, 10);
+    } else if (!strcmp(argv[i], "--lose-rank") && i + 1 < argc) {
+      lose = atoi(argv[++i]);
+      /* xcollrun stops the other ranks when one dies: they go on. */
+      signal(SIGTERM, SIG_IGN);
     } else if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
       want_backend = argv[++i];
       setenv("XCOLL_BACKEND", want_backend, 1);
@@ -1514,6 +1586,8 @@ int main(int argc, char **argv) {
     return 2;
   }
 
+  if (lose >= 0)
+    lose_rank(lose);
   if (g.coll_enabled[COLL_ERRORS])
     sweep_errors();
   for (int c = 0; c < COLL_BARRIER; c++) {
