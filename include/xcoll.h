@@ -339,8 +339,10 @@ XCOLL_API xcoll_status xcoll_comm_split(xcoll_comm_t comm, int color, int key,
  * *newcomm = NULL and touches nothing, as NCCL gives such a rank no
  * communicator.
  * Meeting goes through the rendezvous store, which lives in rank 0 of the
- * world (or is the caller's, xcoll_comm_init_kv): the world's rank 0 must be
- * alive. When it is among the ranks left, the store moves to the new
+ * world unless the launcher serves it (xcollrun --store-host launcher,
+ * XCOLL_STORE_EXTERNAL=1) or it is the caller's (xcoll_comm_init_kv): with
+ * the store in rank 0, the world's rank 0 must be alive. When rank 0 holds
+ * the store and is among the ranks left, the store moves to the new
  * communicator, so comm may be destroyed first.
  * Errors: XCOLL_ERR_INVALID_ARGUMENT (newcomm NULL, exclude_count < 0,
  * exclude_ranks NULL with exclude_count > 0, a rank outside [0, world size),

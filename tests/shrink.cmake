@@ -12,7 +12,7 @@ if(TARGET xcollrun)
     list(APPEND _shrink_backends nccl_like)
   endif()
   foreach(backend IN LISTS _shrink_backends)
-    foreach(mode kill kill0 leave)
+    foreach(mode kill kill0 leave abort-blocked)
       set(test faults.shrink.${mode}.${backend})
       add_test(NAME ${test}
         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_shrink.sh

@@ -12,6 +12,16 @@
  *   fault_shrink --kill0   the same with rank 0, which would host the
  *                          rendezvous store unless the launcher does
  *                          (xcollrun --store-host launcher).
+ *   fault_shrink --abort-blocked
+ *                          after one allreduce, rank 2 stops itself
+ *                          (SIGSTOP). Each survivor has a thread blocked in
+ *                          an allreduce that cannot end, and shrinks with
+ *                          XCOLL_SHRINK_ABORT from its main thread,
+ *                          excluding 2 (a stopped rank is not a failed
+ *                          one: the caller knows it); the blocked allreduce
+ *                          must fail with XCOLL_ERR_ABORTED long before
+ *                          XCOLL_TIMEOUT_S. The survivors then SIGKILL
+ *                          rank 2.
  *   fault_shrink --leave   after one allreduce, rank 1 destroys its
  *                          communicator and exits. The others first check
  *                          the argument errors (out of range, duplicate,
@@ -25,12 +35,16 @@
  * rank R ..." and exits 0 or 1 accordingly. The GONE and SHRINK-OK lines
  * end with CLOCK_MONOTONIC times (one clock for the host's processes), from
  * which fault_shrink.sh gives the time from the loss to going on. */
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "xcoll.h"
 
@@ -182,18 +196,120 @@ static int check_errors(xcoll_comm_t comm, int rank) {
   return 0;
 }
 
+/* --abort-blocked: an allreduce on comm in a thread of its own, which
+ * the main thread's shrink with XCOLL_SHRINK_ABORT must end. */
+typedef struct blocked_call {
+  xcoll_comm_t comm;
+  _Atomic int entering; /* set just before the call */
+  xcoll_status status;
+  double ended_at;
+} blocked_call;
+
+static void *blocked_allreduce(void *arg) {
+  blocked_call *call = arg;
+  static int32_t send[COUNT], recv[COUNT];
+  atomic_store(&call->entering, 1);
+  call->status =
+      xcoll_allreduce(send, recv, COUNT, XCOLL_INT32, XCOLL_SUM, call->comm);
+  call->ended_at = now_s();
+  return NULL;
+}
+
+/* --abort-blocked: rank 2 leaves its pid in a file of the job's (named by
+ * its run id) before its first collective, so that a survivor, which gets
+ * past that collective only once rank 2 has joined it, can end it. */
+static void victim_pid_path(char *path, size_t bytes) {
+  const char *tmp = getenv("TMPDIR"), *run = getenv("TORCHELASTIC_RUN_ID");
+  snprintf(path, bytes, "%s/fault-shrink-%s.pid", tmp ? tmp : "/tmp",
+           run ? run : "none");
+}
+
+static int write_victim_pid(void) {
+  char path[512], temp[600];
+  victim_pid_path(path, sizeof path);
+  snprintf(temp, sizeof temp, "%s.tmp", path);
+  FILE *f = fopen(temp, "w");
+  if (f == NULL)
+    return -1;
+  fprintf(f, "%d\n", (int)getpid());
+  if (fclose(f) != 0)
+    return -1;
+  return rename(temp, path);
+}
+
+static void kill_victim(void) {
+  char path[512];
+  victim_pid_path(path, sizeof path);
+  FILE *f = fopen(path, "r");
+  int pid = 0;
+  if (f != NULL) {
+    if (fscanf(f, "%d", &pid) != 1)
+      pid = 0;
+    fclose(f);
+  }
+  if (pid > 0)
+    kill((pid_t)pid, SIGKILL);
+  unlink(path);
+}
+
+static int abort_blocked(xcoll_comm_t comm, int rank) {
+  const int gone = 2;
+  blocked_call call = {.comm = comm};
+  pthread_t thread;
+  if (pthread_create(&thread, NULL, blocked_allreduce, &call) != 0)
+    return bad(rank, "pthread_create", XCOLL_ERR_SYSTEM, comm);
+  /* The thread is about to block (or blocked): the abort must end its
+   * call whichever, and the shrink must not wait for rank 2. */
+  while (!atomic_load(&call.entering))
+    sched_yield();
+  double start = now_s();
+  xcoll_comm_t shrunk = NULL;
+  int exclude[1] = {gone};
+  xcoll_status status =
+      xcoll_comm_shrink(comm, exclude, 1, XCOLL_SHRINK_ABORT, &shrunk);
+  pthread_join(thread, NULL);
+  kill_victim(); /* every survivor, whichever comes first: no longer needed */
+  if (status != XCOLL_SUCCESS || shrunk == NULL)
+    return bad(rank, "shrink with XCOLL_SHRINK_ABORT", status, comm);
+  /* ABORTED, or REMOTE when a survivor's abort reached this rank's call
+   * first: either way an error, and no wait for XCOLL_TIMEOUT_S. */
+  if (call.status != XCOLL_ERR_ABORTED && call.status != XCOLL_ERR_REMOTE)
+    return bad(rank, "the blocked allreduce did not fail with ABORTED",
+               call.status, comm);
+  printf("rank %d: the blocked allreduce ended %.3f s after the shrink "
+         "began: %s\n",
+         rank, call.ended_at - start, xcoll_strerror(call.status));
+  int left[WORLD], left_count = 0;
+  for (int r = 0; r < WORLD; r++)
+    if (r != gone)
+      left[left_count++] = r;
+  xcoll_comm_destroy(comm);
+  int failed = check_new(shrunk, rank, left, left_count);
+  if (!failed && xcoll_comm_destroy(shrunk) != XCOLL_SUCCESS)
+    failed = bad(rank, "destroy of the shrunk communicator", XCOLL_ERR_INTERNAL,
+                 NULL);
+  if (!failed)
+    printf("SHRINK-OK rank %d: rank %d of 3 after rank %d stopped; first "
+           "collective on it done at %.6f\n",
+           rank, rank - (rank > gone), gone, first_collective_at);
+  fflush(stdout);
+  return failed;
+}
+
 int main(int argc, char **argv) {
+  int blocked_mode = argc > 1 && strcmp(argv[1], "--abort-blocked") == 0;
   int kill0_mode = argc > 1 && strcmp(argv[1], "--kill0") == 0;
   int kill_mode = kill0_mode || (argc > 1 && strcmp(argv[1], "--kill") == 0);
   int leave_mode = argc > 1 && strcmp(argv[1], "--leave") == 0;
-  if (!kill_mode && !leave_mode) {
-    fprintf(stderr, "usage: fault_shrink --kill | --kill0 | --leave\n");
+  if (!kill_mode && !leave_mode && !blocked_mode) {
+    fprintf(stderr, "usage: fault_shrink --kill | --kill0 | --leave | "
+                    "--abort-blocked\n");
     return 2;
   }
   /* xcollrun sends SIGTERM to the other ranks as soon as one dies: the
    * survivors must live on to shrink. */
   signal(SIGTERM, SIG_IGN);
-  const int gone = kill0_mode ? 0 : kill_mode ? 2 : 1;
+  const int gone = kill0_mode ? 0 : kill_mode || blocked_mode ? 2 : 1;
   xcoll_comm_t comm = NULL;
   xcoll_status status = xcoll_comm_init_env(&comm);
   if (status != XCOLL_SUCCESS)
@@ -205,15 +321,28 @@ int main(int argc, char **argv) {
     printf("SHRINK-BAD rank %d: needs %d ranks, got %d\n", rank, WORLD, size);
     return 1;
   }
+  if (blocked_mode && rank == gone && write_victim_pid() != 0)
+    return bad(rank, "writing the pid file", XCOLL_ERR_SYSTEM, comm);
   static int32_t send[COUNT], recv[COUNT];
   for (int i = 0; i < COUNT; i++)
     send[i] = input(rank, i);
   /* Rank 2 may die before a survivor has finished the first allreduce:
    * then that one fails already, as the second would. */
   status = xcoll_allreduce(send, recv, COUNT, XCOLL_INT32, XCOLL_SUM, comm);
-  if (status != XCOLL_SUCCESS && !(kill_mode && rank != gone))
+  if (status != XCOLL_SUCCESS && !((kill_mode || blocked_mode) && rank != gone))
     return bad(rank, "first allreduce", status, comm);
 
+  if (blocked_mode) {
+    /* No collective may follow the first allreduce on the communicator
+     * to be aborted: a survivor's abort would fail a slower rank's. */
+    if (rank == gone) {
+      printf("GONE rank %d at %.6f\n", rank, now_s());
+      fflush(stdout);
+      raise(SIGSTOP);
+      return 0; /* not reached: the survivors SIGKILL it */
+    }
+    return abort_blocked(comm, rank);
+  }
   if (rank == gone) {
     printf("GONE rank %d at %.6f\n", rank, now_s());
     fflush(stdout);

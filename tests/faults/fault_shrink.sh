@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # fault_shrink.sh - 4 ranks lose one, and the other three shrink the
 # communicator and go on (tests/faults/fault_shrink.c).
-#   fault_shrink.sh XCOLLRUN FAULT_SHRINK_BINARY kill|kill0|leave
+#   fault_shrink.sh XCOLLRUN FAULT_SHRINK_BINARY kill|kill0|leave|abort-blocked
 # kill:  rank 2 SIGKILLs itself after the first allreduce.
 # kill0: rank 0 does; the store is served by xcollrun (--store-host
 #        launcher), so the survivors still have it.
+# abort-blocked: rank 2 stops (SIGSTOP); each survivor shrinks with
+#        XCOLL_SHRINK_ABORT while a thread of its is blocked in an allreduce.
 # leave: rank 1 destroys its communicator after the first allreduce.
 # Each of the three others must print SHRINK-OK, and the job must end within
 # 60 s (the failure is seen on the dead connections, not at XCOLL_TIMEOUT_S).
