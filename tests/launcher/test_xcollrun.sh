@@ -150,7 +150,8 @@ for args in "--bogus 1 true" "--nproc-per-node 0 true" "--nproc-per-node x true"
   # shellcheck disable=SC2086
   run 10 $args
   expect_eq "bad flags '$args' exit 2" 2 $?
-  expect_grep "bad flags '$args' print usage" 'usage: xcollrun' "$WORK/err"
+  expect_grep "bad flags '$args' point to --help" "^see 'xcollrun --help'$" "$WORK/err"
+  expect_eq "bad flags '$args' print two lines" 2 "$(wc -l <"$WORK/err")"
 done
 run 10 --help
 expect_eq "--help exits 0" 0 $?

@@ -29,6 +29,13 @@ const xcoll_coll_info *perf_coll_info(perf_coll coll) {
 
 const char *const perf_average_names[4] = {"rank0", "avg", "min", "max"};
 
+/* A bad command line gets one line naming what was wrong (printed by the
+ * caller, or by getopt for an unknown flag) and this pointer to the rest. */
+static int see_help(void) {
+  fputs("see 'xcoll-perf --help'\n", stderr);
+  return 2;
+}
+
 static void usage(FILE *out, const char *argv0) {
   fprintf(out,
           "usage: %s [options]   (flags as nccl-tests' all_reduce_perf has them)\n"
@@ -165,7 +172,7 @@ static int reject_multi(const char *flag, const char *text) {
           "the host each), so %s accepts only 1; for N ranks start N "
           "processes, e.g. xcollrun --nproc-per-node N xcoll-perf ...\n",
           flag, text, flag);
-  return 2;
+  return see_help();
 }
 
 /* --gpu-ranks: 1 if rank is in LIST ("all", "none" or comma-separated
@@ -312,7 +319,7 @@ int perf_parse_options(int argc, char **argv, perf_options *opt) {
     case OPT_VERSION:
       printf("xcoll-perf (xcoll) %s\n", XCOLL_PROJECT_VERSION);
       return 1;
-    default: usage(stderr, argv0); return 2;
+    default: return see_help(); /* getopt named the flag */
     }
     if (bad) {
       char name[3] = {'-', (char)c, '\0'};
@@ -321,26 +328,24 @@ int perf_parse_options(int argc, char **argv, perf_options *opt) {
               : c == OPT_DEVICE_BUFFERS ? "--device-buffers"
               : c == OPT_GPU_RANKS      ? "--gpu-ranks"
                                         : name);
-      usage(stderr, argv0);
-      return 2;
+      return see_help();
     }
   }
   if (optind < argc) {
-    fprintf(stderr, "xcoll-perf: unexpected argument '%s'\n", argv[optind]);
-    usage(stderr, argv0);
-    return 2;
+    fprintf(stderr, "xcoll-perf: unexpected argument '%s': every value "
+            "follows its flag (-b 8, --minbytes 8)\n", argv[optind]);
+    return see_help();
   }
   if (opt->min_bytes > opt->max_bytes) {
     fprintf(stderr, "xcoll-perf: --minbytes (%zu) is larger than --maxbytes (%zu)\n",
             opt->min_bytes, opt->max_bytes);
-    usage(stderr, argv0);
-    return 2;
+    return see_help();
   }
   if ((size_t)(opt->iters > opt->warmup_iters ? opt->iters : opt->warmup_iters) >
       (size_t)100000000 / (size_t)opt->agg_iters) {
     fprintf(stderr, "xcoll-perf: --iters (or --warmup_iters) times --agg_iters "
             "exceeds 1e8 operations per row: lower one of them\n");
-    return 2;
+    return see_help();
   }
   return 0;
 }

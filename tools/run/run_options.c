@@ -100,9 +100,8 @@ static void usage_error(const char *fmt, ...) {
   va_start(ap, fmt);
   fputs("xcollrun: ", stderr);
   vfprintf(stderr, fmt, ap);
-  fputs("\n\n", stderr);
+  fputs("\nsee 'xcollrun --help'\n", stderr);
   va_end(ap);
-  usage(stderr);
   exit(EXIT_USAGE);
 }
 
