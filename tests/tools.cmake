@@ -21,9 +21,13 @@ if(TARGET xcoll-perf AND TARGET xcoll-info AND TARGET xcollrun)
   add_test(NAME tools.cli_errors
     COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/tools/test_cli_errors.sh
             $<TARGET_FILE_DIR:xcoll-perf> ${_cli_xtrain})
+  # A failed init: one line per rank, the library's or the tool's.
+  add_test(NAME tools.failure_once
+    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/tools/test_failure_once.sh
+            $<TARGET_FILE_DIR:xcoll-perf> ${_cli_xtrain})
   set_tests_properties(tools.xcoll_perf_nccl_tests_flags
     tools.xcoll_info_matches_library tools.tcp_ipv6 tools.cli_errors
-    PROPERTIES TIMEOUT 60
+    tools.failure_once PROPERTIES TIMEOUT 60
     LABELS tools SKIP_RETURN_CODE 77)
 endif()
 

@@ -356,10 +356,13 @@ static xcoll_status run_all(perf_run *run, const perf_options *opt, FILE *json,
   return XCOLL_SUCCESS;
 }
 
+/* A failed call: its message once, so not when the library's WARN line
+ * showed it already. */
 static int fail(xcoll_comm_t comm, int rank, const perf_failure *failure) {
-  fprintf(stderr, "xcoll-perf: rank %d: %s failed: %s: %s\n", rank,
-          failure->what, xcoll_strerror(failure->status),
-          comm ? xcoll_comm_last_error(comm) : xcoll_last_error());
+  if (!xcoll_comm_last_error_logged(comm))
+    fprintf(stderr, "xcoll-perf: rank %d: %s failed: %s: %s\n", rank,
+            failure->what, xcoll_strerror(failure->status),
+            xcoll_comm_last_error(comm));
   return 1;
 }
 
@@ -595,8 +598,9 @@ int main(int argc, char **argv) {
     return exit_code;
   xcoll_status st = xcoll_comm_init_env(&run.comm);
   if (st != XCOLL_SUCCESS) {
-    fprintf(stderr, "xcoll-perf: xcoll_comm_init_env failed: %s: %s\n",
-            xcoll_strerror(st), xcoll_last_error());
+    if (!xcoll_comm_last_error_logged(NULL))
+      fprintf(stderr, "xcoll-perf: xcoll_comm_init_env failed: %s: %s\n",
+              xcoll_strerror(st), xcoll_last_error());
     return 1;
   }
   exit_code = setup_comm(&run);

@@ -58,10 +58,16 @@ void fail_together(run *r, const char *fmt, ...) {
   va_end(ap);
 }
 
+/* The library's WARN line showed the message already when it was logged:
+ * then only which call failed, so that the message appears once. */
 void check_xcoll(run *r, xcoll_status st, const char *what) {
-  if (st != XCOLL_SUCCESS)
-    fail(r, "%s failed: %s: %s", what, xcoll_strerror(st),
-         xcoll_comm_last_error(r->comm));
+  if (st == XCOLL_SUCCESS)
+    return;
+  if (xcoll_comm_last_error_logged(r->comm))
+    fail(r, "%s failed: %s (the xcoll WARN line above says why)", what,
+         xcoll_strerror(st));
+  fail(r, "%s failed: %s: %s", what, xcoll_strerror(st),
+       xcoll_comm_last_error(r->comm));
 }
 
 /* In-place sum over ranks of n doubles; nothing to do with one process. */
