@@ -773,8 +773,9 @@ int main(int argc, char **argv) {
     }
   }
   if (paths == 0)
-    return usage_error("no dump to read: give the XCOLL_FR_DIR directory or "
-                       "its xcoll_fr.*.json files");
+    return usage_error("no dump to read: give the dump directory "
+                       "(XCOLL_FLIGHT_RECORDER_DIR) or its xcoll_fr.*.json "
+                       "files");
   if (read == 0) {
     fprintf(stderr, "xcoll-fr: no flight recorder dump could be read\n");
     return 1;
