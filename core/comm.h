@@ -82,6 +82,7 @@ typedef struct xcoll_comm {
 
   pthread_mutex_t error_lock;
   char last_error[XCOLL_ERROR_BYTES];
+  int last_error_logged; /* last_error went to stderr as a WARN line */
 
   /* Where the world's store listens, kept so that xcoll_comm_split can
    * connect the new communicator's own store client. */

@@ -9,8 +9,10 @@
 #include "error.h"
 #include "log.h"
 
-/* The last message raised on this thread. */
+/* The last message raised on this thread, and whether its WARN line went to
+ * stderr (xcoll_comm_last_error_logged). */
 static _Thread_local char thread_error[XCOLL_ERROR_BYTES];
+static _Thread_local int thread_error_logged;
 /* A stable copy of a communicator's message handed to the caller, so that a
  * progress thread writing comm->last_error cannot tear the string being read.
  */
@@ -52,18 +54,22 @@ static int comm_is_live(const xcoll_comm *comm) {
   return comm != NULL && comm->magic == XCOLL_COMM_MAGIC;
 }
 
-static void comm_store_message(xcoll_comm *comm, const char *message) {
+static void comm_store_message(xcoll_comm *comm, const char *message,
+                               int logged) {
   if (!comm_is_live(comm))
     return;
   pthread_mutex_lock(&comm->error_lock);
   snprintf(comm->last_error, sizeof comm->last_error, "%s", message);
+  comm->last_error_logged = logged;
   pthread_mutex_unlock(&comm->error_lock);
 }
 
 /* The message becomes the thread's last and comm's. */
-static void keep_message(struct xcoll_comm *comm, const char *message) {
+static void keep_message(struct xcoll_comm *comm, const char *message,
+                         int logged) {
   memcpy(thread_error, message, sizeof thread_error);
-  comm_store_message(comm, message);
+  thread_error_logged = logged;
+  comm_store_message(comm, message, logged);
 }
 
 xcoll_status xcoll_error(struct xcoll_comm *comm, xcoll_status status,
@@ -81,7 +87,10 @@ xcoll_status xcoll_error(struct xcoll_comm *comm, xcoll_status status,
   size_t len = strlen(message), last = strlen(thread_error);
   int rewrap = last > 0 && len > last &&
                memcmp(message + len - last, thread_error, last) == 0;
-  keep_message(comm, message);
+  /* A re-raised message was shown when the one it wraps was. */
+  int logged = rewrap ? thread_error_logged
+                      : xcoll_log_shows_on_stderr(XCOLL_LOG_WARN);
+  keep_message(comm, message, logged);
   if (!rewrap)
     XCOLL_WARN("%s: %s", xcoll_strerror(status), message);
   return status;
@@ -94,12 +103,12 @@ xcoll_status xcoll_error_quiet(struct xcoll_comm *comm, xcoll_status status,
   va_start(ap, fmt);
   vsnprintf(message, sizeof message, fmt, ap);
   va_end(ap);
-  keep_message(comm, message);
+  keep_message(comm, message, 0);
   return status;
 }
 
 xcoll_status xcoll_error_adopt(struct xcoll_comm *comm, xcoll_status status) {
-  comm_store_message(comm, thread_error);
+  comm_store_message(comm, thread_error, thread_error_logged);
   return status;
 }
 
@@ -114,6 +123,15 @@ const char *xcoll_comm_last_error(xcoll_comm_t comm) {
   memcpy(thread_comm_error, comm->last_error, sizeof thread_comm_error);
   pthread_mutex_unlock(&comm->error_lock);
   return thread_comm_error;
+}
+
+int xcoll_comm_last_error_logged(xcoll_comm_t comm) {
+  if (!comm_is_live(comm))
+    return thread_error_logged;
+  pthread_mutex_lock(&comm->error_lock);
+  int logged = comm->last_error_logged;
+  pthread_mutex_unlock(&comm->error_lock);
+  return logged;
 }
 
 int xcoll_version(void) {

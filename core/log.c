@@ -175,6 +175,11 @@ xcoll_log_level xcoll_log_level_get(void) {
   return log_level;
 }
 
+int xcoll_log_shows_on_stderr(xcoll_log_level level) {
+  pthread_once(&log_once, log_setup);
+  return level != XCOLL_LOG_NONE && level <= log_level && log_file == NULL;
+}
+
 int xcoll_log_subsys_enabled(unsigned subsys) {
   pthread_once(&log_once, log_setup);
   return (log_subsys_mask & subsys) != 0;

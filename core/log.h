@@ -62,6 +62,10 @@ int xcoll_log_subsys_enabled(unsigned subsys);
  * makes xcoll_log_init() return XCOLL_ERR_ENV through comm init. */
 xcoll_log_level xcoll_log_level_get(void);
 
+/* Whether a line of level goes to the process's stderr: XCOLL_DEBUG lets it
+ * print and XCOLL_DEBUG_FILE does not send it elsewhere. */
+int xcoll_log_shows_on_stderr(xcoll_log_level level);
+
 /* Parse XCOLL_DEBUG / XCOLL_DEBUG_FILE. Returns 0 (XCOLL_SUCCESS), or an
  * xcoll_status (XCOLL_ERR_ENV) with the sentence naming the variable written
  * to why (why_bytes long; may be NULL). Logging never records errors itself,

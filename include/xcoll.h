@@ -174,6 +174,15 @@ XCOLL_API const char *xcoll_comm_last_error(xcoll_comm_t comm);
  * for failures where no communicator exists, such as xcoll_comm_init. */
 XCOLL_API const char *xcoll_last_error(void);
 
+/* 1 when the message xcoll_comm_last_error(comm) returns was already
+ * written to stderr as the library's WARN line (XCOLL_DEBUG is WARN, the
+ * default, or more, and XCOLL_DEBUG_FILE is not set), 0 when it was not (a
+ * failure the library reports quietly, XCOLL_DEBUG=NONE, a log file, or no
+ * error). comm may be NULL: then it is about xcoll_last_error(). A program
+ * that reports a failed call prints the message only when this is 0, so
+ * that each failure appears once; xcoll's tools do. */
+XCOLL_API int xcoll_comm_last_error_logged(xcoll_comm_t comm);
+
 /* The library's version, XCOLL_VERSION of the build that is linked. */
 XCOLL_API int xcoll_version(void);
 

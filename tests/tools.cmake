@@ -12,8 +12,22 @@ if(TARGET xcoll-perf AND TARGET xcoll-info AND TARGET xcollrun)
   add_test(NAME tools.tcp_ipv6
     COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/tools/test_ipv6.sh
             $<TARGET_FILE_DIR:xcoll-perf>)
+  # A bad command line gets two lines and exit 2, from every tool (xtrain
+  # too when it is built).
+  set(_cli_xtrain "")
+  if(TARGET xtrain)
+    set(_cli_xtrain $<TARGET_FILE:xtrain>)
+  endif()
+  add_test(NAME tools.cli_errors
+    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/tools/test_cli_errors.sh
+            $<TARGET_FILE_DIR:xcoll-perf> ${_cli_xtrain})
+  # A failed init: one line per rank, the library's or the tool's.
+  add_test(NAME tools.failure_once
+    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/tools/test_failure_once.sh
+            $<TARGET_FILE_DIR:xcoll-perf> ${_cli_xtrain})
   set_tests_properties(tools.xcoll_perf_nccl_tests_flags
-    tools.xcoll_info_matches_library tools.tcp_ipv6 PROPERTIES TIMEOUT 60
+    tools.xcoll_info_matches_library tools.tcp_ipv6 tools.cli_errors
+    tools.failure_once PROPERTIES TIMEOUT 60
     LABELS tools SKIP_RETURN_CODE 77)
 endif()
 

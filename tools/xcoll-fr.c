@@ -732,6 +732,19 @@ static void usage(FILE *to) {
         to);
 }
 
+/* A bad command line: one line saying what was wrong, one saying where
+ * the usage is; exit status 2. */
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("xcoll-fr: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputs("\nsee 'xcoll-fr --help'\n", stderr);
+  return 2;
+}
+
 int main(int argc, char **argv) {
   int as_json = 0, last_n = 6, read = 0, paths = 0;
   for (int i = 1; i < argc; i++) {
@@ -740,27 +753,29 @@ int main(int argc, char **argv) {
       return 0;
     } else if (strcmp(argv[i], "--json") == 0) {
       as_json = 1;
-    } else if (strcmp(argv[i], "--last") == 0 && i + 1 < argc) {
-      last_n = atoi(argv[++i]);
-      if (last_n < 1) {
-        usage(stderr);
-        return 2;
-      }
+    } else if (strcmp(argv[i], "--last") == 0) {
+      char *end = NULL;
+      long value = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+      if (i + 1 >= argc || end == argv[i + 1] || *end != '\0' || value < 1 ||
+          value > 1000000)
+        return usage_error("--last wants a number of calls >= 1, got '%s'",
+                           i + 1 < argc ? argv[i + 1] : "");
+      last_n = (int)value;
+      i++;
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       usage(stdout);
       return 0;
     } else if (argv[i][0] == '-') {
-      usage(stderr);
-      return 2;
+      return usage_error("unknown option '%s'", argv[i]);
     } else {
       paths++;
       read += load_path(argv[i]);
     }
   }
-  if (paths == 0) {
-    usage(stderr);
-    return 2;
-  }
+  if (paths == 0)
+    return usage_error("no dump to read: give the dump directory "
+                       "(XCOLL_FLIGHT_RECORDER_DIR) or its xcoll_fr.*.json "
+                       "files");
   if (read == 0) {
     fprintf(stderr, "xcoll-fr: no flight recorder dump could be read\n");
     return 1;

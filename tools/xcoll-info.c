@@ -140,7 +140,8 @@ static int print_parameters(const char *title, int launcher) {
 static int print_one_default(const char *name) {
   const xcoll_param *p = xcoll_param_find(name);
   if (p == NULL) {
-    fprintf(stderr, "xcoll-info: %s is not an xcoll parameter\n", name);
+    fprintf(stderr, "xcoll-info: %s is not an xcoll parameter: run xcoll-info "
+            "for the list\n", name);
     return 2;
   }
   char def[96];
@@ -156,16 +157,22 @@ int main(int argc, char **argv) {
   }
   if (argc == 3 && strcmp(argv[1], "--default") == 0)
     return print_one_default(argv[2]);
+  if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+    printf("usage: %s [--version | --default XCOLL_NAME]\n  prints the xcoll "
+           "version, compiled-in backends, environment variables (checked as "
+           "the library checks them; exit 1 when one is malformed) and "
+           "UCX/CUDA availability\n  --default NAME prints the default the "
+           "library uses for NAME\n",
+           argv[0]);
+    return 0;
+  }
   if (argc > 1) {
-    int help = strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0;
-    fprintf(help ? stdout : stderr,
-            "usage: %s [--version | --default XCOLL_NAME]\n  prints the xcoll "
-            "version, compiled-in backends, environment variables (checked as "
-            "the library checks them; exit 1 when one is malformed) and "
-            "UCX/CUDA availability\n  --default NAME prints the default the "
-            "library uses for NAME\n",
-            argv[0]);
-    return help ? 0 : 2;
+    if (strcmp(argv[1], "--default") == 0)
+      fprintf(stderr, "xcoll-info: --default takes one XCOLL_NAME\n");
+    else
+      fprintf(stderr, "xcoll-info: unexpected argument '%s'\n", argv[1]);
+    fputs("see 'xcoll-info --help'\n", stderr);
+    return 2;
   }
   int version = xcoll_version();
   printf("xcoll %d.%d.%d (library), built against header %d.%d.%d\n",

@@ -17,8 +17,10 @@
  * Flags follow nccl-tests' README and src/common.cu (checked against
  * NVIDIA/nccl-tests at commit 01d67614): -z blocking (default 0), -N run
  * cycles, -a how rank times are combined (default 1, the average), -m
- * operations per iteration, -o/-d with "all", -T timeout, -g/-t accepted
- * with 1 only (one rank per process here). docs/benchmarks.md has the table.
+ * operations per iteration, -o/-d with "all", -o mulsum (a premul sum), -T
+ * timeout, -C cputime, -R and -y accepted as no-ops, -G 0 only, -g/-t
+ * accepted with 1 only (one rank per process here); the type column uses
+ * nccl-tests' names ("float", "half"). docs/benchmarks.md has the table.
  *
  * Size convention (nccl-tests): the size of a row is the whole buffer in bytes
  * (for allgather the receive buffer, for reduce_scatter the send buffer,
@@ -84,22 +86,22 @@ static xcoll_status issue(const perf_run *run, const perf_shape *s,
   size_t n = s->call_count;
   switch (o->coll) {
   case PERF_ALLREDUCE:
-    return request ? xcoll_iallreduce(b->send, b->recv, n, o->dtype, o->op,
+    return request ? xcoll_iallreduce(b->send, b->recv, n, o->dtype, run->op,
                                       run->comm, NULL, request)
-                   : xcoll_allreduce(b->send, b->recv, n, o->dtype, o->op, run->comm);
+                   : xcoll_allreduce(b->send, b->recv, n, o->dtype, run->op, run->comm);
   case PERF_ALLGATHER:
     return request ? xcoll_iallgather(b->send, b->recv, n, o->dtype, run->comm,
                                       NULL, request)
                    : xcoll_allgather(b->send, b->recv, n, o->dtype, run->comm);
   case PERF_REDUCE_SCATTER:
-    return request ? xcoll_ireduce_scatter(b->send, b->recv, n, o->dtype, o->op,
+    return request ? xcoll_ireduce_scatter(b->send, b->recv, n, o->dtype, run->op,
                                            run->comm, NULL, request)
-                   : xcoll_reduce_scatter(b->send, b->recv, n, o->dtype, o->op,
+                   : xcoll_reduce_scatter(b->send, b->recv, n, o->dtype, run->op,
                                           run->comm);
   case PERF_REDUCE:
-    return request ? xcoll_ireduce(b->send, b->recv, n, o->dtype, o->op, o->root,
+    return request ? xcoll_ireduce(b->send, b->recv, n, o->dtype, run->op, o->root,
                                    run->comm, NULL, request)
-                   : xcoll_reduce(b->send, b->recv, n, o->dtype, o->op, o->root,
+                   : xcoll_reduce(b->send, b->recv, n, o->dtype, run->op, o->root,
                                   run->comm);
   case PERF_ALLTOALL:
     return request ? xcoll_ialltoall(b->send, b->recv, n, o->dtype, run->comm,
@@ -139,14 +141,22 @@ static xcoll_status issue(const perf_run *run, const perf_shape *s,
   }
 }
 
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* Run iterations * agg operations back to back (agg: -m, nccl-tests'
  * aggregation of several operations in one iteration). Non-blocking mode
  * issues all of them first so the library may overlap them, then waits in
  * order, as nccl-tests' -z 0 launches every iteration before it synchronises
- * the stream. */
+ * the stream. *issued_at (may be NULL) gets the time the last call
+ * returned, before the waits: what -C reports, as nccl-tests' cputime. */
 static xcoll_status run_iterations(perf_run *run, const perf_shape *s,
                                    const perf_buffers *b, int iterations,
-                                   int agg, perf_failure *failure) {
+                                   int agg, double *issued_at,
+                                   perf_failure *failure) {
   iterations *= agg;
   if (run->opt->blocking) {
     for (int it = 0; it < iterations; it++) {
@@ -157,6 +167,8 @@ static xcoll_status run_iterations(perf_run *run, const perf_shape *s,
         return st;
       }
     }
+    if (issued_at)
+      *issued_at = now_seconds();
     return XCOLL_SUCCESS;
   }
   int issued = 0;
@@ -166,6 +178,8 @@ static xcoll_status run_iterations(perf_run *run, const perf_shape *s,
     if (first != XCOLL_SUCCESS)
       break;
   }
+  if (issued_at)
+    *issued_at = now_seconds();
   /* Wait for every issued request even after a failure: each must be
    * released exactly once. */
   for (int it = 0; it < issued; it++) {
@@ -178,12 +192,6 @@ static xcoll_status run_iterations(perf_run *run, const perf_shape *s,
     failure->what = "xcoll_wait";
   }
   return first;
-}
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static double bus_factor(perf_coll coll, int world_size) {
@@ -228,7 +236,7 @@ static xcoll_status measure(perf_run *run, const perf_shape *s, int in_place,
   if (o->check && perf_prepare_check(run, s, in_place, failure) != 0)
     return failure->status;
   if (o->warmup_iters > 0 &&
-      (st = run_iterations(run, s, &b, o->warmup_iters, o->agg_iters,
+      (st = run_iterations(run, s, &b, o->warmup_iters, o->agg_iters, NULL,
                            failure)) != XCOLL_SUCCESS)
     return st;
   if ((st = xcoll_barrier(run->comm)) != XCOLL_SUCCESS) {
@@ -236,12 +244,13 @@ static xcoll_status measure(perf_run *run, const perf_shape *s, int in_place,
     failure->what = "xcoll_barrier";
     return st;
   }
-  double start = now_seconds();
-  if ((st = run_iterations(run, s, &b, o->iters, o->agg_iters, failure)) !=
-      XCOLL_SUCCESS)
+  double start = now_seconds(), issued_at = start;
+  if ((st = run_iterations(run, s, &b, o->iters, o->agg_iters, &issued_at,
+                           failure)) != XCOLL_SUCCESS)
     return st;
-  double mean_seconds =
-      (now_seconds() - start) / ((double)o->iters * o->agg_iters);
+  /* -C 1: until the last call returned; else until the last completed */
+  double end = o->report_cputime ? issued_at : now_seconds();
+  double mean_seconds = (end - start) / ((double)o->iters * o->agg_iters);
   /* Asked now, before the timing and check collectives below run. */
   if ((st = xcoll_comm_last_algorithm(run->comm, &result->algorithm,
                                       &result->protocol)) != XCOLL_SUCCESS) {
@@ -265,7 +274,8 @@ static xcoll_status measure(perf_run *run, const perf_shape *s, int in_place,
     for (int k = 0; k < o->check; k++) {
       if (perf_prepare_check(run, s, in_place, failure) != 0)
         return failure->status;
-      if ((st = run_iterations(run, s, &b, 1, 1, failure)) != XCOLL_SUCCESS)
+      if ((st = run_iterations(run, s, &b, 1, 1, NULL, failure)) !=
+          XCOLL_SUCCESS)
         return st;
       int64_t row_wrong = perf_count_wrong(run, s, in_place, failure);
       if (row_wrong < 0)
@@ -292,12 +302,10 @@ typedef struct perf_totals {
   int64_t wrong;
 } perf_totals;
 
-/* One sweep over the sizes with run->opt's dtype and op: print (rank 0) and
- * total each row. Returns XCOLL_SUCCESS or the failing call's status. */
-static xcoll_status sweep(perf_run *run, FILE *json, int cycle,
-                          perf_totals *totals, perf_failure *failure) {
+/* sweep's loop over the sizes, with run->op made. */
+static xcoll_status sweep_sizes(perf_run *run, FILE *json, int cycle,
+                                perf_totals *totals, perf_failure *failure) {
   const perf_options *o = run->opt;
-  run->elem_bytes = xcoll_datatype_size(o->dtype);
   for (double size = (double)o->min_bytes; size <= (double)o->max_bytes;
        size = o->step_factor > 0 ? size * o->step_factor
                                  : size + (double)o->step_bytes) {
@@ -319,6 +327,28 @@ static xcoll_status sweep(perf_run *run, FILE *json, int cycle,
       break; /* -b 0: a zero-byte row, then nothing grows */
   }
   return XCOLL_SUCCESS;
+}
+
+/* One sweep over the sizes with run->opt's dtype and op (-o mulsum: this
+ * rank's premul op, made for the sweep's dtype): print (rank 0) and total
+ * each row. Returns XCOLL_SUCCESS or the failing call's status. */
+static xcoll_status sweep(perf_run *run, FILE *json, int cycle,
+                          perf_totals *totals, perf_failure *failure) {
+  const perf_options *o = run->opt;
+  run->elem_bytes = xcoll_datatype_size(o->dtype);
+  run->op = o->op;
+  int premul = o->mulsum && perf_coll_info(o->coll)->has_op;
+  xcoll_status st;
+  if (premul && (st = perf_premul_create(run, &run->op)) != XCOLL_SUCCESS) {
+    failure->status = st;
+    failure->what = "xcoll_op_create_premul_sum (-o mulsum)";
+    return st;
+  }
+  st = sweep_sizes(run, json, cycle, totals, failure);
+  if (premul)
+    (void)xcoll_op_destroy(run->op, run->comm);
+  run->op = o->op;
+  return st;
 }
 
 /* Every sweep the command line asks for: -N cycles, each over -d types and
@@ -356,10 +386,13 @@ static xcoll_status run_all(perf_run *run, const perf_options *opt, FILE *json,
   return XCOLL_SUCCESS;
 }
 
+/* A failed call: its message once, so not when the library's WARN line
+ * showed it already. */
 static int fail(xcoll_comm_t comm, int rank, const perf_failure *failure) {
-  fprintf(stderr, "xcoll-perf: rank %d: %s failed: %s: %s\n", rank,
-          failure->what, xcoll_strerror(failure->status),
-          comm ? xcoll_comm_last_error(comm) : xcoll_last_error());
+  if (!xcoll_comm_last_error_logged(comm))
+    fprintf(stderr, "xcoll-perf: rank %d: %s failed: %s: %s\n", rank,
+            failure->what, xcoll_strerror(failure->status),
+            xcoll_comm_last_error(comm));
   return 1;
 }
 
@@ -590,13 +623,15 @@ int main(int argc, char **argv) {
   run.opt = &opt;
   run.cuda.bound_device = -1;
   run.elem_bytes = xcoll_datatype_size(opt.dtype);
+  run.op = opt.op;
   int exit_code = set_environment(&run);
   if (exit_code != 0)
     return exit_code;
   xcoll_status st = xcoll_comm_init_env(&run.comm);
   if (st != XCOLL_SUCCESS) {
-    fprintf(stderr, "xcoll-perf: xcoll_comm_init_env failed: %s: %s\n",
-            xcoll_strerror(st), xcoll_last_error());
+    if (!xcoll_comm_last_error_logged(NULL))
+      fprintf(stderr, "xcoll-perf: xcoll_comm_init_env failed: %s: %s\n",
+              xcoll_strerror(st), xcoll_last_error());
     return 1;
   }
   exit_code = setup_comm(&run);

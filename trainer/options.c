@@ -3,8 +3,8 @@
  * the value it takes, where it lands in the config, its range or its names,
  * and its help text, in the order the usage prints them. The parser walks the
  * table with getopt_long; the checks between flags (a flag that needs another
- * strategy or model) follow it. A bad command line prints what was wrong and
- * the usage, and exits 2.
+ * strategy or model) follow it. A bad command line prints one line saying
+ * what was wrong, a pointer to --help, and exits 2.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -299,9 +299,8 @@ static void die_usage(const char *fmt, ...) {
   va_start(ap, fmt);
   fprintf(stderr, "xtrain: ");
   vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n");
+  fprintf(stderr, "\nsee 'xtrain --help'\n");
   va_end(ap);
-  usage(stderr);
   exit(2);
 }
 
@@ -548,9 +547,13 @@ void options_parse(config *c, int argc, char **argv) {
   opterr = 0;
   int opt;
   while ((opt = getopt_long(argc, argv, "", flags, NULL)) != -1) {
-    if (opt < 256)
-      die_usage("unknown option, or option without its value: '%s'",
-                argv[optind - 1]);
+    if (opt < 256) {
+      const char *arg = argv[optind - 1];
+      for (size_t i = 0; i < n; i++)
+        if (strncmp(arg, "--", 2) == 0 && strcmp(arg + 2, flags[i].name) == 0)
+          die_usage("%s needs a value", arg);
+      die_usage("unknown option '%s'", arg);
+    }
     const option_row *row = &rows[opt - 256];
     apply_row(c, row, optarg);
     given |= row->given;

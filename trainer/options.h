@@ -70,8 +70,8 @@ typedef struct config {
 
 /* Fills c from the command line: defaults first, then each flag, then the
  * checks between flags. Prints the usage and exits 0 on --help; prints the
- * version and exits 0 on --version; prints what was wrong and the usage to
- * stderr and exits 2 on a bad command line. */
+ * version and exits 0 on --version; prints one line saying what was wrong
+ * and "see 'xtrain --help'" to stderr and exits 2 on a bad command line. */
 void options_parse(config *c, int argc, char **argv);
 
 /* The configuration as one line of JSON, which the caller frees; NULL when

@@ -25,11 +25,8 @@ static double hidden_share(double comm, double blocked) {
   return share < 0.0 ? 0.0 : share;
 }
 
-__attribute__((noreturn)) static void fail_v(run *r, int agreed,
-                                             const char *fmt, va_list ap) {
-  fprintf(stderr, "xtrain[rank %d]: error: ", r->rank);
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n");
+/* Stop this rank after a failure that has been printed. */
+__attribute__((noreturn)) static void stop(run *r, int agreed) {
   if (r->trace.file)
     fflush(r->trace.file); /* xcoll-trace-merge reads an unclosed file */
   if (r->comm) {
@@ -41,6 +38,14 @@ __attribute__((noreturn)) static void fail_v(run *r, int agreed,
     xcoll_comm_destroy(r->comm);
   }
   exit(1);
+}
+
+__attribute__((noreturn)) static void fail_v(run *r, int agreed,
+                                             const char *fmt, va_list ap) {
+  fprintf(stderr, "xtrain[rank %d]: error: ", r->rank);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  stop(r, agreed);
 }
 
 void fail(run *r, const char *fmt, ...) {
@@ -58,10 +63,15 @@ void fail_together(run *r, const char *fmt, ...) {
   va_end(ap);
 }
 
+/* The failure once: when the library's WARN line showed its message, xtrain
+ * stops without printing it again. */
 void check_xcoll(run *r, xcoll_status st, const char *what) {
-  if (st != XCOLL_SUCCESS)
-    fail(r, "%s failed: %s: %s", what, xcoll_strerror(st),
-         xcoll_comm_last_error(r->comm));
+  if (st == XCOLL_SUCCESS)
+    return;
+  if (xcoll_comm_last_error_logged(r->comm))
+    stop(r, 0);
+  fail(r, "%s failed: %s: %s", what, xcoll_strerror(st),
+       xcoll_comm_last_error(r->comm));
 }
 
 /* In-place sum over ranks of n doubles; nothing to do with one process. */

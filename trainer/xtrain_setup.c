@@ -21,8 +21,10 @@ void setup_comm(run *r) {
     return; /* dp: one process */
   xcoll_status st = xcoll_comm_init_env(&r->comm);
   if (st != XCOLL_SUCCESS) {
-    fprintf(stderr, "xtrain: error: xcoll_comm_init_env failed: %s: %s\n",
-            xcoll_strerror(st), xcoll_last_error());
+    /* once: not again after the library's WARN line */
+    if (!xcoll_comm_last_error_logged(NULL))
+      fprintf(stderr, "xtrain: error: xcoll_comm_init_env failed: %s: %s\n",
+              xcoll_strerror(st), xcoll_last_error());
     exit(1);
   }
   xcoll_comm_rank(r->comm, &r->rank);

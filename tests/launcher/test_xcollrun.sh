@@ -150,8 +150,36 @@ for args in "--bogus 1 true" "--nproc-per-node 0 true" "--nproc-per-node x true"
   # shellcheck disable=SC2086
   run 10 $args
   expect_eq "bad flags '$args' exit 2" 2 $?
-  expect_grep "bad flags '$args' print usage" 'usage: xcollrun' "$WORK/err"
+  expect_grep "bad flags '$args' point to --help" "^see 'xcollrun --help'$" "$WORK/err"
+  expect_eq "bad flags '$args' print two lines" 2 "$(wc -l <"$WORK/err")"
 done
+# ---- torchrun's rendezvous flags ----
+run 10 --rdzv-endpoint localhost:1234 --rdzv-id job7 --rdzv-backend c10d --nproc-per-node 2 \
+  sh -c 'echo "$MASTER_ADDR $MASTER_PORT $TORCHELASTIC_RUN_ID"'
+expect_eq "--rdzv-endpoint and --rdzv-id exit 0" 0 $?
+expect_eq "--rdzv-endpoint sets the master, --rdzv-id the run id" \
+  "[rank 0] localhost 1234 job7|[rank 1] localhost 1234 job7" "$(sort "$WORK/out" | paste -sd'|' -)"
+run 10 --rdzv_endpoint=[::1]:99 --rdzv_backend=static sh -c 'echo "$MASTER_ADDR $MASTER_PORT"'
+expect_eq "--rdzv_endpoint=[IPV6]:PORT" "[rank 0] ::1 99" "$(cat "$WORK/out")"
+run 10 --rdzv-endpoint otherhost --master-port 4321 sh -c 'echo "$MASTER_ADDR $MASTER_PORT"'
+expect_eq "--rdzv-endpoint without a port keeps --master-port" "[rank 0] otherhost 4321" "$(cat "$WORK/out")"
+run 10 --role trainer --monitor-interval 5 --start-method spawn --local-addr 10.0.0.1 \
+  --rdzv-conf join_timeout=60 true
+expect_eq "ignored torchrun flags exit 0" 0 $?
+for flag in --role --monitor-interval --start-method --local-addr --rdzv-conf; do
+  expect_eq "$flag: one 'ignored' line" 1 "$(grep -c "^xcollrun: ignored: $flag .*: " "$WORK/err")"
+done
+expect_eq "only the ignored lines on stderr" 5 "$(wc -l <"$WORK/err")"
+for args in "--rdzv-backend etcd true" "--rdzv-endpoint a:b:c true" "--rdzv-endpoint host:x true" \
+  "--rdzv-endpoint :80 true" "--rdzv-id= true"; do
+  # shellcheck disable=SC2086
+  run 10 $args
+  expect_eq "bad rendezvous flags '$args' exit 2" 2 $?
+  expect_eq "bad rendezvous flags '$args' print two lines" 2 "$(wc -l <"$WORK/err")"
+done
+run 10 --rdzv-backend etcd-v2 true
+expect_grep "an unsupported --rdzv-backend says what works" "--rdzv-backend etcd-v2: .*give static or c10d" "$WORK/err"
+
 run 10 --help
 expect_eq "--help exits 0" 0 $?
 expect_grep "--help prints usage" 'usage: xcollrun' "$WORK/out"

@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_xcoll_perf.sh TOOLS_DIR: xcoll-perf takes command lines copied from
-# nccl-tests (-g 1 -t 1 -z -a -m -N -T -o all -d all), rejects -g 2 clearly,
-# and says which algorithm and protocol ran in each row and JSON object.
+# nccl-tests (-g 1 -t 1 -z -a -m -N -T -o all|mulsum -d all -C -R -y), prints
+# its type names, rejects -g 2 and -G N clearly, and says which algorithm and
+# protocol ran in each row and JSON object.
 set -u
 tools=$1
 perf=$tools/xcoll-perf
@@ -20,7 +21,7 @@ export XCOLL_TIMEOUT_S=60
   >"$tmp/all.out" 2>&1 || fail "nccl-tests style command failed: $(tail -5 "$tmp/all.out")"
 grep -q 'Out of bounds values : 0 OK' "$tmp/all.out" || fail "results not checked OK"
 for op in sum prod max min avg; do
-  grep -Eq "float32 +$op " "$tmp/all.out" || fail "-o all ran no $op row"
+  grep -Eq " float +$op " "$tmp/all.out" || fail "-o all ran no $op row (type float, as nccl-tests names float32)"
 done
 grep -q 'blocking mode (-z 1)' "$tmp/all.out" || fail "header does not say -z 1"
 grep -q 'algorithm/protocol' "$tmp/all.out" || fail "header does not name algorithm/protocol"
@@ -60,8 +61,38 @@ done
 n=$(grep -Ec '^ +1024 ' "$tmp/types.out")
 [ "$n" -eq 20 ] || fail "-d all -N 2 printed $n rows, expected 20"
 grep -q 'time rank0 over ranks (-a 0)' "$tmp/types.out" || fail "header does not say -a 0"
+# The type column holds nccl-tests' names (test_typenames in its src/common.cu).
+types=$(awk '$1 == 1024 {print $3}' "$tmp/types.out" | sort -u | paste -sd' ' -)
+[ "$types" = "bfloat16 double float half int32 int64 int8 uint32 uint64 uint8" ] ||
+  fail "-d all: type names are not nccl-tests': $types"
 grep -q 'non-blocking mode (-z 0)' "$tmp/types.out" ||
   fail "the default should be nccl-tests' -z 0 (non-blocking)"
+
+# -o mulsum (nccl-tests' pre-multiplied sum), checked against the local
+# reference, for the two reductions without a root and with one.
+for coll in allreduce reduce_scatter reduce; do
+  "$run" --nproc-per-node 3 --master-port 0 "$perf" --coll $coll -o mulsum -d all \
+    -b 24 -e 3K -f 8 -c 1 -n 1 -w 0 >"$tmp/mulsum.out" 2>&1 ||
+    fail "-o mulsum --coll $coll failed: $(tail -5 "$tmp/mulsum.out")"
+  grep -q 'Out of bounds values : 0 OK' "$tmp/mulsum.out" ||
+    fail "-o mulsum --coll $coll: results not checked OK: $(tail -5 "$tmp/mulsum.out")"
+  [ "$(grep -Ec '^\[rank 0\] +[0-9]+ +[0-9]+ +[a-z0-9]+ +mulsum ' "$tmp/mulsum.out")" -eq 30 ] ||
+    fail "-o mulsum --coll $coll: expected 30 mulsum rows (10 types x 3 sizes)"
+done
+
+# -C 1 reports the time to issue the calls (header "cputime"); -R and -y are
+# accepted and said to change nothing; -G 0 is accepted.
+"$perf" -b 1K -e 1K -n 2 -w 0 -C 1 -R 1 -y 1 -G 0 >"$tmp/flags.out" 2>&1 ||
+  fail "-C 1 -R 1 -y 1 -G 0 failed: $(tail -3 "$tmp/flags.out")"
+grep -Eq '^# +size .* cputime .* cputime ' "$tmp/flags.out" || fail "-C 1: header does not say cputime"
+grep -q 'report_cputime 1' "$tmp/flags.out" || fail "-C 1: header does not say report_cputime 1"
+grep -q '^# -R 1: no-op' "$tmp/flags.out" || fail "-R 1 is not said to be a no-op"
+grep -q '^# -y 1: no-op' "$tmp/flags.out" || fail "-y 1 is not said to be a no-op"
+[ "$(grep -Ec '^ +1024 ' "$tmp/flags.out")" -eq 1 ] || fail "-C 1 printed no row"
+# -G N > 0: CUDA graph capture cannot hold xcoll's host work; refused.
+"$perf" -G 4 >"$tmp/graph.out" 2>&1
+[ $? -eq 2 ] || fail "-G 4 is not refused with exit 2"
+grep -q -- '-G 4 needs' "$tmp/graph.out" || fail "-G 4: unclear refusal: $(cat "$tmp/graph.out")"
 
 # Refused clearly, before any communicator: -g/-t other than 1, bad -a.
 for bad in "-g 2" "-t 4" "--ngpus 8"; do
@@ -72,7 +103,7 @@ for bad in "-g 2" "-t 4" "--ngpus 8"; do
   grep -q 'one rank per process' "$tmp/bad.out" || fail "xcoll-perf $bad: unclear message: $(cat "$tmp/bad.out")"
   grep -q 'nproc-per-node' "$tmp/bad.out" || fail "xcoll-perf $bad does not say how to run N ranks"
 done
-for bad in "-a 4" "-z 2" "-m 0" "-N -1" "-T x"; do
+for bad in "-a 4" "-z 2" "-m 0" "-N -1" "-T x" "-C 2" "-R 3" "-y 2" "-G x"; do
   # shellcheck disable=SC2086
   "$perf" $bad >/dev/null 2>&1
   [ $? -eq 2 ] || fail "xcoll-perf $bad is not refused (exit 2)"

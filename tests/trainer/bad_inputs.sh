@@ -64,15 +64,24 @@ cp "$data"/*.gz "$tmp/garbage/"
 printf 'hello' > "$tmp/garbage/train-labels-idx1-ubyte.gz"
 expect 1 "garbage/train-labels-idx1-ubyte.gz" -- run --data-dir "$tmp/garbage"
 
-expect 2 "usage:" -- "$xtrain" --model resnet
-expect 2 "usage:" -- "$xtrain" --strategy fsdp2
-expect 2 "usage:" -- "$xtrain" --epochs 0
-expect 2 "usage:" -- "$xtrain" --batch-size x
-expect 2 "usage:" -- "$xtrain" --lr
-expect 2 "usage:" -- "$xtrain" --no-such-flag
-expect 2 "usage:" -- "$xtrain" --resume
-expect 2 "usage:" -- "$xtrain" --cnn-channels 6
-expect 2 "usage:" -- "$xtrain" extra-argument
+# A bad flag: one line naming it, one pointing to --help, nothing more.
+expect_short() {
+  expect 2 "$@"
+  lines=$(wc -l < "$tmp/err")
+  if [ "$lines" -ne 2 ] || ! grep -q "^see 'xtrain --help'$" "$tmp/err"; then
+    echo "FAIL: $* printed $lines lines, want 2 ending in see 'xtrain --help'"
+    failures=$((failures + 1))
+  fi
+}
+expect_short "--model must be" -- "$xtrain" --model resnet
+expect_short "--strategy must be" -- "$xtrain" --strategy fsdp2
+expect_short "--epochs expects an integer" -- "$xtrain" --epochs 0
+expect_short "--batch-size expects an integer" -- "$xtrain" --batch-size x
+expect_short "--lr needs a value" -- "$xtrain" --lr
+expect_short "unknown option '--no-such-flag'" -- "$xtrain" --no-such-flag
+expect_short "--resume needs --checkpoint-dir" -- "$xtrain" --resume
+expect_short "--cnn-channels expects C1,C2" -- "$xtrain" --cnn-channels 6
+expect_short "unexpected argument 'extra-argument'" -- "$xtrain" extra-argument
 expect 2 "--sharding must be full_shard, shard_grad_op, no_shard or hybrid_shard, got 'zero3'" -- "$xtrain" --strategy fsdp --sharding zero3
 expect 2 "--backward-prefetch must be pre, post or none" -- "$xtrain" --strategy fsdp --backward-prefetch early
 expect 2 "--forward-prefetch must be on or off" -- "$xtrain" --strategy fsdp --forward-prefetch yes

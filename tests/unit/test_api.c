@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "comm.h"
+#include "error.h"
 #include "xcoll.h"
 
 static void expect_message_has(xcoll_comm_t comm, const char *needle) {
@@ -645,6 +646,14 @@ static void test_unknown_backend(void **state) {
   assert_null(comm);
   assert_non_null(strstr(xcoll_last_error(), "carrier_pigeon"));
   assert_non_null(strstr(xcoll_last_error(), "tcp"));
+  /* Logged at the default level to stderr: the caller need not repeat it. */
+  const char *level = getenv("XCOLL_DEBUG"), *file = getenv("XCOLL_DEBUG_FILE");
+  if ((level == NULL || *level == '\0') && (file == NULL || *file == '\0'))
+    assert_int_equal(xcoll_comm_last_error_logged(NULL), 1);
+  /* A failure raised quietly was not shown: the caller prints it. */
+  assert_int_equal(xcoll_error_quiet(NULL, XCOLL_ERR_TIMEOUT, "quiet one"),
+                   XCOLL_ERR_TIMEOUT);
+  assert_int_equal(xcoll_comm_last_error_logged(NULL), 0);
 #ifndef XCOLL_HAVE_NCCL_LIKE
   config.backend = "nccl_like";
   assert_int_equal(xcoll_comm_init(&comm, &config), XCOLL_ERR_NOT_SUPPORTED);

@@ -49,7 +49,9 @@ typedef struct perf_options {
   int average;    /* -a: 0 rank 0's time, 1 mean, 2 min, 3 max over ranks */
   int timeout_s;  /* -T: XCOLL_TIMEOUT_S for this run; 0 = the library's */
   xcoll_datatype dtype;
-  xcoll_op op;
+  xcoll_op op;    /* XCOLL_SUM under -o mulsum */
+  int mulsum;     /* -o mulsum: a premul sum, each rank's scalar
+                     perf_premul_scalar(rank) (nccl-tests' mulsum) */
   int all_dtypes; /* -d all */
   int all_ops;    /* -o all */
   int check;      /* -c: checked operations per row and half; 0 = none */
@@ -57,6 +59,9 @@ typedef struct perf_options {
   perf_coll coll;
   int blocking;
   const char *json_path;
+  int report_cputime; /* -C 1: time to issue the calls, not to complete them */
+  int local_register; /* -R 0|1|2: accepted; xcoll registers no buffers */
+  int stream_null;    /* -y 0|1: accepted; the calls use the NULL stream */
   int device_buffers;    /* --device-buffers: -1 auto, 0 host, 1 device */
   const char *gpu_ranks; /* --gpu-ranks LIST; NULL: XCOLL_DEVICE decides */
 } perf_options;
@@ -105,6 +110,7 @@ typedef struct perf_run {
   int rank;
   int world_size;
   int device;     /* the communicator's: XCOLL_DEVICE_HOST or a CUDA ordinal */
+  xcoll_op op;    /* what the calls get: opt->op, or -o mulsum's premul op */
   int on_device;  /* sendbuf/recvbuf are CUDA device memory */
   int gpu_ranks;  /* ranks bound to a CUDA device, over the communicator */
   int device_buffer_ranks; /* ranks with on_device, over the communicator */
@@ -159,6 +165,10 @@ int perf_parse_options(int argc, char **argv, perf_options *opt);
  * ranks), 0 if not, -1 if list is malformed. */
 int perf_rank_listed(const char *list, int rank);
 
+/* nccl-tests' name of dtype, as its tables print it (test_typenames in
+ * src/common.cu): "float", "half", "double", "bfloat16", "int32"... */
+const char *perf_dtype_name(xcoll_datatype dtype);
+
 /* ---- perf_cuda.c ---- */
 
 /* Load libcuda.so.1 once and cuInit it. Returns 0, or -1 with a message. */
@@ -184,6 +194,10 @@ int perf_prepare_check(const perf_run *run, const perf_shape *s, int in_place,
  * failure set when device results cannot be copied back. */
 int64_t perf_count_wrong(const perf_run *run, const perf_shape *s,
                          int in_place, perf_failure *failure);
+/* -o mulsum: the scalar rank multiplies its input by (1 or 2). */
+double perf_premul_scalar(int rank);
+/* -o mulsum: this rank's premul sum op for run->opt->dtype on run->comm. */
+xcoll_status perf_premul_create(const perf_run *run, xcoll_op *op);
 /* Whether -o all runs op on dtype. */
 int perf_op_fits_dtype(xcoll_op op, xcoll_datatype dtype);
 

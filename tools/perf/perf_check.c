@@ -85,6 +85,27 @@ static double reduced_value(int world_size, size_t i, xcoll_op op) {
   return acc;
 }
 
+double perf_premul_scalar(int rank) { return 1.0 + (double)(rank % 2); }
+
+xcoll_status perf_premul_create(const perf_run *run, xcoll_op *op) {
+  uint64_t scalar = 0; /* room for one element of any type */
+  store_element(&scalar, 0, run->opt->dtype, perf_premul_scalar(run->rank));
+  return xcoll_op_create_premul_sum(op, &scalar, run->opt->dtype,
+                                    XCOLL_SCALAR_HOST, run->comm);
+}
+
+/* The reduction at index i that this run's calls compute: -o's operator,
+ * or under mulsum the sum of each rank's input times its scalar. */
+static double reference_reduced(const perf_run *run, size_t i) {
+  const perf_options *o = run->opt;
+  if (!o->mulsum)
+    return reduced_value(run->world_size, i, o->op);
+  double acc = 0.0;
+  for (int r = 0; r < run->world_size; r++)
+    acc += perf_premul_scalar(r) * input_value(r, run->world_size, i, XCOLL_SUM);
+  return acc;
+}
+
 /* avg divides, so it may round differently from our reference; every other
  * case in this tool is exact. Tolerances are a few units in the last place. */
 static int element_matches(double got, double want, xcoll_datatype dtype,
@@ -223,14 +244,14 @@ static int64_t count_wrong_host(const perf_run *run, const perf_shape *s,
     switch (o->coll) {
     case PERF_ALLREDUCE:
     case PERF_REDUCE:
-      want = reduced_value(P, i, o->op);
+      want = reference_reduced(run, i);
       break;
     case PERF_ALLGATHER:
     case PERF_GATHER:
       want = input_value((int)(i / n), P, i, o->op);
       break;
     case PERF_REDUCE_SCATTER:
-      want = reduced_value(P, block + i, o->op);
+      want = reference_reduced(run, block + i);
       break;
     case PERF_SCATTER:
       want = input_value(o->root, P, block + i, o->op);

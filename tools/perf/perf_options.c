@@ -29,6 +29,23 @@ const xcoll_coll_info *perf_coll_info(perf_coll coll) {
 
 const char *const perf_average_names[4] = {"rank0", "avg", "min", "max"};
 
+const char *perf_dtype_name(xcoll_datatype dtype) {
+  /* nccl-tests' names where they differ from the library's */
+  switch (dtype) {
+  case XCOLL_FLOAT16: return "half";
+  case XCOLL_FLOAT32: return "float";
+  case XCOLL_FLOAT64: return "double";
+  default: return xcoll_datatype_name(dtype);
+  }
+}
+
+/* A bad command line gets one line naming what was wrong (printed by the
+ * caller, or by getopt for an unknown flag) and this pointer to the rest. */
+static int see_help(void) {
+  fputs("see 'xcoll-perf --help'\n", stderr);
+  return 2;
+}
+
 static void usage(FILE *out, const char *argv0) {
   fprintf(out,
           "usage: %s [options]   (flags as nccl-tests' all_reduce_perf has them)\n"
@@ -43,11 +60,14 @@ static void usage(FILE *out, const char *argv0) {
           "                           interrupted (default 1)\n"
           "  -a, --average 0|1|2|3    time reported: 0 rank 0's, 1 mean over ranks,\n"
           "                           2 min, 3 max (default 1)\n"
-          "  -d, --datatype TYPE|all  int8 uint8 int32 uint32 int64 uint64 float16\n"
-          "                           bfloat16 float32 float64 (nccl-tests names such as\n"
-          "                           float, half, double, int also work; default float32)\n"
-          "  -o, --op OP|all          reduction: sum prod min max avg band bor bxor\n"
-          "                           (default sum; all: each one the type allows);\n"
+          "  -d, --datatype TYPE|all  int8 uint8 int32 uint32 int64 uint64 half\n"
+          "                           bfloat16 float double, as nccl-tests names them\n"
+          "                           and the table prints them (the library's float16,\n"
+          "                           float32, float64 also work; default float)\n"
+          "  -o, --op OP|all          reduction: sum prod min max avg band bor bxor, or\n"
+          "                           mulsum (a pre-multiplied sum: rank r scales its\n"
+          "                           input by 1 + r %% 2; host ranks only) (default sum;\n"
+          "                           all: each one the type allows, mulsum apart);\n"
           "                           a collective name here is taken as --coll\n"
           "      --coll NAME          allreduce allgather reduce_scatter broadcast reduce\n"
           "                           alltoall gather scatter sendrecv\n"
@@ -57,6 +77,13 @@ static void usage(FILE *out, const char *argv0) {
           "  -r, --root R             root of broadcast and reduce (default 0)\n"
           "  -z, --blocking 0|1       1: blocking calls; 0: issue all iterations as\n"
           "                           non-blocking calls, then wait (default 0)\n"
+          "  -C, --report_cputime 0|1 1: report the time to issue the calls (CPU\n"
+          "                           time), not to complete them (default 0)\n"
+          "  -G, --cudagraph N        CUDA graph replays: only 0 (xcoll's collectives\n"
+          "                           also do host work, which a graph cannot hold)\n"
+          "  -R, --local_register 0|1|2  accepted; a no-op: xcoll registers no user\n"
+          "                           buffers\n"
+          "  -y, --stream_null 0|1    accepted; the calls always use the NULL stream\n"
           "  -T, --timeout S          seconds a wait may last (sets XCOLL_TIMEOUT_S);\n"
           "                           0: the library's default (default 0)\n"
           "  -g, --ngpus 1            -t, --nthreads 1   -p, --parallel_init 0|1\n"
@@ -80,7 +107,7 @@ static void usage(FILE *out, const char *argv0) {
           "GPU ranks on device buffers (nccl_like runs the CUDA ring kernel):\n"
           "  XCOLL_BACKEND=nccl_like XCOLL_DEVICE=cuda xcollrun --nproc-per-node 2 \\\n"
           "    --master-port 0 %s -b 8 -e 256M -f 2\n"
-          "(nccl-tests' -G is its CUDA-graph flag, so device buffers have no short\n"
+          "(-G is nccl-tests' CUDA-graph flag, so device buffers have no short\n"
           "flag here.)\n",
           argv0, argv0, argv0);
 }
@@ -165,7 +192,7 @@ static int reject_multi(const char *flag, const char *text) {
           "the host each), so %s accepts only 1; for N ranks start N "
           "processes, e.g. xcollrun --nproc-per-node N xcoll-perf ...\n",
           flag, text, flag);
-  return 2;
+  return see_help();
 }
 
 /* --gpu-ranks: 1 if rank is in LIST ("all", "none" or comma-separated
@@ -215,6 +242,10 @@ int perf_parse_options(int argc, char **argv, perf_options *opt) {
       {"nthreads", required_argument, NULL, 't'},
       {"parallel_init", required_argument, NULL, 'p'},
       {"json", required_argument, NULL, 'J'},
+      {"report_cputime", required_argument, NULL, 'C'},
+      {"cudagraph", required_argument, NULL, 'G'},
+      {"local_register", required_argument, NULL, 'R'},
+      {"stream_null", required_argument, NULL, 'y'},
       {"coll", required_argument, NULL, OPT_COLL},
       {"collective", required_argument, NULL, OPT_COLL},
       {"op-kind", required_argument, NULL, OPT_COLL},
@@ -246,7 +277,7 @@ int perf_parse_options(int argc, char **argv, perf_options *opt) {
   opt->gpu_ranks = NULL;
 
   int c;
-  while ((c = getopt_long(argc, argv, "b:e:f:i:n:w:m:N:a:d:o:c:r:z:T:g:t:p:J:h",
+  while ((c = getopt_long(argc, argv, "b:e:f:i:n:w:m:N:a:d:o:c:r:z:T:g:t:p:J:C:G:R:y:h",
                           long_options, NULL)) != -1) {
     int bad = 0, single = 0;
     switch (c) {
@@ -281,10 +312,16 @@ int perf_parse_options(int argc, char **argv, perf_options *opt) {
        * (older xcoll-perf command lines). The names do not overlap except
        * "reduce", which is the collective: no reduction operator is called
        * that. */
-      if (strcmp(optarg, "all") == 0)
+      opt->mulsum = 0;
+      if (strcmp(optarg, "all") == 0) {
         opt->all_ops = 1;
-      else if (parse_redop(optarg, &opt->op) != 0)
+      } else if (strcmp(optarg, "mulsum") == 0 ||
+                 strcmp(optarg, "premul_sum") == 0) {
+        opt->mulsum = 1; /* nccl-tests' name; premul_sum: the library's */
+        opt->op = XCOLL_SUM;
+      } else if (parse_redop(optarg, &opt->op) != 0) {
         bad = parse_coll(optarg, &opt->coll);
+      }
       break;
     case 'c': bad = parse_int(optarg, 0, 1000000L, &opt->check); break;
     case 'r': bad = parse_int(optarg, 0, 1 << 30, &opt->root); break;
@@ -296,6 +333,22 @@ int perf_parse_options(int argc, char **argv, perf_options *opt) {
         return reject_multi(c == 'g' ? "-g/--ngpus" : "-t/--nthreads", optarg);
       break;
     case 'p': bad = parse_int(optarg, 0, 1, &single); break;
+    case 'C': bad = parse_int(optarg, 0, 1, &opt->report_cputime); break;
+    case 'R': bad = parse_int(optarg, 0, 2, &opt->local_register); break;
+    case 'y': bad = parse_int(optarg, 0, 1, &opt->stream_null); break;
+    case 'G':
+      if (parse_int(optarg, 0, 1000000000L, &single) != 0) {
+        bad = 1;
+      } else if (single > 0) {
+        /* A replayed graph holds only the device work; xcoll's calls also
+         * run on the host (nccl_like's proxy and FIFO bookkeeping, tcp and
+         * ucx staging), so replaying one would not repeat the collective. */
+        fprintf(stderr, "xcoll-perf: -G %s needs collectives that are only "
+                "device work, for CUDA graph capture; xcoll's calls also run "
+                "on the host, on GPU ranks too: use -G 0\n", optarg);
+        return see_help();
+      }
+      break;
     case 'J': opt->json_path = optarg; break;
     case OPT_COLL: bad = parse_coll(optarg, &opt->coll); break;
     case OPT_DEVICE_BUFFERS:
@@ -312,7 +365,7 @@ int perf_parse_options(int argc, char **argv, perf_options *opt) {
     case OPT_VERSION:
       printf("xcoll-perf (xcoll) %s\n", XCOLL_PROJECT_VERSION);
       return 1;
-    default: usage(stderr, argv0); return 2;
+    default: return see_help(); /* getopt named the flag */
     }
     if (bad) {
       char name[3] = {'-', (char)c, '\0'};
@@ -321,26 +374,24 @@ int perf_parse_options(int argc, char **argv, perf_options *opt) {
               : c == OPT_DEVICE_BUFFERS ? "--device-buffers"
               : c == OPT_GPU_RANKS      ? "--gpu-ranks"
                                         : name);
-      usage(stderr, argv0);
-      return 2;
+      return see_help();
     }
   }
   if (optind < argc) {
-    fprintf(stderr, "xcoll-perf: unexpected argument '%s'\n", argv[optind]);
-    usage(stderr, argv0);
-    return 2;
+    fprintf(stderr, "xcoll-perf: unexpected argument '%s': every value "
+            "follows its flag (-b 8, --minbytes 8)\n", argv[optind]);
+    return see_help();
   }
   if (opt->min_bytes > opt->max_bytes) {
     fprintf(stderr, "xcoll-perf: --minbytes (%zu) is larger than --maxbytes (%zu)\n",
             opt->min_bytes, opt->max_bytes);
-    usage(stderr, argv0);
-    return 2;
+    return see_help();
   }
   if ((size_t)(opt->iters > opt->warmup_iters ? opt->iters : opt->warmup_iters) >
       (size_t)100000000 / (size_t)opt->agg_iters) {
     fprintf(stderr, "xcoll-perf: --iters (or --warmup_iters) times --agg_iters "
             "exceeds 1e8 operations per row: lower one of them\n");
-    return 2;
+    return see_help();
   }
   return 0;
 }

@@ -1,7 +1,8 @@
 /*
  * perf_report.c - xcoll-perf's output: the header and one row per size in
  * nccl-tests' columns (size, count, type, redop, root, then time, algbw,
- * busbw and #wrong out of place and in place), with the algorithm and
+ * busbw and #wrong out of place and in place; types as nccl-tests names
+ * them, "float" for float32), with the algorithm and
  * protocol the library ran; and the same rows as JSON Lines for --json.
  */
 #include <inttypes.h>
@@ -37,15 +38,27 @@ void perf_print_header(const perf_run *run) {
          run->gpu_ranks, run->world_size, run->device_buffer_ranks,
          run->world_size - run->device_buffer_ranks);
   printf("# minbytes %zu maxbytes %zu step %s%g iters %d warmup_iters %d "
-         "agg_iters %d run_cycles %d check %d timeout %d\n#\n",
+         "agg_iters %d run_cycles %d check %d timeout %d report_cputime %d\n",
          o->min_bytes, o->max_bytes, o->step_factor > 0 ? "x" : "+",
          o->step_factor > 0 ? o->step_factor : (double)o->step_bytes, o->iters,
-         o->warmup_iters, o->agg_iters, o->run_cycles, o->check, o->timeout_s);
+         o->warmup_iters, o->agg_iters, o->run_cycles, o->check, o->timeout_s,
+         o->report_cputime);
+  if (o->local_register)
+    printf("# -R %d: no-op: xcoll registers no user buffers; the calls use "
+           "them as they are\n", o->local_register);
+  if (o->stream_null)
+    printf("# -y 1: no-op: xcoll-perf's calls always use the NULL stream\n");
+  if (o->mulsum)
+    printf("# mulsum: each rank r scales its input by %g + r %% 2 "
+           "(xcoll_op_create_premul_sum), then the ranks sum\n",
+           perf_premul_scalar(0));
+  printf("#\n");
+  const char *time = o->report_cputime ? "cputime" : "time";
   printf("# %10s %12s %8s %6s %6s   %-30s   %-30s\n", "", "", "", "", "",
          "            out-of-place", "              in-place");
   printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s  %s\n", "size",
-         "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
-         "time", "algbw", "busbw", "#wrong", "algorithm/protocol");
+         "count", "type", "redop", "root", time, "algbw", "busbw", "#wrong",
+         time, "algbw", "busbw", "#wrong", "algorithm/protocol");
   printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "(B)",
          "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)",
          "(GB/s)", "(GB/s)", "");
@@ -73,7 +86,7 @@ static void format_wrong(char *out, size_t out_bytes, int64_t wrong) {
 static const char *redop_column(const perf_options *o) {
   if (!perf_coll_info(o->coll)->has_op)
     return "none";
-  return xcoll_op_name(o->op);
+  return o->mulsum ? "mulsum" : xcoll_op_name(o->op);
 }
 
 static int root_column(const perf_options *o) {
@@ -88,7 +101,7 @@ void perf_print_row(const perf_run *run, const perf_shape *s,
   format_wrong(wrong_ip, sizeof wrong_ip, ip->wrong);
   format_algorithm(algorithm, sizeof algorithm, oop, ip);
   printf("  %10zu %12zu %8s %6s %6d %9.2f %7.3f %7.3f %6s %9.2f %7.3f %7.3f %6s  %s\n",
-         s->bytes, s->count, xcoll_datatype_name(o->dtype), redop_column(o),
+         s->bytes, s->count, perf_dtype_name(o->dtype), redop_column(o),
          root_column(o), oop->time_us, oop->algbw, oop->busbw, wrong_oop,
          ip->time_us, ip->algbw, ip->busbw, wrong_ip, algorithm);
   fflush(stdout);
@@ -114,12 +127,12 @@ void perf_write_json_row(FILE *f, const perf_run *run, const perf_shape *s,
           "\"blocking\":%d,\"average\":\"%s\",\"cycle\":%d,"
           "\"size\":%zu,\"count\":%zu,"
           "\"type\":\"%s\",\"redop\":\"%s\",\"root\":%d,\"iters\":%d,"
-          "\"warmup_iters\":%d,\"agg_iters\":%d,",
+          "\"warmup_iters\":%d,\"agg_iters\":%d,\"report_cputime\":%d,",
           perf_coll_names[o->coll], xcoll_comm_backend(run->comm), oop->algorithm,
           oop->protocol, ip->algorithm, ip->protocol, run->world_size,
           run->gpu_ranks, run->device_buffer_ranks, o->blocking, perf_average_names[o->average], cycle, s->bytes, s->count,
-          xcoll_datatype_name(o->dtype), redop_column(o), root_column(o),
-          o->iters, o->warmup_iters, o->agg_iters);
+          perf_dtype_name(o->dtype), redop_column(o), root_column(o),
+          o->iters, o->warmup_iters, o->agg_iters, o->report_cputime);
   const perf_result *halves[2] = {oop, ip};
   const char *prefixes[2] = {"oop", "ip"};
   for (int h = 0; h < 2; h++) {

@@ -33,6 +33,7 @@ typedef struct options {
   const char *redirects;  /* --redirects: 0-3, or local_rank:0-3,... */
   const char *tee;        /* --tee: the same forms */
   const char *ranks_filter; /* --local-ranks-filter: "0,2" */
+  const char *run_id;     /* --rdzv-id: TORCHELASTIC_RUN_ID; NULL: own */
   unsigned char *shown;   /* per local rank: output on the console */
   /* With a log dir: each attempt's ranks dump their flight recorders
    * (docs/flight-recorder.md) to DIR/attempt_<k>/flight_recorder, unless

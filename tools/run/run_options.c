@@ -53,6 +53,14 @@ static void usage(FILE *to) {
       "127.0.0.1)\n"
       "  --master-port PORT   its port (default 29500; 0 picks a free port,\n"
       "                       single node only)\n"
+      "  --rdzv-endpoint HOST[:PORT]  torchrun's name for --master-addr and\n"
+      "                       --master-port ([ADDR]:PORT for IPv6)\n"
+      "  --rdzv-id ID         the job id the ranks see as TORCHELASTIC_RUN_ID\n"
+      "                       (default xcollrun-<pid>)\n"
+      "  --rdzv-backend static|c10d  accepted: the ranks meet at rank 0's store\n"
+      "  --role, --monitor-interval, --start-method, --local-addr, --rdzv-conf\n"
+      "                       accepted for torchrun command lines; each is\n"
+      "                       ignored, with a line saying why\n"
       "  --max-restarts N     restart the local group up to N times after a\n"
       "                       failure (default 0)\n"
       "  --store-host WHO     who serves the rendezvous store: 'rank0' (the\n"
@@ -105,9 +113,8 @@ static void usage_error(const char *fmt, ...) {
   va_start(ap, fmt);
   fputs("xcollrun: ", stderr);
   vfprintf(stderr, fmt, ap);
-  fputs("\n\n", stderr);
+  fputs("\nsee 'xcollrun --help'\n", stderr);
   va_end(ap);
-  usage(stderr);
   exit(EXIT_USAGE);
 }
 
@@ -119,6 +126,53 @@ static int parse_int(const char *flag, const char *text, int min, int max) {
     usage_error("%s wants an integer in %d..%d, got '%s'", flag, min, max,
                 text);
   return (int)value;
+}
+
+/* Why each of torchrun's flags that xcollrun accepts and ignores has no
+ * effect here, in the order of the table in run_parse_options. */
+static const char *ignored_why(int k) {
+  static const char *const why[] = {
+      /* --role */ "every rank has the one role (ROLE_RANK is RANK)",
+      /* --monitor-interval */ "xcollrun hears of a rank's exit at once "
+                               "(signalfd), without polling",
+      /* --start-method */ "ranks are always new processes (fork and exec); "
+                           "the method applies to Python functions only",
+      /* --local-addr */ "xcollrun advertises no address of its own; the "
+                         "ranks choose theirs (XCOLL_SOCKET_IFNAME)",
+      /* --rdzv-conf */ "there is no rendezvous backend to configure; the "
+                        "ranks wait XCOLL_TIMEOUT_S for each other"};
+  return why[k];
+}
+
+/* --rdzv-endpoint HOST[:PORT] (IPv6 as [ADDR]:PORT): the master's address
+ * and, when given, its port, as --master-addr and --master-port. */
+static void rdzv_endpoint(options *o, const char *value) {
+  static char host[256];
+  const char *port = NULL;
+  size_t len;
+  if (value[0] == '[') {
+    const char *close = strchr(value, ']');
+    if (!close || (close[1] != '\0' && close[1] != ':'))
+      usage_error("--rdzv-endpoint '%s': want HOST:PORT, or [IPV6]:PORT",
+                  value);
+    len = (size_t)(close - value - 1);
+    value++;
+    port = close[1] == ':' ? close + 2 : NULL;
+  } else {
+    const char *colon = strrchr(value, ':');
+    if (colon && strchr(value, ':') != colon)
+      usage_error("--rdzv-endpoint '%s': write an IPv6 address as "
+                  "[ADDR]:PORT", value);
+    len = colon ? (size_t)(colon - value) : strlen(value);
+    port = colon ? colon + 1 : NULL;
+  }
+  if (len == 0 || len >= sizeof host)
+    usage_error("--rdzv-endpoint '%s': want HOST:PORT", value);
+  memcpy(host, value, len);
+  host[len] = '\0';
+  o->master_addr = host;
+  if (port)
+    o->master_port = parse_int("--rdzv-endpoint's port", port, 0, 65535);
 }
 
 int run_ends_with(const char *text, const char *suffix) {
@@ -308,7 +362,12 @@ void run_parse_options(int argc, char **argv, options *o) {
         "--nproc-per-node", "--nnodes",    "--node-rank",
         "--master-addr",    "--master-port", "--max-restarts",
         "--log-dir",        "--redirects",   "--tee",
-        "--local-ranks-filter", "--store-host"};
+        "--local-ranks-filter",
+        /* torchrun's rendezvous flags (10..12), then those accepted and
+         * ignored (13..17), then xcollrun's own (18) */
+        "--rdzv-endpoint", "--rdzv-id", "--rdzv-backend",
+        "--role", "--monitor-interval", "--start-method", "--local-addr",
+        "--rdzv-conf", "--store-host"};
     int which = -1;
     for (int k = 0; k < (int)(sizeof known / sizeof known[0]); k++)
       if (strcmp(name, known[k]) == 0)
@@ -357,6 +416,22 @@ void run_parse_options(int argc, char **argv, options *o) {
       o->ranks_filter = value;
       break;
     case 10:
+      rdzv_endpoint(o, value);
+      break;
+    case 11:
+      if (!*value)
+        usage_error("--rdzv-id is empty");
+      o->run_id = value;
+      break;
+    case 12:
+      /* torchrun's static rendezvous is what xcollrun does; c10d's store
+       * also lives at the endpoint, so a c10d command line works as is. */
+      if (strcmp(value, "static") != 0 && strcmp(value, "c10d") != 0)
+        usage_error("--rdzv-backend %s: xcollrun's ranks meet at rank 0's "
+                    "store (MASTER_ADDR:MASTER_PORT); give static or c10d",
+                    value);
+      break;
+    case 18:
       if (strcmp(value, "launcher") == 0)
         o->store_on_launcher = 1;
       else if (strcmp(value, "rank0") == 0)
@@ -365,6 +440,10 @@ void run_parse_options(int argc, char **argv, options *o) {
         usage_error("--store-host '%s': use 'launcher' (this xcollrun on "
                     "node 0 serves the rendezvous store) or 'rank0'",
                     value);
+      break;
+    default:
+      run_message("xcollrun: ignored: %s %s: %s", name, value,
+                  ignored_why(which - 13));
       break;
     }
   }

@@ -312,7 +312,10 @@ run_exec_rank(const options *o, int port, int attempt, const rank_process *r,
    * --standalone makes one (a random uuid); kept when already set. */
   char run_id[64];
   snprintf(run_id, sizeof run_id, "xcollrun-%d", (int)launcher);
-  setenv("TORCHELASTIC_RUN_ID", run_id, 0);
+  if (o->run_id)
+    setenv("TORCHELASTIC_RUN_ID", o->run_id, 1); /* --rdzv-id */
+  else
+    setenv("TORCHELASTIC_RUN_ID", run_id, 0);
   /* N ranks each with a thread per core would oversubscribe the machine */
   setenv("OMP_NUM_THREADS", "1", 0);
   setenv("OPENBLAS_NUM_THREADS", "1", 0);
