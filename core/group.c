@@ -37,7 +37,6 @@
 #include "dtype.h"
 #include "error.h"
 #include "fingerprint.h"
-#include "request.h"
 
 /* Tag steps of a group's messages (below 2^24, above any algorithm's). */
 #define GROUP_STEP_FINGERPRINT 0xfffff0u

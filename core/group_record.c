@@ -3,7 +3,6 @@
  * calls between them, a send or recv outside a group as a group of one, and
  * handing the group to dispatch (core/dispatch.c) as one job of kind
  * XCOLL_COLL_GROUP. Running the group is in group.c, below dispatch. */
-#define XCOLL_LOG_SUBSYS XCOLL_SUBSYS_COLL /* log.h */
 #include "group.h"
 
 #include <stdlib.h>
