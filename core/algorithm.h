@@ -16,7 +16,9 @@ struct xcoll_comm;
 
 /* The collectives are xcoll.h's xcoll_coll_kind, described by its table
  * (core/colls.c). One more kind is internal: a group of point-to-point calls
- * (and the collectives recorded with them), run by core/group.c. */
+ * (and the collectives recorded with them), run by core/dispatch.c: the
+ * sends and receives through core/group.c's xcoll_group_run, then each
+ * collective. */
 #define XCOLL_COLL_GROUP ((xcoll_coll_kind)XCOLL_NUM_COLLS)
 
 struct xcoll_group_ops;

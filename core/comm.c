@@ -1,5 +1,7 @@
-/* comm.c - communicators once made: liveness and broken-state checks, the
- * last algorithm, failed ranks, abort, destroy, getters. Creation from a
+/* comm.c - the public calls on communicators once made: the last
+ * algorithm, failed ranks, abort, destroy, getters, the flight recorder's
+ * dump. The state every layer reads (liveness and broken-state checks) is
+ * in comm_state.c, below dispatch and the flight recorder; creation from a
  * configuration or the environment is in comm_create.c, split and shrink in
  * comm_split.c. */
 #include <stdio.h>
@@ -11,72 +13,9 @@
 #include "comm_create.h"
 #include "dispatch.h"
 #include "error.h"
+#include "flight.h"
 #include "log.h"
 #include "request.h"
-
-/* ---- helpers ---- */
-
-int xcoll_comm_is_live(const xcoll_comm *comm) {
-  return comm != NULL && comm->magic == XCOLL_COMM_MAGIC;
-}
-
-int xcoll_comm_world_rank(const xcoll_comm *comm, int rank) {
-  return comm->world_ranks != NULL ? comm->world_ranks[rank] : rank;
-}
-
-/* Like xcoll_comm_check, but a broken communicator still passes: getters,
- * abort and destroy must work on it. */
-static xcoll_status check_live(xcoll_comm *comm, const char *function) {
-  if (comm == NULL)
-    return xcoll_error(NULL, XCOLL_ERR_INVALID_USAGE,
-                       "%s: comm is NULL: create one with xcoll_comm_init or "
-                       "xcoll_comm_init_env",
-                       function);
-  if (comm->magic != XCOLL_COMM_MAGIC)
-    return xcoll_error(
-        NULL, XCOLL_ERR_INVALID_USAGE,
-        "%s: comm is not a live communicator (already destroyed, "
-        "or not made by xcoll_comm_init)",
-        function);
-  return XCOLL_SUCCESS;
-}
-
-xcoll_status xcoll_comm_check_live(xcoll_comm *comm, const char *function) {
-  return check_live(comm, function);
-}
-
-xcoll_status xcoll_comm_check(xcoll_comm *comm) {
-  xcoll_status status = check_live(comm, "xcoll");
-  if (status != XCOLL_SUCCESS)
-    return status;
-  int broken = atomic_load(&comm->broken_status);
-  if (broken != XCOLL_SUCCESS) {
-    char reason[XCOLL_ERROR_BYTES];
-    pthread_mutex_lock(&comm->error_lock);
-    memcpy(reason, comm->broken_message, sizeof reason);
-    pthread_mutex_unlock(&comm->error_lock);
-    /* Logged once: a program with thousands of requests queued on a comm
-     * that broke gets one line, not one per request. */
-    if (atomic_exchange(&comm->broken_warned, 1) == 0)
-      return xcoll_error(comm, (xcoll_status)broken,
-                         "communicator %llu is unusable after an earlier "
-                         "error; destroy it (every later call fails the "
-                         "same way, without another log line). The error "
-                         "was: %s",
-                         (unsigned long long)comm->comm_id, reason);
-    return xcoll_error_quiet(comm, (xcoll_status)broken,
-                             "communicator %llu is unusable after an earlier "
-                             "error; destroy it. The error was: %s",
-                             (unsigned long long)comm->comm_id, reason);
-  }
-  return XCOLL_SUCCESS;
-}
-
-void xcoll_comm_note_algorithm(xcoll_comm *comm, const char *algorithm,
-                               const char *protocol) {
-  atomic_store(&comm->last_algorithm, algorithm);
-  atomic_store(&comm->last_protocol, protocol);
-}
 
 xcoll_status xcoll_comm_last_algorithm(xcoll_comm_t comm,
                                        const char **algorithm,
@@ -88,7 +27,8 @@ xcoll_status xcoll_comm_last_algorithm(xcoll_comm_t comm,
   *algorithm = "none";
   *protocol = "none";
   /* A broken communicator still says what it ran last. */
-  xcoll_status status = check_live(comm, "xcoll_comm_last_algorithm");
+  xcoll_status status =
+      xcoll_comm_check_live(comm, "xcoll_comm_last_algorithm");
   if (status != XCOLL_SUCCESS)
     return status;
   const char *a = atomic_load(&comm->last_algorithm);
@@ -98,18 +38,6 @@ xcoll_status xcoll_comm_last_algorithm(xcoll_comm_t comm,
   if (p != NULL)
     *protocol = p;
   return XCOLL_SUCCESS;
-}
-
-void xcoll_comm_set_broken(xcoll_comm *comm, xcoll_status status,
-                           const char *message) {
-  int expected = XCOLL_SUCCESS;
-  pthread_mutex_lock(&comm->error_lock);
-  if (atomic_compare_exchange_strong(&comm->broken_status, &expected,
-                                     (int)status))
-    snprintf(comm->broken_message, sizeof comm->broken_message, "%s", message);
-  pthread_mutex_unlock(&comm->error_lock);
-  if (expected == XCOLL_SUCCESS) /* this call broke it */
-    xcoll_flight_on_broken(comm, status);
 }
 
 xcoll_status xcoll_comm_failed_ranks(xcoll_comm_t comm, int *ranks,
@@ -123,7 +51,7 @@ xcoll_status xcoll_comm_failed_ranks(xcoll_comm_t comm, int *ranks,
                        "ask only how many)");
   *count = 0;
   /* A broken communicator passes: it is the one to ask about. */
-  xcoll_status status = check_live(comm, "xcoll_comm_failed_ranks");
+  xcoll_status status = xcoll_comm_check_live(comm, "xcoll_comm_failed_ranks");
   if (status != XCOLL_SUCCESS)
     return status;
   if (comm->has_kv || xcoll_store_is_kv(comm->store))
@@ -158,7 +86,7 @@ xcoll_status xcoll_comm_failed_ranks(xcoll_comm_t comm, int *ranks,
 /* ---- abort, destroy ---- */
 
 xcoll_status xcoll_comm_abort(xcoll_comm_t comm) {
-  xcoll_status status = check_live(comm, "xcoll_comm_abort");
+  xcoll_status status = xcoll_comm_check_live(comm, "xcoll_comm_abort");
   if (status != XCOLL_SUCCESS)
     return status;
   if (atomic_exchange(&comm->aborted, 1))
@@ -224,7 +152,7 @@ static xcoll_status finalize_wait(xcoll_comm *comm, xcoll_status arrived) {
 xcoll_status xcoll_comm_destroy(xcoll_comm_t comm) {
   if (comm == NULL)
     return XCOLL_SUCCESS;
-  xcoll_status status = check_live(comm, "xcoll_comm_destroy");
+  xcoll_status status = xcoll_comm_check_live(comm, "xcoll_comm_destroy");
   if (status != XCOLL_SUCCESS)
     return status;
   xcoll_dispatch_quiesce(comm);
@@ -250,7 +178,7 @@ xcoll_status xcoll_comm_destroy(xcoll_comm_t comm) {
 /* ---- getters ---- */
 
 xcoll_status xcoll_comm_rank(xcoll_comm_t comm, int *rank) {
-  xcoll_status status = check_live(comm, "xcoll_comm_rank");
+  xcoll_status status = xcoll_comm_check_live(comm, "xcoll_comm_rank");
   if (status != XCOLL_SUCCESS)
     return status;
   if (rank == NULL)
@@ -261,7 +189,7 @@ xcoll_status xcoll_comm_rank(xcoll_comm_t comm, int *rank) {
 }
 
 xcoll_status xcoll_comm_size(xcoll_comm_t comm, int *world_size) {
-  xcoll_status status = check_live(comm, "xcoll_comm_size");
+  xcoll_status status = xcoll_comm_check_live(comm, "xcoll_comm_size");
   if (status != XCOLL_SUCCESS)
     return status;
   if (world_size == NULL)
@@ -272,7 +200,7 @@ xcoll_status xcoll_comm_size(xcoll_comm_t comm, int *world_size) {
 }
 
 xcoll_status xcoll_comm_local_rank(xcoll_comm_t comm, int *local_rank) {
-  xcoll_status status = check_live(comm, "xcoll_comm_local_rank");
+  xcoll_status status = xcoll_comm_check_live(comm, "xcoll_comm_local_rank");
   if (status != XCOLL_SUCCESS)
     return status;
   if (local_rank == NULL)
@@ -283,7 +211,7 @@ xcoll_status xcoll_comm_local_rank(xcoll_comm_t comm, int *local_rank) {
 }
 
 xcoll_status xcoll_comm_device(xcoll_comm_t comm, int *device) {
-  xcoll_status status = check_live(comm, "xcoll_comm_device");
+  xcoll_status status = xcoll_comm_check_live(comm, "xcoll_comm_device");
   if (status != XCOLL_SUCCESS)
     return status;
   if (device == NULL)
@@ -299,7 +227,7 @@ xcoll_status xcoll_comm_transport(xcoll_comm_t comm, const char **send,
     return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
                        "xcoll_comm_transport: send or recv is NULL");
   *send = *recv = "none";
-  xcoll_status status = check_live(comm, "xcoll_comm_transport");
+  xcoll_status status = xcoll_comm_check_live(comm, "xcoll_comm_transport");
   if (status != XCOLL_SUCCESS)
     return status;
   if (comm->backend->transport != NULL) {
@@ -314,4 +242,13 @@ const char *xcoll_comm_backend(xcoll_comm_t comm) {
   if (!xcoll_comm_is_live(comm))
     return "";
   return comm->backend->name;
+}
+
+/* ---- the flight recorder's dump ---- */
+
+xcoll_status xcoll_comm_dump(xcoll_comm_t comm, const char *path) {
+  xcoll_status status = xcoll_comm_check_live(comm, "xcoll_comm_dump");
+  if (status != XCOLL_SUCCESS)
+    return status;
+  return xcoll_flight_dump(comm, path, "api");
 }

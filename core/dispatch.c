@@ -146,8 +146,8 @@ xcoll_status xcoll_coll_run(xcoll_comm *comm, const xcoll_coll_args *args) {
   }
 
   if (args->kind == XCOLL_COLL_GROUP) {
-    /* Sends and receives run here; the group's collectives each go
-     * through this function again (core/group.c). */
+    /* Sends and receives run in core/group.c; then the group's
+     * collectives each go through this function again. */
     explain(comm, args, "group", "sends and receives posted at once");
     xcoll_comm_note_algorithm(comm, "group", "p2p");
     const int tracing = xcoll_trace_enabled();
@@ -157,6 +157,18 @@ xcoll_status xcoll_coll_run(xcoll_comm *comm, const xcoll_coll_args *args) {
         xcoll_flight_start(comm, args->flight_id, args, "group", "p2p");
     xcoll_flight_running(comm, flight_id);
     status = xcoll_group_run(comm, args);
+    /* The collectives, in the order they were recorded. */
+    const struct xcoll_group_ops *g = args->group;
+    for (int i = 0; i < g->count && status == XCOLL_SUCCESS; i++) {
+      const xcoll_coll_args *a = &g->ops[i].args;
+      if (a->kind == XCOLL_COLL_SEND || a->kind == XCOLL_COLL_RECV)
+        continue;
+      /* A zero count moves nothing (as outside a group). */
+      if (a->count == 0 && a->kind != XCOLL_COLL_BARRIER &&
+          a->kind != XCOLL_COLL_ALLTOALLV)
+        continue;
+      status = xcoll_coll_run(comm, a);
+    }
     xcoll_flight_end(comm, flight_id, status);
     xcoll_flight_running(comm, 0);
     if (tracing)

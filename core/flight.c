@@ -710,12 +710,3 @@ void xcoll_flight_close(xcoll_comm *comm) {
   pthread_mutex_unlock(&recorders_lock);
   xcoll_flight_free(flight);
 }
-
-/* ---- public API ---- */
-
-xcoll_status xcoll_comm_dump(xcoll_comm_t comm, const char *path) {
-  xcoll_status status = xcoll_comm_check_live(comm, "xcoll_comm_dump");
-  if (status != XCOLL_SUCCESS)
-    return status;
-  return xcoll_flight_dump(comm, path, "api");
-}

@@ -15,11 +15,16 @@
  *     with a receive of another count or dtype fails on both ranks, naming
  *     both calls, before any data moves.
  *  3. Data: every receive, then every send, posted at once; wait for all.
- *  4. The collectives recorded in the group, in order.
+ *  4. The collectives recorded in the group, in order: core/dispatch.c runs
+ *     each through xcoll_coll_run once this file's xcoll_group_run is done.
  * Point-to-point calls do not take a collective sequence number (only two
  * ranks take part); their messages carry the group fingerprint, ordered
  * just before the next collective (fingerprint.h), so a rank in a group
- * and a rank in a collective are told apart. */
+ * and a rank in a collective are told apart.
+ *
+ * Recording a thread's calls and handing the group to dispatch is in
+ * group_record.c, above dispatch; running it is here, below dispatch, which
+ * calls xcoll_group_run. */
 #define XCOLL_LOG_SUBSYS XCOLL_SUBSYS_COLL /* log.h */
 #include "group.h"
 
@@ -29,164 +34,13 @@
 #include <string.h>
 
 #include "comm.h"
-#include "dispatch.h"
 #include "dtype.h"
 #include "error.h"
 #include "fingerprint.h"
-#include "request.h"
 
 /* Tag steps of a group's messages (below 2^24, above any algorithm's). */
 #define GROUP_STEP_FINGERPRINT 0xfffff0u
 #define GROUP_STEP_DATA 0xfffff1u
-
-static _Thread_local int group_depth;
-static _Thread_local struct xcoll_group_ops *group_now;
-
-int xcoll_group_active(void) { return group_depth > 0; }
-
-void xcoll_group_free(void *p) {
-  struct xcoll_group_ops *group = p;
-  if (group == NULL)
-    return;
-  for (int i = 0; i < group->count; i++)
-    free(group->ops[i].scratch);
-  free(group->ops);
-  free(group);
-}
-
-static struct xcoll_group_ops *group_new(xcoll_comm *comm) {
-  struct xcoll_group_ops *group = calloc(1, sizeof *group);
-  if (group != NULL)
-    group->comm = comm;
-  return group;
-}
-
-static xcoll_status group_append(struct xcoll_group_ops *group,
-                                 const xcoll_coll_args *args, void *scratch) {
-  if (group->count == group->capacity) {
-    int capacity = group->capacity ? 2 * group->capacity : 8;
-    xcoll_group_op *ops = realloc(group->ops, (size_t)capacity * sizeof *ops);
-    if (ops == NULL)
-      return xcoll_error(group->comm, XCOLL_ERR_NO_MEMORY,
-                         "xcoll_group: out of memory recording call %d",
-                         group->count + 1);
-    group->ops = ops;
-    group->capacity = capacity;
-  }
-  group->ops[group->count].args = *args;
-  group->ops[group->count].scratch = scratch;
-  group->count++;
-  if (args->kind == XCOLL_COLL_SEND || args->kind == XCOLL_COLL_RECV)
-    group->p2p++;
-  return XCOLL_SUCCESS;
-}
-
-xcoll_status xcoll_group_record(xcoll_comm *comm, const xcoll_coll_args *args,
-                                void *scratch) {
-  if (group_now == NULL) {
-    group_now = group_new(comm);
-    if (group_now == NULL) {
-      free(scratch);
-      return xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
-                         "xcoll_group: out of memory for a group");
-    }
-  }
-  if (group_now->comm != comm) {
-    free(scratch);
-    return xcoll_error(comm, XCOLL_ERR_INVALID_USAGE,
-                       "xcoll_%s in a group on communicator %p, but the "
-                       "group's earlier calls are on %p: a group holds calls "
-                       "of one communicator; end it first",
-                       xcoll_coll_name(args->kind), (void *)comm,
-                       (void *)group_now->comm);
-  }
-  xcoll_status status = group_append(group_now, args, scratch);
-  if (status != XCOLL_SUCCESS)
-    free(scratch);
-  return status;
-}
-
-/* Number the group's collectives (every rank records them in the same
- * order) and send it on its way. The group is owned by the request
- * (non-blocking) or freed here. */
-static xcoll_status group_submit(struct xcoll_group_ops *group,
-                                 xcoll_request_t *request) {
-  xcoll_comm *comm = group->comm;
-  xcoll_coll_args args;
-  memset(&args, 0, sizeof args);
-  args.kind = XCOLL_COLL_GROUP;
-  args.group = group;
-  args.dtype = XCOLL_UINT8;
-  /* The group's place among the collectives: before the next one. */
-  args.seq = comm->next_seq;
-  args.count = (size_t)group->count;
-  if (group->count == 1) /* xcoll_isend/irecv: checked by dispatch */
-    args.stream = group->ops[0].args.stream;
-  for (int i = 0; i < group->count; i++) {
-    xcoll_coll_args *op = &group->ops[i].args;
-    if (op->kind != XCOLL_COLL_SEND && op->kind != XCOLL_COLL_RECV)
-      op->seq = comm->next_seq++;
-  }
-  xcoll_status status = xcoll_dispatch(comm, &args, request);
-  if (request != NULL && status == XCOLL_SUCCESS)
-    xcoll_request_adopt_with(*request, group, xcoll_group_free);
-  else
-    xcoll_group_free(group);
-  return status;
-}
-
-xcoll_status xcoll_group_single(xcoll_comm *comm, const xcoll_coll_args *args,
-                                xcoll_request_t *request) {
-  struct xcoll_group_ops *group = group_new(comm);
-  if (group == NULL)
-    return xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
-                       "xcoll_%s: out of memory", xcoll_coll_name(args->kind));
-  xcoll_status status = group_append(group, args, NULL);
-  if (status != XCOLL_SUCCESS) {
-    xcoll_group_free(group);
-    return status;
-  }
-  return group_submit(group, request);
-}
-
-xcoll_status xcoll_group_start(void) {
-  group_depth++;
-  return XCOLL_SUCCESS;
-}
-
-static xcoll_status group_end(xcoll_request_t *request) {
-  if (request != NULL)
-    *request = NULL;
-  if (group_depth == 0)
-    return xcoll_error(NULL, XCOLL_ERR_INVALID_USAGE,
-                       "xcoll_group_end without xcoll_group_start on this "
-                       "thread");
-  if (--group_depth > 0 || group_now == NULL) {
-    /* An inner end, or an empty group: nothing to run. */
-    if (request == NULL)
-      return XCOLL_SUCCESS;
-    *request = xcoll_request_completed(NULL, XCOLL_SUCCESS);
-    return *request != NULL ? XCOLL_SUCCESS : XCOLL_ERR_NO_MEMORY;
-  }
-  struct xcoll_group_ops *group = group_now;
-  group_now = NULL;
-  xcoll_status status = xcoll_comm_check(group->comm);
-  if (status != XCOLL_SUCCESS) {
-    xcoll_group_free(group);
-    return status;
-  }
-  return group_submit(group, request);
-}
-
-xcoll_status xcoll_group_end(void) { return group_end(NULL); }
-
-xcoll_status xcoll_igroup_end(xcoll_request_t *request) {
-  if (request == NULL)
-    return xcoll_error(NULL, XCOLL_ERR_INVALID_ARGUMENT,
-                       "xcoll_igroup_end: request is NULL: pass the address "
-                       "of an xcoll_request_t");
-  return group_end(request);
-}
 
 /* ---- running a group ---- */
 
@@ -429,16 +283,5 @@ xcoll_status xcoll_group_run(xcoll_comm *comm, const xcoll_coll_args *args) {
   xcoll_status status = run_self(comm, g);
   if (status == XCOLL_SUCCESS && g->p2p > 0)
     status = run_p2p(comm, args, g);
-  /* The collectives, in the order they were recorded. */
-  for (int i = 0; i < g->count && status == XCOLL_SUCCESS; i++) {
-    const xcoll_coll_args *a = &g->ops[i].args;
-    if (a->kind == XCOLL_COLL_SEND || a->kind == XCOLL_COLL_RECV)
-      continue;
-    /* A zero count moves nothing (as outside a group). */
-    if (a->count == 0 && a->kind != XCOLL_COLL_BARRIER &&
-        a->kind != XCOLL_COLL_ALLTOALLV)
-      continue;
-    status = xcoll_coll_run(comm, a);
-  }
   return status;
 }

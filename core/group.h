@@ -1,5 +1,6 @@
-/* group.h - point-to-point calls and groups (xcoll_group_start/end), and
- * the runner that executes a group (core/group.c). */
+/* group.h - point-to-point calls and groups (xcoll_group_start/end,
+ * recorded by core/group_record.c), and the runner of a group's sends and
+ * receives (xcoll_group_run in algorithm.h, core/group.c). */
 #ifndef XCOLL_CORE_GROUP_H
 #define XCOLL_CORE_GROUP_H
 

@@ -19,7 +19,6 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "params.h"
 #include "path_pattern.h"
 #include "xcoll.h"
 
@@ -56,6 +55,9 @@ int xcoll_log_expand_path(const char *pattern, const char *host, long pid,
       .host = host, .pid = pid, .rank = -1, .percent = 1, .rank_suffix = 0};
   return xcoll_path_expand(pattern, &fields, out, out_bytes);
 }
+
+const char *const xcoll_log_level_names[] = {"NONE", "VERSION", "WARN",
+                                             "INFO", "TRACE",   NULL};
 
 static const struct {
   const char *name;
@@ -114,12 +116,12 @@ static void log_setup(void) {
   if (dot != NULL)
     *dot = '\0';
 
-  /* The accepted names are XCOLL_DEBUG's choices in core/params.c (the
-   * list xcoll-info checks against), in this order. */
+  /* The levels of xcoll_log_level_names (XCOLL_DEBUG's choices in
+   * core/params.c), in this order. */
   static const xcoll_log_level levels[] = {XCOLL_LOG_NONE, XCOLL_LOG_WARN,
                                            XCOLL_LOG_WARN, XCOLL_LOG_INFO,
                                            XCOLL_LOG_TRACE};
-  const char *const *names = xcoll_param_find("XCOLL_DEBUG")->choices;
+  const char *const *names = xcoll_log_level_names;
   const char *level = getenv("XCOLL_DEBUG");
   if (level != NULL && level[0] != '\0') {
     int found = -1;

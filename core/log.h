@@ -41,6 +41,12 @@ typedef enum xcoll_log_subsys {
 #define XCOLL_LOG_SUBSYS XCOLL_SUBSYS_INIT
 #endif
 
+/* XCOLL_DEBUG's accepted values, NULL-terminated: NONE, VERSION, WARN,
+ * INFO, TRACE. core/params.c's table takes them as XCOLL_DEBUG's choices
+ * (the list xcoll-info checks against); they live here, below the table,
+ * so that the log reads no higher layer. */
+extern const char *const xcoll_log_level_names[];
+
 /* Parse an XCOLL_DEBUG_SUBSYS value into a mask of xcoll_log_subsys bits:
  * a comma list of names (case-insensitive); a leading '^' keeps every
  * subsystem but those. Returns 0 and sets *mask, or -1 with a sentence

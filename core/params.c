@@ -18,8 +18,6 @@
 #define MIB (1024.0 * 1024.0)
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-static const char *const debug_levels[] = {"NONE", "VERSION", "WARN",
-                                           "INFO", "TRACE",   NULL};
 static const char *const protocols[] = {"simple", "ll", "auto", NULL};
 static const char *const socket_families[] = {"AF_INET", "AF_INET6", NULL};
 static const char *const ucx_err_modes[] = {"auto", "peer", NULL};
@@ -59,8 +57,9 @@ static const xcoll_param params[] = {
      "backend: one of those compiled in (xcoll-info lists them)", 0},
     {"XCOLL_DEVICE", XCOLL_PARAM_TEXT, NULL, 0, 0, 0, "host", NULL,
      check_device, "device to bind: host, cuda (LOCAL_RANK's), cuda:N, N", 0},
-    {"XCOLL_DEBUG", XCOLL_PARAM_CHOICE, NULL, 0, 0, 0, "WARN", debug_levels,
-     NULL, "log level: NONE, VERSION, WARN, INFO, TRACE", 0},
+    {"XCOLL_DEBUG", XCOLL_PARAM_CHOICE, NULL, 0, 0, 0, "WARN",
+     xcoll_log_level_names, NULL,
+     "log level: NONE, VERSION, WARN, INFO, TRACE", 0},
     {"XCOLL_DEBUG_SUBSYS", XCOLL_PARAM_TEXT, NULL, 0, 0, 0, "ALL", NULL,
      check_subsys,
      "INFO/TRACE subsystems: INIT,COLL,P2P,NET,ALLOC,BOOTSTRAP,ENV,TUNING,"

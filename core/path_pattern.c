@@ -1,13 +1,13 @@
 /* path_pattern.c - expansion of per-process and per-rank file-name patterns
- * (path_pattern.h), and the public xcoll_rank_path (xcoll.h). */
+ * (path_pattern.h). It sits below the log (log.c expands XCOLL_DEBUG_FILE
+ * with it), so it reports no error itself: the public xcoll_rank_path,
+ * which does, is in trace.c. */
 #include "path_pattern.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "error.h"
-#include "xcoll.h"
 
 /* Insert ".rank<N>" before the extension of the last component of out
  * (used bytes long), or append it. Returns 0, or -1 when it does not fit. */
@@ -74,20 +74,4 @@ int xcoll_path_expand_rank(const char *pattern, int rank, char *out,
                               .percent = 0,
                               .rank_suffix = 1};
   return xcoll_path_expand(pattern, &fields, out, out_bytes);
-}
-
-xcoll_status xcoll_rank_path(const char *pattern, int rank, char *out,
-                             size_t out_bytes) {
-  if (pattern == NULL || out == NULL || rank < 0)
-    return xcoll_error_quiet(NULL, XCOLL_ERR_INVALID_ARGUMENT,
-                             "xcoll_rank_path: pattern and out must not be "
-                             "NULL and rank (%d) must be >= 0",
-                             rank);
-  if (xcoll_path_expand_rank(pattern, rank, out, out_bytes) != 0)
-    return xcoll_error_quiet(NULL, XCOLL_ERR_INVALID_ARGUMENT,
-                             "xcoll_rank_path: '%.200s' expands to more than "
-                             "%zu bytes: use a shorter pattern or a larger "
-                             "buffer",
-                             pattern, out_bytes == 0 ? 0 : out_bytes - 1);
-  return XCOLL_SUCCESS;
 }

@@ -1,7 +1,7 @@
 /* path_pattern.h - file-name patterns that name one file per process or
  * rank, expanded in one place for XCOLL_DEBUG_FILE (log.c: %h, %p, %%),
  * XCOLL_TRACE (trace.c: %r, %p, else .rank<N>) and the public
- * xcoll_rank_path (xtrain's --trace, the XCOLL_TRACE rule). */
+ * xcoll_rank_path (in trace.c; xtrain's --trace, the XCOLL_TRACE rule). */
 #ifndef XCOLL_CORE_PATH_PATTERN_H
 #define XCOLL_CORE_PATH_PATTERN_H
 

@@ -1,5 +1,7 @@
 /* trace.c - XCOLL_TRACE (trace.h): spans written as Chrome Trace Event
- * Format JSON, one file per process, for Perfetto or chrome://tracing.
+ * Format JSON, one file per process, for Perfetto or chrome://tracing; and
+ * the public xcoll_rank_path (xcoll.h), the same file-naming rule for
+ * callers that write their own per-rank files.
  *
  * The file is a JSON array of events rather than {"traceEvents": [...]}:
  * viewers accept an array whose closing bracket is missing, so the trace of
@@ -329,4 +331,24 @@ void xcoll_trace_span(const char *name, const char *cat, uint64_t track,
     }
   }
   pthread_mutex_unlock(&trace_lock);
+}
+
+/* ---- public API ---- */
+
+/* XCOLL_TRACE's naming rule (path_pattern.h) for callers that write their
+ * own per-rank files (xtrain's --trace). */
+xcoll_status xcoll_rank_path(const char *pattern, int rank, char *out,
+                             size_t out_bytes) {
+  if (pattern == NULL || out == NULL || rank < 0)
+    return xcoll_error_quiet(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                             "xcoll_rank_path: pattern and out must not be "
+                             "NULL and rank (%d) must be >= 0",
+                             rank);
+  if (xcoll_path_expand_rank(pattern, rank, out, out_bytes) != 0)
+    return xcoll_error_quiet(NULL, XCOLL_ERR_INVALID_ARGUMENT,
+                             "xcoll_rank_path: '%.200s' expands to more than "
+                             "%zu bytes: use a shorter pattern or a larger "
+                             "buffer",
+                             pattern, out_bytes == 0 ? 0 : out_bytes - 1);
+  return XCOLL_SUCCESS;
 }

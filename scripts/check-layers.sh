@@ -5,8 +5,9 @@
 # a global symbol that B defines. The edges go through tsort(1), which
 # names the files of a loop when there is one. --edges prints the edges
 # ("A -> B") too. ctest runs it on backends/nccl_like (unit.nccl_like_layers,
-# tests/nccl_like.cmake) and on trainer/ (unit.trainer_layers,
-# tests/trainer.cmake); docs/nccl_like.md gives the command for its graph.
+# tests/nccl_like.cmake), on trainer/ (unit.trainer_layers,
+# tests/trainer.cmake) and on core/ (unit.core_layers, tests/CMakeLists.txt);
+# docs/nccl_like.md gives the command for its graph.
 set -euo pipefail
 print_edges=0
 if [ "${1:-}" = --edges ]; then
