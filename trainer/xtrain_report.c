@@ -59,8 +59,10 @@ void fail_together(run *r, const char *fmt, ...) {
 }
 
 void check_xcoll(run *r, xcoll_status st, const char *what) {
-  if (st != XCOLL_SUCCESS)
-    fail(r, "%s failed: %s: %s", what, xcoll_strerror(st),
+  if (st == XCOLL_SUCCESS)
+    return;
+  elastic_on_failure(r, st, what); /* --elastic: returns if no rank is lost */
+  fail(r, "%s failed: %s: %s", what, xcoll_strerror(st),
          xcoll_comm_last_error(r->comm));
 }
 
