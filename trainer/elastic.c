@@ -98,6 +98,17 @@ static void take_rank0_state(run *r) {
   r->opt.step = position[3];
 }
 
+/* Updates each rank makes over `positions` positions of a permutation split
+ * over the world (the sampler's and the loop's rounding). */
+static int64_t updates_for(const run *r, size_t positions) {
+  const config *c = &r->cfg;
+  int64_t W = r->world_size, B = c->batch_size, K = c->grad_accum;
+  int64_t n = (int64_t)positions;
+  int64_t per_rank = c->drop_last ? n / W : (n + W - 1) / W;
+  int64_t micro = c->drop_last ? per_rank / B : (per_rank + B - 1) / B;
+  return (micro + K - 1) / K;
+}
+
 void elastic_recover(run *r) {
   elastic_state *e = &r->elastic;
   int old_world = r->world_size;
@@ -120,8 +131,7 @@ void elastic_recover(run *r) {
    * accumulated of it goes. */
   model_zero_grad(&r->m);
   /* The rest of the epoch is split over the new world; the loop recomputes
-   * the steps of the epoch from the sampler. The learning rate schedule
-   * keeps its length; only --max-steps (or the epochs) stops the run. */
+   * the steps of the epoch from the sampler. */
   r->meta.epoch = e->at_epoch;
   r->meta.step_in_epoch = 0;
   e->epoch_start = e->at_samples;
@@ -131,7 +141,15 @@ void elastic_recover(run *r) {
                    r->cfg.drop_last, r->cfg.seed) != 0)
     fail(r, "--elastic: out of memory creating the sampler");
   r->smp.shuffle = shuffle;
-  r->total_steps = r->cfg.max_steps > 0 ? r->cfg.max_steps : INT64_MAX;
+  /* The learning rate schedule is stretched to end with the last update
+   * of the last epoch at the new world size; --max-steps still counts
+   * updates. */
+  size_t n = r->smp.dataset_size;
+  r->schedule_steps = r->meta.step + updates_for(r, n - e->at_samples) +
+                      (r->cfg.epochs - 1 - e->at_epoch) * updates_for(r, n);
+  r->total_steps = r->schedule_steps;
+  if (r->cfg.max_steps > 0 && r->cfg.max_steps < r->total_steps)
+    r->total_steps = r->cfg.max_steps;
   e->best = r->meta.best_test_acc;
   e->redo_now = 1;
 

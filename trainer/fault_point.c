@@ -48,6 +48,11 @@ void fault_step(int rank, int64_t step) {
   static int64_t kill_step = -1;
   if (!read) {
     const char *setting = getenv("XTRAIN_FAULT_STEP");
+    /* A job that xcollrun --max-restarts started again must not die at
+     * the same step again. */
+    const char *restart = getenv("TORCHELASTIC_RESTART_COUNT");
+    if (restart && atoi(restart) > 0)
+      setting = NULL;
     if (setting && setting[0] != '\0' &&
         sscanf(setting, "%d:%" SCNd64, &kill_rank, &kill_step) != 2) {
       fprintf(stderr, "xtrain: XTRAIN_FAULT_STEP='%s' is not RANK:STEP\n",

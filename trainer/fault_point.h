@@ -22,7 +22,10 @@ void fault_point(const char *name);
 /* XTRAIN_FAULT_STEP="RANK:STEP" (read once): the process of rank RANK
  * sends itself SIGKILL when it starts update STEP (0-based: the updates
  * done so far, over the whole run), before it loads a batch. Unset or
- * empty: nothing. Call at the start of every update. */
+ * empty: nothing; nothing either in a restarted job
+ * (TORCHELASTIC_RESTART_COUNT above 0: xcollrun --max-restarts), which
+ * would otherwise die at the same step again. Call at the start of every
+ * update. */
 void fault_step(int rank, int64_t step);
 
 #endif /* XTRAIN_FAULT_POINT_H */

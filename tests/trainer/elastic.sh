@@ -1,0 +1,49 @@
+#!/bin/sh
+# elastic.sh XTRAIN XCOLLRUN DATA_DIR MIN_ACC [KILL_RANK]
+# xtrain --elastic: 4 ddp ranks of the mlp under xcollrun --on-rank-failure
+# continue; rank KILL_RANK (default 2) is killed with SIGKILL at the start
+# of an update in the middle of epoch 1 (XTRAIN_FAULT_STEP). The three
+# survivors must shrink and finish every epoch: rank 0's log names the lost
+# rank and the new world size 3, every epoch line is there, the last test
+# accuracy is at least MIN_ACC, no checkpoint was read (there is none: no
+# --checkpoint-dir), xcollrun exits 0 (every rank left exited 0), and the
+# survivors' final parameters are bitwise identical.
+set -eu
+xtrain=$1 xcollrun=$2 data=$3 min_acc=$4 kill_rank=${5:-2}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+epochs=4
+# 60000 / (32 x 4) = 469 updates per epoch on 4 ranks: update 700 is in
+# the middle of epoch 1.
+kill_step=700
+status=0
+XTRAIN_FAULT_STEP=$kill_rank:$kill_step timeout 170 "$xcollrun" \
+  --nproc-per-node 4 --master-port 0 --on-rank-failure continue \
+  "$xtrain" --model mlp --strategy ddp --data-dir "$data" --epochs $epochs \
+  --batch-size 32 --lr 0.05 --schedule cosine --seed 3 --elastic --dump-params "$tmp/params" \
+  > "$tmp/log" 2>&1 || status=$?
+fail() {
+  cat "$tmp/log"
+  echo "elastic.sh: $*"
+  exit 1
+}
+[ "$status" -eq 0 ] || fail "xcollrun exited $status, expected 0"
+grep -q "killed at the start of step $kill_step" "$tmp/log" ||
+  fail "rank $kill_rank was not killed at step $kill_step"
+grep -q "^\[rank 0\] elastic: lost rank $kill_rank (of 4) at step .* world size 3" \
+  "$tmp/log" || fail "no elastic line naming rank $kill_rank and world size 3"
+grep -q "resumed from" "$tmp/log" && fail "a checkpoint was read"
+for e in $(seq 0 $((epochs - 1))); do
+  grep -q "^\[rank 0\] epoch $e: " "$tmp/log" || fail "no line for epoch $e"
+done
+acc=$(sed -n "s/^\[rank 0\] epoch $((epochs - 1)): .* test_acc \([0-9.]*\) .*/\1/p" "$tmp/log")
+awk -v a="$acc" -v m="$min_acc" 'BEGIN { exit !(a >= m) }' ||
+  fail "final test accuracy '$acc' is below $min_acc"
+# Three survivors, renumbered 0..2: one file each, bitwise the same.
+[ ! -e "$tmp/params.rank3" ] || fail "a fourth rank dumped its parameters"
+for r in 1 2; do
+  cmp "$tmp/params.rank0" "$tmp/params.rank$r" ||
+    fail "rank $r's parameters differ from rank 0's"
+done
+grep "^\[rank 0\] elastic:" "$tmp/log"
+echo "elastic.sh: ok, test accuracy $acc"
