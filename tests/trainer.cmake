@@ -149,6 +149,12 @@ if(TARGET xtrain)
       $<TARGET_FILE:xcollrun> ${XTRAIN_DATA_DIR} 0.88)
   set_tests_properties(trainer.elastic PROPERTIES TIMEOUT 180
     LABELS "trainer;faults;mp" PROCESSORS 2)
+  # Rank 0 killed instead: the store dies with it, the survivors fail saying so.
+  add_test(NAME trainer.elastic.rank0
+    COMMAND sh ${XTRAIN_TEST_DIR}/elastic.sh $<TARGET_FILE:xtrain>
+      $<TARGET_FILE:xcollrun> ${XTRAIN_DATA_DIR} 0.88 0)
+  set_tests_properties(trainer.elastic.rank0 PROPERTIES TIMEOUT 180
+    LABELS "trainer;faults;mp" PROCESSORS 2)
 
   # FSDP checkpoints: full and sharded resume bitwise, full across
   # strategies and world sizes, sharded refusals (tests/trainer/fsdp_checkpoint.sh).

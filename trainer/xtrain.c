@@ -287,10 +287,9 @@ static void train_step(run *r, int epoch, int64_t s, window *w) {
 
 /* After an epoch (or the part of it --max-steps allowed): evaluation, the
  * epoch's log line and the checkpoints. */
-static void end_epoch(run *r, int epoch, int64_t first, int64_t done_in_epoch,
-                      const window *ep, double *best) {
+static void end_epoch(run *r, int epoch, int64_t updates,
+                      int64_t done_in_epoch, const window *ep, double *best) {
   const config *c = &r->cfg;
-  int64_t updates = done_in_epoch - first;
   double sums[3] = {ep->loss, ep->correct, ep->count};
   sum_over_ranks(r, sums, 3);
   double test_acc, test_loss;
@@ -365,6 +364,7 @@ static void train(run *r) {
     if (!e->redo_now) {
       memset(&e->ep, 0, sizeof e->ep);
       memset(&e->iv, 0, sizeof e->iv);
+      e->ep_updates = 0;
     }
     e->redo_now = 0;
     note_position(r, epoch, first);
@@ -378,6 +378,7 @@ static void train(run *r) {
       note_position(r, epoch, s + 1);
       window_add(&e->ep, &w);
       window_add(&e->iv, &w);
+      e->ep_updates++;
       e->run_samples += w.count * r->world_size;
       progress(r, epoch, s + 1, r->steps_per_epoch,
                e->iv.count > 0 ? e->iv.loss / e->iv.count : 0.0);
@@ -385,7 +386,7 @@ static void train(run *r) {
         log_interval(r, epoch, &e->iv);
     }
     window_add(&e->all, &e->ep);
-    end_epoch(r, epoch, first, s, &e->ep, &e->best);
+    end_epoch(r, epoch, e->ep_updates, s, &e->ep, &e->best);
     e->epoch_start = 0;
   }
   e->armed = 0;

@@ -78,6 +78,7 @@ typedef struct elastic_state {
   size_t epoch_start; /* positions consumed before this world took the
                          epoch over (0 but after a recovery) */
   window ep, iv;  /* the epoch's and the --log-every window's sums */
+  int64_t ep_updates; /* updates this rank made in the epoch (in ep) */
   window all;     /* the run's */
   double run_samples; /* samples trained on, over all ranks */
   double best;    /* best test accuracy so far */

@@ -8,6 +8,9 @@
 # accuracy is at least MIN_ACC, no checkpoint was read (there is none: no
 # --checkpoint-dir), xcollrun exits 0 (every rank left exited 0), and the
 # survivors' final parameters are bitwise identical.
+# With KILL_RANK 0 the job cannot go on (the rendezvous store lives in rank
+# 0): each survivor must say so and fail, and xcollrun exit non-zero,
+# within the timeout.
 set -eu
 xtrain=$1 xcollrun=$2 data=$3 min_acc=$4 kill_rank=${5:-2}
 tmp=$(mktemp -d)
@@ -27,6 +30,16 @@ fail() {
   echo "elastic.sh: $*"
   exit 1
 }
+if [ "$kill_rank" -eq 0 ]; then
+  [ "$status" -ne 0 ] && [ "$status" -ne 124 ] ||
+    fail "xcollrun exited $status, expected a failure before the timeout"
+  for r in 1 2 3; do
+    grep -q "^\[rank $r\] .*--elastic: .* a job that loses rank 0 cannot go on" \
+      "$tmp/log" || fail "rank $r did not say why it cannot go on"
+  done
+  echo "elastic.sh: ok, the loss of rank 0 ends the job (status $status)"
+  exit 0
+fi
 [ "$status" -eq 0 ] || fail "xcollrun exited $status, expected 0"
 grep -q "killed at the start of step $kill_step" "$tmp/log" ||
   fail "rank $kill_rank was not killed at step $kill_step"
