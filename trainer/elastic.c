@@ -28,8 +28,6 @@
 
 void elastic_on_failure(run *r, xcoll_status st, const char *what) {
   elastic_state *e = &r->elastic;
-  if (!e->armed)
-    return;
   double t0 = ddp_now();
   /* A death shows as REMOTE (or as a timeout on a rank that waited on the
    * dead one through a live peer); other errors are not a lost rank. */

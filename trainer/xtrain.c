@@ -348,13 +348,14 @@ static void train(run *r) {
     if (!e->lost)
       fail(r, "out of memory for --elastic");
   }
-  /* --elastic: a lost rank brings every survivor back here (check_xcoll),
-   * which recovers and re-enters the loop where rank 0 stood. What the loop
-   * keeps across epochs lives in r->elastic, which the jump leaves as it
-   * was. */
+  /* --elastic: a lost rank brings every survivor back here (check_xcoll
+   * calls elastic_on_failure, which jumps), to recover and re-enter the
+   * loop where rank 0 stood. What the loop keeps across epochs lives in
+   * r->elastic, which the jump leaves as it was. */
   if (c->elastic && setjmp(e->redo) != 0)
     elastic_recover(r);
-  e->armed = c->elastic;
+  if (c->elastic)
+    r->on_comm_failure = elastic_on_failure;
   for (int epoch = r->meta.epoch;
        epoch < c->epochs && r->meta.step < r->total_steps; epoch++) {
     if (sampler_set_epoch_from(&r->smp, epoch, e->epoch_start) != 0)
@@ -389,7 +390,7 @@ static void train(run *r) {
     end_epoch(r, epoch, e->ep_updates, s, &e->ep, &e->best);
     e->epoch_start = 0;
   }
-  e->armed = 0;
+  r->on_comm_failure = NULL;
   log_summary(r, &e->all, e->run_samples);
 }
 

@@ -64,8 +64,7 @@ typedef struct window {
  * here, not in train()'s locals, because a recovery jumps back to the top
  * of the loop (longjmp). */
 typedef struct elastic_state {
-  jmp_buf redo;  /* set in train(); check_xcoll jumps there on a lost rank */
-  int armed;     /* 1 while train()'s loop runs with --elastic */
+  jmp_buf redo;  /* set in train(); elastic_on_failure jumps there */
   int redo_now;  /* 1 after a recovery, until the loop has re-entered */
   int launch_rank; /* this process's rank when the job started */
   int *lost;     /* ranks of the broken communicator known gone */
@@ -118,6 +117,10 @@ typedef struct run {
   /* schedule */
   int64_t micro_per_epoch, steps_per_epoch, schedule_steps, total_steps;
   elastic_state elastic;
+  /* Called by check_xcoll on a failed collective before it fails the run;
+   * may not return. train() sets it to elastic_on_failure under --elastic
+   * (a pointer, so that xtrain_report.c calls nothing in elastic.c). */
+  void (*on_comm_failure)(struct run *r, xcoll_status st, const char *what);
 } run;
 
 static inline int is_gpt(const run *r) { return r->cfg.model == MODEL_GPT; }
@@ -185,7 +188,7 @@ void print_sample(run *r);
 /* After collective what failed with st: when a rank is known lost (asked
  * of xcoll_comm_failed_ranks), jump to the loop's redo point (never
  * returns); otherwise returns and the caller fails as without --elastic.
- * Does nothing unless r->elastic.armed. */
+ * train() installs it as run.on_comm_failure while its loop runs. */
 void elastic_on_failure(run *r, xcoll_status st, const char *what);
 /* At the redo point: shrink the communicator without the lost ranks, take
  * the new rank 0's parameters, optimizer state and position, split the
