@@ -149,11 +149,17 @@ if(TARGET xtrain)
       $<TARGET_FILE:xcollrun> ${XTRAIN_DATA_DIR} 0.88)
   set_tests_properties(trainer.elastic PROPERTIES TIMEOUT 180
     LABELS "trainer;faults;mp" PROCESSORS 2)
-  # Rank 0 killed instead: the store dies with it, the survivors fail saying so.
+  # Rank 0 killed instead: with xcollrun --store-host launcher the store
+  # outlives it and the job goes on as above; with the store in rank 0 it
+  # dies with it and the survivors fail at once, saying so.
   add_test(NAME trainer.elastic.rank0
     COMMAND sh ${XTRAIN_TEST_DIR}/elastic.sh $<TARGET_FILE:xtrain>
-      $<TARGET_FILE:xcollrun> ${XTRAIN_DATA_DIR} 0.88 0)
-  set_tests_properties(trainer.elastic.rank0 PROPERTIES TIMEOUT 180
+      $<TARGET_FILE:xcollrun> ${XTRAIN_DATA_DIR} 0.88 0 launcher)
+  add_test(NAME trainer.elastic.rank0_store_in_rank0
+    COMMAND sh ${XTRAIN_TEST_DIR}/elastic.sh $<TARGET_FILE:xtrain>
+      $<TARGET_FILE:xcollrun> ${XTRAIN_DATA_DIR} 0.88 0 rank0)
+  set_tests_properties(trainer.elastic.rank0
+    trainer.elastic.rank0_store_in_rank0 PROPERTIES TIMEOUT 180
     LABELS "trainer;faults;mp" PROCESSORS 2)
 
   # FSDP checkpoints: full and sharded resume bitwise, full across

@@ -39,8 +39,9 @@ void elastic_on_failure(run *r, xcoll_status st, const char *what) {
     if (asked != XCOLL_SUCCESS) {
       fprintf(stderr,
               "xtrain[rank %d]: --elastic: %s failed and the store cannot "
-              "say which rank is gone (%s: %s); it lives in rank 0, so a "
-              "job that loses rank 0 cannot go on\n",
+              "say which rank is gone (%s: %s); it lives in rank 0 unless "
+              "xcollrun --store-host launcher serves it, so a job that "
+              "loses rank 0 cannot go on without that\n",
               r->rank, what, xcoll_strerror(asked),
               xcoll_comm_last_error(r->comm));
       return;
