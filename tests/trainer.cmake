@@ -141,6 +141,27 @@ if(TARGET xtrain)
       LABELS "trainer;mp")
   endforeach()
 
+  # xtrain --elastic: rank 2 of 4 killed mid-epoch, the survivors shrink
+  # and finish bitwise equal, test accuracy >= 0.88 (tests/trainer/elastic.sh;
+  # the run is deterministic: 0.8870, a fault-free one 0.8849).
+  add_test(NAME trainer.elastic
+    COMMAND sh ${XTRAIN_TEST_DIR}/elastic.sh $<TARGET_FILE:xtrain>
+      $<TARGET_FILE:xcollrun> ${XTRAIN_DATA_DIR} 0.88)
+  set_tests_properties(trainer.elastic PROPERTIES TIMEOUT 180
+    LABELS "trainer;faults;mp" PROCESSORS 2)
+  # Rank 0 killed instead: with xcollrun --store-host launcher the store
+  # outlives it and the job goes on as above; with the store in rank 0 it
+  # dies with it and the survivors fail at once, saying so.
+  add_test(NAME trainer.elastic.rank0
+    COMMAND sh ${XTRAIN_TEST_DIR}/elastic.sh $<TARGET_FILE:xtrain>
+      $<TARGET_FILE:xcollrun> ${XTRAIN_DATA_DIR} 0.88 0 launcher)
+  add_test(NAME trainer.elastic.rank0_store_in_rank0
+    COMMAND sh ${XTRAIN_TEST_DIR}/elastic.sh $<TARGET_FILE:xtrain>
+      $<TARGET_FILE:xcollrun> ${XTRAIN_DATA_DIR} 0.88 0 rank0)
+  set_tests_properties(trainer.elastic.rank0
+    trainer.elastic.rank0_store_in_rank0 PROPERTIES TIMEOUT 180
+    LABELS "trainer;faults;mp" PROCESSORS 2)
+
   # FSDP checkpoints: full and sharded resume bitwise, full across
   # strategies and world sizes, sharded refusals (tests/trainer/fsdp_checkpoint.sh).
   foreach(opt sgd adamw)

@@ -7,7 +7,9 @@
  * runs the program with its output piped back and every line prefixed with
  * "[rank N] ", and watches the group: when one rank fails, the others are
  * sent SIGTERM, then SIGKILL after a grace period, so that a job never hangs
- * on a dead peer. SIGINT and SIGTERM sent to xcollrun go to every rank.
+ * on a dead peer (unless --on-rank-failure continue: then the others run on,
+ * for programs that shrink their communicator and go on). SIGINT and
+ * SIGTERM sent to xcollrun go to every rank.
  * --max-restarts restarts the whole local group after a failure.
  *
  * Unless XCOLL_AUTH_TOKEN or XCOLL_AUTH_FILE is set, a single-node job gets a
@@ -229,6 +231,9 @@ static enum group_result run_group(const options *o, int port, int attempt,
   double kill_deadline = 0;
   int killed = 0;
   int live = 0;
+  /* --on-rank-failure continue: ranks that exited 0, the first non-zero
+   * exit status, and the first death's code (128+signal) */
+  int exited_ok = 0, first_exit_status = 0, first_death_code = 0;
 
   int shown_count = 0;
   for (int k = 0; k < count; k++)
@@ -385,17 +390,30 @@ static enum group_result run_group(const options *o, int port, int attempt,
         if (r->streams[s].fd >= 0)
           run_read_stream(r, &r->streams[s]);
       int failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+      exited_ok += !failed;
       if (!failed || stopping)
         continue; /* a clean exit, or a rank we are stopping anyway */
       char name[32];
+      const char *run_on = o->continue_on_failure && live > 0
+                               ? "; the others run on (--on-rank-failure "
+                                 "continue)"
+                               : "";
       if (WIFSIGNALED(status))
-        run_message("xcollrun: rank %d (pid %d) was killed by signal %s (%s)",
-                    r->rank, (int)pid,
-                    run_signal_name(WTERMSIG(status), name, sizeof name),
-                    strsignal(WTERMSIG(status)));
+        run_message(
+            "xcollrun: rank %d (pid %d) was killed by signal %s (%s)%s",
+            r->rank, (int)pid,
+            run_signal_name(WTERMSIG(status), name, sizeof name),
+            strsignal(WTERMSIG(status)), run_on);
       else
-        run_message("xcollrun: rank %d (pid %d) exited with status %d", r->rank,
-                    (int)pid, WEXITSTATUS(status));
+        run_message("xcollrun: rank %d (pid %d) exited with status %d%s",
+                    r->rank, (int)pid, WEXITSTATUS(status), run_on);
+      if (o->continue_on_failure) {
+        if (WIFEXITED(status) && !first_exit_status)
+          first_exit_status = WEXITSTATUS(status);
+        if (!WIFEXITED(status) && !first_death_code)
+          first_death_code = run_exit_code_of(status);
+        continue;
+      }
       result = GROUP_FAILED;
       *exit_code = run_exit_code_of(status);
       if (live > 0)
@@ -438,6 +456,12 @@ static enum group_result run_group(const options *o, int port, int attempt,
     }
   free(ranks);
   free(fds);
+  /* continue: the job succeeded if a rank is left and none of them failed */
+  if (result == GROUP_OK && (first_exit_status || first_death_code) &&
+      (first_exit_status || exited_ok == 0)) {
+    result = GROUP_FAILED;
+    *exit_code = first_exit_status ? first_exit_status : first_death_code;
+  }
   if (result == GROUP_OK)
     *exit_code = 0;
   else

@@ -282,8 +282,13 @@ int sampler_init(sampler *s, size_t dataset_size, int rank, int world_size,
 }
 
 int sampler_set_epoch(sampler *s, int epoch) {
+  return sampler_set_epoch_from(s, epoch, 0);
+}
+
+int sampler_set_epoch_from(sampler *s, int epoch, size_t start) {
   size_t n = s->dataset_size, W = (size_t)s->world_size;
-  size_t total = s->num_samples * W;
+  size_t rest = start < n ? n - start : 0;
+  s->num_samples = s->drop_last ? rest / W : (rest + W - 1) / W;
   size_t *perm = malloc((n ? n : 1) * sizeof(size_t));
   if (!perm)
     return -1;
@@ -297,13 +302,13 @@ int sampler_set_epoch(sampler *s, int epoch) {
     perm[i - 1] = perm[j];
     perm[j] = t;
   }
-  /* Position k of the padded list is perm[k mod n]: padding repeats the
-   * start of the permutation, as many times as needed. */
+  /* Position k of the padded list of positions start.. is
+   * perm[start + k mod rest]: padding repeats the start of that part, as
+   * many times as needed. */
   for (size_t i = 0; i < s->num_samples; i++) {
     size_t k = (size_t)s->rank + i * W;
-    s->indices[i] = perm[k % n];
+    s->indices[i] = perm[start + k % rest];
   }
-  (void)total;
   free(perm);
   return 0;
 }

@@ -69,6 +69,11 @@ int sampler_init(sampler *s, size_t dataset_size, int rank, int world_size,
 /* Recompute indices for epoch (deterministic: the same on every call).
  * Returns 0, or -1 when out of memory. */
 int sampler_set_epoch(sampler *s, int epoch);
+/* The same for the part of the epoch's permutation from position start on
+ * (the positions before it were consumed by an earlier world size: xtrain
+ * --elastic), split over the ranks as above; sets num_samples (at most
+ * sampler_init's). start 0 is sampler_set_epoch. */
+int sampler_set_epoch_from(sampler *s, int epoch, size_t start);
 void sampler_free(sampler *s);
 
 #endif /* XTRAIN_DATA_H */

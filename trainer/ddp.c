@@ -133,6 +133,17 @@ void ddp_init(ddp *d, xcoll_comm_t comm, model *m, double first_bucket_mb,
   memcpy(d->bucket_of_param, d->plan.unit_of_param, sizeof d->bucket_of_param);
 }
 
+void ddp_set_comm(ddp *d, xcoll_comm_t comm) {
+  d->comm = comm;
+  xcoll_comm_size(comm, &d->world_size);
+  d->status = XCOLL_SUCCESS;
+  d->sync = 0;
+  for (int i = 0; i < d->num_buckets; i++) {
+    d->buckets[i].launched = d->buckets[i].done = 0;
+    d->buckets[i].request = NULL;
+  }
+}
+
 xcoll_status ddp_broadcast_params(ddp *d) {
   return xcoll_broadcast(d->m->params, d->m->params, d->m->num_elements,
                          XCOLL_FLOAT32, 0, d->comm);

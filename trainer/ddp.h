@@ -82,6 +82,11 @@ typedef struct ddp {
 void ddp_init(ddp *d, xcoll_comm_t comm, model *m, double first_bucket_mb,
               double bucket_cap_mb);
 
+/* Go on over comm, the survivors' communicator after a shrink (xtrain
+ * --elastic): the buckets stay, the world size is comm's, nothing is in
+ * flight. comm is only stored. */
+void ddp_set_comm(ddp *d, xcoll_comm_t comm);
+
 /* Make every rank start from rank 0's parameters (xcoll_broadcast). */
 xcoll_status ddp_broadcast_params(ddp *d);
 

@@ -1,6 +1,7 @@
-/* fault_point.c - test-only kill points (see fault_point.h). */
+/* fault_point.c - test-only kill points and steps (see fault_point.h). */
 #include "fault_point.h"
 
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,31 @@ void fault_point(const char *name) {
   if (strncmp(setting, name, n) == 0 && setting[n] == '#' &&
       atoi(setting + n + 1) == hit) {
     fprintf(stderr, "xtrain: killed at fault point %s#%d\n", name, hit);
+    raise(SIGKILL);
+  }
+}
+
+void fault_step(int rank, int64_t step) {
+  static int read = 0, kill_rank = -1;
+  static int64_t kill_step = -1;
+  if (!read) {
+    const char *setting = getenv("XTRAIN_FAULT_STEP");
+    /* A job that xcollrun --max-restarts started again must not die at
+     * the same step again. */
+    const char *restart = getenv("TORCHELASTIC_RESTART_COUNT");
+    if (restart && atoi(restart) > 0)
+      setting = NULL;
+    if (setting && setting[0] != '\0' &&
+        sscanf(setting, "%d:%" SCNd64, &kill_rank, &kill_step) != 2) {
+      fprintf(stderr, "xtrain: XTRAIN_FAULT_STEP='%s' is not RANK:STEP\n",
+              setting);
+      kill_rank = -1;
+    }
+    read = 1;
+  }
+  if (rank == kill_rank && step == kill_step) {
+    fprintf(stderr, "xtrain: killed at the start of step %" PRId64
+            " (XTRAIN_FAULT_STEP)\n", step);
     raise(SIGKILL);
   }
 }

@@ -188,6 +188,10 @@ static const option_row rows[] = {
   SET("resume", resume,
       "continue from DIR/checkpoint_latest.safetensors\n"
       "(or the sharded set, when it is there and newer)"),
+  SET("elastic", elastic,
+      "ddp: when a rank dies, the others shrink the\n"
+      "communicator, take rank 0's state and go on\n"
+      "(run under xcollrun --on-rank-failure continue)"),
   STRING("init-from", "FILE", init_from, 0,
          "initial parameters from a safetensors file with\n"
          "PyTorch's names and shapes (fc1.weight, ...)"),
@@ -516,6 +520,13 @@ static void check_config(config *c, unsigned given) {
   if ((given & GIVEN_FSDP) && c->strategy != STRATEGY_FSDP)
     die_usage("--sharding, --backward-prefetch, --forward-prefetch and "
               "--fsdp-min-params need --strategy fsdp");
+  if (c->elastic && c->strategy == STRATEGY_FSDP)
+    die_usage("fsdp: --elastic is not supported: use --checkpoint-dir with "
+              "xcollrun --max-restarts");
+  if (c->elastic && c->strategy != STRATEGY_DDP)
+    die_usage("--elastic needs --strategy ddp: %s runs in one process, "
+              "which cannot lose a rank and go on",
+              c->strategy == STRATEGY_DP ? "dp (threads)" : "none");
   /* no_shard replicates parameters and all-reduces gradients: the DDP path. */
   if (c->strategy == STRATEGY_FSDP && c->fsdp.sharding == FSDP_NO_SHARD)
     c->strategy = STRATEGY_DDP;
@@ -524,6 +535,10 @@ static void check_config(config *c, unsigned given) {
     c->fsdp.param_dtype = c->param_dtype;
     c->fsdp.reduce_dtype = c->reduce_dtype;
   }
+  if (c->elastic && c->comm_hook != COMM_HOOK_NONE)
+    die_usage("--elastic works with the float32 gradient all-reduce only: "
+              "drop --comm-hook and --reduce-dtype (a hook's state is sized "
+              "for the world it started with)");
   if (c->strategy != STRATEGY_FSDP && c->checkpoint_format == CHECKPOINT_SHARDED)
     die_usage("--checkpoint-format sharded needs --strategy fsdp (other "
               "strategies hold the whole model: they write full checkpoints)");

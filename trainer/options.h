@@ -43,6 +43,7 @@ typedef struct config {
   const char *checkpoint_dir;
   checkpoint_format checkpoint_format; /* fsdp: full or sharded */
   int resume;
+  int elastic; /* --elastic: survivors of a lost rank shrink and go on */
   const char *init_from;   /* safetensors with PyTorch's names */
   const char *export_init; /* write the initial parameters there */
   int sampler_sequential;  /* --sampler sequential: no shuffle */

@@ -17,10 +17,12 @@
 #include <inttypes.h>
 #include <malloc.h>
 #include <math.h>
+#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fault_point.h"
 #include "xtrain.h"
 
 static void window_add(window *w, const window *d) {
@@ -285,10 +287,9 @@ static void train_step(run *r, int epoch, int64_t s, window *w) {
 
 /* After an epoch (or the part of it --max-steps allowed): evaluation, the
  * epoch's log line and the checkpoints. */
-static void end_epoch(run *r, int epoch, int64_t first, int64_t done_in_epoch,
-                      const window *ep, double *best) {
+static void end_epoch(run *r, int epoch, int64_t updates,
+                      int64_t done_in_epoch, const window *ep, double *best) {
   const config *c = &r->cfg;
-  int64_t updates = done_in_epoch - first;
   double sums[3] = {ep->loss, ep->correct, ep->count};
   sum_over_ranks(r, sums, 3);
   double test_acc, test_loss;
@@ -315,38 +316,82 @@ static void end_epoch(run *r, int epoch, int64_t first, int64_t done_in_epoch,
   log_epoch(r, epoch, finished, updates, sums, test_loss, test_acc, ep);
 }
 
+/* The epoch's micro-batches and updates on this rank, from the sampler's
+ * share (which --elastic changes in the middle of an epoch). */
+static void epoch_schedule(run *r) {
+  int64_t B = r->cfg.batch_size, K = r->cfg.grad_accum;
+  int64_t n = (int64_t)r->smp.num_samples;
+  r->micro_per_epoch = r->cfg.drop_last ? n / B : (n + B - 1) / B;
+  r->steps_per_epoch = (r->micro_per_epoch + K - 1) / K;
+}
+
+/* --elastic: positions of the epoch's permutation consumed by every rank
+ * once this rank has done updates [0, s) of its share. */
+static void note_position(run *r, int epoch, int64_t s) {
+  elastic_state *e = &r->elastic;
+  size_t local = (size_t)(s * r->cfg.grad_accum * r->cfg.batch_size);
+  e->at_epoch = epoch;
+  e->at_samples = s >= r->steps_per_epoch
+                      ? r->smp.dataset_size
+                      : e->epoch_start + local * (size_t)r->world_size;
+}
+
 static void train(run *r) {
   const config *c = &r->cfg;
-  double best = r->meta.best_test_acc;
-  window all;
-  memset(&all, 0, sizeof all);
-  double run_samples = 0.0;
+  elastic_state *e = &r->elastic;
+  e->best = r->meta.best_test_acc;
+  memset(&e->all, 0, sizeof e->all);
+  e->run_samples = 0.0;
+  e->launch_rank = r->rank;
+  if (c->elastic) {
+    e->lost = malloc((size_t)r->world_size * sizeof *e->lost);
+    if (!e->lost)
+      fail(r, "out of memory for --elastic");
+  }
+  /* --elastic: a lost rank brings every survivor back here (check_xcoll
+   * calls elastic_on_failure, which jumps), to recover and re-enter the
+   * loop where rank 0 stood. What the loop keeps across epochs lives in
+   * r->elastic, which the jump leaves as it was. */
+  if (c->elastic && setjmp(e->redo) != 0)
+    elastic_recover(r);
+  if (c->elastic)
+    r->on_comm_failure = elastic_on_failure;
   for (int epoch = r->meta.epoch;
        epoch < c->epochs && r->meta.step < r->total_steps; epoch++) {
-    if (sampler_set_epoch(&r->smp, epoch) != 0)
+    if (sampler_set_epoch_from(&r->smp, epoch, e->epoch_start) != 0)
       fail(r, "out of memory shuffling epoch %d", epoch);
+    epoch_schedule(r);
     int64_t first = epoch == r->meta.epoch ? r->meta.step_in_epoch : 0;
-    window ep, iv;
-    memset(&ep, 0, sizeof ep);
-    memset(&iv, 0, sizeof iv);
+    if (!e->redo_now) {
+      memset(&e->ep, 0, sizeof e->ep);
+      memset(&e->iv, 0, sizeof e->iv);
+      e->ep_updates = 0;
+    }
+    e->redo_now = 0;
+    note_position(r, epoch, first);
     int64_t s;
     for (s = first; s < r->steps_per_epoch; s++) {
       if (r->meta.step >= r->total_steps)
         break;
+      fault_step(e->launch_rank, r->meta.step);
       window w;
       train_step(r, epoch, s, &w);
-      window_add(&ep, &w);
-      window_add(&iv, &w);
-      run_samples += w.count * r->world_size;
+      note_position(r, epoch, s + 1);
+      window_add(&e->ep, &w);
+      window_add(&e->iv, &w);
+      e->ep_updates++;
+      e->run_samples += w.count * r->world_size;
       progress(r, epoch, s + 1, r->steps_per_epoch,
-               iv.count > 0 ? iv.loss / iv.count : 0.0);
+               e->iv.count > 0 ? e->iv.loss / e->iv.count : 0.0);
       if (c->log_every > 0 && r->meta.step % c->log_every == 0)
-        log_interval(r, epoch, &iv);
+        log_interval(r, epoch, &e->iv);
     }
-    window_add(&all, &ep);
-    end_epoch(r, epoch, first, s, &ep, &best);
+    window_add(&e->all, &e->ep);
+    end_epoch(r, epoch, e->ep_updates, s, &e->ep, &e->best);
+    e->epoch_start = 0;
   }
-  log_summary(r, &all, run_samples);
+  r->on_comm_failure = NULL;
+  log_summary(r, &e->all, e->run_samples);
 }
 
 /* gpt, before training: the validation loss of the initial parameters,

@@ -4,11 +4,12 @@
  * the functions that xtrain.c's train loop and main call. Calls go one way:
  * xtrain.c (one update, the loop, main) -> xtrain_setup.c (setup, teardown)
  * -> xtrain_report.c (errors, progress, logs, traces); options.c parses the
- * command line.
+ * command line; elastic.c is --elastic's recovery.
  */
 #ifndef XTRAIN_XTRAIN_H
 #define XTRAIN_XTRAIN_H
 
+#include <setjmp.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -51,6 +52,37 @@ typedef struct layer_tracer {
   int previous; /* tensor of the previous hook call; -1 at start of backward */
 } layer_tracer;
 
+/* Sums of one logging window (an epoch, or --log-every updates). */
+typedef struct window {
+  double loss, correct, count; /* summed over this rank's samples */
+  double time, comm, blocked;  /* seconds */
+  double wire;                 /* bytes this rank sent */
+  double skipped;              /* steps skipped by the loss scaler */
+} window;
+
+/* The loop's state (train() in xtrain.c) and --elastic's (elastic.c): kept
+ * here, not in train()'s locals, because a recovery jumps back to the top
+ * of the loop (longjmp). */
+typedef struct elastic_state {
+  jmp_buf redo;  /* set in train(); elastic_on_failure jumps there */
+  int redo_now;  /* 1 after a recovery, until the loop has re-entered */
+  int launch_rank; /* this process's rank when the job started */
+  int *lost;     /* ranks of the broken communicator known gone */
+  int lost_count;
+  double failed_at; /* ddp_now() when the failure was seen */
+  /* where this rank's loop stands: the epoch and the positions of its
+   * permutation consumed (by every rank together) */
+  int at_epoch;
+  size_t at_samples;
+  size_t epoch_start; /* positions consumed before this world took the
+                         epoch over (0 but after a recovery) */
+  window ep, iv;  /* the epoch's and the --log-every window's sums */
+  int64_t ep_updates; /* updates this rank made in the epoch (in ep) */
+  window all;     /* the run's */
+  double run_samples; /* samples trained on, over all ranks */
+  double best;    /* best test accuracy so far */
+} elastic_state;
+
 /* ---- process-wide state of one run ---- */
 typedef struct run {
   config cfg;
@@ -84,15 +116,12 @@ typedef struct run {
   int resume_sharded; /* --resume reads a sharded set after fsdp's setup */
   /* schedule */
   int64_t micro_per_epoch, steps_per_epoch, schedule_steps, total_steps;
+  elastic_state elastic;
+  /* Called by check_xcoll on a failed collective before it fails the run;
+   * may not return. train() sets it to elastic_on_failure under --elastic
+   * (a pointer, so that xtrain_report.c calls nothing in elastic.c). */
+  void (*on_comm_failure)(struct run *r, xcoll_status st, const char *what);
 } run;
-
-/* Sums of one logging window (an epoch, or --log-every updates). */
-typedef struct window {
-  double loss, correct, count; /* summed over this rank's samples */
-  double time, comm, blocked;  /* seconds */
-  double wire;                 /* bytes this rank sent */
-  double skipped;              /* steps skipped by the loss scaler */
-} window;
 
 static inline int is_gpt(const run *r) { return r->cfg.model == MODEL_GPT; }
 
@@ -153,5 +182,17 @@ void log_epoch(run *r, int epoch, int finished, int64_t updates,
                const window *ep);
 void log_summary(run *r, const window *all, double samples);
 void print_sample(run *r);
+
+/* ---- elastic.c (--elastic) ---- */
+
+/* After collective what failed with st: when a rank is known lost (asked
+ * of xcoll_comm_failed_ranks), jump to the loop's redo point (never
+ * returns); otherwise returns and the caller fails as without --elastic.
+ * train() installs it as run.on_comm_failure while its loop runs. */
+void elastic_on_failure(run *r, xcoll_status st, const char *what);
+/* At the redo point: shrink the communicator without the lost ranks, take
+ * the new rank 0's parameters, optimizer state and position, split the
+ * rest of the epoch over the new world and log the recovery. */
+void elastic_recover(run *r);
 
 #endif /* XTRAIN_XTRAIN_H */

@@ -68,6 +68,9 @@ void fail_together(run *r, const char *fmt, ...) {
 void check_xcoll(run *r, xcoll_status st, const char *what) {
   if (st == XCOLL_SUCCESS)
     return;
+  /* --elastic: the loop's hook jumps away when a rank is lost */
+  if (r->on_comm_failure)
+    r->on_comm_failure(r, st, what);
   if (xcoll_comm_last_error_logged(r->comm))
     stop(r, 0);
   fail(r, "%s failed: %s: %s", what, xcoll_strerror(st),

@@ -406,6 +406,7 @@ void teardown(run *r) {
   free(r->x);
   free(r->y);
   sampler_free(&r->smp);
+  free(r->elastic.lost);
   strategy_destroy(&r->strat);
   comm_hook_free(&r->hook);
   optim_free(&r->opt);

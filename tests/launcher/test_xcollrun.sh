@@ -72,6 +72,18 @@ expect_eq "SIGTERM-proof rank: exit status" 1 $?
 if [ $((SECONDS - start)) -le 4 ]; then pass "SIGKILL after the grace period"; else fail "grace took $((SECONDS - start)) s"; fi
 expect_grep "SIGKILL is reported" 'rank 0 (pid [0-9]*) did not exit 0.5 s after SIGTERM' "$WORK/err"
 
+# --on-rank-failure continue: rank 1 dies, rank 0 is not stopped; it exits
+# (with STATUS) once xcollrun has reported the death
+for status in 0 1; do
+  ERR="$WORK/err" STATUS=$status run 20 --nproc-per-node 2 --on-rank-failure continue sh -c 'if [ "$RANK" = 1 ]; then kill -KILL $$; fi; while ! grep -q "others run on" "$ERR"; do sleep 0.01; done; exit $STATUS'
+  expect_eq "continue: a survivor exiting $status gives $status" $status $?
+done
+expect_grep "continue: the death is reported" 'rank 1 (pid [0-9]*) was killed by signal SIGKILL (Killed); the others run on (--on-rank-failure continue)' "$WORK/err"
+run 20 --nproc-per-node 1 --on-rank-failure continue sh -c 'kill -KILL $$'
+expect_eq "continue: no rank left gives 128+signal" 137 $?
+run 20 --nproc-per-node 1 --on-rank-failure sometimes true
+expect_eq "--on-rank-failure with a bad value exits 2" 2 $?
+
 run 20 --nproc-per-node 1 "$WORK/does-not-exist"
 expect_eq "missing program exits 127" 127 $?
 expect_grep "missing program is named" "cannot run '$WORK/does-not-exist'" "$WORK/err"

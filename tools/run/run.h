@@ -44,6 +44,9 @@ typedef struct options {
    * (torchrun's agent store), so that it outlives every rank, rank 0 too;
    * the ranks get XCOLL_STORE_EXTERNAL=1. 0: rank 0 serves it. */
   int store_on_launcher;
+  /* --on-rank-failure continue: a rank's failure is reported and the others
+   * run on (an elastic job shrinks); 0 (stop) stops the group. */
+  int continue_on_failure;
 } options;
 
 /* Bits of --redirects / --tee (torchrun's Std): 1 stdout, 2 stderr. */

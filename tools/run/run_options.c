@@ -68,6 +68,11 @@ static void usage(FILE *to) {
       "                       as torchrun's agent store: the store outlives\n"
       "                       every rank, so that survivors of rank 0's\n"
       "                       death can shrink their communicator)\n"
+      "  --on-rank-failure stop|continue  what a rank's failure does to the\n"
+      "                       others: stop (default) sends them SIGTERM;\n"
+      "                       continue reports it and lets them run on (for\n"
+      "                       programs that shrink their communicator, such\n"
+      "                       as xtrain --elastic)\n"
       "  -m, --module         the program is a Python module: run\n"
       "                       '$XCOLLRUN_PYTHON -m program args...'\n"
       "  --no-python          run program as it is, also when it ends in .py\n"
@@ -102,7 +107,11 @@ static void usage(FILE *to) {
       "set, a single-node job gets a random one (multi-node jobs must set the\n"
       "same one on every node).\n"
       "exit status: 0 when every rank exits 0; else the first failed rank's\n"
-      "exit status, or 128+signal if it was killed; 2 for bad options.\n",
+      "exit status, or 128+signal if it was killed; 2 for bad options.\n"
+      "With --on-rank-failure continue: 0 when at least one rank exits 0 and\n"
+      "no rank exits with a non-zero status (ranks killed by a signal are the\n"
+      "lost ones); else the first non-zero exit status, or 128+signal when\n"
+      "every rank was killed.\n",
       to);
 }
 
@@ -364,10 +373,10 @@ void run_parse_options(int argc, char **argv, options *o) {
         "--log-dir",        "--redirects",   "--tee",
         "--local-ranks-filter",
         /* torchrun's rendezvous flags (10..12), then those accepted and
-         * ignored (13..17), then xcollrun's own (18) */
+         * ignored (13..17), then xcollrun's own (18, 19) */
         "--rdzv-endpoint", "--rdzv-id", "--rdzv-backend",
         "--role", "--monitor-interval", "--start-method", "--local-addr",
-        "--rdzv-conf", "--store-host"};
+        "--rdzv-conf", "--store-host", "--on-rank-failure"};
     int which = -1;
     for (int k = 0; k < (int)(sizeof known / sizeof known[0]); k++)
       if (strcmp(name, known[k]) == 0)
@@ -440,6 +449,12 @@ void run_parse_options(int argc, char **argv, options *o) {
         usage_error("--store-host '%s': use 'launcher' (this xcollrun on "
                     "node 0 serves the rendezvous store) or 'rank0'",
                     value);
+      break;
+    case 19:
+      if (strcmp(value, "stop") != 0 && strcmp(value, "continue") != 0)
+        usage_error("--on-rank-failure wants 'stop' or 'continue', got '%s'",
+                    value);
+      o->continue_on_failure = strcmp(value, "continue") == 0;
       break;
     default:
       run_message("xcollrun: ignored: %s %s: %s", name, value,
