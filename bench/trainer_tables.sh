@@ -2,7 +2,8 @@
 # trainer_tables.sh - one command that redoes the comparison tables of
 # docs/trainer.md, with the settings those tables were measured with:
 #   train     bench/train.sh: xtrain DDP against PyTorch DDP (gloo) on the
-#             MLP at 1, 2 and 4 ranks, 5 rounds ("Benchmark")
+#             MLP and on the CNN at 1, 2 and 4 ranks, 5 rounds, a table
+#             for each model ("Benchmark")
 #   fsdp      bench/fsdp.sh: xtrain's DDP and FSDP shardings on the MLP,
 #             4 ranks, 5 rounds ("How FSDP works here")
 #   gpt       bench/gpt.sh: every strategy on the gpt and PyTorch DDP beside
@@ -23,8 +24,8 @@
 # env:   TABLES (train fsdp gpt fsdp_gpt) the tables to redo, in this order
 #        ROUNDS (each table's own) the rounds of every table
 #        RANKS (each table's own) ranks of every table (train: a list)
-#        QUICK=1: a smoke test, not a measurement: tiny sizes (an MLP batch
-#          of 8 for 10 updates, a 1-layer gpt of d_model 16 for 4), 1 round,
+#        QUICK=1: a smoke test, not a measurement: tiny sizes (an MLP or
+#          CNN batch of 8 for 10 updates, a 1-layer gpt of d_model 16 for 4), 1 round,
 #          RANKS 2 unless set, hybrid over nodes of 1 rank
 #        PYTHON (bench/lib/common.sh; PyTorch >= 2.6 for fsdp_gpt's FSDP2)
 # The other scripts' variables (BATCH, STEPS, VARIANTS...) are not passed
@@ -53,7 +54,7 @@ case $quick in
 esac
 [ "$quick" = 1 ] && [ -z "$all_ranks" ] && all_ranks=2
 # What the scripts read besides the settings given below stays out of them.
-unset N_LAYER N_HEAD D_MODEL CONTEXT BATCH STEPS WARMUP RANKS NODE_RANKS \
+unset MODELS N_LAYER N_HEAD D_MODEL CONTEXT BATCH STEPS WARMUP RANKS NODE_RANKS \
   REPEATS REPEAT LR TEST_LIMIT VARIANTS OPTIMIZER BENCH_DIR BENCH_ROUND
 bench_setup "${1:-build}"
 work=$tmp
@@ -104,7 +105,7 @@ run_script() {
 
 titles() {
   case $1 in
-    train) echo "xtrain DDP against PyTorch DDP (gloo), MLP: bench/train.sh" ;;
+    train) echo "xtrain DDP against PyTorch DDP (gloo), MLP and CNN: bench/train.sh" ;;
     fsdp) echo "xtrain's DDP and FSDP shardings, MLP: bench/fsdp.sh" ;;
     gpt) echo "every strategy on the gpt, and PyTorch DDP: bench/gpt.sh" ;;
     fsdp_gpt) echo "xtrain FSDP beside PyTorch FSDP2, gpt: bench/fsdp_gpt.sh" ;;

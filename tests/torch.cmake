@@ -121,9 +121,9 @@ endforeach()
 #   on the gpt, gloo and xcoll); 9 short runs of 2 ranks, six of them
 #   starting Python with torch: about 80 s on 2 busy cores.
 # - tables_bench: bench/trainer_tables.sh (every comparison table of
-#   docs/trainer.md from one command) with QUICK=1 at 2 ranks; about 25
-#   short runs, ten of them starting Python with torch: 70 s under a load
-#   of 4 on 2 cores, 100 s under 6 to 8.
+#   docs/trainer.md from one command) with QUICK=1 at 2 ranks; about 27
+#   short runs (train.sh's on the MLP and the CNN), eleven of them starting
+#   Python with torch: 70 s under a load of 4 on 2 cores, 100 s under 6 to 8.
 foreach(entry "fsdp_gpt_bench|fsdp_gpt.sh|fsdp_gpt_bench.sh|420"
               "tables_bench|trainer_tables.sh|trainer_tables.sh|360")
   string(REPLACE "|" ";" fields "${entry}")

@@ -47,8 +47,23 @@ void relu_forward(float *out, const float *inp, size_t N) {
 }
 
 void relu_backward(float *dinp, const float *dout, const float *out, size_t N) {
-  for (size_t i = 0; i < N; i++)
-    dinp[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+  /* dout[i] is read whatever out[i] is, so that the compiler can turn the
+   * loop into vector selects (dinp may be dout). */
+  for (size_t i = 0; i < N; i++) {
+    float g = dout[i];
+    dinp[i] = out[i] > 0.0f ? g : 0.0f;
+  }
+}
+
+/* The output columns ow in [*lo, *hi) whose input column ow + kj - pad
+ * lies inside 0..W-1 (the others read the zero padding). */
+static void valid_columns(int kj, int pad, int W, int OW, int *lo, int *hi) {
+  *lo = pad - kj > 0 ? pad - kj : 0;
+  *hi = W + pad - kj < OW ? W + pad - kj : OW;
+  if (*lo > OW)
+    *lo = OW;
+  if (*hi < *lo)
+    *hi = *lo;
 }
 
 /* col (C*K*K, OH*OW) from one sample's inp (C, H, W). */
@@ -58,6 +73,8 @@ static void im2col(float *col, const float *inp, int C, int H, int W, int K,
     for (int ki = 0; ki < K; ki++) {
       for (int kj = 0; kj < K; kj++) {
         float *row = col + ((size_t)(c * K + ki) * K + kj) * OH * OW;
+        int lo, hi;
+        valid_columns(kj, pad, W, OW, &lo, &hi);
         for (int oh = 0; oh < OH; oh++) {
           int ih = oh + ki - pad;
           float *dst = row + (size_t)oh * OW;
@@ -65,11 +82,15 @@ static void im2col(float *col, const float *inp, int C, int H, int W, int K,
             memset(dst, 0, (size_t)OW * sizeof(float));
             continue;
           }
+          /* dst[lo..hi) = the input row from column lo + kj - pad; the
+           * padding columns either side are zero. */
           const float *src = inp + ((size_t)c * H + ih) * W;
-          for (int ow = 0; ow < OW; ow++) {
-            int iw = ow + kj - pad;
-            dst[ow] = (iw >= 0 && iw < W) ? src[iw] : 0.0f;
-          }
+          for (int ow = 0; ow < lo; ow++)
+            dst[ow] = 0.0f;
+          for (int ow = lo; ow < hi; ow++)
+            dst[ow] = src[ow + kj - pad];
+          for (int ow = hi; ow < OW; ow++)
+            dst[ow] = 0.0f;
         }
       }
     }
@@ -84,17 +105,16 @@ static void col2im(float *dinp, const float *dcol, int C, int H, int W, int K,
     for (int ki = 0; ki < K; ki++) {
       for (int kj = 0; kj < K; kj++) {
         const float *row = dcol + ((size_t)(c * K + ki) * K + kj) * OH * OW;
+        int lo, hi;
+        valid_columns(kj, pad, W, OW, &lo, &hi);
         for (int oh = 0; oh < OH; oh++) {
           int ih = oh + ki - pad;
           if (ih < 0 || ih >= H)
             continue;
           float *dst = dinp + ((size_t)c * H + ih) * W;
           const float *src = row + (size_t)oh * OW;
-          for (int ow = 0; ow < OW; ow++) {
-            int iw = ow + kj - pad;
-            if (iw >= 0 && iw < W)
-              dst[iw] += src[ow];
-          }
+          for (int ow = lo; ow < hi; ow++)
+            dst[ow + kj - pad] += src[ow];
         }
       }
     }

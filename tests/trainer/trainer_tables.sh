@@ -2,11 +2,12 @@
 # trainer_tables.sh SCRIPT BUILD_DIR PYTHON
 # Smoke test of bench/trainer_tables.sh (every comparison table of
 # docs/trainer.md from one command) in quick mode at 2 ranks: each of the
-# four tables is there under its command line and its load line, with every
-# row once, as many cells as its header, and every cell after the row's
-# name a number (a median, with a range or parts in brackets); so is the
-# row of bench/gpt.sh's xtrain/PyTorch table. The figures are not judged:
-# quick mode measures nothing. Exit 77 (skipped) when the script says a
+# four sections is there under its command line and its load line, with
+# every row once, as many cells as its header, and every cell after the
+# row's name a number (a median, with a range or parts in brackets); so is
+# the row of bench/gpt.sh's xtrain/PyTorch table, and the 2-rank row of the
+# MLP's and of the CNN's table of bench/train.sh, each under its lead line.
+# The figures are not judged: quick mode measures nothing. Exit 77 (skipped) when the script says a
 # table cannot run here (no PyTorch, no xcoll_torch).
 set -u
 script=$1 build=$2 python=$3
@@ -21,16 +22,24 @@ fail() {
   exit 1
 }
 
-# check NAME LABEL...: the section of bench/NAME.sh has a command line, a
-# load line, and one row for each LABEL (the empty label: the row of the
-# table headed "xtrain ddp samples/s") with every figure a number.
+# check NAME[:MODEL] LABEL...: the section of bench/NAME.sh has a command
+# line, a load line, and one row for each LABEL (the empty label: the row of
+# the table headed "xtrain ddp samples/s") with every figure a number; with
+# :MODEL, in the part of the section from its line "model MODEL, ..." to
+# the next "model " line.
 check() {
-  name=$1
+  name=${1%%:*} model=${1#*:}
+  [ "$model" = "$1" ] && model=
   shift
   sec=$(echo "$out" | awk -v s="bench/$name.sh" '/^### / { on = index($0, s) > 0; next } on')
   [ -n "$sec" ] || fail "no section for bench/$name.sh"
   echo "$sec" | grep -q '^command: .*'"$name"'\.sh ' || fail "$name: no command line"
   echo "$sec" | grep -q '^load (1 min) at the start of each' || fail "$name: no load line"
+  if [ -n "$model" ]; then
+    sec=$(echo "$sec" | awk -v m="model $model, " '/^model / { on = index($0, m) == 1 } on')
+    [ -n "$sec" ] || fail "$name: no lead line \"model $model, ...\""
+    name="$name $model"
+  fi
   for label in "$@"; do
     echo "$sec" | awk -F'|' -v label="$label" -v name="$name" '
       function trim(s) { gsub(/^ +| +$/, "", s); return s }
@@ -57,7 +66,8 @@ check() {
   done
 }
 
-check train 2
+check train:mlp 2
+check train:cnn 2
 check fsdp ddp "fsdp --sharding full_shard" "fsdp --sharding shard_grad_op" \
   "fsdp --sharding full_shard --backward-prefetch none" \
   "fsdp --sharding full_shard --forward-prefetch on"
