@@ -311,6 +311,41 @@ static const char *state_name(int32_t state) {
   }
 }
 
+/* A device-driven backend's op, running or failed: where each of its
+ * channels stands (core/backend.h's describe_op). The backend reads
+ * counters and takes no lock, so every dump path may ask, the SIGUSR1
+ * path included (its dump runs on a thread of ours, not in the handler). */
+static void put_channels(text *t, const xcoll_flight_entry *e,
+                         const xcoll_comm *comm) {
+  if (comm == NULL || comm->backend->describe_op == NULL ||
+      comm->backend_state == NULL ||
+      (e->state != XCOLL_FLIGHT_STARTED && e->state != XCOLL_FLIGHT_FAILED))
+    return;
+  xcoll_backend_channel channels[XCOLL_FLIGHT_CHANNELS];
+  int n = comm->backend->describe_op(comm->backend_state, e->id, channels,
+                                     XCOLL_FLIGHT_CHANNELS);
+  if (n <= 0)
+    return;
+  put(t, ",\"channels\":[");
+  for (int i = 0; i < n; i++) {
+    const xcoll_backend_channel *c = &channels[i];
+    put(t,
+        "%s{\"channel\":%d,\"sent\":%" PRIu64 ",\"send_steps\":%" PRIu64
+        ",\"received\":%" PRIu64 ",\"recv_steps\":%" PRIu64 ",\"waits_on\":",
+        i ? "," : "", c->channel, c->sent, c->send_steps, c->received,
+        c->recv_steps);
+    if (c->waits_peer < 0) {
+      put(t, "null}");
+      continue;
+    }
+    put(t, "{\"peer\":%d,\"direction\":\"%s\",\"transport\":",
+        c->waits_peer, c->waits_send ? "send" : "recv");
+    put_string(t, c->transport ? c->transport : "");
+    put(t, "}}");
+  }
+  put(t, "]");
+}
+
 static void put_entry(text *t, const xcoll_flight_entry *e,
                       const xcoll_comm *comm) {
   xcoll_coll_kind kind = (xcoll_coll_kind)e->kind;
@@ -377,6 +412,7 @@ static void put_entry(text *t, const xcoll_flight_entry *e,
         "\"waiting\":true}",
         e->step, e->recv_from, e->send_to);
   }
+  put_channels(t, e, comm);
   put(t, "}");
 }
 

@@ -75,6 +75,10 @@ typedef struct xcoll_flight_now {
   _Atomic uint32_t waiting; /* 1 inside a p2p wait */
 } xcoll_flight_now;
 
+/* Channels of a device-driven backend's op a dump describes at most
+ * (nccl_like's NL_MAX_CHANNELS). */
+#define XCOLL_FLIGHT_CHANNELS 16
+
 typedef struct xcoll_flight xcoll_flight;
 
 /* XCOLL_FLIGHT_RECORDER's default (entries per communicator). */
