@@ -53,6 +53,19 @@ typedef struct xcoll_backend_coll_ops {
   xcoll_status (*wait)(void *state, xcoll_backend_op *op);
 } xcoll_backend_coll_ops;
 
+/* Where one channel of a device-driven backend's op stands (the flight
+ * recorder's dump, docs/flight-recorder.md): steps (slots) done of the
+ * op's total on this channel, each way, and the connection its kernel
+ * waits on. */
+typedef struct xcoll_backend_channel {
+  int channel;
+  uint64_t sent, send_steps;     /* steps filled towards the next rank */
+  uint64_t received, recv_steps; /* steps consumed from the previous */
+  int waits_peer;       /* the rank at the other end; -1: not waiting */
+  int waits_send;       /* 1: for credits to send to it; 0: for its data */
+  const char *transport; /* of that connection ("SHM", "NET"); static */
+} xcoll_backend_channel;
+
 typedef struct xcoll_backend {
   int abi_version; /* XCOLL_BACKEND_ABI_VERSION */
   const char *name;
@@ -92,6 +105,14 @@ typedef struct xcoll_backend {
    * (recv), as XCOLL_DEBUG=INFO names them (nccl_like: "SHM", "NET");
    * static strings. xcoll_comm_transport returns them. */
   void (*transport)(const void *state, const char **send, const char **recv);
+  /* Optional (NULL: none): where the op recorded as flight_id (the
+   * flight recorder's id, xcoll_coll_args.flight_id) stands on each of its
+   * channels, into out (at most max); returns how many were written, 0
+   * when the backend does not run that op now and did not fail in it.
+   * Called by a dump from any thread, with no lock of core's held, while
+   * the op may run: it must take no lock and not block (read counters). */
+  int (*describe_op)(const void *state, uint64_t flight_id,
+                     xcoll_backend_channel *out, int max);
 } xcoll_backend;
 
 /* The backend called name, or NULL with XCOLL_ERR_NOT_SUPPORTED set (the

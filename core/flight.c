@@ -311,8 +311,45 @@ static const char *state_name(int32_t state) {
   }
 }
 
+/* A device-driven backend's op, running or failed: where each of its
+ * channels stands (core/backend.h's describe_op). The backend reads
+ * counters and takes no lock, so every dump path may ask, the SIGUSR1
+ * path included (its dump runs on a thread of ours, not in the handler). */
+static void put_channels(text *t, const xcoll_flight_entry *e,
+                         xcoll_flight_describe_fn describe,
+                         const void *state) {
+  if (describe == NULL || state == NULL ||
+      (e->state != XCOLL_FLIGHT_STARTED && e->state != XCOLL_FLIGHT_FAILED))
+    return;
+  xcoll_backend_channel channels[XCOLL_FLIGHT_CHANNELS];
+  int n = describe(state, e->id, channels, XCOLL_FLIGHT_CHANNELS);
+  if (n > XCOLL_FLIGHT_CHANNELS)
+    n = XCOLL_FLIGHT_CHANNELS;
+  if (n <= 0)
+    return;
+  put(t, ",\"channels\":[");
+  for (int i = 0; i < n; i++) {
+    const xcoll_backend_channel *c = &channels[i];
+    put(t,
+        "%s{\"channel\":%d,\"sent\":%" PRIu64 ",\"send_steps\":%" PRIu64
+        ",\"received\":%" PRIu64 ",\"recv_steps\":%" PRIu64 ",\"waits_on\":",
+        i ? "," : "", c->channel, c->sent, c->send_steps, c->received,
+        c->recv_steps);
+    if (c->waits_peer < 0) {
+      put(t, "null}");
+      continue;
+    }
+    put(t, "{\"peer\":%d,\"direction\":\"%s\",\"transport\":",
+        c->waits_peer, c->waits_send ? "send" : "recv");
+    put_string(t, c->transport ? c->transport : "");
+    put(t, "}}");
+  }
+  put(t, "]");
+}
+
 static void put_entry(text *t, const xcoll_flight_entry *e,
-                      const xcoll_comm *comm) {
+                      const xcoll_comm *comm, xcoll_flight_describe_fn describe,
+                      const void *state) {
   xcoll_coll_kind kind = (xcoll_coll_kind)e->kind;
   const char *call = xcoll_coll_name(kind);
   /* A group of one send or recv is that call. */
@@ -377,10 +414,18 @@ static void put_entry(text *t, const xcoll_flight_entry *e,
         "\"waiting\":true}",
         e->step, e->recv_from, e->send_to);
   }
+  put_channels(t, e, describe, state);
   put(t, "}");
 }
 
-static void put_entries(text *t, xcoll_flight *flight, const xcoll_comm *comm) {
+/* comm: the communicator whose host collective and backend ops are
+ * described (NULL: describe and state, for tests). */
+static void put_entries(text *t, xcoll_flight *flight, const xcoll_comm *comm,
+                        xcoll_flight_describe_fn describe, const void *state) {
+  if (comm != NULL) {
+    describe = comm->backend->describe_op;
+    state = comm->backend_state;
+  }
   put(t, "[");
   size_t max = flight != NULL ? flight->capacity : 0;
   xcoll_flight_entry *entries = max ? malloc(max * sizeof *entries) : NULL;
@@ -391,15 +436,21 @@ static void put_entries(text *t, xcoll_flight *flight, const xcoll_comm *comm) {
   size_t n = max ? xcoll_flight_snapshot(flight, entries, max) : 0;
   for (size_t i = 0; i < n; i++) {
     put(t, i ? ",\n  " : "\n  ");
-    put_entry(t, &entries[i], comm);
+    put_entry(t, &entries[i], comm, describe, state);
   }
   put(t, "]");
   free(entries);
 }
 
 char *xcoll_flight_entries_json(xcoll_flight *flight) {
+  return xcoll_flight_entries_json_described(flight, NULL, NULL);
+}
+
+char *xcoll_flight_entries_json_described(xcoll_flight *flight,
+                                          xcoll_flight_describe_fn describe,
+                                          const void *state) {
   text t = {0};
-  put_entries(&t, flight, NULL);
+  put_entries(&t, flight, NULL, describe, state);
   if (t.failed) {
     free(t.data);
     return NULL;
@@ -477,7 +528,7 @@ static void put_dump(text *t, xcoll_comm *comm, const char *reason) {
     pthread_mutex_unlock(&flight->lock);
   }
   put(t, "],\n \"entries\":");
-  put_entries(t, flight, comm);
+  put_entries(t, flight, comm, NULL, NULL);
   put(t, "}\n");
 }
 

@@ -1,7 +1,9 @@
 /* flight.h - the flight recorder: a ring buffer per communicator of its
  * last XCOLL_FLIGHT_RECORDER calls with their state (queued, started,
  * completed, failed), timestamps, algorithm and, for the host collective
- * running now, the step and the peers it waits on; dumped as JSON on a
+ * running now, the step and the peers it waits on (for a device-driven
+ * backend's op, each channel as the backend's describe_op says, read at
+ * dump time); dumped as JSON on a
  * timeout, a desync or a peer's failure, on SIGUSR1 when allowed, and by
  * xcoll_comm_dump. PyTorch's Flight Recorder (TORCH_NCCL_TRACE_BUFFER_SIZE)
  * is the model. Format and tools: docs/flight-recorder.md.
@@ -22,6 +24,7 @@
 #include "xcoll.h"
 
 struct xcoll_comm;
+struct xcoll_backend_channel;
 
 typedef enum xcoll_flight_state {
   XCOLL_FLIGHT_EMPTY = 0,
@@ -74,6 +77,10 @@ typedef struct xcoll_flight_now {
   _Atomic int32_t recv_from, send_to; /* peers of the last receive / send */
   _Atomic uint32_t waiting; /* 1 inside a p2p wait */
 } xcoll_flight_now;
+
+/* Channels of a device-driven backend's op a dump describes at most
+ * (nccl_like's NL_MAX_CHANNELS). */
+#define XCOLL_FLIGHT_CHANNELS 16
 
 typedef struct xcoll_flight xcoll_flight;
 
@@ -139,6 +146,14 @@ size_t xcoll_flight_snapshot(xcoll_flight *flight, xcoll_flight_entry *out,
 /* The same entries as the dump's JSON "entries" array, into a malloc'd
  * string (NULL on no memory). */
 char *xcoll_flight_entries_json(xcoll_flight *flight);
+/* ... with the channels of started and failed entries as describe (a
+ * backend's describe_op, core/backend.h) says for state. */
+typedef int (*xcoll_flight_describe_fn)(const void *state, uint64_t flight_id,
+                                        struct xcoll_backend_channel *out,
+                                        int max);
+char *xcoll_flight_entries_json_described(xcoll_flight *flight,
+                                          xcoll_flight_describe_fn describe,
+                                          const void *state);
 
 /* "TIMEOUT", "SUCCESS", ... : status names as dumps spell them. */
 const char *xcoll_flight_status_name(xcoll_status status);

@@ -314,6 +314,83 @@ XC_INLINE XC_HD xcoll_status xc_ring_reduce(const xc_work *w, xc_prims *p,
   return XCOLL_SUCCESS;
 }
 
+/* Steps (slots) of one primitive call over len elements. */
+XC_INLINE XC_HD uint64_t xc_ring_call_steps(size_t len, size_t step_elems) {
+  return (len + step_elems - 1) / step_elems;
+}
+
+/* The steps xc_ring_run of w (channel w->channel) moves on this rank's
+ * connections of step_bytes slots: *sends filled towards the next ring
+ * position, *recvs consumed from the previous one; both 0 on a one-rank
+ * ring or an empty share. The same schedules as the kernels above, counted
+ * (tests/unit/test_prims.c checks the two agree): the flight recorder's
+ * "steps done of the op's total" per channel (backends/nccl_like). */
+XC_INLINE XC_HD void xc_ring_steps(const xc_work *w, size_t step_bytes,
+                                   uint64_t *sends, uint64_t *recvs) {
+  *sends = *recvs = 0;
+  size_t e = xc_dtype_size(w->dtype);
+  size_t step_elems = e ? xc_step_payload_bytes(step_bytes, w->proto) / e : 0;
+  int k = w->nranks, r = w->ring_index;
+  if (k < 2 || step_elems == 0 || w->chunk_steps < 1)
+    return;
+  size_t base, n;
+  xc_channel_share(w->count, e, w->channel, w->nchannels, &base, &n);
+  size_t chunk = (size_t)w->chunk_steps * step_elems;
+  if (w->kind == XC_COLL_ALLREDUCE && w->algo == XC_ALGO_RING) {
+    /* Per loop: sends every chunk, then all but r and r+1; receives all
+     * but r and r-1, then r, all but r and r+1, and r+1. */
+    size_t unit = 16 / e, loop = (size_t)k * chunk;
+    for (size_t grid = 0; grid < n; grid += loop) {
+      size_t rest = n - grid;
+      size_t per = ((rest + (size_t)k - 1) / (size_t)k + unit - 1) / unit * unit;
+      size_t real_chunk = per < chunk ? per : chunk;
+      uint64_t all = 0, at_r = 0, at_next = 0, at_prev = 0;
+      for (int c = 0; c < k; c++) {
+        size_t at = (size_t)c * real_chunk;
+        size_t len = at >= rest ? 0 : (rest - at < real_chunk ? rest - at
+                                                                : real_chunk);
+        uint64_t steps = xc_ring_call_steps(len, step_elems);
+        all += steps;
+        if (c == r)
+          at_r = steps;
+        if (c == xc_ring_mod(r + 1, k))
+          at_next = steps;
+        if (c == xc_ring_mod(r - 1, k))
+          at_prev = steps;
+      }
+      *sends += 2 * all - at_r - at_next;
+      *recvs += 2 * all - at_r - at_prev;
+    }
+    return;
+  }
+  /* The others walk chunks of the share; per chunk each primitive call
+   * moves the same len. */
+  uint64_t per_send = 0, per_recv = 0;
+  switch (w->kind) {
+  case XC_COLL_ALLREDUCE: /* XC_ALGO_GATHER: a ring allgather of inputs */
+  case XC_COLL_ALLGATHER:
+  case XC_COLL_REDUCE_SCATTER:
+    per_send = per_recv = (uint64_t)(k - 1);
+    break;
+  case XC_COLL_BROADCAST:
+    per_send = xc_ring_mod(r + 1, k) != w->root_index;
+    per_recv = r != w->root_index;
+    break;
+  case XC_COLL_REDUCE:
+    per_send = r != w->root_index;
+    per_recv = r != xc_ring_mod(w->root_index + 1, k);
+    break;
+  default:
+    return;
+  }
+  for (size_t off = 0; off < n; off += chunk) {
+    uint64_t steps = xc_ring_call_steps(n - off < chunk ? n - off : chunk,
+                                        step_elems);
+    *sends += per_send * steps;
+    *recvs += per_recv * steps;
+  }
+}
+
 /* A one-rank ring: output = input, no FIFO. */
 XC_INLINE XC_HD void xc_ring_single(const xc_work *w, xc_prims *p,
                                     size_t base, size_t n) {

@@ -17,8 +17,10 @@ if(TARGET xcollrun AND TARGET xcoll-fr)
   # nccl_like: a peer that is alive but never makes the call (skip) must
   # time out too, although the waiting thread runs the op itself and its
   # fingerprint is batched: the proxy, asleep since the last op, is woken.
+  # stop: the survivors' dumps name, per channel of the ring kernels, the
+  # connection each waits on (rank 1 on every channel).
   if(XCOLL_HAVE_NCCL_LIKE)
-    foreach(case skip order recv)
+    foreach(case skip order stop recv)
       add_test(NAME faults.flight_recorder.${case}.nccl_like
         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_fr.sh
                 $<TARGET_FILE:xcollrun> $<TARGET_FILE:fault_fr>

@@ -53,6 +53,12 @@ typedef struct call {
     long long nth, count;
   } p2p[4];
   int has_progress, step, recv_from, send_to;
+  /* A device-driven backend's op (nccl_like): its channels in the dump,
+   * and the one that names where it waits (a receive first, as for
+   * progress; -1 none): that channel, its peer and direction. */
+  int channels, wait_channel, wait_peer, wait_send;
+  const char *wait_transport;
+  long long wait_done, wait_steps; /* steps done that way, of the total */
   double started_us, ended_us;
 } call;
 
@@ -144,6 +150,21 @@ static void parse_calls(rank_dump *r, const cJSON *entries) {
       c->p2p[c->p2p_count].nth = (long long)num_of(p, "nth", -1);
       c->p2p[c->p2p_count].count = (long long)num_of(p, "count", -1);
       c->p2p_count++;
+    }
+    c->wait_channel = c->wait_peer = -1;
+    const cJSON *channels = cJSON_GetObjectItemCaseSensitive(e, "channels");
+    cJSON_ArrayForEach(p, channels) {
+      c->channels++;
+      const cJSON *w = cJSON_GetObjectItemCaseSensitive(p, "waits_on");
+      int send = strcmp(str_of(w, "direction", ""), "send") == 0;
+      if (!cJSON_IsObject(w) || (c->wait_channel >= 0 && (send || !c->wait_send)))
+        continue;
+      c->wait_channel = (int)num_of(p, "channel", -1);
+      c->wait_peer = (int)num_of(w, "peer", -1);
+      c->wait_send = send;
+      c->wait_transport = str_of(w, "transport", "");
+      c->wait_done = (long long)num_of(p, send ? "sent" : "received", 0);
+      c->wait_steps = (long long)num_of(p, send ? "send_steps" : "recv_steps", 0);
     }
     const cJSON *progress = cJSON_GetObjectItemCaseSensitive(e, "progress");
     if (cJSON_IsObject(progress)) {
@@ -340,11 +361,14 @@ static const call *last_call(const rank_dump *r) {
 }
 
 /* The peer a stuck call waits on: the last receive's peer (a send
- * completes into socket buffers), else the last send's, else the
- * send/recv's peer; -1 when unknown. */
+ * completes into socket buffers), else the last send's, else (nccl_like)
+ * the peer of the channel it waits on, else the send/recv's peer; -1 when
+ * unknown. */
 static int waits_on(const call *c) {
   if (c == NULL)
     return -1;
+  if (c->wait_peer >= 0)
+    return c->wait_peer;
   if (c->has_progress && c->recv_from >= 0)
     return c->recv_from;
   if (c->has_progress && c->send_to >= 0)
@@ -643,6 +667,13 @@ static void print_text(const comm_dumps *c, const verdict *v, int last_n) {
     else if (k->has_progress)
       printf(", step %d, waits on recv from rank %d / send to rank %d", k->step,
              k->recv_from, k->send_to);
+    else if (k->wait_peer >= 0)
+      printf(", channel %d waits on %s rank %d (%s), %lld of %lld steps %s "
+             "(%d channel%s)",
+             k->wait_channel, k->wait_send ? "send to" : "recv from",
+             k->wait_peer, k->wait_transport, k->wait_done, k->wait_steps,
+             k->wait_send ? "sent" : "received", k->channels,
+             k->channels > 1 ? "s" : "");
     else if (peer >= 0)
       printf(", waits on rank %d", peer);
     printf("\n");
@@ -709,6 +740,11 @@ static cJSON *json_of(const comm_dumps *c, const verdict *v, int last_n) {
         cJSON_AddStringToObject(js, "state", k->state);
         cJSON_AddStringToObject(js, "status", k->status);
         cJSON_AddNumberToObject(js, "waits_on", waits_on(k));
+        if (k->wait_channel >= 0) {
+          cJSON_AddNumberToObject(js, "channel", k->wait_channel);
+          cJSON_AddStringToObject(js, "direction",
+                                  k->wait_send ? "send" : "recv");
+        }
       }
       cJSON *last = cJSON_AddArrayToObject(jr, "last_calls");
       int from = d->ncalls > last_n ? d->ncalls - last_n : 0;

@@ -455,6 +455,25 @@ static void trace_channel_op(nl_state *st, nl_channel *ch, const nl_op *op,
                    xcoll_time_us(), args);
 }
 
+/* Before ch's kernel runs work of the op recorded as flight_id: what
+ * nl_describe_op reads (nccl_like.h, nl_channel.run_id). */
+static void publish_run(nl_channel *ch, const xc_work *work,
+                        uint64_t flight_id) {
+  atomic_store_explicit(&ch->run_id, 0, memory_order_relaxed);
+  if (flight_id == 0)
+    return;
+  atomic_thread_fence(memory_order_release);
+  uint64_t sends = 0, recvs = 0;
+  xc_ring_steps(work, ch->send.step_bytes, &sends, &recvs);
+  atomic_store_explicit(&ch->run_send_base, ch->send.step,
+                        memory_order_relaxed);
+  atomic_store_explicit(&ch->run_recv_base, ch->recv.step,
+                        memory_order_relaxed);
+  atomic_store_explicit(&ch->run_send_steps, sends, memory_order_relaxed);
+  atomic_store_explicit(&ch->run_recv_steps, recvs, memory_order_relaxed);
+  atomic_store_explicit(&ch->run_id, flight_id, memory_order_release);
+}
+
 static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
   xcoll_status s = XCOLL_ERR_ABORTED;
   int kick = 0; /* slots left to send: the proxy must finish them */
@@ -484,9 +503,12 @@ static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
     work.scratch = ch->scratch;
     work.scratch_bytes = ch->scratch_bytes;
     double t0 = xcoll_trace_enabled() ? xcoll_time_us() : 0;
+    publish_run(ch, &work, op->args.flight_id);
     atomic_store(&ch->busy, 1);
     s = xc_ring_run(&work, &ch->send, &ch->recv, st->abort);
     atomic_store(&ch->busy, 0);
+    if (s == XCOLL_SUCCESS)
+      atomic_store_explicit(&ch->run_id, 0, memory_order_relaxed);
     /* Post the slots the kernel filled last (nothing waited after them)
      * and drive them for a few passes (a small send completes as soon as
      * the socket takes it); the proxy thread finishes what is left. */
@@ -615,4 +637,60 @@ void nl_workers_join(nl_state *st) {
     pthread_join(st->channels[c].worker, NULL);
     st->channels[c].worker_started = 0;
   }
+}
+
+/* ---- the flight recorder ---- */
+
+/* Counters only, as a seqlock reader: run_id before (acquire) and after
+ * the fields; a channel that moved on to another op meanwhile is left
+ * out. */
+int nl_describe_op(const void *state, uint64_t flight_id,
+                   xcoll_backend_channel *out, int max) {
+  nl_state *st = (nl_state *)state;
+  if (flight_id == 0 || st == NULL || st->gpu != NULL)
+    return 0;
+  int n = 0;
+  for (int c = 0; c < st->nchannels && n < max; c++) {
+    nl_channel *ch = &st->channels[c];
+    if (ch->send_mem == NULL || ch->recv_mem == NULL ||
+        atomic_load_explicit(&ch->run_id, memory_order_acquire) != flight_id)
+      continue;
+    xcoll_backend_channel d;
+    memset(&d, 0, sizeof d);
+    d.channel = c;
+    d.waits_peer = -1;
+    uint64_t send_base =
+        atomic_load_explicit(&ch->run_send_base, memory_order_relaxed);
+    uint64_t recv_base =
+        atomic_load_explicit(&ch->run_recv_base, memory_order_relaxed);
+    d.send_steps = atomic_load_explicit(&ch->run_send_steps,
+                                        memory_order_relaxed);
+    d.recv_steps = atomic_load_explicit(&ch->run_recv_steps,
+                                        memory_order_relaxed);
+    uint64_t tail = xc_load_acquire(&ch->send_mem->tail);
+    uint64_t head = xc_load_acquire(&ch->recv_mem->head);
+    d.sent = tail > send_base ? tail - send_base : 0;
+    d.received = head > recv_base ? head - recv_base : 0;
+    /* The hook's last wait, if the counter has not reached it since. */
+    uintptr_t counter =
+        atomic_load_explicit(&ch->wait_counter, memory_order_relaxed);
+    uint64_t target =
+        atomic_load_explicit(&ch->wait_target, memory_order_relaxed);
+    if (counter == (uintptr_t)&ch->send_mem->head &&
+        xc_load_acquire(&ch->send_mem->head) < target) {
+      d.waits_peer = st->next;
+      d.waits_send = 1;
+      d.transport = ch->send_transport->name;
+    } else if (counter == (uintptr_t)&ch->recv_mem->tail &&
+               xc_load_acquire(&ch->recv_mem->tail) < target) {
+      d.waits_peer = st->prev;
+      d.waits_send = 0;
+      d.transport = ch->recv_transport->name;
+    }
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&ch->run_id, memory_order_relaxed) != flight_id)
+      continue;
+    out[n++] = d;
+  }
+  return n;
 }

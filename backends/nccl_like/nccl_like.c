@@ -510,4 +510,5 @@ const xcoll_backend xcoll_backend_nccl_like = {
     .default_chunk_bytes = 0,
     .device_engine = 1,
     .transport = nl_transport_names,
+    .describe_op = nl_describe_op,
 };

@@ -245,6 +245,19 @@ typedef struct nl_channel {
    * channel's item: it paces the fingerprint step on channel 0. */
   unsigned fp_polls;
   double wait_since; /* the hook: when the current wait began (nl_now) */
+  /* For the flight recorder (engine.c: nl_describe_op). run_id: the
+   * flight id of the op whose ring kernel this channel runs, published
+   * (release) after the connections' step counters when it began and its
+   * totals (kernels/ring.h's xc_ring_steps); 0 while they change and after
+   * the kernel succeeded; kept after a failed kernel, so that a dump taken
+   * after the failure says where it stopped. */
+  _Atomic uint64_t run_id;
+  _Atomic uint64_t run_send_base, run_recv_base, run_send_steps,
+      run_recv_steps;
+  /* The counter the kernel's progress hook last waited on and the value it
+   * waited for (proxy.c); a dump compares them to say what it waits on. */
+  _Atomic uintptr_t wait_counter;
+  _Atomic uint64_t wait_target;
   /* The worker is inside xc_ring_run (read by the proxy). */
   _Atomic int busy;
   /* Held (trylock only) by the one thread that runs this channel's proxy
@@ -743,6 +756,13 @@ uint64_t nl_p2p_sent(const nl_state *st, int peer);
 xcoll_status nl_workers_start(nl_state *st);
 void nl_workers_join(nl_state *st);
 extern const xcoll_backend_coll_ops nl_coll_ops;
+/* The backend's describe_op (core/backend.h): where the ring kernels of
+ * the op recorded as flight_id stand on each channel. Reads counters only,
+ * no lock: callable from a dump on any thread. A GPU rank's kernels, and
+ * the ops that run over the mesh (Bruck, pairwise, Rabenseifner), are not
+ * described (0). */
+int nl_describe_op(const void *state, uint64_t flight_id,
+                   xcoll_backend_channel *out, int max);
 
 /* ---- nccl_like.c ---- */
 /* Tests only (tests/nccl_like/test_nl_engine.c): when non-NULL, comm_init

@@ -490,6 +490,11 @@ int nl_proxy_progress_hook(void *ctx, const xc_atomic_u64 *counter,
                            uint64_t target, uint64_t spins) {
   nl_channel *ch = ctx;
   nl_state *st = ch->st;
+  if (counter != NULL) { /* what the kernel waits on, for a dump */
+    atomic_store_explicit(&ch->wait_counter, (uintptr_t)counter,
+                          memory_order_relaxed);
+    atomic_store_explicit(&ch->wait_target, target, memory_order_relaxed);
+  }
   if (atomic_load_explicit(&st->failed, memory_order_relaxed))
     return 0;
   if (pthread_mutex_trylock(&ch->progress_lock) != 0)

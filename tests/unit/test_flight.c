@@ -2,8 +2,9 @@
  * wraparound keeps the last N calls in order, states move queued ->
  * started -> completed/failed and never back, an id that left the ring is
  * ignored, groups count sends and receives per peer, the entries format as
- * JSON the documented way, and writers on two threads against a reader
- * (run under ASan/UBSan and TSan with the unit label). Also the cost of
+ * JSON the documented way (with a device backend's channels), and writers
+ * on two threads against a reader (run under ASan/UBSan and TSan with the
+ * unit label). Also the cost of
  * one call's three hooks, printed for docs/flight-recorder.md. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 #include <cmocka.h>
 #include <pthread.h>
 
+#include "backend.h"
 #include "flight.h"
 #include "group.h"
 #include "trace.h"
@@ -192,6 +194,76 @@ static void test_json_entry(void **state) {
   xcoll_flight_free(flight);
 }
 
+/* A device-driven backend's describe_op (core/backend.h) for every id:
+ * channel 0 waits for data from rank 3 over NET, channel 1 on nothing. */
+static int fake_describe(const void *state, uint64_t flight_id,
+                         xcoll_backend_channel *out, int max) {
+  assert_string_equal((const char *)state, "backend state");
+  assert_true(max >= 2);
+  memset(out, 0, 2 * sizeof *out);
+  out[0] = (xcoll_backend_channel){.channel = 0, .sent = 5, .send_steps = 88,
+                                   .received = (uint64_t)flight_id,
+                                   .recv_steps = 88, .waits_peer = 3,
+                                   .waits_send = 0, .transport = "NET"};
+  out[1] = (xcoll_backend_channel){.channel = 1, .sent = 88, .send_steps = 88,
+                                   .received = 88, .recv_steps = 88,
+                                   .waits_peer = -1};
+  return 2;
+}
+
+/* Started and failed entries carry the backend's channels (the format of
+ * docs/flight-recorder.md); queued and completed ones do not. */
+static void test_json_channels(void **state) {
+  (void)state;
+  xcoll_flight *flight = xcoll_flight_new(8, 4);
+  xcoll_coll_args args = allreduce_args(0, 1 << 20);
+  uint64_t started = xcoll_flight_record_in(flight, &args);
+  xcoll_flight_start_in(flight, started, "ring", "simple");
+  uint64_t completed = xcoll_flight_record_in(flight, &args);
+  xcoll_flight_start_in(flight, completed, "ring", "simple");
+  xcoll_flight_end_in(flight, completed, XCOLL_SUCCESS);
+  uint64_t failed = xcoll_flight_record_in(flight, &args);
+  xcoll_flight_start_in(flight, failed, "ring", "simple");
+  xcoll_flight_end_in(flight, failed, XCOLL_ERR_TIMEOUT);
+  xcoll_flight_record_in(flight, &args); /* queued */
+  char *json = xcoll_flight_entries_json_described(flight, fake_describe,
+                                                   "backend state");
+  cJSON *entries = cJSON_Parse(json);
+  assert_non_null(entries);
+  assert_int_equal(cJSON_GetArraySize(entries), 4);
+  for (int i = 0; i < 4; i++) {
+    cJSON *e = cJSON_GetArrayItem(entries, i);
+    cJSON *channels = cJSON_GetObjectItem(e, "channels");
+    if (i == 1 || i == 3) {
+      assert_null(channels);
+      continue;
+    }
+    assert_int_equal(cJSON_GetArraySize(channels), 2);
+    cJSON *c0 = cJSON_GetArrayItem(channels, 0);
+    assert_int_equal(cJSON_GetObjectItem(c0, "channel")->valueint, 0);
+    assert_int_equal(cJSON_GetObjectItem(c0, "sent")->valueint, 5);
+    assert_int_equal(cJSON_GetObjectItem(c0, "send_steps")->valueint, 88);
+    assert_int_equal(cJSON_GetObjectItem(c0, "received")->valueint,
+                     cJSON_GetObjectItem(e, "id")->valueint);
+    assert_int_equal(cJSON_GetObjectItem(c0, "recv_steps")->valueint, 88);
+    cJSON *w = cJSON_GetObjectItem(c0, "waits_on");
+    assert_int_equal(cJSON_GetObjectItem(w, "peer")->valueint, 3);
+    assert_string_equal(cJSON_GetObjectItem(w, "direction")->valuestring,
+                        "recv");
+    assert_string_equal(cJSON_GetObjectItem(w, "transport")->valuestring,
+                        "NET");
+    cJSON *c1 = cJSON_GetArrayItem(channels, 1);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(c1, "waits_on")));
+  }
+  cJSON_Delete(entries);
+  free(json);
+  /* Without a describer, no channels. */
+  json = xcoll_flight_entries_json(flight);
+  assert_null(strstr(json, "\"channels\""));
+  free(json);
+  xcoll_flight_free(flight);
+}
+
 /* Two writers (an issuing thread and a progress thread, as in core) and a
  * reader taking snapshots: every snapshot is in id order with no torn
  * entry (each entry's count equals its seq). */
@@ -272,6 +344,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_wraparound),  cmocka_unit_test(test_states),
       cmocka_unit_test(test_groups_and_empty), cmocka_unit_test(test_json_entry),
+      cmocka_unit_test(test_json_channels),
       cmocka_unit_test(test_threads),     cmocka_unit_test(test_cost),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -581,6 +581,23 @@ static void run_case(const coll_case *cc) {
     fail_msg("%s: not done after %d s (ranks disagree on the schedule, or a "
              "step was lost); aborted",
              what, CASE_TIMEOUT_S);
+  /* xc_ring_steps counts what each kernel moved (the flight recorder's
+   * per-channel totals): the connections' step counters moved by as much. */
+  for (int p = 0; p < k; p++)
+    for (int c = 0; c < cc->nchannels && k > 1; c++) {
+      if (workers[p][c].status != XCOLL_SUCCESS)
+        continue;
+      uint64_t sends, recvs;
+      xc_ring_steps(&workers[p][c].work, cc->step_bytes, &sends, &recvs);
+      uint64_t sent = rf->send[p][c].conn.step - cc->first_step;
+      uint64_t received = rf->recv[p][c].conn.step - cc->first_step;
+      if (sent != sends || received != recvs)
+        fail_msg("%s: position %d channel %d moved %llu/%llu steps (send/"
+                 "recv), xc_ring_steps says %llu/%llu",
+                 what, p, c, (unsigned long long)sent,
+                 (unsigned long long)received, (unsigned long long)sends,
+                 (unsigned long long)recvs);
+    }
   /* Every schedule starts with a send or copySend of user data, so a
    * SIMPLE run with direct sends must have sent some steps from user
    * memory (and none with LL, whose lines are always built in a slot). */
