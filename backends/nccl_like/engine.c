@@ -459,19 +459,19 @@ static void trace_channel_op(nl_state *st, nl_channel *ch, const nl_op *op,
  * nl_describe_op reads (nccl_like.h, nl_channel.run_id). */
 static void publish_run(nl_channel *ch, const xc_work *work,
                         uint64_t flight_id) {
-  atomic_store_explicit(&ch->run_id, 0, memory_order_relaxed);
+  /* A sequence lock in sequentially consistent operations only (no
+   * fences, which ThreadSanitizer does not model): run_id is 0 while the
+   * fields change, then the op's id; a few stores per op and channel. */
+  atomic_store(&ch->run_id, 0);
   if (flight_id == 0)
     return;
-  atomic_thread_fence(memory_order_release);
   uint64_t sends = 0, recvs = 0;
   xc_ring_steps(work, ch->send.step_bytes, &sends, &recvs);
-  atomic_store_explicit(&ch->run_send_base, ch->send.step,
-                        memory_order_relaxed);
-  atomic_store_explicit(&ch->run_recv_base, ch->recv.step,
-                        memory_order_relaxed);
-  atomic_store_explicit(&ch->run_send_steps, sends, memory_order_relaxed);
-  atomic_store_explicit(&ch->run_recv_steps, recvs, memory_order_relaxed);
-  atomic_store_explicit(&ch->run_id, flight_id, memory_order_release);
+  atomic_store(&ch->run_send_base, ch->send.step);
+  atomic_store(&ch->run_recv_base, ch->recv.step);
+  atomic_store(&ch->run_send_steps, sends);
+  atomic_store(&ch->run_recv_steps, recvs);
+  atomic_store(&ch->run_id, flight_id);
 }
 
 static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
@@ -653,20 +653,16 @@ int nl_describe_op(const void *state, uint64_t flight_id,
   for (int c = 0; c < st->nchannels && n < max; c++) {
     nl_channel *ch = &st->channels[c];
     if (ch->send_mem == NULL || ch->recv_mem == NULL ||
-        atomic_load_explicit(&ch->run_id, memory_order_acquire) != flight_id)
+        atomic_load(&ch->run_id) != flight_id)
       continue;
     xcoll_backend_channel d;
     memset(&d, 0, sizeof d);
     d.channel = c;
     d.waits_peer = -1;
-    uint64_t send_base =
-        atomic_load_explicit(&ch->run_send_base, memory_order_relaxed);
-    uint64_t recv_base =
-        atomic_load_explicit(&ch->run_recv_base, memory_order_relaxed);
-    d.send_steps = atomic_load_explicit(&ch->run_send_steps,
-                                        memory_order_relaxed);
-    d.recv_steps = atomic_load_explicit(&ch->run_recv_steps,
-                                        memory_order_relaxed);
+    uint64_t send_base = atomic_load(&ch->run_send_base);
+    uint64_t recv_base = atomic_load(&ch->run_recv_base);
+    d.send_steps = atomic_load(&ch->run_send_steps);
+    d.recv_steps = atomic_load(&ch->run_recv_steps);
     uint64_t tail = xc_load_acquire(&ch->send_mem->tail);
     uint64_t head = xc_load_acquire(&ch->recv_mem->head);
     d.sent = tail > send_base ? tail - send_base : 0;
@@ -687,8 +683,7 @@ int nl_describe_op(const void *state, uint64_t flight_id,
       d.waits_send = 0;
       d.transport = ch->recv_transport->name;
     }
-    atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&ch->run_id, memory_order_relaxed) != flight_id)
+    if (atomic_load(&ch->run_id) != flight_id)
       continue;
     out[n++] = d;
   }
