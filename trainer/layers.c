@@ -55,70 +55,91 @@ void relu_backward(float *dinp, const float *dout, const float *out, size_t N) {
   }
 }
 
-/* The output columns ow in [*lo, *hi) whose input column ow + kj - pad
- * lies inside 0..W-1 (the others read the zero padding). */
-static void valid_columns(int kj, int pad, int W, int OW, int *lo, int *hi) {
-  *lo = pad - kj > 0 ? pad - kj : 0;
-  *hi = W + pad - kj < OW ? W + pad - kj : OW;
-  if (*lo > OW)
-    *lo = OW;
-  if (*hi < *lo)
-    *hi = *lo;
+/* The sum of x[0..n), in eight running sums (one per vector lane) added at
+ * the end: a single running sum is a chain of dependent adds that the
+ * compiler may not reorder, four cycles each. */
+static float sum_floats(const float *x, size_t n) {
+  float lane[8] = {0};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; l++)
+      lane[l] += x[i + l];
+  float s = 0.0f;
+  for (; i < n; i++)
+    s += x[i];
+  for (int l = 0; l < 8; l++)
+    s += lane[l];
+  return s;
 }
 
-/* col (C*K*K, OH*OW) from one sample's inp (C, H, W). */
-static void im2col(float *col, const float *inp, int C, int H, int W, int K,
-                   int pad, int OH, int OW) {
-  for (int c = 0; c < C; c++) {
-    for (int ki = 0; ki < K; ki++) {
-      for (int kj = 0; kj < K; kj++) {
-        float *row = col + ((size_t)(c * K + ki) * K + kj) * OH * OW;
-        int lo, hi;
-        valid_columns(kj, pad, W, OW, &lo, &hi);
-        for (int oh = 0; oh < OH; oh++) {
-          int ih = oh + ki - pad;
-          float *dst = row + (size_t)oh * OW;
-          if (ih < 0 || ih >= H) {
-            memset(dst, 0, (size_t)OW * sizeof(float));
-            continue;
-          }
-          /* dst[lo..hi) = the input row from column lo + kj - pad; the
-           * padding columns either side are zero. */
-          const float *src = inp + ((size_t)c * H + ih) * W;
-          for (int ow = 0; ow < lo; ow++)
-            dst[ow] = 0.0f;
-          for (int ow = lo; ow < hi; ow++)
-            dst[ow] = src[ow + kj - pad];
-          for (int ow = hi; ow < OW; ow++)
-            dst[ow] = 0.0f;
-        }
-      }
-    }
-  }
+/* Padding is handled once per sample, not per column: the sample is copied
+ * into a zero-bordered image (C, H + 2*pad, W + 2*pad), after which every
+ * column row is a plain copy and every gradient row a plain add, with no
+ * bounds to test and no short zero runs (GCC turns those into memset calls,
+ * several per row). */
+
+/* img (C, H + 2*pad, W + 2*pad) = inp (C, H, W) inside a zero border. */
+static void pad_image(float *img, const float *inp, int C, int H, int W,
+                      int pad) {
+  int PH = H + 2 * pad, PW = W + 2 * pad;
+  memset(img, 0, (size_t)C * PH * PW * sizeof(float));
+  for (int c = 0; c < C; c++)
+    for (int h = 0; h < H; h++)
+      memcpy(img + ((size_t)c * PH + h + pad) * PW + pad,
+             inp + ((size_t)c * H + h) * W, (size_t)W * sizeof(float));
 }
 
-/* dinp (C, H, W) = sum of dcol (C*K*K, OH*OW) entries back at their pixels. */
-static void col2im(float *dinp, const float *dcol, int C, int H, int W, int K,
-                   int pad, int OH, int OW) {
-  memset(dinp, 0, (size_t)C * H * W * sizeof(float));
-  for (int c = 0; c < C; c++) {
-    for (int ki = 0; ki < K; ki++) {
-      for (int kj = 0; kj < K; kj++) {
-        const float *row = dcol + ((size_t)(c * K + ki) * K + kj) * OH * OW;
-        int lo, hi;
-        valid_columns(kj, pad, W, OW, &lo, &hi);
-        for (int oh = 0; oh < OH; oh++) {
-          int ih = oh + ki - pad;
-          if (ih < 0 || ih >= H)
-            continue;
-          float *dst = dinp + ((size_t)c * H + ih) * W;
-          const float *src = row + (size_t)oh * OW;
-          for (int ow = lo; ow < hi; ow++)
-            dst[ow + kj - pad] += src[ow];
-        }
+/* col (C*K*K, OH*OW) from one unpadded image img (C, IH, IW), OH = IH-K+1:
+ * row (c, ki, kj) holds img[c][oh + ki][ow + kj] at oh * OW + ow. */
+static void im2col(float *col, const float *img, int C, int IH, int IW, int K,
+                   int OH, int OW) {
+  size_t P = (size_t)OH * OW;
+  for (int c = 0; c < C; c++)
+    for (int ki = 0; ki < K; ki++)
+      for (int oh = 0; oh < OH; oh++) {
+        const float *src = img + ((size_t)c * IH + oh + ki) * IW;
+        float *dst = col + (size_t)(c * K + ki) * K * P + (size_t)oh * OW;
+        for (int kj = 0; kj < K; kj++, dst += P)
+          for (int ow = 0; ow < OW; ow++)
+            dst[ow] = src[kj + ow];
       }
-    }
+}
+
+/* img (C, IH, IW) = the sum of dcol (C*K*K, OH*OW) entries back at their
+ * pixels; im2col's adjoint. One column row at a time, so that consecutive
+ * adds go to different image rows: adding the rows of kj and kj + 1 to the
+ * same image row one after the other would load what was just stored, one
+ * element off, which stalls the store-to-load forwarding. */
+static void col2im(float *img, const float *dcol, int C, int IH, int IW, int K,
+                   int OH, int OW) {
+  size_t P = (size_t)OH * OW;
+  memset(img, 0, (size_t)C * IH * IW * sizeof(float));
+  for (int c = 0; c < C; c++)
+    for (int ki = 0; ki < K; ki++)
+      for (int kj = 0; kj < K; kj++) {
+        const float *src = dcol + ((size_t)(c * K + ki) * K + kj) * P;
+        float *dst = img + ((size_t)c * IH + ki) * IW + kj;
+        for (int oh = 0; oh < OH; oh++, src += OW, dst += IW)
+          for (int ow = 0; ow < OW; ow++)
+            dst[ow] += src[ow];
+      }
+}
+
+/* col (C*K*K, OH*OW) from one sample x (C, H, W); pad > 0 uses img, scratch
+ * of C*(H+2*pad)*(W+2*pad) floats. */
+static void sample_columns(float *col, float *img, const float *x, int C,
+                           int H, int W, int K, int pad, int OH, int OW) {
+  if (pad > 0) {
+    pad_image(img, x, C, H, W, pad);
+    x = img;
   }
+  im2col(col, x, C, H + 2 * pad, W + 2 * pad, K, OH, OW);
+}
+
+size_t conv2d_scratch(int C, int H, int W, int K, int pad) {
+  size_t OH = (size_t)H + 2 * pad - K + 1, OW = (size_t)W + 2 * pad - K + 1;
+  size_t img = pad > 0 ? (size_t)C * (H + 2 * pad) * (W + 2 * pad) : 0;
+  return (size_t)C * K * K * OH * OW + img;
 }
 
 void conv2d_forward(float *out, const float *inp, const float *weight,
@@ -126,10 +147,11 @@ void conv2d_forward(float *out, const float *inp, const float *weight,
                     int OC, int K, int pad) {
   int OH = H + 2 * pad - K + 1, OW = W + 2 * pad - K + 1;
   int CKK = C * K * K, P = OH * OW;
+  float *img = col + (size_t)CKK * P;
   for (int b = 0; b < B; b++) {
     const float *x = inp + (size_t)b * C * H * W;
     float *y = out + (size_t)b * OC * P;
-    im2col(col, x, C, H, W, K, pad, OH, OW);
+    sample_columns(col, img, x, C, H, W, K, pad, OH, OW);
     for (int o = 0; o < OC; o++)
       for (int p = 0; p < P; p++)
         y[(size_t)o * P + p] = bias[o];
@@ -145,26 +167,35 @@ void conv2d_backward(float *dinp, float *dweight, float *dbias,
                      int OC, int K, int pad) {
   int OH = H + 2 * pad - K + 1, OW = W + 2 * pad - K + 1;
   int CKK = C * K * K, P = OH * OW;
+  int PH = H + 2 * pad, PW = W + 2 * pad;
+  float *img = col + (size_t)CKK * P, *dimg = dcol + (size_t)CKK * P;
   for (int b = 0; b < B; b++) {
     const float *x = inp + (size_t)b * C * H * W;
     const float *dy = dout + (size_t)b * OC * P;
     /* Recomputing im2col here costs far less than the products below and
      * saves keeping B columns matrices alive between forward and backward. */
-    im2col(col, x, C, H, W, K, pad, OH, OW);
+    sample_columns(col, img, x, C, H, W, K, pad, OH, OW);
     /* dweight (OC, CKK) += dy (OC, P) @ col^T (P, CKK) */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, OC, CKK, P, 1.0f, dy, P,
                 col, P, 1.0f, dweight, CKK);
-    for (int o = 0; o < OC; o++) {
-      float s = 0.0f;
-      for (int p = 0; p < P; p++)
-        s += dy[(size_t)o * P + p];
-      dbias[o] += s;
-    }
+    for (int o = 0; o < OC; o++)
+      dbias[o] += sum_floats(dy + (size_t)o * P, (size_t)P);
     if (dinp) {
       /* dcol (CKK, P) = weight^T (CKK, OC) @ dy (OC, P) */
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, CKK, P, OC, 1.0f,
                   weight, CKK, dy, P, 0.0f, dcol, P);
-      col2im(dinp + (size_t)b * C * H * W, dcol, C, H, W, K, pad, OH, OW);
+      float *dx = dinp + (size_t)b * C * H * W;
+      if (pad == 0) {
+        col2im(dx, dcol, C, H, W, K, OH, OW);
+        continue;
+      }
+      /* The padded gradient's interior is the input's gradient. */
+      col2im(dimg, dcol, C, PH, PW, K, OH, OW);
+      for (int c = 0; c < C; c++)
+        for (int h = 0; h < H; h++)
+          memcpy(dx + ((size_t)c * H + h) * W,
+                 dimg + ((size_t)c * PH + h + pad) * PW + pad,
+                 (size_t)W * sizeof(float));
     }
   }
 }

@@ -34,13 +34,17 @@ void relu_backward(float *dinp, const float *dout, const float *out, size_t N);
  * one matrix product per sample with im2col (Chellapilla et al. 2006).
  * out (B, OC, OH, OW) with OH = H + 2*pad - K + 1, OW likewise;
  * inp (B, C, H, W), weight (OC, C, K, K), bias (OC),
- * col is scratch of (C*K*K, OH*OW) floats. */
+ * col is scratch of conv2d_scratch(C, H, W, K, pad) floats. */
+/* Floats of scratch conv2d_forward and conv2d_backward need for one sample:
+ * its columns (C*K*K, OH*OW) and, with pad > 0, its zero-bordered copy
+ * (C, H + 2*pad, W + 2*pad). */
+size_t conv2d_scratch(int C, int H, int W, int K, int pad);
 void conv2d_forward(float *out, const float *inp, const float *weight,
                     const float *bias, float *col, int B, int C, int H, int W,
                     int OC, int K, int pad);
 /* dinp (B, C, H, W) or NULL, dweight (OC, C, K, K), dbias (OC),
  * dout (B, OC, OH, OW), inp (B, C, H, W), weight (OC, C, K, K),
- * col and dcol are scratch of (C*K*K, OH*OW) floats each. */
+ * col and dcol are scratch of conv2d_scratch(C, H, W, K, pad) floats each. */
 void conv2d_backward(float *dinp, float *dweight, float *dbias,
                      const float *dout, const float *inp, const float *weight,
                      float *col, float *dcol, int B, int C, int H, int W,

@@ -144,9 +144,9 @@ static void create_cnn(model *m, size_t B, int c1, int c2) {
   }
   m->pool1_argmax = malloc(B * c1 * 14 * 14 * sizeof(int));
   m->pool2_argmax = malloc(B * c2 * 5 * 5 * sizeof(int));
-  size_t col = (size_t)c1 * CNN_K * CNN_K * 10 * 10;
-  if (col < (size_t)1 * CNN_K * CNN_K * 28 * 28)
-    col = (size_t)1 * CNN_K * CNN_K * 28 * 28;
+  size_t col = conv2d_scratch(c1, 14, 14, CNN_K, 0);
+  if (col < conv2d_scratch(1, 28, 28, CNN_K, 2))
+    col = conv2d_scratch(1, 28, 28, CNN_K, 2);
   m->col = floats(col);
   m->dcol = floats(col);
 }

@@ -123,7 +123,7 @@ static void conv_case(int pad) {
   int B = 2, C = 3, H = 6, W = 5, OC = 4, K = 3;
   int OH = H + 2 * pad - K + 1, OW = W + 2 * pad - K + 1;
   size_t n_in = (size_t)B * C * H * W, n_w = (size_t)OC * C * K * K;
-  size_t n_out = (size_t)B * OC * OH * OW, n_col = (size_t)C * K * K * OH * OW;
+  size_t n_out = (size_t)B * OC * OH * OW, n_col = conv2d_scratch(C, H, W, K, pad);
   float *inp = rand_array(n_in, 1.0f), *w = rand_array(n_w, 1.0f);
   float *b = rand_array(OC, 1.0f), *r = rand_array(n_out, 1.0f);
   float *out = malloc(n_out * sizeof(float)), *dinp = malloc(n_in * sizeof(float));
