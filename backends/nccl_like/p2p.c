@@ -24,6 +24,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -292,6 +293,45 @@ static void track_fingerprint(nl_state *st, nl_p2p *q) {
  * rank sent it when it started its call, so it is on its way. */
 #define NL_P2P_EXPLAIN_S 1.0
 
+/* Name the previous rank's call if it differs from the host call this rank
+ * is in. theirs is the call that rank started, read from the ring's
+ * fingerprint link; a later call of theirs is no mismatch when ahead_ok.
+ * A mismatch is nl_fail_everywhere(PROTOCOL) naming both calls, found
+ * (printf-style, formatted only then) saying how this rank found it and
+ * advice added to what every rank must do; else XCOLL_SUCCESS. */
+static xcoll_status name_prev_call(nl_state *st, nl_p2p *q,
+                                   const xcoll_fingerprint *theirs,
+                                   int ahead_ok, const char *advice,
+                                   const char *found, ...)
+    __attribute__((format(printf, 6, 7)));
+static xcoll_status name_prev_call(nl_state *st, nl_p2p *q,
+                                   const xcoll_fingerprint *theirs,
+                                   int ahead_ok, const char *advice,
+                                   const char *found, ...) {
+  xcoll_fingerprint none;
+  memset(&none, 0, sizeof none);
+  const xcoll_fingerprint *ours = NULL;
+  xcoll_fingerprint_verdict verdict =
+      xcoll_fingerprint_judge(&q->fp_current, &none, theirs, 0, &ours);
+  if (verdict == XCOLL_FINGERPRINT_MATCH ||
+      (verdict == XCOLL_FINGERPRINT_AHEAD && ahead_ok))
+    return XCOLL_SUCCESS;
+  char sentence[2 * XCOLL_FINGERPRINT_TEXT_BYTES + 160];
+  xcoll_fingerprint_mismatch(st->rank, &q->fp_current, st->prev, theirs,
+                             sentence, sizeof sentence);
+  char how[256];
+  va_list ap;
+  va_start(ap, found);
+  vsnprintf(how, sizeof how, found, ap);
+  va_end(ap);
+  return nl_fail_everywhere(
+      st, XCOLL_ERR_PROTOCOL,
+      "nccl_like: collective mismatch: %s (found by rank %d%s): every rank "
+      "must call the same collectives in the same order with the same "
+      "count, dtype, op and root%s",
+      sentence, st->rank, how, advice);
+}
+
 /* A message that is no p2p header and carries no fingerprint came from a
  * peer in a ring collective that sends bare data on the mesh (pairwise.c).
  * The previous rank's fingerprint of the call this rank makes next, from
@@ -310,22 +350,10 @@ static xcoll_status explain_bare_message(nl_state *st, nl_p2p *q, int peer,
       return XCOLL_SUCCESS;
     sched_yield();
   }
-  xcoll_fingerprint none;
-  memset(&none, 0, sizeof none);
-  const xcoll_fingerprint *ours = NULL;
-  if (xcoll_fingerprint_judge(&q->fp_current, &none, &theirs, 0, &ours) !=
-      XCOLL_FINGERPRINT_MISMATCH)
-    return XCOLL_SUCCESS;
-  char sentence[2 * XCOLL_FINGERPRINT_TEXT_BYTES + 160];
-  xcoll_fingerprint_mismatch(st->rank, &q->fp_current, st->prev, &theirs,
-                             sentence, sizeof sentence);
-  return nl_fail_everywhere(
-      st, XCOLL_ERR_PROTOCOL,
-      "nccl_like: collective mismatch: %s (found by rank %d after a message "
-      "of %zu B from rank %d that is no point-to-point header): every rank "
-      "must call the same collectives in the same order with the same "
-      "count, dtype, op and root",
-      sentence, st->rank, got, peer);
+  return name_prev_call(st, q, &theirs, 1, "",
+                        " after a message of %zu B from rank %d that is no "
+                        "point-to-point header",
+                        got, peer);
 }
 
 /* The header of r's message from r->peer landed (got bytes): check it
@@ -624,25 +652,12 @@ static xcoll_status check_prev(nl_state *st, nl_p2p *q) {
   if (st->prev == st->rank || d->tail == NULL || !q->fp_current.valid ||
       !nl_fp_peek(st, &theirs, &sent))
     return XCOLL_SUCCESS;
-  xcoll_fingerprint none;
-  memset(&none, 0, sizeof none);
-  const xcoll_fingerprint *ours = NULL;
-  xcoll_fingerprint_verdict verdict = xcoll_fingerprint_judge(
-      &q->fp_current, &none, &theirs, 0, &ours);
-  if (verdict == XCOLL_FINGERPRINT_MATCH ||
-      (verdict == XCOLL_FINGERPRINT_AHEAD && d->tail->number < sent))
-    return XCOLL_SUCCESS;
-  char sentence[2 * XCOLL_FINGERPRINT_TEXT_BYTES + 160];
-  xcoll_fingerprint_mismatch(st->rank, &q->fp_current, st->prev, &theirs,
-                             sentence, sizeof sentence);
-  return nl_fail_everywhere(
-      st, XCOLL_ERR_PROTOCOL,
-      "nccl_like: collective mismatch: %s (found by rank %d, waiting for "
-      "point-to-point message %" PRIu64 " from rank %d, which had sent %" PRIu64
-      " when it started its call): every rank must call the same collectives "
-      "in the same order with the same count, dtype, op and root, and make "
-      "its sends and receives in the same place among them",
-      sentence, st->rank, d->tail->number, st->prev, sent);
+  return name_prev_call(
+      st, q, &theirs, d->tail->number < sent,
+      ", and make its sends and receives in the same place among them",
+      ", waiting for point-to-point message %" PRIu64 " from rank %d, which "
+      "had sent %" PRIu64 " when it started its call",
+      d->tail->number, st->prev, sent);
 }
 
 static int all_done(xcoll_p2p_request **requests, int count) {
