@@ -45,31 +45,28 @@ if(TARGET xcollrun)
     endforeach()
   endforeach()
   # A rank makes one call more than the other, whose destroy must name the
-  # message it never received (backends/tcp: xcoll_tcp_report_unreceived).
-  set(test faults.desync.tcp.unreceived.np2)
-  add_test(NAME ${test}
-    COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node 2 --master-port 0
-            $<TARGET_FILE:fault_desync> unreceived)
-  set_tests_properties(${test} PROPERTIES TIMEOUT 90
-    LABELS "faults;tcp" PROCESSORS 2
-    PASS_REGULAR_EXPRESSION "rank 0 destroys its communicator with a message from rank 1 .*allreduce\\(sum, float32, 1000\\), its collective #1"
-    FAIL_REGULAR_EXPRESSION "DESYNC-BAD|FATAL"
-    # 5 s: the rank that made fewer calls waits that long in its destroy
-    # for the other's (issue 33 F8), after the WARN.
-    ENVIRONMENT "XCOLL_TIMEOUT_S=5;XCOLL_BACKEND=tcp")
-  # nccl_like: the previous rank's fingerprint of a call this rank never
-  # made, there at destroy (backends/nccl_like/nccl_like.c).
-  if(XCOLL_HAVE_NCCL_LIKE)
-    set(test faults.desync.nccl_like.unreceived.np2)
+  # call of the other's it never took part in: on tcp the message it never
+  # received (backends/tcp: xcoll_tcp_report_unreceived), on nccl_like the
+  # previous rank's fingerprint of a call this rank never made, there at
+  # destroy (backends/nccl_like/nccl_like.c).
+  set(unreceived_tcp "rank 0 destroys its communicator with a message from rank 1 .*allreduce\\(sum, float32, 1000\\), its collective #1")
+  set(unreceived_nccl_like "rank 0 destroys its communicator after rank 1 \\(previous on the ring\\) started allreduce\\(sum, float32, 1000\\), its collective #1")
+  foreach(backend tcp nccl_like)
+    if(backend STREQUAL "nccl_like" AND NOT XCOLL_HAVE_NCCL_LIKE)
+      continue()
+    endif()
+    set(test faults.desync.${backend}.unreceived.np2)
     add_test(NAME ${test}
       COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node 2 --master-port 0
               $<TARGET_FILE:fault_desync> unreceived)
     set_tests_properties(${test} PROPERTIES TIMEOUT 90
-      LABELS "faults;nccl_like" PROCESSORS 2
-      PASS_REGULAR_EXPRESSION "rank 0 destroys its communicator after rank 1 \\(previous on the ring\\) started allreduce\\(sum, float32, 1000\\), its collective #1"
+      LABELS "faults;${backend}" PROCESSORS 2
+      PASS_REGULAR_EXPRESSION "${unreceived_${backend}}"
       FAIL_REGULAR_EXPRESSION "DESYNC-BAD|FATAL"
-      ENVIRONMENT "XCOLL_TIMEOUT_S=5;XCOLL_BACKEND=nccl_like")
-  endif()
+      # 5 s: on tcp the rank that made fewer calls waits that long in its
+      # destroy for the other's (issue 33 F8), after the WARN.
+      ENVIRONMENT "XCOLL_TIMEOUT_S=5;XCOLL_BACKEND=${backend}")
+  endforeach()
   # nccl_like's pairwise allreduce (SIMPLE, every rank sending to every
   # other): a count mismatch shows as a message of another size, an op or
   # kind mismatch only in the fingerprints.
