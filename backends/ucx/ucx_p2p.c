@@ -33,11 +33,18 @@ static xcoll_status check_peer(ucx_state *state, int peer, const char *what) {
   return XCOLL_SUCCESS;
 }
 
-xcoll_status ucx_isend(void *opaque, int peer, uint64_t tag, const void *buf,
-                       size_t bytes, xcoll_p2p_request **out) {
-  ucx_state *state = opaque;
+/* isend and irecv: check the peer and the communicator, fold the tag with
+ * the sending rank, deal with fingerprints (a send announces this rank's to
+ * the peer; a receive first judges any that came, as the posted receive may
+ * match a message already here, so that a desync is named as one rather
+ * than as a truncated message), then post a request from the worker's pool
+ * to UCP. */
+static xcoll_status post(ucx_state *state, int is_send, int peer,
+                         uint64_t tag, void *buf, size_t bytes,
+                         xcoll_p2p_request **out) {
+  const char *what = is_send ? "isend" : "irecv";
   *out = NULL;
-  xcoll_status st = check_peer(state, peer, "isend");
+  xcoll_status st = check_peer(state, peer, what);
   if (st != XCOLL_SUCCESS)
     return st;
   if (state->broken)
@@ -45,69 +52,58 @@ xcoll_status ucx_isend(void *opaque, int peer, uint64_t tag, const void *buf,
   if (state->failed_peer >= 0)
     return ucx_remote_failure(state);
   ucp_tag_t ucp_tag = 0;
-  if ((st = fold_tag(state, state->rank, tag, &ucp_tag)) != XCOLL_SUCCESS)
+  if ((st = fold_tag(state, is_send ? state->rank : peer, tag, &ucp_tag)) !=
+      XCOLL_SUCCESS)
     return st;
-  ucx_track_fingerprint(state);
-  if (peer != state->rank)
-    ucx_send_fingerprint(state, peer);
+  if (is_send) {
+    ucx_track_fingerprint(state);
+    if (peer != state->rank)
+      ucx_send_fingerprint(state, peer);
+  } else if ((st = ucx_service_control(state)) != XCOLL_SUCCESS) {
+    return st;
+  }
   xcoll_ucx_request *request = xcoll_ucx_request_get(state->worker);
   if (request == NULL)
     return xcoll_error(state->comm, XCOLL_ERR_NO_MEMORY,
-                       "ucx isend: no memory for a request to rank %d", peer);
+                       "ucx %s: no memory for a request %s rank %d", what,
+                       is_send ? "to" : "from", peer);
   ucs_status_t status =
-      xcoll_ucx_isend(state->worker, peer, ucp_tag, buf, bytes, request);
-  if (status != UCS_OK) {
-    xcoll_ucx_request_put(state->worker, request);
+      is_send ? xcoll_ucx_isend(state->worker, peer, ucp_tag, buf, bytes,
+                                request)
+              : xcoll_ucx_irecv(state->worker, peer, ucp_tag, FULL_TAG_MASK,
+                                buf, bytes, request);
+  if (status == UCS_OK) {
+    *out = (xcoll_p2p_request *)request;
+    return XCOLL_SUCCESS;
+  }
+  xcoll_ucx_request_put(state->worker, request);
+  if (is_send)
     return ucx_state_fail(state, XCOLL_ERR_REMOTE, peer,
                           "rank %d (ucx endpoint error: %s): sending %zu bytes "
                           "from rank %d failed",
                           peer, ucs_status_string(status), bytes, state->rank);
-  }
-  *out = (xcoll_p2p_request *)request;
-  return XCOLL_SUCCESS;
+  if (status == UCS_ERR_MESSAGE_TRUNCATED)
+    return ucx_state_fail(state, XCOLL_ERR_PROTOCOL, state->rank,
+                          "ucx: rank %d sent more than the %zu bytes rank %d "
+                          "expected (collective seq %llu): the ranks disagree "
+                          "on count or datatype",
+                          peer, bytes, state->rank,
+                          (unsigned long long)(tag >> 32));
+  return ucx_state_fail(state, XCOLL_ERR_SYSTEM, state->rank,
+                        "ucx irecv: posting a receive of %zu bytes from rank "
+                        "%d failed: %s",
+                        bytes, peer, ucs_status_string(status));
+}
+
+xcoll_status ucx_isend(void *opaque, int peer, uint64_t tag, const void *buf,
+                       size_t bytes, xcoll_p2p_request **out) {
+  /* Only read; sends and receives share the request type. */
+  return post(opaque, 1, peer, tag, (void *)(uintptr_t)buf, bytes, out);
 }
 
 xcoll_status ucx_irecv(void *opaque, int peer, uint64_t tag, void *buf,
                        size_t bytes, xcoll_p2p_request **out) {
-  ucx_state *state = opaque;
-  *out = NULL;
-  xcoll_status st = check_peer(state, peer, "irecv");
-  if (st != XCOLL_SUCCESS)
-    return st;
-  if (state->broken)
-    return ucx_rebroken(state);
-  if (state->failed_peer >= 0)
-    return ucx_remote_failure(state);
-  ucp_tag_t ucp_tag = 0;
-  if ((st = fold_tag(state, peer, tag, &ucp_tag)) != XCOLL_SUCCESS)
-    return st;
-  /* The posted receive may match a message that is already here: judge the
-   * fingerprint that came before it first, so that a desync is named as
-   * one rather than as a truncated message. */
-  if ((st = ucx_service_control(state)) != XCOLL_SUCCESS)
-    return st;
-  xcoll_ucx_request *request = xcoll_ucx_request_get(state->worker);
-  if (request == NULL)
-    return xcoll_error(state->comm, XCOLL_ERR_NO_MEMORY,
-                       "ucx irecv: no memory for a request from rank %d", peer);
-  ucs_status_t status = xcoll_ucx_irecv(state->worker, peer, ucp_tag,
-                                        FULL_TAG_MASK, buf, bytes, request);
-  if (status != UCS_OK) {
-    xcoll_ucx_request_put(state->worker, request);
-    if (status == UCS_ERR_MESSAGE_TRUNCATED)
-      return ucx_state_fail(
-          state, XCOLL_ERR_PROTOCOL, state->rank,
-          "ucx: rank %d sent more than the %zu bytes rank %d "
-          "expected (collective seq %llu): the ranks disagree "
-          "on count or datatype",
-          peer, bytes, state->rank, (unsigned long long)(tag >> 32));
-    return ucx_state_fail(state, XCOLL_ERR_SYSTEM, state->rank,
-                          "ucx irecv: posting a receive of %zu bytes from rank "
-                          "%d failed: %s",
-                          bytes, peer, ucs_status_string(status));
-  }
-  *out = (xcoll_p2p_request *)request;
-  return XCOLL_SUCCESS;
+  return post(opaque, 0, peer, tag, buf, bytes, out);
 }
 
 /* The verdict on a completed request. */
