@@ -3,14 +3,8 @@
 # prints one line naming what was wrong and one "see 'PROG --help'" line,
 # and exits 2; --help still prints the whole usage on stdout and exits 0.
 set -u
-tools=$1
+. "$(dirname "$0")/common.sh"
 xtrain=${2:-}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-for v in $(env | sed -n 's/^\(XCOLL_[A-Z0-9_]*\)=.*/\1/p'); do unset "$v"; done
-unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT
 
 # bad PROG PATTERN ARGS...: exit 2, two lines on stderr, the first matching
 # PATTERN, the second pointing to PROG's --help; nothing on stdout.

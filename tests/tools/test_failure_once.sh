@@ -4,14 +4,8 @@
 # print it again; with XCOLL_DEBUG=NONE (no WARN line) the tool prints it,
 # once. Each case runs one rank without the launcher and counts the lines.
 set -u
-tools=$1
+. "$(dirname "$0")/common.sh"
 xtrain=${2:-}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-for v in $(env | sed -n 's/^\(XCOLL_[A-Z0-9_]*\)=.*/\1/p'); do unset "$v"; done
-unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT
 export XCOLL_TIMEOUT_S=3
 
 # once WHAT PATTERN command...: exit 1, exactly one line on stderr, naming

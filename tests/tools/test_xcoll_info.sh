@@ -5,18 +5,11 @@
 # (read back from the library's XCOLL_DEBUG=INFO line); XCOLL_DEBUG_FILE's
 # %h/%p and XCOLL_DEBUG_SUBSYS work end to end.
 set -u
-tools=$1
+. "$(dirname "$0")/common.sh"
 info=$tools/xcoll-info
 perf=$tools/xcoll-perf
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-
-# Start from a clean environment: no XCOLL_* and no launcher variables.
-for v in $(env | sed -n 's/^\(XCOLL_[A-Z0-9_]*\)=.*/\1/p'); do unset "$v"; done
-unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT \
-  OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE SLURM_PROCID SLURM_NTASKS
+# common.sh cleared XCOLL_* and the launcher variables; other launchers' too.
+unset OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE SLURM_PROCID SLURM_NTASKS
 
 "$info" >"$tmp/clean.out" 2>&1 || fail "xcoll-info exits $? in a clean environment"
 

@@ -4,15 +4,9 @@
 # its type names, rejects -g 2 and -G N clearly, and says which algorithm and
 # protocol ran in each row and JSON object.
 set -u
-tools=$1
+. "$(dirname "$0")/common.sh"
 perf=$tools/xcoll-perf
 run=$tools/xcollrun
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-for v in $(env | sed -n 's/^\(XCOLL_[A-Z0-9_]*\)=.*/\1/p'); do unset "$v"; done
-unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT
 export XCOLL_TIMEOUT_S=60
 
 # An nccl-tests command line at two ranks, every reduction (-o all).
