@@ -3,7 +3,9 @@
 # build and Python checks, one BLAS/OpenMP thread per rank, the folder the
 # runs write to, which of the rounds one invocation runs, the load at each
 # round, the command line that redoes a table, and for the gpt scripts the
-# model's settings. POSIX sh; nothing here runs a benchmark.
+# model's settings and the simulated-nodes wrapper (bench_nodes_wrapper,
+# which tests/trainer/fsdp_equivalence.sh and fsdp_checkpoint.sh source this
+# file for). POSIX sh; nothing here runs a benchmark.
 #
 # A script sets `bench` (its name, for messages) and `here` (the bench/
 # folder), sources this file and calls bench_setup BUILD_DIR first.
@@ -126,8 +128,7 @@ bench_command() {
 # bench_gpt_settings: the gpt's sizes and timing from the environment
 # (bench/gpt.sh and fsdp_gpt.sh; their headers list the variables), checked,
 # with timed (the updates counted) and $tmp/nodes.sh, the wrapper that runs
-# a rank as one of RANKS/NODE_RANKS simulated nodes (LOCAL_WORLD_SIZE,
-# LOCAL_RANK, GROUP_RANK, GROUP_WORLD_SIZE set as xcollrun --nnodes would).
+# a rank as one of RANKS/NODE_RANKS simulated nodes (bench_nodes_wrapper).
 bench_gpt_settings() {
   n_layer=${N_LAYER:-4}
   n_head=${N_HEAD:-4}
@@ -149,7 +150,16 @@ bench_gpt_settings() {
     bench_fail "D_MODEL ($d_model) must be divisible by N_HEAD ($n_head)"
   # Updates counted: the records after the first, WARMUP updates each.
   timed=$(( (steps / warmup - 1) * warmup ))
-  cat > "$tmp/nodes.sh" <<'WRAP'
+  bench_nodes_wrapper "$tmp/nodes.sh"
+}
+
+# bench_nodes_wrapper FILE: writes FILE, a wrapper that `sh FILE LWS
+# COMMAND...` runs COMMAND through as a rank of one of WORLD_SIZE/LWS
+# simulated nodes of LWS ranks each (LOCAL_WORLD_SIZE, LOCAL_RANK,
+# GROUP_RANK, GROUP_WORLD_SIZE set as xcollrun --nnodes would), under one
+# xcollrun.
+bench_nodes_wrapper() {
+  cat > "$1" <<'WRAP'
 lws=$1
 shift
 export LOCAL_WORLD_SIZE=$lws LOCAL_RANK=$((RANK % lws))

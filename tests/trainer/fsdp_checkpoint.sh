@@ -74,15 +74,12 @@ fi
 
 # hybrid_shard over 2 simulated nodes of 2 ranks (as fsdp_equivalence.sh
 # sets them up): the sharding group is a node; both formats resume bitwise.
-cat > "$tmp/nodes.sh" <<'WRAP'
-export LOCAL_WORLD_SIZE=2 LOCAL_RANK=$((RANK % 2))
-export GROUP_RANK=$((RANK / 2)) GROUP_WORLD_SIZE=$((WORLD_SIZE / 2))
-exec "$@"
-WRAP
+. "$(dirname "$0")/../../bench/lib/common.sh"
+bench_nodes_wrapper "$tmp/nodes.sh"
 hybrid() { # hybrid LOG ARGS...
   log=$1
   shift
-  timeout 60 "$xcollrun" --nproc-per-node 4 --master-port 0 sh "$tmp/nodes.sh" \
+  timeout 60 "$xcollrun" --nproc-per-node 4 --master-port 0 sh "$tmp/nodes.sh" 2 \
     "$xtrain" $common $fsdp --sharding hybrid_shard "$@" > "$log" 2>&1 \
     || { cat "$log"; return 1; }
 }

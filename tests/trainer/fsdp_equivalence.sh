@@ -42,14 +42,10 @@ reference() {
     || { cat "$tmp/ddp$1.log"; exit 1; }
 }
 # Nodes of LWS ranks out of one xcollrun: a wrapper rewrites the launcher's
-# variables as a launch with --nnodes N/LWS would set them.
-cat > "$tmp/nodes.sh" <<'WRAP'
-lws=$1
-shift
-export LOCAL_WORLD_SIZE=$lws LOCAL_RANK=$((RANK % lws))
-export GROUP_RANK=$((RANK / lws)) GROUP_WORLD_SIZE=$((WORLD_SIZE / lws))
-exec "$@"
-WRAP
+# variables as a launch with --nnodes N/LWS would set them (the benchmarks'
+# bench_nodes_wrapper).
+. "$(dirname "$0")/../../bench/lib/common.sh"
+bench_nodes_wrapper "$tmp/nodes.sh"
 v=0
 for variant in "$@"; do
   v=$((v + 1))
