@@ -30,6 +30,7 @@
 #include "env.h"
 #include "error.h"
 #include "group.h"
+#include "json.h"
 #include "log.h"
 #include "params.h"
 #include "trace.h"
@@ -273,14 +274,11 @@ static void put(text *t, const char *fmt, ...) {
 
 /* s as a JSON string, quotes included. */
 static void put_string(text *t, const char *s) {
+  char chunk[128];
   put(t, "\"");
-  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-    if (*p == '"' || *p == '\\')
-      put(t, "\\%c", *p);
-    else if (*p < 0x20)
-      put(t, "\\u%04x", *p);
-    else
-      put(t, "%c", *p);
+  for (s = s ? s : ""; *s != '\0';) {
+    s += xcoll_json_escape(s, chunk, sizeof chunk);
+    put(t, "%s", chunk);
   }
   put(t, "\"");
 }

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "json.h"
 #include "log.h"
 #include "path_pattern.h"
 
@@ -79,18 +80,6 @@ int xcoll_trace_enabled(void) {
   return atomic_load_explicit(&trace_on, memory_order_relaxed);
 }
 
-/* Writes s as the inside of a JSON string. */
-static void put_json_string(FILE *f, const char *s) {
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\')
-      fprintf(f, "\\%c", *p);
-    else if (*p < 0x20)
-      fprintf(f, "\\u%04x", *p);
-    else
-      fputc(*p, f);
-  }
-}
-
 static void put_separator(void) {
   fputs(trace_events++ ? ",\n" : "\n", trace_file);
 }
@@ -135,7 +124,7 @@ static void put_lane_metadata(int tid) {
           "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
           "\"args\":{\"name\":\"",
           trace_rank, tid);
-  put_json_string(trace_file, name);
+  xcoll_json_put_string(trace_file, name);
   fputs("\"}}", trace_file);
   put_separator();
   /* tracks in order of first use, then their lanes in order of opening */
@@ -317,9 +306,9 @@ void xcoll_trace_span(const char *name, const char *cat, uint64_t track,
     int tid = lane_for(track, lane_key(cat, name), start_us, end_us);
     put_separator();
     fputs("{\"name\":\"", f);
-    put_json_string(f, name);
+    xcoll_json_put_string(f, name);
     fputs("\",\"cat\":\"", f);
-    put_json_string(f, cat);
+    xcoll_json_put_string(f, cat);
     fprintf(f,
             "\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,"
             "\"tid\":%d,\"args\":{%s}}",

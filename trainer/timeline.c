@@ -9,21 +9,11 @@
 #include <errno.h>
 #include <string.h>
 
+#include "../core/json.h"
 #include "xcoll.h"
 
 static void separator(timeline *t) {
   fputs(t->events++ ? ",\n" : "\n", t->file);
-}
-
-static void put_string(FILE *f, const char *s) {
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\')
-      fprintf(f, "\\%c", *p);
-    else if (*p < 0x20)
-      fprintf(f, "\\u%04x", *p);
-    else
-      fputc(*p, f);
-  }
 }
 
 int timeline_open(timeline *t, const char *pattern, int rank, char *err,
@@ -67,7 +57,7 @@ void timeline_name_track(timeline *t, int tid, const char *name) {
           "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
           "\"args\":{\"name\":\"",
           t->rank, tid);
-  put_string(t->file, name);
+  xcoll_json_put_string(t->file, name);
   fputs("\"}}", t->file);
   separator(t);
   fprintf(t->file,
@@ -84,9 +74,9 @@ void timeline_span(timeline *t, const char *name, const char *cat, int tid,
   double duration_us = end_s > start_s ? (end_s - start_s) * 1e6 : 0.0;
   separator(t);
   fputs("{\"name\":\"", t->file);
-  put_string(t->file, name);
+  xcoll_json_put_string(t->file, name);
   fputs("\",\"cat\":\"", t->file);
-  put_string(t->file, cat);
+  xcoll_json_put_string(t->file, cat);
   fprintf(t->file,
           "\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,"
           "\"args\":{%s}}",
