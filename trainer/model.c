@@ -274,13 +274,17 @@ static void cnn_forward(model *m, const float *x, int B) {
   need(m, p->conv1_weight, MODEL_FORWARD);
   conv2d_forward(a->conv1, x, param(m, p->conv1_weight),
                  param(m, p->conv1_bias), m->col, B, 1, 28, 28, c1, CNN_K, 2);
-  relu_forward(a->conv1, a->conv1, (size_t)B * c1 * 28 * 28);
+  /* relu(maxpool(x)) == maxpool(relu(x)), value for value (relu is
+   * monotone), and where they pick different window elements both
+   * gradients are zero; pooling first runs the relu on a quarter of the
+   * values. */
   maxpool2x2_forward(a->pool1, m->pool1_argmax, a->conv1, B, c1, 28, 28);
+  relu_forward(a->pool1, a->pool1, (size_t)B * c1 * 14 * 14);
   need(m, p->conv2_weight, MODEL_FORWARD);
   conv2d_forward(a->conv2, a->pool1, param(m, p->conv2_weight),
                  param(m, p->conv2_bias), m->col, B, c1, 14, 14, c2, CNN_K, 0);
-  relu_forward(a->conv2, a->conv2, (size_t)B * c2 * 10 * 10);
   maxpool2x2_forward(a->pool2, m->pool2_argmax, a->conv2, B, c2, 10, 10);
+  relu_forward(a->pool2, a->pool2, (size_t)B * c2 * 5 * 5);
   need(m, p->fc1_weight, MODEL_FORWARD);
   linear_forward(a->fc1, a->pool2, param(m, p->fc1_weight),
                  param(m, p->fc1_bias), B, c2 * 25, CNN_FC1);
@@ -363,15 +367,15 @@ static void cnn_backward(model *m, int B, float loss_scale) {
                   d->fc1, a->pool2, param(m, p->fc1_weight), B, c2 * 25,
                   CNN_FC1);
   ready(m, p->fc1_weight);
+  relu_backward(d->pool2, d->pool2, a->pool2, (size_t)B * c2 * 5 * 5);
   maxpool2x2_backward(d->conv2, d->pool2, m->pool2_argmax, B, c2, 10, 10);
-  relu_backward(d->conv2, d->conv2, a->conv2, (size_t)B * c2 * 10 * 10);
   need(m, p->conv2_weight, MODEL_BACKWARD);
   conv2d_backward(d->pool1, grad(m, p->conv2_weight), grad(m, p->conv2_bias),
                   d->conv2, a->pool1, param(m, p->conv2_weight), m->col,
                   m->dcol, B, c1, 14, 14, c2, CNN_K, 0);
   ready(m, p->conv2_weight);
+  relu_backward(d->pool1, d->pool1, a->pool1, (size_t)B * c1 * 14 * 14);
   maxpool2x2_backward(d->conv1, d->pool1, m->pool1_argmax, B, c1, 28, 28);
-  relu_backward(d->conv1, d->conv1, a->conv1, (size_t)B * c1 * 28 * 28);
   need(m, p->conv1_weight, MODEL_BACKWARD);
   conv2d_backward(NULL, grad(m, p->conv1_weight), grad(m, p->conv1_bias),
                   d->conv1, m->input, param(m, p->conv1_weight), m->col,

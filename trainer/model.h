@@ -82,7 +82,8 @@ typedef struct cnn_params {
   int fc3_weight, fc3_bias;     /* (10, 84), (10) */
 } cnn_params;
 
-/* B = max_batch; convolution and fc outputs after their ReLU. */
+/* B = max_batch; fc outputs after their ReLU; convolution outputs before
+ * it, which follows the pooling (model.c, cnn_forward). */
 typedef struct cnn_activations {
   float *conv1;  /* (B, C1, 28, 28) */
   float *pool1;  /* (B, C1, 14, 14) */
