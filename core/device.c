@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,15 +90,42 @@ typedef int (*cu_pointer_get_attribute_fn)(void *data, int attribute,
 
 static _Atomic(cu_pointer_get_attribute_fn) cu_get_attribute;
 
-/* dl_iterate_phdr callback: copies the path of a loaded libcuda.so*. */
+/* The number of objects the process had loaded (glibc's dlpi_adds) when
+ * libcuda was last looked for and not found, plus one; 0: not looked yet. A
+ * host rank asks for every buffer of every call whether it is device memory,
+ * and walking the loaded objects' names each time cost about a tenth of an
+ * 8-byte allreduce; so the walk is made again only once something new was
+ * loaded (libcuda can come later: PyTorch loads it lazily). */
+static _Atomic unsigned long long libcuda_absent_at;
+
+typedef struct libcuda_search {
+  const char *path;        /* out: libcuda's path, if loaded */
+  unsigned long long adds; /* out: dlpi_adds; 0 where glibc gives none */
+  int first;               /* the callback has not run yet */
+  int unchanged;           /* out: nothing was loaded since the last search */
+} libcuda_search;
+
+/* dl_iterate_phdr callback: stops at once when nothing was loaded since
+ * libcuda was last found absent, else copies the path of a loaded
+ * libcuda.so*. */
 static int find_libcuda(struct dl_phdr_info *info, size_t size, void *data) {
-  (void)size;
+  libcuda_search *search = data;
+  if (search->first) {
+    search->first = 0;
+    if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof info->dlpi_adds) {
+      search->adds = info->dlpi_adds;
+      if (search->adds + 1 == atomic_load(&libcuda_absent_at)) {
+        search->unchanged = 1;
+        return 1;
+      }
+    }
+  }
   const char *name = info->dlpi_name;
   const char *base = strrchr(name, '/');
   base = base ? base + 1 : name;
   if (strncmp(base, "libcuda.so", 10) != 0)
     return 0;
-  *(const char **)data = name;
+  search->path = name;
   return 1;
 }
 
@@ -108,11 +136,16 @@ static cu_pointer_get_attribute_fn driver_get_attribute(void) {
   cu_pointer_get_attribute_fn fn = atomic_load(&cu_get_attribute);
   if (fn != NULL)
     return fn;
-  const char *path = NULL;
-  dl_iterate_phdr(find_libcuda, &path);
-  if (path == NULL)
+  libcuda_search search = {.first = 1};
+  dl_iterate_phdr(find_libcuda, &search);
+  if (search.unchanged)
     return NULL;
-  void *handle = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+  if (search.path == NULL) {
+    if (search.adds != 0)
+      atomic_store(&libcuda_absent_at, search.adds + 1);
+    return NULL;
+  }
+  void *handle = dlopen(search.path, RTLD_NOW | RTLD_NOLOAD);
   if (handle == NULL)
     return NULL;
   fn = (cu_pointer_get_attribute_fn)(uintptr_t)dlsym(handle,
