@@ -148,9 +148,9 @@ static xcoll_status send_part(bruck_run *b, nl_round *r, int *progress) {
     for (int j = 0; j < b->nrounds; j++)
       if (b->rounds[j].d < r->cnt && !b->rounds[j].landed)
         return XCOLL_SUCCESS; /* a block it carries is not in yet */
-    s = st->net->isend(m->link.send_comm, st->mesh_out,
-                       NL_BRUCK_HEADER_BYTES + (size_t)r->cnt * b->block,
-                       m->sends, NULL, &m->send_request);
+    s = m->send_ops->isend(st, m, st->mesh_out,
+                           NL_BRUCK_HEADER_BYTES + (size_t)r->cnt * b->block,
+                           NULL, &m->send_request);
     if (s != XCOLL_SUCCESS)
       goto failed;
     if (m->send_request == NULL)
@@ -159,7 +159,7 @@ static xcoll_status send_part(bruck_run *b, nl_round *r, int *progress) {
   }
   int done = 0;
   size_t bytes = 0;
-  s = st->net->test(m->send_request, &done, &bytes);
+  s = m->send_ops->test(st, m, m->send_request, &done, &bytes);
   if (s != XCOLL_SUCCESS) {
     m->send_request = NULL;
     goto failed;
@@ -174,7 +174,7 @@ static xcoll_status send_part(bruck_run *b, nl_round *r, int *progress) {
 failed:
   return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? m->to : -1,
                  "nccl_like: rank %d: Bruck send to rank %d failed: %s",
-                 st->rank, m->to, nl_net_last_error());
+                 st->rank, m->to, m->send_ops->last_error(m));
 }
 
 /* Round r's receive: posted at once, then tested; a message that landed
@@ -187,8 +187,8 @@ static xcoll_status recv_part(bruck_run *b, nl_round *r, int *progress,
   if (r->landed)
     return XCOLL_SUCCESS;
   if (m->recv_request == NULL) {
-    s = st->net->irecv(m->link.recv_comm, st->mesh_in + r->stage, room_of(r),
-                       m->recvs, NULL, &m->recv_request);
+    s = m->recv_ops->irecv(st, m, st->mesh_in + r->stage, room_of(r), NULL,
+                           &m->recv_request);
     if (s != XCOLL_SUCCESS)
       goto failed;
     if (m->recv_request == NULL)
@@ -197,7 +197,7 @@ static xcoll_status recv_part(bruck_run *b, nl_round *r, int *progress,
   }
   int done = 0;
   size_t bytes = 0;
-  s = st->net->test(m->recv_request, &done, &bytes);
+  s = m->recv_ops->test(st, m, m->recv_request, &done, &bytes);
   if (s != XCOLL_SUCCESS) {
     m->recv_request = NULL;
     goto failed;
@@ -216,7 +216,7 @@ failed:
   return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? m->from : -1,
                  "nccl_like: rank %d: Bruck receive from rank %d "
                  "failed: %s",
-                 st->rank, m->from, nl_net_last_error());
+                 st->rank, m->from, m->recv_ops->last_error(m));
 }
 
 /* One pass over the rounds: every send whose blocks are in leaves before

@@ -150,15 +150,19 @@ static int link_from(const nl_state *st, int i) {
 }
 
 /* Whether link i sends (connects to link_to(i)) and receives (listens
- * for and accepts link_from(i)) over the net plugin: a channel's link only
- * in the directions whose transport is net. */
+ * for and accepts link_from(i)) over the net plugin: a channel's link and
+ * a mesh link only in the directions that net carries. */
 static int link_sends(const nl_state *st, int i) {
-  return i >= st->nchannels ||
+  if (i > st->nchannels)
+    return st->mesh[i - st->nchannels - 1].send_ops->net;
+  return i == st->nchannels ||
          st->channels[i].send_transport == &nl_transport_net;
 }
 
 static int link_receives(const nl_state *st, int i) {
-  return i >= st->nchannels ||
+  if (i > st->nchannels)
+    return st->mesh[i - st->nchannels - 1].recv_ops->net;
+  return i == st->nchannels ||
          st->channels[i].recv_transport == &nl_transport_net;
 }
 
@@ -210,11 +214,22 @@ static xcoll_status alloc_mesh(nl_state *st) {
                 20));
   }
   st->mesh_of[0] = -1;
+  const nl_rank_info *me = &st->rank_infos[st->rank];
   for (int d = 1; d < p; d++) {
     st->mesh_of[d] = st->mesh_links;
     nl_mesh_link *m = &st->mesh[st->mesh_links++];
     m->to = (st->rank + d) % p;
     m->from = (st->rank - d + p) % p;
+    /* Each direction on shm when its two ranks share a host (the same
+     * answer at the peer's end: nl_shm_mesh_pair is symmetric). */
+    m->send_ops = nl_shm_mesh_pair(me, &st->rank_infos[m->to])
+                      ? &nl_mesh_shm_ops
+                      : &nl_mesh_net_ops;
+    m->recv_ops = nl_shm_mesh_pair(&st->rank_infos[m->from], me)
+                      ? &nl_mesh_shm_ops
+                      : &nl_mesh_net_ops;
+    /* One line per mesh link this rank sends on, as for the channels. */
+    XCOLL_INFO("mesh %d -> %d via %s", st->rank, m->to, m->send_ops->name);
   }
   atomic_init(&st->mesh_moved, 0);
   return XCOLL_SUCCESS;
@@ -387,11 +402,15 @@ static xcoll_status pick_transports(nl_state *st) {
                send->name);
   }
   /* (A transport whose free is a chosen one's shares its state: p2p runs
-   * on shm's listener.) */
+   * on shm's listener. So does the mesh when a peer shares this host.) */
+  int mesh_shm = 0;
+  for (int r = 0; r < st->world_size && st->mesh_on; r++)
+    mesh_shm |= r != st->rank && nl_shm_mesh_pair(me, &st->rank_infos[r]);
   for (int t = 0; t < NL_TRANSPORTS; t++)
     if (nl_transports[t]->free != send->free &&
         nl_transports[t]->free != recv->free &&
-        nl_transports[t]->free != NULL)
+        nl_transports[t]->free != NULL &&
+        !(mesh_shm && nl_transports[t]->free == nl_transport_shm.free))
       nl_transports[t]->free(st);
   return XCOLL_SUCCESS;
 }
@@ -453,6 +472,8 @@ xcoll_status nl_channels_setup(nl_state *st) {
     s = register_buffers(st);
   if (s == XCOLL_SUCCESS)
     s = connect_transports(st);
+  if (s == XCOLL_SUCCESS && st->mesh_on)
+    s = nl_shm_mesh_connect(st);
   if (s == XCOLL_SUCCESS)
     bind_sends(st);
   /* Listening is over: each listen comm accepted its one connection. */

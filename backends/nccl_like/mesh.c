@@ -19,6 +19,17 @@
  * call, 10 us 108 us, 20 us 117 us. */
 #define NL_MESH_SPIN_S 10e-6
 
+/* 1 when a request over the net plugin is posted on a mesh link. */
+static int net_busy(const nl_state *st) {
+  for (int k = 0; k < st->mesh_links; k++) {
+    const nl_mesh_link *m = &st->mesh[k];
+    if ((m->send_request != NULL && m->send_ops->net) ||
+        (m->recv_request != NULL && m->recv_ops->net))
+      return 1;
+  }
+  return 0;
+}
+
 void nl_mesh_idle(nl_state *st, uint64_t spins, double waited_s) {
   /* Fingerprints of earlier ops move meanwhile, as the ring kernels' hook
    * moves them (proxy.c), and a rank that waits long makes its deferred
@@ -29,6 +40,16 @@ void nl_mesh_idle(nl_state *st, uint64_t spins, double waited_s) {
     nl_fp_progress(st, &progress);
   if (spins == 256)
     nl_fp_flush(st);
+  /* Messages in flight over shm (transport/shm.c): spin, then sleep on
+   * this rank's mesh event count, which a peer bumps when it posts; that
+   * wait also fails the comm when a peer waited on died. With messages
+   * over net in flight as well there is no one thing to sleep on: yield. */
+  if (nl_shm_mesh_busy(st)) {
+    if (!nl_shm_mesh_wait(st, waited_s,
+                          net_busy(st) ? 0 : NL_POLL_MS * 1000000L))
+      sched_yield();
+    return;
+  }
   /* Spin NL_MESH_SPIN_S, yielding the core on every idle pass, so that a
    * rank sharing it that has a message to send gets it at once; then
    * sleep in poll(2) until a mesh socket is ready. A plugin without
@@ -88,13 +109,13 @@ int nl_mesh_poll(nl_state *st, int timeout_ms) {
   for (int k = 0; k < st->mesh_links; k++) {
     nl_mesh_link *m = &st->mesh[k];
     int ids[NL_MESH_FDS_PER_COMM], count = 0;
-    if (m->recv_request != NULL &&
+    if (m->recv_request != NULL && m->recv_ops->net &&
         st->net->get_fds(NULL, m->link.recv_comm, ids, NL_MESH_FDS_PER_COMM,
                          &count) == XCOLL_SUCCESS)
       for (int i = 0; i < count && n < max; i++)
         fds[n++] = (struct pollfd){.fd = ids[i], .events = POLLIN};
     count = 0;
-    if (m->send_request != NULL &&
+    if (m->send_request != NULL && m->send_ops->net &&
         st->net->get_fds(m->link.send_comm, NULL, ids, NL_MESH_FDS_PER_COMM,
                          &count) == XCOLL_SUCCESS)
       for (int i = 0; i < count && n < max; i++)

@@ -199,12 +199,49 @@ typedef struct nl_ring_link {
  * algorithm over p2p.c only once every engine op is done, and an engine
  * op only once the host algorithms are done), and each leaves every link
  * idle: no request posted, as many messages sent as the peer received. */
-typedef struct nl_mesh_link {
-  nl_ring_link link;
+typedef struct nl_mesh_link nl_mesh_link;
+struct nl_state;
+/* A message in flight on a mesh link: the net plugin's request, or the
+ * shm carrier's (transport/shm.c). Opaque to the mesh algorithms. */
+typedef struct nl_mesh_request nl_mesh_request;
+/* What carries a direction of a mesh link (chosen at init, the same on
+ * both ends): the
+ * net plugin's comms (transport/net.c: nl_mesh_net_ops) or, between two
+ * ranks of one host that allow shm, a byte ring in the receiver's shm
+ * segment (transport/shm.c: nl_mesh_shm_ops). The mesh algorithms and
+ * p2p.c post and test through it and never know which it is. The calls
+ * follow net.h's isend / irecv / test: they never block, a NULL request
+ * with SUCCESS means "no room now, retry", a message is received whole by
+ * one irecv of at least its size, messages of a link arrive in the order
+ * posted, and test releases a request once it reports it done or failed. */
+typedef struct nl_mesh_ops {
+  const char *name; /* "NET", "SHM": what XCOLL_DEBUG=INFO prints */
+  /* 1: the link is the net plugin's comms (link.send_comm, recv_comm):
+   * reg_mr and get_fds apply to it. 0: no descriptor, no registration;
+   * a waiting rank sleeps in nl_shm_mesh_wait instead. */
+  int net;
+  xcoll_status (*isend)(struct nl_state *st, nl_mesh_link *m,
+                        const void *data, size_t bytes, void *mhandle,
+                        nl_mesh_request **request);
+  xcoll_status (*irecv)(struct nl_state *st, nl_mesh_link *m, void *data,
+                        size_t bytes, void *mhandle,
+                        nl_mesh_request **request);
+  xcoll_status (*test)(struct nl_state *st, nl_mesh_link *m,
+                       nl_mesh_request *request, int *done, size_t *bytes);
+  /* The sentence of the link's last failed call, for messages. */
+  const char *(*last_error)(const nl_mesh_link *m);
+} nl_mesh_ops;
+
+struct nl_mesh_link {
+  nl_ring_link link; /* the net plugin's comms (ops->net only) */
   int to, from; /* the peers of send_comm and recv_comm */
-  xcoll_net_request *send_request, *recv_request;
+  /* What carries each direction: the send to `to`, the receive from
+   * `from` (two peers, so two choices; each the same as the peer's end). */
+  const nl_mesh_ops *send_ops, *recv_ops;
+  struct nl_mesh_shm *shm; /* the shm carrier's state (transport/shm.c) */
+  nl_mesh_request *send_request, *recv_request;
   uint32_t sends, recvs; /* messages posted so far: the tags */
-} nl_mesh_link;
+};
 
 typedef struct nl_channel {
   int id;
@@ -630,6 +667,30 @@ void nl_proxy_notify_hook(void *ctx, int flags);
  * kernel filled has been sent, so that the last collective's data reaches
  * the next rank before the connections close. */
 void nl_proxy_drain(nl_state *st);
+
+/* ---- transport/net.c, transport/shm.c: the mesh's carriers ---- */
+extern const nl_mesh_ops nl_mesh_net_ops;
+extern const nl_mesh_ops nl_mesh_shm_ops;
+/* 1 when the mesh's messages from rank a to rank b go through shared
+ * memory: shm's can_connect accepts the pair and both took a mesh
+ * listener at setup (a host rank of a comm with the mesh; shm.c). */
+int nl_shm_mesh_pair(const nl_rank_info *a, const nl_rank_info *b);
+/* After the transports are picked, with a direction of some mesh link
+ * on shm: make this rank's mesh segment (a byte ring from each such
+ * peer), serve it to those peers and map theirs, through the mesh
+ * listener (each connection checked by its SO_PEERCRED pid and uid, as
+ * the ring's); then point those links' directions at nl_mesh_shm_ops.
+ * Errors: SYSTEM, NO_MEMORY, PROTOCOL (a bad segment), TIMEOUT naming a
+ * peer that did not connect or send its segment within st->timeout_s. */
+xcoll_status nl_shm_mesh_connect(nl_state *st);
+/* 1 while a shm mesh request is posted and not yet complete. */
+int nl_shm_mesh_busy(nl_state *st);
+/* A thread that drives the mesh and made no progress for waited_s: every
+ * NL_SHM_CHECK_S, a peer that a posted shm request waits on and that has
+ * died or left fails the comm naming it (nl_fail, REMOTE); then, once it
+ * has spun NL_SHM_SPIN_S, sleep on this rank's mesh event count until a
+ * peer posts or sleep_ns (0: no sleep). Returns 1 when it slept. */
+int nl_shm_mesh_wait(nl_state *st, double waited_s, long sleep_ns);
 
 /* ---- mesh.c ---- */
 /* One idle pass of a thread that drives the mesh (spins: idle passes so

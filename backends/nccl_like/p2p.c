@@ -74,7 +74,7 @@ struct xcoll_p2p_request {
 
 /* A net message in flight: message `index` of owner (0: the header). */
 typedef struct p2p_entry {
-  xcoll_net_request *net;
+  nl_mesh_request *net;
   struct xcoll_p2p_request *owner;
   int index;
   int done;
@@ -149,7 +149,7 @@ void nl_p2p_close(nl_state *st) {
     p2p_dir *dirs[2] = {&q->send[r], &q->recv[r]};
     for (int k = 0; k < 2; k++) {
       p2p_dir *d = dirs[k];
-      if (d->mhandle != NULL && st->net != NULL)
+      if (d->mhandle != NULL && st->net != NULL) /* a net direction */
         (void)st->net->dereg_mr(k == 0 ? d->link->link.send_comm : NULL,
                                 k == 1 ? d->link->link.recv_comm : NULL,
                                 d->mhandle);
@@ -232,7 +232,10 @@ static xcoll_status dir_open(nl_state *st, nl_p2p *q, p2p_dir *d,
                        "slots %s rank %d (%zu B)",
                        is_send ? "to" : "from", peer,
                        NL_P2P_DEPTH * q->slot_bytes);
-  if (q->staged) {
+  /* Only the net plugin's comms register memory (a shm direction copies
+   * through its ring). */
+  if (q->staged &&
+      (is_send ? d->link->send_ops : d->link->recv_ops)->net) {
     xcoll_status s = st->net->reg_mr(
         is_send ? d->link->link.send_comm : NULL,
         is_send ? NULL : d->link->link.recv_comm, slots,
@@ -426,12 +429,16 @@ static size_t chunk_of(const nl_p2p *q, const struct xcoll_p2p_request *r,
 }
 
 static xcoll_status net_failed(nl_state *st, const struct xcoll_p2p_request *r,
-                               xcoll_status s, const char *what) {
+                               const p2p_dir *d, xcoll_status s) {
+  const nl_mesh_ops *ops = r->is_send ? d->link->send_ops : d->link->recv_ops;
   return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? r->peer : -1,
                  "nccl_like: rank %d: point-to-point %s of %zu B "
-                 "(tag 0x%" PRIx64 ") %s rank %d failed (net plugin %s): %s",
+                 "(tag 0x%" PRIx64 ") %s rank %d failed (%s %s): %s",
                  st->rank, r->is_send ? "send" : "receive", r->bytes, r->tag,
-                 r->is_send ? "to" : "from", r->peer, st->net->name, what);
+                 r->is_send ? "to" : "from", r->peer,
+                 ops->net ? "net plugin" : "mesh over",
+                 ops->net ? st->net->name : ops->name,
+                 ops->last_error(d->link));
 }
 
 /* Post the next net message of d's cursor request; *posted = 0 when the
@@ -463,15 +470,13 @@ static xcoll_status post_one(nl_state *st, nl_p2p *q, p2p_dir *d, int is_send,
       memcpy(slot, r->buf + off, len);
     }
   }
-  xcoll_net_request *request = NULL;
+  nl_mesh_request *request = NULL;
   nl_mesh_link *m = d->link;
   xcoll_status s =
-      is_send ? st->net->isend(m->link.send_comm, data, len, m->sends,
-                               mhandle, &request)
-              : st->net->irecv(m->link.recv_comm, data, len, m->recvs,
-                               mhandle, &request);
+      is_send ? m->send_ops->isend(st, m, data, len, mhandle, &request)
+              : m->recv_ops->irecv(st, m, data, len, mhandle, &request);
   if (s != XCOLL_SUCCESS)
-    return net_failed(st, r, s, nl_net_last_error());
+    return net_failed(st, r, d, s);
   *posted = request != NULL;
   if (request == NULL)
     return XCOLL_SUCCESS;
@@ -543,10 +548,11 @@ static xcoll_status pump(nl_state *st, nl_p2p *q, p2p_dir *d, int is_send,
       if (!e->done) {
         int done = 0;
         size_t got = 0;
-        s = st->net->test(e->net, &done, &got);
+        s = (is_send ? d->link->send_ops : d->link->recv_ops)
+                ->test(st, d->link, e->net, &done, &got);
         if (s != XCOLL_SUCCESS) {
           e->net = NULL;
-          return net_failed(st, e->owner, s, nl_net_last_error());
+          return net_failed(st, e->owner, d, s);
         }
         if (!done)
           break; /* the plugin moves a comm's messages in order */
@@ -595,7 +601,8 @@ static int sleep_on_links(nl_state *st, nl_p2p *q, int timeout_ms) {
   for (int r = 0; r < st->world_size && n < MAX_FDS; r++) {
     for (int k = 0; k < 2; k++) {
       p2p_dir *d = k == 0 ? &q->send[r] : &q->recv[r];
-      if (d->posted == d->retired)
+      if (d->posted == d->retired ||
+          !(k == 0 ? d->link->send_ops : d->link->recv_ops)->net)
         continue;
       int ids[FDS_PER_COMM], count = 0;
       if (st->net->get_fds(k == 0 ? d->link->link.send_comm : NULL,
@@ -610,6 +617,17 @@ static int sleep_on_links(nl_state *st, nl_p2p *q, int timeout_ms) {
   if (n == 0)
     return -1;
   return poll(fds, (nfds_t)n, timeout_ms) > 0;
+}
+
+/* 1 when a net message of a direction over the net plugin is in flight. */
+static int net_busy(const nl_p2p *q, int world_size) {
+  for (int r = 0; r < world_size; r++)
+    if ((q->send[r].posted != q->send[r].retired &&
+         q->send[r].link->send_ops->net) ||
+        (q->recv[r].posted != q->recv[r].retired &&
+         q->recv[r].link->recv_ops->net))
+      return 1;
+  return 0;
 }
 
 /* No progress for waited_s > st->timeout_s: fail naming what is pending. */
@@ -783,6 +801,17 @@ static xcoll_status nl_p2p_wait(void *state, xcoll_p2p_request **requests,
     if (now - last_progress >= NL_P2P_SPIN_S &&
         (s = check_prev(st, q)) != XCOLL_SUCCESS)
       break;
+    /* Messages in flight over shm: spin, then sleep on this rank's mesh
+     * event count (which also watches the peers waited on for a death),
+     * unless messages over net are in flight too: then yield. */
+    if (nl_shm_mesh_busy(st)) {
+      if (!nl_shm_mesh_wait(st, now - last_progress,
+                            net_busy(q, st->world_size)
+                                ? 0
+                                : NL_POLL_MS * 1000000L))
+        sched_yield();
+      continue;
+    }
     /* Yield the core first, so that a rank sharing it that has a message
      * for this one gets it at once; then sleep on the links' sockets
      * (NL_POLL_MS at a time: the failure flag is looked at between). */

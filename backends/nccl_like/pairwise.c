@@ -65,8 +65,8 @@ typedef struct pw_plan {
  * the requests in flight (message i's at i % NL_PAIRWISE_DEPTH). */
 typedef struct pw_link {
   size_t sent, send_done, recvd, recv_done;
-  xcoll_net_request *send_req[NL_PAIRWISE_DEPTH];
-  xcoll_net_request *recv_req[NL_PAIRWISE_DEPTH];
+  nl_mesh_request *send_req[NL_PAIRWISE_DEPTH];
+  nl_mesh_request *recv_req[NL_PAIRWISE_DEPTH];
 } pw_link;
 
 int nl_pairwise_can_run(const nl_state *st, const nl_op *op) {
@@ -235,11 +235,10 @@ static xcoll_status pw_step(void *ctx, int *progress, int *done) {
     size_t nsend = messages(r, d, 1), nrecv = messages(r, d, 0);
     while (l->sent < nsend && l->sent - l->send_done < NL_PAIRWISE_DEPTH) {
       const uint8_t *from = send_message(r, d, l->sent, &unit);
-      xcoll_net_request *request = NULL;
+      nl_mesh_request *request = NULL;
       if (from == NULL)
         break;
-      s = st->net->isend(m->link.send_comm, from, unit->len * r->elem, m->sends,
-                         NULL, &request);
+      s = m->send_ops->isend(st, m, from, unit->len * r->elem, NULL, &request);
       if (s != XCOLL_SUCCESS)
         goto send_failed;
       if (request == NULL)
@@ -250,9 +249,9 @@ static xcoll_status pw_step(void *ctx, int *progress, int *done) {
     while (l->send_done < l->sent) {
       int done = 0;
       size_t bytes = 0;
-      xcoll_net_request **request =
+      nl_mesh_request **request =
           &l->send_req[l->send_done % NL_PAIRWISE_DEPTH];
-      s = st->net->test(*request, &done, &bytes);
+      s = m->send_ops->test(st, m, *request, &done, &bytes);
       if (s != XCOLL_SUCCESS) {
         *request = NULL;
         goto send_failed;
@@ -266,11 +265,10 @@ static xcoll_status pw_step(void *ctx, int *progress, int *done) {
     }
     while (l->recvd < nrecv && l->recvd - l->recv_done < NL_PAIRWISE_DEPTH) {
       uint8_t *to = recv_message(r, d, l->recvd, &unit);
-      xcoll_net_request *request = NULL;
+      nl_mesh_request *request = NULL;
       if (to == NULL)
         break;
-      s = st->net->irecv(m->link.recv_comm, to, unit->len * r->elem, m->recvs,
-                         NULL, &request);
+      s = m->recv_ops->irecv(st, m, to, unit->len * r->elem, NULL, &request);
       if (s != XCOLL_SUCCESS)
         goto recv_failed;
       if (request == NULL)
@@ -281,9 +279,9 @@ static xcoll_status pw_step(void *ctx, int *progress, int *done) {
     while (l->recv_done < l->recvd) {
       int done = 0;
       size_t bytes = 0;
-      xcoll_net_request **request =
+      nl_mesh_request **request =
           &l->recv_req[l->recv_done % NL_PAIRWISE_DEPTH];
-      s = st->net->test(*request, &done, &bytes);
+      s = m->recv_ops->test(st, m, *request, &done, &bytes);
       if (s != XCOLL_SUCCESS) {
         *request = NULL;
         goto recv_failed;
@@ -320,11 +318,11 @@ static xcoll_status pw_step(void *ctx, int *progress, int *done) {
     return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? m->from : -1,
                    "nccl_like: rank %d: pairwise receive from rank %d "
                    "failed: %s",
-                   st->rank, m->from, nl_net_last_error());
+                   st->rank, m->from, m->recv_ops->last_error(m));
   send_failed:
     return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? m->to : -1,
                    "nccl_like: rank %d: pairwise send to rank %d failed: %s",
-                   st->rank, m->to, nl_net_last_error());
+                   st->rank, m->to, m->send_ops->last_error(m));
   }
   while (reduce_ready(r))
     *progress = 1;

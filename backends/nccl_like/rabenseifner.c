@@ -64,7 +64,7 @@ typedef struct rb_dir {
                     (the stage when reducing) */
   size_t total, units;
   size_t posted, done;
-  xcoll_net_request *req[NL_PAIRWISE_DEPTH];
+  nl_mesh_request *req[NL_PAIRWISE_DEPTH];
 } rb_dir;
 
 typedef struct rb_run {
@@ -127,14 +127,16 @@ static void exchange_begin(rb_run *r, int partner, const uint8_t *send_base,
   r->result = result;
 }
 
-/* Test d's oldest request in flight; a request that completed or failed
- * is released (NULL). *done and *bytes as net.h's test. */
-static xcoll_status test_oldest(const nl_state *st, rb_dir *d, int *done,
+/* Test d's oldest request in flight (on link m, carried by ops); a
+ * request that completed or failed is released (NULL). *done and *bytes
+ * as net.h's test. */
+static xcoll_status test_oldest(nl_state *st, nl_mesh_link *m,
+                                const nl_mesh_ops *ops, rb_dir *d, int *done,
                                 size_t *bytes) {
-  xcoll_net_request **request = &d->req[d->done % NL_PAIRWISE_DEPTH];
+  nl_mesh_request **request = &d->req[d->done % NL_PAIRWISE_DEPTH];
   *done = 0;
   *bytes = 0;
-  xcoll_status s = st->net->test(*request, done, bytes);
+  xcoll_status s = ops->test(st, m, *request, done, bytes);
   if (s != XCOLL_SUCCESS || *done)
     *request = NULL;
   return s;
@@ -149,10 +151,10 @@ static xcoll_status exchange_step(void *ctx, int *progress, int *done) {
   xcoll_status s = XCOLL_SUCCESS;
   rb_dir *d = &r->send;
   while (d->posted < d->units && d->posted - d->done < NL_PAIRWISE_DEPTH) {
-    xcoll_net_request *request = NULL;
-    s = st->net->isend(
-        r->out->link.send_comm, d->base + d->posted * r->unit_elems * r->elem,
-        unit_len(r, d, d->posted) * r->elem, r->out->sends, NULL, &request);
+    nl_mesh_request *request = NULL;
+    s = r->out->send_ops->isend(
+        st, r->out, d->base + d->posted * r->unit_elems * r->elem,
+        unit_len(r, d, d->posted) * r->elem, NULL, &request);
     if (s != XCOLL_SUCCESS)
       goto send_failed;
     if (request == NULL)
@@ -163,7 +165,7 @@ static xcoll_status exchange_step(void *ctx, int *progress, int *done) {
   while (d->done < d->posted) {
     int done = 0;
     size_t bytes = 0;
-    s = test_oldest(st, d, &done, &bytes);
+    s = test_oldest(st, r->out, r->out->send_ops, d, &done, &bytes);
     if (s != XCOLL_SUCCESS)
       goto send_failed;
     if (!done)
@@ -173,10 +175,10 @@ static xcoll_status exchange_step(void *ctx, int *progress, int *done) {
   }
   d = &r->recv;
   while (d->posted < d->units && d->posted - d->done < NL_PAIRWISE_DEPTH) {
-    xcoll_net_request *request = NULL;
-    s = st->net->irecv(r->in->link.recv_comm, recv_at(r, d->posted),
-                       unit_len(r, d, d->posted) * r->elem, r->in->recvs, NULL,
-                       &request);
+    nl_mesh_request *request = NULL;
+    s = r->in->recv_ops->irecv(st, r->in, recv_at(r, d->posted),
+                               unit_len(r, d, d->posted) * r->elem, NULL,
+                               &request);
     if (s != XCOLL_SUCCESS)
       goto recv_failed;
     if (request == NULL)
@@ -187,7 +189,7 @@ static xcoll_status exchange_step(void *ctx, int *progress, int *done) {
   while (d->done < d->posted) {
     int done = 0;
     size_t bytes = 0;
-    s = test_oldest(st, d, &done, &bytes);
+    s = test_oldest(st, r->in, r->in->recv_ops, d, &done, &bytes);
     if (s != XCOLL_SUCCESS)
       goto recv_failed;
     if (!done)
@@ -230,11 +232,11 @@ recv_failed:
   return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? r->partner : -1,
                  "nccl_like: rank %d: Rabenseifner receive from rank %d "
                  "failed: %s",
-                 st->rank, r->partner, nl_net_last_error());
+                 st->rank, r->partner, r->in->recv_ops->last_error(r->in));
 send_failed:
   return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? r->partner : -1,
                  "nccl_like: rank %d: Rabenseifner send to rank %d failed: %s",
-                 st->rank, r->partner, nl_net_last_error());
+                 st->rank, r->partner, r->out->send_ops->last_error(r->out));
 }
 
 /* ", which may itself wait on rank(s) ...": the partners the partner had

@@ -211,3 +211,48 @@ const nl_transport nl_transport_net = {
     .wait = NULL,
     .posted = NULL,
 };
+
+/* ---- the mesh over the net plugin: a link's comms, one net message per
+ * mesh message, tagged with the link's count of messages so far. The
+ * plugin's request is the mesh request. ---- */
+
+static xcoll_status mesh_isend(nl_state *st, nl_mesh_link *m,
+                               const void *data, size_t bytes, void *mhandle,
+                               nl_mesh_request **request) {
+  xcoll_net_request *r = NULL;
+  xcoll_status s = st->net->isend(m->link.send_comm, data, bytes, m->sends,
+                                  mhandle, &r);
+  *request = (nl_mesh_request *)r;
+  return s;
+}
+
+static xcoll_status mesh_irecv(nl_state *st, nl_mesh_link *m, void *data,
+                               size_t bytes, void *mhandle,
+                               nl_mesh_request **request) {
+  xcoll_net_request *r = NULL;
+  xcoll_status s = st->net->irecv(m->link.recv_comm, data, bytes, m->recvs,
+                                  mhandle, &r);
+  *request = (nl_mesh_request *)r;
+  return s;
+}
+
+static xcoll_status mesh_test(nl_state *st, nl_mesh_link *m,
+                              nl_mesh_request *request, int *done,
+                              size_t *bytes) {
+  (void)m;
+  return st->net->test((xcoll_net_request *)request, done, bytes);
+}
+
+static const char *mesh_last_error(const nl_mesh_link *m) {
+  (void)m;
+  return nl_net_last_error();
+}
+
+const nl_mesh_ops nl_mesh_net_ops = {
+    .name = "NET",
+    .net = 1,
+    .isend = mesh_isend,
+    .irecv = mesh_irecv,
+    .test = mesh_test,
+    .last_error = mesh_last_error,
+};

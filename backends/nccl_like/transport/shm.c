@@ -126,6 +126,19 @@ typedef struct nl_shm {
   pthread_mutex_t check_lock; /* one thread polls the sockets at a time; */
   double checked_at;          /* guarded by it, with the peers' closed */
   unsigned long strangers; /* connections refused at the listener */
+  /* The mesh (nl_shm_mesh_connect): a listener of its own, this rank's
+   * segment of byte rings (one per sending peer) and every mesh peer's,
+   * mapped; only the thread that drives the mesh touches these. */
+  int mesh_listen_fd;
+  uint64_t mesh_nonce;
+  int mesh_fd;
+  uint8_t *mesh_segment;
+  size_t mesh_bytes, mesh_ring;
+  struct nl_mesh_peer *mesh_peers; /* by rank */
+  struct nl_mesh_shm *mesh_links;  /* by mesh link */
+  uint64_t mesh_busy;              /* requests posted, not yet complete */
+  double mesh_checked_at;
+  unsigned long mesh_strangers;
 } nl_shm;
 
 /* ---- this rank's info ---- */
@@ -229,16 +242,16 @@ static int open_pidfd(int32_t pid) {
 #endif
 }
 
-static xcoll_status shm_listen(nl_state *st, nl_shm *shm) {
-  if (getrandom(&shm->nonce, sizeof shm->nonce, 0) != sizeof shm->nonce)
+/* Listen on a fresh abstract name: *fd, and *nonce to publish. */
+static xcoll_status shm_listen(nl_state *st, int *fd, uint64_t *nonce) {
+  if (getrandom(nonce, sizeof *nonce, 0) != sizeof *nonce)
     return xcoll_error(st->comm, XCOLL_ERR_SYSTEM,
                        "nccl_like shm: getrandom failed: %s", strerror(errno));
-  shm->listen_fd =
-      socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  *fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   struct sockaddr_un sa;
-  socklen_t len = shm_address(shm->nonce, &sa);
-  if (shm->listen_fd < 0 || bind(shm->listen_fd, (struct sockaddr *)&sa, len) ||
-      listen(shm->listen_fd, 64) != 0)
+  socklen_t len = shm_address(*nonce, &sa);
+  if (*fd < 0 || bind(*fd, (struct sockaddr *)&sa, len) ||
+      listen(*fd, 64) != 0)
     return xcoll_error(st->comm, XCOLL_ERR_SYSTEM,
                        "nccl_like shm: rank %d cannot listen on an abstract "
                        "Unix socket: %s (XCOLL_SHM_DISABLE=1 goes over the "
@@ -268,10 +281,17 @@ static xcoll_status shm_setup(nl_state *st, nl_rank_info *mine) {
   shm->slots.fd = shm->peer_slots.fd = -1;
   shm->to_prev = (nl_shm_peer){.rank = st->prev, .sock = -1, .pidfd = -1};
   shm->to_next = (nl_shm_peer){.rank = st->next, .sock = -1, .pidfd = -1};
+  shm->mesh_listen_fd = shm->mesh_fd = -1;
   pthread_mutex_init(&shm->check_lock, NULL);
   st->shm = shm;
-  xcoll_status s = shm_listen(st, shm);
+  xcoll_status s = shm_listen(st, &shm->listen_fd, &shm->nonce);
   mine->shm_nonce = shm->nonce;
+  /* The mesh's messages go through shm too, on a listener of its own. */
+  if (s == XCOLL_SUCCESS && st->mesh_on && mine->shm_allowed &&
+      mine->cuda_device < 0) {
+    s = shm_listen(st, &shm->mesh_listen_fd, &shm->mesh_nonce);
+    mine->mesh_nonce = shm->mesh_nonce;
+  }
   return s;
 }
 
@@ -621,6 +641,8 @@ xcoll_status nl_shm_connect(nl_state *st) {
   return XCOLL_SUCCESS;
 }
 
+static void mesh_free(nl_state *st, nl_shm *shm);
+
 static void peer_close(nl_shm_peer *p) {
   if (p->sock >= 0)
     close(p->sock);
@@ -659,6 +681,7 @@ void nl_shm_free(nl_state *st) {
     munmap(shm->peer_segment, shm->peer_segment_bytes);
   peer_close(&shm->to_prev);
   peer_close(&shm->to_next);
+  mesh_free(st, shm);
   pthread_mutex_destroy(&shm->check_lock);
   free(shm);
   st->shm = NULL;
@@ -808,6 +831,626 @@ void nl_shm_watch(nl_state *st, double idle_s) {
       check_peers(st, &st->channels[c]);
   }
   pthread_mutex_unlock(&shm->check_lock);
+}
+
+/* ---- the mesh over shared memory ----
+ *
+ * Between two ranks of one host, each direction of a mesh link (channel.c)
+ * is a byte ring in the receiver's mesh segment: the sender copies a
+ * message in (an 8-byte length, the bytes, padding to 8) and publishes its
+ * tail; the receiver copies it out into the buffer of its oldest posted
+ * receive and publishes its head. A message larger than the ring streams
+ * through it in pieces of at most NL_MESH_SHM_PIECE bytes. Requests are
+ * moved forward by isend, irecv and test, in the order posted: no thread
+ * of its own, no system call per message. A rank that waits sleeps on the
+ * event count of its own segment, which a peer bumps (waking it) after it
+ * posts a tail or head there while someone sleeps (nl_shm_mesh_wait), as
+ * the ring's shm FIFOs do. Deaths: each pair of peers holds a connection
+ * to each other's mesh listener and a pidfd, looked at while a request
+ * waits on the peer, as check_peers does for the ring. */
+
+/* Requests in flight per mesh link and direction (p2p.c keeps 8 posted). */
+#define NL_MESH_SHM_DEPTH 8
+/* Bytes copied before the tail or head is published, so that the peer
+ * can start on a large message before all of it is in. */
+#define NL_MESH_SHM_PIECE ((size_t)64 << 10)
+/* The segment's first page holds its event count; the ring from rank s
+ * sits at NL_MESH_SHM_HDR + s * stride: its counters' page, then the
+ * ring's bytes. */
+#define NL_MESH_SHM_HDR ((size_t)4096)
+#define NL_MESH_SHM_MAGIC 0x4d4c4e58u /* "XNLM" */
+#define NL_MESH_SHM_VERSION 1u
+
+/* Bytes of each ring: 1 MiB (two of pairwise's 512 KiB units) up to 8
+ * ranks, 256 KiB beyond, so that a rank's segment stays within 16 MiB up
+ * to 64 ranks of a host. */
+static size_t mesh_ring_bytes(int world_size) {
+  return world_size <= 8 ? (size_t)1 << 20 : (size_t)256 << 10;
+}
+
+typedef struct nl_mesh_event {
+  _Alignas(64) _Atomic uint32_t waiters;
+  _Atomic uint32_t wake_seq;
+} nl_mesh_event;
+
+typedef struct nl_mesh_ring {
+  _Alignas(64) _Atomic uint64_t head; /* bytes the receiver consumed */
+  _Alignas(64) _Atomic uint64_t tail; /* bytes the sender wrote */
+} nl_mesh_ring;
+
+typedef struct nl_mesh_hello {
+  uint32_t magic, version;
+  uint64_t comm_id;
+  int32_t rank, world_size; /* the segment's owner */
+  uint64_t ring_bytes, segment_bytes;
+} nl_mesh_hello;
+
+/* A mesh peer on shm: the connection to its mesh listener (it sent its
+ * segment over it; liveness) and its pidfd, the one it made to this rank's
+ * (kept open: the peer watches this rank through it), its segment. */
+typedef struct nl_mesh_peer {
+  int on; /* the mesh reaches this rank through shm */
+  nl_shm_peer out;
+  int in_sock;
+  uint8_t *segment;
+  size_t segment_bytes;
+} nl_mesh_peer;
+
+enum { MESH_REQ_FREE = 0, MESH_REQ_POSTED, MESH_REQ_DONE };
+
+struct nl_mesh_request {
+  int state;
+  xcoll_status status; /* a DONE request's */
+  uint8_t *buf;        /* send: const in spirit */
+  size_t bytes;        /* send: the message; receive: the room */
+  uint64_t len;        /* the message's length (receive: once read) */
+  uint64_t total;      /* ring bytes it takes: 8 + len rounded up to 8 */
+  uint64_t moved;      /* ring bytes of it written or consumed */
+};
+
+/* One direction's end: the ring, the requests in posting order (request
+ * k at k % NL_MESH_SHM_DEPTH), the counter this end owns, kept here. */
+typedef struct mesh_end {
+  nl_mesh_ring *ring;
+  uint8_t *data;
+  nl_mesh_event *wake; /* the peer's event count (it may sleep on us) */
+  int peer;
+  uint64_t mine; /* send: tail; receive: head */
+  nl_mesh_request req[NL_MESH_SHM_DEPTH];
+  uint64_t posted, active; /* requests posted; the first not complete */
+  int broken;              /* a bad length: the stream is lost */
+} mesh_end;
+
+typedef struct nl_mesh_shm {
+  mesh_end send, recv;
+  size_t ring_bytes;
+  char error[192];
+} nl_mesh_shm;
+
+int nl_shm_mesh_pair(const nl_rank_info *a, const nl_rank_info *b) {
+  return shm_can_connect(a, b) && a->cuda_device < 0 && b->cuda_device < 0 &&
+         a->mesh_nonce != 0 && b->mesh_nonce != 0;
+}
+
+/* After this end published its counter: wake the peer if it sleeps. */
+static void mesh_wake(nl_mesh_event *e) {
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load_explicit(&e->waiters, memory_order_relaxed) > 0) {
+    atomic_fetch_add(&e->wake_seq, 1);
+    futex_wake_all(&e->wake_seq);
+  }
+}
+
+/* Ring bytes the active request of end can move now (0: it waits on the
+ * peer, or nothing is posted). */
+static uint64_t mesh_ready(const mesh_end *e, size_t cap, int is_send) {
+  if (e->active == e->posted || e->broken)
+    return 0;
+  const nl_mesh_request *r = &e->req[e->active % NL_MESH_SHM_DEPTH];
+  uint64_t room =
+      is_send ? cap - (e->mine - atomic_load_explicit(&e->ring->head,
+                                                      memory_order_acquire))
+              : atomic_load_explicit(&e->ring->tail, memory_order_acquire) -
+                    e->mine;
+  /* The length word moves whole. */
+  return r->moved == 0 && room < 8 ? 0 : room;
+}
+
+static void ring_copy(uint8_t *ring, size_t cap, uint64_t at, void *user,
+                      size_t n, int to_ring) {
+  size_t off = (size_t)(at % cap), first = cap - off < n ? cap - off : n;
+  uint8_t *u = user;
+  if (to_ring) {
+    memcpy(ring + off, u, first);
+    memcpy(ring, u + first, n - first);
+  } else {
+    memcpy(u, ring + off, first);
+    memcpy(u + first, ring, n - first);
+  }
+}
+
+/* Move the end's requests forward in order as far as the ring allows. */
+static void mesh_pump(nl_state *st, nl_mesh_link *m, mesh_end *e,
+                      int is_send) {
+  nl_mesh_shm *l = m->shm;
+  size_t cap = l->ring_bytes;
+  while (e->active < e->posted && !e->broken) {
+    nl_mesh_request *r = &e->req[e->active % NL_MESH_SHM_DEPTH];
+    uint64_t room = mesh_ready(e, cap, is_send);
+    if (room == 0)
+      return;
+    if (r->moved == 0) { /* the length word: 8-aligned, never split */
+      uint64_t *word = (uint64_t *)(void *)(e->data + e->mine % cap);
+      if (is_send) {
+        *word = r->len;
+      } else {
+        r->len = *word;
+        if (r->len > r->bytes) {
+          snprintf(l->error, sizeof l->error,
+                   "rank %d sent a message of %" PRIu64
+                   " B where rank %d posted a receive of %zu B",
+                   e->peer, r->len, st->rank, r->bytes);
+          r->status = XCOLL_ERR_PROTOCOL;
+          r->state = MESH_REQ_DONE;
+          e->broken = 1;
+          return;
+        }
+        r->total = 8 + ((r->len + 7) & ~(uint64_t)7);
+      }
+      r->moved = 8, e->mine += 8, room -= 8;
+    }
+    while (r->moved < r->total && room > 0) {
+      uint64_t at = r->moved - 8;
+      uint64_t n = r->total - r->moved;
+      if (n > room)
+        n = room;
+      if (n > NL_MESH_SHM_PIECE)
+        n = NL_MESH_SHM_PIECE;
+      /* The padding after the bytes is skipped, not copied. */
+      uint64_t copy = at < r->len ? r->len - at : 0;
+      if (copy > n)
+        copy = n;
+      if (copy > 0)
+        ring_copy(e->data, cap, e->mine, r->buf + at, (size_t)copy, is_send);
+      r->moved += n, e->mine += n, room -= n;
+      if (room > 0 && r->moved < r->total)
+        atomic_store_explicit(is_send ? &e->ring->tail : &e->ring->head,
+                              e->mine, memory_order_release),
+            mesh_wake(e->wake);
+    }
+    atomic_store_explicit(is_send ? &e->ring->tail : &e->ring->head, e->mine,
+                          memory_order_release);
+    mesh_wake(e->wake);
+    if (r->moved < r->total)
+      return;
+    r->state = MESH_REQ_DONE;
+    r->status = XCOLL_SUCCESS;
+    e->active++;
+    st->shm->mesh_busy--;
+  }
+}
+
+static xcoll_status mesh_post(nl_state *st, nl_mesh_link *m, int is_send,
+                              const void *data, size_t bytes,
+                              nl_mesh_request **request) {
+  mesh_end *e = is_send ? &m->shm->send : &m->shm->recv;
+  nl_mesh_request *r = &e->req[e->posted % NL_MESH_SHM_DEPTH];
+  *request = NULL;
+  if (r->state != MESH_REQ_FREE)
+    return XCOLL_SUCCESS; /* every request of the end in use: retry */
+  *r = (nl_mesh_request){.state = MESH_REQ_POSTED,
+                         .buf = (uint8_t *)(uintptr_t)data,
+                         .bytes = bytes,
+                         .len = bytes,
+                         .total = 8 + (((uint64_t)bytes + 7) & ~(uint64_t)7)};
+  e->posted++;
+  st->shm->mesh_busy++;
+  *request = r;
+  mesh_pump(st, m, e, is_send); /* a small message goes at once */
+  return XCOLL_SUCCESS;
+}
+
+static xcoll_status mesh_shm_isend(nl_state *st, nl_mesh_link *m,
+                                   const void *data, size_t bytes,
+                                   void *mhandle, nl_mesh_request **request) {
+  (void)mhandle;
+  return mesh_post(st, m, 1, data, bytes, request);
+}
+
+static xcoll_status mesh_shm_irecv(nl_state *st, nl_mesh_link *m, void *data,
+                                   size_t bytes, void *mhandle,
+                                   nl_mesh_request **request) {
+  (void)mhandle;
+  return mesh_post(st, m, 0, data, bytes, request);
+}
+
+static xcoll_status mesh_shm_test(nl_state *st, nl_mesh_link *m,
+                                  nl_mesh_request *r, int *done,
+                                  size_t *bytes) {
+  nl_mesh_shm *l = m->shm;
+  int is_send = r >= l->send.req && r < l->send.req + NL_MESH_SHM_DEPTH;
+  mesh_end *e = is_send ? &l->send : &l->recv;
+  *done = 0;
+  if (r->state == MESH_REQ_POSTED)
+    mesh_pump(st, m, e, is_send);
+  if (r->state != MESH_REQ_DONE)
+    return XCOLL_SUCCESS;
+  *done = 1;
+  if (bytes != NULL)
+    *bytes = (size_t)r->len;
+  xcoll_status s = r->status;
+  if (s != XCOLL_SUCCESS && e->active < e->posted) {
+    /* The failed one is never counted done by the pump. */
+    e->active++;
+    st->shm->mesh_busy--;
+  }
+  r->state = MESH_REQ_FREE;
+  return s;
+}
+
+static const char *mesh_shm_last_error(const nl_mesh_link *m) {
+  return m->shm != NULL && m->shm->error[0] ? m->shm->error
+                                            : "no error recorded";
+}
+
+const nl_mesh_ops nl_mesh_shm_ops = {
+    .name = "SHM",
+    .net = 0,
+    .isend = mesh_shm_isend,
+    .irecv = mesh_shm_irecv,
+    .test = mesh_shm_test,
+    .last_error = mesh_shm_last_error,
+};
+
+int nl_shm_mesh_busy(nl_state *st) {
+  return st->shm != NULL && st->shm->mesh_busy > 0;
+}
+
+/* A waiting end whose peer is gone: fail naming it (1). */
+static int mesh_check_end(nl_state *st, nl_mesh_link *m, int is_send) {
+  nl_shm *shm = st->shm;
+  mesh_end *e = is_send ? &m->shm->send : &m->shm->recv;
+  if (e->active == e->posted ||
+      mesh_ready(e, m->shm->ring_bytes, is_send) > 0)
+    return 0;
+  nl_mesh_peer *p = &shm->mesh_peers[e->peer];
+  if (!peer_gone(&p->out))
+    return 0;
+  const nl_mesh_request *r = &e->req[e->active % NL_MESH_SHM_DEPTH];
+  nl_fail(st, XCOLL_ERR_REMOTE, e->peer,
+          "nccl_like: rank %d: rank %d %s while rank %d waits %s it on the "
+          "shared-memory mesh (a message of %zu B, %" PRIu64 " B moved)",
+          st->rank, e->peer, how_gone(&p->out), st->rank,
+          is_send ? "to send to" : "to receive from", r->bytes,
+          r->moved > 8 ? r->moved - 8 : 0);
+  return 1;
+}
+
+int nl_shm_mesh_wait(nl_state *st, double waited_s, long sleep_ns) {
+  nl_shm *shm = st->shm;
+  if (shm == NULL || shm->mesh_links == NULL || shm->mesh_busy == 0)
+    return 0;
+  double now = nl_now();
+  if (now - shm->mesh_checked_at >= NL_SHM_CHECK_S) {
+    shm->mesh_checked_at = now;
+    for (int k = 0; k < st->mesh_links; k++) {
+      nl_mesh_link *m = &st->mesh[k];
+      if ((m->send_ops == &nl_mesh_shm_ops && mesh_check_end(st, m, 1)) ||
+          (m->recv_ops == &nl_mesh_shm_ops && mesh_check_end(st, m, 0)))
+        return 0;
+    }
+  }
+  if (waited_s < NL_SHM_SPIN_S || sleep_ns <= 0)
+    return 0;
+  nl_mesh_event *own = (nl_mesh_event *)(void *)shm->mesh_segment;
+  uint32_t seen = atomic_load(&own->wake_seq);
+  atomic_fetch_add(&own->waiters, 1);
+  int ready = atomic_load_explicit(st->abort, memory_order_relaxed) != 0;
+  for (int k = 0; k < st->mesh_links && !ready; k++) {
+    nl_mesh_link *m = &st->mesh[k];
+    if (m->send_ops == &nl_mesh_shm_ops)
+      ready = mesh_ready(&m->shm->send, m->shm->ring_bytes, 1) > 0;
+    if (!ready && m->recv_ops == &nl_mesh_shm_ops)
+      ready = mesh_ready(&m->shm->recv, m->shm->ring_bytes, 0) > 0;
+  }
+  if (!ready)
+    futex_wait(&own->wake_seq, seen, sleep_ns);
+  atomic_fetch_sub(&own->waiters, 1);
+  return 1;
+}
+
+/* ---- the mesh's handshake ---- */
+
+static nl_mesh_ring *mesh_ring_at(uint8_t *segment, size_t ring_bytes,
+                                  int sender) {
+  return (nl_mesh_ring *)(void *)(segment + NL_MESH_SHM_HDR +
+                                  (size_t)sender * (4096 + ring_bytes));
+}
+
+static xcoll_status mesh_segment_make(nl_state *st, nl_shm *shm) {
+  int p = st->world_size;
+  shm->mesh_ring = mesh_ring_bytes(p);
+  shm->mesh_bytes = NL_MESH_SHM_HDR + (size_t)p * (4096 + shm->mesh_ring);
+  shm->mesh_fd = (int)syscall(SYS_memfd_create, "xcoll-nl-mesh",
+                              (unsigned)MFD_CLOEXEC);
+  if (shm->mesh_fd < 0 ||
+      ftruncate(shm->mesh_fd, (off_t)shm->mesh_bytes) != 0)
+    return xcoll_error(st->comm, XCOLL_ERR_SYSTEM,
+                       "nccl_like shm: rank %d cannot make a %zu B memfd "
+                       "segment for the mesh: %s (XCOLL_SHM_DISABLE=1 goes "
+                       "over the net plugin)",
+                       st->rank, shm->mesh_bytes, strerror(errno));
+  void *seg = mmap(NULL, shm->mesh_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+                   shm->mesh_fd, 0);
+  if (seg == MAP_FAILED)
+    return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
+                       "nccl_like shm: rank %d cannot map its %zu B mesh "
+                       "segment: %s",
+                       st->rank, shm->mesh_bytes, strerror(errno));
+  shm->mesh_segment = seg;
+  /* Touch the pages of the rings in use here, at init (see recv_alloc). */
+  memset(shm->mesh_segment, 0, NL_MESH_SHM_HDR);
+  for (int r = 0; r < p; r++)
+    if (shm->mesh_peers[r].on)
+      memset(mesh_ring_at(shm->mesh_segment, shm->mesh_ring, r), 0,
+             4096 + shm->mesh_ring);
+  return XCOLL_SUCCESS;
+}
+
+/* The mesh peer whose process is at the other end of fd, or -1. */
+static int mesh_peer_of(nl_state *st, int fd) {
+  for (int r = 0; r < st->world_size; r++)
+    if (st->shm->mesh_peers[r].on && peer_is(fd, st->rank_infos[r].pid))
+      return r;
+  return -1;
+}
+
+static xcoll_status mesh_accept(nl_state *st, nl_shm *shm) {
+  for (;;) {
+    int fd =
+        accept4(shm->mesh_listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0)
+      return XCOLL_SUCCESS;
+    int r = mesh_peer_of(st, fd);
+    if (r < 0 || shm->mesh_peers[r].in_sock >= 0) {
+      close(fd);
+      shm->mesh_strangers++;
+      continue;
+    }
+    shm->mesh_peers[r].in_sock = fd;
+    nl_mesh_hello hello = {.magic = NL_MESH_SHM_MAGIC,
+                           .version = NL_MESH_SHM_VERSION,
+                           .comm_id = st->comm->comm_id,
+                           .rank = st->rank,
+                           .world_size = st->world_size,
+                           .ring_bytes = shm->mesh_ring,
+                           .segment_bytes = shm->mesh_bytes};
+    char control[CMSG_SPACE(sizeof(int))];
+    memset(control, 0, sizeof control);
+    struct iovec iov = {.iov_base = &hello, .iov_len = sizeof hello};
+    struct msghdr msg = {.msg_iov = &iov,
+                         .msg_iovlen = 1,
+                         .msg_control = control,
+                         .msg_controllen = sizeof control};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &shm->mesh_fd, sizeof(int));
+    ssize_t sent;
+    do
+      sent = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    while (sent < 0 && errno == EINTR);
+    if (sent != (ssize_t)sizeof hello)
+      return xcoll_error(st->comm, XCOLL_ERR_REMOTE,
+                         "nccl_like shm: rank %d could not send its mesh "
+                         "segment to rank %d: %s",
+                         st->rank, r, sent < 0 ? strerror(errno) : "short "
+                                                                   "write");
+  }
+}
+
+static xcoll_status mesh_connect_one(nl_state *st, nl_shm *shm, int r) {
+  nl_mesh_peer *p = &shm->mesh_peers[r];
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  struct sockaddr_un sa;
+  socklen_t len = shm_address(st->rank_infos[r].mesh_nonce, &sa);
+  if (fd < 0)
+    return xcoll_error(st->comm, XCOLL_ERR_SYSTEM,
+                       "nccl_like shm: socket: %s", strerror(errno));
+  if (connect(fd, (struct sockaddr *)&sa, len) != 0) {
+    int err = errno;
+    close(fd);
+    if (err == EAGAIN || err == ECONNREFUSED || err == EINTR)
+      return XCOLL_SUCCESS; /* a full backlog: again on the next pass */
+    return xcoll_error(st->comm, XCOLL_ERR_REMOTE,
+                       "nccl_like shm: rank %d cannot reach rank %d's mesh "
+                       "listener: %s",
+                       st->rank, r, strerror(err));
+  }
+  if (!peer_is(fd, st->rank_infos[r].pid)) {
+    close(fd);
+    return xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
+                       "nccl_like shm: rank %d: the mesh listener of rank %d "
+                       "belongs to another process than the pid %d it "
+                       "published",
+                       st->rank, r, (int)st->rank_infos[r].pid);
+  }
+  p->out.sock = fd;
+  return XCOLL_SUCCESS;
+}
+
+static xcoll_status mesh_take(nl_state *st, nl_shm *shm, int r) {
+  nl_mesh_peer *p = &shm->mesh_peers[r];
+  nl_mesh_hello hello;
+  char control[CMSG_SPACE(sizeof(int))];
+  struct iovec iov = {.iov_base = &hello, .iov_len = sizeof hello};
+  struct msghdr msg = {.msg_iov = &iov,
+                       .msg_iovlen = 1,
+                       .msg_control = control,
+                       .msg_controllen = sizeof control};
+  ssize_t got = recvmsg(p->out.sock, &msg, MSG_CMSG_CLOEXEC);
+  if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    return XCOLL_SUCCESS;
+  int fd = -1;
+  struct cmsghdr *cm = got > 0 ? CMSG_FIRSTHDR(&msg) : NULL;
+  if (cm != NULL && cm->cmsg_level == SOL_SOCKET &&
+      cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len == CMSG_LEN(sizeof(int)))
+    memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+  struct stat sb;
+  const char *bad =
+      got < 0 ? strerror(errno)
+      : got == 0 ? "it closed the connection"
+      : got != (ssize_t)sizeof hello || fd < 0 ? "a short message or no fd"
+      : hello.magic != NL_MESH_SHM_MAGIC ||
+              hello.version != NL_MESH_SHM_VERSION
+          ? "another protocol version"
+      : hello.comm_id != st->comm->comm_id || hello.rank != r ||
+              hello.world_size != st->world_size
+          ? "another communicator's"
+      : hello.ring_bytes != shm->mesh_ring ||
+              hello.segment_bytes != shm->mesh_bytes
+          ? "another layout"
+      : fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < hello.segment_bytes
+          ? "a segment smaller than it says"
+          : NULL;
+  if (bad != NULL) {
+    if (fd >= 0)
+      close(fd);
+    return xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
+                       "nccl_like shm: rank %d: rank %d sent no usable mesh "
+                       "segment: %s",
+                       st->rank, r, bad);
+  }
+  void *seg = mmap(NULL, hello.segment_bytes, PROT_READ | PROT_WRITE,
+                   MAP_SHARED, fd, 0);
+  close(fd); /* the mapping keeps the memory */
+  if (seg == MAP_FAILED)
+    return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
+                       "nccl_like shm: rank %d cannot map rank %d's %" PRIu64
+                       " B mesh segment: %s",
+                       st->rank, r, hello.segment_bytes, strerror(errno));
+  p->segment = seg;
+  p->segment_bytes = hello.segment_bytes;
+  return XCOLL_SUCCESS;
+}
+
+/* Point each shm direction of the mesh at its ring. */
+static void mesh_bind(nl_state *st, nl_shm *shm) {
+  for (int k = 0; k < st->mesh_links; k++) {
+    nl_mesh_link *m = &st->mesh[k];
+    nl_mesh_shm *l = &shm->mesh_links[k];
+    l->ring_bytes = shm->mesh_ring;
+    m->shm = l;
+    if (m->send_ops == &nl_mesh_shm_ops) {
+      uint8_t *seg = shm->mesh_peers[m->to].segment;
+      l->send.ring = mesh_ring_at(seg, shm->mesh_ring, st->rank);
+      l->send.data = (uint8_t *)l->send.ring + 4096;
+      l->send.wake = (nl_mesh_event *)(void *)seg;
+      l->send.peer = m->to;
+    }
+    if (m->recv_ops == &nl_mesh_shm_ops) {
+      l->recv.ring = mesh_ring_at(shm->mesh_segment, shm->mesh_ring, m->from);
+      l->recv.data = (uint8_t *)l->recv.ring + 4096;
+      l->recv.wake = (nl_mesh_event *)(void *)shm->mesh_peers[m->from].segment;
+      l->recv.peer = m->from;
+    }
+  }
+}
+
+xcoll_status nl_shm_mesh_connect(nl_state *st) {
+  nl_shm *shm = st->shm;
+  int p = st->world_size, want = 0;
+  if (shm == NULL || shm->mesh_listen_fd < 0)
+    return XCOLL_SUCCESS;
+  shm->mesh_peers = calloc((size_t)p, sizeof *shm->mesh_peers);
+  shm->mesh_links = calloc((size_t)st->mesh_links, sizeof *shm->mesh_links);
+  if (!shm->mesh_peers || !shm->mesh_links)
+    return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
+                       "nccl_like shm: out of memory for the mesh");
+  for (int r = 0; r < p; r++) {
+    nl_mesh_peer *q = &shm->mesh_peers[r];
+    q->out = (nl_shm_peer){.rank = r, .sock = -1, .pidfd = -1};
+    q->in_sock = -1;
+    q->on = r != st->rank && nl_shm_mesh_pair(&st->rank_infos[st->rank],
+                                              &st->rank_infos[r]);
+    want += q->on;
+  }
+  xcoll_status s = want > 0 ? mesh_segment_make(st, shm) : XCOLL_SUCCESS;
+  double deadline = nl_now() + st->timeout_s;
+  while (s == XCOLL_SUCCESS && want > 0) {
+    int left = 0, waiting_on = -1;
+    s = mesh_accept(st, shm);
+    struct pollfd fds[1 + NL_MESH_POLL_LINKS];
+    nfds_t n = 0;
+    fds[n++] = (struct pollfd){.fd = shm->mesh_listen_fd, .events = POLLIN};
+    for (int r = 0; r < p && s == XCOLL_SUCCESS; r++) {
+      nl_mesh_peer *q = &shm->mesh_peers[r];
+      if (!q->on)
+        continue;
+      if (q->out.sock < 0)
+        s = mesh_connect_one(st, shm, r);
+      if (s == XCOLL_SUCCESS && q->out.sock >= 0 && q->segment == NULL)
+        s = mesh_take(st, shm, r);
+      if (q->segment == NULL || q->in_sock < 0) {
+        left++;
+        waiting_on = r;
+        if (q->out.sock >= 0 && q->segment == NULL && n < 1 + NL_MESH_POLL_LINKS)
+          fds[n++] = (struct pollfd){.fd = q->out.sock, .events = POLLIN};
+      }
+    }
+    if (s != XCOLL_SUCCESS || left == 0)
+      break;
+    if (nl_now() > deadline)
+      return xcoll_error(st->comm, XCOLL_ERR_TIMEOUT,
+                         "nccl_like shm: rank %d: rank %d did not %s within "
+                         "%.1f s (XCOLL_TIMEOUT_S)",
+                         st->rank, waiting_on,
+                         shm->mesh_peers[waiting_on].segment == NULL
+                             ? "send its mesh segment"
+                             : "connect to the mesh listener",
+                         st->timeout_s);
+    (void)poll(fds, n, 1);
+  }
+  if (shm->mesh_strangers > 0)
+    XCOLL_WARN("nccl_like shm: rank %d closed %lu connection(s) to its mesh "
+               "listener from processes other than its mesh peers",
+               st->rank, shm->mesh_strangers);
+  if (s != XCOLL_SUCCESS)
+    return s;
+  close(shm->mesh_listen_fd);
+  shm->mesh_listen_fd = -1;
+  for (int r = 0; r < p; r++)
+    if (shm->mesh_peers[r].on)
+      shm->mesh_peers[r].out.pidfd = open_pidfd(st->rank_infos[r].pid);
+  mesh_bind(st, shm);
+  return XCOLL_SUCCESS;
+}
+
+static void mesh_free(nl_state *st, nl_shm *shm) {
+  for (int k = 0; k < st->mesh_links && st->mesh != NULL; k++)
+    st->mesh[k].shm = NULL;
+  if (shm->mesh_peers != NULL)
+    for (int r = 0; r < st->world_size; r++) {
+      nl_mesh_peer *q = &shm->mesh_peers[r];
+      peer_close(&q->out);
+      if (q->in_sock >= 0)
+        close(q->in_sock);
+      if (q->segment != NULL)
+        munmap(q->segment, q->segment_bytes);
+    }
+  free(shm->mesh_peers);
+  free(shm->mesh_links);
+  shm->mesh_peers = NULL;
+  shm->mesh_links = NULL;
+  if (shm->mesh_listen_fd >= 0)
+    close(shm->mesh_listen_fd);
+  if (shm->mesh_fd >= 0)
+    close(shm->mesh_fd);
+  if (shm->mesh_segment != NULL)
+    munmap(shm->mesh_segment, shm->mesh_bytes);
+  shm->mesh_listen_fd = shm->mesh_fd = -1;
+  shm->mesh_segment = NULL;
 }
 
 const nl_transport nl_transport_shm = {

@@ -50,6 +50,8 @@ typedef struct nl_rank_info {
   uint64_t shm_nonce;    /* the shm listener's abstract name (shm.c); 0:
                             none */
   uint8_t gpu_uuid[16];  /* a GPU rank: its device's UUID, 0s: unknown */
+  uint64_t mesh_nonce;   /* the shm mesh listener's abstract name (shm.c);
+                            0: the mesh does not go through shm here */
 } nl_rank_info;
 
 /* How a GPU rank can share device memory with another process: cuMem
