@@ -231,6 +231,35 @@ set_tests_properties(faults.abort_threads.nccl_like PROPERTIES TIMEOUT 60
   LABELS "faults;nccl_like" PROCESSORS 2
   ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like")
 
+# The mesh (Bruck, pairwise, Rabenseifner, point-to-point) between ranks of
+# one host goes through shared memory, every link (tests/nccl_like/
+# nl_mesh.sh: one INFO line per link), while the allreduces and the
+# exchanges (alltoall, gather, scatter, send/recv over the mesh) pass; with
+# XCOLL_SHM_DISABLE=1 every link goes through the net plugin.
+set(_conf_allreduce "--backend;nccl_like;--coll;allreduce")
+foreach(case "shm.np4;SHM;conformance;;${_conf_allreduce}"
+             "shm.np3.exchange;SHM;exchange;"
+             "net.np4;NET;conformance;XCOLL_SHM_DISABLE=1;${_conf_allreduce}")
+  list(GET case 0 name)
+  list(GET case 1 want)
+  list(GET case 2 program)
+  list(GET case 3 env)
+  set(args)
+  list(LENGTH case n)
+  if(n GREATER 4)
+    list(SUBLIST case 4 -1 args)
+  endif()
+  string(REGEX MATCH "np([0-9]+)" _np "${name}")
+  set(test nccl_like.mesh.${name})
+  add_test(NAME ${test}
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/nl_mesh.sh ${want}
+            $<TARGET_FILE:xcollrun> ${CMAKE_MATCH_1}
+            $<TARGET_FILE:${program}> --quick ${args})
+  set_tests_properties(${test} PROPERTIES TIMEOUT 240
+    LABELS "conformance;nccl_like" PROCESSORS 2
+    ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like;${env}")
+endforeach()
+
 # Malformed variables of this backend fail creation naming the variable.
 foreach(case nchannels_0 nchannels_17 buffsize_12q buffsize_100 proto_fast)
   add_test(NAME faults.env.nccl_like.${case}
