@@ -1013,10 +1013,11 @@ static void mesh_pump(nl_state *st, nl_mesh_link *m, mesh_end *e,
       if (copy > 0)
         ring_copy(e->data, cap, e->mine, r->buf + at, (size_t)copy, is_send);
       r->moved += n, e->mine += n, room -= n;
-      if (room > 0 && r->moved < r->total)
+      if (room > 0 && r->moved < r->total) { /* a piece: let the peer go */
         atomic_store_explicit(is_send ? &e->ring->tail : &e->ring->head,
-                              e->mine, memory_order_release),
-            mesh_wake(e->wake);
+                              e->mine, memory_order_release);
+        mesh_wake(e->wake);
+      }
     }
     atomic_store_explicit(is_send ? &e->ring->tail : &e->ring->head, e->mine,
                           memory_order_release);
@@ -1145,6 +1146,9 @@ int nl_shm_mesh_wait(nl_state *st, double waited_s, long sleep_ns) {
   nl_mesh_event *own = (nl_mesh_event *)(void *)shm->mesh_segment;
   uint32_t seen = atomic_load(&own->wake_seq);
   atomic_fetch_add(&own->waiters, 1);
+  /* Registered before the counters are read again (mesh_wake's fence
+   * pairs with this one): a post is either seen here or wakes us. */
+  atomic_thread_fence(memory_order_seq_cst);
   int ready = atomic_load_explicit(st->abort, memory_order_relaxed) != 0;
   for (int k = 0; k < st->mesh_links && !ready; k++) {
     nl_mesh_link *m = &st->mesh[k];
@@ -1348,6 +1352,12 @@ static void mesh_bind(nl_state *st, nl_shm *shm) {
       l->send.data = (uint8_t *)l->send.ring + 4096;
       l->send.wake = (nl_mesh_event *)(void *)seg;
       l->send.peer = m->to;
+#ifdef MADV_POPULATE_WRITE
+      /* Map the ring's pages here now, not on the first messages (a page
+       * first touched from a process faults there once; see
+       * zero_by_kernel in channel.c). Best effort: older kernels say no. */
+      (void)madvise(l->send.ring, 4096 + shm->mesh_ring, MADV_POPULATE_WRITE);
+#endif
     }
     if (m->recv_ops == &nl_mesh_shm_ops) {
       l->recv.ring = mesh_ring_at(shm->mesh_segment, shm->mesh_ring, m->from);
