@@ -4,7 +4,8 @@
  * that carry them. The fingerprint connection (desync.c) is set up the
  * same way, as one more link of the ring, and so is the mesh: on a comm
  * of host ranks, a link to every other rank (bruck.c, pairwise.c,
- * rabenseifner.c, p2p.c). Setup follows NCCL's
+ * rabenseifner.c, p2p.c), each direction over the net plugin unless its
+ * two ranks share a host (transport/shm.c carries it). Setup follows NCCL's
  * transport/net.cc: the receiver listens and publishes its handle
  * (bootstrap allgather), the sender connects to it, the receiver accepts;
  * connect and accept are non-blocking and retried. */

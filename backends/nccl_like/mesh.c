@@ -1,9 +1,11 @@
 /* mesh.c - the driver of the nccl_like host engine's mesh (channel.c's
  * direct links to other ranks): the Bruck (bruck.c), pairwise (pairwise.c)
  * and Rabenseifner (rabenseifner.c) allreduces each give it a step function
- * that posts and tests their messages, and it runs that to the end on the
- * calling thread, yielding and then sleeping in poll(2) on the mesh's
- * sockets while nothing moves, and failing on abort or timeout. */
+ * that posts and tests their messages (through each link's carrier,
+ * nl_mesh_ops: shm within a host, else the net plugin), and it runs that
+ * to the end on the calling thread, yielding and then sleeping while
+ * nothing moves (on the shm mesh's event count, or in poll(2) on the net
+ * links' sockets), and failing on abort or timeout. */
 #include <poll.h>
 #include <sched.h>
 

@@ -695,9 +695,11 @@ int nl_shm_mesh_wait(nl_state *st, double waited_s, long sleep_ns);
 /* ---- mesh.c ---- */
 /* One idle pass of a thread that drives the mesh (spins: idle passes so
  * far, waited_s: seconds since the last progress): the fingerprint step
- * every 64 passes, the deferred fingerprints made due at 256, then a
- * sched_yield while waited_s < 10 us, else nl_mesh_poll for NL_POLL_MS
- * (a sched_yield again when it has no descriptor to sleep on). */
+ * every 64 passes, the deferred fingerprints made due at 256; then, with
+ * a shm request in flight, nl_shm_mesh_wait (a sched_yield when it did
+ * not sleep); else a sched_yield while waited_s < 10 us, else
+ * nl_mesh_poll for NL_POLL_MS (a sched_yield again when it has no
+ * descriptor to sleep on). */
 void nl_mesh_idle(nl_state *st, uint64_t spins, double waited_s);
 /* One pass of a schedule over the mesh: post and test what it can; set
  * *progress when something moved and *done when nothing is left. */
@@ -716,7 +718,8 @@ typedef int (*nl_mesh_waits_fn)(void *ctx, int *ranks, int max);
 xcoll_status nl_mesh_drive(nl_state *st, nl_mesh_step_fn step,
                            nl_mesh_waits_fn waits, nl_mesh_stuck_fn stuck,
                            void *ctx);
-/* poll(2) the mesh sockets that have a request posted, at most timeout_ms.
+/* poll(2) the sockets of the mesh directions over net that have a request
+ * posted, at most timeout_ms.
  * Returns 1 when one is ready, 0 when none is (or poll failed: the caller
  * tests every link anyway), -1 when the plugin names no descriptor. */
 int nl_mesh_poll(nl_state *st, int timeout_ms);
