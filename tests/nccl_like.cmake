@@ -235,11 +235,15 @@ set_tests_properties(faults.abort_threads.nccl_like PROPERTIES TIMEOUT 60
 # one host goes through shared memory, every link (tests/nccl_like/
 # nl_mesh.sh: one INFO line per link), while the allreduces and the
 # exchanges (alltoall, gather, scatter, send/recv over the mesh) pass; with
-# XCOLL_SHM_DISABLE=1 every link goes through the net plugin.
+# XCOLL_SHM_DISABLE=1 every link goes through the net plugin; with it on
+# one rank only (.mixed: NL_MESH_NET_RANK), that rank's links go through
+# net and the others' through shm, links of both kinds in one op.
 set(_conf_allreduce "--backend;nccl_like;--coll;allreduce")
 foreach(case "shm.np4;SHM;conformance;;${_conf_allreduce}"
              "shm.np3.exchange;SHM;exchange;"
-             "net.np4;NET;conformance;XCOLL_SHM_DISABLE=1;${_conf_allreduce}")
+             "net.np4;NET;conformance;XCOLL_SHM_DISABLE=1;${_conf_allreduce}"
+             "mixed.np4;SHM;conformance;NL_MESH_NET_RANK=1;${_conf_allreduce}"
+             "mixed.np3.exchange;SHM;exchange;NL_MESH_NET_RANK=2")
   list(GET case 0 name)
   list(GET case 1 want)
   list(GET case 2 program)
