@@ -672,8 +672,9 @@ void nl_proxy_drain(nl_state *st);
 extern const nl_mesh_ops nl_mesh_net_ops;
 extern const nl_mesh_ops nl_mesh_shm_ops;
 /* 1 when the mesh's messages from rank a to rank b go through shared
- * memory: shm's can_connect accepts the pair and both took a mesh
- * listener at setup (a host rank of a comm with the mesh; shm.c). */
+ * memory: shm's can_connect accepts the pair, both took a mesh listener
+ * at setup (a host rank of a comm with the mesh; shm.c), and they are two
+ * processes. */
 int nl_shm_mesh_pair(const nl_rank_info *a, const nl_rank_info *b);
 /* After the transports are picked, with a direction of some mesh link
  * on shm: make this rank's mesh segment (a byte ring from each such

@@ -927,9 +927,11 @@ typedef struct nl_mesh_shm {
   char error[192];
 } nl_mesh_shm;
 
+/* Two ranks in one process (threads) are left to net: the mesh listener
+ * tells its peers apart by their pids. */
 int nl_shm_mesh_pair(const nl_rank_info *a, const nl_rank_info *b) {
   return shm_can_connect(a, b) && a->cuda_device < 0 && b->cuda_device < 0 &&
-         a->mesh_nonce != 0 && b->mesh_nonce != 0;
+         a->mesh_nonce != 0 && b->mesh_nonce != 0 && a->pid != b->pid;
 }
 
 /* After this end published its counter: wake the peer if it sleeps. */
