@@ -1015,11 +1015,12 @@ static void mesh_pump(nl_state *st, nl_mesh_link *m, mesh_end *e,
       if (copy > 0)
         ring_copy(e->data, cap, e->mine, r->buf + at, (size_t)copy, is_send);
       r->moved += n, e->mine += n, room -= n;
-      if (room > 0 && r->moved < r->total) { /* a piece: let the peer go */
+      /* A piece: a peer that is spinning starts on it; a sleeping one is
+       * woken once, below, not per piece (with ranks sharing cores, each
+       * wake-up would hand the core over for one piece). */
+      if (room > 0 && r->moved < r->total)
         atomic_store_explicit(is_send ? &e->ring->tail : &e->ring->head,
                               e->mine, memory_order_release);
-        mesh_wake(e->wake);
-      }
     }
     atomic_store_explicit(is_send ? &e->ring->tail : &e->ring->head, e->mine,
                           memory_order_release);
