@@ -81,6 +81,10 @@
  * ring has not moved for this long (seconds): a kernel that has posted
  * its last step while the peer, done, already left, is not a death. */
 #define NL_SHM_WATCH_IDLE_S 0.05
+/* How long a peer whose socket closed may take to become an exited
+ * process (milliseconds) before the close is taken for a leave (how_gone);
+ * only the failure's wording depends on it. */
+#define NL_SHM_EXIT_MS 20
 /* A segment's header message (receiver -> sender, with the fd). */
 #define NL_SHM_MAGIC 0x534c4e58u /* "XNLS" */
 #define NL_SHM_VERSION 2u
@@ -710,9 +714,12 @@ static int peer_gone(nl_shm_peer *p) {
 static const char *how_gone(const nl_shm_peer *p) {
   if (p->pidfd < 0)
     return "died (its connection closed)";
+  /* A killed process closes its files a moment before its pidfd becomes
+   * readable: give it NL_SHM_EXIT_MS before calling the close a leave. */
   struct pollfd pfd = {.fd = p->pidfd, .events = POLLIN};
-  return poll(&pfd, 1, 0) > 0 ? "died (its process exited)"
-                              : "left (destroyed its communicator)";
+  return poll(&pfd, 1, NL_SHM_EXIT_MS) > 0
+             ? "died (its process exited)"
+             : "left (destroyed its communicator)";
 }
 
 static void check_peers(nl_state *st, nl_channel *ch) {
