@@ -341,8 +341,8 @@ static xcoll_status name_prev_call(nl_state *st, nl_p2p *q,
  * the ring's fingerprint link, names the call the ranks disagree on: a
  * PROTOCOL naming both calls when it differs from the host call this rank
  * is in, else XCOLL_SUCCESS (the caller reports the bare message). */
-static xcoll_status explain_bare_message(nl_state *st, nl_p2p *q, int peer,
-                                         size_t got) {
+static xcoll_status explain_bare_message(nl_state *st, nl_p2p *q,
+                                         const char *found) {
   if (st->prev == st->rank || !q->fp_current.valid)
     return XCOLL_SUCCESS;
   const double until = nl_now() + NL_P2P_EXPLAIN_S;
@@ -353,10 +353,7 @@ static xcoll_status explain_bare_message(nl_state *st, nl_p2p *q, int peer,
       return XCOLL_SUCCESS;
     sched_yield();
   }
-  return name_prev_call(st, q, &theirs, 1, "",
-                        " after a message of %zu B from rank %d that is no "
-                        "point-to-point header",
-                        got, peer);
+  return name_prev_call(st, q, &theirs, 1, "", "%s", found);
 }
 
 /* The header of r's message from r->peer landed (got bytes): check it
@@ -391,7 +388,12 @@ static xcoll_status header_check(nl_state *st, nl_p2p *q,
     magic |= (uint32_t)in[XCOLL_FINGERPRINT_BYTES + i] << (8 * i);
   if (got < NL_P2P_HEADER_BYTES || magic != NL_P2P_MAGIC ||
       in[28] != NL_P2P_VERSION) {
-    xcoll_status named = explain_bare_message(st, q, peer, got);
+    char found[128];
+    snprintf(found, sizeof found,
+             " after a message of %zu B from rank %d that is no "
+             "point-to-point header",
+             got, peer);
+    xcoll_status named = explain_bare_message(st, q, found);
     if (named != XCOLL_SUCCESS)
       return named;
     return nl_fail_everywhere(
@@ -428,17 +430,36 @@ static size_t chunk_of(const nl_p2p *q, const struct xcoll_p2p_request *r,
   return off;
 }
 
-static xcoll_status net_failed(nl_state *st, const struct xcoll_p2p_request *r,
+/* A link's failure. A peer's death or leave (REMOTE) is nl_fail's to name
+ * and publish. Any other failure fails every rank (nl_fail_everywhere): the
+ * peers may be waiting on this rank, and a message that does not fit the
+ * receive (the shm mesh refuses it, PROTOCOL) means the two ranks are in
+ * different calls, which the previous rank's fingerprint names when it
+ * can. */
+static xcoll_status net_failed(nl_state *st, nl_p2p *q,
+                               const struct xcoll_p2p_request *r,
                                const p2p_dir *d, xcoll_status s) {
   const nl_mesh_ops *ops = r->is_send ? d->link->send_ops : d->link->recv_ops;
-  return nl_fail(st, s, s == XCOLL_ERR_REMOTE ? r->peer : -1,
-                 "nccl_like: rank %d: point-to-point %s of %zu B "
-                 "(tag 0x%" PRIx64 ") %s rank %d failed (%s %s): %s",
-                 st->rank, r->is_send ? "send" : "receive", r->bytes, r->tag,
-                 r->is_send ? "to" : "from", r->peer,
-                 ops->net ? "net plugin" : "mesh over",
-                 ops->net ? st->net->name : ops->name,
-                 ops->last_error(d->link));
+  char what[XCOLL_ERROR_BYTES - 64];
+  snprintf(what, sizeof what,
+           "nccl_like: rank %d: point-to-point %s of %zu B (tag 0x%" PRIx64
+           ") %s rank %d failed (%s %s): %s",
+           st->rank, r->is_send ? "send" : "receive", r->bytes, r->tag,
+           r->is_send ? "to" : "from", r->peer,
+           ops->net ? "net plugin" : "mesh over",
+           ops->net ? st->net->name : ops->name, ops->last_error(d->link));
+  if (s == XCOLL_ERR_REMOTE)
+    return nl_fail(st, s, r->peer, "%s", what);
+  if (s == XCOLL_ERR_PROTOCOL && !r->is_send) {
+    char found[96];
+    snprintf(found, sizeof found,
+             " after a message from rank %d that does not fit the receive",
+             r->peer);
+    xcoll_status named = explain_bare_message(st, q, found);
+    if (named != XCOLL_SUCCESS)
+      return named;
+  }
+  return nl_fail_everywhere(st, s, "%s", what);
 }
 
 /* Post the next net message of d's cursor request; *posted = 0 when the
@@ -476,7 +497,7 @@ static xcoll_status post_one(nl_state *st, nl_p2p *q, p2p_dir *d, int is_send,
       is_send ? m->send_ops->isend(st, m, data, len, mhandle, &request)
               : m->recv_ops->irecv(st, m, data, len, mhandle, &request);
   if (s != XCOLL_SUCCESS)
-    return net_failed(st, r, d, s);
+    return net_failed(st, q, r, d, s);
   *posted = request != NULL;
   if (request == NULL)
     return XCOLL_SUCCESS;
@@ -552,7 +573,7 @@ static xcoll_status pump(nl_state *st, nl_p2p *q, p2p_dir *d, int is_send,
                 ->test(st, d->link, e->net, &done, &got);
         if (s != XCOLL_SUCCESS) {
           e->net = NULL;
-          return net_failed(st, e->owner, d, s);
+          return net_failed(st, q, e->owner, d, s);
         }
         if (!done)
           break; /* the plugin moves a comm's messages in order */

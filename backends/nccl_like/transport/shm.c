@@ -81,10 +81,6 @@
  * ring has not moved for this long (seconds): a kernel that has posted
  * its last step while the peer, done, already left, is not a death. */
 #define NL_SHM_WATCH_IDLE_S 0.05
-/* How long a peer whose socket closed may take to become an exited
- * process (milliseconds) before the close is taken for a leave (how_gone);
- * only the failure's wording depends on it. */
-#define NL_SHM_EXIT_MS 20
 /* A segment's header message (receiver -> sender, with the fd). */
 #define NL_SHM_MAGIC 0x534c4e58u /* "XNLS" */
 #define NL_SHM_VERSION 2u
@@ -714,12 +710,13 @@ static int peer_gone(nl_shm_peer *p) {
 static const char *how_gone(const nl_shm_peer *p) {
   if (p->pidfd < 0)
     return "died (its connection closed)";
-  /* A killed process closes its files a moment before its pidfd becomes
-   * readable: give it NL_SHM_EXIT_MS before calling the close a leave. */
+  /* Not waited for: a killed process closes its files a moment before its
+   * pidfd becomes readable, so a death seen in that moment is called a
+   * leave; waiting for the pidfd would hold every survivor's failure back,
+   * past the launcher's stop of the job when the peer left on an error. */
   struct pollfd pfd = {.fd = p->pidfd, .events = POLLIN};
-  return poll(&pfd, 1, NL_SHM_EXIT_MS) > 0
-             ? "died (its process exited)"
-             : "left (destroyed its communicator)";
+  return poll(&pfd, 1, 0) > 0 ? "died (its process exited)"
+                              : "left (destroyed its communicator)";
 }
 
 static void check_peers(nl_state *st, nl_channel *ch) {
@@ -941,10 +938,14 @@ int nl_shm_mesh_pair(const nl_rank_info *a, const nl_rank_info *b) {
          a->mesh_nonce != 0 && b->mesh_nonce != 0 && a->pid != b->pid;
 }
 
-/* After this end published its counter: wake the peer if it sleeps. */
+/* After this end published its counter: wake the peer if it sleeps. The
+ * waiters count is read with a read-modify-write, not a plain load after a
+ * fence (which the ThreadSanitizer build refuses): the peer registers with
+ * one too (nl_shm_mesh_wait), so the two are ordered on waiters. Either the
+ * peer's comes first and this one sees it, or this one comes first and the
+ * peer, reading from it, then sees the counter published before it. */
 static void mesh_wake(nl_mesh_event *e) {
-  atomic_thread_fence(memory_order_seq_cst);
-  if (atomic_load_explicit(&e->waiters, memory_order_relaxed) > 0) {
+  if (atomic_fetch_add(&e->waiters, 0) > 0) {
     atomic_fetch_add(&e->wake_seq, 1);
     futex_wake_all(&e->wake_seq);
   }
@@ -1155,10 +1156,9 @@ int nl_shm_mesh_wait(nl_state *st, double waited_s, long sleep_ns) {
     return 0;
   nl_mesh_event *own = (nl_mesh_event *)(void *)shm->mesh_segment;
   uint32_t seen = atomic_load(&own->wake_seq);
+  /* Registered before the counters are read again: a post is either seen
+   * below or wakes us (mesh_wake says why). */
   atomic_fetch_add(&own->waiters, 1);
-  /* Registered before the counters are read again (mesh_wake's fence
-   * pairs with this one): a post is either seen here or wakes us. */
-  atomic_thread_fence(memory_order_seq_cst);
   int ready = atomic_load_explicit(st->abort, memory_order_relaxed) != 0;
   for (int k = 0; k < st->mesh_links && !ready; k++) {
     nl_mesh_link *m = &st->mesh[k];
