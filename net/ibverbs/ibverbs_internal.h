@@ -81,6 +81,9 @@ typedef struct ibn_request {
   uint32_t tag;
   size_t bytes; /* asked for (receive: capacity) */
   size_t got;   /* sent or received */
+  /* Receive: the registration its clear-to-send names, held until the
+   * request is released or its comm closed (ibn_mr_hold). */
+  struct ibn_mr *mr;
 } ibn_request;
 
 struct ibn_comm {
@@ -117,6 +120,14 @@ struct ibn_comm {
 extern ibn_device ibn_dev;
 ibn_mr *ibn_mr_get(void *addr, size_t bytes);
 void ibn_mr_put(ibn_mr *m);
+/* One more reference on m, for a posted receive: its clear-to-send gave
+ * the sender m's key, so m stays registered until the receive completes or
+ * its comm's QP is destroyed. A caller that deregisters a buffer and then
+ * closes the comm (the engine's order at teardown) thus never leaves a key
+ * the sender may still write to: the sender sees the closed QP (retry
+ * exceeded: XCOLL_ERR_REMOTE, a peer that left), not a refused key
+ * (XCOLL_ERR_PROTOCOL). */
+void ibn_mr_hold(ibn_mr *m);
 void ibn_comm_free(ibn_comm *c);
 /* The plugin's init, but for net_ibverbs.c's copy of the log function. */
 xcoll_status ibn_setup_init(xcoll_net_log_fn log);

@@ -250,6 +250,12 @@ ibn_mr *ibn_mr_get(void *addr, size_t bytes) {
   return m;
 }
 
+void ibn_mr_hold(ibn_mr *m) {
+  pthread_mutex_lock(&mr_lock);
+  m->refs++;
+  pthread_mutex_unlock(&mr_lock);
+}
+
 void ibn_mr_put(ibn_mr *m) {
   if (m == NULL)
     return;
@@ -274,6 +280,10 @@ void ibn_comm_free(ibn_comm *c) {
     api->destroy_qp(c->qp);
   if (c->cq)
     api->destroy_cq(c->cq);
+  /* With the QP gone, nothing writes into the posted receives' buffers. */
+  for (int i = 0; i < IBN_SLOTS; i++)
+    if (c->requests[i].used)
+      ibn_mr_put(c->requests[i].mr);
   ibn_mr_put(c->fifo_mr);
   ibn_mr_put(c->cts_mr);
   free(c->fifo);

@@ -40,7 +40,10 @@
  * address (remote access error); a receiver whose bootstrap socket closes
  * is XCOLL_ERR_REMOTE (a dead sender, seen at once). A tag mismatch or an
  * oversize message is XCOLL_ERR_PROTOCOL on both ends (the sender tells the
- * receiver with a reserved immediate value).
+ * receiver with a reserved immediate value). A posted receive keeps its
+ * buffer registered until it completes or its comm closes (ibn_mr_hold), so
+ * a receiver that deregisters and then closes is seen by its sender as a
+ * closed QP (REMOTE), never as a refused key.
  *
  * Test hooks (never for production): XCOLL_IB_DEBUG_FAULT=skip_cts makes
  * isend write without waiting for its CTS; =reuse_cts makes every 5th isend
@@ -452,6 +455,8 @@ static xcoll_status ib_irecv(xcoll_net_recv_comm *recv_comm, void *data,
                      "rank %d failed: %s",
                      c->rank, c->peer_rank, strerror(e));
   }
+  ibn_mr_hold(m);
+  r->mr = m;
   c->posted++;
   c->in_flight++;
   if (c->in_flight > c->max_cts) {
@@ -463,6 +468,8 @@ static xcoll_status ib_irecv(xcoll_net_recv_comm *recv_comm, void *data,
 }
 
 static void release(ibn_request *r) {
+  ibn_mr_put(r->mr);
+  r->mr = NULL;
   r->used = 0;
   r->done = 0;
   r->failed = 0;

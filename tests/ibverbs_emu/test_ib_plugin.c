@@ -7,7 +7,10 @@
  *             one message, then 32 in flight (the FIFO wraps); a message
  *             longer than its receive fails both ends with PROTOCOL; a tag
  *             mismatch likewise; a completed receive still reports done
- *             after its sender closed; close with requests in flight.
+ *             after its sender closed; close with requests in flight; a
+ *             receiver that deregisters and closes with receives posted
+ *             is a peer that left (REMOTE) to its sender, not a refused
+ *             key.
  * Usage: test_ib_plugin nodevice|plugin (XCOLL_IBVERBS_LIB set by ctest).
  * Exit status 0 when every check passes. */
 #include <stdio.h>
@@ -213,6 +216,36 @@ static void test_plugin(void) {
   net->dereg_mr(NULL, rc, rmh);
   net->close_send(sc);
   net->close_recv(rc);
+
+  /* A receiver that deregisters its buffer and then closes, with receives
+   * posted (the engine's order at teardown): a write before the close
+   * still lands, as the posted receive holds the registration; a write
+   * after it finds a closed QP, REMOTE (a peer that left), never a refused
+   * key (PROTOCOL). */
+  connect_pair(&sc, &rc);
+  if (sc == NULL)
+    return;
+  CHECK(net->reg_mr(sc, NULL, sbuf, sizeof sbuf, XCOLL_NET_PTR_HOST, &smh) ==
+        XCOLL_SUCCESS);
+  CHECK(net->reg_mr(NULL, rc, rbuf, sizeof rbuf, XCOLL_NET_PTR_HOST, &rmh) ==
+        XCOLL_SUCCESS);
+  xcoll_net_request *second = NULL;
+  CHECK(net->irecv(rc, rbuf, 16, 13, rmh, &rr) == XCOLL_SUCCESS && rr);
+  CHECK(net->irecv(rc, rbuf + 16, 16, 14, rmh, &second) == XCOLL_SUCCESS &&
+        second);
+  CHECK(net->dereg_mr(NULL, rc, rmh) == XCOLL_SUCCESS);
+  memset(sbuf, 0x5c, 8);
+  memset(rbuf, 0, 8);
+  CHECK(send_when_ready(sc, sbuf, 8, 13, smh, &sr) == XCOLL_SUCCESS && sr);
+  CHECK(wait_request(sr, &got) == XCOLL_SUCCESS);
+  CHECK(wait_request(rr, &got) == XCOLL_SUCCESS && got == 8);
+  CHECK(memcmp(sbuf, rbuf, 8) == 0);
+  net->close_recv(rc);
+  CHECK(send_when_ready(sc, sbuf, 8, 14, smh, &sr) == XCOLL_SUCCESS && sr);
+  CHECK(wait_request(sr, &got) == XCOLL_ERR_REMOTE);
+  CHECK(strstr(last_error, "the peer is gone") != NULL);
+  net->dereg_mr(sc, NULL, smh);
+  net->close_send(sc);
 }
 
 int main(int argc, char **argv) {
