@@ -151,7 +151,7 @@ static const xcoll_param params[] = {
      "1: ranks of one host connect over the net plugin, not shared "
      "memory (NCCL_SHM_DISABLE)",
      0},
-    {"XCOLL_SHM_CMA", XCOLL_PARAM_INT, "nccl_like", 1, 0, 1, NULL, NULL, NULL,
+    {"XCOLL_SHM_CMA", XCOLL_PARAM_INT, "nccl_like", 0, 0, 1, NULL, NULL, NULL,
      "1: large messages on the shm mesh are copied once, by the receiver, "
      "from the sender's buffer (process_vm_readv) where the kernel allows "
      "it; 0: always through the ring (two copies)",

@@ -238,7 +238,7 @@ set_tests_properties(faults.abort_threads.nccl_like PROPERTIES TIMEOUT 60
 # XCOLL_SHM_DISABLE=1 every link goes through the net plugin; with it on
 # one rank only (.mixed: NL_MESH_NET_RANK), that rank's links go through
 # net and the others' through shm, links of both kinds in one op. .cma:
-# messages from 8 B copied once, from the sender's memory (CMA; the
+# XCOLL_SHM_CMA=1, messages from 8 B copied once, from the sender's memory (CMA; the
 # exchange's quick sizes are small), and every rank must have received
 # some that way (skipped where the kernel refuses process_vm_readv between
 # the ranks); .nocma: XCOLL_SHM_CMA=0, none (NL_MESH_CMA). Variables of
@@ -246,9 +246,9 @@ set_tests_properties(faults.abort_threads.nccl_like PROPERTIES TIMEOUT 60
 set(_conf_allreduce "--backend;nccl_like;--coll;allreduce")
 foreach(case "shm.np4;SHM;conformance;;${_conf_allreduce}"
              "shm.np3.exchange;SHM;exchange;"
-             "shm.np4.exchange.cma;SHM;exchange;XCOLL_SHM_CMA_MIN=8|NL_MESH_CMA=on"
+             "shm.np4.exchange.cma;SHM;exchange;XCOLL_SHM_CMA=1|XCOLL_SHM_CMA_MIN=8|NL_MESH_CMA=on"
              "shm.np4.exchange.nocma;SHM;exchange;XCOLL_SHM_CMA=0|XCOLL_SHM_CMA_MIN=8|NL_MESH_CMA=off"
-             "shm.np2.exchange.cma;SHM;exchange;XCOLL_SHM_CMA_MIN=8|NL_MESH_CMA=on"
+             "shm.np2.exchange.cma;SHM;exchange;XCOLL_SHM_CMA=1|XCOLL_SHM_CMA_MIN=8|NL_MESH_CMA=on"
              "net.np4;NET;conformance;XCOLL_SHM_DISABLE=1;${_conf_allreduce}"
              "mixed.np4;SHM;conformance;NL_MESH_NET_RANK=1;${_conf_allreduce}"
              "mixed.np3.exchange;SHM;exchange;NL_MESH_NET_RANK=2")

@@ -867,7 +867,9 @@ void nl_shm_watch(nl_state *st, double idle_s) {
  * posted receive with process_vm_readv and then publishes its head past
  * the descriptor; only then is the send complete, so the sender's buffer
  * stays untouched until the copy is done. One copy instead of two, as
- * Open MPI's sm does with CMA. */
+ * Open MPI's sm does with CMA; off unless XCOLL_SHM_CMA=1, since a
+ * process_vm_readv copies several times slower than a memcpy through the
+ * ring, which stays in cache (docs/nccl_like.md, "The mesh over shm"). */
 
 /* Requests in flight per mesh link and direction (p2p.c keeps 8 posted). */
 #define NL_MESH_SHM_DEPTH 8
@@ -1583,7 +1585,7 @@ xcoll_status nl_shm_mesh_connect(nl_state *st) {
                                               &st->rank_infos[r]);
     want += q->on;
   }
-  long cma = 1;
+  long cma = 0;
   xcoll_status s = xcoll_param_int("XCOLL_SHM_CMA", &cma);
   if (s == XCOLL_SUCCESS)
     s = xcoll_param_size("XCOLL_SHM_CMA_MIN", 0, &shm->mesh_cma_min);
