@@ -151,6 +151,14 @@ static const xcoll_param params[] = {
      "1: ranks of one host connect over the net plugin, not shared "
      "memory (NCCL_SHM_DISABLE)",
      0},
+    {"XCOLL_SHM_CMA", XCOLL_PARAM_INT, "nccl_like", 0, 0, 1, NULL, NULL, NULL,
+     "1: large messages on the shm mesh are copied once, by the receiver, "
+     "from the sender's buffer (process_vm_readv) where the kernel allows "
+     "it; 0: always through the ring (two copies)",
+     0},
+    {"XCOLL_SHM_CMA_MIN", XCOLL_PARAM_SIZE, "nccl_like", 64 * KIB, 1, GIB,
+     NULL, NULL, NULL,
+     "smallest message (bytes) the shm mesh sends with one copy (CMA)", 0},
     {"XCOLL_DIRECT", XCOLL_PARAM_INT, "nccl_like", 1, 0, 1, NULL, NULL, NULL,
      "1: SIMPLE sends go from user memory, not a slot copy (net socket, ucx)",
      0},

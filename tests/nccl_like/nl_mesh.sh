@@ -7,6 +7,11 @@
 # XCOLL_SHM_DISABLE=1 through the net plugin. With NL_MESH_NET_RANK=R in the
 # environment only rank R sets XCOLL_SHM_DISABLE=1: the links to and from
 # R must go via NET, every other via WANT (a mesh of both carriers).
+# With NL_MESH_CMA=on every rank must have received messages with one copy
+# (transport/shm.c, CMA: its INFO line "received N mesh message(s) with one
+# copy (CMA)" with N > 0 when it frees the mesh), or the run is skipped
+# (exit 77) where the kernel refuses process_vm_readv between the ranks;
+# with NL_MESH_CMA=off none.
 #   nl_mesh.sh WANT XCOLLRUN NP PROGRAM [ARGS...]
 set -u
 want=$1
@@ -54,3 +59,33 @@ if [ "$missing" -ne 0 ] || [ "$others" -ne 0 ]; then
 fi
 echo "ok: the $((np * (np - 1))) mesh links of $np ranks go via $want" \
   "(NET to and from rank $net_rank)"
+cma=${NL_MESH_CMA:-}
+if [ "$cma" = on ] &&
+    grep -qE "cannot read rank [0-9]+'s memory" "$tmp/err" "$tmp/out"; then
+  grep -ohE "cannot read rank [0-9]+'s memory \(process_vm_readv: [^)]*\)" \
+    "$tmp/err" "$tmp/out" | head -n 1
+  echo "SKIP: the kernel does not let these ranks read each other's memory" \
+    "(process_vm_readv: Yama's ptrace_scope, seccomp), so no single copy"
+  exit 77
+fi
+if [ -n "$cma" ]; then
+  grep -ohE "rank [0-9]+ received [0-9]+ mesh message\(s\) with one copy" \
+    "$tmp/err" "$tmp/out" | sort -u > "$tmp/cma"
+  cat "$tmp/cma"
+  for ((r = 0; r < np; r++)); do
+    n=$(sed -n "s/^rank $r received \([0-9]*\) .*/\1/p" "$tmp/cma")
+    if [ -z "$n" ]; then
+      echo "FAIL: rank $r printed no count of the messages it received"
+      exit 1
+    fi
+    if [ "$cma" = on ] && [ "$n" -eq 0 ]; then
+      echo "FAIL: rank $r received no message with one copy (CMA)"
+      exit 1
+    fi
+    if [ "$cma" = off ] && [ "$n" -ne 0 ]; then
+      echo "FAIL: rank $r received $n message(s) with one copy, CMA off"
+      exit 1
+    fi
+  done
+  echo "ok: single copy (CMA) $cma on every rank"
+fi

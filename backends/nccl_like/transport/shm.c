@@ -42,6 +42,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <linux/futex.h>
 #include <sys/un.h>
 #include <time.h>
@@ -139,6 +140,11 @@ typedef struct nl_shm {
   uint64_t mesh_busy;              /* requests posted, not yet complete */
   double mesh_checked_at;
   unsigned long mesh_strangers;
+  /* Single copy (CMA): XCOLL_SHM_CMA, XCOLL_SHM_CMA_MIN, and the messages
+   * this rank received each way (reported at INFO when it is freed). */
+  int mesh_cma;
+  size_t mesh_cma_min;
+  unsigned long mesh_received_cma, mesh_received_ring;
 } nl_shm;
 
 /* ---- this rank's info ---- */
@@ -851,7 +857,19 @@ void nl_shm_watch(nl_state *st, double idle_s) {
  * posts a tail or head there while someone sleeps (nl_shm_mesh_wait), as
  * the ring's shm FIFOs do. Deaths: each pair of peers holds a connection
  * to each other's mesh listener and a pidfd, looked at while a request
- * waits on the peer, as check_peers does for the ring. */
+ * waits on the peer, as check_peers does for the ring.
+ *
+ * Single copy (CMA): a message of at least XCOLL_SHM_CMA_MIN bytes, where
+ * the receiver found at connect that it may read the sender's memory
+ * (mesh_probe: the ring's cma word), puts only a descriptor in the ring:
+ * its length word with NL_MESH_CMA_FLAG and the address of the sender's
+ * buffer. The receiver copies the bytes straight from that buffer into its
+ * posted receive with process_vm_readv and then publishes its head past
+ * the descriptor; only then is the send complete, so the sender's buffer
+ * stays untouched until the copy is done. One copy instead of two, as
+ * Open MPI's sm does with CMA; off unless XCOLL_SHM_CMA=1, since a
+ * process_vm_readv copies several times slower than a memcpy through the
+ * ring, which stays in cache (docs/nccl_like.md, "The mesh over shm"). */
 
 /* Requests in flight per mesh link and direction (p2p.c keeps 8 posted). */
 #define NL_MESH_SHM_DEPTH 8
@@ -863,7 +881,15 @@ void nl_shm_watch(nl_state *st, double idle_s) {
  * ring's bytes. */
 #define NL_MESH_SHM_HDR ((size_t)4096)
 #define NL_MESH_SHM_MAGIC 0x4d4c4e58u /* "XNLM" */
-#define NL_MESH_SHM_VERSION 1u
+#define NL_MESH_SHM_VERSION 2u
+/* The length word's top bit: a CMA descriptor, whose next word is the
+ * address of the message in the sender's memory. */
+#define NL_MESH_CMA_FLAG ((uint64_t)1 << 63)
+/* Ring bytes of a CMA descriptor: the length word and the address. */
+#define NL_MESH_CMA_DESC 16u
+/* Bytes per process_vm_readv call, so that a copy that the peer's death
+ * cuts short is noticed between pieces. */
+#define NL_MESH_CMA_PIECE ((size_t)4 << 20)
 
 /* Bytes of each ring: 1 MiB (two of pairwise's 512 KiB units) up to 8
  * ranks, 256 KiB beyond, so that a rank's segment stays within 16 MiB up
@@ -880,6 +906,10 @@ typedef struct nl_mesh_event {
 typedef struct nl_mesh_ring {
   _Alignas(64) _Atomic uint64_t head; /* bytes the receiver consumed */
   _Alignas(64) _Atomic uint64_t tail; /* bytes the sender wrote */
+  /* Written once by the receiver at connect: 1 when it may read the
+   * sender's memory (mesh_probe) and takes CMA descriptors; 0 (not probed
+   * yet, or not allowed): the sender copies every message into the ring. */
+  _Alignas(64) _Atomic uint64_t cma;
 } nl_mesh_ring;
 
 typedef struct nl_mesh_hello {
@@ -887,6 +917,10 @@ typedef struct nl_mesh_hello {
   uint64_t comm_id;
   int32_t rank, world_size; /* the segment's owner */
   uint64_t ring_bytes, segment_bytes;
+  /* Where the owner's mesh nonce (published in the init allgather) lies
+   * in its memory: the receiver of its messages reads it there with
+   * process_vm_readv to learn whether CMA works (mesh_probe). */
+  uint64_t nonce_at;
 } nl_mesh_hello;
 
 /* A mesh peer on shm: the connection to its mesh listener (it sent its
@@ -898,6 +932,7 @@ typedef struct nl_mesh_peer {
   int in_sock;
   uint8_t *segment;
   size_t segment_bytes;
+  uint64_t nonce_at; /* its hello's */
 } nl_mesh_peer;
 
 enum { MESH_REQ_FREE = 0, MESH_REQ_POSTED, MESH_REQ_DONE };
@@ -908,8 +943,12 @@ struct nl_mesh_request {
   uint8_t *buf;        /* send: const in spirit */
   size_t bytes;        /* send: the message; receive: the room */
   uint64_t len;        /* the message's length (receive: once read) */
-  uint64_t total;      /* ring bytes it takes: 8 + len rounded up to 8 */
+  uint64_t total;      /* ring bytes it takes: 8 + len rounded up to 8,
+                          or NL_MESH_CMA_DESC for a CMA descriptor */
   uint64_t moved;      /* ring bytes of it written or consumed */
+  int cma;             /* sent or received as a CMA descriptor */
+  uint64_t end;        /* CMA send: the tail after its descriptor, which
+                          the receiver's head passes once it copied */
 };
 
 /* One direction's end: the ring, the requests in posting order (request
@@ -957,13 +996,18 @@ static uint64_t mesh_ready(const mesh_end *e, size_t cap, int is_send) {
   if (e->active == e->posted || e->broken)
     return 0;
   const nl_mesh_request *r = &e->req[e->active % NL_MESH_SHM_DEPTH];
+  if (is_send && r->cma && r->moved == r->total)
+    /* Its descriptor is out: it waits for the receiver's copy. */
+    return atomic_load_explicit(&e->ring->head, memory_order_acquire) >=
+           r->end;
   uint64_t room =
       is_send ? cap - (e->mine - atomic_load_explicit(&e->ring->head,
                                                       memory_order_acquire))
               : atomic_load_explicit(&e->ring->tail, memory_order_acquire) -
                     e->mine;
-  /* The length word moves whole. */
-  return r->moved == 0 && room < 8 ? 0 : room;
+  /* The length word, and a CMA descriptor, move whole. */
+  uint64_t whole = is_send && r->cma ? NL_MESH_CMA_DESC : 8;
+  return r->moved == 0 && room < whole ? 0 : room;
 }
 
 static void ring_copy(uint8_t *ring, size_t cap, uint64_t at, void *user,
@@ -979,6 +1023,49 @@ static void ring_copy(uint8_t *ring, size_t cap, uint64_t at, void *user,
   }
 }
 
+/* A CMA message: copy r->len bytes from address at in the sending peer's
+ * memory into r's buffer, in pieces. 0, with the link's error set, when
+ * the kernel refuses or a piece comes short: the sender died or its
+ * buffer is no longer mapped. */
+static int mesh_cma_copy(nl_state *st, nl_mesh_shm *l, const mesh_end *e,
+                         nl_mesh_request *r, uint64_t at) {
+  pid_t pid = (pid_t)st->rank_infos[e->peer].pid;
+  uint64_t done = 0;
+  while (done < r->len) {
+    size_t n = r->len - done > NL_MESH_CMA_PIECE ? NL_MESH_CMA_PIECE
+                                                 : (size_t)(r->len - done);
+    struct iovec local = {.iov_base = r->buf + done, .iov_len = n};
+    struct iovec remote = {.iov_base = (void *)(uintptr_t)(at + done),
+                           .iov_len = n};
+    ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0) {
+      snprintf(l->error, sizeof l->error,
+               "rank %d could not copy a message of %" PRIu64
+               " B from rank %d's memory after %" PRIu64
+               " B (process_vm_readv: %s): rank %d died or unmapped its "
+               "send buffer",
+               st->rank, r->len, e->peer, done,
+               got < 0 ? strerror(errno) : "nothing read", e->peer);
+      return 0;
+    }
+    done += (uint64_t)got;
+  }
+  /* The pid names the sender only while the sender lives (a dead one's
+   * pid can be reused): a sender still alive now was the one read. */
+  int pidfd = st->shm->mesh_peers[e->peer].out.pidfd;
+  struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
+  if (pidfd >= 0 && poll(&pfd, 1, 0) > 0) {
+    snprintf(l->error, sizeof l->error,
+             "rank %d died while rank %d copied a message of %" PRIu64
+             " B from its memory",
+             e->peer, st->rank, r->len);
+    return 0;
+  }
+  return 1;
+}
+
 /* Move the end's requests forward in order as far as the ring allows. */
 static void mesh_pump(nl_state *st, nl_mesh_link *m, mesh_end *e,
                       int is_send) {
@@ -989,12 +1076,31 @@ static void mesh_pump(nl_state *st, nl_mesh_link *m, mesh_end *e,
     uint64_t room = mesh_ready(e, cap, is_send);
     if (room == 0)
       return;
+    if (is_send && r->cma && r->moved == r->total) {
+      /* The receiver's head passed the descriptor: it copied. */
+      r->state = MESH_REQ_DONE;
+      r->status = XCOLL_SUCCESS;
+      e->active++;
+      st->shm->mesh_busy--;
+      continue;
+    }
     if (r->moved == 0) { /* the length word: 8-aligned, never split */
       uint64_t *word = (uint64_t *)(void *)(e->data + e->mine % cap);
-      if (is_send) {
+      uint64_t head = 8;
+      if (is_send && r->cma) {
+        /* A descriptor: the length with the flag, the buffer's address. */
+        *word = r->len | NL_MESH_CMA_FLAG;
+        *(uint64_t *)(void *)(e->data + (e->mine + 8) % cap) =
+            (uint64_t)(uintptr_t)r->buf;
+        head = NL_MESH_CMA_DESC;
+      } else if (is_send) {
         *word = r->len;
       } else {
-        r->len = *word;
+        uint64_t value = *word;
+        r->cma = (value & NL_MESH_CMA_FLAG) != 0;
+        r->len = value & ~NL_MESH_CMA_FLAG;
+        if (r->cma && room < NL_MESH_CMA_DESC)
+          return; /* the sender publishes the descriptor whole */
         if (r->len > r->bytes) {
           snprintf(l->error, sizeof l->error,
                    "rank %d sent a message of %" PRIu64
@@ -1005,9 +1111,35 @@ static void mesh_pump(nl_state *st, nl_mesh_link *m, mesh_end *e,
           e->broken = 1;
           return;
         }
-        r->total = 8 + ((r->len + 7) & ~(uint64_t)7);
+        if (r->cma) {
+          uint64_t at =
+              *(uint64_t *)(void *)(e->data + (e->mine + 8) % cap);
+          r->status = XCOLL_SUCCESS;
+          if (atomic_load_explicit(&e->ring->cma, memory_order_relaxed) !=
+              1) {
+            snprintf(l->error, sizeof l->error,
+                     "rank %d sent a single-copy descriptor that rank %d "
+                     "never allowed",
+                     e->peer, st->rank);
+            r->status = XCOLL_ERR_PROTOCOL;
+          } else if (!mesh_cma_copy(st, l, e, r, at)) {
+            r->status = XCOLL_ERR_REMOTE;
+          }
+          if (r->status != XCOLL_SUCCESS) {
+            r->state = MESH_REQ_DONE;
+            e->broken = 1;
+            return;
+          }
+          r->total = head = NL_MESH_CMA_DESC;
+          st->shm->mesh_received_cma++;
+        } else {
+          r->total = 8 + ((r->len + 7) & ~(uint64_t)7);
+          st->shm->mesh_received_ring++;
+        }
       }
-      r->moved = 8, e->mine += 8, room -= 8;
+      r->moved = head, e->mine += head, room -= head;
+      if (is_send && r->cma)
+        r->end = e->mine;
     }
     while (r->moved < r->total && room > 0) {
       uint64_t at = r->moved - 8;
@@ -1033,8 +1165,8 @@ static void mesh_pump(nl_state *st, nl_mesh_link *m, mesh_end *e,
     atomic_store_explicit(is_send ? &e->ring->tail : &e->ring->head, e->mine,
                           memory_order_release);
     mesh_wake(e->wake);
-    if (r->moved < r->total)
-      return;
+    if (r->moved < r->total || (is_send && r->cma))
+      return; /* a CMA send completes once the receiver copied */
     r->state = MESH_REQ_DONE;
     r->status = XCOLL_SUCCESS;
     e->active++;
@@ -1050,11 +1182,19 @@ static xcoll_status mesh_post(nl_state *st, nl_mesh_link *m, int is_send,
   *request = NULL;
   if (r->state != MESH_REQ_FREE)
     return XCOLL_SUCCESS; /* every request of the end in use: retry */
-  *r = (nl_mesh_request){.state = MESH_REQ_POSTED,
-                         .buf = (uint8_t *)(uintptr_t)data,
-                         .bytes = bytes,
-                         .len = bytes,
-                         .total = 8 + (((uint64_t)bytes + 7) & ~(uint64_t)7)};
+  nl_shm *shm = st->shm;
+  /* One copy when the receiver allowed it (mesh_probe, read once per
+   * message: it may come after the first messages). */
+  int cma = is_send && shm->mesh_cma && bytes >= shm->mesh_cma_min &&
+            atomic_load_explicit(&e->ring->cma, memory_order_acquire) == 1;
+  *r = (nl_mesh_request){
+      .state = MESH_REQ_POSTED,
+      .buf = (uint8_t *)(uintptr_t)data,
+      .bytes = bytes,
+      .len = bytes,
+      .total = cma ? NL_MESH_CMA_DESC
+                   : 8 + (((uint64_t)bytes + 7) & ~(uint64_t)7),
+      .cma = cma};
   e->posted++;
   st->shm->mesh_busy++;
   *request = r;
@@ -1131,10 +1271,11 @@ static int mesh_check_end(nl_state *st, nl_mesh_link *m, int is_send) {
   const nl_mesh_request *r = &e->req[e->active % NL_MESH_SHM_DEPTH];
   nl_fail(st, XCOLL_ERR_REMOTE, e->peer,
           "nccl_like: rank %d: rank %d %s while rank %d waits %s it on the "
-          "shared-memory mesh (a message of %zu B, %" PRIu64 " B moved)",
+          "shared-memory mesh (a message of %zu B, %" PRIu64 " B moved%s)",
           st->rank, e->peer, how_gone(&p->out), st->rank,
           is_send ? "to send to" : "to receive from", r->bytes,
-          r->moved > 8 ? r->moved - 8 : 0);
+          r->cma || r->moved <= 8 ? 0 : r->moved - 8,
+          r->cma ? "; sent with one copy, for the receiver to read" : "");
   return 1;
 }
 
@@ -1238,7 +1379,8 @@ static xcoll_status mesh_accept(nl_state *st, nl_shm *shm) {
                            .rank = st->rank,
                            .world_size = st->world_size,
                            .ring_bytes = shm->mesh_ring,
-                           .segment_bytes = shm->mesh_bytes};
+                           .segment_bytes = shm->mesh_bytes,
+                           .nonce_at = (uint64_t)(uintptr_t)&shm->mesh_nonce};
     char control[CMSG_SPACE(sizeof(int))];
     memset(control, 0, sizeof control);
     struct iovec iov = {.iov_base = &hello, .iov_len = sizeof hello};
@@ -1346,7 +1488,54 @@ static xcoll_status mesh_take(nl_state *st, nl_shm *shm, int r) {
                        st->rank, r, hello.segment_bytes, strerror(errno));
   p->segment = seg;
   p->segment_bytes = hello.segment_bytes;
+  p->nonce_at = hello.nonce_at;
   return XCOLL_SUCCESS;
+}
+
+/* Whether this rank may read each mesh peer's memory (CMA): read the
+ * peer's published nonce where its hello says it lies. The answer goes in
+ * the cma word of the peer's ring here, which the peer reads before it
+ * picks a path. The kernel refuses where ptrace is not allowed (Yama's
+ * ptrace_scope, a seccomp filter, another user): then the ring, two
+ * copies, said once at INFO. */
+static void mesh_probe(nl_state *st, nl_shm *shm) {
+  const char *why = NULL;
+  int first = -1, on = 0;
+  for (int r = 0; r < st->world_size && shm->mesh_cma; r++) {
+    nl_mesh_peer *p = &shm->mesh_peers[r];
+    if (!p->on)
+      continue;
+    uint64_t seen = 0;
+    struct iovec local = {.iov_base = &seen, .iov_len = sizeof seen};
+    struct iovec remote = {.iov_base = (void *)(uintptr_t)p->nonce_at,
+                           .iov_len = sizeof seen};
+    ssize_t got = p->nonce_at == 0 ? 0
+                                    : process_vm_readv(
+                                          (pid_t)st->rank_infos[r].pid,
+                                          &local, 1, &remote, 1, 0);
+    if (got == (ssize_t)sizeof seen &&
+        seen == st->rank_infos[r].mesh_nonce) {
+      atomic_store_explicit(
+          &mesh_ring_at(shm->mesh_segment, shm->mesh_ring, r)->cma, 1,
+          memory_order_release);
+      on++;
+    } else if (why == NULL) {
+      why = got < 0 ? strerror(errno)
+            : got == (ssize_t)sizeof seen ? "it read another value"
+                                          : "a short read";
+      first = r;
+    }
+  }
+  if (why != NULL)
+    XCOLL_INFO("nccl_like shm: rank %d cannot read rank %d's memory "
+               "(process_vm_readv: %s): messages from it on the mesh go "
+               "through the ring, two copies",
+               st->rank, first, why);
+  if (on > 0)
+    XCOLL_INFO("nccl_like shm: rank %d copies mesh messages of at least "
+               "%zu B from %d peer(s) once, from the sender's memory (CMA; "
+               "XCOLL_SHM_CMA)",
+               st->rank, shm->mesh_cma_min, on);
 }
 
 /* Point each shm direction of the mesh at its ring. */
@@ -1396,7 +1585,14 @@ xcoll_status nl_shm_mesh_connect(nl_state *st) {
                                               &st->rank_infos[r]);
     want += q->on;
   }
-  xcoll_status s = want > 0 ? mesh_segment_make(st, shm) : XCOLL_SUCCESS;
+  long cma = 0;
+  xcoll_status s = xcoll_param_int("XCOLL_SHM_CMA", &cma);
+  if (s == XCOLL_SUCCESS)
+    s = xcoll_param_size("XCOLL_SHM_CMA_MIN", 0, &shm->mesh_cma_min);
+  if (s != XCOLL_SUCCESS)
+    return xcoll_error_adopt(st->comm, s);
+  shm->mesh_cma = cma != 0;
+  s = want > 0 ? mesh_segment_make(st, shm) : XCOLL_SUCCESS;
   double deadline = nl_now() + st->timeout_s;
   while (s == XCOLL_SUCCESS && want > 0) {
     int left = 0, waiting_on = -1;
@@ -1443,11 +1639,16 @@ xcoll_status nl_shm_mesh_connect(nl_state *st) {
   for (int r = 0; r < p; r++)
     if (shm->mesh_peers[r].on)
       shm->mesh_peers[r].out.pidfd = open_pidfd(st->rank_infos[r].pid);
+  mesh_probe(st, shm);
   mesh_bind(st, shm);
   return XCOLL_SUCCESS;
 }
 
 static void mesh_free(nl_state *st, nl_shm *shm) {
+  if (shm->mesh_received_cma + shm->mesh_received_ring > 0)
+    XCOLL_INFO("nccl_like shm: rank %d received %lu mesh message(s) with "
+               "one copy (CMA) and %lu through the ring",
+               st->rank, shm->mesh_received_cma, shm->mesh_received_ring);
   for (int k = 0; k < st->mesh_links && st->mesh != NULL; k++)
     st->mesh[k].shm = NULL;
   if (shm->mesh_peers != NULL)
