@@ -544,34 +544,51 @@ static xcoll_status accept_prev(nl_state *st, nl_shm *shm) {
   }
 }
 
-static xcoll_status connect_next(nl_state *st, nl_shm *shm) {
-  const nl_rank_info *next = &st->rank_infos[st->next];
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+/* Connect to the listener of rank peer (abstract name nonce) and check
+ * that its process is the pid peer published: *fd, or -1 (with SUCCESS)
+ * while its backlog is full (again on the next pass). what names the
+ * listener in errors: "listener" and where = " (next in the ring)", or
+ * "mesh listener" and "". */
+static xcoll_status dial_listener(nl_state *st, int peer, uint64_t nonce,
+                                  const char *what, const char *where,
+                                  int *fd) {
+  *fd = -1;
+  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   struct sockaddr_un sa;
-  socklen_t len = shm_address(next->shm_nonce, &sa);
-  if (fd < 0)
+  socklen_t len = shm_address(nonce, &sa);
+  if (s < 0)
     return xcoll_error(st->comm, XCOLL_ERR_SYSTEM,
                        "nccl_like shm: socket: %s", strerror(errno));
-  if (connect(fd, (struct sockaddr *)&sa, len) != 0) {
+  if (connect(s, (struct sockaddr *)&sa, len) != 0) {
     int err = errno;
-    close(fd);
+    close(s);
     if (err == EAGAIN || err == ECONNREFUSED || err == EINTR)
-      return XCOLL_SUCCESS; /* a full backlog: again on the next pass */
+      return XCOLL_SUCCESS;
     return xcoll_error(st->comm, XCOLL_ERR_REMOTE,
-                       "nccl_like shm: rank %d cannot reach rank %d's "
-                       "listener (next in the ring): %s",
-                       st->rank, st->next, strerror(err));
+                       "nccl_like shm: rank %d cannot reach rank %d's %s%s: "
+                       "%s",
+                       st->rank, peer, what, where, strerror(err));
   }
-  if (!peer_is(fd, next->pid)) {
-    close(fd);
+  int32_t pid = st->rank_infos[peer].pid;
+  if (!peer_is(s, pid)) {
+    close(s);
     return xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
-                       "nccl_like shm: rank %d: the listener of rank %d "
-                       "(next in the ring) belongs to another process than "
-                       "the pid %d it published",
-                       st->rank, st->next, (int)next->pid);
+                       "nccl_like shm: rank %d: the %s of rank %d%s belongs "
+                       "to another process than the pid %d it published",
+                       st->rank, what, peer, where, (int)pid);
   }
-  shm->to_next.sock = fd;
+  *fd = s;
   return XCOLL_SUCCESS;
+}
+
+static xcoll_status connect_next(nl_state *st, nl_shm *shm) {
+  int fd;
+  xcoll_status s =
+      dial_listener(st, st->next, st->rank_infos[st->next].shm_nonce,
+                    "listener", " (next in the ring)", &fd);
+  if (s == XCOLL_SUCCESS && fd >= 0)
+    shm->to_next.sock = fd;
+  return s;
 }
 
 static void bind_send(nl_state *st, nl_shm *shm) {
@@ -1407,33 +1424,12 @@ static xcoll_status mesh_accept(nl_state *st, nl_shm *shm) {
 }
 
 static xcoll_status mesh_connect_one(nl_state *st, nl_shm *shm, int r) {
-  nl_mesh_peer *p = &shm->mesh_peers[r];
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  struct sockaddr_un sa;
-  socklen_t len = shm_address(st->rank_infos[r].mesh_nonce, &sa);
-  if (fd < 0)
-    return xcoll_error(st->comm, XCOLL_ERR_SYSTEM,
-                       "nccl_like shm: socket: %s", strerror(errno));
-  if (connect(fd, (struct sockaddr *)&sa, len) != 0) {
-    int err = errno;
-    close(fd);
-    if (err == EAGAIN || err == ECONNREFUSED || err == EINTR)
-      return XCOLL_SUCCESS; /* a full backlog: again on the next pass */
-    return xcoll_error(st->comm, XCOLL_ERR_REMOTE,
-                       "nccl_like shm: rank %d cannot reach rank %d's mesh "
-                       "listener: %s",
-                       st->rank, r, strerror(err));
-  }
-  if (!peer_is(fd, st->rank_infos[r].pid)) {
-    close(fd);
-    return xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
-                       "nccl_like shm: rank %d: the mesh listener of rank %d "
-                       "belongs to another process than the pid %d it "
-                       "published",
-                       st->rank, r, (int)st->rank_infos[r].pid);
-  }
-  p->out.sock = fd;
-  return XCOLL_SUCCESS;
+  int fd;
+  xcoll_status s = dial_listener(st, r, st->rank_infos[r].mesh_nonce,
+                                 "mesh listener", "", &fd);
+  if (s == XCOLL_SUCCESS && fd >= 0)
+    shm->mesh_peers[r].out.sock = fd;
+  return s;
 }
 
 static xcoll_status mesh_take(nl_state *st, nl_shm *shm, int r) {
