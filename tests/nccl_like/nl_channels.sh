@@ -8,15 +8,8 @@ want=$1
 xcollrun=$2
 np=$3
 shift 3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-if ! XCOLL_DEBUG=INFO timeout -k 5 240 "$xcollrun" --nproc-per-node "$np" \
-    --master-port 0 "$@" > "$tmp/out" 2> "$tmp/err"; then
-  tail -n 40 "$tmp/err" "$tmp/out"
-  echo "FAIL: the run failed"
-  exit 1
-fi
-tail -n 5 "$tmp/out"
+. "$(dirname "$0")/common.sh"
+nl_run_info "$xcollrun" "$np" "$@"
 got=$(grep -oE "nccl_like: [0-9]+ channel\(s\)" "$tmp/err" | sort | uniq -c)
 echo "$got"
 lines=$(grep -cE "nccl_like: $want channel\(s\)" "$tmp/err")

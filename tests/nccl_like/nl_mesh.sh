@@ -18,21 +18,14 @@ want=$1
 xcollrun=$2
 np=$3
 shift 3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/common.sh"
 net_rank=${NL_MESH_NET_RANK:--1}
 if [ "$net_rank" -ge 0 ]; then
   # xcollrun gives each process its RANK; the one named turns shm off.
   set -- bash -c 'if [ "$RANK" = "$0" ]; then export XCOLL_SHM_DISABLE=1; fi
 exec "$@"' "$net_rank" "$@"
 fi
-if ! XCOLL_DEBUG=INFO timeout -k 5 240 "$xcollrun" --nproc-per-node "$np" \
-    --master-port 0 "$@" > "$tmp/out" 2> "$tmp/err"; then
-  tail -n 40 "$tmp/err" "$tmp/out"
-  echo "FAIL: the run failed"
-  exit 1
-fi
-tail -n 5 "$tmp/out"
+nl_run_info "$xcollrun" "$np" "$@"
 grep -oE "mesh [0-9]+ -> [0-9]+ via [A-Z]+" "$tmp/err" "$tmp/out" |
   sed 's/^[^:]*://' | sort -u > "$tmp/lines"
 missing=0
