@@ -70,6 +70,23 @@ static void connect_pair(xcoll_net_send_comm **send,
   CHECK(*send != NULL && *recv != NULL);
 }
 
+/* A new pair (connect_pair) with sbuf registered on its send comm and rbuf
+ * on its recv comm; *send NULL when a step failed (counted in failures). */
+static void connect_registered(xcoll_net_send_comm **send,
+                               xcoll_net_recv_comm **recv, void *sbuf,
+                               size_t sbytes, void *rbuf, size_t rbytes,
+                               void **smh, void **rmh) {
+  connect_pair(send, recv);
+  xcoll_net_send_comm *sc = *send;
+  *send = NULL; /* until both registrations hold */
+  CHECK(sc != NULL);
+  CHECK(net->reg_mr(sc, NULL, sbuf, sbytes, XCOLL_NET_PTR_HOST, smh) ==
+        XCOLL_SUCCESS);
+  CHECK(net->reg_mr(NULL, *recv, rbuf, rbytes, XCOLL_NET_PTR_HOST, rmh) ==
+        XCOLL_SUCCESS);
+  *send = sc;
+}
+
 /* Test until done or an error; the status. */
 static xcoll_status wait_request(xcoll_net_request *r, size_t *bytes) {
   int done = 0;
@@ -180,13 +197,10 @@ static void test_plugin(void) {
   net->close_recv(rc);
 
   /* Longer than the receive: PROTOCOL at both ends, naming the peer. */
-  connect_pair(&sc, &rc);
+  connect_registered(&sc, &rc, sbuf, sizeof sbuf, rbuf, sizeof rbuf, &smh,
+                     &rmh);
   if (sc == NULL)
     return;
-  CHECK(net->reg_mr(sc, NULL, sbuf, sizeof sbuf, XCOLL_NET_PTR_HOST, &smh) ==
-        XCOLL_SUCCESS);
-  CHECK(net->reg_mr(NULL, rc, rbuf, sizeof rbuf, XCOLL_NET_PTR_HOST, &rmh) ==
-        XCOLL_SUCCESS);
   CHECK(net->irecv(rc, rbuf, 16, 9, rmh, &rr) == XCOLL_SUCCESS && rr);
   CHECK(send_when_ready(sc, sbuf, 32, 9, smh, &sr) == XCOLL_ERR_PROTOCOL);
   CHECK(strstr(last_error, "message truncated") != NULL);
@@ -201,13 +215,10 @@ static void test_plugin(void) {
   net->close_recv(rc);
 
   /* Another tag than the receive's: PROTOCOL at both ends. */
-  connect_pair(&sc, &rc);
+  connect_registered(&sc, &rc, sbuf, sizeof sbuf, rbuf, sizeof rbuf, &smh,
+                     &rmh);
   if (sc == NULL)
     return;
-  CHECK(net->reg_mr(sc, NULL, sbuf, sizeof sbuf, XCOLL_NET_PTR_HOST, &smh) ==
-        XCOLL_SUCCESS);
-  CHECK(net->reg_mr(NULL, rc, rbuf, sizeof rbuf, XCOLL_NET_PTR_HOST, &rmh) ==
-        XCOLL_SUCCESS);
   CHECK(net->irecv(rc, rbuf, 16, 11, rmh, &rr) == XCOLL_SUCCESS && rr);
   CHECK(send_when_ready(sc, sbuf, 8, 12, smh, &sr) == XCOLL_ERR_PROTOCOL);
   CHECK(wait_request(rr, &got) == XCOLL_ERR_PROTOCOL);
@@ -222,13 +233,10 @@ static void test_plugin(void) {
    * still lands, as the posted receive holds the registration; a write
    * after it finds a closed QP, REMOTE (a peer that left), never a refused
    * key (PROTOCOL). */
-  connect_pair(&sc, &rc);
+  connect_registered(&sc, &rc, sbuf, sizeof sbuf, rbuf, sizeof rbuf, &smh,
+                     &rmh);
   if (sc == NULL)
     return;
-  CHECK(net->reg_mr(sc, NULL, sbuf, sizeof sbuf, XCOLL_NET_PTR_HOST, &smh) ==
-        XCOLL_SUCCESS);
-  CHECK(net->reg_mr(NULL, rc, rbuf, sizeof rbuf, XCOLL_NET_PTR_HOST, &rmh) ==
-        XCOLL_SUCCESS);
   xcoll_net_request *second = NULL;
   CHECK(net->irecv(rc, rbuf, 16, 13, rmh, &rr) == XCOLL_SUCCESS && rr);
   CHECK(net->irecv(rc, rbuf + 16, 16, 14, rmh, &second) == XCOLL_SUCCESS &&
