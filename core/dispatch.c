@@ -318,8 +318,13 @@ static xcoll_status dispatch_backend(xcoll_comm *comm,
       return fail(comm, args, comm->backend->name, status);
   }
 
-  struct xcoll_request *request = xcoll_request_new(comm);
-  if (request == NULL)
+  /* A blocking call's request stays on this stack: no other thread sees
+   * it, and a small collective then allocates nothing here. */
+  struct xcoll_request local;
+  struct xcoll_request *request = &local;
+  if (out == NULL)
+    xcoll_request_init(comm, request);
+  else if ((request = xcoll_request_new(comm)) == NULL)
     return XCOLL_ERR_NO_MEMORY;
   request->args = *args;
   request->on_backend = 1;
@@ -336,13 +341,16 @@ static xcoll_status dispatch_backend(xcoll_comm *comm,
                        atomic_load(&comm->last_protocol));
   }
   if (status != XCOLL_SUCCESS) {
-    xcoll_request_release(request);
+    if (out == NULL)
+      xcoll_request_fini(request);
+    else
+      xcoll_request_release(request);
     return fail(comm, args, comm->backend->name, status);
   }
   if (out == NULL) {
     finish_backend_request(request);
     status = request->status;
-    xcoll_request_release(request);
+    xcoll_request_fini(request);
     return status;
   }
   xcoll_inflight_add(comm, request);

@@ -29,18 +29,23 @@ struct xcoll_queue {
   struct xcoll_request *inflight_head, *inflight_tail;
 };
 
-struct xcoll_request *xcoll_request_new(xcoll_comm *comm) {
-  struct xcoll_request *request = calloc(1, sizeof *request);
-  if (request == NULL) {
-    xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
-                "cannot allocate a request (%zu bytes)", sizeof *request);
-    return NULL;
-  }
+void xcoll_request_init(xcoll_comm *comm, struct xcoll_request *request) {
+  memset(request, 0, sizeof *request);
   pthread_mutex_init(&request->lock, NULL);
   pthread_cond_init(&request->completed, NULL);
   request->status = XCOLL_IN_PROGRESS;
   request->comm = comm;
   request->refs = 1;
+}
+
+struct xcoll_request *xcoll_request_new(xcoll_comm *comm) {
+  struct xcoll_request *request = malloc(sizeof *request);
+  if (request == NULL) {
+    xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
+                "cannot allocate a request (%zu bytes)", sizeof *request);
+    return NULL;
+  }
+  xcoll_request_init(comm, request);
   return request;
 }
 
@@ -50,6 +55,11 @@ void xcoll_request_release(struct xcoll_request *request) {
   pthread_mutex_unlock(&request->lock);
   if (!last)
     return;
+  xcoll_request_fini(request);
+  free(request);
+}
+
+void xcoll_request_fini(struct xcoll_request *request) {
   /* Never waited for: drop the result, return the pinned memory. */
   if (request->staging != NULL)
     xcoll_staging_end(request->staging, XCOLL_ERR_ABORTED);
@@ -59,7 +69,6 @@ void xcoll_request_release(struct xcoll_request *request) {
     free(request->scratch);
   pthread_cond_destroy(&request->completed);
   pthread_mutex_destroy(&request->lock);
-  free(request);
 }
 
 void xcoll_request_adopt(struct xcoll_request *request, void *scratch) {

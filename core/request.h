@@ -97,6 +97,13 @@ void xcoll_request_adopt_with(struct xcoll_request *request, void *scratch,
 /* Drop one reference; the last one frees request. */
 void xcoll_request_release(struct xcoll_request *request);
 
+/* A blocking call's request on the caller's stack, which no other thread
+ * ever sees (no allocation per call): xcoll_request_init makes *request
+ * what xcoll_request_new returns; xcoll_request_fini ends it (its scratch
+ * freed) in the place of the last xcoll_request_release. */
+void xcoll_request_init(struct xcoll_comm *comm, struct xcoll_request *request);
+void xcoll_request_fini(struct xcoll_request *request);
+
 /* In-flight list of device-driven requests (under the queue's lock):
  * add takes a reference for the list; remove drops it if request is still
  * on the list. snapshot returns up to max requests (oldest first), each with

@@ -140,8 +140,41 @@ static void fill_work(nl_state *st, nl_op *op) {
                                                       : "simple");
 }
 
+/* A zeroed op handle: one of the state's unused ones (NL_OP_CACHE), or a
+ * new one; NULL when out of memory. */
+static nl_op *op_get(nl_state *st) {
+  pthread_mutex_lock(&st->lock);
+  nl_op *op = st->op_cache;
+  if (op != NULL) {
+    st->op_cache = op->next_free;
+    st->op_cache_count--;
+  }
+  pthread_mutex_unlock(&st->lock);
+  if (op == NULL)
+    return calloc(1, sizeof *op);
+  memset(op, 0, sizeof *op);
+  return op;
+}
+
+/* Under st->lock: op is done with; kept for op_get, or freed. */
+static void op_put_locked(nl_state *st, nl_op *op) {
+  if (st->op_cache_count >= NL_OP_CACHE) {
+    free(op);
+    return;
+  }
+  op->next_free = st->op_cache;
+  st->op_cache = op;
+  st->op_cache_count++;
+}
+
+static void op_put(nl_state *st, nl_op *op) {
+  pthread_mutex_lock(&st->lock);
+  op_put_locked(st, op);
+  pthread_mutex_unlock(&st->lock);
+}
+
 /* The op's final status, with the message recorded on this (the waiting)
- * thread and on the comm. Frees op. */
+ * thread and on the comm. Gives op back (op_put). */
 static xcoll_status op_finish(nl_state *st, nl_op *op) {
   xcoll_status status = op->status;
   char message[XCOLL_ERROR_BYTES] = "";
@@ -152,9 +185,9 @@ static xcoll_status op_finish(nl_state *st, nl_op *op) {
     status = st->fail_status;
     snprintf(message, sizeof message, "%s", st->fail_message);
   }
-  pthread_mutex_unlock(&st->lock);
   const char *name = xcoll_coll_name(op->args.kind);
-  free(op);
+  op_put_locked(st, op);
+  pthread_mutex_unlock(&st->lock);
   if (status == XCOLL_SUCCESS)
     return XCOLL_SUCCESS;
   /* Every op in flight fails with the comm's cause: one log line for all
@@ -212,7 +245,7 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
                        "nccl_like: xcoll_%s started while point-to-point "
                        "messages are still in flight on the mesh",
                        xcoll_coll_name(args->kind));
-  nl_op *op = calloc(1, sizeof *op);
+  nl_op *op = op_get(st);
   if (!op)
     return xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
                        "nccl_like: out of memory for an op handle");
@@ -220,7 +253,7 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
   op->start_us = xcoll_trace_enabled() ? xcoll_time_us() : 0;
   if (st->gpu != NULL && !nl_gpu_supports(st, args)) {
     char why[512];
-    free(op);
+    op_put(st, op);
     return xcoll_error(comm, XCOLL_ERR_INVALID_ARGUMENT, "xcoll_%s: %s",
                        xcoll_coll_name(args->kind),
                        nl_gpu_refusal(st, args, why, sizeof why));
@@ -232,7 +265,7 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
     fill_work(st, op);
     xcoll_status s = nl_gpu_launch(st, op);
     if (s != XCOLL_SUCCESS) {
-      free(op);
+      op_put(st, op);
       return s;
     }
     op->channels_left = 0;
@@ -256,8 +289,8 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
   op->fp_deferred = nl_fp_deferrable(st, op);
   if (nl_fp_record(st, &op->fp, op->fp_deferred, caller_steps(st, op),
                    nl_p2p_sent(st, st->next), &op->fp_index) != XCOLL_SUCCESS) {
+    op_put_locked(st, op);
     pthread_mutex_unlock(&st->lock);
-    free(op);
     return broken_status(st);
   }
   /* A zero count moves nothing; its fingerprint still goes to the next
@@ -275,7 +308,7 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
     op->channels_left = 0;
     xcoll_status s = nl_gpu_launch(st, op);
     if (s != XCOLL_SUCCESS) {
-      free(op);
+      op_put(st, op);
       return s;
     }
     *out = op;

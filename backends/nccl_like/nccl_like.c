@@ -268,6 +268,11 @@ static void free_state(nl_state *st) {
   nl_p2p_close(st);
   nl_channels_free(st);
   nl_gpu_close(st);
+  while (st->op_cache != NULL) {
+    nl_op *op = st->op_cache;
+    st->op_cache = op->next_free;
+    free(op);
+  }
   for (int c = 0; c < NL_MAX_CHANNELS; c++) {
     pthread_cond_destroy(&st->channels[c].queue_cond);
     pthread_mutex_destroy(&st->channels[c].progress_lock);

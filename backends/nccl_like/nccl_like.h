@@ -371,7 +371,13 @@ typedef struct nl_op {
   double start_us;        /* trace */
   int32_t barrier_value;  /* barrier = 1-element allreduce of this */
   void *event; /* GPU rank: recorded after the op's kernel (gpu_engine.c) */
+  struct nl_op *next_free; /* in nl_state.op_cache while unused */
 } nl_op;
+
+/* Finished op handles the state keeps for the next start() (engine.c:
+ * op_get, op_put), so that a call costs no allocation: a comm's ops in
+ * flight are bounded by its queues, and more than this many are freed. */
+#define NL_OP_CACHE 16
 
 /* The GPU engine's state (gpu_engine.c); NULL on a host rank. */
 typedef struct nl_gpu nl_gpu;
@@ -451,6 +457,8 @@ typedef struct nl_state {
    * left its kernel with slots to send, an op started). */
   unsigned proxy_kicks;
   int draining; /* nl_proxy_drain runs: the proxy must not linger */
+  nl_op *op_cache;    /* unused op handles (NL_OP_CACHE), under lock */
+  int op_cache_count; /* under lock */
 
   pthread_t proxy;
   int proxy_started;
