@@ -508,10 +508,12 @@ int nl_proxy_progress_hook(void *ctx, const xc_atomic_u64 *counter,
   if (waited != NULL && waited->wait != NULL) {
     /* Its kernels meet in memory (shm): nothing for poll to watch. The
      * lock is let go first, so that the proxy can move the other
-     * direction meanwhile if that one is net. */
+     * direction meanwhile if that one is net; wait_since is read under
+     * it. */
+    double waited_s = now - ch->wait_since;
     pthread_mutex_unlock(&ch->progress_lock);
     if (s == XCOLL_SUCCESS && !progress)
-      slept = waited->wait(st, ch, counter, target, now - ch->wait_since);
+      slept = waited->wait(st, ch, counter, target, now, waited_s);
   } else {
     slept = net_wait(st, ch, s, progress, spins, now);
     pthread_mutex_unlock(&ch->progress_lock);

@@ -803,12 +803,11 @@ static void futex_wake_all(_Atomic uint32_t *word) {
  * post is never slept through. A GPU rank posts without a wake-up: waiting
  * on one, the kernel yields, then naps NL_SHM_GPU_NAP_NS at a time. */
 int nl_shm_wait(nl_state *st, nl_channel *ch, const _Atomic uint64_t *counter,
-                uint64_t target, double waited_s) {
+                uint64_t target, double now, double waited_s) {
   nl_shm *shm = st->shm;
+  /* now is the hook's reading: no second clock read per pass of the
+   * kernel's wait. */
   if (pthread_mutex_trylock(&shm->check_lock) == 0) {
-    /* The hook read the clock just now (waited_s is counted from
-     * wait_since): no second read per pass of the kernel's wait. */
-    double now = ch->wait_since + waited_s;
     if (now - shm->checked_at >= NL_SHM_CHECK_S) {
       shm->checked_at = now;
       check_peers(st, ch);

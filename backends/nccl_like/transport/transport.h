@@ -99,12 +99,12 @@ typedef struct nl_transport {
   xcoll_status (*recv_progress)(struct nl_state *st, struct nl_channel *ch,
                                 int *progress);
   /* Called by a kernel's progress hook while it waits for *counter (of a
-   * FIFO this transport carries) to reach target, with the seconds waited
-   * so far: watch the peers for a death the memory cannot show, and sleep
+   * FIFO this transport carries) to reach target, with the hook's clock
+   * reading (now, nl_now) and the seconds waited so far: watch the peers for a death the memory cannot show, and sleep
    * until the peer posts once spinning no longer pays. Returns 1 when it
    * slept. NULL = the net transport's wait (poll on the plugin's fds). */
   int (*wait)(struct nl_state *st, struct nl_channel *ch,
-              const _Atomic uint64_t *counter, uint64_t target,
+              const _Atomic uint64_t *counter, uint64_t target, double now,
               double waited_s);
   /* Called after the kernel posted a step on the channel's send side
    * (is_send) or receive side: wake a peer that sleeps on it. NULL =
@@ -137,7 +137,7 @@ xcoll_status nl_shm_recv_alloc(struct nl_state *st, struct nl_channel *ch);
 xcoll_status nl_shm_connect(struct nl_state *st);
 void nl_shm_free(struct nl_state *st);
 int nl_shm_wait(struct nl_state *st, struct nl_channel *ch,
-                const _Atomic uint64_t *counter, uint64_t target,
+                const _Atomic uint64_t *counter, uint64_t target, double now,
                 double waited_s);
 void nl_shm_posted(struct nl_state *st, struct nl_channel *ch, int is_send);
 void nl_shm_watch(struct nl_state *st, double idle_s);
