@@ -146,15 +146,21 @@ static void buffer_free(uint8_t *host) {
 }
 
 /* What the call gets for host address p inside a buffer: p on a host
- * rank, the same offset in the device mirror on a GPU rank. */
+ * rank, the same offset in the device mirror on a GPU rank. The end of a
+ * buffer counts only when no buffer starts there: the allocator may place
+ * two buffers back to back, and the next one's start is the one meant. */
 static void *D(const void *p) {
   if (!gpu || p == NULL)
     return (void *)(uintptr_t)p;
   const uint8_t *at = p;
-  for (int i = 0; i < MAX_BUFFERS; i++)
-    if (buffers[i].host != NULL && at >= buffers[i].host &&
-        at <= buffers[i].host + buffers[i].bytes)
-      return (void *)(buffers[i].device + (uintptr_t)(at - buffers[i].host));
+  for (int end = 0; end < 2; end++)
+    for (int i = 0; i < MAX_BUFFERS; i++)
+      if (buffers[i].host != NULL && at >= buffers[i].host &&
+          (end ? at == buffers[i].host + buffers[i].bytes
+               : at < buffers[i].host + buffers[i].bytes ||
+                     at == buffers[i].host))
+        return (void *)(buffers[i].device +
+                        (uintptr_t)(at - buffers[i].host));
   printf("FATAL rank %d: %p is in no buffer\n", rank, p);
   exit(2);
 }
