@@ -937,7 +937,8 @@ typedef struct nl_mesh_hello {
   uint64_t ring_bytes, segment_bytes;
   /* Where the owner's mesh nonce (published in the init allgather) lies
    * in its memory: the receiver of its messages reads it there with
-   * process_vm_readv to learn whether CMA works (mesh_probe). */
+   * process_vm_readv to learn whether CMA works (mesh_probe); 0 where
+   * the owner has CMA off, so that no address of its leaves it then. */
   uint64_t nonce_at;
 } nl_mesh_hello;
 
@@ -1398,7 +1399,11 @@ static xcoll_status mesh_accept(nl_state *st, nl_shm *shm) {
                            .world_size = st->world_size,
                            .ring_bytes = shm->mesh_ring,
                            .segment_bytes = shm->mesh_bytes,
-                           .nonce_at = (uint64_t)(uintptr_t)&shm->mesh_nonce};
+                           /* An address in this process only where
+                            * CMA is on, which needs it. */
+                           .nonce_at = shm->mesh_cma
+                                           ? (uint64_t)(uintptr_t)&shm->mesh_nonce
+                                           : 0};
     char control[CMSG_SPACE(sizeof(int))];
     memset(control, 0, sizeof control);
     struct iovec iov = {.iov_base = &hello, .iov_len = sizeof hello};
@@ -1517,7 +1522,9 @@ static void mesh_probe(nl_state *st, nl_shm *shm) {
           memory_order_release);
       on++;
     } else if (why == NULL) {
-      why = got < 0 ? strerror(errno)
+      why = p->nonce_at == 0 ? "that rank does not offer it: XCOLL_SHM_CMA "
+                               "is not 1 there"
+            : got < 0 ? strerror(errno)
             : got == (ssize_t)sizeof seen ? "it read another value"
                                           : "a short read";
       first = r;
