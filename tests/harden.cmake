@@ -33,12 +33,6 @@ if(TARGET xcollrun)
                 $<TARGET_FILE:fault_desync> ${case})
       # XCOLL_TIMEOUT_S=60: a detection by timeout would miss the 10 s bound.
       set(env "XCOLL_TIMEOUT_S=60;XCOLL_BACKEND=${backend}")
-      if(backend STREQUAL "nccl_like" AND case MATCHES "-last$" AND np GREATER 2)
-        # Its exchange fails the rank that sees the mismatch at once, and a
-        # slow rank may find that rank gone before it reads why: REMOTE in
-        # that call is accepted there (fault_desync.c).
-        list(APPEND env FAULT_DESYNC_LAST_REMOTE_OK=1)
-      endif()
       set_tests_properties(${test} PROPERTIES TIMEOUT 90
         LABELS "faults;${backend}" PROCESSORS 2
         ENVIRONMENT "${env}")

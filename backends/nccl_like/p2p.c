@@ -31,6 +31,7 @@
 
 #include "error.h"
 #include "fingerprint.h"
+#include "fingerprint_exchange.h"
 #include "log.h"
 #include "nccl_like.h"
 
@@ -365,8 +366,18 @@ static xcoll_status header_check(nl_state *st, nl_p2p *q,
   xcoll_fingerprint theirs;
   /* The fingerprint first: a peer in another call (a Bruck allreduce, a
    * host algorithm of another collective) sends other messages, and the
-   * fingerprint says which call. */
-  if (got >= XCOLL_FINGERPRINT_BYTES &&
+   * fingerprint says which call. Not for a message of the fingerprint
+   * exchange's that the peer sent in the same round (the tag says so): the
+   * exchange compares the fingerprints it carries itself and runs every
+   * round to the end, so that every rank, not just this one, fails the
+   * call naming both (core/fingerprint_exchange.h). Failing here at once
+   * would leave a rank further along the chain to learn of it from ranks
+   * that may have destroyed their communicators by then. */
+  uint32_t step = (uint32_t)(r->tag & 0xffffffu);
+  int exchange_round =
+      step - XCOLL_FINGERPRINT_EXCHANGE_STEP < 64u &&
+      got >= NL_P2P_HEADER_BYTES && get_u64(in + 32) == r->tag;
+  if (!exchange_round && got >= XCOLL_FINGERPRINT_BYTES &&
       xcoll_fingerprint_decode(in, &theirs) == 0 && theirs.valid) {
     const xcoll_fingerprint *ours = NULL;
     if (xcoll_fingerprint_judge(&q->fp_current, &q->fp_previous, &theirs, 1,

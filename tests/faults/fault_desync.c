@@ -229,16 +229,6 @@ int main(int argc, char **argv) {
   const char *msg = xcoll_comm_last_error(comm);
   int names_both = strstr(msg, base_text) != NULL && strstr(msg, other_text) != NULL;
   int ok = st == XCOLL_ERR_PROTOCOL && names_both && elapsed < BOUND_S;
-  /* FAULT_DESYNC_LAST_REMOTE_OK=1 (nccl_like's rooted -last cases at 3
-   * ranks and more): a rank may instead fail the call with REMOTE, when the
-   * ranks that found the mismatch have already destroyed their
-   * communicators and closed their connections (and, with the store in
-   * rank 0, the store) before it read why: it still fails in that call,
-   * never returns success (docs/desync.md, "Limits"). */
-  const char *remote_ok = getenv("FAULT_DESYNC_LAST_REMOTE_OK");
-  if (!ok && last && remote_ok != NULL && strcmp(remote_ok, "1") == 0 &&
-      st == XCOLL_ERR_REMOTE && elapsed < BOUND_S)
-    ok = 1;
   printf("DESYNC-%s rank %d (%s): %s returned %s after %.3f s (bound %.0f s); "
          "names \"%s\" and \"%s\": %s; message: %s\n",
          ok ? "OK" : "BAD", rank, which, step, xcoll_strerror(st), elapsed,
