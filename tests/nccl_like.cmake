@@ -19,6 +19,8 @@ add_executable(nl_late_peer ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/nl_late_peer.c
 target_link_libraries(nl_late_peer PRIVATE xcoll_static m)
 add_executable(nl_abort_threads ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/nl_abort_threads.c)
 target_link_libraries(nl_abort_threads PRIVATE xcoll_static Threads::Threads)
+add_executable(nl_stream ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/nl_stream.c)
+target_link_libraries(nl_stream PRIVATE xcoll_static)
 
 # Small FIFO: 8 slots of 1 KiB, so a 131072-element float32 collective
 # wraps each channel's FIFO about 30 times per ring step.
@@ -230,6 +232,23 @@ add_test(NAME faults.abort_threads.nccl_like
 set_tests_properties(faults.abort_threads.nccl_like PROPERTIES TIMEOUT 60
   LABELS "faults;nccl_like" PROCESSORS 2
   ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like")
+
+# 300 nonblocking collectives issued before any is waited on: more than a
+# channel's queue holds (NL_QUEUE_DEPTH), so start() waits for room; each
+# result checked (tests/nccl_like/nl_stream.c). Also on tcp, whose calls
+# go through core's queue.
+foreach(spec "nccl_like;2" "nccl_like;3" "tcp;2")
+  list(GET spec 0 backend)
+  list(GET spec 1 np)
+  add_test(NAME conformance.stream.${backend}.np${np}
+    COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node ${np} --master-port 0
+            $<TARGET_FILE:nl_stream>)
+  set_tests_properties(conformance.stream.${backend}.np${np} PROPERTIES
+    TIMEOUT 120 LABELS "conformance;${backend}" PROCESSORS 2
+    PASS_REGULAR_EXPRESSION "STREAM-OK rank 0"
+    FAIL_REGULAR_EXPRESSION "STREAM-BAD|FATAL"
+    ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=${backend}")
+endforeach()
 
 # The mesh (Bruck, pairwise, Rabenseifner, point-to-point) between ranks of
 # one host goes through shared memory, every link (tests/nccl_like/

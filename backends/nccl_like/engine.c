@@ -328,8 +328,11 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
   for (int c = 0; c < op->nchannels; c++) {
     nl_channel *ch = &st->channels[c];
     while (ch->queue_tail - ch->queue_head == NL_QUEUE_DEPTH &&
-           !atomic_load(&st->failed) && !st->stopping)
+           !atomic_load(&st->failed) && !st->stopping) {
+      ch->room_waiters++;
       pthread_cond_wait(&ch->queue_cond, &st->lock);
+      ch->room_waiters--;
+    }
     if (atomic_load(&st->failed) || st->stopping)
       break;
     ch->queue[ch->queue_tail % NL_QUEUE_DEPTH] = op;
@@ -394,6 +397,14 @@ static xcoll_status nl_test(void *state, xcoll_backend_op *handle, int *done) {
 
 static void run_one(nl_state *st, nl_channel *ch, nl_op *op);
 
+/* Under st->lock, after an item was taken off ch's queue: wake the start()
+ * calls waiting for room once the queue is down to half. */
+static void room_freed(nl_channel *ch) {
+  if (ch->room_waiters > 0 &&
+      ch->queue_tail - ch->queue_head <= NL_QUEUE_DEPTH / 2)
+    pthread_cond_broadcast(&ch->queue_cond);
+}
+
 /* Under st->lock: takes op's work item off the head of one of its channels'
  * queues when that channel's worker is not running an item (so the channel
  * still runs its items one at a time, in issue order), or returns NULL. */
@@ -405,10 +416,9 @@ static nl_channel *steal_item(nl_state *st, nl_op *op) {
     if (ch->running || ch->queue_head == ch->queue_tail ||
         ch->queue[ch->queue_head % NL_QUEUE_DEPTH] != op)
       continue;
-    if (ch->queue_tail - ch->queue_head == NL_QUEUE_DEPTH)
-      pthread_cond_broadcast(&ch->queue_cond); /* room for start() */
     ch->queue_head++;
     ch->running = 1;
+    room_freed(ch);
     return ch;
   }
   return NULL;
@@ -594,7 +604,7 @@ static void *worker_main(void *arg) {
     nl_op *op = ch->queue[ch->queue_head % NL_QUEUE_DEPTH];
     ch->queue_head++;
     ch->running = 1;
-    pthread_cond_broadcast(&ch->queue_cond); /* room for start() */
+    room_freed(ch);
     pthread_mutex_unlock(&st->lock);
     run_one(st, ch, op);
     pthread_mutex_lock(&st->lock);

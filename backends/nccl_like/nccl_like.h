@@ -313,6 +313,12 @@ typedef struct nl_channel {
    * and the worker had not yet (engine.c: steal_item). One item at a time
    * per channel keeps the channel's issue order. Under the state's lock. */
   int running;
+  /* start() calls waiting for room in a full queue. They are woken once
+   * the queue is down to half (engine.c: room_freed), not per item taken:
+   * a stream of nonblocking calls then costs the issuing thread one
+   * sleep per NL_QUEUE_DEPTH / 2 items, not one per item. Under the
+   * state's lock. */
+  int room_waiters;
   pthread_cond_t queue_cond;       /* work arrived, room freed or stop */
 } nl_channel;
 
