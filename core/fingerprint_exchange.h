@@ -15,6 +15,8 @@
 #ifndef XCOLL_CORE_FINGERPRINT_EXCHANGE_H
 #define XCOLL_CORE_FINGERPRINT_EXCHANGE_H
 
+#include <stdint.h>
+
 #include "algorithm.h"
 #include "xcoll.h"
 
@@ -24,6 +26,15 @@ struct xcoll_comm;
  * every algorithm's steps and below the control steps backends keep for
  * themselves (backends/ucx: the top 8 of 2^24). */
 #define XCOLL_FINGERPRINT_EXCHANGE_STEP 0xfff000u
+
+/* Whether tag (xcoll_tag) is a message of the exchange: ceil(log2 P)
+ * rounds, fewer than 32 for any int world size. nccl_like's
+ * point-to-point layer (backends/nccl_like/p2p.c) does not judge the
+ * fingerprint in these messages' headers: the exchange compares the
+ * fingerprints it carries and runs every round on every rank. */
+static inline int xcoll_fingerprint_exchange_tag(uint64_t tag) {
+  return (uint32_t)(tag & 0xffffffu) - XCOLL_FINGERPRINT_EXCHANGE_STEP < 32u;
+}
 
 /* Dissemination (Hensgen, Finkel & Manber 1988), as the barrier: in round
  * k every rank sends to rank + 2^k and receives from rank - 2^k (mod P)

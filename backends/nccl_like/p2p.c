@@ -373,10 +373,8 @@ static xcoll_status header_check(nl_state *st, nl_p2p *q,
    * call naming both (core/fingerprint_exchange.h). Failing here at once
    * would leave a rank further along the chain to learn of it from ranks
    * that may have destroyed their communicators by then. */
-  uint32_t step = (uint32_t)(r->tag & 0xffffffu);
-  int exchange_round =
-      step - XCOLL_FINGERPRINT_EXCHANGE_STEP < 64u &&
-      got >= NL_P2P_HEADER_BYTES && get_u64(in + 32) == r->tag;
+  uint64_t tag = got >= NL_P2P_HEADER_BYTES ? get_u64(in + 32) : 0;
+  int exchange_round = xcoll_fingerprint_exchange_tag(r->tag) && tag == r->tag;
   if (!exchange_round && got >= XCOLL_FINGERPRINT_BYTES &&
       xcoll_fingerprint_decode(in, &theirs) == 0 && theirs.valid) {
     const xcoll_fingerprint *ours = NULL;
@@ -415,7 +413,7 @@ static xcoll_status header_check(nl_state *st, nl_p2p *q,
         "(one in an nccl_like collective?) or run different xcoll versions",
         st->rank, got, peer, magic, NL_P2P_MAGIC, r->bytes, r->tag);
   }
-  uint64_t tag = get_u64(in + 32), bytes = get_u64(in + 40);
+  uint64_t bytes = get_u64(in + 40);
   uint64_t number = get_u64(in + 48);
   int eager = r->messages == 1;
   if (tag != r->tag || bytes != r->bytes || number != r->number ||

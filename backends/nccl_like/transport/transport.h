@@ -100,8 +100,9 @@ typedef struct nl_transport {
                                 int *progress);
   /* Called by a kernel's progress hook while it waits for *counter (of a
    * FIFO this transport carries) to reach target, with the hook's clock
-   * reading (now, nl_now) and the seconds waited so far: watch the peers for a death the memory cannot show, and sleep
-   * until the peer posts once spinning no longer pays. Returns 1 when it
+   * reading (now, nl_now) and the seconds waited so far: watch the peers
+   * for a death the memory cannot show, and sleep until the peer posts
+   * once spinning no longer pays. Returns 1 when it
    * slept. NULL = the net transport's wait (poll on the plugin's fds). */
   int (*wait)(struct nl_state *st, struct nl_channel *ch,
               const _Atomic uint64_t *counter, uint64_t target, double now,
