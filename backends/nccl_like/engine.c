@@ -502,19 +502,25 @@ static void trace_channel_op(nl_state *st, nl_channel *ch, const nl_op *op,
  * nl_describe_op reads (nccl_like.h, nl_channel.run_id). */
 static void publish_run(nl_channel *ch, const xc_work *work,
                         uint64_t flight_id) {
-  /* A sequence lock in sequentially consistent operations only (no
-   * fences, which ThreadSanitizer does not model): run_id is 0 while the
-   * fields change, then the op's id; a few stores per op and channel. */
-  atomic_store(&ch->run_id, 0);
+  /* A sequence lock in acquire/release operations only (no fences, which
+   * ThreadSanitizer does not model; on x86 each is a plain store): run_id
+   * is 0 while the fields change, then the op's id. Each field's release
+   * store orders the 0 before it; the id's release store orders the fields
+   * before it. The reader (nl_describe_op) loads run_id, the fields and
+   * run_id again, each with acquire: a field written by an update makes
+   * that update's 0 visible to the second load, which then differs. */
+  atomic_store_explicit(&ch->run_id, 0, memory_order_relaxed);
   if (flight_id == 0)
     return;
   uint64_t sends = 0, recvs = 0;
   xc_ring_steps(work, ch->send.step_bytes, &sends, &recvs);
-  atomic_store(&ch->run_send_base, ch->send.step);
-  atomic_store(&ch->run_recv_base, ch->recv.step);
-  atomic_store(&ch->run_send_steps, sends);
-  atomic_store(&ch->run_recv_steps, recvs);
-  atomic_store(&ch->run_id, flight_id);
+  atomic_store_explicit(&ch->run_send_base, ch->send.step,
+                        memory_order_release);
+  atomic_store_explicit(&ch->run_recv_base, ch->recv.step,
+                        memory_order_release);
+  atomic_store_explicit(&ch->run_send_steps, sends, memory_order_release);
+  atomic_store_explicit(&ch->run_recv_steps, recvs, memory_order_release);
+  atomic_store_explicit(&ch->run_id, flight_id, memory_order_release);
 }
 
 static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
@@ -547,9 +553,11 @@ static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
     work.scratch_bytes = ch->scratch_bytes;
     double t0 = xcoll_trace_enabled() ? xcoll_time_us() : 0;
     publish_run(ch, &work, op->args.flight_id);
-    atomic_store(&ch->busy, 1);
+    /* Release: read by the proxy's periodic checks only, which need no
+     * order against this thread's later loads. */
+    atomic_store_explicit(&ch->busy, 1, memory_order_release);
     s = xc_ring_run(&work, &ch->send, &ch->recv, st->abort);
-    atomic_store(&ch->busy, 0);
+    atomic_store_explicit(&ch->busy, 0, memory_order_release);
     if (s == XCOLL_SUCCESS)
       atomic_store_explicit(&ch->run_id, 0, memory_order_relaxed);
     /* Post the slots the kernel filled last (nothing waited after them)

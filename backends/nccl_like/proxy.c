@@ -74,6 +74,11 @@ int nl_recvs_ahead(const xcoll_net_v1 *net, int device) {
 /* Channel 0's progress hook runs the fingerprint step on one idle pass in
  * this many (desync.c). */
 #define NL_FP_HOOK_EVERY 64
+/* Passes of a kernel's wait on a channel of shm or p2p connections that
+ * only poll the counter (nl_proxy_progress_hook): below the kernel's
+ * XC_SPINS_BEFORE_YIELD, so that a peer that posts within a few hundred
+ * nanoseconds is seen at the first load after its store. */
+#define NL_HOOK_POLL_SPINS 32
 /* A kernel that has waited this many idle passes (several polls of up to
  * NL_POLL_MS) sends its rank's deferred fingerprints (nl_fp_flush). */
 #define NL_FP_FLUSH_SPINS 256
@@ -497,12 +502,21 @@ int nl_proxy_progress_hook(void *ctx, const xc_atomic_u64 *counter,
   }
   if (atomic_load_explicit(&st->failed, memory_order_relaxed))
     return 0;
+  /* A channel whose both directions meet in memory (shm, p2p) has no step
+   * to run, and its peer posts the counter itself: the first
+   * NL_HOOK_POLL_SPINS passes of a wait only poll it (the kernel's loop),
+   * without the lock, the clock and the peers' check. */
+  int in_memory = ch->send_transport->send_progress == NULL &&
+                  ch->recv_transport->recv_progress == NULL;
+  if (in_memory && counter != NULL && spins <= NL_HOOK_POLL_SPINS)
+    return 0;
   if (pthread_mutex_trylock(&ch->progress_lock) != 0)
     return 0; /* the proxy thread runs the step right now */
   int progress = 0, slept = 0;
   xcoll_status s = channel_step(st, ch, &progress);
   double now = nl_now();
-  if (spins == 1 || progress)
+  if (spins == (in_memory && counter != NULL ? NL_HOOK_POLL_SPINS + 1 : 1) ||
+      progress)
     ch->wait_since = now;
   const nl_transport *waited = waited_transport(ch, counter);
   if (waited != NULL && waited->wait != NULL) {
