@@ -1032,6 +1032,54 @@ static void test_abort(void **state) {
 
 /* ---- the collective's check in LL flags ---- */
 
+/* LL lines themselves (xc_ll_pack, xc_ll_unpack; on x86-64 two lines at a
+ * time in SSE2, the rest one by one): for every payload size from 0 to 72
+ * bytes, at an odd payload offset, the lines hold exactly the layout
+ * conn.h defines, built here byte by byte (4 payload bytes, the flag, 4
+ * payload bytes, the flag; the last line zero-padded), and nothing after
+ * them is written; unpacking gives the payload back with no flag
+ * reported; a wrong flag in any one half of any line is reported, and a
+ * changed payload byte is not (it is data). */
+static void test_ll_lines(void **state) {
+  (void)state;
+  const uint32_t flag = 0x9e3779b1u;
+  uint8_t src[80 + 1], lines[10 * XC_LL_LINE_BYTES + 16], want[sizeof lines];
+  uint8_t back[10 * XC_LL_PAYLOAD_BYTES + 16];
+  for (size_t i = 0; i < sizeof src; i++)
+    src[i] = (uint8_t)(i * 37 + 11);
+  for (size_t bytes = 0; bytes <= 72; bytes++) {
+    const uint8_t *payload = src + 1;
+    size_t nlines = (bytes + 7) / 8;
+    memset(lines, 0xAB, sizeof lines);
+    memset(want, 0xAB, sizeof want);
+    for (size_t l = 0; l < nlines; l++)
+      for (int half = 0; half < 2; half++) {
+        uint8_t *w = want + l * 16 + (size_t)half * 8;
+        for (int b = 0; b < 4; b++) {
+          size_t at = l * 8 + (size_t)half * 4 + (size_t)b;
+          w[b] = at < bytes ? payload[at] : 0;
+          w[4 + b] = (uint8_t)(flag >> (8 * b));
+        }
+      }
+    xc_ll_pack(lines, payload, bytes, flag);
+    assert_memory_equal(lines, want, sizeof lines);
+    memset(back, 0, sizeof back);
+    assert_int_equal(xc_ll_unpack(lines, nlines, flag, back), 0);
+    if (bytes > 0)
+      assert_memory_equal(back, payload, bytes);
+    for (size_t l = 0; l < nlines; l++)
+      for (int half = 0; half < 2; half++) {
+        uint8_t *f = lines + l * 16 + (size_t)half * 8 + 4;
+        f[half] ^= 0x40; /* a flag byte */
+        assert_int_not_equal(xc_ll_unpack(lines, nlines, flag, back), 0);
+        f[half] ^= 0x40;
+        f[-4] ^= 0x40; /* a payload byte of the same half */
+        assert_int_equal(xc_ll_unpack(lines, nlines, flag, back), 0);
+        f[-4] ^= 0x40;
+      }
+  }
+}
+
 /* An LL allreduce (ring and gather) at 3 positions whose xc_work.check
  * values agree completes with exact sums; when the last position's differs
  * (its rank called another collective), the positions that receive its
@@ -1292,6 +1340,7 @@ int main(void) {
       cmocka_unit_test(test_nan_and_trace),
       cmocka_unit_test(test_abort),
       cmocka_unit_test(test_ll_check),
+      cmocka_unit_test(test_ll_lines),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
