@@ -454,9 +454,13 @@ static xcoll_status dispatch(xcoll_comm *comm, const xcoll_coll_args *args,
   if (comm->cuda != NULL)
     return dispatch_staged(comm, args, request);
   /* Host ranks only: a device buffer would crash the first memcpy. */
-  const void *device_buffer = xcoll_device_pointer(args->sendbuf)   ? args->sendbuf
-                              : xcoll_device_pointer(args->recvbuf) ? args->recvbuf
-                                                                    : NULL;
+  /* In place (the same pointer twice) asks once: each question walks the
+   * loaded objects while no CUDA driver is loaded. */
+  const void *device_buffer =
+      xcoll_device_pointer(args->sendbuf) ? args->sendbuf
+      : args->recvbuf != args->sendbuf && xcoll_device_pointer(args->recvbuf)
+          ? args->recvbuf
+          : NULL;
   if (device_buffer != NULL)
     return xcoll_error(comm, XCOLL_ERR_INVALID_ARGUMENT,
                        "xcoll_%s: %s %p is CUDA device memory, but this "
