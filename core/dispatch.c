@@ -453,8 +453,8 @@ static xcoll_status dispatch(xcoll_comm *comm, const xcoll_coll_args *args,
   }
   if (comm->cuda != NULL)
     return dispatch_staged(comm, args, request);
-  /* Host ranks only: a device buffer would crash the first memcpy. */
-  /* In place (the same pointer twice) asks once: each question walks the
+  /* Host ranks only: a device buffer would crash the first memcpy. In
+   * place (the same pointer twice) asks once: each question walks the
    * loaded objects while no CUDA driver is loaded. */
   const void *device_buffer =
       xcoll_device_pointer(args->sendbuf) ? args->sendbuf

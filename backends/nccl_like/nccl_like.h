@@ -143,9 +143,9 @@ typedef enum nl_proto_choice {
 /* Fingerprints one message carries at most: a step sends every fingerprint
  * that accumulated since the last one in one message, so that back-to-back
  * small collectives do not pay a message each. A batch costs the thread
- * that sends it a sendmsg and a recv: at 32 a batch that was about a tenth
- * of an 8 B LL allreduce at P=2 (0.67 us a call with 32, 0.59 with 128,
- * together with the hook's poll-only passes). */
+ * that sends it a sendmsg and a recv: at 32 per batch, that was about a
+ * tenth of an 8 B LL allreduce at P=2 (docs/nccl_like.md, "Fewer
+ * fingerprint batches"). */
 #define NL_FP_BATCH 128
 /* Deferred fingerprints (desync.c: an LL collective's travels in its LL
  * flags, kernels/prims.h xc_ll_flag): sent once this many are unsent, or

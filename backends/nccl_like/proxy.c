@@ -506,17 +506,18 @@ int nl_proxy_progress_hook(void *ctx, const xc_atomic_u64 *counter,
    * to run, and its peer posts the counter itself: the first
    * NL_HOOK_POLL_SPINS passes of a wait only poll it (the kernel's loop),
    * without the lock, the clock and the peers' check. */
-  int in_memory = ch->send_transport->send_progress == NULL &&
+  int poll_only = counter != NULL &&
+                  ch->send_transport->send_progress == NULL &&
                   ch->recv_transport->recv_progress == NULL;
-  if (in_memory && counter != NULL && spins <= NL_HOOK_POLL_SPINS)
+  if (poll_only && spins <= NL_HOOK_POLL_SPINS)
     return 0;
   if (pthread_mutex_trylock(&ch->progress_lock) != 0)
     return 0; /* the proxy thread runs the step right now */
   int progress = 0, slept = 0;
   xcoll_status s = channel_step(st, ch, &progress);
   double now = nl_now();
-  if (spins == (in_memory && counter != NULL ? NL_HOOK_POLL_SPINS + 1 : 1) ||
-      progress)
+  /* The wait's first pass that gets here starts its spin timer. */
+  if (spins == (poll_only ? NL_HOOK_POLL_SPINS + 1 : 1) || progress)
     ch->wait_since = now;
   const nl_transport *waited = waited_transport(ch, counter);
   if (waited != NULL && waited->wait != NULL) {
