@@ -227,6 +227,21 @@ xcoll_status xcoll_coll_run(xcoll_comm *comm, const xcoll_coll_args *args) {
 
 /* ---- device-driven: the backend's collective ops ---- */
 
+/* Wait for a started backend op, then record its end: the flight
+ * recorder, the trace span, the error wrapped around the engine's. */
+static xcoll_status complete_backend_op(xcoll_comm *comm,
+                                        const xcoll_coll_args *args,
+                                        xcoll_backend_op *op,
+                                        double start_us) {
+  xcoll_status status = comm->backend->coll->wait(comm->backend_state, op);
+  xcoll_flight_end(comm, args->flight_id, status);
+  if (xcoll_trace_enabled())
+    trace_collective(comm, args, comm->backend->name, start_us, status);
+  if (status != XCOLL_SUCCESS)
+    status = fail(comm, args, comm->backend->name, status);
+  return status;
+}
+
 /* Complete a device-driven request that is not done yet: wait for the
  * backend op, trace, wrap the error, record the status in the request. */
 static void finish_backend_request(struct xcoll_request *request) {
@@ -235,16 +250,9 @@ static void finish_backend_request(struct xcoll_request *request) {
     pthread_mutex_unlock(&request->lock);
     return;
   }
-  xcoll_comm *comm = request->comm;
-  xcoll_status status =
-      comm->backend->coll->wait(comm->backend_state, request->op);
+  xcoll_status status = complete_backend_op(request->comm, &request->args,
+                                            request->op, request->start_us);
   request->op = NULL;
-  xcoll_flight_end(comm, request->args.flight_id, status);
-  if (xcoll_trace_enabled())
-    trace_collective(comm, &request->args, comm->backend->name,
-                     request->start_us, status);
-  if (status != XCOLL_SUCCESS)
-    status = fail(comm, &request->args, comm->backend->name, status);
   request->status = status;
   request->done = 1;
   pthread_cond_broadcast(&request->completed);
@@ -292,6 +300,15 @@ void xcoll_dispatch_quiesce(xcoll_comm *comm) {
   }
 }
 
+/* The flight recorder's "started", with the algorithm the backend named
+ * in start(). */
+static void note_started(xcoll_comm *comm, const xcoll_coll_args *args) {
+  const char *algorithm = atomic_load(&comm->last_algorithm);
+  xcoll_flight_start(comm, args->flight_id, args,
+                     algorithm != NULL ? algorithm : comm->backend->name,
+                     atomic_load(&comm->last_protocol));
+}
+
 static xcoll_status dispatch_backend(xcoll_comm *comm,
                                      const xcoll_coll_args *args,
                                      xcoll_request_t *out) {
@@ -318,41 +335,36 @@ static xcoll_status dispatch_backend(xcoll_comm *comm,
       return fail(comm, args, comm->backend->name, status);
   }
 
-  /* A blocking call's request stays on this stack: no other thread sees
-   * it, and a small collective then allocates nothing here. */
-  struct xcoll_request local;
-  struct xcoll_request *request = &local;
-  if (out == NULL)
-    xcoll_request_init(comm, request);
-  else if ((request = xcoll_request_new(comm)) == NULL)
+  /* The backend names its own algorithm and protocol in start(). */
+  xcoll_comm_note_algorithm(comm, comm->backend->name, "backend");
+  double start_us = xcoll_trace_enabled() ? xcoll_time_us() : 0.0;
+  if (out == NULL) {
+    /* A blocking call needs no request: no other thread can see it, so
+     * it is started and waited for here, with nothing allocated, locked
+     * or signalled on its behalf. */
+    xcoll_coll_args call = *args;
+    call.blocking = 1;
+    xcoll_backend_op *op = NULL;
+    xcoll_status status = coll->start(comm, comm->backend_state, &call, &op);
+    if (status != XCOLL_SUCCESS)
+      return fail(comm, args, comm->backend->name, status);
+    note_started(comm, &call);
+    return complete_backend_op(comm, &call, op, start_us);
+  }
+  struct xcoll_request *request = xcoll_request_new(comm);
+  if (request == NULL)
     return XCOLL_ERR_NO_MEMORY;
   request->args = *args;
   request->on_backend = 1;
-  request->start_us = xcoll_trace_enabled() ? xcoll_time_us() : 0.0;
-  request->args.blocking = out == NULL;
-  /* The backend names its own algorithm and protocol in start(). */
-  xcoll_comm_note_algorithm(comm, comm->backend->name, "backend");
+  request->start_us = start_us;
+  request->args.blocking = 0;
   xcoll_status status =
       coll->start(comm, comm->backend_state, &request->args, &request->op);
-  if (status == XCOLL_SUCCESS) {
-    const char *algorithm = atomic_load(&comm->last_algorithm);
-    xcoll_flight_start(comm, request->args.flight_id, &request->args,
-                       algorithm != NULL ? algorithm : comm->backend->name,
-                       atomic_load(&comm->last_protocol));
-  }
   if (status != XCOLL_SUCCESS) {
-    if (out == NULL)
-      xcoll_request_fini(request);
-    else
-      xcoll_request_release(request);
+    xcoll_request_release(request);
     return fail(comm, args, comm->backend->name, status);
   }
-  if (out == NULL) {
-    finish_backend_request(request);
-    status = request->status;
-    xcoll_request_fini(request);
-    return status;
-  }
+  note_started(comm, &request->args);
   xcoll_inflight_add(comm, request);
   *out = request;
   return XCOLL_SUCCESS;

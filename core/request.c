@@ -3,6 +3,7 @@
  * contract as a CUDA stream or Gloo's work queue), plus the in-flight list of
  * device-driven requests. xcoll_wait and xcoll_test are in core/dispatch.c. */
 #include <errno.h>
+#include <stdatomic.h>
 
 #include "staging.h"
 #include <stdlib.h>
@@ -21,6 +22,10 @@ struct xcoll_queue {
   /* A collective is running (on the progress thread or inline on a caller):
    * the next one must wait for it so that issue order is kept on the wire. */
   int busy;
+  /* 1 while head == NULL && !busy: xcoll_queue_drain's answer without the
+   * lock. Written under the lock (set_quiet) after each change of either,
+   * in release; a caller that queued work itself reads its own 0. */
+  _Atomic int quiet;
   int stop;
   int thread_started;
   pthread_t thread;
@@ -28,6 +33,12 @@ struct xcoll_queue {
   /* Device-driven requests started and not yet seen complete, oldest first. */
   struct xcoll_request *inflight_head, *inflight_tail;
 };
+
+/* Under queue->lock, after head or busy changed. */
+static void set_quiet(struct xcoll_queue *queue) {
+  atomic_store_explicit(&queue->quiet, queue->head == NULL && !queue->busy,
+                        memory_order_release);
+}
 
 void xcoll_request_init(xcoll_comm *comm, struct xcoll_request *request) {
   memset(request, 0, sizeof *request);
@@ -119,6 +130,7 @@ xcoll_status xcoll_queue_create(xcoll_comm *comm, xcoll_queue_run_fn run) {
   pthread_mutex_init(&queue->lock, NULL);
   pthread_cond_init(&queue->work, NULL);
   pthread_cond_init(&queue->idle, NULL);
+  atomic_init(&queue->quiet, 1);
   queue->run = run;
   comm->queue = queue;
   return XCOLL_SUCCESS;
@@ -146,6 +158,7 @@ static void *progress_main(void *arg) {
 
     pthread_mutex_lock(&queue->lock);
     queue->busy = 0;
+    set_quiet(queue);
     pthread_cond_broadcast(&queue->idle);
   }
   pthread_mutex_unlock(&queue->lock);
@@ -172,6 +185,7 @@ static xcoll_status enqueue_locked(xcoll_comm *comm,
   else
     queue->head = request;
   queue->tail = request;
+  set_quiet(queue);
   pthread_cond_signal(&queue->work);
   return XCOLL_SUCCESS;
 }
@@ -201,10 +215,12 @@ xcoll_status xcoll_queue_run(xcoll_comm *comm, const xcoll_coll_args *args) {
     /* Nothing ahead of us: run on this thread and skip two thread
      * hand-offs, which dominate the latency of small collectives. */
     queue->busy = 1;
+    set_quiet(queue);
     pthread_mutex_unlock(&queue->lock);
     xcoll_status status = queue->run(comm, args);
     pthread_mutex_lock(&queue->lock);
     queue->busy = 0;
+    set_quiet(queue);
     pthread_cond_broadcast(&queue->idle);
     pthread_cond_broadcast(&queue->work);
     pthread_mutex_unlock(&queue->lock);
@@ -223,6 +239,10 @@ xcoll_status xcoll_queue_run(xcoll_comm *comm, const xcoll_coll_args *args) {
 
 void xcoll_queue_drain(xcoll_comm *comm) {
   struct xcoll_queue *queue = comm->queue;
+  /* The common case, a device-driven call with no host collective before
+   * it, takes no lock. */
+  if (atomic_load_explicit(&queue->quiet, memory_order_acquire))
+    return;
   pthread_mutex_lock(&queue->lock);
   while (queue->head != NULL || queue->busy)
     pthread_cond_wait(&queue->idle, &queue->lock);
@@ -299,6 +319,7 @@ void xcoll_queue_abort(xcoll_comm *comm) {
   pthread_mutex_lock(&queue->lock);
   struct xcoll_request *request = queue->head;
   queue->head = queue->tail = NULL;
+  set_quiet(queue);
   while (request != NULL) {
     struct xcoll_request *next = request->next;
     xcoll_request_complete(request, XCOLL_ERR_ABORTED);

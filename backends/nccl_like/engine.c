@@ -173,21 +173,42 @@ static void op_put(nl_state *st, nl_op *op) {
   pthread_mutex_unlock(&st->lock);
 }
 
-/* The op's final status, with the message recorded on this (the waiting)
- * thread and on the comm. Gives op back (op_put). */
-static xcoll_status op_finish(nl_state *st, nl_op *op) {
+/* Under st->lock: the op's final status, the comm's cause in message
+ * (XCOLL_ERROR_BYTES) when it failed, and the op's name; gives op back
+ * (op_put_locked). op_report then records the error. */
+static xcoll_status op_finish_locked(nl_state *st, nl_op *op, char *message,
+                                     const char **name) {
   xcoll_status status = op->status;
-  char message[XCOLL_ERROR_BYTES] = "";
-  pthread_mutex_lock(&st->lock);
+  message[0] = '\0';
   if (atomic_load(&st->failed)) {
     /* The kernels of a failed comm return ABORTED; the cause is in
      * fail_status (REMOTE, TIMEOUT...). */
     status = st->fail_status;
-    snprintf(message, sizeof message, "%s", st->fail_message);
+    snprintf(message, XCOLL_ERROR_BYTES, "%s", st->fail_message);
   }
-  const char *name = xcoll_coll_name(op->args.kind);
+  *name = xcoll_coll_name(op->args.kind);
   op_put_locked(st, op);
+  return status;
+}
+
+static xcoll_status op_report(nl_state *st, xcoll_status status,
+                              const char *message, const char *name);
+
+/* The op's final status, with the message recorded on this (the waiting)
+ * thread and on the comm. Gives op back (op_put). */
+static xcoll_status op_finish(nl_state *st, nl_op *op) {
+  char message[XCOLL_ERROR_BYTES];
+  const char *name = NULL;
+  pthread_mutex_lock(&st->lock);
+  xcoll_status status = op_finish_locked(st, op, message, &name);
   pthread_mutex_unlock(&st->lock);
+  return op_report(st, status, message, name);
+}
+
+/* An op's final status: the error, recorded on this thread and the comm
+ * (message: the comm's cause, or empty). */
+static xcoll_status op_report(nl_state *st, xcoll_status status,
+                              const char *message, const char *name) {
   if (status == XCOLL_SUCCESS)
     return XCOLL_SUCCESS;
   /* Every op in flight fails with the comm's cause: one log line for all
@@ -327,6 +348,18 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
   int pushed = 0;
   for (int c = 0; c < op->nchannels; c++) {
     nl_channel *ch = &st->channels[c];
+    /* The blocking form's wait runs channel 0's item itself (nl_wait).
+     * With nothing queued or running there, the item is taken now rather
+     * than queued and taken back: the channel is this op's until nl_wait
+     * has run it. */
+    if (c == 0 && args->blocking && st->inline_wait && !ch->running &&
+        ch->queue_head == ch->queue_tail && !atomic_load(&st->failed) &&
+        !st->stopping) {
+      ch->running = 1;
+      op->claimed = ch;
+      pushed++;
+      continue;
+    }
     while (ch->queue_tail - ch->queue_head == NL_QUEUE_DEPTH &&
            !atomic_load(&st->failed) && !st->stopping) {
       ch->room_waiters++;
@@ -395,7 +428,9 @@ static xcoll_status nl_test(void *state, xcoll_backend_op *handle, int *done) {
   return op_finish(st, op);
 }
 
-static void run_one(nl_state *st, nl_channel *ch, nl_op *op);
+static xcoll_status run_item(nl_state *st, nl_channel *ch, nl_op *op,
+                             int *kick_out);
+static void retire_locked(nl_state *st, nl_op *op, xcoll_status s, int kick);
 
 /* Under st->lock, after an item was taken off ch's queue: wake the start()
  * calls waiting for room once the queue is down to half. */
@@ -439,21 +474,41 @@ static xcoll_status nl_wait(void *state, xcoll_backend_op *handle) {
     if (s != XCOLL_SUCCESS)
       op->status = s;
   }
-  pthread_mutex_lock(&st->lock);
-  /* Workers always finish: kernels poll the abort flag, which a failure,
-   * the proxy's timeout or comm_abort raises. */
-  while (op->channels_left > 0) {
-    nl_channel *ch = st->inline_wait ? steal_item(st, op) : NULL;
-    if (!ch) {
-      pthread_cond_wait(&st->done_cond, &st->lock);
-      continue;
-    }
-    pthread_mutex_unlock(&st->lock);
-    run_one(st, ch, op);
+  /* The item start() took for this thread (op->claimed) runs first, with
+   * no lock; then those no worker has taken yet. Workers always finish:
+   * kernels poll the abort flag, which a failure, the proxy's timeout or
+   * comm_abort raises. */
+  nl_channel *ch = op->claimed;
+  op->claimed = NULL;
+  if (ch == NULL)
     pthread_mutex_lock(&st->lock);
-    ch->running = 0;
-    if (ch->queue_head != ch->queue_tail || st->stopping)
-      pthread_cond_broadcast(&ch->queue_cond); /* the worker's next item */
+  for (;;) {
+    if (ch != NULL) {
+      int kick = 0;
+      xcoll_status s = run_item(st, ch, op, &kick);
+      pthread_mutex_lock(&st->lock);
+      retire_locked(st, op, s, kick);
+      ch->running = 0;
+      if (ch->queue_head != ch->queue_tail || st->stopping)
+        pthread_cond_broadcast(&ch->queue_cond); /* the worker's next item */
+    }
+    if (op->channels_left == 0)
+      break;
+    ch = st->inline_wait ? steal_item(st, op) : NULL;
+    if (ch == NULL)
+      pthread_cond_wait(&st->done_cond, &st->lock);
+    else
+      pthread_mutex_unlock(&st->lock);
+  }
+  /* With no fingerprint to send or await, the op ends under this lock. */
+  int fp_work = (caller_steps(st, op) && nl_fp_step_due(st)) ||
+                (st->world_size > 1 && !op->fp_deferred);
+  if (!fp_work) {
+    char message[XCOLL_ERROR_BYTES];
+    const char *name = NULL;
+    xcoll_status status = op_finish_locked(st, op, message, &name);
+    pthread_mutex_unlock(&st->lock);
+    return op_report(st, status, message, name);
   }
   pthread_mutex_unlock(&st->lock);
   /* The batch of deferred fingerprints that this op made due, sent from
@@ -523,7 +578,11 @@ static void publish_run(nl_channel *ch, const xc_work *work,
   atomic_store_explicit(&ch->run_id, flight_id, memory_order_release);
 }
 
-static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
+/* Runs op's item on ch (a kernel, or a mesh algorithm on channel 0) and
+ * returns its status; *kick: slots are left to send, which the proxy must
+ * finish (retire_locked wakes it). Takes no lock. */
+static xcoll_status run_item(nl_state *st, nl_channel *ch, nl_op *op,
+                             int *kick_out) {
   xcoll_status s = XCOLL_ERR_ABORTED;
   int kick = 0; /* slots left to send: the proxy must finish them */
   if (!atomic_load(&st->failed) && op->bruck) {
@@ -583,7 +642,12 @@ static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
               st->rank, ch->id, xcoll_coll_name(op->args.kind),
               xcoll_strerror(s));
   }
-  pthread_mutex_lock(&st->lock);
+  *kick_out = kick;
+  return s;
+}
+
+/* Under st->lock, after one of op's items ran (run_item). */
+static void retire_locked(nl_state *st, nl_op *op, xcoll_status s, int kick) {
   if (s != XCOLL_SUCCESS && op->status == XCOLL_SUCCESS)
     op->status = s;
   if (--op->channels_left == 0) {
@@ -592,6 +656,13 @@ static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
   }
   if (kick)
     nl_proxy_wake(st);
+}
+
+static void run_one(nl_state *st, nl_channel *ch, nl_op *op) {
+  int kick = 0;
+  xcoll_status s = run_item(st, ch, op, &kick);
+  pthread_mutex_lock(&st->lock);
+  retire_locked(st, op, s, kick);
   pthread_mutex_unlock(&st->lock);
 }
 

@@ -381,6 +381,10 @@ typedef struct nl_op {
   int32_t barrier_value;  /* barrier = 1-element allreduce of this */
   void *event; /* GPU rank: recorded after the op's kernel (gpu_engine.c) */
   struct nl_op *next_free; /* in nl_state.op_cache while unused */
+  /* Channel 0, taken by start() for a blocking wait that runs the item
+   * itself (engine.c): never queued; its running flag is set until
+   * nl_wait has run it. NULL otherwise. */
+  struct nl_channel *claimed;
 } nl_op;
 
 /* Finished op handles the state keeps for the next start() (engine.c:
