@@ -46,10 +46,11 @@
  * same on both ends of a connection):
  *   SIMPLE: a slot holds raw elements; sizes[] = element bytes.
  *   LL: a slot holds 16-byte lines {u32 data1, u32 flag1, u32 data2,
- *   u32 flag2}, flag = prims.h's xc_ll_flag (step + 1, plus the
- *   collective's check, xc_work.check, times an odd constant), 8 payload
- *   bytes per line (the last line of a step zero-padded); sizes[] = 16 * lines. The receiving
- *   kernel checks every flag; see prims.h for why it still waits for tail.
+ *   u32 flag2}, flag = prims.h's xc_ll_flag (the low 16 bits of step + 1,
+ *   the high 16 of a hash of the collective's check, xc_work.check), 8
+ *   payload bytes per line (the last line of a step zero-padded); sizes[] =
+ *   16 * lines. The receiving kernel checks every flag; see prims.h for
+ *   when it waits for tail first (every connection but ll_poll ones).
  *
  * Requirements checked by xc_ring_run (XCOLL_ERR_INVALID_ARGUMENT otherwise):
  * buff 16-byte aligned, step_bytes a nonzero multiple of 16, and the send and
@@ -84,6 +85,15 @@ typedef struct xc_conn {
   uint64_t step;        /* the kernel's running step counter on this conn:
                            kernel-private, starts at 0, never reset while the
                            connection lives (the proxy keeps its own count) */
+  uint64_t head_seen;   /* send side, host kernels: the largest head this
+                           kernel has acquired (kernel-private, starts at
+                           0); credits below it need no new load of head */
+  /* Recv side, host kernels, LL only: 1 when the sending kernel writes
+   * each line straight into this connection's slots with 64-bit stores
+   * (two host ranks over shm), so that a step may be read once every
+   * flag of it is there, without waiting for tail (NCCL's LL; see
+   * prims.h). 0: tail first, as everywhere else. */
+  int ll_poll;
   /* Send side, optional (NULL = off: every step travels from its slot, as
    * on a CUDA rank). XCOLL_STEPS entries: where the proxy sends step k
    * from, written by the kernel before tail like sizes[]: NULL = the slot,

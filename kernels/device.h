@@ -99,6 +99,32 @@ XC_INLINE XC_HD uint64_t xc_load_u64_relaxed(const uint8_t *p) {
 #endif
 }
 
+/* The last half-line of an LL pack, and the ll_poll receiver's poll of it
+ * (prims.h): release and acquire on the host, so that the lines stored
+ * before it are visible to a reader that sees its flag. The device's lines
+ * are read only after tail (ll_poll is host-only): there they are the
+ * relaxed forms above. */
+XC_INLINE XC_HD void xc_store_u64_release(uint8_t *p, uint64_t v) {
+#if defined(__CUDA_ARCH__)
+  *(volatile uint64_t *)p = v;
+#elif defined(__CUDACC__)
+  __atomic_store_n((uint64_t *)p, v, __ATOMIC_RELEASE);
+#else
+  atomic_store_explicit((_Atomic uint64_t *)(void *)p, v, memory_order_release);
+#endif
+}
+
+XC_INLINE XC_HD uint64_t xc_load_u64_acquire(const uint8_t *p) {
+#if defined(__CUDA_ARCH__)
+  return *(const volatile uint64_t *)p;
+#elif defined(__CUDACC__)
+  return __atomic_load_n((const uint64_t *)p, __ATOMIC_ACQUIRE);
+#else
+  return atomic_load_explicit((_Atomic uint64_t *)(void *)p,
+                              memory_order_acquire);
+#endif
+}
+
 XC_INLINE XC_HD int xc_abort_raised(const xc_abort *abort) {
   if (abort == NULL)
     return 0;

@@ -46,8 +46,26 @@
  * line belongs to this step (a stale or misrouted slot is caught and reported
  * as XCOLL_ERR_PROTOCOL instead of silently reduced). What LL still buys
  * here: the step boundaries are self-describing, and the same reader works
- * unchanged for a future direct (proxy-less) path where a peer kernel writes
+ * unchanged for a direct (proxy-less) path where a peer kernel writes
  * lines with 64-bit stores, where polling the flags alone is correct.
+ *
+ * That path is xc_conn.ll_poll: two host ranks over shm, where the sending
+ * kernel's stores land in the receiver's slots and nothing else writes
+ * them. The sender's last half-line of each pack is a release store
+ * (xc_ll_pack). The receiver polls, with acquire, the last half-line of a
+ * slice's last step: once it carries that step's flag, every line of the
+ * slice is visible (a slot's lines from its previous use carry another
+ * step's flag, xc_ll_flag), and is read with its flags checked as above.
+ * Or it stops polling once tail says the steps are there (a sender that
+ * wrote other flags: then it checks sizes[] too, and a wrong flag is
+ * XCOLL_ERR_PROTOCOL). It then reads neither tail nor sizes[] on the
+ * common path: per step two cache lines fewer to pull from the sending
+ * core, and the line it polls is the data. The sender still writes
+ * sizes[] and releases tail, for a sleeping receiver (which waits for
+ * tail) and the watchdog. Host kernels only (XC_LL_POLL): the device's
+ * pack has no release. Host kernels also remember the largest
+ * head they acquired (xc_conn.head_seen) and load head again only when a
+ * slice needs credits beyond it, as NCCL's connHead cache does.
  *
  * Bytes each primitive moves for n elements of e bytes (SIMPLE; LL sends and
  * receives twice the payload on the wire):
@@ -179,14 +197,20 @@ typedef struct xc_prims {
   uint32_t check; /* xc_work.check: mixed into LL flags (xc_ll_flag) */
 } xc_prims;
 
-/* The flag of every LL line of a step: step + 1, plus the collective's
- * check times an odd constant (2^32 / golden ratio, Knuth's multiplicative
- * hash), modulo 2^32. Equal checks give the same flags on both ends;
- * different ones differ in every line of every step, so a rank that
- * receives lines of another collective (the ranks called different ones)
- * fails with XCOLL_ERR_PROTOCOL at the first step it reads. */
+/* The flag of every LL line of a step: the low 16 bits are those of
+ * step + 1, the high 16 those of the collective's check times 2^32 / golden
+ * ratio (Knuth's multiplicative hash, whose high bits are the well mixed
+ * ones). Equal checks give the same flags on both ends. A slot's lines from
+ * its previous use (8 steps earlier) never carry the flag of the step now
+ * due, whatever the checks, which is what lets an ll_poll receiver read a
+ * step as soon as its flags are there. Different checks differ in the
+ * high half with probability 1 - 2^-16, so a rank that receives lines of
+ * another collective (the ranks called different ones) fails with
+ * XCOLL_ERR_PROTOCOL at the first step it reads, but for that chance, and
+ * then at the fingerprint batch that follows (desync.c). */
 XC_INLINE XC_HD uint32_t xc_ll_flag(const xc_prims *p, uint64_t step) {
-  return (uint32_t)(step + 1) + p->check * 2654435761u;
+  return ((uint32_t)(step + 1) & 0xFFFFu) |
+         ((p->check * 2654435761u) & 0xFFFF0000u);
 }
 
 /* Payload bytes a slot of step_bytes carries under proto. */
@@ -348,6 +372,13 @@ XC_INLINE XC_HD void xc_simple_step(const xc_prims *p, int flags,
 #define XC_LL_SSE2 1
 #endif
 
+/* xc_conn.ll_poll is honoured by host kernels (see the top of this file). */
+#ifndef __CUDA_ARCH__
+#define XC_LL_POLL 1
+#else
+#define XC_LL_POLL 0
+#endif
+
 /* LL: unpacks lines [0, nlines) of a slot into payload (8 bytes per line).
  * Returns nonzero if a flag is not the expected one. */
 XC_INLINE XC_HD int xc_ll_unpack(const uint8_t *lines, size_t nlines,
@@ -394,7 +425,7 @@ XC_INLINE XC_HD void xc_ll_pack(uint8_t *lines, const uint8_t *payload,
   /* 16 payload bytes {d0, d1, d2, d3} make lines {d0, f, d1, f} and
    * {d2, f, d3, f}. */
   const __m128i f = _mm_set1_epi32((int)flag);
-  for (; (i + 2) * XC_LL_PAYLOAD_BYTES <= bytes; i += 2) {
+  for (; (i + 2) * XC_LL_PAYLOAD_BYTES <= bytes && i + 2 < nlines; i += 2) {
     __m128i p = _mm_loadu_si128(
         (const __m128i *)(const void *)(payload + i * XC_LL_PAYLOAD_BYTES));
     _mm_storeu_si128((__m128i *)(void *)(lines + i * XC_LL_LINE_BYTES),
@@ -411,8 +442,14 @@ XC_INLINE XC_HD void xc_ll_pack(uint8_t *lines, const uint8_t *payload,
     memcpy(d, payload + at, len);
     xc_store_u64_relaxed(lines + i * XC_LL_LINE_BYTES,
                          (uint64_t)d[0] | ((uint64_t)flag << 32));
-    xc_store_u64_relaxed(lines + i * XC_LL_LINE_BYTES + 8,
-                         (uint64_t)d[1] | ((uint64_t)flag << 32));
+    uint64_t h1 = (uint64_t)d[1] | ((uint64_t)flag << 32);
+    /* The last half-line is a release: an ll_poll reader that acquires
+     * its flag sees every line before it (the SSE2 pairs stop short of
+     * the last line for this). */
+    if (i + 1 == nlines)
+      xc_store_u64_release(lines + i * XC_LL_LINE_BYTES + 8, h1);
+    else
+      xc_store_u64_relaxed(lines + i * XC_LL_LINE_BYTES + 8, h1);
   }
 }
 
@@ -477,6 +514,59 @@ XC_INLINE XC_HD int64_t xc_step_wire_bytes(const xc_prims *p, size_t n) {
   return (int64_t)bytes;
 }
 
+#if XC_LL_POLL
+/* An ll_poll receive (see the top of this file): 1 when the last
+ * half-line of the slice's last step (n elements from the slice's start,
+ * nsteps steps) carries that step's flag. It is the sender's last store of
+ * the slice, a release (xc_ll_pack): acquiring it makes every line of the
+ * slice visible. */
+XC_INLINE int xc_ll_slice_landed(const xc_prims *p, size_t n,
+                                 uint64_t nsteps) {
+  uint64_t j = nsteps - 1;
+  size_t seg = (size_t)j * p->step_elems;
+  size_t seg_n = n - seg < p->step_elems ? n - seg : p->step_elems;
+  size_t nlines = (seg_n * p->elem_bytes + XC_LL_PAYLOAD_BYTES - 1) /
+                  XC_LL_PAYLOAD_BYTES;
+  uint64_t step = p->recv_step + j;
+  const uint8_t *last = p->recv->buff +
+                        (step % XCOLL_STEPS) * p->recv->step_bytes +
+                        (nlines - 1) * XC_LL_LINE_BYTES + 8;
+  return (uint32_t)(xc_load_u64_acquire(last) >> 32) == xc_ll_flag(p, step);
+}
+
+/* Waits until the slice's lines are there (*by_flags = 1) or tail says
+ * its steps are (*by_flags = 0), with xc_wait_counter's progress hook and
+ * pauses (a hook that sleeps waits for tail). XCOLL_ERR_ABORTED if the
+ * abort flag is raised meanwhile. */
+XC_INLINE xcoll_status xc_wait_ll_poll(const xc_prims *p, size_t n,
+                                       uint64_t nsteps, int *by_flags) {
+  const xc_atomic_u64 *tail = p->recv->tail;
+  uint64_t target = p->recv_step + nsteps;
+  uint64_t spins = 0;
+  for (;;) {
+    if (xc_ll_slice_landed(p, n, nsteps)) {
+      *by_flags = 1;
+      return XCOLL_SUCCESS;
+    }
+    if (xc_load_acquire(tail) >= target) {
+      *by_flags = 0;
+      return XCOLL_SUCCESS;
+    }
+    ++spins;
+    if (p->progress) {
+      int slept = p->progress(p->progress_ctx, tail, target, spins);
+      if (slept) {
+        if (xc_abort_raised(p->abort))
+          return XCOLL_ERR_ABORTED;
+        continue;
+      }
+    }
+    if (xc_spin_pause(spins, p->abort))
+      return XCOLL_ERR_ABORTED;
+  }
+}
+#endif
+
 /* The one generic operation under every primitive: nelem elements, from
  * input offset in_off and/or to output offset out_off (elements), roles in
  * flags. Errors: XCOLL_ERR_ABORTED (abort raised while waiting),
@@ -525,15 +615,33 @@ XC_INLINE XC_HD xcoll_status xc_generic_op(xc_prims *p, int flags,
       xc_store_release(p->recv->direct_req, p->recv_step + nsteps);
     }
 #endif
+    int by_flags = 0; /* ll_poll: the flags said the slice is there */
     if (XC_TID() == 0) {
+#if XC_LL_POLL
+      if ((flags & XC_OP_RECV) && p->recv->ll_poll &&
+          p->proto == XC_PROTO_LL) {
+        if (xc_wait_ll_poll(p, n, nsteps, &by_flags))
+          failed = 1;
+      } else
+#endif
       if ((flags & XC_OP_RECV) &&
           xc_wait_counter(p, p->recv->tail, p->recv_step + nsteps))
         failed = 1;
       /* Credits: head + XCOLL_STEPS >= send_step + nsteps. */
       uint64_t need = p->send_step + nsteps;
-      if (!failed && (flags & XC_OP_SEND) && need > XCOLL_STEPS &&
-          xc_wait_counter(p, p->send->head, need - XCOLL_STEPS))
-        failed = 1;
+      if (!failed && (flags & XC_OP_SEND) && need > XCOLL_STEPS) {
+#ifndef __CUDA_ARCH__
+        if (p->send->head_seen < need - XCOLL_STEPS) {
+          if (xc_wait_counter(p, p->send->head, need - XCOLL_STEPS))
+            failed = 1;
+          else
+            p->send->head_seen = xc_load_acquire(p->send->head);
+        }
+#else
+        if (xc_wait_counter(p, p->send->head, need - XCOLL_STEPS))
+          failed = 1;
+#endif
+      }
     }
     if (XC_BARRIER_OR(failed == 1))
       return XCOLL_ERR_ABORTED;
@@ -549,7 +657,8 @@ XC_INLINE XC_HD xcoll_status xc_generic_op(xc_prims *p, int flags,
       uint64_t rstep = p->recv_step + j, sstep = p->send_step + j;
       if (flags & XC_OP_RECV) {
         rslot = p->recv->buff + (rstep % XCOLL_STEPS) * p->recv->step_bytes;
-        if (XC_TID() == 0 &&
+        /* Lines read by their flags may come before sizes[]. */
+        if (XC_TID() == 0 && !by_flags &&
             p->recv->sizes[rstep % XCOLL_STEPS] != xc_step_wire_bytes(p, seg_n))
           failed = 2;
       }

@@ -119,6 +119,14 @@ static xcoll_status alloc_fifos(nl_state *st) {
     for (int i = 0; i < XCOLL_STEPS; i++)
       ch->recv_mem->sizes[i] = -1;
     conn_bind(&ch->recv, ch->recv_mem, ch->recv_buff, st->step_bytes);
+    /* Over shm between two host ranks the previous rank's kernel writes
+     * each LL line into these slots with 64-bit stores: an LL step may be
+     * read by its flags, before tail (kernels/prims.h). Not where a GPU
+     * kernel or a proxy writes them. */
+    ch->recv.ll_poll = st->world_size > 1 &&
+                       ch->recv_transport == &nl_transport_shm &&
+                       st->gpu == NULL &&
+                       st->rank_infos[st->prev].cuda_device < 0;
     ch->proxy_send.peer = st->next;
     ch->proxy_recv.peer = st->prev;
   }
