@@ -364,8 +364,9 @@ XC_INLINE XC_HD void xc_simple_step(const xc_prims *p, int flags,
  * for gcc's build of the host engine only (nvcc's host pass, which no rank
  * runs the host engine from, keeps the portable loops). Plain 16-byte
  * accesses are enough: a host reader touches a line only after acquiring
- * the tail that the writer released after its last line (see the top of
- * this file), so no access races with another; the line-at-a-time loops
+ * the tail, or the last half-line (ll_poll), that the writer released
+ * after its other lines (see the top of this file), so no access races
+ * with another; the line-at-a-time loops
  * below cost about half of a 4 KiB LL allreduce at P=2. */
 #if defined(__SSE2__) && !defined(__CUDACC__)
 #include <emmintrin.h>
@@ -499,7 +500,9 @@ XC_INLINE XC_HD int xc_ll_step(const xc_prims *p, int flags, const uint8_t *in,
       if ((flags & XC_OP_DST) && out != in)
         memcpy(out + at, in + at, bytes);
     }
-    if (flags & XC_OP_SEND)
+    /* Lines after a wrong flag are not sent: an ll_poll receiver reads a
+     * step by its last line's flag. */
+    if ((flags & XC_OP_SEND) && !bad)
       xc_ll_pack(sslot + line * XC_LL_LINE_BYTES, result, bytes, sflag);
   }
   return bad;
@@ -669,8 +672,10 @@ XC_INLINE XC_HD xcoll_status xc_generic_op(xc_prims *p, int flags,
               !direct ? NULL : (flags & XC_OP_DST) ? out : in;
       }
       if (p->proto == XC_PROTO_LL) {
-        if (xc_ll_step(p, flags, in, rslot, out, sslot, seg_n,
-                       xc_ll_flag(p, rstep), xc_ll_flag(p, sstep)))
+        /* A step after a failed check is not written: an ll_poll receiver
+         * would take its flags for a good step. */
+        if (!failed && xc_ll_step(p, flags, in, rslot, out, sslot, seg_n,
+                                  xc_ll_flag(p, rstep), xc_ll_flag(p, sstep)))
           failed = 2;
       } else {
         if (step_flags != 0) /* 0: direct both ways, nothing to copy */

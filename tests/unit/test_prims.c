@@ -1160,6 +1160,111 @@ static void test_ll_check(void **state) {
   }
 }
 
+/* xc_conn.ll_poll (kernels/prims.h): each position's send connection is
+ * the next position's receive FIFO itself, as over shm (no mover: the
+ * sending kernel's stores land in the receiver's slots), and the receivers
+ * read LL steps by their flags. An LL allreduce, ring and gather, at 2 to
+ * 4 positions and counts of one line up to many slices, gives exact sums,
+ * also where the step counters cross 2^16 (the flags' step half wraps) and
+ * slots hold lines of earlier steps; the receivers' tail never moves, so
+ * each step is read by its flags alone. When one position's check differs,
+ * its lines never carry the flag its receiver polls for: the receiver
+ * reads the step after tail instead and fails with XCOLL_ERR_PROTOCOL, no
+ * position returning success. */
+static void test_ll_poll(void **state) {
+  (void)state;
+  enum { MAXK = 4, MAXN = 300 };
+  static const size_t counts[] = {1, 37, MAXN};
+  static const uint64_t first_steps[] = {0, 65521};
+  for (int variant = 0; variant < 2 * 3 * 3 * 2 * 2; variant++) {
+    int v = variant;
+    int gather = v % 2; v /= 2;
+    int k = 2 + v % 3; v /= 3;
+    size_t n = counts[v % 3]; v /= 3;
+    uint64_t first = first_steps[v % 2]; v /= 2;
+    int odd = v % 2;
+    if (gather && (size_t)k * n * sizeof(float) > 4096)
+      continue; /* the gather is for small calls */
+    ring_fixture *rf = malloc(sizeof *rf);
+    assert_non_null(rf);
+    ring_init(rf, k, 1, 64, first); /* 4 lines (32 B of payload) a step */
+    /* Without a mismatch the receivers' tail is one nobody moves: each
+     * step is read by its flags alone, or the call hangs. */
+    static xc_atomic_u64 never[MAXK];
+    for (int p = 0; p < k; p++) {
+      rf->send[p][0].conn = rf->recv[(p + 1) % k][0].conn;
+      rf->recv[p][0].conn.ll_poll = 1;
+      atomic_init(&never[p], 0);
+      if (!odd)
+        rf->recv[p][0].conn.tail = &never[p];
+    }
+    /* Three calls back to back: later ones meet slots holding lines of
+     * the earlier ones' steps. */
+    for (int call = 0; call < 3; call++) {
+      static float buf[MAXK][MAXN];
+      worker workers[MAXK];
+      pthread_t threads[MAXK];
+      for (int p = 0; p < k; p++) {
+        for (size_t i = 0; i < n; i++)
+          buf[p][i] = (float)(p * 1000 + (int)i + call);
+        worker *wk = &workers[p];
+        memset(wk, 0, sizeof *wk);
+        wk->rf = rf;
+        wk->position = p;
+        xc_work *w = &wk->work;
+        w->kind = XC_COLL_ALLREDUCE;
+        w->dtype = XCOLL_FLOAT32;
+        w->op = XCOLL_SUM;
+        w->sendbuf = buf[p];
+        w->recvbuf = buf[p];
+        w->count = n;
+        w->nranks = k;
+        w->ring_index = p;
+        w->nchannels = 1;
+        w->proto = XC_PROTO_LL;
+        w->chunk_steps = 4;
+        w->slice_steps = 2;
+        w->check = 0x5eed1234u + (uint32_t)call * 7u +
+                   (uint32_t)(odd && p == k - 1) * 0x10000u;
+        if (gather) {
+          w->algo = XC_ALGO_GATHER;
+          w->scratch_bytes = ((size_t)k * n * sizeof(float) + 15) / 16 * 16;
+          wk->scratch = aligned_alloc(16, w->scratch_bytes);
+          assert_non_null(wk->scratch);
+          w->scratch = wk->scratch;
+        }
+        assert_int_equal(
+            pthread_create(&threads[p], NULL, worker_main, wk), 0);
+      }
+      for (int p = 0; p < k; p++)
+        pthread_join(threads[p], NULL);
+      int protocol = 0;
+      for (int p = 0; p < k; p++) {
+        free(workers[p].scratch);
+        xcoll_status got = workers[p].status;
+        if (!odd) {
+          assert_int_equal(got, XCOLL_SUCCESS);
+          for (size_t i = 0; i < n; i++) {
+            float want = 0;
+            for (int q = 0; q < k; q++)
+              want += (float)(q * 1000 + (int)i + call);
+            assert_true(buf[p][i] == want);
+          }
+        } else {
+          assert_true(got == XCOLL_ERR_PROTOCOL || got == XCOLL_ERR_ABORTED);
+          protocol |= got == XCOLL_ERR_PROTOCOL;
+        }
+      }
+      if (odd) {
+        assert_true(protocol);
+        break; /* the FIFOs are out of step now */
+      }
+    }
+    ring_free(rf);
+    free(rf);
+  }
+}
+
 /* ---- NaN, trace hook, bad arguments ---- */
 
 typedef struct trace_log {
@@ -1341,6 +1446,7 @@ int main(void) {
       cmocka_unit_test(test_abort),
       cmocka_unit_test(test_ll_check),
       cmocka_unit_test(test_ll_lines),
+      cmocka_unit_test(test_ll_poll),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
