@@ -60,10 +60,18 @@ void xcoll_fingerprint_encode(const xcoll_fingerprint *fp, uint8_t *out);
  * cheap, and not cryptographic (wire.c's header checksum uses it too). */
 uint32_t xcoll_fnv1a32(const void *p, size_t n);
 
-/* A 32-bit digest of fp: FNV-1a of its encoding. Equal fingerprints give
- * equal digests on every host; different ones collide with a chance of
- * about 2^-32. nccl_like mixes it into its LL flags (kernels/prims.h's
- * xc_ll_flag). */
+/* The encoding's last 8 bytes as one little-endian word: root (as
+ * uint32_t) | kind << 32 | dtype << 40 | op << 48 | valid << 56. */
+uint64_t xcoll_fingerprint_word(const xcoll_fingerprint *fp);
+
+/* A 32-bit digest of fp: the encoding's three little-endian 64-bit words
+ * (seq, count, xcoll_fingerprint_word), each through MurmurHash3's fmix64
+ * (count xor 0x9e3779b97f4a7c15, the word xor 0x6a09e667f3bcc909), the
+ * three combined as a ^ rotl(b, 21) ^ rotl(c, 42), through fmix64 again;
+ * the high 32 bits. Equal fingerprints give equal digests on every host;
+ * fingerprints that differ in one word always differ before the
+ * truncation, and the 32 bits collide with a chance of about 2^-32.
+ * nccl_like mixes it into its LL flags (kernels/prims.h's xc_ll_flag). */
 uint32_t xcoll_fingerprint_digest(const xcoll_fingerprint *fp);
 
 /* Read XCOLL_FINGERPRINT_BYTES bytes of in into *fp. Returns 0, or -1 when a

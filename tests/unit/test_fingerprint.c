@@ -128,9 +128,37 @@ static void test_premul_and_bitwise_ops(void **unused) {
                       "allreduce(bxor, int32, 8)");
 }
 
-/* The digest: FNV-1a of the encoding (its published test vectors: "" ->
- * 0x811c9dc5, "a" -> 0xe40c292c), equal for equal calls, different when a
- * field differs. */
+/* The test's own MurmurHash3 fmix64, from its published constants. */
+static uint64_t ref_fmix64(uint64_t k) {
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdULL;
+  k ^= k >> 33;
+  k *= 0xc4ceb9fe1a85ec53ULL;
+  k ^= k >> 33;
+  return k;
+}
+
+static uint64_t ref_rotl(uint64_t x, int r) {
+  return (x << r) | (x >> (64 - r));
+}
+
+/* The digest as fingerprint.h defines it, from the encoding's bytes read
+ * as three little-endian words. */
+static uint32_t ref_digest(const uint8_t *bytes) {
+  uint64_t w[3] = {0, 0, 0};
+  for (int i = 0; i < 3; i++)
+    for (int b = 7; b >= 0; b--)
+      w[i] = (w[i] << 8) | bytes[8 * i + b];
+  uint64_t h = ref_fmix64(w[0]) ^
+               ref_rotl(ref_fmix64(w[1] ^ 0x9e3779b97f4a7c15ULL), 21) ^
+               ref_rotl(ref_fmix64(w[2] ^ 0x6a09e667f3bcc909ULL), 42);
+  return (uint32_t)(ref_fmix64(h) >> 32);
+}
+
+/* The digest: as fingerprint.h defines it over the encoding, equal for
+ * equal calls, different when a field differs; FNV-1a (wire.c's checksum)
+ * against its published test vectors ("" -> 0x811c9dc5, "a" ->
+ * 0xe40c292c). */
 static void test_digest(void **unused) {
   (void)unused;
   assert_int_equal(xcoll_fnv1a32("", 0), 0x811c9dc5u);
@@ -141,7 +169,28 @@ static void test_digest(void **unused) {
   assert_int_equal(xcoll_fingerprint_digest(&fa), xcoll_fingerprint_digest(&fb));
   uint8_t bytes[XCOLL_FINGERPRINT_BYTES];
   xcoll_fingerprint_encode(&fa, bytes);
-  assert_int_equal(xcoll_fingerprint_digest(&fa), xcoll_fnv1a32(bytes, sizeof bytes));
+  assert_int_equal(xcoll_fingerprint_digest(&fa), ref_digest(bytes));
+  /* Every field, one at a time, and a rooted call. */
+  xcoll_coll_args r = call(XCOLL_COLL_REDUCE, XCOLL_INT64, XCOLL_MIN, 3, 2, 9);
+  xcoll_fingerprint fr = xcoll_fingerprint_of(&r);
+  xcoll_fingerprint_encode(&fr, bytes);
+  assert_int_equal(xcoll_fingerprint_digest(&fr), ref_digest(bytes));
+  for (int field = 0; field < 7; field++) {
+    xcoll_fingerprint g = fr;
+    switch (field) {
+    case 0: g.seq++; break;
+    case 1: g.count++; break;
+    case 2: g.root++; break;
+    case 3: g.kind = XCOLL_COLL_ALLREDUCE; break;
+    case 4: g.dtype = XCOLL_INT32; break;
+    case 5: g.op = XCOLL_MAX; break;
+    default: g.valid = 0; break;
+    }
+    xcoll_fingerprint_encode(&g, bytes);
+    assert_int_equal(xcoll_fingerprint_digest(&g), ref_digest(bytes));
+    assert_int_not_equal(xcoll_fingerprint_digest(&g),
+                         xcoll_fingerprint_digest(&fr));
+  }
   b = call(XCOLL_COLL_ALLREDUCE, XCOLL_FLOAT32, XCOLL_MAX, 1000, 0, 7);
   fb = xcoll_fingerprint_of(&b);
   assert_int_not_equal(xcoll_fingerprint_digest(&fa), xcoll_fingerprint_digest(&fb));
