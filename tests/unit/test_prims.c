@@ -1080,6 +1080,38 @@ static void test_ll_lines(void **state) {
   }
 }
 
+/* Position p's worker of a float32 sum LL allreduce over n elements of buf
+ * (in place) among k positions of rf, ring or gather, with check as its
+ * xc_work.check; the gather's scratch is the test's to free. */
+static void ll_allreduce_worker(worker *wk, ring_fixture *rf, int p, int k,
+                                float *buf, size_t n, int gather,
+                                uint32_t check) {
+  memset(wk, 0, sizeof *wk);
+  wk->rf = rf;
+  wk->position = p;
+  xc_work *w = &wk->work;
+  w->kind = XC_COLL_ALLREDUCE;
+  w->dtype = XCOLL_FLOAT32;
+  w->op = XCOLL_SUM;
+  w->sendbuf = buf;
+  w->recvbuf = buf;
+  w->count = n;
+  w->nranks = k;
+  w->ring_index = p;
+  w->nchannels = 1;
+  w->proto = XC_PROTO_LL;
+  w->chunk_steps = 4;
+  w->slice_steps = 2;
+  w->check = check;
+  if (gather) {
+    w->algo = XC_ALGO_GATHER;
+    w->scratch_bytes = ((size_t)k * n * sizeof(float) + 15) / 16 * 16;
+    wk->scratch = aligned_alloc(16, w->scratch_bytes);
+    assert_non_null(wk->scratch);
+    w->scratch = wk->scratch;
+  }
+}
+
 /* An LL allreduce (ring and gather) at 3 positions whose xc_work.check
  * values agree completes with exact sums; when the last position's differs
  * (its rank called another collective), the positions that receive its
@@ -1102,30 +1134,8 @@ static void test_ll_check(void **state) {
       for (int i = 0; i < N; i++)
         buf[p][i] = (float)(p * 100 + i);
       worker *wk = &workers[p];
-      memset(wk, 0, sizeof *wk);
-      wk->rf = rf;
-      wk->position = p;
-      xc_work *w = &wk->work;
-      w->kind = XC_COLL_ALLREDUCE;
-      w->dtype = XCOLL_FLOAT32;
-      w->op = XCOLL_SUM;
-      w->sendbuf = buf[p];
-      w->recvbuf = buf[p];
-      w->count = N;
-      w->nranks = K;
-      w->ring_index = p;
-      w->nchannels = 1;
-      w->proto = XC_PROTO_LL;
-      w->chunk_steps = 4;
-      w->slice_steps = 2;
-      w->check = 0x5eed1234u + (uint32_t)(odd && p == K - 1);
-      if (gather) {
-        w->algo = XC_ALGO_GATHER;
-        w->scratch_bytes = (K * N * sizeof(float) + 15) / 16 * 16;
-        wk->scratch = aligned_alloc(16, w->scratch_bytes);
-        assert_non_null(wk->scratch);
-        w->scratch = wk->scratch;
-      }
+      ll_allreduce_worker(wk, rf, p, K, buf[p], N, gather,
+                          0x5eed1234u + (uint32_t)(odd && p == K - 1));
       assert_int_equal(
           pthread_create(&threads[p], NULL, worker_main, wk), 0);
     }
@@ -1208,31 +1218,9 @@ static void test_ll_poll(void **state) {
         for (size_t i = 0; i < n; i++)
           buf[p][i] = (float)(p * 1000 + (int)i + call);
         worker *wk = &workers[p];
-        memset(wk, 0, sizeof *wk);
-        wk->rf = rf;
-        wk->position = p;
-        xc_work *w = &wk->work;
-        w->kind = XC_COLL_ALLREDUCE;
-        w->dtype = XCOLL_FLOAT32;
-        w->op = XCOLL_SUM;
-        w->sendbuf = buf[p];
-        w->recvbuf = buf[p];
-        w->count = n;
-        w->nranks = k;
-        w->ring_index = p;
-        w->nchannels = 1;
-        w->proto = XC_PROTO_LL;
-        w->chunk_steps = 4;
-        w->slice_steps = 2;
-        w->check = 0x5eed1234u + (uint32_t)call * 7u +
-                   (uint32_t)(odd && p == k - 1) * 0x10000u;
-        if (gather) {
-          w->algo = XC_ALGO_GATHER;
-          w->scratch_bytes = ((size_t)k * n * sizeof(float) + 15) / 16 * 16;
-          wk->scratch = aligned_alloc(16, w->scratch_bytes);
-          assert_non_null(wk->scratch);
-          w->scratch = wk->scratch;
-        }
+        ll_allreduce_worker(wk, rf, p, k, buf[p], n, gather,
+                            0x5eed1234u + (uint32_t)call * 7u +
+                                (uint32_t)(odd && p == k - 1) * 0x10000u);
         assert_int_equal(
             pthread_create(&threads[p], NULL, worker_main, wk), 0);
       }
