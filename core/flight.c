@@ -24,6 +24,10 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <x86intrin.h>
+#endif
 
 #include "comm.h"
 #include "dtype.h"
@@ -51,7 +55,73 @@ struct xcoll_flight {
   struct xcoll_flight *next;
   /* The communicator is connected: its backend state may be read. */
   _Atomic int ready;
+  /* The clock of the entries' *_ticks (flight_ticks) and one reading of it
+   * beside xcoll_time_us, taken when the recorder was made. */
+  int tsc;
+  uint64_t anchor_ticks;
+  double anchor_us;
 };
+
+/* ---- the clock ---- */
+
+/* 1 when the CPU's time-stamp counter runs at a constant rate in every
+ * state (CPUID leaf 0x80000007, EDX bit 8, "invariant TSC"; Linux's
+ * constant_tsc and nonstop_tsc). Reading it takes about 9 ns where
+ * clock_gettime(CLOCK_MONOTONIC) takes about 21 on the machine the tests
+ * run on, and a call records three times. */
+static int invariant_tsc(void) {
+#if defined(__x86_64__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0x80000000u, &a, &b, &c, &d) && a >= 0x80000007u &&
+      __get_cpuid(0x80000007u, &a, &b, &c, &d))
+    return (d >> 8) & 1;
+#endif
+  return 0;
+}
+
+/* The entries' clock: time-stamp counter ticks (flight->tsc), else
+ * CLOCK_MONOTONIC nanoseconds. Never 0 once the machine has run a
+ * moment: 0 marks a state not reached. */
+static uint64_t flight_ticks(const xcoll_flight *flight) {
+#if defined(__x86_64__)
+  if (flight->tsc)
+    return __rdtsc();
+#else
+  (void)flight;
+#endif
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* One reading of both clocks: the ticks between two xcoll_time_us
+ * readings at most 2 us apart (a few tries; a thread preempted between
+ * them would skew every converted time), *us their midpoint. */
+static void clock_pair(const xcoll_flight *flight, uint64_t *ticks,
+                       double *us) {
+  for (int tries = 0;; tries++) {
+    double before = xcoll_time_us();
+    *ticks = flight_ticks(flight);
+    double after = xcoll_time_us();
+    *us = 0.5 * (before + after);
+    if (after - before <= 2.0 || tries == 4)
+      return;
+  }
+}
+
+/* Ticks per microsecond, from the anchor to (now_ticks, now_us): exact
+ * for nanoseconds; the counter's rate, measured over the recorder's life,
+ * for the TSC. A time converted with it is off by about the error of the
+ * two clock readings, however long ago it was. */
+static double ticks_per_us(const xcoll_flight *flight, uint64_t now_ticks,
+                           double now_us) {
+  if (!flight->tsc)
+    return 1000.0;
+  double elapsed_us = now_us - flight->anchor_us;
+  if (elapsed_us < 1.0 || now_ticks <= flight->anchor_ticks)
+    return 1000.0; /* no interval yet: every entry is within it */
+  return (double)(now_ticks - flight->anchor_ticks) / elapsed_us;
+}
 
 /* ---- the ring ---- */
 
@@ -60,6 +130,8 @@ xcoll_flight *xcoll_flight_new(size_t capacity, int world_size) {
   if (flight == NULL)
     return NULL;
   pthread_mutex_init(&flight->lock, NULL);
+  flight->tsc = invariant_tsc();
+  clock_pair(flight, &flight->anchor_ticks, &flight->anchor_us);
   flight->capacity = capacity;
   flight->world_size = world_size > 0 ? world_size : 0;
   if (capacity > 0)
@@ -96,7 +168,7 @@ static xcoll_flight_entry *entry_of(xcoll_flight *flight, uint64_t id) {
 
 uint64_t xcoll_flight_record_in(xcoll_flight *flight,
                                 const xcoll_coll_args *args) {
-  double now = xcoll_time_us();
+  uint64_t now = flight_ticks(flight);
   pthread_mutex_lock(&flight->lock);
   uint64_t id = ++flight->recorded;
   xcoll_flight_entry *e = NULL, scratch;
@@ -116,7 +188,7 @@ uint64_t xcoll_flight_record_in(xcoll_flight *flight,
   e->count = args->count;
   e->state = XCOLL_FLIGHT_QUEUED;
   e->status = XCOLL_IN_PROGRESS;
-  e->queued_us = now;
+  e->queued_ticks = now;
   const struct xcoll_group_ops *group =
       args->kind == XCOLL_COLL_GROUP ? args->group : NULL;
   if (group != NULL) {
@@ -146,12 +218,12 @@ uint64_t xcoll_flight_record_in(xcoll_flight *flight,
 
 void xcoll_flight_start_in(xcoll_flight *flight, uint64_t id,
                            const char *algorithm, const char *protocol) {
-  double now = xcoll_time_us();
+  uint64_t now = flight_ticks(flight);
   pthread_mutex_lock(&flight->lock);
   xcoll_flight_entry *e = entry_of(flight, id);
   if (e != NULL && e->state == XCOLL_FLIGHT_QUEUED) {
     e->state = XCOLL_FLIGHT_STARTED;
-    e->started_us = now;
+    e->started_ticks = now;
     e->algorithm = algorithm;
     e->protocol = protocol;
   }
@@ -160,7 +232,7 @@ void xcoll_flight_start_in(xcoll_flight *flight, uint64_t id,
 
 void xcoll_flight_end_in(xcoll_flight *flight, uint64_t id,
                          xcoll_status status) {
-  double now = xcoll_time_us();
+  uint64_t now = flight_ticks(flight);
   pthread_mutex_lock(&flight->lock);
   xcoll_flight_entry *e = entry_of(flight, id);
   if (e != NULL && (e->state == XCOLL_FLIGHT_QUEUED ||
@@ -168,7 +240,7 @@ void xcoll_flight_end_in(xcoll_flight *flight, uint64_t id,
     e->state = status == XCOLL_SUCCESS ? XCOLL_FLIGHT_COMPLETED
                                        : XCOLL_FLIGHT_FAILED;
     e->status = (int32_t)status;
-    e->ended_us = now;
+    e->ended_ticks = now;
   }
   pthread_mutex_unlock(&flight->lock);
 }
@@ -176,6 +248,10 @@ void xcoll_flight_end_in(xcoll_flight *flight, uint64_t id,
 size_t xcoll_flight_snapshot(xcoll_flight *flight, xcoll_flight_entry *out,
                              size_t max) {
   pthread_mutex_lock(&flight->lock);
+  uint64_t now_ticks = 0;
+  double now_us = 0;
+  clock_pair(flight, &now_ticks, &now_us);
+  double rate = ticks_per_us(flight, now_ticks, now_us);
   uint64_t last = flight->recorded;
   uint64_t kept = last < flight->capacity ? last : flight->capacity;
   if (kept > max)
@@ -183,8 +259,29 @@ size_t xcoll_flight_snapshot(xcoll_flight *flight, xcoll_flight_entry *out,
   size_t n = 0;
   for (uint64_t id = last - kept + 1; id <= last && kept > 0; id++) {
     xcoll_flight_entry *e = entry_of(flight, id);
-    if (e != NULL)
-      out[n++] = *e;
+    if (e == NULL)
+      continue;
+    xcoll_flight_entry *o = &out[n++];
+    *o = *e;
+    /* Ticks to CLOCK_MONOTONIC microseconds, counted back from now; each
+     * state no earlier than the one before it (a counter read on another
+     * core may lag by a few ticks). */
+    const uint64_t *ticks[3] = {&e->queued_ticks, &e->started_ticks,
+                                &e->ended_ticks};
+    double *us[3] = {&o->queued_us, &o->started_us, &o->ended_us};
+    double floor_us = 0;
+    for (int i = 0; i < 3; i++) {
+      uint64_t t = *ticks[i];
+      double v = t == 0 ? 0
+                 : t >= now_ticks
+                     ? now_us
+                     : now_us - (double)(now_ticks - t) / rate;
+      if (t != 0 && v < floor_us)
+        v = floor_us;
+      if (t != 0)
+        floor_us = v;
+      *us[i] = v;
+    }
   }
   pthread_mutex_unlock(&flight->lock);
   return n;

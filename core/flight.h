@@ -60,7 +60,12 @@ typedef struct xcoll_flight_entry {
   const char *algorithm, *protocol; /* static strings, NULL until started */
   int32_t state; /* xcoll_flight_state */
   int32_t status;
-  double queued_us, started_us, ended_us; /* monotonic (xcoll_time_us) */
+  /* Monotonic microseconds (xcoll_time_us's clock) of each state, 0 when
+   * not reached: filled by xcoll_flight_snapshot from the ticks below. */
+  double queued_us, started_us, ended_us;
+  /* In the ring: the recorder's clock at each state (flight.c: the TSC
+   * where it is invariant, else CLOCK_MONOTONIC ns); 0 when not reached. */
+  uint64_t queued_ticks, started_ticks, ended_ticks;
   /* A host collective that failed: where it stood (xcoll_flight_now's
    * step and peers); has_progress 0 otherwise. */
   int32_t has_progress, step, recv_from, send_to;

@@ -321,6 +321,44 @@ static void test_threads(void **state) {
 
 /* What the three hooks of one call cost on this machine (for the docs'
  * figure): record, start, end, as dispatch.c makes them. */
+/* Each state's time in a snapshot lies between xcoll_time_us readings
+ * taken just before and after the hook (within 5 us: the conversion of the
+ * recorder's clock), for calls a few milliseconds apart, so that the
+ * counter's rate is measured over an interval. */
+static void test_times(void **state) {
+  (void)state;
+  enum { CALLS = 4 };
+  xcoll_flight *flight = xcoll_flight_new(16, 2);
+  assert_non_null(flight);
+  double lo[CALLS][3], hi[CALLS][3];
+  for (int i = 0; i < CALLS; i++) {
+    xcoll_coll_args args = allreduce_args((uint64_t)i, 2);
+    lo[i][0] = xcoll_time_us();
+    uint64_t id = xcoll_flight_record_in(flight, &args);
+    hi[i][0] = lo[i][1] = xcoll_time_us();
+    xcoll_flight_start_in(flight, id, "ring", "p2p");
+    hi[i][1] = lo[i][2] = xcoll_time_us();
+    xcoll_flight_end_in(flight, id, XCOLL_SUCCESS);
+    hi[i][2] = xcoll_time_us();
+    /* The next call 2 ms later (the gap is the point, not an order). */
+    double until = xcoll_time_us() + 2000.0;
+    while (xcoll_time_us() < until)
+      ;
+  }
+  xcoll_flight_entry entries[CALLS];
+  assert_int_equal(xcoll_flight_snapshot(flight, entries, CALLS), CALLS);
+  for (int i = 0; i < CALLS; i++) {
+    double got[3] = {entries[i].queued_us, entries[i].started_us,
+                     entries[i].ended_us};
+    for (int k = 0; k < 3; k++) {
+      if (got[k] < lo[i][k] - 5.0 || got[k] > hi[i][k] + 5.0)
+        fail_msg("call %d state %d at %.3f us, outside [%.3f, %.3f]", i, k,
+                 got[k], lo[i][k], hi[i][k]);
+    }
+  }
+  xcoll_flight_free(flight);
+}
+
 static void test_cost(void **state) {
   (void)state;
   xcoll_flight *flight = xcoll_flight_new(XCOLL_FLIGHT_DEFAULT_ENTRIES, 2);
@@ -345,7 +383,8 @@ int main(void) {
       cmocka_unit_test(test_wraparound),  cmocka_unit_test(test_states),
       cmocka_unit_test(test_groups_and_empty), cmocka_unit_test(test_json_entry),
       cmocka_unit_test(test_json_channels),
-      cmocka_unit_test(test_threads),     cmocka_unit_test(test_cost),
+      cmocka_unit_test(test_threads),     cmocka_unit_test(test_times),
+      cmocka_unit_test(test_cost),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
