@@ -518,36 +518,31 @@ XC_INLINE XC_HD int64_t xc_step_wire_bytes(const xc_prims *p, size_t n) {
 }
 
 #if XC_LL_POLL
-/* An ll_poll receive (see the top of this file): 1 when the last
- * half-line of the slice's last step (n elements from the slice's start,
- * nsteps steps) carries that step's flag. It is the sender's last store of
- * the slice, a release (xc_ll_pack): acquiring it makes every line of the
- * slice visible. */
-XC_INLINE int xc_ll_slice_landed(const xc_prims *p, size_t n,
-                                 uint64_t nsteps) {
-  uint64_t j = nsteps - 1;
-  size_t seg = (size_t)j * p->step_elems;
-  size_t seg_n = n - seg < p->step_elems ? n - seg : p->step_elems;
-  size_t nlines = (seg_n * p->elem_bytes + XC_LL_PAYLOAD_BYTES - 1) /
-                  XC_LL_PAYLOAD_BYTES;
-  uint64_t step = p->recv_step + j;
-  const uint8_t *last = p->recv->buff +
-                        (step % XCOLL_STEPS) * p->recv->step_bytes +
-                        (nlines - 1) * XC_LL_LINE_BYTES + 8;
-  return (uint32_t)(xc_load_u64_acquire(last) >> 32) == xc_ll_flag(p, step);
-}
-
 /* Waits until the slice's lines are there (*by_flags = 1) or tail says
  * its steps are (*by_flags = 0), with xc_wait_counter's progress hook and
- * pauses (a hook that sleeps waits for tail). XCOLL_ERR_ABORTED if the
- * abort flag is raised meanwhile. */
+ * pauses (a hook that sleeps waits for tail). The lines are there once the
+ * last half-line of the slice's last step (n elements from the slice's
+ * start, nsteps steps) carries that step's flag: it is the sender's last
+ * store of the slice, a release (xc_ll_pack), so acquiring it makes every
+ * line of the slice visible (see the top of this file). XCOLL_ERR_ABORTED
+ * if the abort flag is raised meanwhile. */
 XC_INLINE xcoll_status xc_wait_ll_poll(const xc_prims *p, size_t n,
                                        uint64_t nsteps, int *by_flags) {
   const xc_atomic_u64 *tail = p->recv->tail;
   uint64_t target = p->recv_step + nsteps;
+  /* The half-line to poll and the flag it must carry, once per wait. */
+  size_t seg = (size_t)(nsteps - 1) * p->step_elems;
+  size_t seg_n = n - seg < p->step_elems ? n - seg : p->step_elems;
+  size_t nlines = (seg_n * p->elem_bytes + XC_LL_PAYLOAD_BYTES - 1) /
+                  XC_LL_PAYLOAD_BYTES;
+  uint64_t step = target - 1;
+  const uint8_t *last = p->recv->buff +
+                        (step % XCOLL_STEPS) * p->recv->step_bytes +
+                        (nlines - 1) * XC_LL_LINE_BYTES + 8;
+  uint32_t flag = xc_ll_flag(p, step);
   uint64_t spins = 0;
   for (;;) {
-    if (xc_ll_slice_landed(p, n, nsteps)) {
+    if ((uint32_t)(xc_load_u64_acquire(last) >> 32) == flag) {
       *by_flags = 1;
       return XCOLL_SUCCESS;
     }
