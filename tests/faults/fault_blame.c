@@ -122,12 +122,17 @@ int main(int argc, char **argv) {
                            ? (size_t)atol(count_text)
                            : COUNT_DEFAULT;
   float *buf = malloc(count * sizeof *buf);
-  if (!pids || !buf)
+  if (!pids || !buf) {
+    free(pids);
+    free(buf);
     return 2;
+  }
   st = xcoll_allgather(&my_pid, pids, 1, XCOLL_INT64, comm);
   if (st != XCOLL_SUCCESS) {
     printf("FATAL rank %d: allgather of pids: %s\n", rank,
            xcoll_comm_last_error(comm));
+    free(pids);
+    free(buf);
     return 2;
   }
 
@@ -136,6 +141,8 @@ int main(int argc, char **argv) {
       if (stop_mode) {
         printf("VICTIM rank %d: SIGSTOP at iteration %d\n", rank, it);
         kill(getpid(), SIGSTOP);
+        free(pids);
+        free(buf);
         return 3; /* after a SIGCONT, if anyone sends one */
       }
       double t0 = now_s();
@@ -147,6 +154,8 @@ int main(int argc, char **argv) {
              ok ? "OK" : "BAD", rank, it, xcoll_strerror(destroyed), took,
              LEAVE_BOUND_S, destroyed ? ": " : "",
              destroyed ? xcoll_last_error() : "");
+      free(pids);
+      free(buf);
       return ok ? 0 : 1;
     }
     for (size_t i = 0; i < count; i++)
@@ -159,6 +168,8 @@ int main(int argc, char **argv) {
       if (buf[0] != want) {
         printf("BLAME-BAD rank %d: iteration %d gave %g, expected %g\n", rank,
                it, buf[0], want);
+        free(pids);
+        free(buf);
         return 1;
       }
       continue;
@@ -186,5 +197,7 @@ int main(int argc, char **argv) {
   }
   printf("BLAME-BAD rank %d: %d allreduces completed without rank %d\n", rank,
          ITERATIONS, victim);
+  free(pids);
+  free(buf);
   return 1;
 }
