@@ -12,6 +12,7 @@
  * After destroy every rank must be back to its starting thread count. Prints "ABORT-OK rank R" or "ABORT-BAD rank R: why". */
 #include <dirent.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -45,7 +46,22 @@ static void *aborter(void *arg) {
   return NULL;
 }
 
-static void *nothing(void *arg) { return arg; }
+/* Records its kernel thread id in *arg. */
+static void *note_tid(void *arg) {
+  *(pid_t *)arg = gettid();
+  return NULL;
+}
+
+/* pthread_join returns once a thread has cleared its tid, which the kernel
+ * does before it drops the thread from /proc/self/task: wait (bounded) for
+ * that entry to go, so that it is not counted. */
+static void wait_gone(pid_t tid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/task/%d", (int)tid);
+  double until = now_s() + 5.0;
+  while (access(path, F_OK) == 0 && now_s() < until)
+    sched_yield();
+}
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -53,8 +69,11 @@ int main(void) {
    * own thread at the process's first pthread_create and keeps it: start
    * and join one thread first, so that it is counted before init too. */
   pthread_t first;
-  if (pthread_create(&first, NULL, nothing, NULL) == 0)
+  pid_t first_tid = 0;
+  if (pthread_create(&first, NULL, note_tid, &first_tid) == 0) {
     pthread_join(first, NULL);
+    wait_gone(first_tid);
+  }
   int before = count_threads();
   xcoll_comm_t comm = NULL;
   xcoll_status st = xcoll_comm_init_env(&comm);
