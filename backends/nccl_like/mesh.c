@@ -42,6 +42,9 @@ void nl_mesh_idle(nl_state *st, uint64_t spins, double waited_s) {
     nl_fp_progress(st, &progress);
   if (spins == 256)
     nl_fp_flush(st);
+  /* With a core of its own, poll busily first (st->busy_polls). */
+  if (spins <= (uint64_t)st->busy_polls)
+    return;
   /* Messages in flight over shm (transport/shm.c): spin, then sleep on
    * this rank's mesh event count, which a peer bumps when it posts; that
    * wait also fails the comm when a peer waited on died. With messages

@@ -140,6 +140,7 @@ static xcoll_status read_options(nl_state *st) {
   int own_core = comm->local_world_size > 0 &&
                  host_cores() >= comm->local_world_size;
   st->spin_s = comm->cuda == NULL && own_core ? NL_SPIN_US * 1e-6 : 0.0;
+  st->busy_polls = own_core ? XC_SPINS_BEFORE_YIELD : 0;
 
   /* XCOLL_PAIRWISE: this rank proposes the pairwise allreduce (pairwise.c)
    * when set to 1, or (auto) when the ranks of its host outnumber the

@@ -411,6 +411,11 @@ typedef struct nl_state {
   double spin_s; /* a waiting kernel polls this long before it sleeps in
                     poll(2) (0: NL_SPINS_BEFORE_POLL passes only); see
                     NL_SPIN_US */
+  int busy_polls; /* a host rank waiting on the mesh or point-to-point
+                     polls this many times before it yields its core:
+                     XC_SPINS_BEFORE_YIELD when every rank of the host has
+                     a core of its own, else 0 (yield on every idle pass,
+                     so that the rank it waits for gets the core) */
   /* XCOLL_BRUCK and every rank a host rank (agreed at init), P within
    * NL_BRUCK_{MIN,MAX}_RANKS and a plugin that takes unregistered host
    * memory: small allreduces and allgathers run bruck.c over

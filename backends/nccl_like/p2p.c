@@ -814,16 +814,23 @@ static xcoll_status nl_p2p_wait(void *state, xcoll_p2p_request **requests,
                        count);
   xcoll_status s = XCOLL_SUCCESS;
   double last_progress = nl_now();
+  uint64_t spins = 0;
   for (;;) {
     int progress = 0;
     s = q != NULL ? progress_all(st, q, &progress) : XCOLL_SUCCESS;
     if (s != XCOLL_SUCCESS || all_done(requests, count))
       break;
-    double now = nl_now();
     if (progress) {
-      last_progress = now;
+      last_progress = nl_now();
+      spins = 0;
       continue;
     }
+    /* With a core of its own, busy polls first, as the ring kernels spin
+     * (xc_spin_pause): a message a few hundred nanoseconds away is taken
+     * without a system call (st->busy_polls). */
+    if (++spins <= (uint64_t)st->busy_polls)
+      continue;
+    double now = nl_now();
     if (now - last_progress > st->timeout_s) {
       s = stuck(st, q, now - last_progress);
       break;
