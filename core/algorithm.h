@@ -86,16 +86,21 @@ static inline int xcoll_coll_has_root(xcoll_coll_kind kind) {
   return info != NULL && info->has_root;
 }
 
-/* Pick the algorithm for args on comm: XCOLL_ALGO if it names one for this
+/* Pick the algorithm for args on comm: XCOLL_ALGO, as comm read it when it
+ * was created (xcoll_algorithm_check_env), if it names one for this
  * collective, else by message size and world size. why receives a sentence
  * for XCOLL_DEBUG=INFO ("4096 B < 64 KiB at P=4: recursive doubling").
- * Errors: XCOLL_ERR_ENV for an XCOLL_ALGO that names no algorithm. */
+ * Errors: XCOLL_ERR_ENV when comm's XCOLL_ALGO named no algorithm. */
 xcoll_status xcoll_algorithm_select(struct xcoll_comm *comm,
                                     const xcoll_coll_args *args,
                                     const xcoll_algorithm **algorithm,
                                     char *why, size_t why_bytes);
 
-/* Parse XCOLL_ALGO once at comm init, so that a bad value fails early. */
+/* Read and parse XCOLL_ALGO into comm (algo_forced, algo_value,
+ * algo_status), once when the communicator is created: a bad value fails
+ * the creation, and a later setenv does not change comm's choice (NCCL
+ * reads NCCL_ALGO at init). Errors: XCOLL_ERR_ENV naming the bad entry and
+ * the valid names. */
 xcoll_status xcoll_algorithm_check_env(struct xcoll_comm *comm);
 /* Parse value as XCOLL_ALGO's (for xcoll-info); same errors. */
 xcoll_status xcoll_algorithm_check_value(const char *value);

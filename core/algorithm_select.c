@@ -185,10 +185,15 @@ xcoll_status xcoll_algorithm_check_value(const char *value) {
 
 xcoll_status xcoll_algorithm_check_env(struct xcoll_comm *comm) {
   const char *value = xcoll_env_str("XCOLL_ALGO");
+  for (int kind = 0; kind < XCOLL_NUM_COLLS; kind++)
+    comm->algo_forced[kind] = NULL;
+  comm->algo_value[0] = '\0';
+  comm->algo_status = XCOLL_SUCCESS;
   if (!value)
     return XCOLL_SUCCESS;
-  const xcoll_algorithm *chosen[XCOLL_NUM_COLLS];
-  return parse_algo(comm, value, chosen);
+  snprintf(comm->algo_value, sizeof comm->algo_value, "%s", value);
+  comm->algo_status = parse_algo(comm, value, comm->algo_forced);
+  return comm->algo_status;
 }
 
 /* "512 B", "16 KiB", "1 MiB": exact for the thresholds used here. */
@@ -248,18 +253,17 @@ xcoll_status xcoll_algorithm_select(struct xcoll_comm *comm,
                        "not an xcoll_coll_kind",
                        (int)args->kind);
 
-  const char *value = xcoll_env_str("XCOLL_ALGO");
-  if (value) {
-    const xcoll_algorithm *chosen[XCOLL_NUM_COLLS];
-    xcoll_status status = parse_algo(comm, value, chosen);
-    if (status != XCOLL_SUCCESS)
-      return status;
-    if (chosen[args->kind]) {
-      *algorithm = chosen[args->kind];
-      EXPLAIN("XCOLL_ALGO=\"%s\" sets %s to %s", value, coll,
-              (*algorithm)->name);
-      return XCOLL_SUCCESS;
-    }
+  if (comm->algo_status != XCOLL_SUCCESS)
+    return xcoll_error(comm, comm->algo_status,
+                       "XCOLL_ALGO=\"%s\" names no algorithm (the "
+                       "communicator's creation said which entry and the "
+                       "valid names)",
+                       comm->algo_value);
+  if (comm->algo_forced[args->kind]) {
+    *algorithm = comm->algo_forced[args->kind];
+    EXPLAIN("XCOLL_ALGO=\"%s\" sets %s to %s", comm->algo_value, coll,
+            (*algorithm)->name);
+    return XCOLL_SUCCESS;
   }
 
   /* bytes: of the vector being reduced or broadcast (allreduce, broadcast,

@@ -62,6 +62,15 @@ typedef struct xcoll_comm {
   int has_kv;
   xcoll_kv_store kv;
 
+  /* XCOLL_ALGO as it was when the communicator was created
+   * (xcoll_algorithm_check_env), as NCCL reads NCCL_ALGO at init: the
+   * algorithm it forces per collective kind (NULL: chosen by size), its
+   * value (for XCOLL_DEBUG=INFO's reason, cut to fit) and the status of
+   * its parse. */
+  const xcoll_algorithm *algo_forced[XCOLL_NUM_COLLS];
+  char algo_value[128];
+  xcoll_status algo_status;
+
   /* Next collective's sequence number (issue order, same on every rank). */
   uint64_t next_seq;
   /* The host-driven collective now running (set by xcoll_coll_run before the

@@ -172,7 +172,9 @@ static xcoll_status child_create(xcoll_comm *comm, const char *function,
       goto fail;
     }
   }
-  status = xcoll_comm_connect(child, &held);
+  status = xcoll_algorithm_check_env(child);
+  if (status == XCOLL_SUCCESS)
+    status = xcoll_comm_connect(child, &held);
   if (status != XCOLL_SUCCESS) {
     xcoll_error_adopt(comm, status);
     goto fail;

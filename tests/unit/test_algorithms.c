@@ -1138,7 +1138,10 @@ static void test_algorithm_select(void **state) {
   assert_string_equal(selected(&comm, XCOLL_COLL_ALLREDUCE, 16, &st), "ring");
   assert_string_equal(selected(&comm, XCOLL_COLL_BROADCAST, 16, &st),
                       "binomial");
+  /* Read when the communicator is created (check_env), not per call. */
   setenv("XCOLL_ALGO", " allreduce:Rabenseifner , broadcast:chain", 1);
+  assert_string_equal(selected(&comm, XCOLL_COLL_ALLREDUCE, 16, &st), "ring");
+  assert_int_equal(xcoll_algorithm_check_env(&comm), XCOLL_SUCCESS);
   assert_string_equal(selected(&comm, XCOLL_COLL_ALLREDUCE, 16, &st),
                       "rabenseifner");
   assert_string_equal(selected(&comm, XCOLL_COLL_BROADCAST, 16, &st), "chain");
@@ -1153,6 +1156,9 @@ static void test_algorithm_select(void **state) {
     assert_int_equal(st, XCOLL_ERR_ENV);
   }
   unsetenv("XCOLL_ALGO");
+  assert_int_equal(xcoll_algorithm_check_env(&comm), XCOLL_SUCCESS);
+  assert_string_equal(selected(&comm, XCOLL_COLL_ALLREDUCE, 16, &st),
+                      "recursive_doubling");
   pthread_mutex_destroy(&comm.error_lock);
 }
 
