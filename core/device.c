@@ -155,11 +155,9 @@ static cu_pointer_get_attribute_fn driver_get_attribute(void) {
   return fn;
 }
 
-int xcoll_device_pointer(const void *ptr) {
+static int device_pointer_by(cu_pointer_get_attribute_fn get,
+                             const void *ptr) {
   if (ptr == NULL)
-    return 0;
-  cu_pointer_get_attribute_fn get = driver_get_attribute();
-  if (get == NULL)
     return 0;
   unsigned int memory_type = 0;
   /* host memory the driver does not know returns an error: host */
@@ -171,6 +169,24 @@ int xcoll_device_pointer(const void *ptr) {
       managed)
     return 0; /* managed memory is readable from the host */
   return 1;
+}
+
+int xcoll_device_pointer(const void *ptr) {
+  if (ptr == NULL)
+    return 0;
+  cu_pointer_get_attribute_fn get = driver_get_attribute();
+  return get != NULL && device_pointer_by(get, ptr);
+}
+
+const void *xcoll_device_pointer_of(const void *a, const void *b) {
+  if (a == NULL && b == NULL)
+    return NULL;
+  cu_pointer_get_attribute_fn get = driver_get_attribute();
+  if (get == NULL)
+    return NULL;
+  if (device_pointer_by(get, a))
+    return a;
+  return b != a && device_pointer_by(get, b) ? b : NULL;
 }
 
 int xcoll_device_known(const void *ptr) {

@@ -43,6 +43,10 @@ xcoll_status xcoll_device_from_env(int local_rank, int *device);
  * loaded, its cuPointerGetAttribute decides (CUDA Driver API, "Unified
  * Addressing": CU_POINTER_ATTRIBUTE_MEMORY_TYPE and _IS_MANAGED). */
 int xcoll_device_pointer(const void *ptr);
+/* The first of a and b (either may be NULL) that xcoll_device_pointer
+ * calls device memory, else NULL; one walk over the loaded objects for
+ * both, as a call's send and receive buffers are asked about together. */
+const void *xcoll_device_pointer_of(const void *a, const void *b);
 
 /* 1 when the CUDA driver knows ptr (device, managed or pinned host memory:
  * cuPointerGetAttribute answers), so that a kernel may reach it; 0 for

@@ -465,14 +465,11 @@ static xcoll_status dispatch(xcoll_comm *comm, const xcoll_coll_args *args,
   }
   if (comm->cuda != NULL)
     return dispatch_staged(comm, args, request);
-  /* Host ranks only: a device buffer would crash the first memcpy. In
-   * place (the same pointer twice) asks once: each question walks the
-   * loaded objects while no CUDA driver is loaded. */
+  /* Host ranks only: a device buffer would crash the first memcpy. Both
+   * buffers are asked about at once: each question walks the loaded
+   * objects while no CUDA driver is loaded. */
   const void *device_buffer =
-      xcoll_device_pointer(args->sendbuf) ? args->sendbuf
-      : args->recvbuf != args->sendbuf && xcoll_device_pointer(args->recvbuf)
-          ? args->recvbuf
-          : NULL;
+      xcoll_device_pointer_of(args->sendbuf, args->recvbuf);
   if (device_buffer != NULL)
     return xcoll_error(comm, XCOLL_ERR_INVALID_ARGUMENT,
                        "xcoll_%s: %s %p is CUDA device memory, but this "

@@ -18,6 +18,14 @@
 #include "dtype.h"
 #include "pipeline.h"
 
+/* Up to this many ranks the per-peer arrays (offsets and lengths, 2 KiB;
+ * requests, 1 KiB) live on the stack, and an in-place input of up to
+ * PAIRWISE_STACK_COPY bytes is set aside there: a small alltoall then
+ * calls no malloc (three of them were about a twelfth of a 1 KiB
+ * alltoall's instructions at P=2). */
+#define PAIRWISE_STACK_RANKS 64
+#define PAIRWISE_STACK_COPY 4096
+
 /* Exchange one block with every other rank: send_at/recv_at give each
  * peer's block (byte offset and length). */
 static xcoll_status exchange(struct xcoll_comm *comm, const xcoll_coll_args *args,
@@ -30,9 +38,12 @@ static xcoll_status exchange(struct xcoll_comm *comm, const xcoll_coll_args *arg
     memmove(recv + recv_off[rank], send + send_off[rank], recv_len[rank]);
   if (P == 1)
     return XCOLL_SUCCESS;
+  xcoll_p2p_request *on_stack[2 * (PAIRWISE_STACK_RANKS - 1)];
   xcoll_p2p_request **requests =
-      xcoll_scratch_alloc(comm, 2 * (size_t)(P - 1) * sizeof *requests,
-                          "alltoall requests");
+      P <= PAIRWISE_STACK_RANKS
+          ? on_stack
+          : xcoll_scratch_alloc(comm, 2 * (size_t)(P - 1) * sizeof *requests,
+                                "alltoall requests");
   if (requests == NULL)
     return XCOLL_ERR_NO_MEMORY;
   int n = 0;
@@ -61,21 +72,31 @@ static xcoll_status exchange(struct xcoll_comm *comm, const xcoll_coll_args *arg
       total += p == rank ? 0 : send_len[p];
     xcoll_trace_chunk(comm, "alltoall", -1, total, start);
   }
-  free(requests);
+  if (requests != on_stack)
+    free(requests);
   return status;
 }
 
-/* Four arrays of P offsets/lengths in one allocation. */
-static size_t *layout_alloc(struct xcoll_comm *comm) {
+/* Four arrays of P offsets/lengths: in on_stack (4 * PAIRWISE_STACK_RANKS
+ * entries) up to PAIRWISE_STACK_RANKS ranks, else in one allocation. */
+static size_t *layout_alloc(struct xcoll_comm *comm, size_t *on_stack) {
+  if (comm->world_size <= PAIRWISE_STACK_RANKS)
+    return on_stack;
   return xcoll_scratch_alloc(comm, 4 * (size_t)comm->world_size * sizeof(size_t),
                              "alltoall layout");
+}
+
+static void layout_free(size_t *layout, const size_t *on_stack) {
+  if (layout != on_stack)
+    free(layout);
 }
 
 xcoll_status xcoll_alltoall_pairwise(struct xcoll_comm *comm,
                                      const xcoll_coll_args *args) {
   const int P = comm->world_size;
   const size_t block = args->count * xcoll_datatype_size(args->dtype);
-  size_t *layout = layout_alloc(comm);
+  size_t on_stack[4 * PAIRWISE_STACK_RANKS];
+  size_t *layout = layout_alloc(comm, on_stack);
   if (layout == NULL)
     return XCOLL_ERR_NO_MEMORY;
   size_t *off = layout, *len = layout + P;
@@ -85,19 +106,24 @@ xcoll_status xcoll_alltoall_pairwise(struct xcoll_comm *comm,
   }
   /* In place: the input is copied aside first (blocks arrive into it). */
   const char *send = args->sendbuf;
+  _Alignas(64) char small_copy[PAIRWISE_STACK_COPY];
   char *copy = NULL;
   if (args->sendbuf == args->recvbuf && P > 1) {
-    copy = xcoll_scratch_alloc(comm, block * (size_t)P, "in-place alltoall input");
+    copy = block * (size_t)P <= sizeof small_copy
+               ? small_copy
+               : xcoll_scratch_alloc(comm, block * (size_t)P,
+                                     "in-place alltoall input");
     if (copy == NULL) {
-      free(layout);
+      layout_free(layout, on_stack);
       return XCOLL_ERR_NO_MEMORY;
     }
     memcpy(copy, args->sendbuf, block * (size_t)P);
     send = copy;
   }
   xcoll_status status = exchange(comm, args, send, args->recvbuf, off, len, off, len);
-  free(copy);
-  free(layout);
+  if (copy != small_copy)
+    free(copy);
+  layout_free(layout, on_stack);
   return status;
 }
 
@@ -105,7 +131,8 @@ xcoll_status xcoll_alltoallv_pairwise(struct xcoll_comm *comm,
                                       const xcoll_coll_args *args) {
   const int P = comm->world_size;
   const size_t element = xcoll_datatype_size(args->dtype);
-  size_t *layout = layout_alloc(comm);
+  size_t on_stack[4 * PAIRWISE_STACK_RANKS];
+  size_t *layout = layout_alloc(comm, on_stack);
   if (layout == NULL)
     return XCOLL_ERR_NO_MEMORY;
   size_t *send_off = layout, *send_len = layout + P;
@@ -119,6 +146,6 @@ xcoll_status xcoll_alltoallv_pairwise(struct xcoll_comm *comm,
   }
   xcoll_status status = exchange(comm, args, args->sendbuf, args->recvbuf,
                                  send_off, send_len, recv_off, recv_len);
-  free(layout);
+  layout_free(layout, on_stack);
   return status;
 }
