@@ -44,22 +44,48 @@
  * bench/alltoall.py (docs/benchmarks.md). */
 #define ALLTOALL_BRUCK_BYTES ((size_t)1024)
 
+/* The table, indexed so that the automatic choice below takes its entry
+ * directly (no name lookup on every call). */
+enum {
+  ALLREDUCE_RING,
+  ALLREDUCE_RECURSIVE_DOUBLING,
+  ALLREDUCE_RABENSEIFNER,
+  ALLGATHER_RING,
+  REDUCE_SCATTER_RING,
+  BROADCAST_BINOMIAL,
+  BROADCAST_CHAIN,
+  REDUCE_BINOMIAL,
+  BARRIER_DISSEMINATION,
+  ALLTOALL_PAIRWISE,
+  ALLTOALL_BRUCK,
+  ALLTOALLV_PAIRWISE,
+  GATHER_BINOMIAL,
+  SCATTER_BINOMIAL,
+};
+
 static const xcoll_algorithm algorithms[] = {
-    {"ring", XCOLL_COLL_ALLREDUCE, xcoll_allreduce_ring},
-    {"recursive_doubling", XCOLL_COLL_ALLREDUCE,
-     xcoll_allreduce_recursive_doubling},
-    {"rabenseifner", XCOLL_COLL_ALLREDUCE, xcoll_allreduce_rabenseifner},
-    {"ring", XCOLL_COLL_ALLGATHER, xcoll_allgather_ring},
-    {"ring", XCOLL_COLL_REDUCE_SCATTER, xcoll_reduce_scatter_ring},
-    {"binomial", XCOLL_COLL_BROADCAST, xcoll_broadcast_binomial},
-    {"chain", XCOLL_COLL_BROADCAST, xcoll_broadcast_chain},
-    {"binomial", XCOLL_COLL_REDUCE, xcoll_reduce_binomial},
-    {"dissemination", XCOLL_COLL_BARRIER, xcoll_barrier_dissemination},
-    {"pairwise", XCOLL_COLL_ALLTOALL, xcoll_alltoall_pairwise},
-    {"bruck", XCOLL_COLL_ALLTOALL, xcoll_alltoall_bruck},
-    {"pairwise", XCOLL_COLL_ALLTOALLV, xcoll_alltoallv_pairwise},
-    {"binomial", XCOLL_COLL_GATHER, xcoll_gather_binomial},
-    {"binomial", XCOLL_COLL_SCATTER, xcoll_scatter_binomial},
+    [ALLREDUCE_RING] = {"ring", XCOLL_COLL_ALLREDUCE, xcoll_allreduce_ring},
+    [ALLREDUCE_RECURSIVE_DOUBLING] = {"recursive_doubling", XCOLL_COLL_ALLREDUCE,
+                                      xcoll_allreduce_recursive_doubling},
+    [ALLREDUCE_RABENSEIFNER] = {"rabenseifner", XCOLL_COLL_ALLREDUCE,
+                                xcoll_allreduce_rabenseifner},
+    [ALLGATHER_RING] = {"ring", XCOLL_COLL_ALLGATHER, xcoll_allgather_ring},
+    [REDUCE_SCATTER_RING] = {"ring", XCOLL_COLL_REDUCE_SCATTER,
+                             xcoll_reduce_scatter_ring},
+    [BROADCAST_BINOMIAL] = {"binomial", XCOLL_COLL_BROADCAST,
+                            xcoll_broadcast_binomial},
+    [BROADCAST_CHAIN] = {"chain", XCOLL_COLL_BROADCAST, xcoll_broadcast_chain},
+    [REDUCE_BINOMIAL] = {"binomial", XCOLL_COLL_REDUCE, xcoll_reduce_binomial},
+    [BARRIER_DISSEMINATION] = {"dissemination", XCOLL_COLL_BARRIER,
+                               xcoll_barrier_dissemination},
+    [ALLTOALL_PAIRWISE] = {"pairwise", XCOLL_COLL_ALLTOALL,
+                           xcoll_alltoall_pairwise},
+    [ALLTOALL_BRUCK] = {"bruck", XCOLL_COLL_ALLTOALL, xcoll_alltoall_bruck},
+    [ALLTOALLV_PAIRWISE] = {"pairwise", XCOLL_COLL_ALLTOALLV,
+                            xcoll_alltoallv_pairwise},
+    [GATHER_BINOMIAL] = {"binomial", XCOLL_COLL_GATHER, xcoll_gather_binomial},
+    [SCATTER_BINOMIAL] = {"binomial", XCOLL_COLL_SCATTER,
+                          xcoll_scatter_binomial},
 };
 #define NUM_ALGORITHMS (sizeof algorithms / sizeof algorithms[0])
 
@@ -228,10 +254,6 @@ static int oversubscribed(const struct xcoll_comm *comm) {
   return comm->local_world_size > 1 && comm->local_world_size > cpu_count();
 }
 
-static const xcoll_algorithm *by_name(xcoll_coll_kind kind, const char *name) {
-  return find_algorithm(kind, name, strlen(name));
-}
-
 xcoll_status xcoll_algorithm_select(struct xcoll_comm *comm,
                                     const xcoll_coll_args *args,
                                     const xcoll_algorithm **algorithm,
@@ -279,17 +301,17 @@ xcoll_status xcoll_algorithm_select(struct xcoll_comm *comm,
     size_t medium =
         pow2 ? ALLREDUCE_MEDIUM_BYTES_POW2 : ALLREDUCE_MEDIUM_BYTES_OTHER;
     if (P == 1) {
-      *algorithm = by_name(args->kind, "ring");
+      *algorithm = &algorithms[ALLREDUCE_RING];
       EXPLAIN("P=1: allreduce is a copy (ring)");
     } else if (bytes <= ALLREDUCE_SMALL_BYTES) {
-      *algorithm = by_name(args->kind, "recursive_doubling");
+      *algorithm = &algorithms[ALLREDUCE_RECURSIVE_DOUBLING];
       if (explain)
         format_bytes(ALLREDUCE_SMALL_BYTES, limit_text, sizeof limit_text);
       EXPLAIN("%s <= %s at P=%d: recursive doubling (fewest steps, "
               "latency-bound)",
               size_text, limit_text, P);
     } else if (rabenseifner_always) {
-      *algorithm = by_name(args->kind, "rabenseifner");
+      *algorithm = &algorithms[ALLREDUCE_RABENSEIFNER];
       if (explain)
         format_bytes(ALLREDUCE_SMALL_BYTES, limit_text, sizeof limit_text);
       EXPLAIN("%s > %s at P=%d (a power of two), %d local ranks on %d "
@@ -297,7 +319,7 @@ xcoll_status xcoll_algorithm_select(struct xcoll_comm *comm,
               "steps)",
               size_text, limit_text, P, comm->local_world_size, cpu_count());
     } else if (bytes <= medium) {
-      *algorithm = by_name(args->kind, "rabenseifner");
+      *algorithm = &algorithms[ALLREDUCE_RABENSEIFNER];
       if (explain)
         format_bytes(medium, limit_text, sizeof limit_text);
       EXPLAIN("%s <= %s at P=%d (%s): rabenseifner (ring's bandwidth in "
@@ -305,7 +327,7 @@ xcoll_status xcoll_algorithm_select(struct xcoll_comm *comm,
               size_text, limit_text, P,
               pow2 ? "a power of two" : "not a power of two");
     } else {
-      *algorithm = by_name(args->kind, "ring");
+      *algorithm = &algorithms[ALLREDUCE_RING];
       if (explain)
         format_bytes(medium, limit_text, sizeof limit_text);
       EXPLAIN("%s > %s at P=%d: ring (bandwidth-optimal, pipelined in "
@@ -318,20 +340,22 @@ xcoll_status xcoll_algorithm_select(struct xcoll_comm *comm,
     if (explain)
       format_bytes(BROADCAST_CHAIN_BYTES, limit_text, sizeof limit_text);
     if (bytes < BROADCAST_CHAIN_BYTES) {
-      *algorithm = by_name(args->kind, "binomial");
+      *algorithm = &algorithms[BROADCAST_BINOMIAL];
       EXPLAIN("%s < %s at P=%d: binomial tree", size_text, limit_text, P);
     } else {
-      *algorithm = by_name(args->kind, "chain");
+      *algorithm = &algorithms[BROADCAST_CHAIN];
       EXPLAIN("%s >= %s at P=%d: pipelined chain", size_text, limit_text, P);
     }
     break;
   case XCOLL_COLL_ALLGATHER:
   case XCOLL_COLL_REDUCE_SCATTER:
-    *algorithm = by_name(args->kind, "ring");
+    *algorithm = &algorithms[args->kind == XCOLL_COLL_ALLGATHER
+                                 ? ALLGATHER_RING
+                                 : REDUCE_SCATTER_RING];
     EXPLAIN("%s: ring, the only %s algorithm", coll, coll);
     break;
   case XCOLL_COLL_REDUCE:
-    *algorithm = by_name(args->kind, "binomial");
+    *algorithm = &algorithms[REDUCE_BINOMIAL];
     EXPLAIN("reduce: binomial tree, the only one");
     break;
   case XCOLL_COLL_ALLTOALL:
@@ -339,11 +363,11 @@ xcoll_status xcoll_algorithm_select(struct xcoll_comm *comm,
     if (explain)
       format_bytes(ALLTOALL_BRUCK_BYTES, limit_text, sizeof limit_text);
     if (P >= 4 && bytes <= ALLTOALL_BRUCK_BYTES) {
-      *algorithm = by_name(args->kind, "bruck");
+      *algorithm = &algorithms[ALLTOALL_BRUCK];
       EXPLAIN("%s blocks <= %s at P=%d: bruck (ceil(log2 P) steps)",
               size_text, limit_text, P);
     } else {
-      *algorithm = by_name(args->kind, "pairwise");
+      *algorithm = &algorithms[ALLTOALL_PAIRWISE];
       EXPLAIN("%s blocks at P=%d: pairwise exchange (P-1 steps, each block "
               "sent once)",
               size_text, P);
@@ -352,14 +376,14 @@ xcoll_status xcoll_algorithm_select(struct xcoll_comm *comm,
   case XCOLL_COLL_ALLTOALLV:
   case XCOLL_COLL_GATHER:
   case XCOLL_COLL_SCATTER:
-    *algorithm = by_name(args->kind, args->kind == XCOLL_COLL_ALLTOALLV
-                                         ? "pairwise"
-                                         : "binomial");
+    *algorithm = &algorithms[args->kind == XCOLL_COLL_ALLTOALLV ? ALLTOALLV_PAIRWISE
+                             : args->kind == XCOLL_COLL_GATHER  ? GATHER_BINOMIAL
+                                                                : SCATTER_BINOMIAL];
     EXPLAIN("%s: %s, the only one", coll, (*algorithm)->name);
     break;
   case XCOLL_COLL_BARRIER:
   default:
-    *algorithm = by_name(XCOLL_COLL_BARRIER, "dissemination");
+    *algorithm = &algorithms[BARRIER_DISSEMINATION];
     EXPLAIN("barrier: dissemination, the only one");
     break;
   }

@@ -32,6 +32,11 @@ struct xcoll_queue {
   xcoll_queue_run_fn run;
   /* Device-driven requests started and not yet seen complete, oldest first. */
   struct xcoll_request *inflight_head, *inflight_tail;
+  /* 1 while inflight_head == NULL: xcoll_inflight_snapshot's answer
+   * without the lock (written under it, in release, after each change). The
+   * thread that issues on a communicator added its own requests itself, so
+   * it never reads a stale 1 for them. */
+  _Atomic int inflight_none;
 };
 
 /* Under queue->lock, after head or busy changed. */
@@ -131,6 +136,7 @@ xcoll_status xcoll_queue_create(xcoll_comm *comm, xcoll_queue_run_fn run) {
   pthread_cond_init(&queue->work, NULL);
   pthread_cond_init(&queue->idle, NULL);
   atomic_init(&queue->quiet, 1);
+  atomic_init(&queue->inflight_none, 1);
   queue->run = run;
   comm->queue = queue;
   return XCOLL_SUCCESS;
@@ -272,6 +278,7 @@ void xcoll_inflight_add(xcoll_comm *comm, struct xcoll_request *request) {
   else
     queue->inflight_head = request;
   queue->inflight_tail = request;
+  atomic_store_explicit(&queue->inflight_none, 0, memory_order_release);
   pthread_mutex_unlock(&queue->lock);
 }
 
@@ -290,6 +297,8 @@ void xcoll_inflight_remove(xcoll_comm *comm, struct xcoll_request *request) {
       queue->inflight_tail = prev;
     request->inflight = 0;
     removed = 1;
+    atomic_store_explicit(&queue->inflight_none, queue->inflight_head == NULL,
+                          memory_order_release);
   }
   pthread_mutex_unlock(&queue->lock);
   if (removed)
@@ -300,6 +309,8 @@ int xcoll_inflight_snapshot(xcoll_comm *comm, struct xcoll_request **out,
                             int max) {
   struct xcoll_queue *queue = comm->queue;
   int n = 0;
+  if (atomic_load_explicit(&queue->inflight_none, memory_order_acquire))
+    return 0; /* the common case of every host-algorithm call: no lock */
   pthread_mutex_lock(&queue->lock);
   for (struct xcoll_request *r = queue->inflight_head; r != NULL && n < max;
        r = r->inflight_next) {

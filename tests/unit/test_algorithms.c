@@ -1127,6 +1127,19 @@ static void test_algorithm_select(void **state) {
                       "chain");
   assert_string_equal(selected(&comm, XCOLL_COLL_BARRIER, 0, &st),
                       "dissemination");
+  /* Every collective core runs gets an algorithm of its own kind
+   * (selected() asserts it), by name where there is a choice. */
+  assert_string_equal(selected(&comm, XCOLL_COLL_ALLGATHER, 64, &st), "ring");
+  assert_string_equal(selected(&comm, XCOLL_COLL_REDUCE_SCATTER, 64, &st),
+                      "ring");
+  assert_string_equal(selected(&comm, XCOLL_COLL_REDUCE, 64, &st), "binomial");
+  assert_string_equal(selected(&comm, XCOLL_COLL_ALLTOALL, 64, &st), "bruck");
+  assert_string_equal(selected(&comm, XCOLL_COLL_ALLTOALL, 64 * 1024, &st),
+                      "pairwise");
+  assert_string_equal(selected(&comm, XCOLL_COLL_ALLTOALLV, 64, &st),
+                      "pairwise");
+  assert_string_equal(selected(&comm, XCOLL_COLL_GATHER, 64, &st), "binomial");
+  assert_string_equal(selected(&comm, XCOLL_COLL_SCATTER, 64, &st), "binomial");
   comm.world_size = 1;
   assert_string_equal(selected(&comm, XCOLL_COLL_ALLREDUCE, 4096, &st), "ring");
   comm.world_size = 5; /* not a power of two: ring earlier */
