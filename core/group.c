@@ -41,6 +41,9 @@
 /* Tag steps of a group's messages (below 2^24, above any algorithm's). */
 #define GROUP_STEP_FINGERPRINT 0xfffff0u
 #define GROUP_STEP_DATA 0xfffff1u
+/* Remote sends and receives of a group whose bookkeeping fits on the
+ * stack (1.5 KiB). */
+#define GROUP_STACK_CALLS 16
 
 /* ---- running a group ---- */
 
@@ -138,17 +141,20 @@ static void list_calls(const struct xcoll_group_ops *g, int rank, char *out,
 static xcoll_status judge(xcoll_comm *comm, const xcoll_coll_args *mine,
                           const uint8_t *bytes) {
   xcoll_fingerprint theirs;
+  int malformed = xcoll_fingerprint_decode(bytes, &theirs) != 0;
+  xcoll_coll_kind want =
+      mine->kind == XCOLL_COLL_SEND ? XCOLL_COLL_RECV : XCOLL_COLL_SEND;
+  if (!malformed && theirs.kind == want && theirs.count == mine->count &&
+      theirs.dtype == (uint8_t)mine->dtype)
+    return XCOLL_SUCCESS;
+  /* Only a mismatch is described (formatting it on every match was a
+   * quarter of a small sendrecv's instructions). */
   char mine_text[96];
   describe_p2p(mine, mine_text, sizeof mine_text);
-  if (xcoll_fingerprint_decode(bytes, &theirs) != 0)
+  if (malformed)
     return xcoll_error(comm, XCOLL_ERR_PROTOCOL,
                        "%s: rank %d sent a malformed fingerprint", mine_text,
                        mine->peer);
-  xcoll_coll_kind want =
-      mine->kind == XCOLL_COLL_SEND ? XCOLL_COLL_RECV : XCOLL_COLL_SEND;
-  if (theirs.kind == want && theirs.count == mine->count &&
-      theirs.dtype == (uint8_t)mine->dtype)
-    return XCOLL_SUCCESS;
   if (theirs.kind != XCOLL_COLL_SEND && theirs.kind != XCOLL_COLL_RECV)
     return xcoll_error(comm, XCOLL_ERR_PROTOCOL,
                        "point-to-point mismatch: rank %d called %s, but rank "
@@ -182,15 +188,24 @@ static xcoll_status run_p2p(xcoll_comm *comm, const xcoll_coll_args *args,
                        "point-to-point interface",
                        comm->backend->name);
   /* Per remote call: its fingerprint out, the peer's in, and a request for
-   * each of the three messages (fingerprint out, in, data). */
+   * each of the three messages (fingerprint out, in, data); on the stack
+   * for a group of at most GROUP_STACK_CALLS remote calls, so that a small
+   * one calls no malloc. */
   size_t per = 2 * XCOLL_FINGERPRINT_BYTES;
-  uint8_t *fps = malloc((size_t)remote * per);
-  xcoll_p2p_request **requests = calloc(2 * (size_t)remote, sizeof *requests);
-  int *index = malloc((size_t)remote * sizeof *index);
+  uint8_t stack_fps[GROUP_STACK_CALLS * 2 * XCOLL_FINGERPRINT_BYTES];
+  xcoll_p2p_request *stack_requests[2 * GROUP_STACK_CALLS] = {NULL};
+  int stack_index[GROUP_STACK_CALLS];
+  const int on_stack = remote <= GROUP_STACK_CALLS;
+  uint8_t *fps = on_stack ? stack_fps : malloc((size_t)remote * per);
+  xcoll_p2p_request **requests =
+      on_stack ? stack_requests : calloc(2 * (size_t)remote, sizeof *requests);
+  int *index = on_stack ? stack_index : malloc((size_t)remote * sizeof *index);
   if (fps == NULL || requests == NULL || index == NULL) {
-    free(fps);
-    free(requests);
-    free(index);
+    if (!on_stack) {
+      free(fps);
+      free(requests);
+      free(index);
+    }
     return xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
                        "xcoll_group: out of memory for %d sends and receives",
                        remote);
@@ -272,9 +287,11 @@ static xcoll_status run_p2p(xcoll_comm *comm, const xcoll_coll_args *args,
     if (status == XCOLL_SUCCESS)
       status = wait_status;
   }
-  free(fps);
-  free(requests);
-  free(index);
+  if (!on_stack) {
+    free(fps);
+    free(requests);
+    free(index);
+  }
   return status;
 }
 
