@@ -29,10 +29,12 @@
 #include "group.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "algorithms/pipeline.h"
 #include "comm.h"
 #include "dtype.h"
 #include "error.h"
@@ -42,7 +44,7 @@
 #define GROUP_STEP_FINGERPRINT 0xfffff0u
 #define GROUP_STEP_DATA 0xfffff1u
 /* Remote sends and receives of a group whose bookkeeping fits on the
- * stack (1.5 KiB). */
+ * stack (about 1 KiB). */
 #define GROUP_STACK_CALLS 16
 
 /* ---- running a group ---- */
@@ -192,24 +194,24 @@ static xcoll_status run_p2p(xcoll_comm *comm, const xcoll_coll_args *args,
    * for a group of at most GROUP_STACK_CALLS remote calls, so that a small
    * one calls no malloc. */
   size_t per = 2 * XCOLL_FINGERPRINT_BYTES;
-  uint8_t stack_fps[GROUP_STACK_CALLS * 2 * XCOLL_FINGERPRINT_BYTES];
-  xcoll_p2p_request *stack_requests[2 * GROUP_STACK_CALLS] = {NULL};
-  int stack_index[GROUP_STACK_CALLS];
-  const int on_stack = remote <= GROUP_STACK_CALLS;
-  uint8_t *fps = on_stack ? stack_fps : malloc((size_t)remote * per);
-  xcoll_p2p_request **requests =
-      on_stack ? stack_requests : calloc(2 * (size_t)remote, sizeof *requests);
-  int *index = on_stack ? stack_index : malloc((size_t)remote * sizeof *index);
-  if (fps == NULL || requests == NULL || index == NULL) {
-    if (!on_stack) {
-      free(fps);
-      free(requests);
-      free(index);
-    }
+  /* One piece of scratch: the requests, the calls' indices, the
+   * fingerprints. */
+  size_t request_bytes = 2 * (size_t)remote * sizeof(xcoll_p2p_request *);
+  size_t index_bytes = (size_t)remote * sizeof(int);
+  _Alignas(max_align_t) uint8_t on_stack[GROUP_STACK_CALLS *
+                                         (2 * sizeof(xcoll_p2p_request *) +
+                                          sizeof(int) + 2 * XCOLL_FINGERPRINT_BYTES)];
+  uint8_t *scratch = xcoll_scratch_take(
+      comm, on_stack, sizeof on_stack,
+      request_bytes + index_bytes + (size_t)remote * per, "a group's calls");
+  if (scratch == NULL)
     return xcoll_error(comm, XCOLL_ERR_NO_MEMORY,
                        "xcoll_group: out of memory for %d sends and receives",
                        remote);
-  }
+  xcoll_p2p_request **requests = (xcoll_p2p_request **)(void *)scratch;
+  int *index = (int *)(void *)(scratch + request_bytes);
+  uint8_t *fps = scratch + request_bytes + index_bytes;
+  memset(requests, 0, request_bytes);
   int n = 0;
   for (int i = 0; i < g->count; i++) {
     const xcoll_coll_args *a = &g->ops[i].args;
@@ -287,11 +289,7 @@ static xcoll_status run_p2p(xcoll_comm *comm, const xcoll_coll_args *args,
     if (status == XCOLL_SUCCESS)
       status = wait_status;
   }
-  if (!on_stack) {
-    free(fps);
-    free(requests);
-    free(index);
-  }
+  xcoll_scratch_release(scratch, on_stack);
   return status;
 }
 

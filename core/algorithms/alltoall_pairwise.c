@@ -42,11 +42,9 @@ static xcoll_status exchange(struct xcoll_comm *comm, const xcoll_coll_args *arg
   if (P == 1)
     return XCOLL_SUCCESS;
   xcoll_p2p_request *on_stack[2 * (PAIRWISE_STACK_RANKS - 1)];
-  xcoll_p2p_request **requests =
-      P <= PAIRWISE_STACK_RANKS
-          ? on_stack
-          : xcoll_scratch_alloc(comm, 2 * (size_t)(P - 1) * sizeof *requests,
-                                "alltoall requests");
+  xcoll_p2p_request **requests = xcoll_scratch_take(
+      comm, on_stack, sizeof on_stack, 2 * (size_t)(P - 1) * sizeof *requests,
+      "alltoall requests");
   if (requests == NULL)
     return XCOLL_ERR_NO_MEMORY;
   int n = 0;
@@ -75,23 +73,17 @@ static xcoll_status exchange(struct xcoll_comm *comm, const xcoll_coll_args *arg
       total += p == rank ? 0 : send_len[p];
     xcoll_trace_chunk(comm, "alltoall", -1, total, start);
   }
-  if (requests != on_stack)
-    free(requests);
+  xcoll_scratch_release(requests, on_stack);
   return status;
 }
 
-/* Four arrays of P offsets/lengths: in on_stack (4 * PAIRWISE_STACK_RANKS
- * entries) up to PAIRWISE_STACK_RANKS ranks, else in one allocation. */
-static size_t *layout_alloc(struct xcoll_comm *comm, size_t *on_stack) {
-  if (comm->world_size <= PAIRWISE_STACK_RANKS)
-    return on_stack;
-  return xcoll_scratch_alloc(comm, 4 * (size_t)comm->world_size * sizeof(size_t),
-                             "alltoall layout");
-}
-
-static void layout_free(size_t *layout, const size_t *on_stack) {
-  if (layout != on_stack)
-    free(layout);
+/* Four arrays of P offsets/lengths in one piece of scratch: in on_stack
+ * (4 * PAIRWISE_STACK_RANKS entries) up to PAIRWISE_STACK_RANKS ranks. */
+static size_t *layout_take(struct xcoll_comm *comm, size_t *on_stack) {
+  return xcoll_scratch_take(comm, on_stack,
+                            4 * PAIRWISE_STACK_RANKS * sizeof *on_stack,
+                            4 * (size_t)comm->world_size * sizeof(size_t),
+                            "alltoall layout");
 }
 
 xcoll_status xcoll_alltoall_pairwise(struct xcoll_comm *comm,
@@ -99,7 +91,7 @@ xcoll_status xcoll_alltoall_pairwise(struct xcoll_comm *comm,
   const int P = comm->world_size;
   const size_t block = args->count * xcoll_datatype_size(args->dtype);
   size_t on_stack[4 * PAIRWISE_STACK_RANKS];
-  size_t *layout = layout_alloc(comm, on_stack);
+  size_t *layout = layout_take(comm, on_stack);
   if (layout == NULL)
     return XCOLL_ERR_NO_MEMORY;
   size_t *off = layout, *len = layout + P;
@@ -112,21 +104,19 @@ xcoll_status xcoll_alltoall_pairwise(struct xcoll_comm *comm,
   _Alignas(64) char small_copy[PAIRWISE_STACK_COPY];
   char *copy = NULL;
   if (args->sendbuf == args->recvbuf && P > 1) {
-    copy = block * (size_t)P <= sizeof small_copy
-               ? small_copy
-               : xcoll_scratch_alloc(comm, block * (size_t)P,
-                                     "in-place alltoall input");
+    copy = xcoll_scratch_take(comm, small_copy, sizeof small_copy,
+                              block * (size_t)P, "in-place alltoall input");
     if (copy == NULL) {
-      layout_free(layout, on_stack);
+      xcoll_scratch_release(layout, on_stack);
       return XCOLL_ERR_NO_MEMORY;
     }
     memcpy(copy, args->sendbuf, block * (size_t)P);
     send = copy;
   }
   xcoll_status status = exchange(comm, args, send, args->recvbuf, off, len, off, len);
-  if (copy != small_copy)
-    free(copy);
-  layout_free(layout, on_stack);
+  if (copy != NULL)
+    xcoll_scratch_release(copy, small_copy);
+  xcoll_scratch_release(layout, on_stack);
   return status;
 }
 
@@ -135,7 +125,7 @@ xcoll_status xcoll_alltoallv_pairwise(struct xcoll_comm *comm,
   const int P = comm->world_size;
   const size_t element = xcoll_datatype_size(args->dtype);
   size_t on_stack[4 * PAIRWISE_STACK_RANKS];
-  size_t *layout = layout_alloc(comm, on_stack);
+  size_t *layout = layout_take(comm, on_stack);
   if (layout == NULL)
     return XCOLL_ERR_NO_MEMORY;
   size_t *send_off = layout, *send_len = layout + P;
@@ -149,6 +139,6 @@ xcoll_status xcoll_alltoallv_pairwise(struct xcoll_comm *comm,
   }
   xcoll_status status = exchange(comm, args, args->sendbuf, args->recvbuf,
                                  send_off, send_len, recv_off, recv_len);
-  layout_free(layout, on_stack);
+  xcoll_scratch_release(layout, on_stack);
   return status;
 }

@@ -32,6 +32,16 @@ void *xcoll_scratch_alloc(struct xcoll_comm *comm, size_t bytes,
   return buffer;
 }
 
+void *xcoll_scratch_take(struct xcoll_comm *comm, void *stack,
+                         size_t stack_bytes, size_t bytes, const char *what) {
+  return bytes <= stack_bytes ? stack : xcoll_scratch_alloc(comm, bytes, what);
+}
+
+void xcoll_scratch_release(void *buffer, const void *stack) {
+  if (buffer != stack)
+    free(buffer);
+}
+
 void xcoll_trace_chunk(const struct xcoll_comm *comm, const char *name,
                        int peer, size_t bytes, double start_us) {
   char args[96];

@@ -42,6 +42,12 @@ size_t xcoll_chunk_elems(const struct xcoll_comm *comm, size_t elem_size,
  * bytes == 0 allocates one byte, so that NULL always means failure. */
 void *xcoll_scratch_alloc(struct xcoll_comm *comm, size_t bytes,
                           const char *what);
+/* Scratch of bytes in the caller's stack buffer (stack_bytes) when it
+ * fits, so that a small call allocates nothing; else xcoll_scratch_alloc.
+ * Give it back with xcoll_scratch_release(buffer, stack). */
+void *xcoll_scratch_take(struct xcoll_comm *comm, void *stack,
+                         size_t stack_bytes, size_t bytes, const char *what);
+void xcoll_scratch_release(void *buffer, const void *stack);
 
 /* How a received chunk combines with local data in xcoll_exchange. */
 typedef enum xcoll_exchange_mode {
