@@ -51,9 +51,16 @@
  *   payload bytes per line (the last line of a step zero-padded); sizes[] =
  *   16 * lines. The receiving kernel checks every flag; see prims.h for
  *   when it waits for tail first (every connection but ll_poll ones).
+ *   Wide LL lines (xc_conn.ll_wide, between two host kernels only): 64-byte
+ *   lines, one cache line each, of 56 payload bytes and then a u64 flag
+ *   word ((u64)flag << 32 | flag), the last line of a step holding the rest
+ *   of its payload (its unused bytes are left as they were); sizes[] = 64 *
+ *   lines. The step carries the same elements as with 16-byte lines (the
+ *   schedule does not depend on the format) in 0.57 of the bytes.
  *
  * Requirements checked by xc_ring_run (XCOLL_ERR_INVALID_ARGUMENT otherwise):
- * buff 16-byte aligned, step_bytes a nonzero multiple of 16, and the send and
+ * buff 16-byte aligned, step_bytes a nonzero multiple of 16 (at least 64 for
+ * wide LL lines), and the send and
  * recv connections of one channel with equal step_bytes. Every rank of a ring
  * must use the same step_bytes (the proxy guarantees it at connect time). */
 #ifndef XCOLL_KERNELS_CONN_H
@@ -71,6 +78,11 @@
 /* LL line: 16 bytes, of which 8 are payload. */
 #define XC_LL_LINE_BYTES 16
 #define XC_LL_PAYLOAD_BYTES 8
+
+/* Wide LL line (xc_conn.ll_wide): 64 bytes, of which 56 are payload and 8
+ * the flag word. */
+#define XC_LLW_LINE_BYTES 64
+#define XC_LLW_PAYLOAD_BYTES 56
 
 /* One direction of one connection on one channel, as the kernel sees it. The
  * memory behind the pointers is allocated and owned by nccl_like (host memory
@@ -94,6 +106,14 @@ typedef struct xc_conn {
    * flag of it is there, without waiting for tail (NCCL's LL; see
    * prims.h). 0: tail first, as everywhere else. */
   int ll_poll;
+  /* Host kernels, LL only, set on both ends of a connection or on neither:
+   * 1 when both ends are host kernels and the sender writes straight into
+   * the receiver's slots (two host ranks over shm). LL steps then travel in
+   * wide lines (above): a 64-bit store is not what makes a line safe to
+   * read there, the release of the step's last flag word is (prims.h), so
+   * the flag need not sit beside every 4 payload bytes. 0: 16-byte lines,
+   * which a GPU kernel or a proxy can carry. */
+  int ll_wide;
   /* Send side, optional (NULL = off: every step travels from its slot, as
    * on a CUDA rank). XCOLL_STEPS entries: where the proxy sends step k
    * from, written by the kernel before tail like sizes[]: NULL = the slot,

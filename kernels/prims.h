@@ -163,12 +163,16 @@ typedef void (*xc_notify_fn)(void *ctx, int flags);
 #define XC_OP_SRC 4  /* read user input (reduced with the slot if RECV) */
 #define XC_OP_DST 8  /* write user output */
 
-/* LL lines processed per batch by one thread, through a stack buffer of 8
- * bytes per line. */
-#ifdef __CUDA_ARCH__
-#define XC_LL_BATCH_LINES 8
+/* The host's one thread takes LL payload XC_LL_BATCH_BYTES at a time, a
+ * whole number of 16-byte lines (252) and of wide lines (36). */
+#define XC_LL_BATCH_BYTES 2016
+
+/* xc_conn.ll_wide is honoured by host kernels; a device kernel never meets
+ * it (channel.c sets it between two host ranks only). */
+#ifndef __CUDA_ARCH__
+#define XC_LL_WIDE 1
 #else
-#define XC_LL_BATCH_LINES 256
+#define XC_LL_WIDE 0
 #endif
 
 typedef struct xc_prims {
@@ -220,11 +224,15 @@ XC_INLINE XC_HD size_t xc_step_payload_bytes(size_t step_bytes, int proto) {
              : step_bytes;
 }
 
+/* A slot of step_bytes (a multiple of 16, at least 64) holds in wide lines
+ * the payload it holds in 16-byte lines: ceil(step_bytes / 2 / 56) * 64 is
+ * at most step_bytes there. */
 XC_INLINE XC_HD int xc_conn_ok(const xc_conn *c) {
   return c->buff != NULL && c->head != NULL && c->tail != NULL &&
          c->sizes != NULL && c->step_bytes >= XC_LL_LINE_BYTES &&
          c->step_bytes % XC_LL_LINE_BYTES == 0 &&
-         ((uintptr_t)c->buff % XC_LL_LINE_BYTES) == 0;
+         ((uintptr_t)c->buff % XC_LL_LINE_BYTES) == 0 &&
+         (!c->ll_wide || c->step_bytes >= XC_LLW_LINE_BYTES);
 }
 
 /* Builds p for one collective on one channel. send / recv may be NULL when
@@ -454,67 +462,151 @@ XC_INLINE XC_HD void xc_ll_pack(uint8_t *lines, const uint8_t *payload,
   }
 }
 
+#if XC_LL_WIDE
+/* A wide line's flag word (conn.h): the flag in both halves, so that the
+ * ll_poll wait reads it as it reads a 16-byte line's last half. */
+XC_INLINE uint64_t xc_llw_word(uint32_t flag) {
+  return (uint64_t)flag << 32 | flag;
+}
+
+/* Wide LL: packs bytes of payload into ceil(bytes / 56) wide lines. Each
+ * line's flag word is stored with release after its payload, so a reader
+ * that acquires the last flag word sees every line before it; the unused
+ * bytes of the last line are not written. */
+XC_INLINE void xc_llw_pack(uint8_t *lines, const uint8_t *payload,
+                           size_t bytes, uint32_t flag) {
+  const uint64_t word = xc_llw_word(flag);
+  size_t at = 0;
+  uint8_t *line = lines;
+  for (; at + XC_LLW_PAYLOAD_BYTES <= bytes;
+       at += XC_LLW_PAYLOAD_BYTES, line += XC_LLW_LINE_BYTES) {
+    memcpy(line, payload + at, XC_LLW_PAYLOAD_BYTES);
+    xc_store_u64_release(line + XC_LLW_PAYLOAD_BYTES, word);
+  }
+  if (at < bytes) {
+    memcpy(line, payload + at, bytes - at);
+    xc_store_u64_release(line + XC_LLW_PAYLOAD_BYTES, word);
+  }
+}
+
+/* Wide LL: unpacks bytes of payload from its lines. Returns nonzero if a
+ * flag word is not the expected one. The caller has acquired the last
+ * line's flag word, or tail. */
+XC_INLINE int xc_llw_unpack(const uint8_t *lines, size_t bytes,
+                            uint32_t flag, uint8_t *payload) {
+  const uint64_t word = xc_llw_word(flag);
+  uint64_t diff = 0;
+  size_t at = 0;
+  const uint8_t *line = lines;
+  for (; at + XC_LLW_PAYLOAD_BYTES <= bytes;
+       at += XC_LLW_PAYLOAD_BYTES, line += XC_LLW_LINE_BYTES) {
+    diff |= xc_load_u64_relaxed(line + XC_LLW_PAYLOAD_BYTES) ^ word;
+    memcpy(payload + at, line, XC_LLW_PAYLOAD_BYTES);
+  }
+  if (at < bytes) {
+    diff |= xc_load_u64_relaxed(line + XC_LLW_PAYLOAD_BYTES) ^ word;
+    memcpy(payload + at, line, bytes - at);
+  }
+  return diff != 0;
+}
+#endif
+
+/* The middle of an LL batch of bytes at payload offset at: with RECV, buf
+ * holds the received payload, reduced with the input (SRC) or copied to the
+ * output (DST); without, the input is copied to the output (DST). Returns
+ * where the batch's bytes to send are. */
+XC_INLINE XC_HD const uint8_t *xc_ll_batch_data(const xc_prims *p, int flags,
+                                                const uint8_t *in,
+                                                uint8_t *out, uint8_t *buf,
+                                                size_t at, size_t bytes) {
+  if (!(flags & XC_OP_RECV)) {
+    if ((flags & XC_OP_DST) && out != in)
+      memcpy(out + at, in + at, bytes);
+    return in + at;
+  }
+  if (flags & XC_OP_SRC) {
+    uint8_t *dst = (flags & XC_OP_DST) ? out + at : buf;
+    xc_reduce_into(dst, buf, in + at, bytes / p->elem_bytes, p->dtype, p->op);
+    return dst;
+  }
+  if (flags & XC_OP_DST)
+    memcpy(out + at, buf, bytes);
+  return buf;
+}
+
 /* One step, LL: like xc_simple_step, with slots holding lines. rflag/sflag
- * are the expected/written flags. Returns nonzero on a bad recv flag. */
+ * are the expected/written flags. Returns nonzero on a bad recv flag. Lines
+ * after a wrong flag are not sent: an ll_poll receiver reads a step by its
+ * last line's flag. */
 XC_INLINE XC_HD int xc_ll_step(const xc_prims *p, int flags, const uint8_t *in,
                                const uint8_t *rslot, uint8_t *out,
                                uint8_t *sslot, size_t n, uint32_t rflag,
                                uint32_t sflag) {
-  size_t e = p->elem_bytes, total = n * e;
-  size_t nlines = (total + XC_LL_PAYLOAD_BYTES - 1) / XC_LL_PAYLOAD_BYTES;
-  size_t lo, hi;
+  size_t total = n * p->elem_bytes;
   int bad = 0;
-  uint64_t bounce[XC_LL_BATCH_LINES];
-  /* The host's one thread takes batches of lines; a CUDA block's threads
-   * take one line each, interleaved, so that a warp reads and writes 32
-   * adjacent lines (coalesced). */
-#ifdef __CUDA_ARCH__
-  size_t stride = (size_t)XC_NTHREADS(), batch_max = 1;
-  lo = (size_t)XC_TID();
-  hi = nlines;
-#else
-  size_t stride = XC_LL_BATCH_LINES, batch_max = XC_LL_BATCH_LINES;
-  xc_thread_range(nlines, &lo, &hi);
-#endif
-  for (size_t line = lo; line < hi; line += stride) {
-    size_t batch = hi - line < batch_max ? hi - line : batch_max;
-    size_t at = line * XC_LL_PAYLOAD_BYTES; /* payload byte offset */
-    size_t bytes = batch * XC_LL_PAYLOAD_BYTES;
-    if (bytes > total - at)
-      bytes = total - at; /* whole elements: 8-byte lines hold whole ones */
+#ifndef __CUDA_ARCH__
+  /* The host's one thread takes batches of payload bytes through a stack
+   * buffer, each a whole number of lines in either format and of elements
+   * (every element size divides 2016), so that a batch is unpacked,
+   * reduced and packed on its own. */
+  uint64_t bounce[XC_LL_BATCH_BYTES / 8];
+  for (size_t at = 0; at < total; at += XC_LL_BATCH_BYTES) {
+    size_t bytes = total - at < XC_LL_BATCH_BYTES ? total - at
+                                                  : XC_LL_BATCH_BYTES;
     uint8_t *buf = (uint8_t *)bounce;
-    const uint8_t *result;
-    if (flags & XC_OP_RECV) {
-      bad |= xc_ll_unpack(rslot + line * XC_LL_LINE_BYTES, batch, rflag, buf);
-      if (flags & XC_OP_SRC) {
-        uint8_t *dst = (flags & XC_OP_DST) ? out + at : buf;
-        xc_reduce_into(dst, buf, in + at, bytes / e, p->dtype, p->op);
-        result = dst;
-      } else {
-        if (flags & XC_OP_DST)
-          memcpy(out + at, buf, bytes);
-        result = buf;
-      }
-    } else {
-      result = in + at;
-      if ((flags & XC_OP_DST) && out != in)
-        memcpy(out + at, in + at, bytes);
-    }
-    /* Lines after a wrong flag are not sent: an ll_poll receiver reads a
-     * step by its last line's flag. */
+    if ((flags & XC_OP_RECV) && p->recv->ll_wide)
+      bad |= xc_llw_unpack(
+          rslot + at / XC_LLW_PAYLOAD_BYTES * XC_LLW_LINE_BYTES, bytes, rflag,
+          buf);
+    else if (flags & XC_OP_RECV)
+      bad |= xc_ll_unpack(
+          rslot + at / XC_LL_PAYLOAD_BYTES * XC_LL_LINE_BYTES,
+          (bytes + XC_LL_PAYLOAD_BYTES - 1) / XC_LL_PAYLOAD_BYTES, rflag, buf);
+    const uint8_t *result = xc_ll_batch_data(p, flags, in, out, buf, at, bytes);
+    if ((flags & XC_OP_SEND) && !bad && p->send->ll_wide)
+      xc_llw_pack(sslot + at / XC_LLW_PAYLOAD_BYTES * XC_LLW_LINE_BYTES, result,
+                  bytes, sflag);
+    else if ((flags & XC_OP_SEND) && !bad)
+      xc_ll_pack(sslot + at / XC_LL_PAYLOAD_BYTES * XC_LL_LINE_BYTES, result,
+                 bytes, sflag);
+  }
+#else
+  /* A CUDA block's threads take one line each, interleaved, so that a warp
+   * reads and writes 32 adjacent lines (coalesced). */
+  size_t nlines = (total + XC_LL_PAYLOAD_BYTES - 1) / XC_LL_PAYLOAD_BYTES;
+  uint64_t bounce[1];
+  for (size_t line = (size_t)XC_TID(); line < nlines;
+       line += (size_t)XC_NTHREADS()) {
+    size_t at = line * XC_LL_PAYLOAD_BYTES; /* payload byte offset */
+    /* whole elements: 8-byte lines hold whole ones */
+    size_t bytes = total - at < XC_LL_PAYLOAD_BYTES ? total - at
+                                                    : XC_LL_PAYLOAD_BYTES;
+    uint8_t *buf = (uint8_t *)bounce;
+    if (flags & XC_OP_RECV)
+      bad |= xc_ll_unpack(rslot + line * XC_LL_LINE_BYTES, 1, rflag, buf);
+    const uint8_t *result = xc_ll_batch_data(p, flags, in, out, buf, at, bytes);
     if ((flags & XC_OP_SEND) && !bad)
       xc_ll_pack(sslot + line * XC_LL_LINE_BYTES, result, bytes, sflag);
   }
+#endif
   return bad;
 }
 
-/* Wire bytes of a step that carries n elements. */
-XC_INLINE XC_HD int64_t xc_step_wire_bytes(const xc_prims *p, size_t n) {
+/* Wire bytes of a step that carries n elements over connection c. */
+XC_INLINE XC_HD int64_t xc_conn_wire_bytes(const xc_prims *p, const xc_conn *c,
+                                           size_t n) {
   size_t bytes = n * p->elem_bytes;
-  if (p->proto == XC_PROTO_LL)
-    return (int64_t)((bytes + XC_LL_PAYLOAD_BYTES - 1) / XC_LL_PAYLOAD_BYTES *
-                     XC_LL_LINE_BYTES);
-  return (int64_t)bytes;
+  if (p->proto != XC_PROTO_LL)
+    return (int64_t)bytes;
+#if XC_LL_WIDE
+  if (c->ll_wide)
+    return (int64_t)((bytes + XC_LLW_PAYLOAD_BYTES - 1) /
+                     XC_LLW_PAYLOAD_BYTES * XC_LLW_LINE_BYTES);
+#else
+  (void)c;
+#endif
+  return (int64_t)((bytes + XC_LL_PAYLOAD_BYTES - 1) / XC_LL_PAYLOAD_BYTES *
+                   XC_LL_LINE_BYTES);
 }
 
 #if XC_LL_POLL
@@ -533,12 +625,13 @@ XC_INLINE xcoll_status xc_wait_ll_poll(const xc_prims *p, size_t n,
   /* The half-line to poll and the flag it must carry, once per wait. */
   size_t seg = (size_t)(nsteps - 1) * p->step_elems;
   size_t seg_n = n - seg < p->step_elems ? n - seg : p->step_elems;
-  size_t nlines = (seg_n * p->elem_bytes + XC_LL_PAYLOAD_BYTES - 1) /
-                  XC_LL_PAYLOAD_BYTES;
+  size_t line_bytes = p->recv->ll_wide ? XC_LLW_LINE_BYTES : XC_LL_LINE_BYTES;
+  size_t nlines = (size_t)xc_conn_wire_bytes(p, p->recv, seg_n) / line_bytes;
   uint64_t step = target - 1;
+  /* The last 8 bytes of the last line: a flag word, or a half-line. */
   const uint8_t *last = p->recv->buff +
                         (step % XCOLL_STEPS) * p->recv->step_bytes +
-                        (nlines - 1) * XC_LL_LINE_BYTES + 8;
+                        nlines * line_bytes - 8;
   uint32_t flag = xc_ll_flag(p, step);
   uint64_t spins = 0;
   for (;;) {
@@ -657,7 +750,8 @@ XC_INLINE XC_HD xcoll_status xc_generic_op(xc_prims *p, int flags,
         rslot = p->recv->buff + (rstep % XCOLL_STEPS) * p->recv->step_bytes;
         /* Lines read by their flags may come before sizes[]. */
         if (XC_TID() == 0 && !by_flags &&
-            p->recv->sizes[rstep % XCOLL_STEPS] != xc_step_wire_bytes(p, seg_n))
+            p->recv->sizes[rstep % XCOLL_STEPS] !=
+                xc_conn_wire_bytes(p, p->recv, seg_n))
           failed = 2;
       }
       if (flags & XC_OP_SEND) {
@@ -677,7 +771,8 @@ XC_INLINE XC_HD xcoll_status xc_generic_op(xc_prims *p, int flags,
           xc_simple_step(p, step_flags, in, rslot, out, sslot, seg_n);
       }
       if ((flags & XC_OP_SEND) && XC_TID() == 0)
-        p->send->sizes[sstep % XCOLL_STEPS] = xc_step_wire_bytes(p, seg_n);
+        p->send->sizes[sstep % XCOLL_STEPS] =
+            xc_conn_wire_bytes(p, p->send, seg_n);
     }
 #ifdef __CUDA_ARCH__
     __threadfence_system(); /* this thread's slot writes before the post */

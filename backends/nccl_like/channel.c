@@ -63,6 +63,18 @@ static void *alloc_aligned(nl_state *st, size_t bytes) {
   return p;
 }
 
+/* Wide LL lines (kernels/conn.h) on the connection from rank `from` to
+ * rank `to` over transport t: between two host ranks over shm, where the
+ * sending kernel writes straight into the receiver's slots and no GPU
+ * kernel or proxy touches the lines. Both ends answer alike (the same
+ * transport and rank infos). */
+static int ll_wide_pair(const nl_state *st, const nl_transport *t, int from,
+                        int to) {
+  return st->world_size > 1 && t == &nl_transport_shm &&
+         st->rank_infos[from].cuda_device < 0 &&
+         st->rank_infos[to].cuda_device < 0;
+}
+
 /* Point the kernel's view of a connection at its memory. */
 static void conn_bind(xc_conn *conn, nl_fifo_mem *mem, uint8_t *buff,
                       size_t step_bytes) {
@@ -127,6 +139,8 @@ static xcoll_status alloc_fifos(nl_state *st) {
                        ch->recv_transport == &nl_transport_shm &&
                        st->gpu == NULL &&
                        st->rank_infos[st->prev].cuda_device < 0;
+    ch->recv.ll_wide =
+        ll_wide_pair(st, ch->recv_transport, st->prev, st->rank);
     ch->proxy_send.peer = st->next;
     ch->proxy_recv.peer = st->prev;
   }
@@ -441,6 +455,8 @@ static void bind_sends(nl_state *st) {
   for (int c = 0; c < st->nchannels; c++) {
     nl_channel *ch = &st->channels[c];
     conn_bind(&ch->send, ch->send_mem, ch->send_buff, st->step_bytes);
+    ch->send.ll_wide =
+        ll_wide_pair(st, ch->send_transport, st->rank, st->next);
   }
 }
 

@@ -1032,6 +1032,52 @@ static void test_abort(void **state) {
 
 /* ---- the collective's check in LL flags ---- */
 
+/* Wide LL lines (xc_llw_pack, xc_llw_unpack): for every payload size from
+ * 0 to 170 bytes (up to 4 lines), at an odd payload offset, line l holds
+ * payload bytes [56 l, 56 l + 56) and then the flag word, the flag in both
+ * little-endian halves (conn.h), built here byte by byte; the unused bytes
+ * of the last line and everything after the lines are left as they were;
+ * unpacking gives the payload back with no flag reported; a changed byte
+ * of any line's flag word is reported, and a changed payload byte is not. */
+static void test_llw_lines(void **state) {
+  (void)state;
+  const uint32_t flag = 0x7f4a7c15u;
+  enum { MAXB = 170, MAXL = (MAXB + 55) / 56 };
+  uint8_t src[MAXB + 1], lines[MAXL * 64 + 64], want[sizeof lines];
+  uint8_t back[MAXL * 56];
+  for (size_t i = 0; i < sizeof src; i++)
+    src[i] = (uint8_t)(i * 29 + 5);
+  for (size_t bytes = 0; bytes <= MAXB; bytes++) {
+    const uint8_t *payload = src + 1;
+    size_t nlines = (bytes + 55) / 56;
+    memset(lines, 0xAB, sizeof lines);
+    memset(want, 0xAB, sizeof want);
+    for (size_t l = 0; l < nlines; l++) {
+      for (size_t b = 0; b < 56 && l * 56 + b < bytes; b++)
+        want[l * 64 + b] = payload[l * 56 + b];
+      for (int b = 0; b < 8; b++)
+        want[l * 64 + 56 + (size_t)b] = (uint8_t)(flag >> (8 * (b % 4)));
+    }
+    xc_llw_pack(lines, payload, bytes, flag);
+    assert_memory_equal(lines, want, sizeof lines);
+    memset(back, 0, sizeof back);
+    assert_int_equal(xc_llw_unpack(lines, bytes, flag, back), 0);
+    if (bytes > 0)
+      assert_memory_equal(back, payload, bytes);
+    for (size_t l = 0; l < nlines; l++)
+      for (int b = 0; b < 8; b++) {
+        uint8_t *f = lines + l * 64 + 56 + (size_t)b;
+        *f ^= 0x10;
+        assert_int_not_equal(xc_llw_unpack(lines, bytes, flag, back), 0);
+        *f ^= 0x10;
+      }
+    if (bytes > 0) {
+      lines[(bytes - 1) / 56 * 64 + (bytes - 1) % 56] ^= 0x10;
+      assert_int_equal(xc_llw_unpack(lines, bytes, flag, back), 0);
+    }
+  }
+}
+
 /* LL lines themselves (xc_ll_pack, xc_ll_unpack; on x86-64 two lines at a
  * time in SSE2, the rest one by one): for every payload size from 0 to 72
  * bytes, at an odd payload offset, the lines hold exactly the layout
@@ -1173,7 +1219,8 @@ static void test_ll_check(void **state) {
 /* xc_conn.ll_poll (kernels/prims.h): each position's send connection is
  * the next position's receive FIFO itself, as over shm (no mover: the
  * sending kernel's stores land in the receiver's slots), and the receivers
- * read LL steps by their flags. An LL allreduce, ring and gather, at 2 to
+ * read LL steps by their flags, in 16-byte lines and in wide ones
+ * (xc_conn.ll_wide on both ends). An LL allreduce, ring and gather, at 2 to
  * 4 positions and counts of one line up to many slices, gives exact sums,
  * also where the step counters cross 2^16 (the flags' step half wraps) and
  * slots hold lines of earlier steps; the receivers' tail never moves, so
@@ -1186,13 +1233,14 @@ static void test_ll_poll(void **state) {
   enum { MAXK = 4, MAXN = 300 };
   static const size_t counts[] = {1, 37, MAXN};
   static const uint64_t first_steps[] = {0, 65521};
-  for (int variant = 0; variant < 2 * 3 * 3 * 2 * 2; variant++) {
+  for (int variant = 0; variant < 2 * 3 * 3 * 2 * 2 * 2; variant++) {
     int v = variant;
     int gather = v % 2; v /= 2;
     int k = 2 + v % 3; v /= 3;
     size_t n = counts[v % 3]; v /= 3;
     uint64_t first = first_steps[v % 2]; v /= 2;
-    int odd = v % 2;
+    int odd = v % 2; v /= 2;
+    int wide = v % 2;
     if (gather && (size_t)k * n * sizeof(float) > 4096)
       continue; /* the gather is for small calls */
     ring_fixture *rf = malloc(sizeof *rf);
@@ -1203,7 +1251,9 @@ static void test_ll_poll(void **state) {
     static xc_atomic_u64 never[MAXK];
     for (int p = 0; p < k; p++) {
       rf->send[p][0].conn = rf->recv[(p + 1) % k][0].conn;
+      rf->send[p][0].conn.ll_wide = wide;
       rf->recv[p][0].conn.ll_poll = 1;
+      rf->recv[p][0].conn.ll_wide = wide;
       atomic_init(&never[p], 0);
       if (!odd)
         rf->recv[p][0].conn.tail = &never[p];
@@ -1435,6 +1485,7 @@ int main(void) {
       cmocka_unit_test(test_ll_check),
       cmocka_unit_test(test_ll_lines),
       cmocka_unit_test(test_ll_poll),
+      cmocka_unit_test(test_llw_lines),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
