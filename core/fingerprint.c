@@ -89,35 +89,20 @@ uint32_t xcoll_fingerprint_digest(const xcoll_fingerprint *fp) {
 }
 
 void xcoll_fingerprint_encode(const xcoll_fingerprint *fp, uint8_t *out) {
-  for (int i = 0; i < 8; i++) {
-    out[i] = (uint8_t)(fp->seq >> (8 * i));
-    out[8 + i] = (uint8_t)(fp->count >> (8 * i));
-  }
-  uint32_t root = (uint32_t)fp->root;
-  for (int i = 0; i < 4; i++)
-    out[16 + i] = (uint8_t)(root >> (8 * i));
-  out[20] = fp->kind;
-  out[21] = fp->dtype;
-  out[22] = fp->op;
-  out[23] = fp->valid;
+  xcoll_put_le64(out, fp->seq);
+  xcoll_put_le64(out + 8, fp->count);
+  xcoll_put_le64(out + 16, xcoll_fingerprint_word(fp));
 }
 
 int xcoll_fingerprint_decode(const uint8_t *in, xcoll_fingerprint *fp) {
-  uint64_t seq = 0, count = 0;
-  uint32_t root = 0;
-  for (int i = 7; i >= 0; i--) {
-    seq = (seq << 8) | in[i];
-    count = (count << 8) | in[8 + i];
-  }
-  for (int i = 3; i >= 0; i--)
-    root = (root << 8) | in[16 + i];
-  fp->seq = seq;
-  fp->count = count;
-  fp->root = (int32_t)root;
-  fp->kind = in[20];
-  fp->dtype = in[21];
-  fp->op = in[22];
-  fp->valid = in[23];
+  uint64_t word = xcoll_get_le64(in + 16);
+  fp->seq = xcoll_get_le64(in);
+  fp->count = xcoll_get_le64(in + 8);
+  fp->root = (int32_t)(uint32_t)word;
+  fp->kind = (uint8_t)(word >> 32);
+  fp->dtype = (uint8_t)(word >> 40);
+  fp->op = (uint8_t)(word >> 48);
+  fp->valid = (uint8_t)(word >> 56);
   if (fp->valid > 1 || fp->kind > XCOLL_COLL_GROUP ||
       fp->dtype >= XCOLL_NUM_DATATYPES || fp->op > XCOLL_FINGERPRINT_OP_PREMUL_SUM ||
       fp->root < 0)

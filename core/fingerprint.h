@@ -6,7 +6,8 @@
  * The idea is torch.distributed's TORCH_DISTRIBUTED_DEBUG=DETAIL collective
  * fingerprint check, made cheap enough to be always on (docs/desync.md).
  *
- * Encoding: XCOLL_FINGERPRINT_BYTES bytes, little-endian, byte by byte:
+ * Encoding: XCOLL_FINGERPRINT_BYTES bytes, little-endian (three 64-bit
+ * words: seq, count, and the rest as xcoll_fingerprint_word packs it):
  *   offset size field
  *   0      8    seq     the collective's sequence number on its communicator
  *   8      8    count   elements (the collective's count argument; 0 for
@@ -27,8 +28,10 @@
 #ifndef XCOLL_CORE_FINGERPRINT_H
 #define XCOLL_CORE_FINGERPRINT_H
 
+#include <endian.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "algorithm.h"
 
@@ -52,6 +55,19 @@ typedef struct xcoll_fingerprint {
 
 /* The fingerprint of a validated call, unused fields zeroed. */
 xcoll_fingerprint xcoll_fingerprint_of(const xcoll_coll_args *args);
+
+/* A little-endian 64-bit word at out / in, at any alignment: one move on a
+ * little-endian host. */
+static inline void xcoll_put_le64(uint8_t *out, uint64_t v) {
+  v = htole64(v);
+  memcpy(out, &v, sizeof v);
+}
+
+static inline uint64_t xcoll_get_le64(const uint8_t *in) {
+  uint64_t v;
+  memcpy(&v, in, sizeof v);
+  return le64toh(v);
+}
 
 /* Write fp into out (XCOLL_FINGERPRINT_BYTES bytes). */
 void xcoll_fingerprint_encode(const xcoll_fingerprint *fp, uint8_t *out);

@@ -21,7 +21,6 @@
  * fingerprint.h) where a Bruck message carries its own (bruck.c), so that
  * a rank in a host algorithm and a rank in a Bruck allreduce each fail
  * naming both calls. */
-#include <endian.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <sched.h>
@@ -258,19 +257,6 @@ static xcoll_status dir_open(nl_state *st, nl_p2p *q, p2p_dir *d,
 
 /* ---- the header ---- */
 
-/* Little-endian words at any alignment: one move each on a little-endian
- * host (the byte loop compiled to eight loads). */
-static void put_u64(uint8_t *out, uint64_t v) {
-  v = htole64(v);
-  memcpy(out, &v, sizeof v);
-}
-
-static uint64_t get_u64(const uint8_t *in) {
-  uint64_t v;
-  memcpy(&v, in, sizeof v);
-  return le64toh(v);
-}
-
 static void header_write(uint8_t *out, const xcoll_fingerprint *fp,
                          const struct xcoll_p2p_request *r) {
   memset(out, 0, NL_P2P_HEADER_BYTES);
@@ -278,9 +264,9 @@ static void header_write(uint8_t *out, const xcoll_fingerprint *fp,
   for (int i = 0; i < 4; i++)
     out[XCOLL_FINGERPRINT_BYTES + i] = (uint8_t)(NL_P2P_MAGIC >> (8 * i));
   out[28] = NL_P2P_VERSION;
-  put_u64(out + 32, r->tag);
-  put_u64(out + 40, r->bytes);
-  put_u64(out + 48, r->number);
+  xcoll_put_le64(out + 32, r->tag);
+  xcoll_put_le64(out + 40, r->bytes);
+  xcoll_put_le64(out + 48, r->number);
 }
 
 /* Keep this rank's current and previous collective fingerprints: a header
@@ -375,7 +361,7 @@ static xcoll_status header_check(nl_state *st, nl_p2p *q,
    * call naming both (core/fingerprint_exchange.h). Failing here at once
    * would leave a rank further along the chain to learn of it from ranks
    * that may have destroyed their communicators by then. */
-  uint64_t tag = got >= NL_P2P_HEADER_BYTES ? get_u64(in + 32) : 0;
+  uint64_t tag = got >= NL_P2P_HEADER_BYTES ? xcoll_get_le64(in + 32) : 0;
   int exchange_round = xcoll_fingerprint_exchange_tag(r->tag) && tag == r->tag;
   if (!exchange_round && got >= XCOLL_FINGERPRINT_BYTES &&
       xcoll_fingerprint_decode(in, &theirs) == 0 && theirs.valid) {
@@ -415,8 +401,8 @@ static xcoll_status header_check(nl_state *st, nl_p2p *q,
         "(one in an nccl_like collective?) or run different xcoll versions",
         st->rank, got, peer, magic, NL_P2P_MAGIC, r->bytes, r->tag);
   }
-  uint64_t bytes = get_u64(in + 40);
-  uint64_t number = get_u64(in + 48);
+  uint64_t bytes = xcoll_get_le64(in + 40);
+  uint64_t number = xcoll_get_le64(in + 48);
   int eager = r->messages == 1;
   if (tag != r->tag || bytes != r->bytes || number != r->number ||
       got != NL_P2P_HEADER_BYTES + (eager ? r->bytes : 0))
