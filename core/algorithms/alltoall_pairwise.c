@@ -22,10 +22,10 @@
 #include "pipeline.h"
 
 /* Up to this many ranks the per-peer arrays (offsets and lengths, 2 KiB;
- * requests, 1 KiB) live on the stack, and an in-place input of up to
- * PAIRWISE_STACK_COPY bytes is set aside there: a small alltoall then
- * calls no malloc (three of them were about a twelfth of a 1 KiB
- * alltoall's instructions at P=2). */
+ * requests, 1 KiB) live on the stack, and the blocks an in-place call
+ * sends are set aside there up to PAIRWISE_STACK_COPY bytes: a small
+ * alltoall then calls no malloc (three of them were about a twelfth of a
+ * 1 KiB alltoall's instructions at P=2). */
 #define PAIRWISE_STACK_RANKS 64
 #define PAIRWISE_STACK_COPY 4096
 
@@ -99,21 +99,35 @@ xcoll_status xcoll_alltoall_pairwise(struct xcoll_comm *comm,
     off[p] = (size_t)p * block;
     len[p] = block;
   }
-  /* In place: the input is copied aside first (blocks arrive into it). */
+  /* In place: the blocks this rank sends are set aside first (blocks
+   * arrive into the input); its own block stays where it is. */
   const char *send = args->sendbuf;
+  size_t *send_off = off, *recv_len = len;
   _Alignas(64) char small_copy[PAIRWISE_STACK_COPY];
   char *copy = NULL;
   if (args->sendbuf == args->recvbuf && P > 1) {
+    const int rank = comm->rank;
+    const char *in = args->sendbuf;
     copy = xcoll_scratch_take(comm, small_copy, sizeof small_copy,
-                              block * (size_t)P, "in-place alltoall input");
+                              block * (size_t)(P - 1),
+                              "in-place alltoall input");
     if (copy == NULL) {
       xcoll_scratch_release(layout, on_stack);
       return XCOLL_ERR_NO_MEMORY;
     }
-    memcpy(copy, args->sendbuf, block * (size_t)P);
+    memcpy(copy, in, block * (size_t)rank);
+    memcpy(copy + block * (size_t)rank, in + block * (size_t)(rank + 1),
+           block * (size_t)(P - 1 - rank));
+    send_off = layout + 2 * P;
+    recv_len = layout + 3 * P;
+    for (int p = 0; p < P; p++) {
+      send_off[p] = (size_t)(p < rank ? p : p > rank ? p - 1 : 0) * block;
+      recv_len[p] = p == rank ? 0 : block; /* no local copy */
+    }
     send = copy;
   }
-  xcoll_status status = exchange(comm, args, send, args->recvbuf, off, len, off, len);
+  xcoll_status status =
+      exchange(comm, args, send, args->recvbuf, send_off, len, off, recv_len);
   if (copy != NULL)
     xcoll_scratch_release(copy, small_copy);
   xcoll_scratch_release(layout, on_stack);
