@@ -1219,8 +1219,10 @@ static void test_ll_check(void **state) {
 /* xc_conn.ll_poll (kernels/prims.h): each position's send connection is
  * the next position's receive FIFO itself, as over shm (no mover: the
  * sending kernel's stores land in the receiver's slots), and the receivers
- * read LL steps by their flags, in 16-byte lines and in wide ones
- * (xc_conn.ll_wide on both ends). An LL allreduce, ring and gather, at 2 to
+ * read LL steps by their flags, in 16-byte lines, in wide ones
+ * (xc_conn.ll_wide on both ends of every link), and in both (a position
+ * that receives one format and sends the other). An LL allreduce, ring
+ * and gather, at 2 to
  * 4 positions and counts of one line up to many slices, gives exact sums,
  * also where the step counters cross 2^16 (the flags' step half wraps) and
  * slots hold lines of earlier steps; the receivers' tail never moves, so
@@ -1233,14 +1235,14 @@ static void test_ll_poll(void **state) {
   enum { MAXK = 4, MAXN = 300 };
   static const size_t counts[] = {1, 37, MAXN};
   static const uint64_t first_steps[] = {0, 65521};
-  for (int variant = 0; variant < 2 * 3 * 3 * 2 * 2 * 2; variant++) {
+  for (int variant = 0; variant < 2 * 3 * 3 * 2 * 2 * 3; variant++) {
     int v = variant;
     int gather = v % 2; v /= 2;
     int k = 2 + v % 3; v /= 3;
     size_t n = counts[v % 3]; v /= 3;
     uint64_t first = first_steps[v % 2]; v /= 2;
     int odd = v % 2; v /= 2;
-    int wide = v % 2;
+    int wide_mode = v % 3; /* 0 none, 1 every link, 2 links from even p */
     if (gather && (size_t)k * n * sizeof(float) > 4096)
       continue; /* the gather is for small calls */
     ring_fixture *rf = malloc(sizeof *rf);
@@ -1250,10 +1252,11 @@ static void test_ll_poll(void **state) {
      * step is read by its flags alone, or the call hangs. */
     static xc_atomic_u64 never[MAXK];
     for (int p = 0; p < k; p++) {
+      /* The link p -> p+1: wide on both of its ends, or on neither. */
+      int wide = wide_mode == 1 || (wide_mode == 2 && p % 2 == 0);
+      rf->recv[(p + 1) % k][0].conn.ll_wide = wide;
       rf->send[p][0].conn = rf->recv[(p + 1) % k][0].conn;
-      rf->send[p][0].conn.ll_wide = wide;
       rf->recv[p][0].conn.ll_poll = 1;
-      rf->recv[p][0].conn.ll_wide = wide;
       atomic_init(&never[p], 0);
       if (!odd)
         rf->recv[p][0].conn.tail = &never[p];
