@@ -114,6 +114,15 @@ typedef struct xc_conn {
    * the flag need not sit beside every 4 payload bytes. 0: 16-byte lines,
    * which a GPU kernel or a proxy can carry. */
   int ll_wide;
+  /* Host kernels, optional (NULL = off), set on both ends of a connection
+   * or on neither, where ll_wide is: XCOLL_STEPS entries in the receiver's
+   * FIFO memory. The sending kernel writes its collective's check
+   * (xc_work.check) into entry k % XCOLL_STEPS before it releases tail
+   * past step k; the receiving kernel, having acquired tail, compares it
+   * with its own, as an LL flag carries it, and fails with
+   * XCOLL_ERR_PROTOCOL on a mismatch. A SIMPLE step then says which
+   * collective it belongs to as an LL line does. */
+  uint32_t *checks;
   /* Send side, optional (NULL = off: every step travels from its slot, as
    * on a CUDA rank). XCOLL_STEPS entries: where the proxy sends step k
    * from, written by the kernel before tail like sizes[]: NULL = the slot,

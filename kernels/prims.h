@@ -748,11 +748,17 @@ XC_INLINE XC_HD xcoll_status xc_generic_op(xc_prims *p, int flags,
       uint64_t rstep = p->recv_step + j, sstep = p->send_step + j;
       if (flags & XC_OP_RECV) {
         rslot = p->recv->buff + (rstep % XCOLL_STEPS) * p->recv->step_bytes;
-        /* Lines read by their flags may come before sizes[]. */
+        /* Lines read by their flags may come before sizes[] (and carry
+         * the check in their flags). */
         if (XC_TID() == 0 && !by_flags &&
             p->recv->sizes[rstep % XCOLL_STEPS] !=
                 xc_conn_wire_bytes(p, p->recv, seg_n))
           failed = 2;
+#ifndef __CUDA_ARCH__
+        if (!by_flags && p->recv->checks != NULL &&
+            p->recv->checks[rstep % XCOLL_STEPS] != p->check)
+          failed = 2;
+#endif
       }
       if (flags & XC_OP_SEND) {
         sslot = p->send->buff + (sstep % XCOLL_STEPS) * p->send->step_bytes;
@@ -770,9 +776,14 @@ XC_INLINE XC_HD xcoll_status xc_generic_op(xc_prims *p, int flags,
         if (step_flags != 0) /* 0: direct both ways, nothing to copy */
           xc_simple_step(p, step_flags, in, rslot, out, sslot, seg_n);
       }
-      if ((flags & XC_OP_SEND) && XC_TID() == 0)
+      if ((flags & XC_OP_SEND) && XC_TID() == 0) {
         p->send->sizes[sstep % XCOLL_STEPS] =
             xc_conn_wire_bytes(p, p->send, seg_n);
+#ifndef __CUDA_ARCH__
+        if (p->send->checks != NULL)
+          p->send->checks[sstep % XCOLL_STEPS] = p->check;
+#endif
+      }
     }
 #ifdef __CUDA_ARCH__
     __threadfence_system(); /* this thread's slot writes before the post */

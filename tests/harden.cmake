@@ -74,6 +74,22 @@ if(TARGET xcollrun)
         LABELS "faults;nccl_like" PROCESSORS 2
         ENVIRONMENT "XCOLL_TIMEOUT_S=60;XCOLL_BACKEND=nccl_like;XCOLL_PROTO=simple;XCOLL_PAIRWISE=1")
     endforeach()
+    # The ring kernels' SIMPLE steps over shm carry their collective's
+    # check (kernels/conn.h xc_conn.checks), and their fingerprints go in
+    # batches as LL's do: an op or dtype mismatch of equal byte counts is
+    # caught by the checks, each rank still fails naming both calls.
+    foreach(spec op:2 op:3 dtype:2 count:3 kind:2 kind:3)
+      string(REPLACE ":" ";" parts ${spec})
+      list(GET parts 0 case)
+      list(GET parts 1 np)
+      set(test faults.desync.nccl_like.simple.${case}.np${np})
+      add_test(NAME ${test}
+        COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node ${np} --master-port 0
+                $<TARGET_FILE:fault_desync> ${case})
+      set_tests_properties(${test} PROPERTIES TIMEOUT 90
+        LABELS "faults;nccl_like" PROCESSORS 2
+        ENVIRONMENT "XCOLL_TIMEOUT_S=60;XCOLL_BACKEND=nccl_like;XCOLL_PROTO=simple;XCOLL_PAIRWISE=0")
+    endforeach()
   endif()
 endif()
 

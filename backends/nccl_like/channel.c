@@ -63,16 +63,25 @@ static void *alloc_aligned(nl_state *st, size_t bytes) {
   return p;
 }
 
-/* Wide LL lines (kernels/conn.h) on the connection from rank `from` to
- * rank `to` over transport t: between two host ranks over shm, where the
- * sending kernel writes straight into the receiver's slots and no GPU
- * kernel or proxy touches the lines. Both ends answer alike (the same
- * transport and rank infos). */
-static int ll_wide_pair(const nl_state *st, const nl_transport *t, int from,
-                        int to) {
-  return st->world_size > 1 && t == &nl_transport_shm &&
-         st->rank_infos[from].cuda_device < 0 &&
-         st->rank_infos[to].cuda_device < 0;
+/* 1 when the link from rank `from` to rank `to` joins two host ranks over
+ * shm: the sending kernel writes straight into the receiver's slots and
+ * FIFO memory, and no GPU kernel or proxy touches them. Such a link
+ * carries wide LL lines and each step's check (kernels/conn.h ll_wide,
+ * checks). Every rank answers alike for every link (the rank infos and
+ * the choice of transport are the same everywhere). */
+static int host_shm_link(const nl_state *st, int from, int to) {
+  if (st->world_size < 2 || st->rank_infos == NULL)
+    return 0;
+  const nl_rank_info *a = &st->rank_infos[from], *b = &st->rank_infos[to];
+  return a->cuda_device < 0 && b->cuda_device < 0 &&
+         nl_transport_pick(a, b) == &nl_transport_shm;
+}
+
+/* A connection's ll_wide and checks (kernels/conn.h), on a link that
+ * host_shm_link accepts; mem is the receiver's FIFO memory. */
+static void conn_checked(xc_conn *conn, nl_fifo_mem *mem, int on) {
+  conn->ll_wide = on;
+  conn->checks = on ? mem->checks : NULL;
 }
 
 /* Point the kernel's view of a connection at its memory. */
@@ -139,8 +148,8 @@ static xcoll_status alloc_fifos(nl_state *st) {
                        ch->recv_transport == &nl_transport_shm &&
                        st->gpu == NULL &&
                        st->rank_infos[st->prev].cuda_device < 0;
-    ch->recv.ll_wide =
-        ll_wide_pair(st, ch->recv_transport, st->prev, st->rank);
+    conn_checked(&ch->recv, ch->recv_mem,
+                 host_shm_link(st, st->prev, st->rank));
     ch->proxy_send.peer = st->next;
     ch->proxy_recv.peer = st->prev;
   }
@@ -412,6 +421,9 @@ static xcoll_status pick_transports(nl_state *st) {
                                 st->rank_infos);
   if (s != XCOLL_SUCCESS)
     return s;
+  st->ring_checked = 1;
+  for (int r = 0; r < st->world_size; r++)
+    st->ring_checked &= host_shm_link(st, r, (r + 1) % st->world_size);
   const nl_rank_info *me = &st->rank_infos[st->rank];
   const nl_transport *send =
       nl_transport_pick(me, &st->rank_infos[st->next]);
@@ -455,8 +467,8 @@ static void bind_sends(nl_state *st) {
   for (int c = 0; c < st->nchannels; c++) {
     nl_channel *ch = &st->channels[c];
     conn_bind(&ch->send, ch->send_mem, ch->send_buff, st->step_bytes);
-    ch->send.ll_wide =
-        ll_wide_pair(st, ch->send_transport, st->rank, st->next);
+    conn_checked(&ch->send, ch->send_mem,
+                 host_shm_link(st, st->rank, st->next));
   }
 }
 

@@ -68,7 +68,13 @@ int nl_fp_deferrable(const nl_state *st, const nl_op *op) {
    * kernels check the same flags): a rank that awaits the fingerprint of a
    * previous rank that deferred it would wait for that rank's next batch
    * (about 0.1-0.25 s a call in a mixed ring, seen on an H100). */
-  return st->world_size > 1 && op->work.proto == XC_PROTO_LL &&
+  /* Every step that reaches a rank says which collective it belongs to:
+   * LL steps in their flags; SIMPLE steps of the ring kernels in their
+   * checks, where every link of the ring carries them (ring_checked); not
+   * the mesh algorithms' SIMPLE messages (pairwise, Rabenseifner). */
+  int checked = op->work.proto == XC_PROTO_LL ||
+                (st->ring_checked && !op->pairwise && !op->bruck);
+  return st->world_size > 1 && checked &&
          (kind == XCOLL_COLL_ALLREDUCE || kind == XCOLL_COLL_ALLGATHER ||
           kind == XCOLL_COLL_REDUCE_SCATTER || kind == XCOLL_COLL_BARRIER);
 }

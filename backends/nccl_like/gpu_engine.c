@@ -573,6 +573,8 @@ static void conn_to_device(const nl_gpu *g, const xc_conn *host,
   dev->direct_req = NULL;  /* engine's */
   dev->direct_to = NULL;
   dev->direct_to_bytes = NULL;
+  dev->ll_wide = 0;   /* wide LL lines and step checks are between two */
+  dev->checks = NULL; /* host kernels only (channel.c host_shm_link) */
   dev->step = 0;
 }
 

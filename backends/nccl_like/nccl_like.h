@@ -165,6 +165,9 @@ typedef struct nl_fifo_mem {
   _Alignas(64) xc_atomic_u64 head; /* consumer's count of slots freed */
   _Alignas(64) xc_atomic_u64 tail; /* producer's count of slots filled */
   _Alignas(64) int64_t sizes[XCOLL_STEPS]; /* bytes in each slot, -1 = empty */
+  /* Each slot's collective check (kernels/conn.h xc_conn.checks), on a
+   * link between two host ranks over shm. */
+  _Alignas(64) uint32_t checks[XCOLL_STEPS];
   /* An event count for a FIFO both ranks map (transport/shm.c): a kernel
    * that sleeps on head or tail registers in waiters and futex-waits on
    * wake_seq; a kernel that posts bumps wake_seq and wakes it. */
@@ -460,6 +463,11 @@ typedef struct nl_state {
    * connection of this rank uses it. */
   nl_rank_info *rank_infos;
   struct nl_shm *shm;
+  /* 1 when every link of the ring joins two host ranks over shm: each
+   * step then carries its collective's check (xc_conn.checks, wide LL
+   * lines), so that a SIMPLE ring op's fingerprint may be batched as an LL
+   * op's is (desync.c nl_fp_deferrable). The same on every rank. */
+  int ring_checked;
 
   /* One lock for queues, op completion, proxy sleep and failure: the
    * threads that take it do so a few times per op, not per slot. */
@@ -555,8 +563,8 @@ void nl_watcher_join(nl_state *st);
 /* ---- desync.c ---- */
 /* In start(), under st->lock, world_size > 1: append the call's fingerprint
  * (op->fp, from fill_work) (waiting for a free slot while NL_FP_WINDOW are
- * unsent or unjudged) and write its counter to *index. deferred: the op's LL
- * flags carry its fingerprint's digest (nl_fp_deferrable), so the fingerprint
+ * unsent or unjudged) and write its counter to *index. deferred: the op's
+ * steps carry its fingerprint's digest (nl_fp_deferrable), so the fingerprint
  * may wait for a batch (NL_FP_DEFER) and nobody awaits its judgment; otherwise
  * it is sent at once and the op completes only once it was judged. caller_steps
  * (with deferred): the issuing thread runs the step itself once the op is
@@ -570,12 +578,14 @@ xcoll_status nl_fp_record(nl_state *st, const xcoll_fingerprint *call,
 /* 1 when the step has fingerprints to send (a batch came due): what a
  * blocking wait checks after an op recorded with caller_steps. */
 int nl_fp_step_due(nl_state *st);
-/* 1 when op's fingerprint may be deferred: an LL collective in which every
- * rank receives LL lines from the previous one (allreduce, allgather,
- * reduce_scatter, barrier), so that every adjacent pair of the ring
- * compares its digest on the data path, as the fingerprints would. The
- * same answer on host and GPU ranks: a rank must not await a fingerprint
- * its previous rank deferred. */
+/* 1 when op's fingerprint may be deferred: a collective in which every
+ * rank receives steps from the previous one (allreduce, allgather,
+ * reduce_scatter, barrier) that carry its digest, so that every adjacent
+ * pair of the ring compares it on the data path, as the fingerprints
+ * would: LL lines, or a ring kernel's SIMPLE steps where every link
+ * carries checks (nl_state.ring_checked). The same answer on every rank,
+ * host and GPU: a rank must not await a fingerprint its previous rank
+ * deferred. */
 int nl_fp_deferrable(const nl_state *st, const nl_op *op);
 /* The fingerprint step, when no other thread runs it (trylock): send this
  * rank's fingerprints, receive the previous rank's and compare those whose

@@ -1216,6 +1216,36 @@ static void test_ll_check(void **state) {
   }
 }
 
+enum { OUTCOME_MAXN = 300 };
+
+/* After an allreduce at k positions where position p held p * 1000 + i +
+ * shift at element i: with agree, every position succeeded with the exact
+ * sums; without, every position failed, with PROTOCOL or ABORTED, and one
+ * with PROTOCOL. Frees the workers' scratch. Returns !agree. */
+static int ring_outcome(worker *workers, int k, float (*buf)[OUTCOME_MAXN],
+                        size_t n, int shift, int agree) {
+  int protocol = 0;
+  for (int p = 0; p < k; p++) {
+    free(workers[p].scratch);
+    xcoll_status got = workers[p].status;
+    if (agree) {
+      assert_int_equal(got, XCOLL_SUCCESS);
+      for (size_t i = 0; i < n; i++) {
+        float want = 0;
+        for (int q = 0; q < k; q++)
+          want += (float)(q * 1000 + (int)i + shift);
+        assert_true(buf[p][i] == want);
+      }
+    } else {
+      assert_true(got == XCOLL_ERR_PROTOCOL || got == XCOLL_ERR_ABORTED);
+      protocol |= got == XCOLL_ERR_PROTOCOL;
+    }
+  }
+  if (!agree)
+    assert_true(protocol);
+  return !agree;
+}
+
 /* xc_conn.ll_poll (kernels/prims.h): each position's send connection is
  * the next position's receive FIFO itself, as over shm (no mover: the
  * sending kernel's stores land in the receiver's slots), and the receivers
@@ -1232,7 +1262,7 @@ static void test_ll_check(void **state) {
  * position returning success. */
 static void test_ll_poll(void **state) {
   (void)state;
-  enum { MAXK = 4, MAXN = 300 };
+  enum { MAXK = 4, MAXN = OUTCOME_MAXN };
   static const size_t counts[] = {1, 37, MAXN};
   static const uint64_t first_steps[] = {0, 65521};
   for (int variant = 0; variant < 2 * 3 * 3 * 2 * 2 * 3; variant++) {
@@ -1279,28 +1309,62 @@ static void test_ll_poll(void **state) {
       }
       for (int p = 0; p < k; p++)
         pthread_join(threads[p], NULL);
-      int protocol = 0;
-      for (int p = 0; p < k; p++) {
-        free(workers[p].scratch);
-        xcoll_status got = workers[p].status;
-        if (!odd) {
-          assert_int_equal(got, XCOLL_SUCCESS);
-          for (size_t i = 0; i < n; i++) {
-            float want = 0;
-            for (int q = 0; q < k; q++)
-              want += (float)(q * 1000 + (int)i + call);
-            assert_true(buf[p][i] == want);
-          }
-        } else {
-          assert_true(got == XCOLL_ERR_PROTOCOL || got == XCOLL_ERR_ABORTED);
-          protocol |= got == XCOLL_ERR_PROTOCOL;
-        }
-      }
-      if (odd) {
-        assert_true(protocol);
+      if (ring_outcome(workers, k, buf, n, call, !odd))
         break; /* the FIFOs are out of step now */
-      }
     }
+    ring_free(rf);
+    free(rf);
+  }
+}
+
+/* xc_conn.checks (kernels/conn.h): each position's send connection is
+ * the next position's receive FIFO itself, as over shm, and every link
+ * carries a slot's check beside sizes[]. A SIMPLE allreduce, ring and
+ * gather, at 2 to 4 positions and counts of one step up to several
+ * slices, gives exact sums when the positions' checks agree. When one
+ * position's check differs (its rank called another collective with the
+ * same count), a position that receives its steps fails with
+ * XCOLL_ERR_PROTOCOL and none returns success: without the checks
+ * nothing in a SIMPLE step would tell the calls apart. */
+static void test_simple_checks(void **state) {
+  (void)state;
+  enum { MAXK = 4, MAXN = OUTCOME_MAXN };
+  static const size_t counts[] = {1, 37, MAXN};
+  static uint32_t checks[MAXK][XCOLL_STEPS];
+  for (int variant = 0; variant < 2 * 3 * 3 * 2; variant++) {
+    int v = variant;
+    int gather = v % 2; v /= 2;
+    int k = 2 + v % 3; v /= 3;
+    size_t n = counts[v % 3]; v /= 3;
+    int odd = v % 2;
+    if (gather && (size_t)k * n * sizeof(float) > 4096)
+      continue;
+    ring_fixture *rf = malloc(sizeof *rf);
+    assert_non_null(rf);
+    ring_init(rf, k, 1, 64, 3); /* 16 floats a step */
+    for (int p = 0; p < k; p++) {
+      xc_conn *in = &rf->recv[(p + 1) % k][0].conn;
+      in->direct_req = NULL; /* no mover: the sender's stores land here */
+      in->direct_to = NULL;
+      in->direct_to_bytes = NULL;
+      in->checks = checks[p];
+      rf->send[p][0].conn = *in;
+    }
+    float buf[MAXK][MAXN];
+    worker workers[MAXK];
+    pthread_t threads[MAXK];
+    for (int p = 0; p < k; p++) {
+      for (size_t i = 0; i < n; i++)
+        buf[p][i] = (float)(p * 1000 + (int)i);
+      worker *wk = &workers[p];
+      ll_allreduce_worker(wk, rf, p, k, buf[p], n, gather,
+                          0x5eed1234u + (uint32_t)(odd && p == k - 1));
+      wk->work.proto = XC_PROTO_SIMPLE;
+      assert_int_equal(pthread_create(&threads[p], NULL, worker_main, wk), 0);
+    }
+    for (int p = 0; p < k; p++)
+      pthread_join(threads[p], NULL);
+    ring_outcome(workers, k, buf, n, 0, !odd);
     ring_free(rf);
     free(rf);
   }
@@ -1489,6 +1553,7 @@ int main(void) {
       cmocka_unit_test(test_ll_lines),
       cmocka_unit_test(test_ll_poll),
       cmocka_unit_test(test_llw_lines),
+      cmocka_unit_test(test_simple_checks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
