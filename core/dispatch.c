@@ -322,11 +322,15 @@ static xcoll_status dispatch_backend(xcoll_comm *comm,
    * whose root another rank named differently, and learn of it only in its
    * next call: the ranks first agree on the call over the backend's p2p
    * interface, as host-driven rooted collectives do
-   * (core/fingerprint_exchange.h). At 2 ranks the neighbour is every rank.
-   * The exchange's messages share the mesh with the engine's own (Bruck,
-   * pairwise), so the engine's calls issued earlier complete first, as
-   * before a host algorithm (dispatch). */
-  if (xcoll_coll_has_root(args->kind) && comm->world_size > 2 &&
+   * (core/fingerprint_exchange.h). At 2 ranks too: the root of a
+   * broadcast receives nothing, so only a message back tells it of a
+   * mismatch, and the exchange's (one round over the mesh, shared memory
+   * within a host) costs less than the engine's own fingerprint round
+   * trip, which then goes in a batch (nccl_like: desync.c
+   * nl_fp_deferrable). The exchange's messages share the mesh with the
+   * engine's own (Bruck, pairwise), so the engine's calls issued earlier
+   * complete first, as before a host algorithm (dispatch). */
+  if (xcoll_coll_has_root(args->kind) && comm->world_size > 1 &&
       comm->backend->p2p != NULL) {
     xcoll_dispatch_quiesce(comm);
     comm->fingerprint = xcoll_fingerprint_of(args);

@@ -17,7 +17,7 @@ if(TARGET xcollrun)
   # mismatch the last call before destroy, at 2, 3 and 4 ranks: every rank
   # must fail in that call (core/fingerprint_exchange.h), on every backend
   # (nccl_like's ring engine runs the exchange before a rooted collective
-  # at 3 ranks and more: core/dispatch.c).
+  # too: core/dispatch.c).
   foreach(backend ${desync_backends})
     set(specs op:2 dtype:2 count:2 root:2 kind:2 root:3 kind:3 op:3 count:3
               premul:2 premul:3 broadcast-last:2 broadcast-last:3

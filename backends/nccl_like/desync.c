@@ -74,9 +74,15 @@ int nl_fp_deferrable(const nl_state *st, const nl_op *op) {
    * the mesh algorithms' SIMPLE messages (pairwise, Rabenseifner). */
   int checked = op->work.proto == XC_PROTO_LL ||
                 (st->ring_checked && !op->pairwise && !op->bruck);
-  return st->world_size > 1 && checked &&
-         (kind == XCOLL_COLL_ALLREDUCE || kind == XCOLL_COLL_ALLGATHER ||
-          kind == XCOLL_COLL_REDUCE_SCATTER || kind == XCOLL_COLL_BARRIER);
+  /* A rooted collective (broadcast, reduce) starts here only once every
+   * rank agreed on it in core's fingerprint exchange (core/dispatch.c),
+   * which compared all the ranks' fingerprints, not only neighbours'. */
+  int rooted = kind == XCOLL_COLL_BROADCAST || kind == XCOLL_COLL_REDUCE;
+  return st->world_size > 1 &&
+         (rooted ||
+          (checked &&
+           (kind == XCOLL_COLL_ALLREDUCE || kind == XCOLL_COLL_ALLGATHER ||
+            kind == XCOLL_COLL_REDUCE_SCATTER || kind == XCOLL_COLL_BARRIER)));
 }
 
 /* Under st->lock. A slot is free once its fingerprint was both sent and
