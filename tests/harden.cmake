@@ -62,13 +62,19 @@ if(TARGET xcollrun)
       ENVIRONMENT "XCOLL_TIMEOUT_S=5;XCOLL_BACKEND=${backend}")
   endforeach()
   # nccl_like's pairwise allreduce (SIMPLE, every rank sending to every
-  # other): a count mismatch shows as a message of another size, an op or
-  # kind mismatch only in the fingerprints.
+  # other; Rabenseifner's at 4 ranks): a count mismatch shows as a message
+  # of another size, an op or dtype mismatch in the check each message
+  # carries over shm, a kind mismatch in the fingerprints. The rank that
+  # finds it may have a previous rank that made its call: every rank still
+  # fails naming both calls.
   if(XCOLL_HAVE_NCCL_LIKE)
-    foreach(case op count kind)
-      set(test faults.desync.nccl_like.pairwise.${case}.np3)
+    foreach(spec op:3 count:3 kind:3 dtype:3 op:4 count:4)
+      string(REPLACE ":" ";" parts ${spec})
+      list(GET parts 0 case)
+      list(GET parts 1 np)
+      set(test faults.desync.nccl_like.pairwise.${case}.np${np})
       add_test(NAME ${test}
-        COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node 3 --master-port 0
+        COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node ${np} --master-port 0
                 $<TARGET_FILE:fault_desync> ${case})
       set_tests_properties(${test} PROPERTIES TIMEOUT 90
         LABELS "faults;nccl_like" PROCESSORS 2

@@ -150,7 +150,7 @@ static xcoll_status send_part(bruck_run *b, nl_round *r, int *progress) {
         return XCOLL_SUCCESS; /* a block it carries is not in yet */
     s = m->send_ops->isend(st, m, st->mesh_out,
                            NL_BRUCK_HEADER_BYTES + (size_t)r->cnt * b->block,
-                           NULL, &m->send_request);
+                           NL_MESH_UNCHECKED, NULL, &m->send_request);
     if (s != XCOLL_SUCCESS)
       goto failed;
     if (m->send_request == NULL)
@@ -187,7 +187,8 @@ static xcoll_status recv_part(bruck_run *b, nl_round *r, int *progress,
   if (r->landed)
     return XCOLL_SUCCESS;
   if (m->recv_request == NULL) {
-    s = m->recv_ops->irecv(st, m, st->mesh_in + r->stage, room_of(r), NULL,
+    s = m->recv_ops->irecv(st, m, st->mesh_in + r->stage, room_of(r),
+                           NL_MESH_UNCHECKED, NULL,
                            &m->recv_request);
     if (s != XCOLL_SUCCESS)
       goto failed;

@@ -424,6 +424,11 @@ static xcoll_status pick_transports(nl_state *st) {
   st->ring_checked = 1;
   for (int r = 0; r < st->world_size; r++)
     st->ring_checked &= host_shm_link(st, r, (r + 1) % st->world_size);
+  st->mesh_checked = st->mesh_on;
+  for (int a = 0; a < st->world_size && st->mesh_checked; a++)
+    for (int b = a + 1; b < st->world_size; b++)
+      st->mesh_checked &=
+          nl_shm_mesh_pair(&st->rank_infos[a], &st->rank_infos[b]);
   const nl_rank_info *me = &st->rank_infos[st->rank];
   const nl_transport *send =
       nl_transport_pick(me, &st->rank_infos[st->next]);

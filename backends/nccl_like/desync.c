@@ -31,6 +31,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "error.h"
 #include "log.h"
@@ -70,10 +71,12 @@ int nl_fp_deferrable(const nl_state *st, const nl_op *op) {
    * (about 0.1-0.25 s a call in a mixed ring, seen on an H100). */
   /* Every step that reaches a rank says which collective it belongs to:
    * LL steps in their flags; SIMPLE steps of the ring kernels in their
-   * checks, where every link of the ring carries them (ring_checked); not
-   * the mesh algorithms' SIMPLE messages (pairwise, Rabenseifner). */
+   * checks, where every link of the ring carries them (ring_checked); the
+   * pairwise and Rabenseifner allreduces' messages in theirs, where every
+   * link of the mesh does (mesh_checked). */
   int checked = op->work.proto == XC_PROTO_LL ||
-                (st->ring_checked && !op->pairwise && !op->bruck);
+                (op->pairwise ? st->mesh_checked
+                              : st->ring_checked && !op->bruck);
   /* A rooted collective (broadcast, reduce) starts here only once every
    * rank agreed on it in core's fingerprint exchange (core/dispatch.c),
    * which compared all the ranks' fingerprints, not only neighbours'. */
@@ -416,4 +419,17 @@ void nl_fp_explain(nl_state *st, uint64_t index) {
    * explaining too. */
   raise_urgent(&st->fp, index + 1);
   nl_fp_await(st, index, NL_FP_EXPLAIN_S);
+}
+
+void nl_fp_explain_mesh(nl_state *st, uint64_t index) {
+  nl_fp_explain(st, index);
+  double deadline = nl_now() + NL_FP_EXPLAIN_S;
+  while (!atomic_load(&st->failed) && nl_now() < deadline) {
+    int progress = 0;
+    nl_fp_progress(st, &progress);
+    if (!progress) {
+      struct timespec pause = {0, 100000}; /* 0.1 ms: a failure path */
+      nanosleep(&pause, NULL);
+    }
+  }
 }

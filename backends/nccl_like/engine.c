@@ -593,7 +593,7 @@ static xcoll_status run_item(nl_state *st, nl_channel *ch, nl_op *op,
     /* A message of another size: ranks in different collectives (the
      * fingerprints say which), or memory. */
     if (s == XCOLL_ERR_PROTOCOL)
-      nl_fp_explain(st, op->fp_index);
+      nl_fp_explain_mesh(st, op->fp_index);
     if (s != XCOLL_SUCCESS && s != XCOLL_ERR_ABORTED)
       nl_fail(st, s, -1, "nccl_like: rank %d: the %s allreduce failed: %s",
               st->rank, op->rabenseifner ? "Rabenseifner" : "pairwise",

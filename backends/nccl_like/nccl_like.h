@@ -220,6 +220,17 @@ typedef struct nl_mesh_request nl_mesh_request;
  * with SUCCESS means "no room now, retry", a message is received whole by
  * one irecv of at least its size, messages of a link arrive in the order
  * posted, and test releases a request once it reports it done or failed. */
+/* A mesh message's check (nl_mesh_ops isend, irecv): NL_MESH_UNCHECKED,
+ * or a collective's check (xc_work.check). The shm carrier sends 30 bits
+ * of it in the message's length word, and a receive fails with
+ * XCOLL_ERR_PROTOCOL, as for a message too large, when the message's check
+ * is not the one it was posted with (or one has a check and the other
+ * none); the net carrier carries none (nl_state.mesh_checked says whether
+ * every link of the mesh carries them). Both ends of a message pass the
+ * same: pairwise.c and rabenseifner.c their collective's, the others
+ * none. */
+#define NL_MESH_UNCHECKED ((uint64_t)1 << 32)
+
 typedef struct nl_mesh_ops {
   const char *name; /* "NET", "SHM": what XCOLL_DEBUG=INFO prints */
   /* 1: the link is the net plugin's comms (link.send_comm, recv_comm):
@@ -227,10 +238,10 @@ typedef struct nl_mesh_ops {
    * a waiting rank sleeps in nl_shm_mesh_wait instead. */
   int net;
   xcoll_status (*isend)(struct nl_state *st, nl_mesh_link *m,
-                        const void *data, size_t bytes, void *mhandle,
-                        nl_mesh_request **request);
+                        const void *data, size_t bytes, uint64_t check,
+                        void *mhandle, nl_mesh_request **request);
   xcoll_status (*irecv)(struct nl_state *st, nl_mesh_link *m, void *data,
-                        size_t bytes, void *mhandle,
+                        size_t bytes, uint64_t check, void *mhandle,
                         nl_mesh_request **request);
   xcoll_status (*test)(struct nl_state *st, nl_mesh_link *m,
                        nl_mesh_request *request, int *done, size_t *bytes);
@@ -468,6 +479,11 @@ typedef struct nl_state {
    * lines), so that a SIMPLE ring op's fingerprint may be batched as an LL
    * op's is (desync.c nl_fp_deferrable). The same on every rank. */
   int ring_checked;
+  /* 1 when every pair of ranks is joined by the mesh over shm, whose
+   * messages carry checks (NL_MESH_UNCHECKED): the pairwise and
+   * Rabenseifner allreduces then batch their fingerprints too. The same
+   * on every rank. */
+  int mesh_checked;
 
   /* One lock for queues, op completion, proxy sleep and failure: the
    * threads that take it do so a few times per op, not per slot. */
@@ -611,6 +627,13 @@ int nl_fp_peek(nl_state *st, xcoll_fingerprint *theirs, uint64_t *p2p_sent);
  * fingerprint of that op is compared (at most NL_FP_EXPLAIN_S), so that a
  * desync fails naming both calls rather than as a bad slot. */
 void nl_fp_explain(nl_state *st, uint64_t index);
+/* As nl_fp_explain, after a mesh algorithm's message (pairwise,
+ * Rabenseifner) failed a check or size: it came from any rank, and the
+ * previous rank may have made the same call as this one. The ranks then
+ * differ between two other neighbours, the later of which names both
+ * calls to every rank (nl_fail_everywhere): wait for that as well, up to
+ * NL_FP_EXPLAIN_S, so that this rank fails with that message. */
+void nl_fp_explain_mesh(nl_state *st, uint64_t index);
 /* 1 once op `index`'s fingerprint was compared with the previous rank's
  * (or nothing will be: world of one, failed comm, closed link). */
 int nl_fp_judged(nl_state *st, uint64_t index);

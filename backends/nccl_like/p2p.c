@@ -491,8 +491,10 @@ static xcoll_status post_one(nl_state *st, nl_p2p *q, p2p_dir *d, int is_send,
   nl_mesh_request *request = NULL;
   nl_mesh_link *m = d->link;
   xcoll_status s =
-      is_send ? m->send_ops->isend(st, m, data, len, mhandle, &request)
-              : m->recv_ops->irecv(st, m, data, len, mhandle, &request);
+      is_send ? m->send_ops->isend(st, m, data, len, NL_MESH_UNCHECKED,
+                                   mhandle, &request)
+              : m->recv_ops->irecv(st, m, data, len, NL_MESH_UNCHECKED,
+                                   mhandle, &request);
   if (s != XCOLL_SUCCESS)
     return net_failed(st, q, r, d, s);
   *posted = request != NULL;

@@ -238,7 +238,8 @@ static xcoll_status pw_step(void *ctx, int *progress, int *done) {
       nl_mesh_request *request = NULL;
       if (from == NULL)
         break;
-      s = m->send_ops->isend(st, m, from, unit->len * r->elem, NULL, &request);
+      s = m->send_ops->isend(st, m, from, unit->len * r->elem, r->w->check,
+                             NULL, &request);
       if (s != XCOLL_SUCCESS)
         goto send_failed;
       if (request == NULL)
@@ -268,7 +269,8 @@ static xcoll_status pw_step(void *ctx, int *progress, int *done) {
       nl_mesh_request *request = NULL;
       if (to == NULL)
         break;
-      s = m->recv_ops->irecv(st, m, to, unit->len * r->elem, NULL, &request);
+      s = m->recv_ops->irecv(st, m, to, unit->len * r->elem, r->w->check,
+                             NULL, &request);
       if (s != XCOLL_SUCCESS)
         goto recv_failed;
       if (request == NULL)

@@ -154,7 +154,7 @@ static xcoll_status exchange_step(void *ctx, int *progress, int *done) {
     nl_mesh_request *request = NULL;
     s = r->out->send_ops->isend(
         st, r->out, d->base + d->posted * r->unit_elems * r->elem,
-        unit_len(r, d, d->posted) * r->elem, NULL, &request);
+        unit_len(r, d, d->posted) * r->elem, r->w->check, NULL, &request);
     if (s != XCOLL_SUCCESS)
       goto send_failed;
     if (request == NULL)
@@ -177,8 +177,8 @@ static xcoll_status exchange_step(void *ctx, int *progress, int *done) {
   while (d->posted < d->units && d->posted - d->done < NL_PAIRWISE_DEPTH) {
     nl_mesh_request *request = NULL;
     s = r->in->recv_ops->irecv(st, r->in, recv_at(r, d->posted),
-                               unit_len(r, d, d->posted) * r->elem, NULL,
-                               &request);
+                               unit_len(r, d, d->posted) * r->elem,
+                               r->w->check, NULL, &request);
     if (s != XCOLL_SUCCESS)
       goto recv_failed;
     if (request == NULL)

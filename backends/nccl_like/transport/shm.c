@@ -903,6 +903,10 @@ void nl_shm_watch(nl_state *st, double idle_s) {
 /* The length word's top bit: a CMA descriptor, whose next word is the
  * address of the message in the sender's memory. */
 #define NL_MESH_CMA_FLAG ((uint64_t)1 << 63)
+/* The next bit: a checked message (NL_MESH_UNCHECKED), whose length is
+ * the word's low 32 bits and its check's low 30 bits the 30 above. */
+#define NL_MESH_CHECK_FLAG ((uint64_t)1 << 62)
+#define NL_MESH_CHECK_MASK ((uint64_t)0x3fffffff)
 /* Ring bytes of a CMA descriptor: the length word and the address. */
 #define NL_MESH_CMA_DESC 16u
 /* Bytes per process_vm_readv call, so that a copy that the peer's death
@@ -962,6 +966,8 @@ struct nl_mesh_request {
   uint8_t *buf;        /* send: const in spirit */
   size_t bytes;        /* send: the message; receive: the room */
   uint64_t len;        /* the message's length (receive: once read) */
+  uint64_t check;      /* NL_MESH_UNCHECKED, or the check it was posted
+                          with */
   uint64_t total;      /* ring bytes it takes: 8 + len rounded up to 8,
                           or NL_MESH_CMA_DESC for a CMA descriptor */
   uint64_t moved;      /* ring bytes of it written or consumed */
@@ -1106,20 +1112,44 @@ static void mesh_pump(nl_state *st, nl_mesh_link *m, mesh_end *e,
     if (r->moved == 0) { /* the length word: 8-aligned, never split */
       uint64_t *word = (uint64_t *)(void *)(e->data + e->mine % cap);
       uint64_t head = 8;
+      uint64_t checked = r->check == NL_MESH_UNCHECKED
+                             ? 0
+                             : NL_MESH_CHECK_FLAG |
+                                   (r->check & NL_MESH_CHECK_MASK) << 32;
       if (is_send && r->cma) {
         /* A descriptor: the length with the flag, the buffer's address. */
-        *word = r->len | NL_MESH_CMA_FLAG;
+        *word = r->len | checked | NL_MESH_CMA_FLAG;
         *(uint64_t *)(void *)(e->data + (e->mine + 8) % cap) =
             (uint64_t)(uintptr_t)r->buf;
         head = NL_MESH_CMA_DESC;
       } else if (is_send) {
-        *word = r->len;
+        *word = r->len | checked;
       } else {
         uint64_t value = *word;
         r->cma = (value & NL_MESH_CMA_FLAG) != 0;
-        r->len = value & ~NL_MESH_CMA_FLAG;
+        uint64_t theirs = value & (NL_MESH_CHECK_FLAG |
+                                   NL_MESH_CHECK_MASK << 32);
+        r->len = value & NL_MESH_CHECK_FLAG
+                     ? (uint32_t)value
+                     : value & ~NL_MESH_CMA_FLAG;
         if (r->cma && room < NL_MESH_CMA_DESC)
           return; /* the sender publishes the descriptor whole */
+        if (theirs != checked) {
+          /* Two collectives that move messages of one size: another
+           * call's message, which its check says. */
+          snprintf(l->error, sizeof l->error,
+                   "rank %d sent a message of another collective (check "
+                   "%#" PRIx64 "%s) where rank %d posted a receive for "
+                   "check %#" PRIx64 "%s",
+                   e->peer, theirs >> 32 & NL_MESH_CHECK_MASK,
+                   theirs ? "" : ": none", st->rank,
+                   checked >> 32 & NL_MESH_CHECK_MASK,
+                   checked ? "" : ": none");
+          r->status = XCOLL_ERR_PROTOCOL;
+          r->state = MESH_REQ_DONE;
+          e->broken = 1;
+          return;
+        }
         if (r->len > r->bytes) {
           snprintf(l->error, sizeof l->error,
                    "rank %d sent a message of %" PRIu64
@@ -1194,11 +1224,16 @@ static void mesh_pump(nl_state *st, nl_mesh_link *m, mesh_end *e,
 }
 
 static xcoll_status mesh_post(nl_state *st, nl_mesh_link *m, int is_send,
-                              const void *data, size_t bytes,
+                              const void *data, size_t bytes, uint64_t check,
                               nl_mesh_request **request) {
   mesh_end *e = is_send ? &m->shm->send : &m->shm->recv;
   nl_mesh_request *r = &e->req[e->posted % NL_MESH_SHM_DEPTH];
   *request = NULL;
+  if (check != NL_MESH_UNCHECKED && bytes > UINT32_MAX)
+    return xcoll_error(st->comm, XCOLL_ERR_INTERNAL,
+                       "nccl_like: a checked mesh message of %zu B (at most "
+                       "4 GiB - 1)",
+                       bytes);
   if (r->state != MESH_REQ_FREE)
     return XCOLL_SUCCESS; /* every request of the end in use: retry */
   nl_shm *shm = st->shm;
@@ -1211,6 +1246,7 @@ static xcoll_status mesh_post(nl_state *st, nl_mesh_link *m, int is_send,
       .buf = (uint8_t *)(uintptr_t)data,
       .bytes = bytes,
       .len = bytes,
+      .check = check,
       .total = cma ? NL_MESH_CMA_DESC
                    : 8 + (((uint64_t)bytes + 7) & ~(uint64_t)7),
       .cma = cma};
@@ -1223,16 +1259,17 @@ static xcoll_status mesh_post(nl_state *st, nl_mesh_link *m, int is_send,
 
 static xcoll_status mesh_shm_isend(nl_state *st, nl_mesh_link *m,
                                    const void *data, size_t bytes,
-                                   void *mhandle, nl_mesh_request **request) {
+                                   uint64_t check, void *mhandle,
+                                   nl_mesh_request **request) {
   (void)mhandle;
-  return mesh_post(st, m, 1, data, bytes, request);
+  return mesh_post(st, m, 1, data, bytes, check, request);
 }
 
 static xcoll_status mesh_shm_irecv(nl_state *st, nl_mesh_link *m, void *data,
-                                   size_t bytes, void *mhandle,
+                                   size_t bytes, uint64_t check, void *mhandle,
                                    nl_mesh_request **request) {
   (void)mhandle;
-  return mesh_post(st, m, 0, data, bytes, request);
+  return mesh_post(st, m, 0, data, bytes, check, request);
 }
 
 static xcoll_status mesh_shm_test(nl_state *st, nl_mesh_link *m,
