@@ -55,6 +55,11 @@ typedef struct xcoll_coll_args {
   /* The call's entry in the flight recorder (core/flight.h), given by
    * dispatch; 0 when it has none yet (a group's collectives). */
   uint64_t flight_id;
+  /* 1 when every rank's fingerprint of this call was compared with every
+   * other rank's before the backend started it (core's fingerprint
+   * exchange, run by dispatch before a device-driven rooted collective):
+   * the backend need not compare it again before the call completes. */
+  int agreed;
 } xcoll_coll_args;
 
 /* Tags: high 32 bits the collective's seq (mod 2^32), low 32 bits a step

@@ -313,6 +313,7 @@ static xcoll_status dispatch_backend(xcoll_comm *comm,
                                      const xcoll_coll_args *args,
                                      xcoll_request_t *out) {
   const xcoll_backend_coll_ops *coll = comm->backend->coll;
+  xcoll_coll_args agreed_args; /* args, once the exchange agreed on them */
   /* Host collectives issued earlier must be on the wire first. */
   xcoll_queue_drain(comm);
   explain(comm, args, comm->backend->name, "the backend runs it (device-driven)");
@@ -326,8 +327,8 @@ static xcoll_status dispatch_backend(xcoll_comm *comm,
    * broadcast receives nothing, so only a message back tells it of a
    * mismatch, and the exchange's (one round over the mesh, shared memory
    * within a host) costs less than the engine's own fingerprint round
-   * trip, which then goes in a batch (nccl_like: desync.c
-   * nl_fp_deferrable). The exchange's messages share the mesh with the
+   * trip, which then goes in a batch (xcoll_coll_args.agreed; nccl_like:
+   * desync.c nl_fp_deferrable). The exchange's messages share the mesh with the
    * engine's own (Bruck, pairwise), so the engine's calls issued earlier
    * complete first, as before a host algorithm (dispatch). */
   if (xcoll_coll_has_root(args->kind) && comm->world_size > 1 &&
@@ -337,6 +338,9 @@ static xcoll_status dispatch_backend(xcoll_comm *comm,
     xcoll_status status = xcoll_fingerprint_exchange(comm, args);
     if (status != XCOLL_SUCCESS)
       return fail(comm, args, comm->backend->name, status);
+    agreed_args = *args;
+    agreed_args.agreed = 1;
+    args = &agreed_args;
   }
 
   /* The backend names its own algorithm and protocol in start(). */

@@ -61,40 +61,34 @@ if(TARGET xcollrun)
       # destroy for the other's (issue 33 F8), after the WARN.
       ENVIRONMENT "XCOLL_TIMEOUT_S=5;XCOLL_BACKEND=${backend}")
   endforeach()
-  # nccl_like's pairwise allreduce (SIMPLE, every rank sending to every
-  # other; Rabenseifner's at 4 ranks): a count mismatch shows as a message
-  # of another size, an op or dtype mismatch in the check each message
-  # carries over shm, a kind mismatch in the fingerprints. The rank that
-  # finds it may have a previous rank that made its call: every rank still
-  # fails naming both calls.
+  # nccl_like with XCOLL_PROTO=simple, each spec variant:case:ranks.
+  # pairwise (XCOLL_PAIRWISE=1; Rabenseifner's at 4 ranks), every rank
+  # sending to every other: a count mismatch shows as a message of another
+  # size, an op or dtype mismatch in the check each message carries over
+  # shm, a kind mismatch in the fingerprints; the rank that finds it may
+  # have a previous rank that made its call, and every rank still fails
+  # naming both calls. simple (XCOLL_PAIRWISE=0): the ring kernels' SIMPLE
+  # steps over shm carry their collective's check (kernels/conn.h
+  # xc_conn.checks) and their fingerprints go in batches as LL's do; an op
+  # or dtype mismatch of equal byte counts is caught by the checks.
   if(XCOLL_HAVE_NCCL_LIKE)
-    foreach(spec op:3 count:3 kind:3 dtype:3 op:4 count:4)
+    set(pairwise_env 1)
+    set(simple_env 0)
+    foreach(spec pairwise:op:3 pairwise:count:3 pairwise:kind:3
+                 pairwise:dtype:3 pairwise:op:4 pairwise:count:4
+                 simple:op:2 simple:op:3 simple:dtype:2 simple:count:3
+                 simple:kind:2 simple:kind:3)
       string(REPLACE ":" ";" parts ${spec})
-      list(GET parts 0 case)
-      list(GET parts 1 np)
-      set(test faults.desync.nccl_like.pairwise.${case}.np${np})
+      list(GET parts 0 variant)
+      list(GET parts 1 case)
+      list(GET parts 2 np)
+      set(test faults.desync.nccl_like.${variant}.${case}.np${np})
       add_test(NAME ${test}
         COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node ${np} --master-port 0
                 $<TARGET_FILE:fault_desync> ${case})
       set_tests_properties(${test} PROPERTIES TIMEOUT 90
         LABELS "faults;nccl_like" PROCESSORS 2
-        ENVIRONMENT "XCOLL_TIMEOUT_S=60;XCOLL_BACKEND=nccl_like;XCOLL_PROTO=simple;XCOLL_PAIRWISE=1")
-    endforeach()
-    # The ring kernels' SIMPLE steps over shm carry their collective's
-    # check (kernels/conn.h xc_conn.checks), and their fingerprints go in
-    # batches as LL's do: an op or dtype mismatch of equal byte counts is
-    # caught by the checks, each rank still fails naming both calls.
-    foreach(spec op:2 op:3 dtype:2 count:3 kind:2 kind:3)
-      string(REPLACE ":" ";" parts ${spec})
-      list(GET parts 0 case)
-      list(GET parts 1 np)
-      set(test faults.desync.nccl_like.simple.${case}.np${np})
-      add_test(NAME ${test}
-        COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node ${np} --master-port 0
-                $<TARGET_FILE:fault_desync> ${case})
-      set_tests_properties(${test} PROPERTIES TIMEOUT 90
-        LABELS "faults;nccl_like" PROCESSORS 2
-        ENVIRONMENT "XCOLL_TIMEOUT_S=60;XCOLL_BACKEND=nccl_like;XCOLL_PROTO=simple;XCOLL_PAIRWISE=0")
+        ENVIRONMENT "XCOLL_TIMEOUT_S=60;XCOLL_BACKEND=nccl_like;XCOLL_PROTO=simple;XCOLL_PAIRWISE=${${variant}_env}")
     endforeach()
   endif()
 endif()

@@ -144,12 +144,9 @@ static xcoll_status alloc_fifos(nl_state *st) {
      * each LL line into these slots with 64-bit stores: an LL step may be
      * read by its flags, before tail (kernels/prims.h). Not where a GPU
      * kernel or a proxy writes them. */
-    ch->recv.ll_poll = st->world_size > 1 &&
-                       ch->recv_transport == &nl_transport_shm &&
-                       st->gpu == NULL &&
-                       st->rank_infos[st->prev].cuda_device < 0;
-    conn_checked(&ch->recv, ch->recv_mem,
-                 host_shm_link(st, st->prev, st->rank));
+    int host_shm = host_shm_link(st, st->prev, st->rank);
+    ch->recv.ll_poll = host_shm;
+    conn_checked(&ch->recv, ch->recv_mem, host_shm);
     ch->proxy_send.peer = st->next;
     ch->proxy_recv.peer = st->prev;
   }

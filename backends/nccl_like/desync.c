@@ -77,12 +77,11 @@ int nl_fp_deferrable(const nl_state *st, const nl_op *op) {
   int checked = op->work.proto == XC_PROTO_LL ||
                 (op->pairwise ? st->mesh_checked
                               : st->ring_checked && !op->bruck);
-  /* A rooted collective (broadcast, reduce) starts here only once every
-   * rank agreed on it in core's fingerprint exchange (core/dispatch.c),
-   * which compared all the ranks' fingerprints, not only neighbours'. */
-  int rooted = kind == XCOLL_COLL_BROADCAST || kind == XCOLL_COLL_REDUCE;
+  /* A call that every rank agreed on in core's fingerprint exchange
+   * (xcoll_coll_args.agreed: broadcast and reduce) was compared with all
+   * the ranks' calls, not only neighbours'. */
   return st->world_size > 1 &&
-         (rooted ||
+         (op->args.agreed ||
           (checked &&
            (kind == XCOLL_COLL_ALLREDUCE || kind == XCOLL_COLL_ALLGATHER ||
             kind == XCOLL_COLL_REDUCE_SCATTER || kind == XCOLL_COLL_BARRIER)));
