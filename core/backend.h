@@ -4,7 +4,7 @@
  * A host-driven backend (tcp, ucx) fills p2p and leaves coll NULL: core's
  * algorithms run over its p2p interface. A device-driven backend (nccl_like)
  * fills coll: core starts each collective it supports on the issuing thread
- * and completes it later (ABI 2; core/dispatch.c). */
+ * and completes it later (ABI 3; core/dispatch.c). */
 #ifndef XCOLL_CORE_BACKEND_H
 #define XCOLL_CORE_BACKEND_H
 
@@ -14,13 +14,13 @@
 struct xcoll_comm;
 struct xcoll_coll_args;
 
-#define XCOLL_BACKEND_ABI_VERSION 2
+#define XCOLL_BACKEND_ABI_VERSION 3
 
-/* A collective a backend has started and not yet completed (ABI 2). The
+/* A collective a backend has started and not yet completed (ABI 3). The
  * backend defines it. */
 typedef struct xcoll_backend_op xcoll_backend_op;
 
-/* Collective ops of a device-driven backend (ABI 2).
+/* Collective ops of a device-driven backend (ABI 3).
  *
  * core/dispatch.c calls supports() then start() on the thread that issued the
  * collective, in issue order, right after the arguments were validated and
@@ -51,6 +51,14 @@ typedef struct xcoll_backend_coll_ops {
    * TIMEOUT after comm->timeout_s without progress, PROTOCOL, ABORTED, with
    * the message set and naming the peer where one is at fault). */
   xcoll_status (*wait)(void *state, xcoll_backend_op *op);
+  /* Optional (NULL: never). 1 when the backend's own run of args, a call
+   * it supports, compares every rank's call with the others' before any
+   * rank completes it (nccl_like's Bruck collectives carry each sender's
+   * fingerprint, and a rank holds every rank's block only once all were
+   * compared): core then skips its agreement round before a rooted call
+   * (core/fingerprint_exchange.h). The same answer on every rank for the
+   * same call. Cheap; no side effects. */
+  int (*agrees)(void *state, const struct xcoll_coll_args *args);
 } xcoll_backend_coll_ops;
 
 /* Where one channel of a device-driven backend's op stands (the flight

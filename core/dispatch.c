@@ -330,9 +330,12 @@ static xcoll_status dispatch_backend(xcoll_comm *comm,
    * trip, which then goes in a batch (xcoll_coll_args.agreed; nccl_like:
    * desync.c nl_fp_deferrable). The exchange's messages share the mesh with the
    * engine's own (Bruck, pairwise), so the engine's calls issued earlier
-   * complete first, as before a host algorithm (dispatch). */
+   * complete first, as before a host algorithm (dispatch). A backend that
+   * compares every rank's call itself in this one (coll->agrees) needs no
+   * such round. */
   if (xcoll_coll_has_root(args->kind) && comm->world_size > 1 &&
-      comm->backend->p2p != NULL) {
+      comm->backend->p2p != NULL &&
+      (coll->agrees == NULL || !coll->agrees(comm->backend_state, args))) {
     xcoll_dispatch_quiesce(comm);
     comm->fingerprint = xcoll_fingerprint_of(args);
     xcoll_status status = xcoll_fingerprint_exchange(comm, args);

@@ -1,6 +1,6 @@
 /* dispatch.h - where a validated collective goes (core/dispatch.c).
  *
- * A call the backend's collective ops support (ABI 2, core/backend.h) is
+ * A call the backend's collective ops support (ABI 3, core/backend.h) is
  * started on the issuing thread, in issue order, and completed later through
  * its request; every other call runs on core's host algorithms over the
  * backend's p2p interface, through the request queue (core/request.h). The

@@ -20,7 +20,8 @@ if(TARGET xcollrun)
   # too: core/dispatch.c).
   foreach(backend ${desync_backends})
     set(specs op:2 dtype:2 count:2 root:2 kind:2 root:3 kind:3 op:3 count:3
-              premul:2 premul:3 broadcast-last:2 broadcast-last:3
+              premul:2 premul:3 bcast-count:3 bcast-count:4
+              broadcast-last:2 broadcast-last:3
               broadcast-last:4 reduce-last:2 reduce-last:3 reduce-last:4
               gather-last:4 scatter-last:4)
     foreach(spec ${specs})

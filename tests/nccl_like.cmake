@@ -338,9 +338,10 @@ add_test(NAME unit.nccl_like_layers
 set_tests_properties(unit.nccl_like_layers PROPERTIES TIMEOUT 30
   LABELS "unit;nccl_like")
 
-# The Bruck allreduce (backends/nccl_like/bruck.c) gives the gather
-# algorithm's bits: nl_mixed's calls on a host-only ring with it and with
-# XCOLL_BRUCK=0 (nl_mixed.sh compares every rank's result hashes); np4
+# The Bruck collectives (backends/nccl_like/bruck.c) give the gather
+# algorithm's bits (allreduce) and the ring's (reduce, reduce_scatter):
+# nl_mixed's calls on a host-only ring with them and with XCOLL_BRUCK=0
+# (nl_mixed.sh compares every rank's result hashes); np4
 # with 2 sockets per connection, np5 a world that is no power of two.
 add_executable(nl_mixed ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/nl_mixed.c)
 target_link_libraries(nl_mixed PRIVATE xcoll_static m ${CMAKE_DL_LIBS})

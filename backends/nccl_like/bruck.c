@@ -1,37 +1,50 @@
-/* bruck.c - the Bruck allreduce of the nccl_like host engine, for small
- * allreduces on comms of host ranks: every rank's input is allgathered with
+/* bruck.c - the Bruck collectives of the nccl_like host engine, for small
+ * calls on comms of host ranks: every rank's input is allgathered with
  * Bruck's algorithm over direct connections to the ranks 1, 2, 4, ... away
- * (channel.c's mesh links), then every rank reduces the P inputs itself,
- * in rank order. A small allgather is the same without the reduction.
+ * (channel.c's mesh links), then every rank finishes the call from the P
+ * inputs itself: an allreduce reduces them in rank order, an allgather
+ * puts them in rank order, a reduce-scatter reduces its own block of each,
+ * a reduce does the allreduce's work on the root only, and a broadcast
+ * copies the root's (the other ranks send zeros in its place).
  *
- * Why: a small allreduce is latency-bound. The ring takes 2(P-1) dependent
- * messages and the gather algorithm (kernels/ring.h: a ring allgather of
- * the inputs, reduced locally) P-1; on a host where ranks outnumber cores
- * each of them is a wake-up of the next rank by the scheduler. Bruck's
- * allgather (J. Bruck, C.-T. Ho, S. Kipnis, E. Upfal, D. Weathersby,
- * "Efficient algorithms for all-to-all communications in multiport
- * message-passing systems", IEEE TPDS 8(11), 1997) takes ceil(log2 P)
- * rounds for any P: in round k a rank sends the blocks it holds (block j is
- * the input of rank - j), at most 2^k of them, to rank + 2^k and receives
- * as many from rank - 2^k into blocks [2^k, 2^k + cnt). The bytes sent per
- * rank are (P-1) S, as the gather's. Here a round's send leaves as soon as
- * the blocks it carries are in, and every receive is posted at once, so at
- * P=3 both sends leave at once (each carries only the rank's own input).
- * tcp's recursive doubling also takes log2 P rounds, but exchanges partial
- * sums, whose order differs from the gather's; NCCL keeps to ring and tree.
+ * Why: a small collective is latency-bound. The ring takes 2(P-1)
+ * dependent messages for an allreduce, P-1 for the others, and the gather
+ * algorithm (kernels/ring.h: a ring allgather of the inputs, reduced
+ * locally) P-1; on a host where ranks outnumber cores each of them is a
+ * wake-up of the next rank by the scheduler. Bruck's allgather (J. Bruck,
+ * C.-T. Ho, S. Kipnis, E. Upfal, D. Weathersby, "Efficient algorithms for
+ * all-to-all communications in multiport message-passing systems", IEEE
+ * TPDS 8(11), 1997) takes ceil(log2 P) rounds for any P: in round k a rank
+ * sends the blocks it holds (block j is the input of rank - j), at most
+ * 2^k of them, to rank + 2^k and receives as many from rank - 2^k into
+ * blocks [2^k, 2^k + cnt). The bytes sent per rank are (P-1) S, as the
+ * gather's, for an input of S bytes (a reduce-scatter's input is P times
+ * its output, a broadcast's zeros are sent as data: both cost bytes that
+ * a small call does not notice). Here a round's send leaves as soon as
+ * the blocks it carries are in, and every receive is posted at once, so
+ * at P=3 both sends leave at once (each carries only the rank's own
+ * input). tcp's recursive doubling also takes log2 P rounds, but exchanges
+ * partial sums, whose order differs from the gather's; NCCL keeps to ring
+ * and tree.
  *
- * Results: the inputs are reduced as acc = x[0] op x[1], then acc op x[q]
- * for q = 2..P-1, with kernels/reduce.h's functors: the order and the
- * functions of xc_gather_allreduce, so a Bruck result is bitwise the
- * gather's (which GPU ranks and mixed rings run), the same on every rank
- * and from run to run. AVG divides once at the end (xc_scale_avg), as the
- * kernels do.
+ * Results: an allreduce's inputs are reduced as acc = x[0] op x[1], then
+ * acc op x[q] for q = 2..P-1, with kernels/reduce.h's functors: the order
+ * and the functions of xc_gather_allreduce. A reduce-scatter's block o and
+ * a reduce to root o are reduced as the ring kernels reduce them,
+ * x[o+1] op x[o+2] ... op x[o]. So each result is bitwise what GPU ranks
+ * and mixed rings compute (they run the gather and the ring), the same on
+ * every rank and from run to run. AVG divides once at the end
+ * (xc_scale_avg), as the kernels do.
  *
  * Checking: each message carries the sender's fingerprint of the call, and
  * the receiver compares it with its own before it uses the blocks; every
  * rank's call is compared by the rank after it (round 0), and a block
- * forwarded later was compared on its way. The op's fingerprint on the
- * fingerprint connection is deferred, as an LL collective's (desync.c). */
+ * forwarded later was compared on its way. A rank completes only once it
+ * holds every rank's block, each of which came along a chain of equal
+ * fingerprints: so every rank that returns success made the same call as
+ * all the others, root included, and core need not agree on a rooted call
+ * first (nl_agrees). The op's fingerprint on the fingerprint connection is
+ * deferred, as an LL collective's (desync.c). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -43,12 +56,29 @@
 #include "reduce.h"
 #include "trace.h"
 
+/* Bytes of one rank's input to the allgather: what the call's sendbuf
+ * holds (reduce-scatter: every rank's block of it). */
+static size_t input_bytes(int kind, size_t count, xcoll_datatype dtype,
+                          int world_size) {
+  size_t bytes = count * xcoll_datatype_size(dtype);
+  return kind == XCOLL_COLL_REDUCE_SCATTER ? bytes * (size_t)world_size
+                                           : bytes;
+}
+
+int nl_bruck_fits(const nl_state *st, int kind, size_t count,
+                  xcoll_datatype dtype, int proto) {
+  return st->bruck && proto == XC_PROTO_LL &&
+         (kind == XCOLL_COLL_ALLREDUCE || kind == XCOLL_COLL_ALLGATHER ||
+          kind == XCOLL_COLL_REDUCE_SCATTER || kind == XCOLL_COLL_BROADCAST ||
+          kind == XCOLL_COLL_REDUCE) &&
+         input_bytes(kind, count, dtype, st->world_size) <=
+             NL_GATHER_MAX_BYTES;
+}
+
 int nl_bruck_can_run(const nl_state *st, const nl_op *op) {
-  const xc_work *w = &op->work;
-  return st->bruck &&
-         (w->kind == XC_COLL_ALLREDUCE || w->kind == XC_COLL_ALLGATHER) &&
-         w->proto == XC_PROTO_LL &&
-         w->count * xcoll_datatype_size(w->dtype) <= NL_GATHER_MAX_BYTES;
+  /* work.kind: a barrier is filled as a 1-element allreduce. */
+  return nl_bruck_fits(st, op->work.kind, op->work.count, op->work.dtype,
+                       op->work.proto);
 }
 
 /* The header: the 24-byte fingerprint encoding, then the bytes of one
@@ -303,11 +333,18 @@ static xcoll_status bruck_stuck(void *ctx, double waited_s) {
 xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op) {
   const xc_work *w = &op->work;
   int p = st->world_size;
-  size_t block = w->count * xcoll_datatype_size(w->dtype);
+  int kind = w->kind, root = op->args.root;
+  size_t elem = xcoll_datatype_size(w->dtype);
+  size_t block = input_bytes(kind, w->count, w->dtype, p);
   double t0 = xcoll_trace_enabled() ? xcoll_time_us() : 0;
   header_write(st->mesh_out, &op->fp, block);
-  if (block > 0)
-    memcpy(st->mesh_out + NL_BRUCK_HEADER_BYTES, w->sendbuf, block);
+  /* A broadcast's sendbuf is read on the root only: the other ranks send
+   * a block of zeros in its place. */
+  uint8_t *own = st->mesh_out + NL_BRUCK_HEADER_BYTES;
+  if (block > 0 && kind == XCOLL_COLL_BROADCAST && st->rank != root)
+    memset(own, 0, block);
+  else if (block > 0)
+    memcpy(own, w->sendbuf, block);
   bruck_run run = {.st = st, .op = op, .block = block};
   run.nrounds = schedule(p, run.rounds);
   xcoll_status s =
@@ -315,19 +352,37 @@ xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op) {
   if (s != XCOLL_SUCCESS)
     return s;
 
-  /* Every block is in (block j: rank - j's input): an allgather puts them
-   * in rank order, an allreduce reduces them in rank order. */
+  /* Every block is in (block j: rank - j's input). An allgather puts them
+   * in rank order; a broadcast takes the root's; the reductions reduce
+   * them in rank order (a reduce-scatter the rank's own block of each
+   * input, a reduce on the root only). */
   const uint8_t *in[NL_BRUCK_MAX_RANKS] = {NULL};
   for (int q = 0; q < p; q++)
-    in[q] = st->mesh_out + NL_BRUCK_HEADER_BYTES +
-            (size_t)((st->rank - q + p) % p) * block;
-  if (block > 0 && w->kind == XC_COLL_ALLGATHER) {
+    in[q] = own + (size_t)((st->rank - q + p) % p) * block;
+  if (block == 0)
+    ; /* nothing to place */
+  else if (kind == XCOLL_COLL_ALLGATHER) {
     for (int q = 0; q < p; q++)
       memcpy((uint8_t *)w->recvbuf + (size_t)q * block, in[q], block);
-  } else if (block > 0) {
-    xc_reduce_into(w->recvbuf, in[0], in[1], w->count, w->dtype, w->op);
-    for (int q = 2; q < p; q++)
-      xc_reduce_into(w->recvbuf, w->recvbuf, in[q], w->count, w->dtype, w->op);
+  } else if (kind == XCOLL_COLL_BROADCAST) {
+    memcpy(w->recvbuf, in[root], block);
+  } else if (kind != XCOLL_COLL_REDUCE || st->rank == root) {
+    /* An allreduce starts at rank 0, as the gather algorithm; a
+     * reduce-scatter's block (the owner: this rank) and a reduce (the
+     * root) at the owner + 1 and end with the owner, as the ring kernels
+     * (kernels/ring.h, "Reduction order"), which GPU ranks and mixed rings
+     * run: the same bits either way. */
+    int owner = kind == XCOLL_COLL_REDUCE_SCATTER ? st->rank
+                : kind == XCOLL_COLL_REDUCE       ? root
+                                                  : p - 1;
+    size_t at = kind == XCOLL_COLL_REDUCE_SCATTER
+                    ? (size_t)st->rank * w->count * elem
+                    : 0;
+    xc_reduce_into(w->recvbuf, in[(owner + 1) % p] + at,
+                   in[(owner + 2) % p] + at, w->count, w->dtype, w->op);
+    for (int j = 3; j <= p; j++)
+      xc_reduce_into(w->recvbuf, w->recvbuf, in[(owner + j) % p] + at,
+                     w->count, w->dtype, w->op);
     if (w->op == XCOLL_AVG)
       xc_scale_avg(w->recvbuf, w->count, w->dtype, p);
   }

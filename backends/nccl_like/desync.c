@@ -78,10 +78,12 @@ int nl_fp_deferrable(const nl_state *st, const nl_op *op) {
                 (op->pairwise ? st->mesh_checked
                               : st->ring_checked && !op->bruck);
   /* A call that every rank agreed on in core's fingerprint exchange
-   * (xcoll_coll_args.agreed: broadcast and reduce) was compared with all
-   * the ranks' calls, not only neighbours'. */
+   * (xcoll_coll_args.agreed: broadcast and reduce), or that runs on
+   * bruck.c (each rank completes only once every rank's call was
+   * compared), was compared with all the ranks' calls, not only
+   * neighbours'. */
   return st->world_size > 1 &&
-         (op->args.agreed ||
+         (op->args.agreed || op->bruck ||
           (checked &&
            (kind == XCOLL_COLL_ALLREDUCE || kind == XCOLL_COLL_ALLGATHER ||
             kind == XCOLL_COLL_REDUCE_SCATTER || kind == XCOLL_COLL_BARRIER)));

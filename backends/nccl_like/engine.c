@@ -113,9 +113,10 @@ static void fill_work(nl_state *st, nl_op *op) {
    * preference is this one: Bruck, Rabenseifner, pairwise, then the ring
    * kernels (w->algo: gather or ring).
    *
-   * On a comm of host ranks a small LL allreduce runs Bruck's allgather
-   * over the mesh instead (bruck.c): log2 P dependent messages rather than
-   * the gather's P-1. */
+   * On a comm of host ranks a small LL collective (every kind but the
+   * barrier) runs Bruck's allgather of the inputs over the mesh instead
+   * (bruck.c): log2 P dependent messages rather than the ring's or the
+   * gather's P-1 or more. */
   op->bruck = nl_bruck_can_run(st, op);
   if (op->bruck)
     op->nchannels = w->nchannels = 1;
@@ -251,6 +252,16 @@ static int nl_supports(void *state, const xcoll_coll_args *args) {
   if (args->kind > XCOLL_COLL_BARRIER)
     return 0; /* all-to-all, gather, scatter, groups: core's, over p2p */
   return st->gpu != NULL || args->stream == NULL;
+}
+
+/* xcoll_backend_coll_ops.agrees: the Bruck collectives compare every
+ * rank's call before any rank completes (bruck.c), so core's agreement
+ * round before a rooted call would only add a round. fill_work makes the
+ * same choice from the same arguments. */
+static int nl_agrees(void *state, const xcoll_coll_args *args) {
+  nl_state *st = state;
+  return nl_bruck_fits(st, (int)args->kind, args->count, args->dtype,
+                       choose_proto(st, op_bytes(st, args)));
 }
 
 static xcoll_status nl_start(xcoll_comm *comm, void *state,
@@ -527,6 +538,7 @@ static xcoll_status nl_wait(void *state, xcoll_backend_op *handle) {
 
 const xcoll_backend_coll_ops nl_coll_ops = {
     .supports = nl_supports,
+    .agrees = nl_agrees,
     .start = nl_start_abi,
     .test = nl_test,
     .wait = nl_wait,

@@ -70,7 +70,10 @@ static void publish_failure(nl_state *st, xcoll_status status,
   xcoll_store *store = NULL;
   if (xcoll_store_is_kv(comm->store))
     return; /* no store of xcoll's own to carry the notice */
-  if (xcoll_store_connect(comm->master_addr, comm->master_port, 2.0,
+  /* Briefly, as fail_from_published: the store was up at init, so a
+   * refused connection means its host (rank 0) has gone, and this rank's
+   * caller should not wait to hear it. */
+  if (xcoll_store_connect(comm->master_addr, comm->master_port, 0.5,
                           &store) != XCOLL_SUCCESS)
     return; /* the store is gone too: every rank sees that by itself */
   char value[XCOLL_ERROR_BYTES + 16];

@@ -59,13 +59,14 @@
  * choice depends only on the arguments, so every rank makes the same.
  * Measured with bench/nccl_like.sh (docs/nccl_like.md). */
 #define NL_GATHER_MAX_BYTES ((size_t)4 << 10)
-/* The Bruck allreduce (bruck.c): on a comm of host ranks only, an
+/* The Bruck collectives (bruck.c): on a comm of host ranks only, an
  * allreduce (and a barrier) of at most NL_GATHER_MAX_BYTES that runs LL
  * allgathers the inputs with Bruck's algorithm over direct connections to
  * the ranks 1, 2, 4, ... away and reduces the P inputs locally in rank
  * order: ceil(log2 P) dependent messages, where the gather takes P-1. An
- * allgather over LL of at most NL_GATHER_MAX_BYTES per rank is the same
- * allgather without the reduction (the ring takes P-1 steps). From
+ * allgather, reduce-scatter, broadcast or reduce over LL whose input on
+ * each rank is at most NL_GATHER_MAX_BYTES is the same allgather, finished
+ * each its own way (the ring takes P-1 steps). From
  * NL_BRUCK_MIN_RANKS ranks (at P = 2 the gather already is one message)
  * to NL_BRUCK_MAX_RANKS (the inputs of every rank are held at once). */
 #define NL_BRUCK_MIN_RANKS 3
@@ -432,8 +433,8 @@ typedef struct nl_state {
                      so that the rank it waits for gets the core) */
   /* XCOLL_BRUCK and every rank a host rank (agreed at init), P within
    * NL_BRUCK_{MIN,MAX}_RANKS and a plugin that takes unregistered host
-   * memory: small allreduces and allgathers run bruck.c over
-   * the mesh links of distance 1, 2, 4, ... */
+   * memory: small collectives run bruck.c over the mesh links of
+   * distance 1, 2, 4, ... */
   int bruck;
   /* XCOLL_PAIRWISE (auto: ranks outnumber the host's cores), every rank a
    * host rank, P within 2..NL_PAIRWISE_MAX_RANKS and a plugin that takes
@@ -788,22 +789,30 @@ int nl_mesh_poll(nl_state *st, int timeout_ms);
 /* Bytes of mesh_out and of mesh_in: a header per link and P blocks. */
 #define NL_BRUCK_BUFFER_BYTES(p)                                               \
   (NL_BRUCK_MAX_LINKS * NL_BRUCK_HEADER_BYTES + (size_t)(p)*NL_GATHER_MAX_BYTES)
-/* 1 when bruck.c can run op (filled by fill_work) on this comm: st->bruck,
- * an allreduce (or barrier), or an allgather, over LL of at most
- * NL_GATHER_MAX_BYTES per rank's input. The same answer on every rank: it
- * depends on the arguments and on what the ranks agreed at init. Whether
- * it does run op is engine.c's choice (fill_work). */
+/* 1 when bruck.c can run a call of this kind (XCOLL_COLL_*), count and
+ * dtype over protocol proto (XC_PROTO_*) on this comm: st->bruck, an
+ * allreduce (or barrier), allgather, reduce-scatter, broadcast or reduce
+ * over LL whose input on each rank (a reduce-scatter's: world_size *
+ * count elements) is at most NL_GATHER_MAX_BYTES. The same answer on every
+ * rank: it depends on the arguments and on what the ranks agreed at init.
+ * nl_bruck_can_run asks it for an op filled by fill_work; whether the op
+ * does run on bruck.c is engine.c's choice (fill_work). */
+int nl_bruck_fits(const nl_state *st, int kind, size_t count,
+                  xcoll_datatype dtype, int proto);
 int nl_bruck_can_run(const nl_state *st, const nl_op *op);
 /* Run op on the calling thread (channel 0's item): allgather every rank's
  * input with Bruck's algorithm over the mesh, each message carrying the
  * sender's fingerprint, which the receiver compares with its own (a
- * mismatch is nl_fail_everywhere(PROTOCOL) naming both calls), then (an
- * allgather) put the inputs in rank order into recvbuf, or (an allreduce)
- * reduce them in rank order, the order of the gather algorithm
- * (kernels/ring.h), so results are bitwise the gather's and the same on
- * every rank. Waits in poll(2) on the mesh's sockets. Errors: ABORTED (the
- * comm failed), REMOTE naming a peer that closed, TIMEOUT naming the peers
- * not heard from within st->timeout_s, PROTOCOL; each through nl_fail. */
+ * mismatch is nl_fail_everywhere(PROTOCOL) naming both calls), then finish
+ * the call from the P inputs: an allgather puts them in rank order into
+ * recvbuf, a broadcast copies the root's, an allreduce reduces them in
+ * rank order (the gather algorithm's), a reduce on the root and a
+ * reduce-scatter (this rank's block of each) in the ring kernels' order
+ * (kernels/ring.h), so results are bitwise what GPU ranks and mixed rings
+ * compute and the same on every rank. Waits in poll(2) on
+ * the mesh's sockets. Errors: ABORTED (the comm failed), REMOTE naming a
+ * peer that closed, TIMEOUT naming the peers not heard from within
+ * st->timeout_s, PROTOCOL; each through nl_fail. */
 xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op);
 
 /* ---- pairwise.c ---- */

@@ -10,6 +10,10 @@
  *          (same element size: the byte counts agree)
  *   count  allreduce(sum, float32, 1000)  vs allreduce(sum, float32, 1001)
  *   root   broadcast(root 0, float32, 1000) vs broadcast(root P-1, ...)
+ *   bcast-count  broadcast(root 0, float32, 1000) vs broadcast(root 0,
+ *          float32, 4000): on nccl_like's host ranks from 3 the first is
+ *          a Bruck broadcast, which skips core's agreement round, and the
+ *          second (above 4 KiB) runs that round before the ring
  *   kind   allreduce(sum, float32, 1000)  vs broadcast(root P-1, ...)
  *   premul allreduce(sum, float32, 1000)  vs allreduce(premul_sum, ...)
  *          (a pre-multiplied sum runs as a sum over scaled inputs: only
@@ -177,6 +181,10 @@ int main(int argc, char **argv) {
     base.broadcast = 1;
     other.broadcast = 1;
     other.root = odd;
+  } else if (!strcmp(which, "bcast-count")) {
+    base.broadcast = 1;
+    other.broadcast = 1;
+    other.count = 4 * COUNT;
   } else if (!strcmp(which, "kind")) {
     other.broadcast = 1;
     other.root = odd;

@@ -8,8 +8,8 @@
 # puts tests/fake_cuda first (ctest does). Exit 77 when there is neither.
 # NL_MIXED_SECOND_ENV="VAR=value ...": set for the second run only. With
 # GPU_RANKS none, that compares two host-only rings: e.g. XCOLL_BRUCK=0
-# checks that the Bruck allreduce (backends/nccl_like/bruck.c) gives the
-# gather algorithm's bits.
+# checks that the Bruck collectives (backends/nccl_like/bruck.c) give the
+# gather algorithm's and the ring's bits.
 # NL_MIXED_KINDS="allreduce ...": compare only the HASH lines of these
 # collectives (e.g. against another backend whose other algorithms reduce
 # in another order).

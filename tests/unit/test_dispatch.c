@@ -1,4 +1,4 @@
-/* test_dispatch.c - core/dispatch.c with a fake device-driven backend (ABI 2):
+/* test_dispatch.c - core/dispatch.c with a fake device-driven backend (ABI 3):
  * supported calls are started on the issuing thread in issue order and
  * completed through their request; unsupported ones run on core's host path;
  * the two never overlap; failures are wrapped and break the communicator. */
@@ -82,12 +82,16 @@ static xcoll_status fake_wait(void *state, xcoll_backend_op *op) {
   return fake_finish(state, op);
 }
 
-static const xcoll_backend_coll_ops fake_coll = {fake_supports, fake_start,
-                                                 fake_test, fake_wait};
+static const xcoll_backend_coll_ops fake_coll = {
+    .supports = fake_supports,
+    .start = fake_start,
+    .test = fake_test,
+    .wait = fake_wait,
+};
 static const xcoll_backend fake_backend = {
     .abi_version = XCOLL_BACKEND_ABI_VERSION,
     .name = "fake_device",
-    .description = "records ABI 2 calls",
+    .description = "records ABI 3 calls",
     .coll = &fake_coll,
 };
 
