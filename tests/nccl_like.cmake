@@ -341,8 +341,9 @@ set_tests_properties(unit.nccl_like_layers PROPERTIES TIMEOUT 30
 # The Bruck collectives (backends/nccl_like/bruck.c) give the gather
 # algorithm's bits (allreduce) and the ring's (reduce, reduce_scatter):
 # nl_mixed's calls on a host-only ring with them and with XCOLL_BRUCK=0
-# (nl_mixed.sh compares every rank's result hashes); np4
-# with 2 sockets per connection, np5 a world that is no power of two.
+# (nl_mixed.sh compares every rank's result hashes); np2 (broadcast and
+# reduce only: the others keep the ring there), np4 with 2 sockets per
+# connection, np5 a world that is no power of two.
 add_executable(nl_mixed ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/nl_mixed.c)
 target_link_libraries(nl_mixed PRIVATE xcoll_static m ${CMAKE_DL_LIBS})
 # nl_mixed_test(TEST CFG ENV): nl_mixed.sh at CFG = "NAME;GPU_RANKS;EXTRA
@@ -361,8 +362,8 @@ function(nl_mixed_test prefix cfg env)
     LABELS "conformance;nccl_like" PROCESSORS 2
     ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=nccl_like;${env};${extra}")
 endfunction()
-foreach(cfg "np3;none;XCOLL_PROTO=ll" "np4;none;XCOLL_NSOCKS_PERPEER=2"
-            "np5;none;")
+foreach(cfg "np2;none;" "np3;none;XCOLL_PROTO=ll"
+            "np4;none;XCOLL_NSOCKS_PERPEER=2" "np5;none;")
   nl_mixed_test(nccl_like.bruck_vs_gather "${cfg}"
     "NL_MIXED_SECOND_ENV=XCOLL_BRUCK=0")
 endforeach()

@@ -67,7 +67,12 @@ static size_t input_bytes(int kind, size_t count, xcoll_datatype dtype,
 
 int nl_bruck_fits(const nl_state *st, int kind, size_t count,
                   xcoll_datatype dtype, int proto) {
+  /* At 2 ranks the ring (or the gather) already is one exchange, each way
+   * checked in its LL flags; a rooted call is not: there Bruck's one
+   * round replaces core's agreement round and the ring's hop. */
+  int rooted = kind == XCOLL_COLL_BROADCAST || kind == XCOLL_COLL_REDUCE;
   return st->bruck && proto == XC_PROTO_LL &&
+         (rooted || st->world_size >= NL_BRUCK_MIN_RANKS) &&
          (kind == XCOLL_COLL_ALLREDUCE || kind == XCOLL_COLL_ALLGATHER ||
           kind == XCOLL_COLL_REDUCE_SCATTER || kind == XCOLL_COLL_BROADCAST ||
           kind == XCOLL_COLL_REDUCE) &&

@@ -123,16 +123,16 @@ static xcoll_status read_options(nl_state *st) {
     return xcoll_error_adopt(comm, s);
   st->inline_wait = (int)wait_runs;
 
-  /* XCOLL_BRUCK=1 (default): this rank proposes the Bruck allreduce for
-   * small allreduces and allgathers (bruck.c); every rank must agree
-   * (agree_channels), and a GPU rank never proposes it (its kernels speak
-   * the ring only). */
+  /* XCOLL_BRUCK=1 (default): this rank proposes the Bruck collectives for
+   * small calls (bruck.c; nl_bruck_fits says which at which world size);
+   * every rank must agree (agree_channels), and a GPU rank never proposes
+   * it (its kernels speak the ring only). */
   long bruck = 1;
   s = xcoll_param_int("XCOLL_BRUCK", &bruck);
   if (s != XCOLL_SUCCESS)
     return xcoll_error_adopt(comm, s);
   st->bruck = bruck && comm->cuda == NULL &&
-              st->world_size >= NL_BRUCK_MIN_RANKS &&
+              st->world_size >= 2 &&
               st->world_size <= NL_BRUCK_MAX_RANKS;
 
   /* Spin before sleeping only when each rank of the host has a core
@@ -409,9 +409,9 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
   if (st->world_size < 2)
     st->mesh_on = 0;
   if (s == XCOLL_SUCCESS && st->world_size > 1)
-    XCOLL_INFO("nccl_like: Bruck allreduce and allgather %s (XCOLL_BRUCK; up "
-               "to %zu B per rank over LL, %d to %d host ranks, net socket "
-               "or ucx)",
+    XCOLL_INFO("nccl_like: Bruck collectives %s (XCOLL_BRUCK; up to %zu B "
+               "of input per rank over LL, %d to %d host ranks (broadcast "
+               "and reduce from 2), net socket or ucx)",
                st->bruck ? "on" : "off", NL_GATHER_MAX_BYTES,
                NL_BRUCK_MIN_RANKS, NL_BRUCK_MAX_RANKS);
   if (s == XCOLL_SUCCESS && st->world_size > 1)

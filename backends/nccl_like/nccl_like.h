@@ -67,8 +67,10 @@
  * allgather, reduce-scatter, broadcast or reduce over LL whose input on
  * each rank is at most NL_GATHER_MAX_BYTES is the same allgather, finished
  * each its own way (the ring takes P-1 steps). From
- * NL_BRUCK_MIN_RANKS ranks (at P = 2 the gather already is one message)
- * to NL_BRUCK_MAX_RANKS (the inputs of every rank are held at once). */
+ * NL_BRUCK_MIN_RANKS ranks (at P = 2 the gather already is one message;
+ * broadcast and reduce from 2, where one Bruck round replaces core's
+ * agreement round and the ring's hop) to NL_BRUCK_MAX_RANKS (the inputs
+ * of every rank are held at once). */
 #define NL_BRUCK_MIN_RANKS 3
 #define NL_BRUCK_MAX_RANKS 16
 #define NL_BRUCK_MAX_LINKS 4 /* ceil(log2(NL_BRUCK_MAX_RANKS)) */
@@ -432,7 +434,7 @@ typedef struct nl_state {
                      a core of its own, else 0 (yield on every idle pass,
                      so that the rank it waits for gets the core) */
   /* XCOLL_BRUCK and every rank a host rank (agreed at init), P within
-   * NL_BRUCK_{MIN,MAX}_RANKS and a plugin that takes unregistered host
+   * 2..NL_BRUCK_MAX_RANKS and a plugin that takes unregistered host
    * memory: small collectives run bruck.c over the mesh links of
    * distance 1, 2, 4, ... */
   int bruck;
