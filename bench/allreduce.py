@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Compare xcoll's allreduce (or alltoall) with torch.distributed (gloo) and
-Open MPI.
+"""Compare an xcoll collective with torch.distributed (gloo) and Open MPI.
 
-One run measures, for each world size and each message size, in-place float32
-sum allreduce (--coll alltoall: out-of-place float32 alltoall, the size being
-one rank's whole buffer as in nccl-tests) on:
+One run measures, for each world size and each message size, one float32
+collective (--coll: allreduce, the default, broadcast or reduce with root
+0, all in place; allgather, reduce_scatter or alltoall, out of place; sum
+where it reduces; the size as nccl-tests takes it: the buffer, or for the
+last three all P blocks of one rank, rounded down to a multiple of 4 * P
+bytes) on:
   xcoll-<backend>  tools/xcoll-perf under XCOLL_BACKEND=<backend> (tcp, and
-                   ucx when it is compiled in), in-place columns; the variant
+                   ucx when it is compiled in); the variant
                    nccl_like-net is nccl_like with XCOLL_SHM_DISABLE=1 (every
                    connection through the proxy over the net plugin, the
                    transport between hosts)
@@ -19,13 +21,15 @@ and prints one Markdown table per world size: time (us) and busbw (GB/s) per
 peer, then xcoll/gloo and xcoll/ompi-tcp ratios of busbw (above 1: xcoll
 moves more bytes per second) and of latency (below 1: xcoll is faster).
 Every peer times the same way: warmup calls, a barrier, timed calls, mean time
-per call, max over ranks; busbw = size / time * 2(P-1)/P for all of them
-(alltoall: (P-1)/P; docs/benchmarks.md). A peer that cannot run is printed as "missing: ..." with
-what to install, never left out silently.
+per call, max over ranks; busbw = size / time * nccl-tests' factor for all
+of them (allreduce 2(P-1)/P; allgather, reduce_scatter, alltoall (P-1)/P;
+broadcast, reduce 1; docs/benchmarks.md). A peer that cannot run is printed
+as "missing: ..." with what to install, never left out silently.
 
     bench/allreduce.sh --nproc "2 4"
     bench/allreduce.sh --from 8 --iters 20 --out results.md
     bench/allreduce.sh --coll alltoall --sizes 4K:64M
+    bench/allreduce.sh --coll broadcast --sizes 8,4K --peers ompi-sm
 """
 import argparse
 import json
@@ -177,6 +181,23 @@ def band_plans(sizes, args):
     return bands
 
 
+COLLS = ("allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall")
+# SIZE is P blocks of one rank (nccl-tests): a multiple of 4 * P bytes.
+BLOCKED = ("allgather", "reduce_scatter", "alltoall")
+# In place, as MPI_IN_PLACE and torch's in-place calls run them; the others
+# take two buffers in every library.
+IN_PLACE = ("allreduce", "broadcast", "reduce")
+
+
+def sizes_at(sizes, world_size, coll):
+    """The sizes a world size runs: each rounded down to a multiple of 4 * P
+    bytes for the blocked collectives, as xcoll-perf rounds them."""
+    if coll not in BLOCKED:
+        return sizes
+    unit = 4 * world_size
+    return sorted({s - s % unit for s in sizes if s >= unit})
+
+
 def run_xcoll(peer, backend, perf, world_size, sizes, args, logdir):
     for band in band_plans(sizes, args):
         iters, warmup = band["plan"]
@@ -214,9 +235,9 @@ def run_xcoll(peer, backend, perf, world_size, sizes, args, logdir):
                 codes.append(124)
                 break
         rows = json_rows(open(json_path).read()) if os.path.exists(json_path) else []
-        # allreduce in place, as the peers run it; alltoall out of place
-        # (MPI_Alltoall and all_to_all_single take two buffers).
-        half = "ip" if args.coll == "allreduce" else "oop"
+        # In place where the peers run it so (IN_PLACE), else out of place.
+        # Rows carry the size xcoll-perf ran (rounded as sizes_at rounds).
+        half = "ip" if args.coll in IN_PLACE else "oop"
         for row in rows:
             peer.add(world_size, row["size"], row[f"{half}_time_us"],
                      row.get(f"{half}_wrong") or 0)
@@ -289,13 +310,20 @@ def fmt_time(cell):
     return f"{cell['time_us']:.1f}" if cell else "-"
 
 
-BUSBW_SCALE = {"allreduce": 2.0, "alltoall": 1.0}  # times (P-1)/P: nccl-tests
+def busbw_factor(coll, world_size):
+    """nccl-tests' busbw factor (doc/PERFORMANCE.md): 2(P-1)/P for allreduce,
+    (P-1)/P for allgather, reduce_scatter and alltoall, 1 for broadcast and
+    reduce."""
+    if coll in ("broadcast", "reduce"):
+        return 1.0
+    scale = 2.0 if coll == "allreduce" else 1.0
+    return scale * (world_size - 1) / world_size
 
 
 def busbw(size, time_us, world_size, coll="allreduce"):
     if not time_us or time_us <= 0:
         return None
-    return size / (time_us * 1e-6) / 1e9 * BUSBW_SCALE[coll] * (world_size - 1) / world_size
+    return size / (time_us * 1e-6) / 1e9 * busbw_factor(coll, world_size)
 
 
 def fmt_ratio(a, b):
@@ -334,12 +362,13 @@ def table(peers, reference, world_size, sizes, compare=("gloo", "ompi-tcp"),
 
 def main():
     parser = argparse.ArgumentParser(
-        description="xcoll allreduce vs torch.distributed gloo vs Open MPI (one run, one table)")
+        description="an xcoll collective vs torch.distributed gloo vs Open MPI (one run, one table)")
     parser.add_argument("--compare", default="gloo ompi-tcp",
                         help='peers the first xcoll backend is divided by in the ratio '
                              'columns (default "gloo ompi-tcp")')
-    parser.add_argument("--coll", default="allreduce", choices=("allreduce", "alltoall"),
-                        help="the collective to compare (default allreduce)")
+    parser.add_argument("--coll", default="allreduce", choices=COLLS,
+                        help="the collective to compare (default allreduce); broadcast "
+                             "and reduce with root 0")
     parser.add_argument("--sizes", default="4K:64M",
                         help="MIN:MAX in bytes, doubling (K/M/G suffixes), or a comma list (default 4K:64M)")
     parser.add_argument("--from", dest="from_bytes", default=None,
@@ -412,25 +441,28 @@ def main():
             if peer.missing:
                 continue
             print(f"# running {peer.name} at world size {world_size} ...", file=sys.stderr, flush=True)
+            at = sizes_at(sizes, world_size, args.coll)
             if peer.name.startswith("xcoll-"):
-                run_xcoll(peer, peer.name[len("xcoll-"):], perf, world_size, sizes, args, logdir)
+                # The unrounded sizes: xcoll-perf rounds each itself.
+                unit = 4 * world_size if args.coll in BLOCKED else 4
+                run_xcoll(peer, peer.name[len("xcoll-"):], perf, world_size,
+                          [s for s in sizes if s >= unit], args, logdir)
             elif peer.name == "gloo":
                 cmd = [python, os.path.join(ROOT, "bench", "torch_allreduce.py"),
                        "--nproc", str(world_size), "--port", str(free_port()),
-                       "--timeout", str(args.timeout)] + plan_args(sizes, args)
-                if args.coll == "alltoall":
-                    cmd.insert(2, "--alltoall")
+                       "--timeout", str(args.timeout), "--coll", args.coll] + plan_args(at, args)
                 run_plans_peer(peer, cmd, world_size, logdir, args.timeout + 30)
             else:
                 mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(world_size)]
                 if peer.name == "ompi-tcp":
                     mpirun += ["--mca", "btl", "self,tcp"]
-                coll_flag = ["--alltoall"] if args.coll == "alltoall" else []
-                run_plans_peer(peer, mpirun + [mpi_program] + coll_flag + plan_args(sizes, args),
+                run_plans_peer(peer, mpirun + [mpi_program, "--coll", args.coll] + plan_args(at, args),
                                world_size, logdir, args.timeout)
 
-    what = "float32 sum, in place" if args.coll == "allreduce" else "float32, out of place"
-    factor = "2(P-1)/P" if args.coll == "allreduce" else "(P-1)/P"
+    what = ("float32" + (" sum" if args.coll in ("allreduce", "reduce", "reduce_scatter") else "")
+            + (", root 0" if args.coll in ("broadcast", "reduce") else "")
+            + (", in place" if args.coll in IN_PLACE else ", out of place"))
+    factor = {"allreduce": "2(P-1)/P", "broadcast": "1", "reduce": "1"}.get(args.coll, "(P-1)/P")
     report = [f"# {args.coll}: xcoll vs gloo vs Open MPI", "",
               f"{what}; sizes {human_bytes(sizes[0])}..{human_bytes(sizes[-1])}; "
               f"iters {args.iters} (fewer above 256K, at least 3), warmup {args.warmup}; "
@@ -450,7 +482,8 @@ def main():
     shown = [p for p in peers if not p.missing]
     for world_size in world_sizes:
         report += [f"## world size {world_size}", "",
-                   table(shown, reference, world_size, sizes, args.compare.split(), args.coll), ""]
+                   table(shown, reference, world_size, sizes_at(sizes, world_size, args.coll),
+                         args.compare.split(), args.coll), ""]
     text = "\n".join(report)
     print(text)
     if args.out:

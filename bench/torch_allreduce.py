@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """torch.distributed (gloo) peer of bench/allreduce.sh.
 
-Times in-place float32 sum all_reduce (with --alltoall: out-of-place
-all_to_all_single, SIZE the whole buffer of one rank) exactly as xcoll-perf
-and bench/mpi_allreduce.c do: per size, WARMUP untimed calls, a barrier, ITERS
+Times a float32 collective (--coll, sum where it reduces; SIZE as
+nccl-tests and bench/mpi_allreduce.c take it): all_reduce, broadcast (from
+rank 0) and reduce (to rank 0) in place on SIZE bytes; all_gather_single
+into SIZE bytes, reduce_scatter_single and all_to_all_single from SIZE
+bytes, out of place (--alltoall is --coll alltoall). Timed exactly as
+xcoll-perf and bench/mpi_allreduce.c do: per size, WARMUP untimed calls, a barrier, ITERS
 timed calls (time.perf_counter, a monotonic clock); the time of the size is the
 mean per call on the slowest rank (an all_reduce MAX of the means). One more
 call on known small-integer inputs is then checked element by element.
@@ -71,17 +74,42 @@ def run_rank(args):
     max_count = max(size for size, _, _ in args.plans) // 4
     buffer = torch.zeros(max(1, max_count), dtype=torch.float32)
     wrong_total = 0
-    received = torch.zeros_like(buffer) if args.alltoall else None
+    coll = args.coll
+    blocked = coll in ("allgather", "reduce_scatter", "alltoall")
+    received = torch.zeros_like(buffer) if blocked else None
+    # The _single names of torch 2.x; the _tensor ones before them.
+    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    reduce_scatter = (getattr(dist, "reduce_scatter_single", None)
+                      or dist.reduce_scatter_tensor)
 
     def call(view, out):
-        if args.alltoall:
+        if coll == "alltoall":
             dist.all_to_all_single(out, view)
+        elif coll == "allgather":
+            all_gather(out, view)
+        elif coll == "reduce_scatter":
+            reduce_scatter(out, view)
+        elif coll == "broadcast":
+            dist.broadcast(view, src=0)
+        elif coll == "reduce":
+            dist.reduce(view, dst=0)
         else:
             dist.all_reduce(view)
 
+    def total(index):
+        want = torch.zeros(index.numel(), dtype=torch.float32)
+        for r in range(world_size):
+            want += ((index + 3 * r) % 5).to(torch.float32)
+        return want
+
     for size, iters, warmup in args.plans:
-        view = buffer[: size // 4]
-        out = received[: size // 4] if args.alltoall else None
+        count = size // 4
+        block = count // world_size
+        # An allgather sends one block: SIZE is what it receives.
+        view = buffer[: block if coll == "allgather" else count]
+        out = None
+        if blocked:
+            out = received[: block if coll == "reduce_scatter" else count]
         for _ in range(warmup):
             call(view, out)
         dist.barrier()
@@ -94,18 +122,24 @@ def run_rank(args):
         index = torch.arange(view.numel(), dtype=torch.int64)
         view.copy_(((index + 3 * rank) % 5).to(torch.float32))
         call(view, out)
-        if args.alltoall:
+        got = out if blocked else view
+        position = torch.arange(got.numel(), dtype=torch.int64)
+        if coll == "alltoall":
             # Block s of the result is block rank of rank s's input.
-            block = view.numel() // world_size
-            source = index // block
-            position = rank * block + index % block
-            want = ((position + 3 * source) % 5).to(torch.float32)
-            got = out
+            source = position // block
+            want = ((rank * block + position % block + 3 * source) % 5).to(torch.float32)
+        elif coll == "allgather":
+            # Block s of the result is rank s's input.
+            source = position // block
+            want = ((position % block + 3 * source) % 5).to(torch.float32)
+        elif coll == "reduce_scatter":
+            want = total(rank * block + position)
+        elif coll == "broadcast":
+            want = (position % 5).to(torch.float32)
+        elif coll == "reduce" and rank != 0:
+            want = got  # only the root's result is defined
         else:
-            want = torch.zeros_like(view)
-            for r in range(world_size):
-                want += ((index + 3 * r) % 5).to(torch.float32)
-            got = view
+            want = total(position)
         wrong = torch.tensor([int((got != want).sum())], dtype=torch.int64)
         dist.all_reduce(wrong)
         wrong_total += int(wrong)
@@ -123,8 +157,12 @@ def main():
     parser.add_argument("--nproc", type=int, default=2, help="ranks to start")
     parser.add_argument("--port", type=int, default=29600, help="MASTER_PORT")
     parser.add_argument("--master-addr", default="127.0.0.1")
-    parser.add_argument("--alltoall", action="store_true",
-                        help="time all_to_all_single instead of all_reduce")
+    parser.add_argument("--coll", default="allreduce",
+                        choices=("allreduce", "broadcast", "reduce", "allgather",
+                                 "reduce_scatter", "alltoall"),
+                        help="the collective to time (default allreduce)")
+    parser.add_argument("--alltoall", dest="coll", action="store_const", const="alltoall",
+                        help="the same as --coll alltoall")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="seconds before every rank is killed")
     argv = sys.argv[1:]

@@ -31,6 +31,20 @@ if(TARGET xcoll-perf AND TARGET xcoll-info AND TARGET xcollrun)
     LABELS tools SKIP_RETURN_CODE 77)
 endif()
 
+# bench/allreduce.py's peers (gloo, Open MPI) on every collective it
+# offers, results checked; skipped (77) with neither installed.
+if(TARGET xcoll-perf AND TARGET xcoll-info)
+  set(_bench_python python3)
+  if(XCOLL_TORCH_PYTHON_FOUND)
+    set(_bench_python ${XCOLL_TORCH_PYTHON_FOUND})
+  endif()
+  add_test(NAME tools.bench_peers
+    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/tools/test_bench_peers.sh
+            $<TARGET_FILE_DIR:xcoll-perf> ${_bench_python})
+  set_tests_properties(tools.bench_peers PROPERTIES TIMEOUT 600
+    LABELS tools PROCESSORS 2 SKIP_RETURN_CODE 77)
+endif()
+
 # xcoll-perf on device buffers, with --check, over the stand-in CUDA driver
 # (tests/unit/fake_libcuda.c): nccl_like GPU ranks (the ring kernels' host
 # build), a mixed ring (--gpu-ranks 0) and tcp staging. The nccl_like cases
