@@ -184,6 +184,19 @@ endforeach()
 set_property(TEST nccl_like.late_peer.np4 APPEND PROPERTY ENVIRONMENT
   XCOLL_NSOCKS_PERPEER=2)
 
+# XCOLL_PROTO differing between ranks (each chooses every op's protocol
+# and algorithm from its own): creation fails on both with XCOLL_ERR_ENV
+# (10) naming the variable and both values, not a hang or a garbled ring.
+if(TARGET fault_init)
+  add_test(NAME faults.env.nccl_like.proto_differs
+    COMMAND $<TARGET_FILE:xcollrun> --nproc-per-node 2 --master-port 0
+            sh -c "[ \"$RANK\" = 1 ] && export XCOLL_PROTO=ll; exec \"$0\" --expect 10 --contains XCOLL_PROTO --contains \"'ll' on rank 1\" --max-s 10"
+            $<TARGET_FILE:fault_init>)
+  set_tests_properties(faults.env.nccl_like.proto_differs PROPERTIES
+    TIMEOUT 60 LABELS "faults;nccl_like" PROCESSORS 2
+    ENVIRONMENT "XCOLL_BACKEND=nccl_like;XCOLL_TIMEOUT_S=10")
+endif()
+
 # A rank killed mid-collective: every other rank (not only its ring
 # neighbours) fails within 5 s naming it; a stopped rank: TIMEOUT at
 # XCOLL_TIMEOUT_S. The harness is shared with tcp and ucx (tests/faults/).

@@ -168,6 +168,11 @@ static xcoll_status read_options(nl_state *st) {
   return XCOLL_SUCCESS;
 }
 
+static const char *proto_name(nl_proto_choice proto) {
+  return proto == NL_PROTO_SIMPLE ? "simple" : proto == NL_PROTO_LL ? "ll"
+                                                                    : "auto";
+}
+
 /* Every rank of a ring must run the same channels (a channel is a ring of
  * its own connections): the ranks exchange their proposals (XCOLL_NCHANNELS,
  * or channels_auto) with one bootstrap allgather and all take the
@@ -177,10 +182,13 @@ static xcoll_status read_options(nl_state *st) {
 static xcoll_status agree_channels(nl_state *st) {
   if (st->world_size == 1)
     return XCOLL_SUCCESS;
-  /* Byte 3: bit 0 pairwise, bit 1 Rabenseifner. */
-  uint8_t mine[4] = {(uint8_t)st->nchannels, (uint8_t)st->nchannels_auto,
+  /* Byte 3: bit 0 pairwise, bit 1 Rabenseifner. Byte 4: XCOLL_PROTO,
+   * which must be the same everywhere (each rank chooses an op's protocol
+   * and algorithm from it alone). */
+  uint8_t mine[5] = {(uint8_t)st->nchannels, (uint8_t)st->nchannels_auto,
                      (uint8_t)st->bruck,
-                     (uint8_t)(st->pairwise | st->rabenseifner << 1)};
+                     (uint8_t)(st->pairwise | st->rabenseifner << 1),
+                     (uint8_t)st->proto};
   uint8_t *all = malloc((size_t)st->world_size * sizeof mine);
   if (!all)
     return xcoll_error(st->comm, XCOLL_ERR_NO_MEMORY,
@@ -194,10 +202,20 @@ static xcoll_status agree_channels(nl_state *st) {
     int bruck = st->bruck, pairwise = st->pairwise;
     int rabenseifner = st->rabenseifner;
     for (int r = 0; r < st->world_size; r++) {
-      int theirs = all[4 * r];
-      bruck = bruck && all[4 * r + 2];
-      pairwise = pairwise && (all[4 * r + 3] & 1);
-      rabenseifner = rabenseifner && (all[4 * r + 3] & 2);
+      int theirs = all[5 * r];
+      bruck = bruck && all[5 * r + 2];
+      pairwise = pairwise && (all[5 * r + 3] & 1);
+      rabenseifner = rabenseifner && (all[5 * r + 3] & 2);
+      if (all[5 * r + 4] != (uint8_t)st->proto) {
+        s = xcoll_error(
+            st->comm, XCOLL_ERR_ENV,
+            "nccl_like: XCOLL_PROTO is '%s' on rank %d but '%s' on rank %d: "
+            "every rank chooses each collective's protocol by itself, so "
+            "set it the same on every rank (or unset it everywhere)",
+            proto_name(st->proto), st->rank,
+            proto_name((nl_proto_choice)all[5 * r + 4]), r);
+        break;
+      }
       if (theirs < 1 || theirs > NL_MAX_CHANNELS) {
         s = xcoll_error(st->comm, XCOLL_ERR_PROTOCOL,
                         "nccl_like: rank %d proposed %d channels at init "
@@ -215,7 +233,7 @@ static xcoll_status agree_channels(nl_state *st) {
                  st->rank, agreed, st->nchannels,
                  st->nchannels_auto ? "from its hardware" : "XCOLL_NCHANNELS",
                  from, agreed,
-                 all[4 * from + 1] ? "from its hardware" : "XCOLL_NCHANNELS");
+                 all[5 * from + 1] ? "from its hardware" : "XCOLL_NCHANNELS");
     st->nchannels = agreed;
     /* Bruck needs every rank's mesh: any rank that does not propose it
      * (XCOLL_BRUCK=0, a GPU rank) turns it off for all. */
@@ -286,10 +304,6 @@ static void free_state(nl_state *st) {
   free(st);
 }
 
-static const char *proto_name(nl_proto_choice proto) {
-  return proto == NL_PROTO_SIMPLE ? "simple" : proto == NL_PROTO_LL ? "ll"
-                                                                    : "auto";
-}
 
 static void log_choices(nl_state *st, const char *net_why) {
   if (xcoll_log_level_get() < XCOLL_LOG_INFO)
