@@ -712,7 +712,10 @@ XCOLL_API xcoll_status xcoll_alltoallv(const void *sendbuf,
  * r * count of recvbuf (world_size * count elements; read on root only, may
  * be NULL elsewhere) (ncclGather, MPI_Gather). In place on root when
  * sendbuf == recvbuf + root * count elements. Algorithm: binomial tree
- * (ceil(log2 P) steps; the root receives (P-1) * count elements). */
+ * (ceil(log2 P) steps; the root receives (P-1) * count elements); on
+ * nccl_like's host ranks a gather of at most 4 KiB in all is Bruck's
+ * allgather of every rank's input (ceil(log2 P) steps; every rank receives
+ * them all; docs/nccl_like.md). */
 XCOLL_API xcoll_status xcoll_gather(const void *sendbuf, void *recvbuf,
                                     size_t count, xcoll_datatype dtype,
                                     int root, xcoll_comm_t comm);
@@ -720,7 +723,9 @@ XCOLL_API xcoll_status xcoll_gather(const void *sendbuf, void *recvbuf,
 /* Root sends block r of sendbuf (world_size * count elements; read on root
  * only, may be NULL elsewhere) to rank r, which stores it in recvbuf (count
  * elements) (ncclScatter, MPI_Scatter). In place on root when recvbuf ==
- * sendbuf + root * count elements. Algorithm: binomial tree. */
+ * sendbuf + root * count elements. Algorithm: binomial tree; on
+ * nccl_like's host ranks a scatter of at most 4 KiB in all is Bruck's
+ * allgather of the root's buffer (docs/nccl_like.md). */
 XCOLL_API xcoll_status xcoll_scatter(const void *sendbuf, void *recvbuf,
                                      size_t count, xcoll_datatype dtype,
                                      int root, xcoll_comm_t comm);

@@ -23,7 +23,8 @@ if(TARGET xcollrun)
               premul:2 premul:3 bcast-count:3 bcast-count:4
               broadcast-last:2 broadcast-last:3
               broadcast-last:4 reduce-last:2 reduce-last:3 reduce-last:4
-              gather-last:4 scatter-last:4)
+              gather-last:4 scatter-last:4 gather-last-small:2
+              gather-last-small:4 scatter-last-small:3)
     foreach(spec ${specs})
       string(REPLACE ":" ";" parts ${spec})
       list(GET parts 0 case)

@@ -4,8 +4,12 @@
  * (channel.c's mesh links), then every rank finishes the call from the P
  * inputs itself: an allreduce reduces them in rank order, an allgather
  * puts them in rank order, a reduce-scatter reduces its own block of each,
- * a reduce does the allreduce's work on the root only, and a broadcast
- * copies the root's (the other ranks send zeros in its place).
+ * a reduce does the allreduce's work on the root only, a broadcast
+ * copies the root's input (the other ranks send zeros in its place), a
+ * gather puts the inputs in rank order on the root, and a scatter's ranks
+ * each copy their block of the root's input (its whole buffer; zeros
+ * elsewhere). Gather and scatter have no ring kernel: engine.c takes them
+ * only where this runs them (nl_supports).
  *
  * Why: a small collective is latency-bound. The ring takes 2(P-1)
  * dependent messages for an allreduce, P-1 for the others, and the gather
@@ -19,8 +23,9 @@
  * 2^k of them, to rank + 2^k and receives as many from rank - 2^k into
  * blocks [2^k, 2^k + cnt). The bytes sent per rank are (P-1) S, as the
  * gather's, for an input of S bytes (a reduce-scatter's input is P times
- * its output, a broadcast's zeros are sent as data: both cost bytes that
- * a small call does not notice). Here a round's send leaves as soon as
+ * its output, a scatter's the root's whole buffer, and the zeros of a
+ * broadcast and a scatter are sent as data: bytes that a small call does
+ * not notice). Here a round's send leaves as soon as
  * the blocks it carries are in, and every receive is posted at once, so
  * at P=3 both sends leave at once (each carries only the rank's own
  * input). tcp's recursive doubling also takes log2 P rounds, but exchanges
@@ -61,21 +66,29 @@
 static size_t input_bytes(int kind, size_t count, xcoll_datatype dtype,
                           int world_size) {
   size_t bytes = count * xcoll_datatype_size(dtype);
-  return kind == XCOLL_COLL_REDUCE_SCATTER ? bytes * (size_t)world_size
-                                           : bytes;
+  return kind == XCOLL_COLL_REDUCE_SCATTER || kind == XCOLL_COLL_SCATTER
+             ? bytes * (size_t)world_size
+             : bytes;
+}
+
+/* The collectives whose sendbuf only the root reads: the other ranks send
+ * zeros in its place. */
+static int root_sends(int kind) {
+  return kind == XCOLL_COLL_BROADCAST || kind == XCOLL_COLL_SCATTER;
 }
 
 int nl_bruck_fits(const nl_state *st, int kind, size_t count,
                   xcoll_datatype dtype, int proto) {
   /* At 2 ranks the ring (or the gather) already is one exchange, each way
    * checked in its LL flags; a rooted call is not: there Bruck's one
-   * round replaces core's agreement round and the ring's hop. */
-  int rooted = kind == XCOLL_COLL_BROADCAST || kind == XCOLL_COLL_REDUCE;
+   * round replaces core's agreement round and the ring's hop (gather and
+   * scatter: the binomial tree's message). */
+  int rooted = kind == XCOLL_COLL_BROADCAST || kind == XCOLL_COLL_REDUCE ||
+               kind == XCOLL_COLL_GATHER || kind == XCOLL_COLL_SCATTER;
   return st->bruck && proto == XC_PROTO_LL &&
          (rooted || st->world_size >= NL_BRUCK_MIN_RANKS) &&
-         (kind == XCOLL_COLL_ALLREDUCE || kind == XCOLL_COLL_ALLGATHER ||
-          kind == XCOLL_COLL_REDUCE_SCATTER || kind == XCOLL_COLL_BROADCAST ||
-          kind == XCOLL_COLL_REDUCE) &&
+         (rooted || kind == XCOLL_COLL_ALLREDUCE ||
+          kind == XCOLL_COLL_ALLGATHER || kind == XCOLL_COLL_REDUCE_SCATTER) &&
          input_bytes(kind, count, dtype, st->world_size) <=
              NL_GATHER_MAX_BYTES;
 }
@@ -346,7 +359,7 @@ xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op) {
   /* A broadcast's sendbuf is read on the root only: the other ranks send
    * a block of zeros in its place. */
   uint8_t *own = st->mesh_out + NL_BRUCK_HEADER_BYTES;
-  if (block > 0 && kind == XCOLL_COLL_BROADCAST && st->rank != root)
+  if (block > 0 && root_sends(kind) && st->rank != root)
     memset(own, 0, block);
   else if (block > 0)
     memcpy(own, w->sendbuf, block);
@@ -369,6 +382,12 @@ xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op) {
   else if (kind == XCOLL_COLL_ALLGATHER) {
     for (int q = 0; q < p; q++)
       memcpy((uint8_t *)w->recvbuf + (size_t)q * block, in[q], block);
+  } else if (kind == XCOLL_COLL_GATHER) {
+    for (int q = 0; st->rank == root && q < p; q++)
+      memcpy((uint8_t *)w->recvbuf + (size_t)q * block, in[q], block);
+  } else if (kind == XCOLL_COLL_SCATTER) {
+    size_t piece = w->count * elem;
+    memcpy(w->recvbuf, in[root] + (size_t)st->rank * piece, piece);
   } else if (kind == XCOLL_COLL_BROADCAST) {
     memcpy(w->recvbuf, in[root], block);
   } else if (kind != XCOLL_COLL_REDUCE || st->rank == root) {

@@ -249,8 +249,14 @@ static int nl_supports(void *state, const xcoll_coll_args *args) {
    * answers INVALID_ARGUMENT for it ("pass NULL") as for any host backend.
    * A GPU rank takes every call (start() refuses host buffers, saying
    * why). */
+  if (args->kind == XCOLL_COLL_GATHER || args->kind == XCOLL_COLL_SCATTER)
+    /* A small one on host ranks: Bruck's (bruck.c), with no ring kernel
+     * to fall back on; else core's binomial tree, over p2p. */
+    return args->stream == NULL &&
+           nl_bruck_fits(st, (int)args->kind, args->count, args->dtype,
+                         choose_proto(st, op_bytes(st, args)));
   if (args->kind > XCOLL_COLL_BARRIER)
-    return 0; /* all-to-all, gather, scatter, groups: core's, over p2p */
+    return 0; /* all-to-all, groups: core's, over p2p */
   return st->gpu != NULL || args->stream == NULL;
 }
 

@@ -64,13 +64,13 @@
  * allgathers the inputs with Bruck's algorithm over direct connections to
  * the ranks 1, 2, 4, ... away and reduces the P inputs locally in rank
  * order: ceil(log2 P) dependent messages, where the gather takes P-1. An
- * allgather, reduce-scatter, broadcast or reduce over LL whose input on
- * each rank is at most NL_GATHER_MAX_BYTES is the same allgather, finished
- * each its own way (the ring takes P-1 steps). From
+ * allgather, reduce-scatter, broadcast, reduce, gather or scatter over LL
+ * whose input on each rank is at most NL_GATHER_MAX_BYTES is the same
+ * allgather, finished each its own way (the ring takes P-1 steps). From
  * NL_BRUCK_MIN_RANKS ranks (at P = 2 the gather already is one message;
- * broadcast and reduce from 2, where one Bruck round replaces core's
- * agreement round and the ring's hop) to NL_BRUCK_MAX_RANKS (the inputs
- * of every rank are held at once). */
+ * the rooted ones from 2, where one Bruck round replaces core's
+ * agreement round and the ring's hop or the tree's message) to
+ * NL_BRUCK_MAX_RANKS (the inputs of every rank are held at once). */
 #define NL_BRUCK_MIN_RANKS 3
 #define NL_BRUCK_MAX_RANKS 16
 #define NL_BRUCK_MAX_LINKS 4 /* ceil(log2(NL_BRUCK_MAX_RANKS)) */
@@ -793,9 +793,10 @@ int nl_mesh_poll(nl_state *st, int timeout_ms);
   (NL_BRUCK_MAX_LINKS * NL_BRUCK_HEADER_BYTES + (size_t)(p)*NL_GATHER_MAX_BYTES)
 /* 1 when bruck.c can run a call of this kind (XCOLL_COLL_*), count and
  * dtype over protocol proto (XC_PROTO_*) on this comm: st->bruck, an
- * allreduce (or barrier), allgather, reduce-scatter, broadcast or reduce
- * over LL whose input on each rank (a reduce-scatter's: world_size *
- * count elements) is at most NL_GATHER_MAX_BYTES. The same answer on every
+ * allreduce (or barrier), allgather, reduce-scatter, broadcast, reduce,
+ * gather or scatter over LL whose input on each rank (a reduce-scatter's
+ * and a scatter's: world_size * count elements) is at most
+ * NL_GATHER_MAX_BYTES; from 3 ranks, or 2 for the rooted ones. The same answer on every
  * rank: it depends on the arguments and on what the ranks agreed at init.
  * nl_bruck_can_run asks it for an op filled by fill_work; whether the op
  * does run on bruck.c is engine.c's choice (fill_work). */
@@ -807,7 +808,8 @@ int nl_bruck_can_run(const nl_state *st, const nl_op *op);
  * sender's fingerprint, which the receiver compares with its own (a
  * mismatch is nl_fail_everywhere(PROTOCOL) naming both calls), then finish
  * the call from the P inputs: an allgather puts them in rank order into
- * recvbuf, a broadcast copies the root's, an allreduce reduces them in
+ * recvbuf (a gather: on the root), a broadcast copies the root's, a
+ * scatter this rank's block of the root's, an allreduce reduces them in
  * rank order (the gather algorithm's), a reduce on the root and a
  * reduce-scatter (this rank's block of each) in the ring kernels' order
  * (kernels/ring.h), so results are bitwise what GPU ranks and mixed rings

@@ -26,6 +26,7 @@
  *                   ...)
  *   gather-last     gather(root 1, float32, 1000) vs gather(root 0, ...)
  *   scatter-last    scatter(root 1, float32, 1000) vs scatter(root 0, ...)
+ * A case with "-small" appended runs at 100 elements instead of 1000.
  * A rank whose call returns success (it only sent) must fail by its next
  * barrier; in the -last cases there is none: every rank must fail in the
  * mismatched call itself (or the barrier just before it, when a faster rank
@@ -153,7 +154,15 @@ int main(int argc, char **argv) {
     return unreceived_case(comm, rank, odd);
   call base = {0, 0, NULL, XCOLL_SUM, XCOLL_FLOAT32, COUNT, 0};
   call other = base;
-  const char *which = argv[1];
+  char which[32];
+  snprintf(which, sizeof which, "%s", argv[1]);
+  /* CASE-small: the case at 100 elements, a small call (nccl_like's host
+   * ranks run small gathers and scatters as Bruck collectives). */
+  size_t length = strlen(which);
+  if (length > 6 && !strcmp(which + length - 6, "-small")) {
+    which[length - 6] = '\0';
+    base.count = other.count = 100;
+  }
   int last = !strcmp(which, "broadcast-last") ||
              !strcmp(which, "reduce-last") || !strcmp(which, "gather-last") ||
              !strcmp(which, "scatter-last");
