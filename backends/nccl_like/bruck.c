@@ -62,7 +62,8 @@
 #include "trace.h"
 
 /* Bytes of one rank's input to the allgather: what the call's sendbuf
- * holds (reduce-scatter: every rank's block of it). */
+ * holds (a reduce-scatter's: every rank's block of it; a scatter's: the
+ * root's whole buffer). */
 static size_t input_bytes(int kind, size_t count, xcoll_datatype dtype,
                           int world_size) {
   size_t bytes = count * xcoll_datatype_size(dtype);
@@ -356,8 +357,8 @@ xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op) {
   size_t block = input_bytes(kind, w->count, w->dtype, p);
   double t0 = xcoll_trace_enabled() ? xcoll_time_us() : 0;
   header_write(st->mesh_out, &op->fp, block);
-  /* A broadcast's sendbuf is read on the root only: the other ranks send
-   * a block of zeros in its place. */
+  /* A broadcast's and a scatter's sendbuf is read on the root only: the
+   * other ranks send a block of zeros in its place. */
   uint8_t *own = st->mesh_out + NL_BRUCK_HEADER_BYTES;
   if (block > 0 && root_sends(kind) && st->rank != root)
     memset(own, 0, block);
@@ -371,9 +372,10 @@ xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op) {
     return s;
 
   /* Every block is in (block j: rank - j's input). An allgather puts them
-   * in rank order; a broadcast takes the root's; the reductions reduce
-   * them in rank order (a reduce-scatter the rank's own block of each
-   * input, a reduce on the root only). */
+   * in rank order, a gather on the root only; a scatter takes this rank's
+   * block of the root's, a broadcast the root's whole; the reductions
+   * reduce them (a reduce-scatter the rank's own block of each input, a
+   * reduce on the root only). */
   const uint8_t *in[NL_BRUCK_MAX_RANKS] = {NULL};
   for (int q = 0; q < p; q++)
     in[q] = own + (size_t)((st->rank - q + p) % p) * block;

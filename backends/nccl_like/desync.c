@@ -78,7 +78,7 @@ int nl_fp_deferrable(const nl_state *st, const nl_op *op) {
                 (op->pairwise ? st->mesh_checked
                               : st->ring_checked && !op->bruck);
   /* A call that every rank agreed on in core's fingerprint exchange
-   * (xcoll_coll_args.agreed: broadcast and reduce), or that runs on
+   * (xcoll_coll_args.agreed: the rooted ones), or that runs on
    * bruck.c (each rank completes only once every rank's call was
    * compared), was compared with all the ranks' calls, not only
    * neighbours'. */

@@ -113,10 +113,10 @@ static void fill_work(nl_state *st, nl_op *op) {
    * preference is this one: Bruck, Rabenseifner, pairwise, then the ring
    * kernels (w->algo: gather or ring).
    *
-   * On a comm of host ranks a small LL collective (every kind but the
-   * barrier) runs Bruck's allgather of the inputs over the mesh instead
-   * (bruck.c): log2 P dependent messages rather than the ring's or the
-   * gather's P-1 or more. */
+   * On a comm of host ranks a small LL call runs Bruck's allgather of the
+   * inputs over the mesh instead (bruck.c): log2 P dependent messages
+   * rather than the ring's or the gather's P-1 or more. A gather or a
+   * scatter reaches this engine only when it runs there (nl_supports). */
   op->bruck = nl_bruck_can_run(st, op);
   if (op->bruck)
     op->nchannels = w->nchannels = 1;
@@ -243,8 +243,9 @@ static int caller_steps(const nl_state *st, const nl_op *op) {
 static int nl_supports(void *state, const xcoll_coll_args *args) {
   nl_state *st = state;
   /* The reductions and broadcast run on the engine (ring kernels, or the
-   * mesh algorithms); the others on core's host algorithms over p2p.c's
-   * interface (a GPU rank refuses them there). On
+   * mesh algorithms), and so do small gathers and scatters on host ranks;
+   * the others on core's host algorithms over p2p.c's interface (a GPU
+   * rank refuses them there). On
    * a host rank a stream is declined: this engine runs on the host, so core
    * answers INVALID_ARGUMENT for it ("pass NULL") as for any host backend.
    * A GPU rank takes every call (start() refuses host buffers, saying

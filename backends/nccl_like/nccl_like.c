@@ -304,7 +304,6 @@ static void free_state(nl_state *st) {
   free(st);
 }
 
-
 static void log_choices(nl_state *st, const char *net_why) {
   if (xcoll_log_level_get() < XCOLL_LOG_INFO)
     return;
@@ -424,8 +423,8 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
     st->mesh_on = 0;
   if (s == XCOLL_SUCCESS && st->world_size > 1)
     XCOLL_INFO("nccl_like: Bruck collectives %s (XCOLL_BRUCK; up to %zu B "
-               "of input per rank over LL, %d to %d host ranks (broadcast "
-               "and reduce from 2), net socket or ucx)",
+               "of input per rank over LL, %d to %d host ranks (the "
+               "rooted ones from 2), net socket or ucx)",
                st->bruck ? "on" : "off", NL_GATHER_MAX_BYTES,
                NL_BRUCK_MIN_RANKS, NL_BRUCK_MAX_RANKS);
   if (s == XCOLL_SUCCESS && st->world_size > 1)
