@@ -61,36 +61,27 @@
 #include "reduce.h"
 #include "trace.h"
 
-/* Bytes of one rank's input to the allgather: what the call's sendbuf
- * holds (a reduce-scatter's: every rank's block of it; a scatter's: the
- * root's whole buffer). */
-static size_t input_bytes(int kind, size_t count, xcoll_datatype dtype,
-                          int world_size) {
-  size_t bytes = count * xcoll_datatype_size(dtype);
-  return kind == XCOLL_COLL_REDUCE_SCATTER || kind == XCOLL_COLL_SCATTER
-             ? bytes * (size_t)world_size
-             : bytes;
-}
-
-/* The collectives whose sendbuf only the root reads: the other ranks send
- * zeros in its place. */
-static int root_sends(int kind) {
-  return kind == XCOLL_COLL_BROADCAST || kind == XCOLL_COLL_SCATTER;
+/* Bytes of one rank's input to the allgather: what the root's sendbuf
+ * holds, from the table of collectives (a reduce-scatter's and a
+ * scatter's: world_size blocks). */
+static size_t input_bytes(const xcoll_coll_info *info, size_t count,
+                          xcoll_datatype dtype, int world_size) {
+  size_t elems = info->send_per_rank ? count * (size_t)world_size : count;
+  return elems * xcoll_datatype_size(dtype);
 }
 
 int nl_bruck_fits(const nl_state *st, int kind, size_t count,
                   xcoll_datatype dtype, int proto) {
+  const xcoll_coll_info *info = xcoll_coll_info_of((xcoll_coll_kind)kind);
   /* At 2 ranks the ring (or the gather) already is one exchange, each way
    * checked in its LL flags; a rooted call is not: there Bruck's one
    * round replaces core's agreement round and the ring's hop (gather and
    * scatter: the binomial tree's message). */
-  int rooted = kind == XCOLL_COLL_BROADCAST || kind == XCOLL_COLL_REDUCE ||
-               kind == XCOLL_COLL_GATHER || kind == XCOLL_COLL_SCATTER;
-  return st->bruck && proto == XC_PROTO_LL &&
-         (rooted || st->world_size >= NL_BRUCK_MIN_RANKS) &&
-         (rooted || kind == XCOLL_COLL_ALLREDUCE ||
+  return st->bruck && proto == XC_PROTO_LL && info != NULL &&
+         (info->has_root || st->world_size >= NL_BRUCK_MIN_RANKS) &&
+         (info->has_root || kind == XCOLL_COLL_ALLREDUCE ||
           kind == XCOLL_COLL_ALLGATHER || kind == XCOLL_COLL_REDUCE_SCATTER) &&
-         input_bytes(kind, count, dtype, st->world_size) <=
+         input_bytes(info, count, dtype, st->world_size) <=
              NL_GATHER_MAX_BYTES;
 }
 
@@ -353,14 +344,15 @@ xcoll_status nl_bruck_run(nl_state *st, nl_channel *ch, nl_op *op) {
   const xc_work *w = &op->work;
   int p = st->world_size;
   int kind = w->kind, root = op->args.root;
+  const xcoll_coll_info *info = xcoll_coll_info_of((xcoll_coll_kind)kind);
   size_t elem = xcoll_datatype_size(w->dtype);
-  size_t block = input_bytes(kind, w->count, w->dtype, p);
+  size_t block = input_bytes(info, w->count, w->dtype, p);
   double t0 = xcoll_trace_enabled() ? xcoll_time_us() : 0;
   header_write(st->mesh_out, &op->fp, block);
   /* A broadcast's and a scatter's sendbuf is read on the root only: the
    * other ranks send a block of zeros in its place. */
   uint8_t *own = st->mesh_out + NL_BRUCK_HEADER_BYTES;
-  if (block > 0 && root_sends(kind) && st->rank != root)
+  if (block > 0 && info->send_root_only && st->rank != root)
     memset(own, 0, block);
   else if (block > 0)
     memcpy(own, w->sendbuf, block);

@@ -240,6 +240,13 @@ static int caller_steps(const nl_state *st, const nl_op *op) {
   return op->fp_deferred && op->args.blocking && st->inline_wait;
 }
 
+/* 1 when fill_work would run args on bruck.c (nl_bruck_fits, with the
+ * protocol choose_proto gives it). */
+static int bruck_takes(const nl_state *st, const xcoll_coll_args *args) {
+  return nl_bruck_fits(st, (int)args->kind, args->count, args->dtype,
+                       choose_proto(st, op_bytes(st, args)));
+}
+
 static int nl_supports(void *state, const xcoll_coll_args *args) {
   nl_state *st = state;
   /* The reductions and broadcast run on the engine (ring kernels, or the
@@ -253,9 +260,7 @@ static int nl_supports(void *state, const xcoll_coll_args *args) {
   if (args->kind == XCOLL_COLL_GATHER || args->kind == XCOLL_COLL_SCATTER)
     /* A small one on host ranks: Bruck's (bruck.c), with no ring kernel
      * to fall back on; else core's binomial tree, over p2p. */
-    return args->stream == NULL &&
-           nl_bruck_fits(st, (int)args->kind, args->count, args->dtype,
-                         choose_proto(st, op_bytes(st, args)));
+    return args->stream == NULL && bruck_takes(st, args);
   if (args->kind > XCOLL_COLL_BARRIER)
     return 0; /* all-to-all, groups: core's, over p2p */
   return st->gpu != NULL || args->stream == NULL;
@@ -266,9 +271,7 @@ static int nl_supports(void *state, const xcoll_coll_args *args) {
  * round before a rooted call would only add a round. fill_work makes the
  * same choice from the same arguments. */
 static int nl_agrees(void *state, const xcoll_coll_args *args) {
-  nl_state *st = state;
-  return nl_bruck_fits(st, (int)args->kind, args->count, args->dtype,
-                       choose_proto(st, op_bytes(st, args)));
+  return bruck_takes(state, args);
 }
 
 static xcoll_status nl_start(xcoll_comm *comm, void *state,
