@@ -67,9 +67,9 @@ def size_list(args):
     spec = args.sizes
     if "," in spec:
         return sorted({parse_bytes(x) for x in spec.split(",") if x.strip()})
-    low, _, high = spec.partition(":")
-    low = parse_bytes(args.from_bytes) if args.from_bytes else parse_bytes(low)
-    high = parse_bytes(high or low)
+    low_text, _, high_text = spec.partition(":")
+    low = parse_bytes(args.from_bytes) if args.from_bytes else parse_bytes(low_text)
+    high = parse_bytes(high_text or low_text)
     sizes = []
     size = low
     while size <= high:

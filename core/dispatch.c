@@ -518,6 +518,15 @@ xcoll_status xcoll_wait(xcoll_request_t request) {
   if (request->on_backend) {
     finish_backend_request(request);
     xcoll_inflight_remove(request->comm, request);
+  } else {
+    /* A request not done yet is queued on a live communicator (destroy
+     * drains the queue first): what is ahead of it and it run here, unless
+     * the progress thread took them first (core/request.c). */
+    pthread_mutex_lock(&request->lock);
+    int done = request->done;
+    pthread_mutex_unlock(&request->lock);
+    if (!done)
+      xcoll_queue_wait(request->comm, request);
   }
   xcoll_status status = finish_staging(request, xcoll_request_wait_done(request));
   xcoll_request_release(request);
@@ -541,5 +550,7 @@ xcoll_status xcoll_test(xcoll_request_t request, int *done) {
   pthread_mutex_unlock(&request->lock);
   if (*done)
     status = finish_staging(request, status);
+  else if (!request->on_backend)
+    xcoll_queue_test(request->comm); /* queued: run in the background */
   return status;
 }

@@ -26,6 +26,11 @@ struct xcoll_request {
   xcoll_status status;
   xcoll_coll_args args;
   struct xcoll_request *next; /* in the queue, while queued */
+  /* Host-driven requests, under the queue's lock: when submitted
+   * (monotonic seconds), and 1 while the progress thread leaves it to a
+   * prompt waiter (core/request.c). */
+  double issued_at;
+  int deferred;
   /* Device-driven requests only (NULL op otherwise). */
   struct xcoll_comm *comm;
   int on_backend;       /* set before the request is published; never changes */
@@ -65,7 +70,19 @@ xcoll_status xcoll_queue_submit(struct xcoll_comm *comm,
 xcoll_status xcoll_queue_run(struct xcoll_comm *comm,
                              const xcoll_coll_args *args);
 
-/* Block until nothing is queued or running on the progress thread. */
+/* Before a wait for request (queued by xcoll_queue_submit): a deferred
+ * request (core/request.c), and the deferred ones queued ahead of it, run
+ * on the calling thread, in issue order; returns once it is done. Any
+ * other is the progress thread's to run: returns at once. Counts the wait
+ * as prompt or late. */
+void xcoll_queue_wait(struct xcoll_comm *comm, struct xcoll_request *request);
+
+/* An xcoll_test of a queued request that is not done: the caller overlaps
+ * work with its calls, so the progress thread runs them from now on. */
+void xcoll_queue_test(struct xcoll_comm *comm);
+
+/* Block until nothing is queued or running on the progress thread; the
+ * deferred calls run on the calling thread. */
 void xcoll_queue_drain(struct xcoll_comm *comm);
 
 /* Whether comm has a collective queued, running, or started on the backend

@@ -18,6 +18,8 @@ add_executable(conformance ${CMAKE_CURRENT_SOURCE_DIR}/conformance/conformance.c
 target_link_libraries(conformance PRIVATE xcoll_static m)
 add_executable(split_threads ${CMAKE_CURRENT_SOURCE_DIR}/conformance/split_threads.c)
 target_link_libraries(split_threads PRIVATE xcoll_static Threads::Threads)
+add_executable(prompt_waits ${CMAKE_CURRENT_SOURCE_DIR}/conformance/prompt_waits.c)
+target_link_libraries(prompt_waits PRIVATE xcoll_static)
 add_executable(staging ${CMAKE_CURRENT_SOURCE_DIR}/conformance/staging.c)
 target_link_libraries(staging PRIVATE xcoll_static ${CMAKE_DL_LIBS})
 add_executable(fault_init ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_init.c)
@@ -164,6 +166,16 @@ if(TARGET xcollrun)
       set_tests_properties(${test} PROPERTIES TIMEOUT 120
         LABELS "conformance;${backend}" PROCESSORS 2
         ENVIRONMENT "${XCOLL_MP_ENV};XCOLL_BACKEND=${backend}")
+    endforeach()
+  endforeach()
+
+  # Non-blocking calls waited for at once, which run on the waiting thread
+  # once the library has learned the pattern; calls nobody waits for, or
+  # only tests, must still complete (tests/conformance/prompt_waits.c).
+  foreach(backend ${XCOLL_SPLIT_BACKENDS} nccl_like)
+    foreach(np 2 3)
+      xcoll_add_mp_program(conformance.prompt_waits.${backend}.np${np}
+                           prompt_waits ${backend} ${np} 120 "XCOLL_TIMEOUT_S=20")
     endforeach()
   endforeach()
 

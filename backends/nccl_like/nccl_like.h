@@ -129,6 +129,11 @@
 /* Work items a channel's queue holds; start() waits for room beyond that
  * (ABI 2 allows waiting on the backend's own bounded queue). */
 #define NL_QUEUE_DEPTH 64
+/* Deferred kicks (engine.c): a wait this soon after its op's start()
+ * (seconds) is prompt, and the proxy wakes the worker for a deferred item
+ * this old; start() defers after NL_PROMPT_WAITS prompt waits in a row. */
+#define NL_PROMPT_S 100e-6
+#define NL_PROMPT_WAITS 8
 /* After the store connection breaks (rank 0, which hosts it, died), an op
  * in flight that makes no progress for this long fails naming rank 0. */
 #define NL_STORE_LOST_GRACE_S 1.0
@@ -402,6 +407,13 @@ typedef struct nl_op {
    * itself (engine.c): never queued; its running flag is set until
    * nl_wait has run it. NULL otherwise. */
   struct nl_channel *claimed;
+  /* A host rank's non-blocking op (engine.c, "Deferred kicks"): its
+   * number in issue order, when start() queued it (nl_now), and 1 while
+   * its channel 0 item waits for its waiter with the worker not woken.
+   * Under lock. */
+  uint64_t seq;
+  double issued_at;
+  int deferred;
 } nl_op;
 
 /* Finished op handles the state keeps for the next start() (engine.c:
@@ -425,6 +437,13 @@ typedef struct nl_state {
   size_t step_bytes; /* buffsize / XCOLL_STEPS */
   nl_proto_choice proto;
   int inline_wait; /* XCOLL_WAIT_RUNS: nl_wait runs untaken items */
+  /* Deferred kicks (engine.c), under lock: start() leaves channel 0's
+   * worker asleep for non-blocking ops; prompt waits in a row; an op was
+   * queued deferred since deferring last stopped (also read by the proxy
+   * without the lock); the last op's seq. */
+  int defer_kicks, prompt_waits;
+  _Atomic int any_deferred;
+  uint64_t op_seq;
   double spin_s; /* a waiting kernel polls this long before it sleeps in
                     poll(2) (0: NL_SPINS_BEFORE_POLL passes only); see
                     NL_SPIN_US */
@@ -729,6 +748,11 @@ void nl_proxy_notify_hook(void *ctx, int flags);
  * kernel filled has been sent, so that the last collective's data reaches
  * the next rank before the connections close. */
 void nl_proxy_drain(nl_state *st);
+/* Under st->lock: the caller overlaps work with its ops (engine.c,
+ * "Deferred kicks"): start() wakes the workers from now on, and channel
+ * 0's worker runs the items deferred so far. The proxy calls it for a
+ * deferred item still queued NL_PROMPT_S after its start(). */
+void nl_stop_deferring_locked(nl_state *st);
 
 /* ---- transport/net.c, transport/shm.c: the mesh's carriers ---- */
 extern const nl_mesh_ops nl_mesh_net_ops;
@@ -892,6 +916,7 @@ uint64_t nl_p2p_sent(const nl_state *st, int peer);
 /* ---- engine.c ---- */
 xcoll_status nl_workers_start(nl_state *st);
 void nl_workers_join(nl_state *st);
+
 extern const xcoll_backend_coll_ops nl_coll_ops;
 /* The backend's describe_op (core/backend.h): where the ring kernels of
  * the op recorded as flight_id stand on each channel. Reads counters only,

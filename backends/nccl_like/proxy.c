@@ -67,6 +67,9 @@ int nl_recvs_ahead(const xcoll_net_v1 *net, int device) {
  * rather than 1 halved the context switches of a 16 MiB allreduce at P=2
  * on 2 cores (docs/nccl_like.md, "The proxy's nap"). */
 #define NL_PROXY_NAP_MS 10
+/* Its longest wait while a worker's kick is deferred (engine.c): the
+ * bound on how late an op nobody waits for starts. */
+#define NL_DEFER_NAP_MS 1
 /* After its last op, the proxy naps (as above) this long (seconds) before
  * it sleeps until start() wakes it: back-to-back ops then cost it no
  * wake-up each. */
@@ -194,6 +197,34 @@ static void fail_timeout(nl_state *st, double idle_s) {
           st->prev);
 }
 
+void nl_stop_deferring_locked(nl_state *st) {
+  st->defer_kicks = 0;
+  st->prompt_waits = 0;
+  if (!atomic_load(&st->any_deferred))
+    return;
+  atomic_store(&st->any_deferred, 0);
+  nl_channel *ch = &st->channels[0];
+  for (uint64_t i = ch->queue_head; i != ch->queue_tail; i++)
+    ch->queue[i % NL_QUEUE_DEPTH]->deferred = 0;
+  pthread_cond_broadcast(&ch->queue_cond);
+}
+
+/* With kicks deferred (engine.c), wake channel 0's worker for a deferred
+ * item nobody waited for in time, and stop deferring. Takes the lock only
+ * while an item may be deferred. */
+static void kick_due(nl_state *st) {
+  if (!atomic_load(&st->any_deferred))
+    return;
+  pthread_mutex_lock(&st->lock);
+  nl_channel *ch = &st->channels[0];
+  if (ch->queue_head != ch->queue_tail) {
+    const nl_op *head = ch->queue[ch->queue_head % NL_QUEUE_DEPTH];
+    if (head->deferred && nl_now() - head->issued_at >= NL_PROMPT_S)
+      nl_stop_deferring_locked(st);
+  }
+  pthread_mutex_unlock(&st->lock);
+}
+
 /* Sleep until there is something to move. Returns 0 when the thread must
  * exit. */
 static int wait_for_work(nl_state *st) {
@@ -237,7 +268,10 @@ void nl_proxy_drain(nl_state *st) {
 static void nap(nl_state *st, unsigned kicks) {
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_nsec += NL_PROXY_NAP_MS * 1000000L;
+  /* Deferred kicks (engine.c) come due within a short nap. */
+  until.tv_nsec += (atomic_load(&st->any_deferred) ? NL_DEFER_NAP_MS
+                                                  : NL_PROXY_NAP_MS) *
+                   1000000L;
   if (until.tv_nsec >= 1000000000L) {
     until.tv_sec++;
     until.tv_nsec -= 1000000000L;
@@ -299,6 +333,7 @@ static void *proxy_main(void *arg) {
     }
     int draining = 0;
     unsigned kicks = read_kicks(st, &draining);
+    kick_due(st);
     int progress = 0;
     int spin = 0; /* a channel no worker drives has slots left to send */
     if (st->gpu != NULL) {
