@@ -27,4 +27,11 @@ xcoll_status xcoll_error_quiet(struct xcoll_comm *comm, xcoll_status status,
     __attribute__((format(printf, 3, 4)));
 xcoll_status xcoll_error_adopt(struct xcoll_comm *comm, xcoll_status status);
 
+/* 1: xcoll_error on the calling thread records its message but logs no
+ * WARN line, until a call with 0; returns the previous setting. For a
+ * thread whose failures are expected or reported by its caller in its own
+ * words (nccl_like's failure watcher, whose store connection breaks when
+ * rank 0 ends the job first). */
+int xcoll_error_hush(int hushed);
+
 #endif

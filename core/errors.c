@@ -13,6 +13,8 @@
  * stderr (xcoll_comm_last_error_logged). */
 static _Thread_local char thread_error[XCOLL_ERROR_BYTES];
 static _Thread_local int thread_error_logged;
+/* xcoll_error_hush: this thread's errors are its caller's to report. */
+static _Thread_local int thread_hushed;
 /* A stable copy of a communicator's message handed to the caller, so that a
  * progress thread writing comm->last_error cannot tear the string being read.
  */
@@ -89,11 +91,18 @@ xcoll_status xcoll_error(struct xcoll_comm *comm, xcoll_status status,
                memcmp(message + len - last, thread_error, last) == 0;
   /* A re-raised message was shown when the one it wraps was. */
   int logged = rewrap ? thread_error_logged
-                      : xcoll_log_shows_on_stderr(XCOLL_LOG_WARN);
+                      : !thread_hushed &&
+                            xcoll_log_shows_on_stderr(XCOLL_LOG_WARN);
   keep_message(comm, message, logged);
-  if (!rewrap)
+  if (!rewrap && !thread_hushed)
     XCOLL_WARN("%s: %s", xcoll_strerror(status), message);
   return status;
+}
+
+int xcoll_error_hush(int hushed) {
+  int was = thread_hushed;
+  thread_hushed = hushed;
+  return was;
 }
 
 xcoll_status xcoll_error_quiet(struct xcoll_comm *comm, xcoll_status status,
