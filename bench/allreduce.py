@@ -30,6 +30,10 @@ as "missing: ..." with what to install, never left out silently.
     bench/allreduce.sh --from 8 --iters 20 --out results.md
     bench/allreduce.sh --coll alltoall --sizes 4K:64M
     bench/allreduce.sh --coll broadcast --sizes 8,4K --peers ompi-sm
+    bench/allreduce.sh --coll alltoall --sizes 64 --nonblocking --peers ompi-sm
+
+--nonblocking times every peer's non-blocking form, each call waited for
+at once (a torch program's work.wait() after an async_op=True call).
 """
 import argparse
 import json
@@ -206,10 +210,11 @@ def run_xcoll(peer, backend, perf, world_size, sizes, args, logdir):
         if os.path.exists(json_path):
             os.unlink(json_path)
         # -z 1 -a 3: blocking calls, slowest rank's time, as the other
-        # columns are timed (xcoll-perf's defaults are nccl-tests' -z 0 -a 1).
+        # columns are timed (xcoll-perf's defaults are nccl-tests' -z 0 -a 1);
+        # -z 2 with --nonblocking: each non-blocking call waited for at once.
         cmd = [perf, "--coll", args.coll,
                "-b", str(band["sizes"][0]), "-e", str(band["sizes"][-1]), "-f", "2",
-               "-z", "1", "-a", "3",
+               "-z", "2" if args.nonblocking else "1", "-a", "3",
                "-n", str(iters), "-w", str(warmup), "-d", "float32", "-o", "sum",
                "-c", "1" if args.check else "0", "--json", json_path]
         procs, logs = [], []
@@ -382,6 +387,9 @@ def main():
                         help='other libraries (default "gloo ompi-sm ompi-tcp")')
     parser.add_argument("--build", default=None,
                         help="xcoll build directory (default $XCOLL_BUILD_DIR, build-perf, build)")
+    parser.add_argument("--nonblocking", action="store_true",
+                        help="time each call's non-blocking form waited for at once "
+                             "(xcoll-perf -z 2; MPI_I* + MPI_Wait; async_op=True + wait())")
     parser.add_argument("--no-check", dest="check", action="store_false",
                         help="skip xcoll-perf's result check (-c 0)")
     parser.add_argument("--timeout", type=float, default=300.0,
@@ -450,18 +458,24 @@ def main():
             elif peer.name == "gloo":
                 cmd = [python, os.path.join(ROOT, "bench", "torch_allreduce.py"),
                        "--nproc", str(world_size), "--port", str(free_port()),
-                       "--timeout", str(args.timeout), "--coll", args.coll] + plan_args(at, args)
+                       "--timeout", str(args.timeout), "--coll", args.coll]
+                if args.nonblocking:
+                    cmd.append("--nonblocking")
+                cmd += plan_args(at, args)
                 run_plans_peer(peer, cmd, world_size, logdir, args.timeout + 30)
             else:
                 mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(world_size)]
                 if peer.name == "ompi-tcp":
                     mpirun += ["--mca", "btl", "self,tcp"]
-                run_plans_peer(peer, mpirun + [mpi_program, "--coll", args.coll] + plan_args(at, args),
+                mpi = [mpi_program] + (["--nonblocking"] if args.nonblocking else [])
+                run_plans_peer(peer, mpirun + mpi + ["--coll", args.coll] + plan_args(at, args),
                                world_size, logdir, args.timeout)
 
     what = ("float32" + (" sum" if args.coll in ("allreduce", "reduce", "reduce_scatter") else "")
             + (", root 0" if args.coll in ("broadcast", "reduce") else "")
-            + (", in place" if args.coll in IN_PLACE else ", out of place"))
+            + (", in place" if args.coll in IN_PLACE else ", out of place")
+            + ("; each call non-blocking, waited for at once (xcoll-perf -z 2, "
+               "MPI_I* + MPI_Wait, async_op=True + wait())" if args.nonblocking else ""))
     factor = {"allreduce": "2(P-1)/P", "broadcast": "1", "reduce": "1"}.get(args.coll, "(P-1)/P")
     report = [f"# {args.coll}: xcoll vs gloo vs Open MPI", "",
               f"{what}; sizes {human_bytes(sizes[0])}..{human_bytes(sizes[-1])}; "

@@ -9,7 +9,11 @@
  *   reduce_scatter  MPI_Reduce_scatter_block, sum, out of place
  *   alltoall        MPI_Alltoall, out of place (--alltoall is the same)
  *
- * usage: mpirun -np N mpi_allreduce [--coll NAME] SIZE:ITERS:WARMUP [...]
+ * --nonblocking: each call in its MPI_I* form (MPI_Iallreduce...), waited
+ * for at once with MPI_Wait (xcoll-perf -z 2).
+ *
+ * usage: mpirun -np N mpi_allreduce [--nonblocking] [--coll NAME]
+ *        SIZE:ITERS:WARMUP [...]
  *   SIZE in bytes, nccl-tests' size: the buffer of allreduce, broadcast and
  *   reduce; the whole receive buffer of allgather and the whole send buffer
  *   of reduce_scatter and alltoall (one rank's block is SIZE / N, so SIZE
@@ -59,9 +63,47 @@ static const char *const coll_names[] = {"allreduce", "broadcast", "reduce",
                                          "allgather", "reduce_scatter",
                                          "alltoall"};
 
+/* --nonblocking: each call in its MPI_I* form, waited for at once. */
+static int nonblocking;
+
+/* The non-blocking form of call(), then MPI_Wait. */
+static void icall(int coll, float *buffer, float *received, int count,
+                  int block, int rank) {
+  MPI_Request request;
+  switch (coll) {
+  case ALLREDUCE:
+    MPI_Iallreduce(MPI_IN_PLACE, buffer, count, MPI_FLOAT, MPI_SUM,
+                   MPI_COMM_WORLD, &request);
+    break;
+  case BROADCAST:
+    MPI_Ibcast(buffer, count, MPI_FLOAT, 0, MPI_COMM_WORLD, &request);
+    break;
+  case REDUCE:
+    MPI_Ireduce(rank == 0 ? MPI_IN_PLACE : buffer, buffer, count, MPI_FLOAT,
+                MPI_SUM, 0, MPI_COMM_WORLD, &request);
+    break;
+  case ALLGATHER:
+    MPI_Iallgather(buffer, block, MPI_FLOAT, received, block, MPI_FLOAT,
+                   MPI_COMM_WORLD, &request);
+    break;
+  case REDUCE_SCATTER:
+    MPI_Ireduce_scatter_block(buffer, received, block, MPI_FLOAT, MPI_SUM,
+                              MPI_COMM_WORLD, &request);
+    break;
+  default:
+    MPI_Ialltoall(buffer, block, MPI_FLOAT, received, block, MPI_FLOAT,
+                  MPI_COMM_WORLD, &request);
+  }
+  MPI_Wait(&request, MPI_STATUS_IGNORE);
+}
+
 /* One call of coll on count elements (block = count / world_size). */
 static void call(int coll, float *buffer, float *received, int count,
                  int block, int rank) {
+  if (nonblocking) {
+    icall(coll, buffer, received, count, block, rank);
+    return;
+  }
   switch (coll) {
   case ALLREDUCE:
     MPI_Allreduce(MPI_IN_PLACE, buffer, count, MPI_FLOAT, MPI_SUM,
@@ -138,6 +180,11 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
 
   int coll = ALLREDUCE;
+  if (argc > 1 && strcmp(argv[1], "--nonblocking") == 0) {
+    nonblocking = 1;
+    argv++;
+    argc--;
+  }
   if (argc > 1 && strcmp(argv[1], "--alltoall") == 0) {
     coll = ALLTOALL;
     argv++;
@@ -176,7 +223,8 @@ int main(int argc, char **argv) {
   }
   if (nplans == 0) {
     if (rank == 0)
-      fprintf(stderr, "usage: %s [--coll NAME] SIZE:ITERS:WARMUP ...\n", argv[0]);
+      fprintf(stderr, "usage: %s [--nonblocking] [--coll NAME] "
+              "SIZE:ITERS:WARMUP ...\n", argv[0]);
     MPI_Finalize();
     return 2;
   }

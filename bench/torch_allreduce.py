@@ -10,6 +10,7 @@ xcoll-perf and bench/mpi_allreduce.c do: per size, WARMUP untimed calls, a barri
 timed calls (time.perf_counter, a monotonic clock); the time of the size is the
 mean per call on the slowest rank (an all_reduce MAX of the means). One more
 call on known small-integer inputs is then checked element by element.
+--nonblocking: each call with async_op=True and its Work waited for at once.
 
     python3 bench/torch_allreduce.py --nproc 4 --port 29600 4096:50:5 1048576:20:2
 
@@ -82,19 +83,24 @@ def run_rank(args):
     reduce_scatter = (getattr(dist, "reduce_scatter_single", None)
                       or dist.reduce_scatter_tensor)
 
-    def call(view, out):
+    def issue(view, out, async_op):
         if coll == "alltoall":
-            dist.all_to_all_single(out, view)
-        elif coll == "allgather":
-            all_gather(out, view)
-        elif coll == "reduce_scatter":
-            reduce_scatter(out, view)
-        elif coll == "broadcast":
-            dist.broadcast(view, src=0)
-        elif coll == "reduce":
-            dist.reduce(view, dst=0)
+            return dist.all_to_all_single(out, view, async_op=async_op)
+        if coll == "allgather":
+            return all_gather(out, view, async_op=async_op)
+        if coll == "reduce_scatter":
+            return reduce_scatter(out, view, async_op=async_op)
+        if coll == "broadcast":
+            return dist.broadcast(view, src=0, async_op=async_op)
+        if coll == "reduce":
+            return dist.reduce(view, dst=0, async_op=async_op)
+        return dist.all_reduce(view, async_op=async_op)
+
+    def call(view, out):
+        if args.nonblocking:
+            issue(view, out, True).wait()
         else:
-            dist.all_reduce(view)
+            issue(view, out, False)
 
     def total(index):
         want = torch.zeros(index.numel(), dtype=torch.float32)
@@ -163,6 +169,9 @@ def main():
                         help="the collective to time (default allreduce)")
     parser.add_argument("--alltoall", dest="coll", action="store_const", const="alltoall",
                         help="the same as --coll alltoall")
+    parser.add_argument("--nonblocking", action="store_true",
+                        help="each call with async_op=True, waited for at once "
+                             "(xcoll-perf -z 2)")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="seconds before every rank is killed")
     argv = sys.argv[1:]

@@ -15,7 +15,8 @@
  * driver loader (perf_cuda.c) and the output (perf_report.c).
  *
  * Flags follow nccl-tests' README and src/common.cu (checked against
- * NVIDIA/nccl-tests at commit 01d67614): -z blocking (default 0), -N run
+ * NVIDIA/nccl-tests at commit 01d67614): -z blocking (default 0; 2, each
+ * non-blocking call waited for at once, is xcoll's own), -N run
  * cycles, -a how rank times are combined (default 1, the average), -m
  * operations per iteration, -o/-d with "all", -o mulsum (a premul sum), -T
  * timeout, -C cputime, -R and -y accepted as no-ops, -G 0 only, -g/-t
@@ -158,6 +159,25 @@ static xcoll_status run_iterations(perf_run *run, const perf_shape *s,
                                    int agg, double *issued_at,
                                    perf_failure *failure) {
   iterations *= agg;
+  if (run->opt->blocking == 2) {
+    /* Each non-blocking call waited for at once, as a torch program's
+     * work.wait() after an async_op=True call: the latency of one
+     * non-blocking call, not the throughput of a backlog (-z 0). */
+    for (int it = 0; it < iterations; it++) {
+      xcoll_request_t request = NULL;
+      xcoll_status st = issue(run, s, b, &request);
+      if (st == XCOLL_SUCCESS)
+        st = xcoll_wait(request);
+      if (st != XCOLL_SUCCESS) {
+        failure->status = st;
+        failure->what = perf_coll_names[run->opt->coll];
+        return st;
+      }
+    }
+    if (issued_at)
+      *issued_at = now_seconds();
+    return XCOLL_SUCCESS;
+  }
   if (run->opt->blocking) {
     for (int it = 0; it < iterations; it++) {
       xcoll_status st = issue(run, s, b, NULL);

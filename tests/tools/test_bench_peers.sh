@@ -7,7 +7,8 @@
 # block sizes rounded to a multiple of 12 bytes), the script must exit 0
 # (no peer failed or computed a wrong result) and every row of every table
 # must hold a time for xcoll and for each peer (a size that one side ran
-# under another name would show as "-"). Exit 77 with neither peer.
+# under another name would show as "-"); alltoall once more with
+# --nonblocking. Exit 77 with neither peer.
 . "$(dirname "$0")/common.sh"
 python=${2:-python3}
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,14 +27,23 @@ if [ -z "$peers" ]; then
   exit 77
 fi
 echo "peers: $peers"
-for coll in allreduce broadcast reduce allgather reduce_scatter alltoall; do
-  out=$tmp/$coll.md
+# The last pass: each call's non-blocking form, waited for at once
+# (--nonblocking: xcoll-perf -z 2, MPI_I* + MPI_Wait, async_op=True).
+for coll in allreduce broadcast reduce allgather reduce_scatter alltoall \
+    alltoall:nonblocking; do
+  mode=""
+  case $coll in *:nonblocking) coll=${coll%:*} mode=--nonblocking ;; esac
+  out=$tmp/$coll$mode.md
+  # shellcheck disable=SC2086
   if ! timeout -k 5 280 "$python" "$root/bench/allreduce.py" --coll "$coll" \
       --sizes 64,4K --iters 3 --warmup 1 --backends tcp --peers "$peers" \
       --compare "${peers%% *}" --nproc "2 3" --build "$build" --timeout 60 \
-      >"$out" 2>"$tmp/$coll.err"; then
+      $mode >"$out" 2>"$tmp/$coll.err"; then
     fail "$coll: bench/allreduce.py failed: $(grep -E 'failed|WRONG|missing' "$out" | head -3)"
     continue
+  fi
+  if [ -n "$mode" ] && ! grep -q 'waited for at once' "$out"; then
+    fail "$coll $mode: the table does not say the calls were non-blocking"
   fi
   rows=$(grep -c '^| [0-9]' "$out")
   [ "$rows" -eq 4 ] || fail "$coll: $rows rows of figures, 4 wanted (2 sizes, 2 world sizes)"

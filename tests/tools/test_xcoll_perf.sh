@@ -31,16 +31,19 @@ grep -q '"algorithm":"recursive_doubling","protocol":"p2p"' "$tmp/rows.json" ||
 grep -Eq '^\[rank 0\] +8 .*recursive_doubling/p2p$' "$tmp/all.out" ||
   fail "rows do not end with algorithm/protocol"
 
-# The calls without a reduction, checked (-c 1), blocking and not, at three
-# ranks: busbw = algbw * (P-1)/P for alltoall, gather and scatter, 1 for
-# sendrecv (nccl-tests' factors, from the library's table).
+# The calls without a reduction, checked (-c 1), blocking and not (-z 2:
+# each non-blocking call waited for at once), at three ranks: busbw =
+# algbw * (P-1)/P for alltoall, gather and scatter, 1 for sendrecv
+# (nccl-tests' factors, from the library's table).
 for coll in alltoall gather scatter sendrecv; do
-  for z in 0 1; do
+  for z in 0 1 2; do
     "$run" --nproc-per-node 3 --master-port 0 "$perf" --coll $coll -b 12 -e 96K \
       -f 8 -z $z -c 1 -n 2 -w 1 -r 1 >"$tmp/$coll.out" 2>&1 ||
       fail "--coll $coll -z $z failed: $(tail -5 "$tmp/$coll.out")"
     grep -q 'Out of bounds values : 0 OK' "$tmp/$coll.out" ||
       fail "--coll $coll -z $z: results not checked OK: $(tail -5 "$tmp/$coll.out")"
+    [ $z -ne 2 ] || grep -q 'issue-and-wait mode (-z 2)' "$tmp/$coll.out" ||
+      fail "--coll $coll -z 2: header does not say issue-and-wait"
   done
   awk -v coll=$coll '/^\[rank 0\] +[0-9]+ +[0-9]+ /{
       algbw = $9; busbw = $10; f = (coll == "sendrecv") ? 1 : 2 / 3;
@@ -97,7 +100,7 @@ for bad in "-g 2" "-t 4" "--ngpus 8"; do
   grep -q 'one rank per process' "$tmp/bad.out" || fail "xcoll-perf $bad: unclear message: $(cat "$tmp/bad.out")"
   grep -q 'nproc-per-node' "$tmp/bad.out" || fail "xcoll-perf $bad does not say how to run N ranks"
 done
-for bad in "-a 4" "-z 2" "-m 0" "-N -1" "-T x" "-C 2" "-R 3" "-y 2" "-G x"; do
+for bad in "-a 4" "-z 3" "-m 0" "-N -1" "-T x" "-C 2" "-R 3" "-y 2" "-G x"; do
   # shellcheck disable=SC2086
   "$perf" $bad >/dev/null 2>&1
   [ $? -eq 2 ] || fail "xcoll-perf $bad is not refused (exit 2)"

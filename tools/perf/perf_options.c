@@ -75,8 +75,9 @@ static void usage(FILE *out, const char *argv0) {
           "  -c, --check N            check N operations per row against a local\n"
           "                           reference, 0: no check (default 1)\n"
           "  -r, --root R             root of broadcast and reduce (default 0)\n"
-          "  -z, --blocking 0|1       1: blocking calls; 0: issue all iterations as\n"
-          "                           non-blocking calls, then wait (default 0)\n"
+          "  -z, --blocking 0|1|2     1: blocking calls; 0: issue all iterations as\n"
+          "                           non-blocking calls, then wait (default 0);\n"
+          "                           2: each non-blocking call waited for at once\n"
           "  -C, --report_cputime 0|1 1: report the time to issue the calls (CPU\n"
           "                           time), not to complete them (default 0)\n"
           "  -G, --cudagraph N        CUDA graph replays: only 0 (xcoll's collectives\n"
@@ -325,7 +326,7 @@ int perf_parse_options(int argc, char **argv, perf_options *opt) {
       break;
     case 'c': bad = parse_int(optarg, 0, 1000000L, &opt->check); break;
     case 'r': bad = parse_int(optarg, 0, 1 << 30, &opt->root); break;
-    case 'z': bad = parse_int(optarg, 0, 1, &opt->blocking); break;
+    case 'z': bad = parse_int(optarg, 0, 2, &opt->blocking); break;
     case 'T': bad = parse_int(optarg, 0, 10000000L, &opt->timeout_s); break;
     case 'g':
     case 't':

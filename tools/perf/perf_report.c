@@ -22,7 +22,11 @@ void perf_print_header(const perf_run *run) {
          "library ran them (XCOLL_ALGO %s, XCOLL_PROTO %s)\n",
          xcoll_version() / 10000, xcoll_version() / 100 % 100,
          xcoll_version() % 100, perf_coll_names[o->coll], xcoll_comm_backend(run->comm),
-         run->world_size, o->blocking ? "blocking" : "non-blocking", o->blocking,
+         run->world_size,
+         o->blocking == 1   ? "blocking"
+         : o->blocking == 2 ? "issue-and-wait"
+                            : "non-blocking",
+         o->blocking,
          perf_average_names[o->average], o->average,
          forced && forced[0] ? forced : "unset: by size",
          proto && proto[0] ? proto : "unset");
