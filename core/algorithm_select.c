@@ -41,8 +41,17 @@
  * algorithm at P >= 4: it sends about (P/2) * log2(P) blocks per rank in
  * log2(P) messages against pairwise's P-1 blocks in P-1 messages, so it wins
  * while a message's latency outweighs moving a block again; measured with
- * bench/alltoall.py (docs/benchmarks.md). */
+ * bench/alltoall.py (docs/benchmarks.md). Not where every message goes
+ * through shared memory (xcoll_p2p_ops.shared_memory) and P is at most
+ * ALLTOALL_SHM_PAIRWISE_RANKS: there a message costs about a copy, and
+ * Bruck's log2(P) rounds, each waiting on the last, cost more than its
+ * fewer messages save. Over nccl_like's shm mesh on 2 cores, interleaved
+ * (us per call, 64 B / 4 KiB alltoall, pairwise against Bruck): P=4
+ * 4.35/3.97 against 4.75/5.17, P=5 6.19/6.77 against 10.59/10.91, P=8
+ * 17.66/15.04 against 15.72/18.95; over tcp Bruck stays ahead (P=8: 90
+ * against 160 us at 64 B). */
 #define ALLTOALL_BRUCK_BYTES ((size_t)1024)
+#define ALLTOALL_SHM_PAIRWISE_RANKS 8
 
 /* The table, indexed so that the automatic choice below takes its entry
  * directly (no name lookup on every call). */
@@ -249,6 +258,14 @@ static int cpu_count(void) {
   return n;
 }
 
+/* Every message of comm's p2p interface goes through shared memory
+ * (xcoll_p2p_ops.shared_memory; the same answer on every rank). */
+static int p2p_shared_memory(const struct xcoll_comm *comm) {
+  const xcoll_p2p_ops *p2p = comm->backend ? comm->backend->p2p : NULL;
+  return p2p != NULL && p2p->shared_memory != NULL &&
+         p2p->shared_memory(comm->backend_state);
+}
+
 /* More of comm's ranks on this host than cores (unknown counts: no). */
 static int oversubscribed(const struct xcoll_comm *comm) {
   return comm->local_world_size > 1 && comm->local_world_size > cpu_count();
@@ -362,7 +379,14 @@ xcoll_status xcoll_algorithm_select(struct xcoll_comm *comm,
     /* bytes is one block (count elements, what one rank sends one peer). */
     if (explain)
       format_bytes(ALLTOALL_BRUCK_BYTES, limit_text, sizeof limit_text);
-    if (P >= 4 && bytes <= ALLTOALL_BRUCK_BYTES) {
+    if (P >= 4 && bytes <= ALLTOALL_BRUCK_BYTES &&
+        P <= ALLTOALL_SHM_PAIRWISE_RANKS && p2p_shared_memory(comm)) {
+      *algorithm = &algorithms[ALLTOALL_PAIRWISE];
+      EXPLAIN("%s blocks at P=%d over shared memory: pairwise exchange (one "
+              "round: a message costs about a copy there, less than Bruck's "
+              "dependent rounds)",
+              size_text, P);
+    } else if (P >= 4 && bytes <= ALLTOALL_BRUCK_BYTES) {
       *algorithm = &algorithms[ALLTOALL_BRUCK];
       EXPLAIN("%s blocks <= %s at P=%d: bruck (ceil(log2 P) steps)",
               size_text, limit_text, P);

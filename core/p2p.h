@@ -47,6 +47,12 @@ typedef struct xcoll_p2p_ops {
   /* Make progress without blocking; *done = 1 when request has completed
    * (it is then released and must not be used again). */
   xcoll_status (*test)(void *state, xcoll_p2p_request *request, int *done);
+  /* Optional (NULL: 0). 1 when every pair of the communicator's ranks
+   * exchanges its messages through shared memory on one host, where a
+   * message costs about a copy of its bytes rather than system calls; the
+   * same answer on every rank (core/algorithm_select.c chooses by it, and
+   * every rank must choose alike). nccl_like's shm mesh says 1. */
+  int (*shared_memory)(void *state);
 } xcoll_p2p_ops;
 
 #endif

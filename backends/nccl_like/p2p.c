@@ -870,9 +870,17 @@ static xcoll_status nl_p2p_test(void *state, xcoll_p2p_request *request,
   return s != XCOLL_SUCCESS ? comm_error(st, s) : s;
 }
 
+/* Every pair of ranks on the shm mesh (nl_state.mesh_checked: computed
+ * from the infos every rank holds, so the same on all). */
+static int nl_p2p_shared_memory(void *state) {
+  const nl_state *st = state;
+  return st->mesh_checked;
+}
+
 const xcoll_p2p_ops nl_p2p_ops = {
     .isend = nl_p2p_isend,
     .irecv = nl_p2p_irecv,
     .wait = nl_p2p_wait,
     .test = nl_p2p_test,
+    .shared_memory = nl_p2p_shared_memory,
 };

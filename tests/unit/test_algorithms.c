@@ -273,8 +273,10 @@ static xcoll_status fake_test(void *state, xcoll_p2p_request *request,
   return XCOLL_SUCCESS;
 }
 
-static const xcoll_p2p_ops fake_p2p = {fake_isend, fake_irecv, fake_wait,
-                                       fake_test};
+static const xcoll_p2p_ops fake_p2p = {.isend = fake_isend,
+                                       .irecv = fake_irecv,
+                                       .wait = fake_wait,
+                                       .test = fake_test};
 static const xcoll_backend fake_backend = {
     .abi_version = XCOLL_BACKEND_ABI_VERSION,
     .name = "fake",
@@ -1090,6 +1092,11 @@ static void test_fingerprint_exchange(void **state) {
   }
 }
 
+static int always_shared(void *state) {
+  (void)state;
+  return 1;
+}
+
 /* Selection by size and P, and XCOLL_ALGO overrides and errors. */
 static const char *selected(xcoll_comm *comm, xcoll_coll_kind kind,
                             size_t bytes, xcoll_status *status) {
@@ -1136,6 +1143,19 @@ static void test_algorithm_select(void **state) {
   assert_string_equal(selected(&comm, XCOLL_COLL_ALLTOALL, 64, &st), "bruck");
   assert_string_equal(selected(&comm, XCOLL_COLL_ALLTOALL, 64 * 1024, &st),
                       "pairwise");
+  /* Over shared memory (a p2p interface that says so) small blocks go
+   * pairwise up to 8 ranks; Bruck again beyond. */
+  static const xcoll_p2p_ops shm_p2p = {.shared_memory = always_shared};
+  xcoll_backend shm_backend;
+  memset(&shm_backend, 0, sizeof shm_backend);
+  shm_backend.p2p = &shm_p2p;
+  comm.backend = &shm_backend;
+  assert_string_equal(selected(&comm, XCOLL_COLL_ALLTOALL, 64, &st),
+                      "pairwise");
+  comm.world_size = 9;
+  assert_string_equal(selected(&comm, XCOLL_COLL_ALLTOALL, 64, &st), "bruck");
+  comm.world_size = 4;
+  comm.backend = NULL;
   assert_string_equal(selected(&comm, XCOLL_COLL_ALLTOALLV, 64, &st),
                       "pairwise");
   assert_string_equal(selected(&comm, XCOLL_COLL_GATHER, 64, &st), "binomial");
