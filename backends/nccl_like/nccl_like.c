@@ -259,8 +259,27 @@ static xcoll_status agree_channels(nl_state *st) {
      * everywhere; Bruck and pairwise, whose kernels speak the ring only on
      * a GPU, were turned off above when any rank is a GPU rank. */
     st->mesh_on = 1;
+  } else {
+    free(all);
+    return s;
   }
   free(all);
+  if (s != XCOLL_SUCCESS) {
+    /* Every rank holds the same records, so every rank found the mismatch.
+     * Before any fails, all meet once more: rank 0, which hosts the store,
+     * would otherwise exit while a slower rank still reads its record, and
+     * that rank would fail with "the store closed" instead of this. */
+    char message[XCOLL_ERROR_BYTES];
+    snprintf(message, sizeof message, "%s", xcoll_comm_last_error(st->comm));
+    uint8_t one = 1, seen[64];
+    uint8_t *met = st->world_size <= 64 ? seen : malloc((size_t)st->world_size);
+    if (met != NULL)
+      (void)xcoll_bootstrap_allgather(st->comm, "nl_nchannels_judged", &one, 1,
+                                      met);
+    if (met != seen)
+      free(met);
+    s = xcoll_error_quiet(st->comm, s, "%s", message);
+  }
   return s;
 }
 
