@@ -159,28 +159,16 @@ static xcoll_status run_iterations(perf_run *run, const perf_shape *s,
                                    int agg, double *issued_at,
                                    perf_failure *failure) {
   iterations *= agg;
-  if (run->opt->blocking == 2) {
-    /* Each non-blocking call waited for at once, as a torch program's
-     * work.wait() after an async_op=True call: the latency of one
-     * non-blocking call, not the throughput of a backlog (-z 0). */
+  if (run->opt->blocking) {
+    /* -z 2: each call non-blocking and waited for at once, as a torch
+     * program's work.wait() after an async_op=True call: the latency of
+     * one non-blocking call, not the throughput of a backlog (-z 0). */
+    const int wait_each = run->opt->blocking == 2;
     for (int it = 0; it < iterations; it++) {
       xcoll_request_t request = NULL;
-      xcoll_status st = issue(run, s, b, &request);
-      if (st == XCOLL_SUCCESS)
+      xcoll_status st = issue(run, s, b, wait_each ? &request : NULL);
+      if (st == XCOLL_SUCCESS && wait_each)
         st = xcoll_wait(request);
-      if (st != XCOLL_SUCCESS) {
-        failure->status = st;
-        failure->what = perf_coll_names[run->opt->coll];
-        return st;
-      }
-    }
-    if (issued_at)
-      *issued_at = now_seconds();
-    return XCOLL_SUCCESS;
-  }
-  if (run->opt->blocking) {
-    for (int it = 0; it < iterations; it++) {
-      xcoll_status st = issue(run, s, b, NULL);
       if (st != XCOLL_SUCCESS) {
         failure->status = st;
         failure->what = perf_coll_names[run->opt->coll];
