@@ -32,6 +32,7 @@
 #include "error.h"
 #include "log.h"
 #include "request.h"
+#include "socket.h" /* xcoll_socket_now: CLOCK_MONOTONIC seconds */
 
 /* A wait this soon after its call (seconds) is prompt; a deferred call is
  * run by the progress thread once it is this old. */
@@ -77,13 +78,8 @@ struct xcoll_queue {
   _Atomic int inflight_none;
 };
 
-static double mono_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Wait on cond until the monotonic time `until` (seconds). */
+/* Wait on cond until the monotonic time `until` (seconds, as
+ * xcoll_socket_now gives it). */
 static void wait_until(pthread_cond_t *cond, pthread_mutex_t *lock,
                        double until) {
   struct timespec ts;
@@ -263,7 +259,7 @@ static void *progress_main(void *arg) {
   struct xcoll_queue *queue = comm->queue;
   pthread_mutex_lock(&queue->lock);
   for (;;) {
-    double now = mono_now();
+    double now = xcoll_socket_now();
     if (queue->head != NULL && !queue->busy) {
       /* A deferred call is the waiter's until it is QUEUE_PROMPT_S old. */
       double due = queue->head->deferred
@@ -308,7 +304,7 @@ static xcoll_status enqueue_locked(xcoll_comm *comm,
     queue->thread_started = 1;
   }
   request->next = NULL;
-  request->issued_at = queue->last_call = mono_now();
+  request->issued_at = queue->last_call = xcoll_socket_now();
   request->deferred = queue->defer;
   queue->any_deferred |= queue->defer;
   if (queue->tail != NULL)
@@ -371,7 +367,7 @@ xcoll_status xcoll_queue_run(xcoll_comm *comm, const xcoll_coll_args *args) {
 void xcoll_queue_wait(xcoll_comm *comm, struct xcoll_request *request) {
   struct xcoll_queue *queue = comm->queue;
   pthread_mutex_lock(&queue->lock);
-  if (mono_now() - request->issued_at < QUEUE_PROMPT_S) {
+  if (xcoll_socket_now() - request->issued_at < QUEUE_PROMPT_S) {
     if (++queue->prompt_waits >= QUEUE_PROMPT_WAITS)
       queue->defer = 1;
   } else {
