@@ -4,22 +4,16 @@
  * device-driven requests. xcoll_wait and xcoll_test are in core/dispatch.c.
  *
  * Who runs a queued collective: the progress thread, one at a time, in issue
- * order (busy); a deferred one (below) runs on the thread that needs it
- * done (a wait for it or for one behind it, a blocking call, a drain), or
- * on the progress thread if none comes in time. Handing a
- * small collective to the progress thread and its end back to the waiter
- * costs two wake-ups; where the caller waits for each non-blocking call at
- * once (a torch Work.wait() after an async_op call), that was most of the
- * call: 5.5-10 us against 0.7 us blocking for a 64 B alltoall at P=2 over
- * nccl_like's shm on 2 cores. So the queue learns: after QUEUE_PROMPT_WAITS
- * waits in a row that each came within QUEUE_PROMPT_S of their call, a
- * submit no longer wakes the progress thread (the call is "deferred"): the
- * wait runs it. A deferred call nobody waits for is still run, by the
- * progress thread once it is QUEUE_PROMPT_S old (the thread naps in slices
- * of QUEUE_NAP_S while it defers, so it sees new calls without a wake-up),
- * and then the queue stops deferring: a late wait, or an xcoll_test before
- * the call is done, says the caller overlaps work with the call, which the
- * progress thread must then run at once. */
+ * order (busy); a deferred one runs on the thread that needs it done (a
+ * wait for it or for one behind it, a blocking call, a drain), or on the
+ * progress thread once it is due. The queue defers by core/prompt.h's
+ * policy, learnt from its caller's waits: where the caller waits for each
+ * non-blocking call at once (a torch Work.wait() after an async_op call),
+ * a hand-off to the progress thread and back costs more than a small call
+ * (5.5-10 us against 0.7 us blocking for a 64 B alltoall at P=2 over
+ * nccl_like's shm on 2 cores). While deferring, the progress thread naps in slices of
+ * QUEUE_NAP_S, so it sees new calls without a wake-up and runs one that
+ * came due. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -31,14 +25,10 @@
 #include "comm.h"
 #include "error.h"
 #include "log.h"
+#include "prompt.h"
 #include "request.h"
 #include "socket.h" /* xcoll_socket_now: CLOCK_MONOTONIC seconds */
 
-/* A wait this soon after its call (seconds) is prompt; a deferred call is
- * run by the progress thread once it is this old. */
-#define QUEUE_PROMPT_S 100e-6
-/* Prompt waits in a row after which submits defer. */
-#define QUEUE_PROMPT_WAITS 8
 /* While deferring, the progress thread naps in slices this long (seconds)
  * rather than sleep until signalled, for at most QUEUE_LINGER_S after the
  * last call it saw: it then finds a deferred call without a wake-up. */
@@ -54,9 +44,10 @@ struct xcoll_queue {
   /* A collective is running (on the progress thread or inline on a caller):
    * the next one must wait for it so that issue order is kept on the wire. */
   int busy;
-  /* Submits defer (see the top of this file); prompt waits in a row; a
-   * call was queued deferred since deferring last stopped. */
-  int defer, prompt_waits, any_deferred;
+  /* Whether submits defer (core/prompt.h); a call was queued deferred
+   * since deferring last stopped. */
+  xcoll_prompt prompt;
+  int any_deferred;
   /* The progress thread is in an untimed wait: a deferred call must still
    * wake it once, or nothing would run it if nobody waits. */
   int sleeping;
@@ -244,8 +235,7 @@ static int caller_takes_head(const struct xcoll_queue *queue) {
  * a test, a deferred call that came due): stop deferring, and let the
  * progress thread run what is queued now. */
 static void stop_deferring_locked(struct xcoll_queue *queue) {
-  queue->defer = 0;
-  queue->prompt_waits = 0;
+  xcoll_prompt_stop(&queue->prompt);
   if (!queue->any_deferred) /* a backlog is not walked on every wait */
     return;
   queue->any_deferred = 0;
@@ -261,9 +251,9 @@ static void *progress_main(void *arg) {
   for (;;) {
     double now = xcoll_socket_now();
     if (queue->head != NULL && !queue->busy) {
-      /* A deferred call is the waiter's until it is QUEUE_PROMPT_S old. */
+      /* A deferred call is the waiter's until it is due. */
       double due = queue->head->deferred
-                       ? queue->head->issued_at + QUEUE_PROMPT_S
+                       ? xcoll_prompt_due_at(queue->head->issued_at)
                        : 0.0;
       if (due <= now || queue->stop) {
         if (due > 0.0)
@@ -277,7 +267,7 @@ static void *progress_main(void *arg) {
     /* Destroy sets stop only once the queue is empty and idle. */
     if (queue->stop && queue->head == NULL && !queue->busy)
       break;
-    if (queue->defer && now - queue->last_call < QUEUE_LINGER_S) {
+    if (queue->prompt.defer && now - queue->last_call < QUEUE_LINGER_S) {
       wait_until(&queue->work, &queue->lock, now + QUEUE_NAP_S);
     } else {
       queue->sleeping = 1;
@@ -305,8 +295,8 @@ static xcoll_status enqueue_locked(xcoll_comm *comm,
   }
   request->next = NULL;
   request->issued_at = queue->last_call = xcoll_socket_now();
-  request->deferred = queue->defer;
-  queue->any_deferred |= queue->defer;
+  request->deferred = queue->prompt.defer;
+  queue->any_deferred |= request->deferred;
   if (queue->tail != NULL)
     queue->tail->next = request;
   else
@@ -367,12 +357,9 @@ xcoll_status xcoll_queue_run(xcoll_comm *comm, const xcoll_coll_args *args) {
 void xcoll_queue_wait(xcoll_comm *comm, struct xcoll_request *request) {
   struct xcoll_queue *queue = comm->queue;
   pthread_mutex_lock(&queue->lock);
-  if (xcoll_socket_now() - request->issued_at < QUEUE_PROMPT_S) {
-    if (++queue->prompt_waits >= QUEUE_PROMPT_WAITS)
-      queue->defer = 1;
-  } else {
+  if (!xcoll_prompt_note_wait(&queue->prompt, request->issued_at,
+                              xcoll_socket_now()))
     stop_deferring_locked(queue);
-  }
   /* Not deferred: the progress thread runs it, and every call ahead of it
    * (those are not deferred either: a queue defers from some call on, and
    * stops deferring all at once). */

@@ -17,22 +17,22 @@
 #include "log.h"
 #include "nccl_like.h"
 #include "params.h"
+#include "prompt.h"
 #include "trace.h"
 
 /* Deferred kicks. A non-blocking op on a host rank is queued for its
  * channels' workers; the wait then sleeps until a worker has run it. For
  * a small op that hand-off, a wake-up of the worker and another of the
- * waiter, was most of the call: an 8 B allreduce issued and waited for at
- * once took 7-13 us at P=2 on 2 cores against 0.35-0.6 us blocking. So
- * the engine learns: after NL_PROMPT_WAITS waits in a row that each came
- * within NL_PROMPT_S of their op's start(), start() leaves channel 0's
- * worker asleep (op->deferred) and the wait runs the item itself
- * (steal_item), as a blocking wait does. The proxy, which naps at most
- * NL_DEFER_NAP_MS meanwhile, wakes the worker for a deferred item still
- * queued NL_PROMPT_S after its start(), and the engine stops deferring;
- * so does a late wait, or an nl_test of an op not done: the caller
- * overlaps work with its ops (xtrain's buckets), which the workers must
- * then run at once. core/request.c does the same for host algorithms. */
+ * waiter, costs more than the op: an 8 B allreduce issued and waited for
+ * at once took 7-13 us at P=2 on 2 cores against 0.35-0.6 us blocking. So
+ * channel 0's queue follows core/prompt.h's policy, as core/request.c's
+ * queue of host algorithms does: once the waits come promptly, start()
+ * leaves channel 0's worker asleep (op->deferred) and the wait runs the
+ * item itself (steal_item), as a blocking wait does. The proxy, which naps
+ * at most NL_DEFER_NAP_MS meanwhile, wakes the worker for a deferred item
+ * that came due, and the engine stops deferring; so does a late wait, or
+ * an nl_test of an op not done: the caller overlaps work with its ops
+ * (xtrain's buckets), which the workers must then run at once. */
 
 _Static_assert(XC_COLL_ALLREDUCE == (int)XCOLL_COLL_ALLREDUCE &&
                    XC_COLL_ALLGATHER == (int)XCOLL_COLL_ALLGATHER &&
@@ -417,7 +417,7 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
      * unless the worker, awake for an earlier item, takes it first: no
      * wake-up; so does a prompt waiter's (deferred kicks, at the top).
      * The other channels' workers run theirs in parallel. */
-    if (c == 0 && !args->blocking && st->inline_wait && st->defer_kicks) {
+    if (c == 0 && !args->blocking && st->inline_wait && st->prompt.defer) {
       op->deferred = 1;
       atomic_store(&st->any_deferred, 1);
     } else if (!(args->blocking && st->inline_wait && c == 0)) {
@@ -449,14 +449,10 @@ static xcoll_status nl_start_abi(xcoll_comm *comm, void *state,
 }
 
 /* Under st->lock, on the wait of a host rank's non-blocking op: prompt
- * (within NL_PROMPT_S of its start) or late. */
+ * or late (core/prompt.h). */
 static void note_wait_locked(nl_state *st, const nl_op *op) {
-  if (nl_now() - op->issued_at < NL_PROMPT_S) {
-    if (++st->prompt_waits >= NL_PROMPT_WAITS)
-      st->defer_kicks = 1;
-  } else {
+  if (!xcoll_prompt_note_wait(&st->prompt, op->issued_at, nl_now()))
     nl_stop_deferring_locked(st);
-  }
 }
 
 static xcoll_status nl_test(void *state, xcoll_backend_op *handle, int *done) {

@@ -31,6 +31,7 @@
 #include "fingerprint.h"
 #include "net.h"
 #include "p2p.h"
+#include "prompt.h"
 #include "ring.h"
 #include "transport.h"
 #include "xcoll.h"
@@ -129,11 +130,6 @@
 /* Work items a channel's queue holds; start() waits for room beyond that
  * (ABI 2 allows waiting on the backend's own bounded queue). */
 #define NL_QUEUE_DEPTH 64
-/* Deferred kicks (engine.c): a wait this soon after its op's start()
- * (seconds) is prompt, and the proxy wakes the worker for a deferred item
- * this old; start() defers after NL_PROMPT_WAITS prompt waits in a row. */
-#define NL_PROMPT_S 100e-6
-#define NL_PROMPT_WAITS 8
 /* After the store connection breaks (rank 0, which hosts it, died), an op
  * in flight that makes no progress for this long fails naming rank 0. */
 #define NL_STORE_LOST_GRACE_S 1.0
@@ -437,11 +433,11 @@ typedef struct nl_state {
   size_t step_bytes; /* buffsize / XCOLL_STEPS */
   nl_proto_choice proto;
   int inline_wait; /* XCOLL_WAIT_RUNS: nl_wait runs untaken items */
-  /* Deferred kicks (engine.c), under lock: start() leaves channel 0's
-   * worker asleep for non-blocking ops; prompt waits in a row; an op was
+  /* Deferred kicks (engine.c), under lock: whether start() leaves channel
+   * 0's worker asleep for non-blocking ops (core/prompt.h); an op was
    * queued deferred since deferring last stopped (also read by the proxy
    * without the lock); the last op's seq. */
-  int defer_kicks, prompt_waits;
+  xcoll_prompt prompt;
   _Atomic int any_deferred;
   uint64_t op_seq;
   double spin_s; /* a waiting kernel polls this long before it sleeps in
@@ -751,7 +747,7 @@ void nl_proxy_drain(nl_state *st);
 /* Under st->lock: the caller overlaps work with its ops (engine.c,
  * "Deferred kicks"): start() wakes the workers from now on, and channel
  * 0's worker runs the items deferred so far. The proxy calls it for a
- * deferred item still queued NL_PROMPT_S after its start(). */
+ * deferred item that came due (core/prompt.h). */
 void nl_stop_deferring_locked(nl_state *st);
 
 /* ---- transport/net.c, transport/shm.c: the mesh's carriers ---- */

@@ -198,8 +198,7 @@ static void fail_timeout(nl_state *st, double idle_s) {
 }
 
 void nl_stop_deferring_locked(nl_state *st) {
-  st->defer_kicks = 0;
-  st->prompt_waits = 0;
+  xcoll_prompt_stop(&st->prompt);
   if (!atomic_load(&st->any_deferred))
     return;
   atomic_store(&st->any_deferred, 0);
@@ -219,7 +218,7 @@ static void kick_due(nl_state *st) {
   nl_channel *ch = &st->channels[0];
   if (ch->queue_head != ch->queue_tail) {
     const nl_op *head = ch->queue[ch->queue_head % NL_QUEUE_DEPTH];
-    if (head->deferred && nl_now() - head->issued_at >= NL_PROMPT_S)
+    if (head->deferred && nl_now() >= xcoll_prompt_due_at(head->issued_at))
       nl_stop_deferring_locked(st);
   }
   pthread_mutex_unlock(&st->lock);
