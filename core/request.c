@@ -11,9 +11,9 @@
  * non-blocking call at once (a torch Work.wait() after an async_op call),
  * a hand-off to the progress thread and back costs more than a small call
  * (5.5-10 us against 0.7 us blocking for a 64 B alltoall at P=2 over
- * nccl_like's shm on 2 cores). While deferring, the progress thread naps in slices of
- * QUEUE_NAP_S, so it sees new calls without a wake-up and runs one that
- * came due. */
+ * nccl_like's shm on 2 cores). While deferring, the progress thread naps
+ * in slices of QUEUE_NAP_S, so it sees new calls without a wake-up and
+ * runs one that came due. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -48,6 +48,8 @@ struct xcoll_queue {
    * since deferring last stopped. */
   xcoll_prompt prompt;
   int any_deferred;
+  /* prompt.defer, for xcoll_queue_test to read without the lock. */
+  _Atomic int deferring;
   /* The progress thread is in an untimed wait: a deferred call must still
    * wake it once, or nothing would run it if nobody waits. */
   int sleeping;
@@ -236,6 +238,7 @@ static int caller_takes_head(const struct xcoll_queue *queue) {
  * progress thread run what is queued now. */
 static void stop_deferring_locked(struct xcoll_queue *queue) {
   xcoll_prompt_stop(&queue->prompt);
+  atomic_store_explicit(&queue->deferring, 0, memory_order_relaxed);
   if (!queue->any_deferred) /* a backlog is not walked on every wait */
     return;
   queue->any_deferred = 0;
@@ -360,6 +363,8 @@ void xcoll_queue_wait(xcoll_comm *comm, struct xcoll_request *request) {
   if (!xcoll_prompt_note_wait(&queue->prompt, request->issued_at,
                               xcoll_socket_now()))
     stop_deferring_locked(queue);
+  else if (queue->prompt.defer)
+    atomic_store_explicit(&queue->deferring, 1, memory_order_relaxed);
   /* Not deferred: the progress thread runs it, and every call ahead of it
    * (those are not deferred either: a queue defers from some call on, and
    * stops deferring all at once). */
@@ -382,6 +387,11 @@ void xcoll_queue_wait(xcoll_comm *comm, struct xcoll_request *request) {
 
 void xcoll_queue_test(xcoll_comm *comm) {
   struct xcoll_queue *queue = comm->queue;
+  /* A poll loop takes no lock while nothing defers. A request submitted
+   * deferred by this thread reads 1 here unless deferring stopped since,
+   * which cleared its mark. */
+  if (!atomic_load_explicit(&queue->deferring, memory_order_relaxed))
+    return;
   pthread_mutex_lock(&queue->lock);
   stop_deferring_locked(queue);
   pthread_mutex_unlock(&queue->lock);
