@@ -9,7 +9,6 @@
  * ones. Names are case-insensitive. */
 #define XCOLL_LOG_SUBSYS XCOLL_SUBSYS_TUNING /* log.h */
 #include <ctype.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,11 +27,12 @@
  * full-vector exchange, so the ring takes over earlier. */
 #define ALLREDUCE_MEDIUM_BYTES_POW2 ((size_t)1024 * 1024)
 #define ALLREDUCE_MEDIUM_BYTES_OTHER ((size_t)256 * 1024)
-/* ...except when P is a power of two and this host runs more of the
- * communicator's ranks than it has cores: then Rabenseifner stays at every
- * size. It moves the ring's bytes in 2*log2(P) pairwise exchanges instead of
- * 2(P-1) steps that each wait on a neighbour, and with ranks time-sharing
- * cores every such wait is likely to find the neighbour descheduled.
+/* ...except when P is a power of two and every host runs more of the
+ * communicator's ranks than they have CPUs between them (core/host.h):
+ * then Rabenseifner stays at every size. It moves the ring's bytes in
+ * 2*log2(P) pairwise exchanges instead of 2(P-1) steps that each wait on
+ * a neighbour, and with ranks time-sharing cores every such wait is likely
+ * to find the neighbour descheduled.
  * Measured on 2 cores over tcp at P=4, 2-16 MiB: 1.3-1.8x the ring's busbw
  * (docs/tcp.md). */
 /* Broadcast: binomial tree below this many bytes, pipelined chain above. */
@@ -241,23 +241,6 @@ static void format_bytes(size_t bytes, char *out, size_t out_bytes) {
     snprintf(out, out_bytes, "%zu B", bytes);
 }
 
-/* CPUs this process may run on (at least 1); counted once. */
-static int cpu_count(void) {
-  static _Atomic int cached = 0;
-  int n = atomic_load(&cached);
-  if (n > 0)
-    return n;
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0)
-    n = CPU_COUNT(&set);
-  if (n <= 0) {
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    n = online > 0 ? (int)online : 1;
-  }
-  atomic_store(&cached, n);
-  return n;
-}
-
 /* Every message of comm's p2p interface goes through shared memory
  * (xcoll_p2p_ops.shared_memory; the same answer on every rank). */
 static int p2p_shared_memory(const struct xcoll_comm *comm) {
@@ -266,10 +249,6 @@ static int p2p_shared_memory(const struct xcoll_comm *comm) {
          p2p->shared_memory(comm->backend_state);
 }
 
-/* More of comm's ranks on this host than cores (unknown counts: no). */
-static int oversubscribed(const struct xcoll_comm *comm) {
-  return comm->local_world_size > 1 && comm->local_world_size > cpu_count();
-}
 
 xcoll_status xcoll_algorithm_select(struct xcoll_comm *comm,
                                     const xcoll_coll_args *args,
@@ -314,7 +293,7 @@ xcoll_status xcoll_algorithm_select(struct xcoll_comm *comm,
   switch (args->kind) {
   case XCOLL_COLL_ALLREDUCE: {
     int pow2 = (P & (P - 1)) == 0;
-    int rabenseifner_always = pow2 && oversubscribed(comm);
+    int rabenseifner_always = pow2 && comm->oversubscribed;
     size_t medium =
         pow2 ? ALLREDUCE_MEDIUM_BYTES_POW2 : ALLREDUCE_MEDIUM_BYTES_OTHER;
     if (P == 1) {
@@ -331,10 +310,10 @@ xcoll_status xcoll_algorithm_select(struct xcoll_comm *comm,
       *algorithm = &algorithms[ALLREDUCE_RABENSEIFNER];
       if (explain)
         format_bytes(ALLREDUCE_SMALL_BYTES, limit_text, sizeof limit_text);
-      EXPLAIN("%s > %s at P=%d (a power of two), %d local ranks on %d "
-              "cores: rabenseifner (ring's bandwidth in 2*log2(P) pairwise "
-              "steps)",
-              size_text, limit_text, P, comm->local_world_size, cpu_count());
+      EXPLAIN("%s > %s at P=%d (a power of two), every host oversubscribed "
+              "(here %d ranks on %d CPUs): rabenseifner (ring's bandwidth in "
+              "2*log2(P) pairwise steps)",
+              size_text, limit_text, P, comm->host_ranks, comm->host_cpus);
     } else if (bytes <= medium) {
       *algorithm = &algorithms[ALLREDUCE_RABENSEIFNER];
       if (explain)

@@ -34,6 +34,11 @@ typedef struct xcoll_comm {
   int world_size;
   int local_rank;       /* -1 if unknown */
   int local_world_size; /* -1 if unknown */
+  /* The host census at creation (core/host.h): CPUs this rank may run on;
+   * ranks of the communicator on this host and the CPUs in the union of
+   * their affinity masks; every host has more ranks than CPUs (the same on
+   * every rank). */
+  int own_cpus, host_ranks, host_cpus, oversubscribed;
   int device;           /* XCOLL_DEVICE_HOST or a CUDA ordinal (device.h) */
   /* A CUDA device's driver state when device >= 0 (core/staging.h: tcp
    * and ucx stage device buffers through pinned memory); else NULL. */

@@ -13,6 +13,7 @@
 #include "device.h"
 #include "dispatch.h"
 #include "env.h"
+#include "host.h"
 #include "params.h"
 #include "error.h"
 #include "log.h"
@@ -227,6 +228,13 @@ xcoll_status xcoll_comm_connect(xcoll_comm *comm, int *held) {
   if (status != XCOLL_SUCCESS)
     return xcoll_error_adopt(comm, status);
   *held |= XCOLL_COMM_HAVE_BACKEND;
+  /* After the backend's own startup, so that a backend that listens
+   * before its first exchange (tcp) still does so while late ranks start;
+   * a backend that sizes itself by the census at init (nccl_like) took it
+   * already. */
+  status = xcoll_host_census(comm);
+  if (status != XCOLL_SUCCESS)
+    return status;
   xcoll_flight_ready(comm);
   return XCOLL_SUCCESS;
 }

@@ -25,9 +25,14 @@ if(TARGET xcoll-perf AND TARGET xcoll-info AND TARGET xcollrun)
   add_test(NAME tools.failure_once
     COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/tools/test_failure_once.sh
             $<TARGET_FILE_DIR:xcoll-perf> ${_cli_xtrain})
+  # The host census: ranks pinned one per CPU are not an oversubscribed
+  # host, two pinned to one CPU are (core/host.h); skipped (77) on 1 CPU.
+  add_test(NAME tools.host_census
+    COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/tools/test_host_census.sh
+            $<TARGET_FILE_DIR:xcoll-perf>)
   set_tests_properties(tools.xcoll_perf_nccl_tests_flags
     tools.xcoll_info_matches_library tools.tcp_ipv6 tools.cli_errors
-    tools.failure_once PROPERTIES TIMEOUT 60
+    tools.failure_once tools.host_census PROPERTIES TIMEOUT 60
     LABELS tools SKIP_RETURN_CODE 77)
 endif()
 

@@ -4,7 +4,6 @@
  * the p2p interface core's host algorithms run over is p2p.c's.
  * The failure path every thread shares is failure.c's. */
 #include <inttypes.h>
-#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +12,7 @@
 #include "bootstrap.h"
 #include "cuda.h"
 #include "env.h"
+#include "host.h"
 #include "params.h"
 #include "error.h"
 #include "log.h"
@@ -26,11 +26,12 @@ const xcoll_net_v1 *nl_net_override = NULL;
 
 /* The channels a rank proposes when XCOLL_NCHANNELS is unset.
  *
- * A host rank: one per core this process may run on, shared among the
- * ranks of its host (LOCAL_WORLD_SIZE; 1 when unknown), between 1 and the
- * table's default. A host channel is a thread that spins while its ring
- * step waits: with fewer cores than busy threads, a second channel takes
- * the core the neighbour rank needs to forward the next slot (measured on
+ * A host rank: the CPUs of its host shared among the host's ranks (the
+ * host census, core/host.h), no more than the CPUs this rank may run on,
+ * between 1 and the table's default. A host channel is a thread that
+ * spins while its ring step waits: with fewer cores than busy threads, a
+ * second channel takes the core the neighbour rank needs to forward the
+ * next slot (measured on
  * 2 cores, P=2 and P=4, 1-16 MiB: docs/nccl_like.md, "Channels,
  * connections, FIFOs").
  *
@@ -42,12 +43,6 @@ const xcoll_net_v1 *nl_net_override = NULL;
  * channels (NL_MIN_BYTES_PER_CHANNEL, engine.c). NCCL bounds its channel
  * count by hardware as well (SMs, links, NICs: ncclTopoCompute in
  * src/graph/search.cc) and runs one block per channel. */
-static long host_cores(void) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-}
-
 static int channels_for_device(const nl_state *st, int fallback) {
   int sms = 0;
   if (xcoll_cu.device_get_attribute == NULL ||
@@ -65,12 +60,16 @@ static int channels_for_device(const nl_state *st, int fallback) {
 static int channels_auto(const nl_state *st, int fallback) {
   if (st->comm->cuda != NULL)
     return channels_for_device(st, fallback);
-  long cores = host_cores();
-  long local = st->comm->local_world_size > 0 ? st->comm->local_world_size : 1;
-  long per_rank = cores / local;
+  /* The host's CPUs shared out among its ranks (core/host.h), and no more
+   * than this rank may run on. */
+  const xcoll_comm *comm = st->comm;
+  int per_rank =
+      comm->host_ranks > 0 ? comm->host_cpus / comm->host_ranks : 1;
+  if (per_rank > comm->own_cpus)
+    per_rank = comm->own_cpus;
   if (per_rank < 1)
     per_rank = 1;
-  return per_rank < fallback ? (int)per_rank : fallback;
+  return per_rank < fallback ? per_rank : fallback;
 }
 
 static xcoll_status read_options(nl_state *st) {
@@ -135,10 +134,10 @@ static xcoll_status read_options(nl_state *st) {
               st->world_size >= 2 &&
               st->world_size <= NL_BRUCK_MAX_RANKS;
 
-  /* Spin before sleeping only when each rank of the host has a core
-   * (NL_SPIN_US); unknown LOCAL_WORLD_SIZE: do not. */
-  int own_core = comm->local_world_size > 0 &&
-                 host_cores() >= comm->local_world_size;
+  /* Spin before sleeping only when each rank of the host has a CPU
+   * (NL_SPIN_US): the union of the host's ranks' affinity masks has as
+   * many CPUs as ranks (core/host.h). */
+  int own_core = comm->host_cpus >= comm->host_ranks;
   st->spin_s = comm->cuda == NULL && own_core ? NL_SPIN_US * 1e-6 : 0.0;
   st->busy_polls = own_core ? XC_SPINS_BEFORE_YIELD : 0;
 
@@ -153,7 +152,7 @@ static xcoll_status read_options(nl_state *st) {
   if (s != XCOLL_SUCCESS)
     return xcoll_error_adopt(comm, s);
   if (pairwise < 0 || pairwise == 2) /* unset or "auto" */
-    pairwise = comm->local_world_size > 0 && !own_core;
+    pairwise = !own_core;
   st->pairwise = pairwise && comm->cuda == NULL && st->world_size >= 2 &&
                  st->world_size <= NL_PAIRWISE_MAX_RANKS;
 
@@ -347,7 +346,7 @@ static void log_choices(nl_state *st, const char *net_why) {
              st->nchannels,
              st->nchannels_auto
                  ? "XCOLL_NCHANNELS unset: the smallest proposal; a host "
-                   "rank's is its cores / local ranks, a GPU rank's its "
+                   "rank's is its host's CPUs / ranks, a GPU rank's its "
                    "SMs / 8"
                  : "XCOLL_NCHANNELS, or a smaller proposal of another rank",
              proto_name(st->proto),
@@ -411,7 +410,13 @@ static xcoll_status nl_comm_init(xcoll_comm *comm, void **state) {
   atomic_init(&st->fp.room_waiters, 0);
   atomic_init(&st->fp.urgent, 0);
 
-  xcoll_status s = read_options(st);
+  /* The host census first (core/host.h): the channels a host rank
+   * proposes, whether it spins and whether it proposes the pairwise
+   * allreduce follow from it. Like agree_channels, one exchange before
+   * any listener opens. */
+  xcoll_status s = xcoll_host_census(comm);
+  if (s == XCOLL_SUCCESS)
+    s = read_options(st);
   if (s == XCOLL_SUCCESS)
     s = agree_channels(st);
   /* A GPU rank: the kernels run on the device, the FIFOs in mapped memory. */
