@@ -1,5 +1,5 @@
 /* wire.h - the fixed header that starts every message a backend puts on the
- * wire (design.md, "Wire protocol").
+ * wire (docs/tcp.md, "The header"; docs/security.md).
  *
  * Layout: 64 bytes, every field little-endian, encoded and decoded byte by
  * byte so that the format does not depend on the host's endianness, struct
@@ -23,7 +23,8 @@
  *                          valid byte 0 outside a collective); else zeros
  *   60     4    checksum   FNV-1a (32 bit) of bytes 0..59
  *
- * Version 2 added the fingerprint (version 1 was 40 bytes without it).
+ * A peer of another version is refused (version 1 was 40 bytes, without
+ * the fingerprint).
  *
  * A receiver decodes the header, then calls xcoll_wire_check() with what it
  * expects BEFORE it uses the length for anything: a bad header is a protocol
