@@ -20,6 +20,8 @@ add_executable(split_threads ${CMAKE_CURRENT_SOURCE_DIR}/conformance/split_threa
 target_link_libraries(split_threads PRIVATE xcoll_static Threads::Threads)
 add_executable(prompt_waits ${CMAKE_CURRENT_SOURCE_DIR}/conformance/prompt_waits.c)
 target_link_libraries(prompt_waits PRIVATE xcoll_static)
+add_executable(mixed_calls ${CMAKE_CURRENT_SOURCE_DIR}/conformance/mixed_calls.c)
+target_link_libraries(mixed_calls PRIVATE xcoll_static)
 add_executable(staging ${CMAKE_CURRENT_SOURCE_DIR}/conformance/staging.c)
 target_link_libraries(staging PRIVATE xcoll_static ${CMAKE_DL_LIBS})
 add_executable(fault_init ${CMAKE_CURRENT_SOURCE_DIR}/faults/fault_init.c)
@@ -176,6 +178,16 @@ if(TARGET xcollrun)
     foreach(np 2 3)
       xcoll_add_mp_program(conformance.prompt_waits.${backend}.np${np}
                            prompt_waits ${backend} ${np} 120 "XCOLL_TIMEOUT_S=20")
+    endforeach()
+  endforeach()
+
+  # Irregular mixes: alltoallv with gaps and empty blocks, all-pairs groups
+  # posted in a different order on each rank, 8 different calls in flight,
+  # a split and the world interleaved (tests/conformance/mixed_calls.c).
+  foreach(backend ${XCOLL_SPLIT_BACKENDS} nccl_like)
+    foreach(np 1 3 5)
+      xcoll_add_mp_program(conformance.mixed_calls.${backend}.np${np}
+                           mixed_calls ${backend} ${np} 120 "XCOLL_TIMEOUT_S=30")
     endforeach()
   endforeach()
 
