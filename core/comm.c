@@ -238,6 +238,20 @@ xcoll_status xcoll_comm_transport(xcoll_comm_t comm, const char **send,
   return XCOLL_SUCCESS;
 }
 
+xcoll_status xcoll_comm_host(xcoll_comm_t comm, int *host_ranks,
+                             int *host_cpus, int *own_cpus) {
+  xcoll_status status = xcoll_comm_check_live(comm, "xcoll_comm_host");
+  if (status != XCOLL_SUCCESS)
+    return status;
+  if (host_ranks != NULL)
+    *host_ranks = comm->host_ranks;
+  if (host_cpus != NULL)
+    *host_cpus = comm->host_cpus;
+  if (own_cpus != NULL)
+    *own_cpus = comm->own_cpus;
+  return XCOLL_SUCCESS;
+}
+
 const char *xcoll_comm_backend(xcoll_comm_t comm) {
   if (!xcoll_comm_is_live(comm))
     return "";

@@ -409,15 +409,29 @@ XCOLL_API xcoll_status xcoll_comm_last_algorithm(xcoll_comm_t comm,
 /* How this rank's ring connections move bytes, as XCOLL_DEBUG=INFO's
  * "channel 00 : 0 -> 1 via SHM" lines name them (NCCL's "via P2P/IPC",
  * "via SHM", "via NET"): *send for the connection to the next rank, *recv
- * for the one from the previous. nccl_like: "SHM" (shared memory between
- * host ranks of one host) or "NET" (the proxy over the net plugin,
- * XCOLL_NET), "none" in a world of one; tcp and ucx: the backend's name.
+ * for the one from the previous. nccl_like: "P2P" (device memory between
+ * two GPU ranks of one GPU), "SHM" (shared memory between ranks of one
+ * host) or "NET" (the proxy over the net plugin, XCOLL_NET), "none" in a
+ * world of one; tcp and ucx: the backend's name.
  * Static strings, valid for the life of the process. Errors:
  * XCOLL_ERR_INVALID_ARGUMENT (NULL send or recv), XCOLL_ERR_INVALID_USAGE
  * (NULL or destroyed comm). */
 XCOLL_API xcoll_status xcoll_comm_transport(xcoll_comm_t comm,
                                             const char **send,
                                             const char **recv);
+/* The host census taken when comm was created (docs/how-it-works.md, "The
+ * host census"): *host_ranks, the ranks of comm on this rank's host (the
+ * same running kernel, by boot id), itself included; *host_cpus, the CPUs
+ * in the union of their affinity masks (sched_getaffinity); *own_cpus, the
+ * CPUs this rank may run on. Each is at least 1. A host whose ranks
+ * outnumber its CPUs is oversubscribed: its ranks time-share cores, and
+ * there a waiting rank does not spin and some algorithms are chosen for
+ * it. Ranks pinned one per core (mpirun's binding, srun --cpu-bind=cores)
+ * have one CPU each and are not oversubscribed. Any output may be NULL.
+ * Works on a broken communicator. Errors: XCOLL_ERR_INVALID_USAGE (NULL or
+ * destroyed comm). */
+XCOLL_API xcoll_status xcoll_comm_host(xcoll_comm_t comm, int *host_ranks,
+                                       int *host_cpus, int *own_cpus);
 
 /* Write comm's flight recorder to path as one JSON object (format and
  * fields: docs/flight-recorder.md; "version" says which): who this rank is,

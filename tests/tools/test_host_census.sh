@@ -3,11 +3,13 @@
 # CPUs of a host as the union of its ranks' affinity masks. Two ranks
 # pinned to two CPUs (as mpirun binds 2 ranks, or srun --cpu-bind=cores)
 # are one CPU each, not an oversubscribed host; two ranks pinned to one
-# CPU are. Each rank's INFO line says so, and the choices that follow from
-# it differ: tcp's allreduce of 4 MiB at P=2 is the ring with a CPU each
-# and Rabenseifner oversubscribed (core/algorithm_select.c); nccl_like's
-# is its ring kernel, or oversubscribed Rabenseifner's over the pairwise
-# links (XCOLL_PAIRWISE auto, backends/nccl_like/rabenseifner.c). Skipped (77) with fewer than 2 CPUs or without taskset.
+# CPU are. Each rank's INFO line and xcoll-perf's header (xcoll_comm_host)
+# say so, and the choices that follow from it differ: tcp's allreduce of
+# 4 MiB at P=2 is the ring with a CPU each and Rabenseifner oversubscribed
+# (core/algorithm_select.c); nccl_like's is its ring kernel, or
+# oversubscribed Rabenseifner's over the pairwise links (XCOLL_PAIRWISE
+# auto, backends/nccl_like/rabenseifner.c). Skipped (77) with fewer than 2
+# CPUs or without taskset.
 set -u
 . "$(dirname "$0")/common.sh"
 command -v taskset >/dev/null 2>&1 || { echo "SKIP: no taskset"; exit 77; }
@@ -47,6 +49,8 @@ for backend in tcp nccl_like; do
       "$backend, pinned to CPUs $first and $second, rank $r"
   done
   refuse 'oversubscribed' "$backend, pinned to CPUs $first and $second"
+  expect "^\\[rank 0\\] # host of rank 0: 2 rank\\(s\\) of 2 on 2 CPU\\(s\\) between them, rank 0 may run on 1 \\(xcoll_comm_host\\)$" \
+    "$backend, pinned to CPUs $first and $second: xcoll-perf's header"
   [ $backend = tcp ] && expect "$row.* ring/p2p$" "tcp, a CPU each: the ring"
   [ $backend = nccl_like ] && expect "$row.* ring/simple$" "nccl_like, a CPU each: the ring"
 
@@ -55,6 +59,8 @@ for backend in tcp nccl_like; do
     expect "\\[rank $r\\].* 2 rank\\(s\\) of this communicator on this host, on 1 CPU\\(s\\) between them \\(this rank may run on 1\\); oversubscribed$" \
       "$backend, both pinned to CPU $first, rank $r"
   done
+  expect "^\\[rank 0\\] # host of rank 0: 2 rank\\(s\\) of 2 on 1 CPU\\(s\\) between them, rank 0 may run on 1; oversubscribed" \
+    "$backend, both pinned to CPU $first: xcoll-perf's header"
   [ $backend = tcp ] && expect "$row.* rabenseifner/p2p$" "tcp, one CPU: Rabenseifner"
   [ $backend = nccl_like ] && expect "$row.* rabenseifner/direct$" "nccl_like, one CPU: Rabenseifner over the pairwise links"
 done

@@ -3,6 +3,7 @@
  * argument checks (status and the argument named in the message),
  * non-blocking requests and their ordering, abort, broken communicators,
  * split, backend lookup. */
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -85,6 +86,18 @@ static void test_getters(void **state) {
   assert_int_equal(xcoll_comm_rank(comm, NULL), XCOLL_ERR_INVALID_ARGUMENT);
   expect_message_has(comm, "rank");
   assert_int_equal(xcoll_comm_size(NULL, &value), XCOLL_ERR_INVALID_USAGE);
+  /* The host census of a world of one: itself, on its own CPUs. */
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  assert_int_equal(sched_getaffinity(0, sizeof set, &set), 0);
+  int ranks = -7, cpus = -7, own = -7;
+  assert_int_equal(xcoll_comm_host(comm, &ranks, &cpus, &own), XCOLL_SUCCESS);
+  assert_int_equal(ranks, 1);
+  assert_int_equal(own, CPU_COUNT(&set));
+  assert_int_equal(cpus, CPU_COUNT(&set));
+  assert_int_equal(xcoll_comm_host(comm, NULL, NULL, &own), XCOLL_SUCCESS);
+  assert_int_equal(xcoll_comm_host(NULL, &ranks, &cpus, &own),
+                   XCOLL_ERR_INVALID_USAGE);
 }
 
 /* On one rank every reduction is the identity, allgather and

@@ -37,6 +37,15 @@ void perf_print_header(const perf_run *run) {
            run->p2p_send_ranks, run->shm_send_ranks, run->net_send_ranks);
   else
     printf("# transports: %s\n", xcoll_comm_backend(run->comm));
+  int host_ranks = 1, host_cpus = 1, own_cpus = 1;
+  if (xcoll_comm_host(run->comm, &host_ranks, &host_cpus, &own_cpus) ==
+      XCOLL_SUCCESS)
+    printf("# host of rank 0: %d rank(s) of %d on %d CPU(s) between them, "
+           "rank 0 may run on %d%s (xcoll_comm_host)\n",
+           host_ranks, run->world_size, host_cpus, own_cpus,
+           host_ranks > host_cpus ? "; oversubscribed: the ranks time-share "
+                                    "cores"
+                                  : "");
   printf("# GPU ranks (bound to a CUDA device): %d of %d; buffers: CUDA device "
          "memory on %d ranks, host memory on %d\n",
          run->gpu_ranks, run->world_size, run->device_buffer_ranks,
