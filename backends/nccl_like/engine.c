@@ -24,7 +24,8 @@
  * channels' workers; the wait then sleeps until a worker has run it. For
  * a small op that hand-off, a wake-up of the worker and another of the
  * waiter, costs more than the op: an 8 B allreduce issued and waited for
- * at once took 7-13 us at P=2 on 2 cores against 0.35-0.6 us blocking. So
+ * at once takes 7-13 us that way at P=2 on 2 cores, against 0.35-0.6 us
+ * blocking. So
  * channel 0's queue follows core/prompt.h's policy, as core/request.c's
  * queue of host algorithms does: once the waits come promptly, start()
  * leaves channel 0's worker asleep (op->deferred) and the wait runs the
