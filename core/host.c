@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bootstrap.h"
@@ -11,8 +12,8 @@
 #include "host.h"
 #include "log.h"
 
-/* The boot id's 32 hex digits as 16 bytes; 0 when it cannot be read. */
-static int read_boot_id(uint8_t key[16]) {
+int xcoll_host_boot_id(uint8_t id[16]) {
+  memset(id, 0, 16);
   FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
   if (f == NULL)
     return 0;
@@ -22,18 +23,28 @@ static int read_boot_id(uint8_t key[16]) {
   if (!ok)
     return 0;
   int digits = 0;
-  memset(key, 0, 16);
-  for (const char *c = text; *c != '\0' && digits < 32; c++) {
+  for (const char *c = text; *c != '\0' && *c != '\n'; c++) {
+    if (*c == '-')
+      continue;
     int v = *c >= '0' && *c <= '9'   ? *c - '0'
             : *c >= 'a' && *c <= 'f' ? *c - 'a' + 10
             : *c >= 'A' && *c <= 'F' ? *c - 'A' + 10
                                      : -1;
-    if (v < 0)
-      continue; /* the dashes */
-    key[digits / 2] |= (uint8_t)(digits % 2 ? v : v << 4);
+    if (v < 0 || digits == 32)
+      return 0;
+    id[digits / 2] = (uint8_t)(id[digits / 2] << 4 | v);
     digits++;
   }
   return digits == 32;
+}
+
+int xcoll_host_netns_id(uint8_t id[24]) {
+  struct stat ns;
+  if (!xcoll_host_boot_id(id) || stat("/proc/self/ns/net", &ns) != 0)
+    return 0;
+  uint64_t inode = (uint64_t)ns.st_ino;
+  memcpy(id + 16, &inode, sizeof inode);
+  return 1;
 }
 
 /* Two 64-bit FNV-1a hashes of the host name, for a kernel without a boot
@@ -53,7 +64,7 @@ static void hash_host_name(uint8_t key[16]) {
 
 void xcoll_host_record_fill(xcoll_host_record *record) {
   memset(record, 0, sizeof *record);
-  if (!read_boot_id(record->host_key))
+  if (!xcoll_host_boot_id(record->host_key))
     hash_host_name(record->host_key);
   cpu_set_t set;
   CPU_ZERO(&set);

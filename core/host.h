@@ -40,6 +40,18 @@ typedef struct xcoll_host_tally {
                          same answer on every rank */
 } xcoll_host_tally;
 
+/* This kernel's boot id (/proc/sys/kernel/random/boot_id, 32 hex digits
+ * and dashes) as 16 bytes: 1, or 0 when it cannot be read or is malformed.
+ * Processes with one boot id run on one kernel: one host's CPUs. */
+int xcoll_host_boot_id(uint8_t id[16]);
+
+/* The boot id, then the inode of this process's network namespace (8
+ * bytes, host order): processes with equal ids share a kernel and a
+ * network namespace, so an abstract Unix socket or a segment passed over
+ * one reaches from one to the other (nccl_like's shm transport, the
+ * socket plugin's Unix connections). 1, or 0 when either cannot be read. */
+int xcoll_host_netns_id(uint8_t id[24]);
+
 /* This process's record: boot id (or host name) and affinity mask. A mask
  * that cannot be read (more than 1024 CPUs) counts as the first
  * min(online CPUs, 1024) CPUs. */

@@ -16,10 +16,13 @@
  * calls: the queue then stops deferring (xcoll_prompt_stop) and wakes the
  * other thread for everything it holds.
  *
- * The struct is not locked here: each owner keeps it under the lock that
- * guards its queue. */
+ * The struct is not locked here: each owner changes it under the lock that
+ * guards its queue. defer is atomic (relaxed) so that a poll loop may read
+ * it without that lock (xcoll_prompt_deferring). */
 #ifndef XCOLL_CORE_PROMPT_H
 #define XCOLL_CORE_PROMPT_H
+
+#include <stdatomic.h>
 
 /* A wait this soon after its call (seconds) is prompt; a deferred call is
  * due (run by the other thread) once it is this old. */
@@ -28,7 +31,7 @@
 #define XCOLL_PROMPT_WAITS 8
 
 typedef struct xcoll_prompt {
-  int defer;        /* calls issued now are deferred */
+  _Atomic int defer; /* calls issued now are deferred */
   int prompt_waits; /* prompt waits in a row since deferring last stopped */
 } xcoll_prompt;
 
@@ -42,14 +45,21 @@ static inline int xcoll_prompt_note_wait(xcoll_prompt *p, double issued_at,
   if (now - issued_at >= XCOLL_PROMPT_S)
     return 0;
   if (++p->prompt_waits >= XCOLL_PROMPT_WAITS)
-    p->defer = 1;
+    atomic_store_explicit(&p->defer, 1, memory_order_relaxed);
   return 1;
+}
+
+/* Whether calls issued now are deferred. Without the owner's lock the
+ * answer may be a moment old: a caller that read 0 after issuing a
+ * deferred call sees deferring stopped since, which cleared its mark. */
+static inline int xcoll_prompt_deferring(const xcoll_prompt *p) {
+  return atomic_load_explicit(&p->defer, memory_order_relaxed);
 }
 
 /* The caller overlaps work with its calls: new calls are not deferred, and
  * the count of prompt waits starts again. */
 static inline void xcoll_prompt_stop(xcoll_prompt *p) {
-  p->defer = 0;
+  atomic_store_explicit(&p->defer, 0, memory_order_relaxed);
   p->prompt_waits = 0;
 }
 

@@ -48,8 +48,6 @@ struct xcoll_queue {
    * since deferring last stopped. */
   xcoll_prompt prompt;
   int any_deferred;
-  /* prompt.defer, for xcoll_queue_test to read without the lock. */
-  _Atomic int deferring;
   /* The progress thread is in an untimed wait: a deferred call must still
    * wake it once, or nothing would run it if nobody waits. */
   int sleeping;
@@ -238,7 +236,6 @@ static int caller_takes_head(const struct xcoll_queue *queue) {
  * progress thread run what is queued now. */
 static void stop_deferring_locked(struct xcoll_queue *queue) {
   xcoll_prompt_stop(&queue->prompt);
-  atomic_store_explicit(&queue->deferring, 0, memory_order_relaxed);
   if (!queue->any_deferred) /* a backlog is not walked on every wait */
     return;
   queue->any_deferred = 0;
@@ -270,7 +267,8 @@ static void *progress_main(void *arg) {
     /* Destroy sets stop only once the queue is empty and idle. */
     if (queue->stop && queue->head == NULL && !queue->busy)
       break;
-    if (queue->prompt.defer && now - queue->last_call < QUEUE_LINGER_S) {
+    if (xcoll_prompt_deferring(&queue->prompt) &&
+        now - queue->last_call < QUEUE_LINGER_S) {
       wait_until(&queue->work, &queue->lock, now + QUEUE_NAP_S);
     } else {
       queue->sleeping = 1;
@@ -298,7 +296,7 @@ static xcoll_status enqueue_locked(xcoll_comm *comm,
   }
   request->next = NULL;
   request->issued_at = queue->last_call = xcoll_socket_now();
-  request->deferred = queue->prompt.defer;
+  request->deferred = xcoll_prompt_deferring(&queue->prompt);
   queue->any_deferred |= request->deferred;
   if (queue->tail != NULL)
     queue->tail->next = request;
@@ -363,8 +361,6 @@ void xcoll_queue_wait(xcoll_comm *comm, struct xcoll_request *request) {
   if (!xcoll_prompt_note_wait(&queue->prompt, request->issued_at,
                               xcoll_socket_now()))
     stop_deferring_locked(queue);
-  else if (queue->prompt.defer)
-    atomic_store_explicit(&queue->deferring, 1, memory_order_relaxed);
   /* Not deferred: the progress thread runs it, and every call ahead of it
    * (those are not deferred either: a queue defers from some call on, and
    * stops deferring all at once). */
@@ -387,10 +383,8 @@ void xcoll_queue_wait(xcoll_comm *comm, struct xcoll_request *request) {
 
 void xcoll_queue_test(xcoll_comm *comm) {
   struct xcoll_queue *queue = comm->queue;
-  /* A poll loop takes no lock while nothing defers. A request submitted
-   * deferred by this thread reads 1 here unless deferring stopped since,
-   * which cleared its mark. */
-  if (!atomic_load_explicit(&queue->deferring, memory_order_relaxed))
+  /* A poll loop takes no lock while nothing defers (core/prompt.h). */
+  if (!xcoll_prompt_deferring(&queue->prompt))
     return;
   pthread_mutex_lock(&queue->lock);
   stop_deferring_locked(queue);

@@ -418,7 +418,8 @@ static xcoll_status nl_start(xcoll_comm *comm, void *state,
      * unless the worker, awake for an earlier item, takes it first: no
      * wake-up; so does a prompt waiter's (deferred kicks, at the top).
      * The other channels' workers run theirs in parallel. */
-    if (c == 0 && !args->blocking && st->inline_wait && st->prompt.defer) {
+    if (c == 0 && !args->blocking && st->inline_wait &&
+        xcoll_prompt_deferring(&st->prompt)) {
       op->deferred = 1;
       atomic_store(&st->any_deferred, 1);
     } else if (!(args->blocking && st->inline_wait && c == 0)) {

@@ -260,9 +260,8 @@ static xcoll_status agree_channels(nl_state *st) {
     st->mesh_on = 1;
   } else {
     free(all);
-    return s;
+    return s; /* the exchange itself failed: nothing was judged */
   }
-  free(all);
   if (s != XCOLL_SUCCESS) {
     /* Every rank holds the same records, so every rank found the mismatch.
      * Before any fails, all meet once more: rank 0, which hosts the store,
@@ -270,15 +269,12 @@ static xcoll_status agree_channels(nl_state *st) {
      * that rank would fail with "the store closed" instead of this. */
     char message[XCOLL_ERROR_BYTES];
     snprintf(message, sizeof message, "%s", xcoll_comm_last_error(st->comm));
-    uint8_t one = 1, seen[64];
-    uint8_t *met = st->world_size <= 64 ? seen : malloc((size_t)st->world_size);
-    if (met != NULL)
-      (void)xcoll_bootstrap_allgather(st->comm, "nl_nchannels_judged", &one, 1,
-                                      met);
-    if (met != seen)
-      free(met);
+    uint8_t one = 1; /* all has room for world_size bytes */
+    (void)xcoll_bootstrap_allgather(st->comm, "nl_nchannels_judged", &one, 1,
+                                    all);
     s = xcoll_error_quiet(st->comm, s, "%s", message);
   }
+  free(all);
   return s;
 }
 

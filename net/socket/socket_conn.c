@@ -16,12 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "auth.h"
+#include "host.h"
 #include "net.h"
 #include "net_plugin_log.h"
 #include "net_socket_wire.h"
@@ -87,33 +87,7 @@ int sock_host_id_ok;
 uint8_t sock_host_id[SOCK_HOST_ID_BYTES];
 
 void sock_host_init(void) {
-  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-  char text[64] = "";
-  if (f == NULL)
-    return;
-  int read_ok = fgets(text, sizeof text, f) != NULL;
-  fclose(f);
-  if (!read_ok)
-    return;
-  int digits = 0;
-  for (const char *c = text; *c != '\0' && *c != '\n'; c++) {
-    if (*c == '-')
-      continue;
-    int v = *c >= '0' && *c <= '9'   ? *c - '0'
-            : *c >= 'a' && *c <= 'f' ? *c - 'a' + 10
-            : *c >= 'A' && *c <= 'F' ? *c - 'A' + 10
-                                     : -1;
-    if (v < 0 || digits == 32)
-      return;
-    sock_host_id[digits / 2] = (uint8_t)(sock_host_id[digits / 2] << 4 | v);
-    digits++;
-  }
-  struct stat ns;
-  if (digits != 32 || stat("/proc/self/ns/net", &ns) != 0)
-    return;
-  uint64_t inode = (uint64_t)ns.st_ino;
-  memcpy(sock_host_id + 16, &inode, sizeof inode);
-  sock_host_id_ok = 1;
+  sock_host_id_ok = xcoll_host_netns_id(sock_host_id);
 }
 
 /* The abstract Unix-domain address of the listener with this nonce. */

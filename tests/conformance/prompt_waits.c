@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_call.h"
 #include "xcoll.h"
 
 #define ROUNDS 40
@@ -29,17 +30,6 @@
 
 static int rank, world;
 static xcoll_comm_t comm, side;
-
-#define CHECK(call)                                                            \
-  do {                                                                         \
-    xcoll_status s_ = (call);                                                  \
-    if (s_ != XCOLL_SUCCESS) {                                                 \
-      fprintf(stderr, "rank %d: %s:%d: %s: %s (%s)\n", rank, __FILE__,         \
-              __LINE__, #call, xcoll_strerror(s_),                             \
-              xcoll_comm_last_error(comm));                                    \
-      exit(1);                                                                 \
-    }                                                                          \
-  } while (0)
 
 static int failures;
 

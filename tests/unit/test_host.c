@@ -118,6 +118,14 @@ static void test_own_record(void **state) {
   xcoll_host_record_fill(&a);
   xcoll_host_record_fill(&b);
   assert_memory_equal(a.host_key, b.host_key, sizeof a.host_key);
+  /* The boot id the record carries leads the id the shm transport and the
+   * socket plugin compare. */
+  uint8_t boot[16], netns[24];
+  if (xcoll_host_boot_id(boot)) {
+    assert_memory_equal(a.host_key, boot, sizeof boot);
+    assert_int_equal(xcoll_host_netns_id(netns), 1);
+    assert_memory_equal(netns, boot, sizeof boot);
+  }
   cpu_set_t set;
   CPU_ZERO(&set);
   assert_int_equal(sched_getaffinity(0, sizeof set, &set), 0);

@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "host.h"
 #include "log.h"
 #include "nccl_like.h"
 #include "params.h"
@@ -149,30 +150,6 @@ typedef struct nl_shm {
 
 /* ---- this rank's info ---- */
 
-static int read_host_id(uint8_t out[24]) {
-  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-  char text[64] = "";
-  if (f == NULL)
-    return 0;
-  int ok = fgets(text, sizeof text, f) != NULL;
-  fclose(f);
-  if (!ok)
-    return 0;
-  memset(out, 0, 24);
-  /* The text as it is (36 characters with dashes): only equality
-   * matters. */
-  size_t n = strcspn(text, "\n");
-  memcpy(out, text, n < 16 ? n : 16);
-  if (n > 16)
-    memcpy(out + 8, text + n - 8, 8); /* the tail differs too */
-  struct stat ns;
-  if (stat("/proc/self/ns/net", &ns) != 0)
-    return 0;
-  uint64_t inode = (uint64_t)ns.st_ino;
-  memcpy(out + 16, &inode, sizeof inode);
-  return 1;
-}
-
 xcoll_status nl_rank_info_fill(nl_state *st, nl_rank_info *info) {
   memset(info, 0, sizeof *info);
   long disable = 0, p2p_disable = 0;
@@ -182,7 +159,7 @@ xcoll_status nl_rank_info_fill(nl_state *st, nl_rank_info *info) {
   if (s != XCOLL_SUCCESS)
     return xcoll_error_adopt(st->comm, s);
   struct stat shm_dir, pid_ns;
-  info->host_id_ok = read_host_id(info->host_id) &&
+  info->host_id_ok = xcoll_host_netns_id(info->host_id) &&
                      stat("/dev/shm", &shm_dir) == 0 &&
                      stat("/proc/self/ns/pid", &pid_ns) == 0;
   if (info->host_id_ok) {
