@@ -112,6 +112,8 @@ static void driver_load(void) {
   LOAD_IF_PRESENT(ipc_get_mem_handle, "cuIpcGetMemHandle");
   LOAD_IF_PRESENT(ipc_open_mem_handle, "cuIpcOpenMemHandle");
   LOAD_IF_PRESENT(ipc_close_mem_handle, "cuIpcCloseMemHandle");
+  LOAD_IF_PRESENT(stream_create, "cuStreamCreate");
+  LOAD_IF_PRESENT(stream_destroy, "cuStreamDestroy");
   xcoll_cu = d;
   return;
 missing:

@@ -37,6 +37,9 @@ typedef unsigned long long xcoll_cu_deviceptr;
 #define XCOLL_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
 #define XCOLL_CU_DEVICE_ATTRIBUTE_VMM_SUPPORTED 102
 #define XCOLL_CU_DEVICE_ATTRIBUTE_POSIX_FD_SUPPORTED 103
+#define XCOLL_CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED 99
+#define XCOLL_CU_DEVICE_ATTRIBUTE_MPS_ENABLED 133
+#define XCOLL_CU_STREAM_NON_BLOCKING 0x1
 #define XCOLL_CU_MEM_HANDLE_TYPE_POSIX_FD 0x1
 #define XCOLL_CU_MEM_ALLOCATION_TYPE_PINNED 0x1
 #define XCOLL_CU_MEM_LOCATION_TYPE_DEVICE 0x1
@@ -160,6 +163,10 @@ typedef struct xcoll_cu_driver {
                                          xcoll_cu_ipc_handle handle,
                                          unsigned int flags);
   xcoll_cu_result (*ipc_close_mem_handle)(xcoll_cu_deviceptr dptr);
+  /* A stream of the engine's own (zeroing p2p slots without the legacy
+   * NULL stream's implicit synchronisation); NULL: the NULL stream. */
+  xcoll_cu_result (*stream_create)(void **stream, unsigned int flags);
+  xcoll_cu_result (*stream_destroy)(void *stream);
 } xcoll_cu_driver;
 
 /* The loaded driver: valid once xcoll_cuda_open has succeeded (it is never

@@ -396,6 +396,35 @@ static xcoll_status register_buffers(nl_state *st) {
   return XCOLL_SUCCESS;
 }
 
+/* GPU ranks that share one GPU without MPS time-slice it: each waits for
+ * a slice before its kernel runs, so every step of a ring costs about a
+ * slice (2.3 ms an allreduce at 2 ranks on an H100; scripts/gpu-check.sh).
+ * The lowest such rank of a GPU says so once, with what to do. */
+static void warn_shared_gpu(const nl_state *st) {
+  const nl_rank_info *me = &st->rank_infos[st->rank];
+  static const uint8_t unknown[16];
+  if (me->cuda_device < 0 || me->gpu_mps != NL_GPU_MPS_OFF ||
+      memcmp(me->gpu_uuid, unknown, sizeof unknown) == 0)
+    return;
+  int sharing = 0, lowest = st->rank;
+  for (int r = 0; r < st->world_size; r++) {
+    const nl_rank_info *o = &st->rank_infos[r];
+    if (r == st->rank || o->cuda_device < 0 || !nl_same_host(me, o) ||
+        memcmp(o->gpu_uuid, me->gpu_uuid, sizeof me->gpu_uuid) != 0)
+      continue;
+    sharing++;
+    if (r < lowest)
+      lowest = r;
+  }
+  if (sharing > 0 && lowest == st->rank)
+    XCOLL_WARN("nccl_like: %d GPU ranks share one GPU (rank %d's) without "
+               "MPS: their contexts time-slice it, so each step of a "
+               "collective waits for a time slice (milliseconds a call); "
+               "start the MPS daemon (nvidia-cuda-mps-control -d) before "
+               "the job to run their kernels side by side",
+               sharing + 1, st->rank);
+}
+
 /* Every rank's info (transport/transport.h) in one bootstrap allgather,
  * after each transport's setup has added what it publishes; then each
  * channel's two directions take the first transport that accepts the pair
@@ -426,6 +455,7 @@ static xcoll_status pick_transports(nl_state *st) {
     for (int b = a + 1; b < st->world_size; b++)
       st->mesh_checked &=
           nl_shm_mesh_pair(&st->rank_infos[a], &st->rank_infos[b]);
+  warn_shared_gpu(st);
   const nl_rank_info *me = &st->rank_infos[st->rank];
   const nl_transport *send =
       nl_transport_pick(me, &st->rank_infos[st->next]);

@@ -112,9 +112,10 @@ struct nl_gpu {
   nl_gpu_window windows[NL_GPU_WINDOWS]; /* bytes 0: free */
 };
 
-/* Threads per block: every slice is shared by the block's threads
- * (kernels/prims.h's xc_thread_range); NCCL runs 512 for SIMPLE. */
-#define NL_GPU_THREADS 256
+/* Threads per block: every slice is shared by the block's threads, in
+ * interleaved 16-byte packs (kernels/reduce.h, xc_copy_block). The kernel
+ * is compiled for this many (kernels/device.h). */
+#define NL_GPU_THREADS XC_GPU_THREADS
 
 static xcoll_status driver_failed(nl_state *st, const char *call,
                                   xcoll_cu_result rc) {
@@ -158,6 +159,22 @@ void nl_gpu_describe(nl_state *st, nl_rank_info *info) {
   info->gpu_host_map = xcoll_cu.mem_host_register != NULL &&
                        xcoll_cu.mem_host_unregister != NULL &&
                        xcoll_cu.mem_host_get_device_pointer != NULL;
+  /* The device may say it cannot register host memory (some platforms);
+   * a driver that cannot answer is taken at its entry points. */
+  int answer = 0;
+  if (info->gpu_host_map && xcoll_cu.device_get_attribute != NULL &&
+      xcoll_cu.device_get_attribute(
+          &answer, XCOLL_CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED,
+          device) == 0 &&
+      answer == 0)
+    info->gpu_host_map = 0;
+  /* Whether contexts on the device are shared through MPS (NL_GPU_MPS_*):
+   * ranks that share a GPU without it time-slice it. */
+  info->gpu_mps = NL_GPU_MPS_UNKNOWN;
+  if (xcoll_cu.device_get_attribute != NULL &&
+      xcoll_cu.device_get_attribute(
+          &answer, XCOLL_CU_DEVICE_ATTRIBUTE_MPS_ENABLED, device) == 0)
+    info->gpu_mps = answer ? NL_GPU_MPS_ON : NL_GPU_MPS_OFF;
   if (xcoll_cu.device_get_uuid == NULL ||
       xcoll_cu.device_get_uuid(info->gpu_uuid, device) != 0)
     memset(info->gpu_uuid, 0, sizeof info->gpu_uuid);
@@ -298,14 +315,25 @@ static xcoll_cu_result map_handle(nl_gpu *g, unsigned long long handle,
 }
 
 /* Zero the new slots (device memory starts undefined) with one copy from
- * a zeroed host buffer. */
+ * a zeroed host buffer, on a non-blocking stream of its own: the legacy
+ * NULL stream would also wait for every kernel on the context's blocking
+ * streams, such as another communicator's ring kernel, which waits for
+ * its peers (NCCL allocates at init for the same reason). Under the
+ * pushed context. */
 static xcoll_cu_result zero_device(xcoll_cu_deviceptr dptr, size_t bytes) {
   void *zeros = calloc(1, bytes);
   if (zeros == NULL)
     return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
-  xcoll_cu_result rc = xcoll_cu.memcpy_htod_async(dptr, zeros, bytes, NULL);
+  void *stream = NULL;
+  xcoll_cu_result rc = 0;
+  if (xcoll_cu.stream_create != NULL && xcoll_cu.stream_destroy != NULL)
+    rc = xcoll_cu.stream_create(&stream, XCOLL_CU_STREAM_NON_BLOCKING);
   if (rc == 0)
-    rc = xcoll_cu.stream_synchronize(NULL);
+    rc = xcoll_cu.memcpy_htod_async(dptr, zeros, bytes, stream);
+  if (rc == 0)
+    rc = xcoll_cu.stream_synchronize(stream);
+  if (stream != NULL)
+    (void)xcoll_cu.stream_destroy(stream);
   free(zeros);
   return rc;
 }
@@ -536,6 +564,20 @@ xcoll_status nl_gpu_open(nl_state *st, xcoll_cuda *cuda) {
     rc = xcoll_cu.event_create(&g->order_event, XCOLL_CU_EVENT_DISABLE_TIMING);
   }
   xcoll_cuda_pop();
+  /* No binary or PTX this driver can load: CUDA_ERROR_NO_BINARY_FOR_GPU
+   * (209), _INVALID_PTX (218), _JIT_COMPILER_NOT_FOUND (221),
+   * _UNSUPPORTED_PTX_VERSION (222). */
+  if (g->module == NULL && (rc == 209 || rc == 218 || rc == 221 || rc == 222))
+    return xcoll_error(st->comm, XCOLL_ERR_NOT_SUPPORTED,
+                       "nccl_like: cuModuleLoadData on CUDA device %d failed: "
+                       "error %d, %s: the ring kernels in this library were "
+                       "built by CUDA %s for XCOLL_CUDA_ARCHS, and this "
+                       "driver cannot load them; install a driver that "
+                       "supports CUDA %s or newer (nvidia-smi shows the "
+                       "newest CUDA its driver supports), or build xcoll with "
+                       "a toolkit the driver supports",
+                       cuda->ordinal, rc, xcoll_cu_text(rc),
+                       XCOLL_RING_CUDA_RELEASE, XCOLL_RING_CUDA_RELEASE);
   if (rc != 0)
     return driver_failed(st, call, rc);
   /* The tail piece: conns, abort, status, barrier words. */

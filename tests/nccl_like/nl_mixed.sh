@@ -16,6 +16,8 @@
 # NL_MIXED_TRANSPORTS="P2P SHM ...": the second run logs at XCOLL_DEBUG=INFO
 # and its connections ("channel NN : a -> b via NAME") must use exactly
 # these transports (nccl_like's selection: p2p, shm, net).
+# NL_MIXED_GREP="EXTENDED REGEX" and NL_MIXED_GREP_COUNT=N: exactly N lines
+# of the second run's stderr match it (a warning said once, or never).
 set -u
 xcollrun=$1
 program=$2
@@ -58,6 +60,14 @@ if [ -n "${NL_MIXED_TRANSPORTS:-}" ]; then
     "$tmp/mixed.err" | sort -u
   if [ "$used" != "$want" ]; then
     echo "FAIL: the mixed run's connections went via '$used', not '$want'"
+    exit 1
+  fi
+fi
+if [ -n "${NL_MIXED_GREP:-}" ]; then
+  found=$(grep -cE -- "$NL_MIXED_GREP" "$tmp/mixed.err")
+  grep -E -- "$NL_MIXED_GREP" "$tmp/mixed.err"
+  if [ "$found" != "${NL_MIXED_GREP_COUNT:-1}" ]; then
+    echo "FAIL: $found line(s) of the mixed run match '$NL_MIXED_GREP', not ${NL_MIXED_GREP_COUNT:-1}"
     exit 1
   fi
 fi

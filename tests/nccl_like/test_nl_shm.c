@@ -107,6 +107,16 @@ static void test_pick(void **unused) {
   k = h;
   k.p2p_share = 0; /* no way to share device memory */
   assert_ptr_equal(nl_transport_pick(&g, &k), &nl_transport_shm);
+  /* Two GPU ranks of one process (threads): legacy IPC cannot open a
+   * handle its own process exported, so IPC alone is no way; cuMem is. */
+  k = h;
+  k.pid = g.pid;
+  assert_int_equal(nl_p2p_share_both(&g, &k), 0);
+  assert_ptr_equal(nl_transport_pick(&g, &k), &nl_transport_shm);
+  k.p2p_share = NL_P2P_SHARE_CUMEM | NL_P2P_SHARE_IPC;
+  assert_int_equal(nl_p2p_share_both(&g, &k), NL_P2P_SHARE_CUMEM);
+  assert_ptr_equal(nl_transport_pick(&g, &k), &nl_transport_p2p);
+  assert_int_equal(nl_p2p_share_both(&g, &h), NL_P2P_SHARE_IPC);
   k = h;
   k.host_id[0] ^= 1; /* another host */
   assert_ptr_equal(nl_transport_pick(&g, &k), &nl_transport_net);

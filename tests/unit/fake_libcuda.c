@@ -54,7 +54,8 @@
  *   FAKE_CUDA_NO_VMM=1, which also makes cuMemCreate fail with
  *   CUDA_ERROR_NOT_SUPPORTED: the CUDA IPC fallback); cuDeviceGetUuid
  *   gives every ordinal a UUID of its own, the same in every process.
- *   MULTIPROCESSOR_COUNT is FAKE_CUDA_SMS where set (otherwise
+ *   MULTIPROCESSOR_COUNT is FAKE_CUDA_SMS where set, HOST_REGISTER_SUPPORTED
+ *   FAKE_CUDA_HOST_REGISTER and MPS_ENABLED FAKE_CUDA_MPS (otherwise
  *   CUDA_ERROR_INVALID_VALUE, as for every other attribute).
  * - fake_cuda_set_device_range calls one host range device memory for
  *   cuPointerGetAttribute only (unit.device's detection tests).
@@ -401,6 +402,14 @@ int cuDeviceGetAttribute(int *value, int attribute, int device) {
     return INVALID_VALUE;
   if (attribute == 102 || attribute == 103) { /* VMM, POSIX fd handles */
     *value = !no_vmm();
+    return OK;
+  }
+  /* HOST_REGISTER_SUPPORTED, MPS_ENABLED: answered only when set. */
+  const char *answer = attribute == 99    ? getenv("FAKE_CUDA_HOST_REGISTER")
+                       : attribute == 133 ? getenv("FAKE_CUDA_MPS")
+                                          : NULL;
+  if (answer != NULL) {
+    *value = atoi(answer);
     return OK;
   }
   const char *sms = getenv("FAKE_CUDA_SMS");

@@ -84,6 +84,10 @@
  * its last step while the peer, done, already left, is not a death. */
 #define NL_SHM_WATCH_IDLE_S 0.05
 /* A segment's header message (receiver -> sender, with the fd). */
+/* At destroy, how long a rank whose p2p slots prev opened with legacy CUDA
+ * IPC waits for prev to close them (its socket's end) before it frees
+ * them (nl_shm_free). */
+#define NL_SHM_IPC_CLOSE_WAIT_S 2.0
 #define NL_SHM_MAGIC 0x534c4e58u /* "XNLS" */
 #define NL_SHM_VERSION 2u
 
@@ -288,7 +292,7 @@ static size_t segment_stride(const nl_state *st, const nl_transport *t) {
 /* The kind of device memory p2p shares between a and b: cuMem when both
  * can, else CUDA IPC. */
 static int share_kind(const nl_rank_info *a, const nl_rank_info *b) {
-  int both = a->p2p_share & b->p2p_share;
+  int both = nl_p2p_share_both(a, b);
   return (both & NL_P2P_SHARE_CUMEM) ? NL_P2P_SHARE_CUMEM : NL_P2P_SHARE_IPC;
 }
 
@@ -651,6 +655,31 @@ static void peer_close(nl_shm_peer *p) {
   p->sock = p->pidfd = -1;
 }
 
+/* 1 once p's socket reads end of file (the peer closed it, or exited)
+ * within seconds; bytes still queued on it are read past. */
+static int peer_closes_within(nl_shm_peer *p, double seconds) {
+  if (p->sock < 0 || p->closed)
+    return 1;
+  const double until = nl_now() + seconds;
+  for (;;) {
+    double left = until - nl_now();
+    if (left <= 0)
+      return 0;
+    struct pollfd pfd = {.fd = p->sock, .events = POLLIN};
+    int ready = poll(&pfd, 1, (int)(left * 1000) + 1);
+    if (ready < 0 && errno != EINTR)
+      return 0;
+    if (ready <= 0)
+      continue;
+    char bytes[64];
+    ssize_t got = recv(p->sock, bytes, sizeof bytes, MSG_DONTWAIT);
+    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+      p->closed = 1;
+      return 1;
+    }
+  }
+}
+
 void nl_shm_free(nl_state *st) {
   nl_shm *shm = st->shm;
   if (shm == NULL)
@@ -669,8 +698,27 @@ void nl_shm_free(nl_state *st) {
     nl_gpu_unmap_host(st, shm->segment);
   if (shm->peer_on_device)
     nl_gpu_unmap_host(st, shm->peer_segment);
-  nl_gpu_slots_free(st, &shm->slots);
+  /* next's slots first, then the socket to next, whose end tells next
+   * that this rank no longer maps them. Legacy CUDA IPC memory must not
+   * be freed before the process that opened it has closed it (CUDA Driver
+   * API, cuIpcOpenMemHandle: undefined behaviour otherwise; cuMem's
+   * handles are counted, so freeing them is always safe): this rank waits
+   * for prev's end before it frees its own IPC slots, and leaves them to
+   * the context's end if prev keeps its socket open past
+   * NL_SHM_IPC_CLOSE_WAIT_S (prev destroys its communicators in another
+   * order, or hangs). Every rank closes towards next before it waits for
+   * prev, so the waits form no cycle. */
   nl_gpu_slots_free(st, &shm->peer_slots);
+  peer_close(&shm->to_next);
+  if (shm->slots.kind == NL_P2P_SHARE_IPC && shm->slots.dptr != 0 &&
+      !peer_closes_within(&shm->to_prev, NL_SHM_IPC_CLOSE_WAIT_S)) {
+    XCOLL_INFO("nccl_like: rank %d: rank %d still has this rank's p2p "
+               "slots open (CUDA IPC) after %.0f s; they are left to the "
+               "CUDA context's end rather than freed under it",
+               st->rank, st->prev, NL_SHM_IPC_CLOSE_WAIT_S);
+    shm->slots.dptr = 0;
+  }
+  nl_gpu_slots_free(st, &shm->slots);
   if (shm->listen_fd >= 0)
     close(shm->listen_fd);
   if (shm->segment_fd >= 0)
@@ -680,7 +728,6 @@ void nl_shm_free(nl_state *st) {
   if (shm->peer_segment)
     munmap(shm->peer_segment, shm->peer_segment_bytes);
   peer_close(&shm->to_prev);
-  peer_close(&shm->to_next);
   mesh_free(st, shm);
   pthread_mutex_destroy(&shm->check_lock);
   free(shm);

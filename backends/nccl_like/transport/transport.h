@@ -46,7 +46,8 @@ typedef struct nl_rank_info {
   uint8_t gpu_host_map;  /* a GPU rank whose driver maps host memory into
                             the device (cuMemHostRegister, DEVICEMAP) */
   uint8_t p2p_share;     /* a GPU rank: NL_P2P_SHARE_* it can do */
-  uint8_t pad[3];
+  uint8_t gpu_mps;       /* a GPU rank: NL_GPU_MPS_* of its device */
+  uint8_t pad[2];
   uint64_t shm_nonce;    /* the shm listener's abstract name (shm.c); 0:
                             none */
   uint8_t gpu_uuid[16];  /* a GPU rank: its device's UUID, 0s: unknown */
@@ -58,6 +59,24 @@ typedef struct nl_rank_info {
  * with POSIX file-descriptor handles, legacy CUDA IPC. */
 #define NL_P2P_SHARE_CUMEM 1
 #define NL_P2P_SHARE_IPC 2
+
+/* A GPU rank's device: MPS shares its contexts (CUDA's
+ * CU_DEVICE_ATTRIBUTE_MPS_ENABLED), does not, or the driver cannot say. */
+#define NL_GPU_MPS_UNKNOWN 0
+#define NL_GPU_MPS_OFF 1
+#define NL_GPU_MPS_ON 2
+
+/* The NL_P2P_SHARE_* ways that a and b both have. Legacy IPC only between
+ * two processes: cuIpcOpenMemHandle refuses a handle that its own process
+ * exported (CUDA Driver API, cuIpcOpenMemHandle), as NCCL's p2p.cc knows
+ * (P2P_SAME_PID). */
+static inline int nl_p2p_share_both(const nl_rank_info *a,
+                                    const nl_rank_info *b) {
+  int both = a->p2p_share & b->p2p_share;
+  if (a->pid == b->pid)
+    both &= ~NL_P2P_SHARE_IPC;
+  return both;
+}
 
 /* One transport: NCCL's ncclTransport with comm-wide setup. Setup and
  * connect run once per communicator for every channel direction that chose
