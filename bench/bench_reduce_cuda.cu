@@ -6,8 +6,9 @@
  *
  * What is measured: xc_simple_step (kernels/prims.h) with the flags of
  * recvReduceCopy (RECV | SRC | DST: out = slot op input), the SIMPLE
- * protocol's step body, which calls xc_reduce_into (kernels/reduce.h) on
- * each thread's contiguous share of the step (xc_thread_range). As in the
+ * protocol's step body, which reduces with xc_reduce_block (kernels/
+ * reduce.h): thread t of a block takes the 16-byte packs t, t + T ... of
+ * the step (docs/kernels.md, "How a step is shared"). As in the
  * ring kernel, one block of 256 threads per channel, each channel owns a
  * contiguous part of the buffer and walks it one step (slot, 512 KiB =
  * nccl_like's default XCOLL_BUFFSIZE 4 MiB / 8 slots) at a time, with a

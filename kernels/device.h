@@ -64,6 +64,21 @@ XC_INLINE XC_HD uint64_t xc_load_acquire(const xc_atomic_u64 *p) {
 #endif
 }
 
+/* The same counter read with no ordering: a poll. On the device a strong
+ * (volatile) load, which is not hoisted out of a loop; xc_wait_counter
+ * fences once the value is reached, which makes the last poll an acquire
+ * (PTX ISA, memory consistency model: a strong read followed by a fence is
+ * an acquire pattern). */
+XC_INLINE XC_HD uint64_t xc_load_relaxed(const xc_atomic_u64 *p) {
+#if defined(__CUDA_ARCH__)
+  return *(const volatile uint64_t *)p;
+#elif defined(__CUDACC__)
+  return __atomic_load_n(p, __ATOMIC_RELAXED);
+#else
+  return atomic_load_explicit(p, memory_order_relaxed);
+#endif
+}
+
 XC_INLINE XC_HD void xc_store_release(xc_atomic_u64 *p, uint64_t v) {
 #if defined(__CUDA_ARCH__)
   __threadfence_system();
@@ -159,6 +174,12 @@ XC_INLINE XC_HD int xc_spin_pause(uint64_t spins, const xc_abort *abort) {
     return xc_abort_raised(abort);
   return 0;
 }
+
+/* Threads per block of a GPU rank's ring kernel: the launch
+ * (backends/nccl_like/gpu_engine.c) and the kernel's __launch_bounds__
+ * (kernels/cuda/ring_kernel.cu), which lets the compiler budget registers
+ * for exactly this many. NCCL runs 512 for SIMPLE. */
+#define XC_GPU_THREADS 256
 
 /* Thread of the block (device) or of the channel (host: always 0 of 1). */
 #ifdef __CUDA_ARCH__

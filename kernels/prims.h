@@ -293,9 +293,19 @@ XC_INLINE XC_HD xcoll_status xc_wait_counter(const xc_prims *p,
                                              const xc_atomic_u64 *counter,
                                              uint64_t target) {
   uint64_t spins = 0;
+#ifdef __CUDA_ARCH__
+  /* Poll without a fence and fence once the target is seen (the acquire,
+   * xc_load_relaxed): a system-scope fence per poll would also invalidate
+   * the SM's L1 on every pass, as NCCL's device code avoids by polling
+   * with ld.volatile. */
+  while (xc_load_relaxed(counter) < target)
+    if (xc_spin_pause(++spins, p->abort))
+      return XCOLL_ERR_ABORTED;
+  xc_fence();
+  return XCOLL_SUCCESS;
+#else
   while (xc_load_acquire(counter) < target) {
     ++spins;
-#ifndef __CUDA_ARCH__
     if (p->progress) {
       int slept = p->progress(p->progress_ctx, counter, target, spins);
       if (xc_load_acquire(counter) >= target)
@@ -306,11 +316,11 @@ XC_INLINE XC_HD xcoll_status xc_wait_counter(const xc_prims *p,
         continue;
       }
     }
-#endif
     if (xc_spin_pause(spins, p->abort))
       return XCOLL_ERR_ABORTED;
   }
   return XCOLL_SUCCESS;
+#endif
 }
 
 /* This thread's contiguous share [*lo, *hi) of n items. */
@@ -785,9 +795,10 @@ XC_INLINE XC_HD xcoll_status xc_generic_op(xc_prims *p, int flags,
 #endif
       }
     }
-#ifdef __CUDA_ARCH__
-    __threadfence_system(); /* this thread's slot writes before the post */
-#endif
+    /* Every thread's slot writes come before the post: the barrier orders
+     * them before thread 0's release (xc_store_release's system-scope
+     * fence is cumulative over what the barrier made it observe), as
+     * NCCL's postPeer has one thread fence after the block's barrier. */
     if (XC_BARRIER_OR(failed == 2))
       return XCOLL_ERR_PROTOCOL;
     if (XC_TID() == 0) {
@@ -873,15 +884,16 @@ XC_INLINE XC_HD xcoll_status xc_recv_reduce_copy_send(xc_prims *p, size_t in,
                  XC_OP_RECV | XC_OP_SRC | XC_OP_DST | XC_OP_SEND, in, out, n);
 }
 
-/* Local copy input -> output of n elements (a one-rank ring); no FIFO. */
+/* Local copy input -> output of n elements (a one-rank ring); no FIFO.
+ * On the device every thread of the block moves its interleaved 16-byte
+ * packs (xc_copy_block): a reader of another thread's part waits at
+ * XC_BARRIER first. */
 XC_INLINE XC_HD void xc_copy_local(xc_prims *p, size_t in, size_t out,
                                    size_t n) {
-  size_t lo, hi, e = p->elem_bytes;
+  size_t e = p->elem_bytes;
   if (p->in + in * e == p->out + out * e)
     return;
-  xc_thread_range(n, &lo, &hi);
-  if (hi > lo)
-    memcpy(p->out + (out + lo) * e, p->in + (in + lo) * e, (hi - lo) * e);
+  xc_copy_block(p->out + out * e, p->in + in * e, n * e);
 }
 
 #endif

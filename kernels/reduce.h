@@ -524,4 +524,44 @@ XC_INLINE XC_HD void xc_scale_avg(void *buf, size_t n, xcoll_datatype dtype,
   }
 }
 
+/* xc_scale_avg called by every thread of a block with the same arguments
+ * (as xc_copy_block): on the device thread t divides the elements t,
+ * t + T ... (T threads), so that a warp's accesses coalesce; on the host
+ * the channel's one thread divides them all. */
+XC_INLINE XC_HD void xc_scale_avg_block(void *buf, size_t n,
+                                        xcoll_datatype dtype, int nranks) {
+#ifdef __CUDA_ARCH__
+  if (nranks <= 1)
+    return;
+  size_t tid = threadIdx.x, nth = blockDim.x;
+  float fdiv = (float)nranks;
+  switch (dtype) {
+  case XCOLL_FLOAT32:
+    for (size_t i = tid; i < n; i += nth)
+      ((float *)buf)[i] /= fdiv;
+    return;
+  case XCOLL_FLOAT64:
+    for (size_t i = tid; i < n; i += nth)
+      ((double *)buf)[i] /= (double)nranks;
+    return;
+  case XCOLL_FLOAT16:
+    for (size_t i = tid; i < n; i += nth) {
+      uint16_t *x = (uint16_t *)buf + i;
+      *x = xc_float_to_half(xc_half_to_float(*x) / fdiv);
+    }
+    return;
+  case XCOLL_BFLOAT16:
+    for (size_t i = tid; i < n; i += nth) {
+      uint16_t *x = (uint16_t *)buf + i;
+      *x = xc_float_to_bfloat16(xc_bfloat16_to_float(*x) / fdiv);
+    }
+    return;
+  default:
+    return;
+  }
+#else
+  xc_scale_avg(buf, n, dtype, nranks);
+#endif
+}
+
 #endif

@@ -491,10 +491,9 @@ XC_INLINE XC_HD xcoll_status xc_ring_run(const xc_work *w, xc_conn *send,
     status = xc_prims_wait_direct(p);
   xc_prims_finish(p);
   if (status == XCOLL_SUCCESS && divide && w->op == XCOLL_AVG) {
-    size_t lo, hi;
-    xc_thread_range(n, &lo, &hi);
-    xc_scale_avg(p->out + (base + lo) * p->elem_bytes, hi - lo, w->dtype,
-                 w->nranks);
+    /* xc_prims_finish's barrier: every thread's output is written. */
+    xc_scale_avg_block(p->out + base * p->elem_bytes, n, w->dtype,
+                       w->nranks);
     XC_BARRIER();
   }
   return status;

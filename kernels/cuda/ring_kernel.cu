@@ -34,8 +34,12 @@ __device__ static void xc_run_block(xc_work work, xc_conn *sends,
     status[c] = (int)s;
 }
 
+/* __launch_bounds__: the block size the engine launches (XC_GPU_THREADS)
+ * and one block per SM at least, so that registers never run out at
+ * launch (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES) when the block size grows. */
 #define XC_DEFINE_KERNEL(NAME, KIND)                                           \
-  extern "C" __global__ void NAME(xc_work work, xc_conn *sends,                \
+  extern "C" __global__ void __launch_bounds__(XC_GPU_THREADS, 1)              \
+      NAME(xc_work work, xc_conn *sends,                                       \
                                   xc_conn *recvs, const xc_abort *abort,       \
                                   int *status) {                               \
     xc_run_block(work, sends, recvs, abort, status, KIND);                     \
