@@ -462,7 +462,9 @@ if(XCOLL_HAVE_CUDA AND TARGET staging)
   # XCOLL_SHM_DISABLE=1 too on net. .no_mps: GPU ranks sharing a GPU
   # whose driver says MPS is off get one warning (none under MPS);
   # .no_host_register: a device that cannot register host memory keeps
-  # its GPU rank's connections on net. NL_MIXED_TRANSPORTS: the transports
+  # its GPU rank's connections on net; .export_refused: a device whose
+  # cuMem export fails at run time shares its slots by CUDA IPC, and with
+  # IPC refused too (.both_refused) its GPU pairs go over shm. NL_MIXED_TRANSPORTS: the transports
   # the INFO lines must name (tests/nccl_like/nl_mixed.sh). An all-GPU
   # ring fixes XCOLL_NCHANNELS=2, a GPU rank's default, so that the
   # host-only ring it is compared with cuts the same chunks.
@@ -478,6 +480,8 @@ if(XCOLL_HAVE_CUDA AND TARGET staging)
               "np3.p2p.no_mps;all;NL_MIXED_DEVICES=1;XCOLL_NCHANNELS=2;FAKE_CUDA_MPS=0;NL_MIXED_TRANSPORTS=P2P;NL_MIXED_GREP=share one GPU .* without MPS;NL_MIXED_GREP_COUNT=1"
               "np2.p2p.mps;all;NL_MIXED_DEVICES=1;FAKE_CUDA_MPS=1;NL_MIXED_TRANSPORTS=P2P;NL_MIXED_GREP=without MPS;NL_MIXED_GREP_COUNT=0"
               "np2.no_host_register;0;FAKE_CUDA_HOST_REGISTER=0;NL_MIXED_TRANSPORTS=NET"
+              "np2.p2p.export_refused;all;NL_MIXED_DEVICES=1;FAKE_CUDA_EXPORT_REFUSED=1;NL_MIXED_TRANSPORTS=P2P;NL_MIXED_GREP=p2p: .*CUDA IPC;NL_MIXED_GREP_COUNT=2"
+              "np2.p2p.both_refused;all;NL_MIXED_DEVICES=1;FAKE_CUDA_EXPORT_REFUSED=1;FAKE_CUDA_IPC_REFUSED=1;NL_MIXED_TRANSPORTS=SHM"
               "np2.p2p_disabled;all;NL_MIXED_DEVICES=1;XCOLL_P2P_DISABLE=1;NL_MIXED_TRANSPORTS=SHM"
               "np2.p2p_shm_disabled;all;NL_MIXED_DEVICES=1;XCOLL_P2P_DISABLE=1;XCOLL_SHM_DISABLE=1;NL_MIXED_TRANSPORTS=NET")
     nl_mixed_test(nccl_like.mixed_ring "${cfg}"

@@ -151,6 +151,8 @@ static nl_gpu_window *window_of(nl_gpu *g, const void *host) {
   return NULL;
 }
 
+static int probe_sharing(nl_gpu *g, int kinds);
+
 void nl_gpu_describe(nl_state *st, nl_rank_info *info) {
   nl_gpu *g = st->gpu;
   if (g == NULL)
@@ -203,6 +205,7 @@ void nl_gpu_describe(nl_state *st, nl_rank_info *info) {
       xcoll_cu.ipc_open_mem_handle != NULL &&
       xcoll_cu.ipc_close_mem_handle != NULL && xcoll_cu.mem_alloc != NULL)
     info->p2p_share |= NL_P2P_SHARE_IPC;
+  info->p2p_share = (uint8_t)probe_sharing(g, info->p2p_share);
 }
 
 xcoll_status nl_gpu_map_host(nl_state *st, void *p, size_t bytes) {
@@ -336,6 +339,55 @@ static xcoll_cu_result zero_device(xcoll_cu_deviceptr dptr, size_t bytes) {
     (void)xcoll_cu.stream_destroy(stream);
   free(zeros);
   return rc;
+}
+
+/* The NL_P2P_SHARE_* kinds of kinds that work here: one granule made with
+ * cuMem and exported as a POSIX fd, one small cuMemAlloc given an IPC
+ * handle. A device may report what a setup then refuses (legacy IPC under
+ * WSL, which NCCL's p2p.cc probes the same way; fd export in some
+ * containers), and a refusal at connect time would fail the communicator
+ * where shm would have carried it. */
+static int probe_sharing(nl_gpu *g, int kinds) {
+  if (kinds == 0 || xcoll_cuda_push(g->cuda) != 0)
+    return 0;
+  if (kinds & NL_P2P_SHARE_CUMEM) {
+    xcoll_cu_mem_prop prop = slot_prop(g);
+    size_t granularity = 0;
+    unsigned long long handle = 0;
+    int fd = -1, works = 0;
+    if (xcoll_cu.mem_get_allocation_granularity(
+            &granularity, &prop, XCOLL_CU_MEM_ALLOC_GRANULARITY_MINIMUM) ==
+            0 &&
+        granularity > 0 &&
+        xcoll_cu.mem_create(&handle, granularity, &prop, 0) == 0) {
+      works = xcoll_cu.mem_export_to_shareable_handle(
+                  &fd, handle, XCOLL_CU_MEM_HANDLE_TYPE_POSIX_FD, 0) == 0 &&
+              fd >= 0;
+      if (fd >= 0)
+        close(fd);
+      (void)xcoll_cu.mem_release(handle);
+    }
+    if (!works)
+      kinds &= ~NL_P2P_SHARE_CUMEM;
+  }
+  if (kinds & NL_P2P_SHARE_IPC) {
+    xcoll_cu_deviceptr dptr = 0;
+    xcoll_cu_ipc_handle handle;
+    int works = 0;
+    if (xcoll_cu.mem_alloc(&dptr, 4096) == 0) {
+      works = xcoll_cu.ipc_get_mem_handle(&handle, dptr) == 0;
+      (void)xcoll_cu.mem_free(dptr);
+    }
+    if (!works)
+      kinds &= ~NL_P2P_SHARE_IPC;
+  }
+  xcoll_cuda_pop();
+  if (kinds == 0)
+    XCOLL_INFO("nccl_like: CUDA device %d shares no device memory with "
+               "another process here (cuMem POSIX fd export and CUDA IPC "
+               "both refused): its GPU peers connect over SHM or NET",
+               g->cuda->ordinal);
+  return kinds;
 }
 
 xcoll_status nl_gpu_slots_create(nl_state *st, int kind, size_t bytes,

@@ -52,7 +52,11 @@
  *   cuDeviceGetAttribute answers VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED and
  *   HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED with 1 (0 under
  *   FAKE_CUDA_NO_VMM=1, which also makes cuMemCreate fail with
- *   CUDA_ERROR_NOT_SUPPORTED: the CUDA IPC fallback); cuDeviceGetUuid
+ *   CUDA_ERROR_NOT_SUPPORTED: the CUDA IPC fallback);
+ *   FAKE_CUDA_EXPORT_REFUSED=1 and FAKE_CUDA_IPC_REFUSED=1 make
+ *   cuMemExportToShareableHandle and cuIpcGetMemHandle refuse
+ *   (CUDA_ERROR_NOT_SUPPORTED) while the attributes still promise them
+ *   (a setup that refuses at run time what the device reports); cuDeviceGetUuid
  *   gives every ordinal a UUID of its own, the same in every process.
  *   MULTIPROCESSOR_COUNT is FAKE_CUDA_SMS where set, HOST_REGISTER_SUPPORTED
  *   FAKE_CUDA_HOST_REGISTER and MPS_ENABLED FAKE_CUDA_MPS (otherwise
@@ -492,11 +496,19 @@ int cuMemRelease(unsigned long long handle) {
   return OK;
 }
 
+/* 1 when the environment variable name is "1". */
+static int env_on(const char *name) {
+  const char *v = getenv(name);
+  return v != NULL && strcmp(v, "1") == 0;
+}
+
 int cuMemExportToShareableHandle(void *shareable, unsigned long long handle,
                                  int type, unsigned long long flags) {
   struct mem_handle *m = as_mem_handle(handle);
   if (m == NULL || shareable == NULL || type != 1 || flags != 0)
     return INVALID_VALUE;
+  if (env_on("FAKE_CUDA_EXPORT_REFUSED"))
+    return NOT_SUPPORTED;
   int fd = fcntl(m->fd, F_DUPFD_CLOEXEC, 0);
   if (fd < 0)
     return OUT_OF_MEMORY;
@@ -603,6 +615,8 @@ struct ipc_handle { /* CUipcMemHandle's 64 bytes */
 int cuIpcGetMemHandle(struct ipc_handle *handle, uintptr_t dptr) {
   if (handle == NULL)
     return INVALID_VALUE;
+  if (env_on("FAKE_CUDA_IPC_REFUSED"))
+    return NOT_SUPPORTED;
   pthread_mutex_lock(&lock);
   struct allocation *a = find_allocation(dptr, 0);
   int ok = a != NULL && a->base == dptr && a->kind == ALLOC_MEMALLOC &&
