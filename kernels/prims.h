@@ -353,9 +353,12 @@ XC_INLINE XC_HD void xc_simple_step(const xc_prims *p, int flags,
     return;
   }
   const uint8_t *from = (flags & XC_OP_RECV) ? rslot : in;
-  if ((flags & XC_OP_DST) && out != from)
+  int to_out = (flags & XC_OP_DST) && out != from;
+  if (to_out && (flags & XC_OP_SEND))
+    xc_copy_block2(out, sslot, from, bytes_all); /* one read of from */
+  else if (to_out)
     xc_copy_block(out, from, bytes_all);
-  if (flags & XC_OP_SEND)
+  else if (flags & XC_OP_SEND)
     xc_copy_block(sslot, from, bytes_all);
   return;
 #endif

@@ -482,6 +482,44 @@ XC_INLINE XC_HD void xc_copy_block(void *dst, const void *src, size_t bytes) {
 #endif
 }
 
+/* xc_copy_block into two destinations with one read of src (recvCopySend:
+ * the received slot to the output and to the next rank's slot; over net a
+ * GPU rank's slot is host memory, read across PCIe). */
+XC_INLINE XC_HD void xc_copy_block2(void *dst, void *dst2, const void *src,
+                                    size_t bytes) {
+#ifdef __CUDA_ARCH__
+  size_t tid = threadIdx.x, nth = blockDim.x, done = 0;
+  if (xc_aligned16(dst) && xc_aligned16(dst2) && xc_aligned16(src)) {
+    size_t packs = bytes / 16, v = tid;
+    for (; v + (XC_UNROLL - 1) * nth < packs; v += XC_UNROLL * nth) {
+      uint4 x[XC_UNROLL];
+#pragma unroll
+      for (int u = 0; u < XC_UNROLL; u++)
+        x[u] = ((const uint4 *)src)[v + u * nth];
+#pragma unroll
+      for (int u = 0; u < XC_UNROLL; u++) {
+        ((uint4 *)dst)[v + u * nth] = x[u];
+        ((uint4 *)dst2)[v + u * nth] = x[u];
+      }
+    }
+    for (; v < packs; v += nth) {
+      uint4 x = ((const uint4 *)src)[v];
+      ((uint4 *)dst)[v] = x;
+      ((uint4 *)dst2)[v] = x;
+    }
+    done = packs * 16;
+  }
+  for (size_t i = done + tid; i < bytes; i += nth) {
+    uint8_t x = ((const uint8_t *)src)[i];
+    ((uint8_t *)dst)[i] = x;
+    ((uint8_t *)dst2)[i] = x;
+  }
+#else
+  memcpy(dst, src, bytes);
+  memcpy(dst2, src, bytes);
+#endif
+}
+
 /* buf[i] /= nranks for the n elements of a floating-point dtype (AVG's last
  * step; integers are left alone: AVG is rejected for them). A true division,
  * not a product with 1/nranks: it is correctly rounded (1/3 is inexact). The

@@ -616,10 +616,21 @@ xcoll_status nl_gpu_open(nl_state *st, xcoll_cuda *cuda) {
     rc = xcoll_cu.event_create(&g->order_event, XCOLL_CU_EVENT_DISABLE_TIMING);
   }
   xcoll_cuda_pop();
-  /* No binary or PTX this driver can load: CUDA_ERROR_NO_BINARY_FOR_GPU
-   * (209), _INVALID_PTX (218), _JIT_COMPILER_NOT_FOUND (221),
-   * _UNSUPPORTED_PTX_VERSION (222). */
-  if (g->module == NULL && (rc == 209 || rc == 218 || rc == 221 || rc == 222))
+  /* No image for this GPU: CUDA_ERROR_NO_BINARY_FOR_GPU (209), an
+   * architecture the build left out (and older than its PTX). */
+  if (g->module == NULL && rc == 209)
+    return xcoll_error(st->comm, XCOLL_ERR_NOT_SUPPORTED,
+                       "nccl_like: cuModuleLoadData on CUDA device %d failed: "
+                       "error %d, %s: the ring kernels in this library were "
+                       "built for XCOLL_CUDA_ARCHS=%s (and PTX of the last), "
+                       "none of which this device runs; rebuild with its "
+                       "architecture in XCOLL_CUDA_ARCHS (nvidia-smi "
+                       "--query-gpu=compute_cap gives it)",
+                       cuda->ordinal, rc, xcoll_cu_text(rc),
+                       XCOLL_RING_CUDA_ARCHS);
+  /* PTX this driver cannot compile: CUDA_ERROR_INVALID_PTX (218),
+   * _JIT_COMPILER_NOT_FOUND (221), _UNSUPPORTED_PTX_VERSION (222). */
+  if (g->module == NULL && (rc == 218 || rc == 221 || rc == 222))
     return xcoll_error(st->comm, XCOLL_ERR_NOT_SUPPORTED,
                        "nccl_like: cuModuleLoadData on CUDA device %d failed: "
                        "error %d, %s: the ring kernels in this library were "
