@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda.h"
 #include "env.h"
@@ -98,6 +99,22 @@ static _Atomic(cu_pointer_get_attribute_fn) cu_get_attribute;
  * loaded (libcuda can come later: PyTorch loads it lazily). */
 static _Atomic unsigned long long libcuda_absent_at;
 
+/* When that walk last found libcuda absent (CLOCK_MONOTONIC_COARSE, ns).
+ * Even the walk costs a lock of the dynamic loader's and a tenth of an
+ * 8-byte allreduce between two host ranks, so it is made at most once per
+ * LIBCUDA_RECHECK_NS (in effect once per tick of the coarse clock, a few
+ * milliseconds): a program that loads libcuda meanwhile has no device
+ * memory yet (cuInit and an allocation take far longer), so no device
+ * pointer is taken for host memory. */
+static _Atomic long long libcuda_checked_ns;
+#define LIBCUDA_RECHECK_NS 1000000LL
+
+static long long coarse_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+  return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
 typedef struct libcuda_search {
   const char *path;        /* out: libcuda's path, if loaded */
   unsigned long long adds; /* out: dlpi_adds; 0 where glibc gives none */
@@ -136,13 +153,22 @@ static cu_pointer_get_attribute_fn driver_get_attribute(void) {
   cu_pointer_get_attribute_fn fn = atomic_load(&cu_get_attribute);
   if (fn != NULL)
     return fn;
+  long long now = coarse_ns();
+  if (atomic_load_explicit(&libcuda_absent_at, memory_order_relaxed) != 0 &&
+      now - atomic_load_explicit(&libcuda_checked_ns, memory_order_relaxed) <
+          LIBCUDA_RECHECK_NS)
+    return NULL;
   libcuda_search search = {.first = 1};
   dl_iterate_phdr(find_libcuda, &search);
-  if (search.unchanged)
+  if (search.unchanged) {
+    atomic_store_explicit(&libcuda_checked_ns, now, memory_order_relaxed);
     return NULL;
+  }
   if (search.path == NULL) {
-    if (search.adds != 0)
+    if (search.adds != 0) {
       atomic_store(&libcuda_absent_at, search.adds + 1);
+      atomic_store_explicit(&libcuda_checked_ns, now, memory_order_relaxed);
+    }
     return NULL;
   }
   void *handle = dlopen(search.path, RTLD_NOW | RTLD_NOLOAD);
@@ -169,6 +195,10 @@ static int device_pointer_by(cu_pointer_get_attribute_fn get,
       managed)
     return 0; /* managed memory is readable from the host */
   return 1;
+}
+
+void xcoll_device_recheck(void) {
+  atomic_store(&libcuda_absent_at, 0);
 }
 
 int xcoll_device_pointer(const void *ptr) {

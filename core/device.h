@@ -38,11 +38,18 @@ xcoll_status xcoll_device_from_env(int local_rank, int *device);
 
 /* 1 when ptr is CUDA device memory that the host cannot read (not managed
  * memory), else 0. Without the CUDA driver (libcuda.so) loaded in this
- * process no device memory can exist, so the answer is 0 at the cost of a
- * walk over the loaded objects (dl_iterate_phdr, about 0.1 us); with it
- * loaded, its cuPointerGetAttribute decides (CUDA Driver API, "Unified
- * Addressing": CU_POINTER_ATTRIBUTE_MEMORY_TYPE and _IS_MANAGED). */
+ * process no device memory can exist, so the answer is 0; whether it is
+ * loaded is found by a walk over the loaded objects (dl_iterate_phdr,
+ * about 0.1 us) made at most once per tick of CLOCK_MONOTONIC_COARSE (a
+ * driver loaded since has made no device memory yet: cuInit alone takes
+ * longer). With it loaded, its cuPointerGetAttribute decides (CUDA Driver
+ * API, "Unified Addressing": CU_POINTER_ATTRIBUTE_MEMORY_TYPE and
+ * _IS_MANAGED). */
 int xcoll_device_pointer(const void *ptr);
+/* Forgets that libcuda was found absent: the next question walks the
+ * loaded objects at once. For a program (or test) that loads a driver
+ * whose memory exists at once, as the stand-in driver's does. */
+void xcoll_device_recheck(void);
 /* The first of a and b (either may be NULL) that xcoll_device_pointer
  * calls device memory, else NULL; one walk over the loaded objects for
  * both, as a call's send and receive buffers are asked about together. */

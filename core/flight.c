@@ -37,13 +37,16 @@
 #include "json.h"
 #include "log.h"
 #include "params.h"
+#include "spinlock.h"
 #include "trace.h"
 
 #define FLIGHT_FORMAT "xcoll-flight-recorder"
 #define FLIGHT_VERSION 1
 
 struct xcoll_flight {
-  pthread_mutex_t lock;
+  /* Guards the ring, recorded and the p2p counts; held for a few dozen
+   * instructions, except by a snapshot or a dump (spinlock.h). */
+  xcoll_spinlock lock;
   size_t capacity;
   uint64_t recorded; /* entries ever recorded: the last id */
   xcoll_flight_entry *entries; /* slot (id - 1) % capacity */
@@ -129,7 +132,6 @@ xcoll_flight *xcoll_flight_new(size_t capacity, int world_size) {
   xcoll_flight *flight = calloc(1, sizeof *flight);
   if (flight == NULL)
     return NULL;
-  pthread_mutex_init(&flight->lock, NULL);
   flight->tsc = invariant_tsc();
   clock_pair(flight, &flight->anchor_ticks, &flight->anchor_us);
   flight->capacity = capacity;
@@ -151,7 +153,6 @@ xcoll_flight *xcoll_flight_new(size_t capacity, int world_size) {
 void xcoll_flight_free(xcoll_flight *flight) {
   if (flight == NULL)
     return;
-  pthread_mutex_destroy(&flight->lock);
   free(flight->entries);
   free(flight->sends);
   free(flight->recvs);
@@ -169,7 +170,7 @@ static xcoll_flight_entry *entry_of(xcoll_flight *flight, uint64_t id) {
 uint64_t xcoll_flight_record_in(xcoll_flight *flight,
                                 const xcoll_coll_args *args) {
   uint64_t now = flight_ticks(flight);
-  pthread_mutex_lock(&flight->lock);
+  xcoll_spin_lock(&flight->lock);
   uint64_t id = ++flight->recorded;
   xcoll_flight_entry *e = NULL, scratch;
   if (flight->capacity > 0)
@@ -212,14 +213,14 @@ uint64_t xcoll_flight_record_in(xcoll_flight *flight,
       e->group_p2p++;
     }
   }
-  pthread_mutex_unlock(&flight->lock);
+  xcoll_spin_unlock(&flight->lock);
   return id;
 }
 
 void xcoll_flight_start_in(xcoll_flight *flight, uint64_t id,
                            const char *algorithm, const char *protocol) {
   uint64_t now = flight_ticks(flight);
-  pthread_mutex_lock(&flight->lock);
+  xcoll_spin_lock(&flight->lock);
   xcoll_flight_entry *e = entry_of(flight, id);
   if (e != NULL && e->state == XCOLL_FLIGHT_QUEUED) {
     e->state = XCOLL_FLIGHT_STARTED;
@@ -227,13 +228,13 @@ void xcoll_flight_start_in(xcoll_flight *flight, uint64_t id,
     e->algorithm = algorithm;
     e->protocol = protocol;
   }
-  pthread_mutex_unlock(&flight->lock);
+  xcoll_spin_unlock(&flight->lock);
 }
 
 void xcoll_flight_end_in(xcoll_flight *flight, uint64_t id,
                          xcoll_status status) {
   uint64_t now = flight_ticks(flight);
-  pthread_mutex_lock(&flight->lock);
+  xcoll_spin_lock(&flight->lock);
   xcoll_flight_entry *e = entry_of(flight, id);
   if (e != NULL && (e->state == XCOLL_FLIGHT_QUEUED ||
                     e->state == XCOLL_FLIGHT_STARTED)) {
@@ -242,12 +243,12 @@ void xcoll_flight_end_in(xcoll_flight *flight, uint64_t id,
     e->status = (int32_t)status;
     e->ended_ticks = now;
   }
-  pthread_mutex_unlock(&flight->lock);
+  xcoll_spin_unlock(&flight->lock);
 }
 
 size_t xcoll_flight_snapshot(xcoll_flight *flight, xcoll_flight_entry *out,
                              size_t max) {
-  pthread_mutex_lock(&flight->lock);
+  xcoll_spin_lock(&flight->lock);
   uint64_t now_ticks = 0;
   double now_us = 0;
   clock_pair(flight, &now_ticks, &now_us);
@@ -283,7 +284,7 @@ size_t xcoll_flight_snapshot(xcoll_flight *flight, xcoll_flight_entry *out,
       *us[i] = v;
     }
   }
-  pthread_mutex_unlock(&flight->lock);
+  xcoll_spin_unlock(&flight->lock);
   return n;
 }
 
@@ -313,7 +314,7 @@ void xcoll_flight_end(xcoll_comm *comm, uint64_t id, xcoll_status status) {
       atomic_load_explicit(&now->id, memory_order_relaxed) != id)
     return;
   /* The failed host collective keeps where it stood, for the dump. */
-  pthread_mutex_lock(&comm->flight->lock);
+  xcoll_spin_lock(&comm->flight->lock);
   xcoll_flight_entry *e = entry_of(comm->flight, id);
   if (e != NULL) {
     e->has_progress = 1;
@@ -321,7 +322,7 @@ void xcoll_flight_end(xcoll_comm *comm, uint64_t id, xcoll_status status) {
     e->recv_from = atomic_load_explicit(&now->recv_from, memory_order_relaxed);
     e->send_to = atomic_load_explicit(&now->send_to, memory_order_relaxed);
   }
-  pthread_mutex_unlock(&comm->flight->lock);
+  xcoll_spin_unlock(&comm->flight->lock);
 }
 
 void xcoll_flight_running(xcoll_comm *comm, uint64_t id) {
@@ -566,9 +567,9 @@ static void put_dump(text *t, xcoll_comm *comm, const char *reason) {
   xcoll_flight *flight = comm->flight;
   uint64_t recorded = 0;
   if (flight != NULL) {
-    pthread_mutex_lock(&flight->lock);
+    xcoll_spin_lock(&flight->lock);
     recorded = flight->recorded;
-    pthread_mutex_unlock(&flight->lock);
+    xcoll_spin_unlock(&flight->lock);
   }
   put(t, "{\"format\":\"%s\",\"version\":%d,\"reason\":", FLIGHT_FORMAT,
       FLIGHT_VERSION);
@@ -612,7 +613,7 @@ static void put_dump(text *t, xcoll_comm *comm, const char *reason) {
   put(t, ",\n \"p2p_counts\":[");
   int first = 1;
   if (flight != NULL && flight->world_size > 0) {
-    pthread_mutex_lock(&flight->lock);
+    xcoll_spin_lock(&flight->lock);
     for (int p = 0; p < flight->world_size; p++)
       if (flight->sends[p] || flight->recvs[p]) {
         put(t,
@@ -620,7 +621,7 @@ static void put_dump(text *t, xcoll_comm *comm, const char *reason) {
             first ? "" : ",", p, flight->sends[p], flight->recvs[p]);
         first = 0;
       }
-    pthread_mutex_unlock(&flight->lock);
+    xcoll_spin_unlock(&flight->lock);
   }
   put(t, "],\n \"entries\":");
   put_entries(t, flight, comm, NULL, NULL);
