@@ -178,6 +178,10 @@ typedef void (*xc_notify_fn)(void *ctx, int flags);
 typedef struct xc_prims {
   xc_conn *send;      /* NULL when this channel sends nothing */
   xc_conn *recv;      /* NULL when it receives nothing */
+  /* The connections as the caller passed them; send and recv point at
+   * them on the host, at the block's copies in shared memory on the
+   * device (xc_prims_init). xc_prims_finish writes the steps back here. */
+  xc_conn *send_home, *recv_home;
   const uint8_t *in;  /* user input; offsets are elements from here */
   uint8_t *out;       /* user output */
   xcoll_datatype dtype;
@@ -270,6 +274,29 @@ XC_INLINE XC_HD xcoll_status xc_prims_init(xc_prims *p, xc_conn *send,
     p->send_step = send ? send->step : 0;
     p->recv_step = recv ? recv->step : 0;
   }
+  p->send_home = send;
+  p->recv_home = recv;
+#ifdef __CUDA_ARCH__
+  /* A GPU rank's connections are in pinned host memory mapped into the
+   * device (gpu_engine.c): each read of a field would cross PCIe again
+   * after every system-scope fence, which invalidates the SM's L1. Thread
+   * 0 copies them into shared memory once per launch, as NCCL loads its
+   * channel's peers into ncclShmem. The kernel writes only where a copy
+   * points (slots, sizes, head, tail), never a field of the copy: its
+   * steps go home in xc_prims_finish. */
+  __shared__ xc_conn xc_conn_copies[2];
+  if (threadIdx.x == 0) {
+    if (send)
+      xc_conn_copies[0] = *send;
+    if (recv)
+      xc_conn_copies[1] = *recv;
+  }
+  __syncthreads();
+  if (send)
+    p->send = &xc_conn_copies[0];
+  if (recv)
+    p->recv = &xc_conn_copies[1];
+#endif
   return XCOLL_SUCCESS;
 }
 
@@ -278,10 +305,10 @@ XC_INLINE XC_HD xcoll_status xc_prims_init(xc_prims *p, xc_conn *send,
 XC_INLINE XC_HD void xc_prims_finish(xc_prims *p) {
   XC_BARRIER();
   if (XC_TID() == 0) {
-    if (p->send)
-      p->send->step = p->send_step;
-    if (p->recv)
-      p->recv->step = p->recv_step;
+    if (p->send_home)
+      p->send_home->step = p->send_step;
+    if (p->recv_home)
+      p->recv_home->step = p->recv_step;
   }
   XC_BARRIER();
 }
