@@ -372,6 +372,10 @@ XC_INLINE XC_HD void xc_simple_step(const xc_prims *p, int flags,
     return;
   if ((flags & XC_OP_RECV) && (flags & XC_OP_SRC)) {
     uint8_t *first = (flags & XC_OP_DST) ? out : sslot;
+    /* recvReduceCopySend: both destinations in one pass where it can. */
+    if ((flags & XC_OP_DST) && (flags & XC_OP_SEND) &&
+        xc_reduce_block2(out, sslot, rslot, in, n, p->dtype, p->op))
+      return;
     xc_reduce_block(first, rslot, in, n, p->dtype, p->op);
     if ((flags & XC_OP_DST) && (flags & XC_OP_SEND)) {
       XC_BARRIER(); /* other threads' packs of out are read below */

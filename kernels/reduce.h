@@ -362,16 +362,16 @@ XC_INLINE __device__ int xc_aligned16(const void *p) {
 
 #ifdef __CUDA_ARCH__
 /* The packs [v0, packs) of dst = a op b, XC_FAST_UNROLL per thread per
- * pass. Always inlined into a switch case where dtype and op are
- * constants, so xc_reduce_into's dispatch folds away and the loop body is
- * the reduction alone: the generic loop below pays the dispatch per pack,
- * which is why it unrolls only XC_REDUCE_UNROLL times. Returns the first
- * pack not done. */
+ * pass, each stored in dst2 too unless it is NULL. Always inlined into a
+ * switch case where dtype and op are constants, so xc_reduce_into's
+ * dispatch folds away and the loop body is the reduction alone: the
+ * generic loop below pays the dispatch per pack, which is why it unrolls
+ * only XC_REDUCE_UNROLL times. Returns the first pack not done. */
 #define XC_FAST_UNROLL 8
 static __forceinline__ __device__ size_t
-xc_reduce_packs_fixed(uint4 *dst, const uint4 *a, const uint4 *b,
-                      size_t packs, size_t per, xcoll_datatype dtype,
-                      xcoll_op op) {
+xc_reduce_packs_fixed(uint4 *dst, uint4 *dst2, const uint4 *a,
+                      const uint4 *b, size_t packs, size_t per,
+                      xcoll_datatype dtype, xcoll_op op) {
   size_t nth = blockDim.x, v = threadIdx.x;
   for (; v + (XC_FAST_UNROLL - 1) * nth < packs; v += XC_FAST_UNROLL * nth) {
     uint4 x[XC_FAST_UNROLL], y[XC_FAST_UNROLL];
@@ -384,14 +384,25 @@ xc_reduce_packs_fixed(uint4 *dst, const uint4 *a, const uint4 *b,
     for (int u = 0; u < XC_FAST_UNROLL; u++) {
       xc_reduce_into(&x[u], &x[u], &y[u], per, dtype, op);
       dst[v + u * nth] = x[u];
+      if (dst2 != NULL)
+        dst2[v + u * nth] = x[u];
     }
   }
   for (; v < packs; v += nth) {
     uint4 x = a[v], y = b[v];
     xc_reduce_into(&x, &x, &y, per, dtype, op);
     dst[v] = x;
+    if (dst2 != NULL)
+      dst2[v] = x;
   }
   return packs;
+}
+
+/* 1 when xc_reduce_packs_fixed has a loop for dtype and op: the sums that
+ * training runs (gradients in float32, float16, bfloat16). */
+XC_INLINE __device__ int xc_reduce_fast(xcoll_datatype dtype, xcoll_op op) {
+  return op == XCOLL_SUM && (dtype == XCOLL_FLOAT32 ||
+                             dtype == XCOLL_BFLOAT16 || dtype == XCOLL_FLOAT16);
 }
 #endif
 
@@ -410,11 +421,14 @@ XC_INLINE XC_HD void xc_reduce_block(void *dst, const void *a, const void *b,
      * flight per thread. Everything else: the generic loop. */
     int fast = 1;
     if (op == XCOLL_SUM && dtype == XCOLL_FLOAT32)
-      xc_reduce_packs_fixed(d4, a4, b4, packs, per, XCOLL_FLOAT32, XCOLL_SUM);
+      xc_reduce_packs_fixed(d4, NULL, a4, b4, packs, per, XCOLL_FLOAT32,
+                            XCOLL_SUM);
     else if (op == XCOLL_SUM && dtype == XCOLL_BFLOAT16)
-      xc_reduce_packs_fixed(d4, a4, b4, packs, per, XCOLL_BFLOAT16, XCOLL_SUM);
+      xc_reduce_packs_fixed(d4, NULL, a4, b4, packs, per, XCOLL_BFLOAT16,
+                            XCOLL_SUM);
     else if (op == XCOLL_SUM && dtype == XCOLL_FLOAT16)
-      xc_reduce_packs_fixed(d4, a4, b4, packs, per, XCOLL_FLOAT16, XCOLL_SUM);
+      xc_reduce_packs_fixed(d4, NULL, a4, b4, packs, per, XCOLL_FLOAT16,
+                            XCOLL_SUM);
     else
       fast = 0;
     if (!fast) {
@@ -449,6 +463,45 @@ XC_INLINE XC_HD void xc_reduce_block(void *dst, const void *a, const void *b,
                    (const uint8_t *)b + i * e, 1, dtype, op);
 #else
   xc_reduce_into(dst, a, b, n, dtype, op);
+#endif
+}
+
+/* recvReduceCopySend's step in one pass: dst = dst2 = a op b, each pack
+ * stored twice by the thread that reduced it (no barrier, no second read
+ * of dst). Only where xc_reduce_block would take its fast loop (every
+ * pointer 16-byte aligned, xc_reduce_fast); returns 0 having done
+ * nothing otherwise, and always on the host, whose caller reduces then
+ * copies. */
+XC_INLINE XC_HD int xc_reduce_block2(void *dst, void *dst2, const void *a,
+                                     const void *b, size_t n,
+                                     xcoll_datatype dtype, xcoll_op op) {
+#ifdef __CUDA_ARCH__
+  size_t e = xc_dtype_size(dtype), tid = threadIdx.x, nth = blockDim.x;
+  if (e == 0 || !xc_reduce_fast(dtype, op) || !xc_aligned16(dst) ||
+      !xc_aligned16(dst2) || !xc_aligned16(a) || !xc_aligned16(b))
+    return 0;
+  size_t per = 16 / e, packs = n / per;
+  uint4 *d4 = (uint4 *)dst, *e4 = (uint4 *)dst2;
+  const uint4 *a4 = (const uint4 *)a, *b4 = (const uint4 *)b;
+  if (dtype == XCOLL_FLOAT32)
+    xc_reduce_packs_fixed(d4, e4, a4, b4, packs, per, XCOLL_FLOAT32, XCOLL_SUM);
+  else if (dtype == XCOLL_BFLOAT16)
+    xc_reduce_packs_fixed(d4, e4, a4, b4, packs, per, XCOLL_BFLOAT16,
+                          XCOLL_SUM);
+  else
+    xc_reduce_packs_fixed(d4, e4, a4, b4, packs, per, XCOLL_FLOAT16,
+                          XCOLL_SUM);
+  for (size_t i = packs * per + tid; i < n; i += nth) {
+    uint8_t *d = (uint8_t *)dst + i * e;
+    xc_reduce_into(d, (const uint8_t *)a + i * e, (const uint8_t *)b + i * e,
+                   1, dtype, op);
+    for (size_t k = 0; k < e; k++)
+      ((uint8_t *)dst2)[i * e + k] = d[k];
+  }
+  return 1;
+#else
+  (void)dst, (void)dst2, (void)a, (void)b, (void)n, (void)dtype, (void)op;
+  return 0;
 #endif
 }
 
