@@ -75,8 +75,9 @@
  *   recvCopySend: slot -> output and slot -> slot (2 n*e written).
  *   recvReduceSend: slot and input read, n*e written to a slot.
  *   recvReduceCopy: slot and input read, n*e written to output.
- *   recvReduceCopySend: slot and input read, written to output, then output
- *     copied to the send slot.
+ *   recvReduceCopySend: slot and input read, written to output and to the
+ *     send slot (on the device in one pass for a float sum or average with
+ *     aligned pointers, else reduced into output, then output copied).
  *
  * Direct sends (host engine only, SIMPLE, when the send connection has
  * direct_from: conn.h): a primitive whose send bytes are user memory that

@@ -398,11 +398,13 @@ xc_reduce_packs_fixed(uint4 *dst, uint4 *dst2, const uint4 *a,
   return packs;
 }
 
-/* 1 when xc_reduce_packs_fixed has a loop for dtype and op: the sums that
- * training runs (gradients in float32, float16, bfloat16). */
+/* 1 when xc_reduce_packs_fixed has a loop for dtype and op: the sums and
+ * averages that training runs (gradients in float32, float16, bfloat16). */
 XC_INLINE __device__ int xc_reduce_fast(xcoll_datatype dtype, xcoll_op op) {
-  return op == XCOLL_SUM && (dtype == XCOLL_FLOAT32 ||
-                             dtype == XCOLL_BFLOAT16 || dtype == XCOLL_FLOAT16);
+  /* AVG reduces as SUM (the division comes once, at the end). */
+  return (op == XCOLL_SUM || op == XCOLL_AVG) &&
+         (dtype == XCOLL_FLOAT32 || dtype == XCOLL_BFLOAT16 ||
+          dtype == XCOLL_FLOAT16);
 }
 #endif
 
@@ -416,17 +418,18 @@ XC_INLINE XC_HD void xc_reduce_block(void *dst, const void *a, const void *b,
     size_t per = 16 / e, packs = n / per, v = tid;
     uint4 *d4 = (uint4 *)dst;
     const uint4 *a4 = (const uint4 *)a, *b4 = (const uint4 *)b;
-    /* The sums that training runs (gradients in float32, float16,
-     * bfloat16): one loop each, specialised, with XC_FAST_UNROLL packs in
-     * flight per thread. Everything else: the generic loop. */
+    /* The sums and averages that training runs (gradients in float32,
+     * float16, bfloat16; xc_reduce_fast): one loop each, specialised, with
+     * XC_FAST_UNROLL packs in flight per thread. Everything else: the
+     * generic loop. */
     int fast = 1;
-    if (op == XCOLL_SUM && dtype == XCOLL_FLOAT32)
+    if (xc_reduce_fast(dtype, op) && dtype == XCOLL_FLOAT32)
       xc_reduce_packs_fixed(d4, NULL, a4, b4, packs, per, XCOLL_FLOAT32,
                             XCOLL_SUM);
-    else if (op == XCOLL_SUM && dtype == XCOLL_BFLOAT16)
+    else if (xc_reduce_fast(dtype, op) && dtype == XCOLL_BFLOAT16)
       xc_reduce_packs_fixed(d4, NULL, a4, b4, packs, per, XCOLL_BFLOAT16,
                             XCOLL_SUM);
-    else if (op == XCOLL_SUM && dtype == XCOLL_FLOAT16)
+    else if (xc_reduce_fast(dtype, op) && dtype == XCOLL_FLOAT16)
       xc_reduce_packs_fixed(d4, NULL, a4, b4, packs, per, XCOLL_FLOAT16,
                             XCOLL_SUM);
     else
@@ -541,28 +544,31 @@ XC_INLINE XC_HD void xc_copy_block(void *dst, const void *src, size_t bytes) {
 XC_INLINE XC_HD void xc_copy_block2(void *dst, void *dst2, const void *src,
                                     size_t bytes) {
 #ifdef __CUDA_ARCH__
-  size_t tid = threadIdx.x, nth = blockDim.x, done = 0;
-  if (xc_aligned16(dst) && xc_aligned16(dst2) && xc_aligned16(src)) {
-    size_t packs = bytes / 16, v = tid;
-    for (; v + (XC_UNROLL - 1) * nth < packs; v += XC_UNROLL * nth) {
-      uint4 x[XC_UNROLL];
-#pragma unroll
-      for (int u = 0; u < XC_UNROLL; u++)
-        x[u] = ((const uint4 *)src)[v + u * nth];
-#pragma unroll
-      for (int u = 0; u < XC_UNROLL; u++) {
-        ((uint4 *)dst)[v + u * nth] = x[u];
-        ((uint4 *)dst2)[v + u * nth] = x[u];
-      }
-    }
-    for (; v < packs; v += nth) {
-      uint4 x = ((const uint4 *)src)[v];
-      ((uint4 *)dst)[v] = x;
-      ((uint4 *)dst2)[v] = x;
-    }
-    done = packs * 16;
+  if (!xc_aligned16(dst) || !xc_aligned16(dst2) || !xc_aligned16(src)) {
+    /* each copy in the widest accesses its own pointers allow */
+    xc_copy_block(dst, src, bytes);
+    xc_copy_block(dst2, src, bytes);
+    return;
   }
-  for (size_t i = done + tid; i < bytes; i += nth) {
+  size_t tid = threadIdx.x, nth = blockDim.x;
+  size_t packs = bytes / 16, v = tid;
+  for (; v + (XC_UNROLL - 1) * nth < packs; v += XC_UNROLL * nth) {
+    uint4 x[XC_UNROLL];
+#pragma unroll
+    for (int u = 0; u < XC_UNROLL; u++)
+      x[u] = ((const uint4 *)src)[v + u * nth];
+#pragma unroll
+    for (int u = 0; u < XC_UNROLL; u++) {
+      ((uint4 *)dst)[v + u * nth] = x[u];
+      ((uint4 *)dst2)[v + u * nth] = x[u];
+    }
+  }
+  for (; v < packs; v += nth) {
+    uint4 x = ((const uint4 *)src)[v];
+    ((uint4 *)dst)[v] = x;
+    ((uint4 *)dst2)[v] = x;
+  }
+  for (size_t i = packs * 16 + tid; i < bytes; i += nth) {
     uint8_t x = ((const uint8_t *)src)[i];
     ((uint8_t *)dst)[i] = x;
     ((uint8_t *)dst2)[i] = x;
