@@ -508,23 +508,40 @@ XC_INLINE XC_HD int xc_reduce_block2(void *dst, void *dst2, const void *a,
 #endif
 }
 
+#ifdef __CUDA_ARCH__
+/* The 16-byte packs [0, packs) of src into dst and, unless it is NULL,
+ * dst2: XC_UNROLL packs per thread per pass, all loaded before any is
+ * stored; every pointer 16-byte aligned. */
+XC_INLINE __device__ void xc_copy_packs(uint4 *dst, uint4 *dst2,
+                                        const uint4 *src, size_t packs) {
+  size_t nth = blockDim.x, v = threadIdx.x;
+  for (; v + (XC_UNROLL - 1) * nth < packs; v += XC_UNROLL * nth) {
+    uint4 x[XC_UNROLL];
+#pragma unroll
+    for (int u = 0; u < XC_UNROLL; u++)
+      x[u] = src[v + u * nth];
+#pragma unroll
+    for (int u = 0; u < XC_UNROLL; u++) {
+      dst[v + u * nth] = x[u];
+      if (dst2 != NULL)
+        dst2[v + u * nth] = x[u];
+    }
+  }
+  for (; v < packs; v += nth) {
+    uint4 x = src[v];
+    dst[v] = x;
+    if (dst2 != NULL)
+      dst2[v] = x;
+  }
+}
+#endif
+
 XC_INLINE XC_HD void xc_copy_block(void *dst, const void *src, size_t bytes) {
 #ifdef __CUDA_ARCH__
   size_t tid = threadIdx.x, nth = blockDim.x, done = 0;
   if (xc_aligned16(dst) && xc_aligned16(src)) {
-    size_t packs = bytes / 16, v = tid;
-    for (; v + (XC_UNROLL - 1) * nth < packs; v += XC_UNROLL * nth) {
-      uint4 x[XC_UNROLL];
-#pragma unroll
-      for (int u = 0; u < XC_UNROLL; u++)
-        x[u] = ((const uint4 *)src)[v + u * nth];
-#pragma unroll
-      for (int u = 0; u < XC_UNROLL; u++)
-        ((uint4 *)dst)[v + u * nth] = x[u];
-    }
-    for (; v < packs; v += nth)
-      ((uint4 *)dst)[v] = ((const uint4 *)src)[v];
-    done = packs * 16;
+    xc_copy_packs((uint4 *)dst, NULL, (const uint4 *)src, bytes / 16);
+    done = bytes / 16 * 16;
   } else if ((((uintptr_t)dst | (uintptr_t)src) & 3u) == 0) {
     size_t words = bytes / 4;
     for (size_t v = tid; v < words; v += nth)
@@ -550,25 +567,8 @@ XC_INLINE XC_HD void xc_copy_block2(void *dst, void *dst2, const void *src,
     xc_copy_block(dst2, src, bytes);
     return;
   }
-  size_t tid = threadIdx.x, nth = blockDim.x;
-  size_t packs = bytes / 16, v = tid;
-  for (; v + (XC_UNROLL - 1) * nth < packs; v += XC_UNROLL * nth) {
-    uint4 x[XC_UNROLL];
-#pragma unroll
-    for (int u = 0; u < XC_UNROLL; u++)
-      x[u] = ((const uint4 *)src)[v + u * nth];
-#pragma unroll
-    for (int u = 0; u < XC_UNROLL; u++) {
-      ((uint4 *)dst)[v + u * nth] = x[u];
-      ((uint4 *)dst2)[v + u * nth] = x[u];
-    }
-  }
-  for (; v < packs; v += nth) {
-    uint4 x = ((const uint4 *)src)[v];
-    ((uint4 *)dst)[v] = x;
-    ((uint4 *)dst2)[v] = x;
-  }
-  for (size_t i = packs * 16 + tid; i < bytes; i += nth) {
+  xc_copy_packs((uint4 *)dst, (uint4 *)dst2, (const uint4 *)src, bytes / 16);
+  for (size_t i = bytes / 16 * 16 + threadIdx.x; i < bytes; i += blockDim.x) {
     uint8_t x = ((const uint8_t *)src)[i];
     ((uint8_t *)dst)[i] = x;
     ((uint8_t *)dst2)[i] = x;

@@ -402,9 +402,8 @@ static xcoll_status register_buffers(nl_state *st) {
  * The lowest such rank of a GPU says so once, with what to do. */
 static void warn_shared_gpu(const nl_state *st) {
   const nl_rank_info *me = &st->rank_infos[st->rank];
-  static const uint8_t unknown[16];
   if (me->cuda_device < 0 || me->gpu_mps != NL_GPU_MPS_OFF ||
-      memcmp(me->gpu_uuid, unknown, sizeof unknown) == 0)
+      !nl_gpu_uuid_known(me))
     return;
   int sharing = 0, lowest = st->rank;
   for (int r = 0; r < st->world_size; r++) {

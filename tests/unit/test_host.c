@@ -33,6 +33,15 @@ static xcoll_host_tally tally_of(const xcoll_host_record *records, int count,
   return t;
 }
 
+/* All four counts of a tally (a macro: a failure names the caller's line). */
+#define ASSERT_TALLY(t, own, ranks, cpus, over)                                \
+  do {                                                                         \
+    assert_int_equal((t).own_cpus, (own));                                     \
+    assert_int_equal((t).host_ranks, (ranks));                                 \
+    assert_int_equal((t).host_cpus, (cpus));                                   \
+    assert_int_equal((t).oversubscribed, (over));                              \
+  } while (0)
+
 /* Open MPI's binding at 2 ranks, Slurm's --cpu-bind=cores: each rank sees
  * one CPU, the host has one per rank. */
 static void test_pinned_one_cpu_each(void **state) {
@@ -41,10 +50,7 @@ static void test_pinned_one_cpu_each(void **state) {
   xcoll_host_record r[2] = {on(0, c0, 1), on(0, c1, 1)};
   for (int me = 0; me < 2; me++) {
     xcoll_host_tally t = tally_of(r, 2, me);
-    assert_int_equal(t.own_cpus, 1);
-    assert_int_equal(t.host_ranks, 2);
-    assert_int_equal(t.host_cpus, 2);
-    assert_int_equal(t.oversubscribed, 0);
+    ASSERT_TALLY(t, 1, 2, 2, 0);
   }
 }
 
@@ -55,10 +61,7 @@ static void test_shared_cpus(void **state) {
   xcoll_host_record r[4] = {on(0, both, 2), on(0, both, 2), on(0, both, 2),
                             on(0, both, 2)};
   xcoll_host_tally t = tally_of(r, 4, 2);
-  assert_int_equal(t.own_cpus, 2);
-  assert_int_equal(t.host_ranks, 4);
-  assert_int_equal(t.host_cpus, 2);
-  assert_int_equal(t.oversubscribed, 1);
+  ASSERT_TALLY(t, 2, 4, 2, 1);
   xcoll_host_record s[2] = {on(0, c1, 1), on(0, c1, 1)};
   t = tally_of(s, 2, 0);
   assert_int_equal(t.host_cpus, 1);
@@ -92,10 +95,7 @@ static void test_two_hosts(void **state) {
   /* A single rank is never oversubscribed, even on an empty mask. */
   xcoll_host_record one = on(3, c0, 0);
   xcoll_host_tally t = tally_of(&one, 1, 0);
-  assert_int_equal(t.own_cpus, 1);
-  assert_int_equal(t.host_cpus, 1);
-  assert_int_equal(t.host_ranks, 1);
-  assert_int_equal(t.oversubscribed, 0);
+  ASSERT_TALLY(t, 1, 1, 1, 0);
 }
 
 /* CPUs beyond the first 64 count, and overlapping masks count once. */
@@ -104,10 +104,7 @@ static void test_high_cpus_and_overlap(void **state) {
   int a[] = {63, 64, 500, 1023}, b[] = {64, 65, 1023};
   xcoll_host_record r[2] = {on(0, a, 4), on(0, b, 3)};
   xcoll_host_tally t = tally_of(r, 2, 1);
-  assert_int_equal(t.own_cpus, 3);
-  assert_int_equal(t.host_cpus, 5); /* 63 64 65 500 1023 */
-  assert_int_equal(t.host_ranks, 2);
-  assert_int_equal(t.oversubscribed, 0);
+  ASSERT_TALLY(t, 3, 2, 5 /* 63 64 65 500 1023 */, 0);
 }
 
 /* This process's record: its mask is sched_getaffinity's, and two reads

@@ -27,18 +27,13 @@
 #include "nccl_like.h"
 #include "transport.h"
 
-static int uuid_known(const uint8_t uuid[16]) {
-  static const uint8_t zeros[16];
-  return memcmp(uuid, zeros, sizeof zeros) != 0;
-}
-
 /* Two GPU ranks of one host, neither with XCOLL_P2P_DISABLE=1, on the same
  * GPU, both able to map host memory (the counters) and sharing one way of
  * sharing device memory (nl_p2p_share_both). */
 static int p2p_can_connect(const nl_rank_info *a, const nl_rank_info *b) {
   return a->cuda_device >= 0 && b->cuda_device >= 0 && a->p2p_allowed &&
          b->p2p_allowed && a->gpu_host_map && b->gpu_host_map &&
-         nl_p2p_share_both(a, b) != 0 && uuid_known(a->gpu_uuid) &&
+         nl_p2p_share_both(a, b) != 0 && nl_gpu_uuid_known(a) &&
          memcmp(a->gpu_uuid, b->gpu_uuid, sizeof a->gpu_uuid) == 0 &&
          nl_same_host(a, b);
 }

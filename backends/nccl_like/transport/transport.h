@@ -60,6 +60,14 @@ typedef struct nl_rank_info {
 #define NL_P2P_SHARE_CUMEM 1
 #define NL_P2P_SHARE_IPC 2
 
+/* 1 when a GPU rank's gpu_uuid was read (all zeros: unknown). */
+static inline int nl_gpu_uuid_known(const nl_rank_info *a) {
+  for (size_t i = 0; i < sizeof a->gpu_uuid; i++)
+    if (a->gpu_uuid[i] != 0)
+      return 1;
+  return 0;
+}
+
 /* A GPU rank's device: MPS shares its contexts (CUDA's
  * CU_DEVICE_ATTRIBUTE_MPS_ENABLED), does not, or the driver cannot say. */
 #define NL_GPU_MPS_UNKNOWN 0
