@@ -181,7 +181,12 @@ void xcoll_comm_free(xcoll_comm *comm, int held) {
   if ((held & XCOLL_COMM_HAVE_BACKEND) && comm->backend->comm_destroy != NULL)
     comm->backend->comm_destroy(comm, comm->backend_state);
   xcoll_store_close(comm->store);
-  xcoll_store_server_stop(comm->store_server);
+  /* A broken communicator's peers may still be hearing why (another rank
+   * publishing a failure through the store): let the store outlast that. */
+  if (atomic_load(&comm->broken_status) != XCOLL_SUCCESS)
+    xcoll_store_server_stop_failed(comm->store_server);
+  else
+    xcoll_store_server_stop(comm->store_server);
   if (held & XCOLL_COMM_HAVE_TRACE)
     xcoll_trace_close();
   free((void *)comm->options.socket_ifname);

@@ -66,6 +66,12 @@ xcoll_status xcoll_store_server_start(const char *addr, int port,
                                       int *bound_port);
 /* Stop the thread, close every connection, free. NULL is fine. */
 void xcoll_store_server_stop(xcoll_store_server *server);
+/* The same, for a job that failed (the stopping rank's communicator is
+ * broken): the server first serves on until every rank that joined has
+ * closed its connection, for at most 2 s, so that a failure notice another
+ * rank is still publishing reaches its readers instead of a refused
+ * connection. A rank's death already makes every stop linger so. */
+void xcoll_store_server_stop_failed(xcoll_store_server *server);
 
 /* Connect to host:port, retrying until timeout_s (seconds). Errors:
  * XCOLL_ERR_TIMEOUT naming host and port; XCOLL_ERR_SYSTEM (resolution). */

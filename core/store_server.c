@@ -58,10 +58,12 @@
 /* Connections accepted in one poll round, so that a flood of connects
  * cannot keep the thread from serving the ranks already connected. */
 #define STORE_ACCEPTS_PER_ROUND 64
-/* When the job has failed (a rank vanished) and rank 0 stops its server,
- * the server stays this long, or until every joined rank has gone, so that
- * ranks whose requests are still on their way hear why instead of seeing
- * the store vanish. */
+/* When the job has failed (a rank vanished, or rank 0's communicator broke:
+ * xcoll_store_server_stop_failed) and rank 0 stops its server, the server
+ * stays this long, or until every joined rank has gone, so that ranks whose
+ * requests are still on their way hear why instead of seeing the store
+ * vanish: a failure notice one rank is still publishing to the others
+ * (backends/nccl_like/failure.c) reaches them. */
 #define STORE_FAILURE_LINGER_S 2.0
 
 static void client_free(xcoll_store_server *s, store_client *c) {
@@ -503,7 +505,7 @@ static void *server_main(void *arg) {
       break;
     }
     if (s->pollfds[0].revents) { /* only stop writes to the eventfd */
-      if (!s->failure[0])
+      if (!s->failure[0] && !atomic_load(&s->job_failed))
         break;
       uint64_t drained;
       if (read(s->wake_fd, &drained, sizeof drained) < 0) { /* empty */
@@ -680,6 +682,13 @@ xcoll_status xcoll_store_server_start(const char *addr, int port,
   if (bound_port)
     *bound_port = actual_port;
   return XCOLL_SUCCESS;
+}
+
+void xcoll_store_server_stop_failed(xcoll_store_server *s) {
+  if (!s)
+    return;
+  atomic_store(&s->job_failed, 1);
+  xcoll_store_server_stop(s);
 }
 
 void xcoll_store_server_stop(xcoll_store_server *s) {

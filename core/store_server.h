@@ -99,6 +99,7 @@ struct xcoll_store_server {
   int listen_fd;
   int wake_fd;
   atomic_int stopping;
+  atomic_int job_failed; /* xcoll_store_server_stop_failed: linger at stop */
   pthread_t thread;
   char addr[128];
   int port;

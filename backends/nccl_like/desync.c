@@ -420,6 +420,12 @@ void nl_fp_explain(nl_state *st, uint64_t index) {
    * explaining too. */
   raise_urgent(&st->fp, index + 1);
   nl_fp_await(st, index, NL_FP_EXPLAIN_S);
+  /* The previous rank closed its link before its fingerprint came: it
+   * failed, most often by finding the mismatch itself, and published why
+   * before closing anything (failure.c). Its notice, not this rank's bare
+   * PROTOCOL, is what every rank must report. */
+  if (atomic_load(&st->fp.broken) && !atomic_load(&st->failed))
+    (void)nl_fail_published(st);
 }
 
 void nl_fp_explain_mesh(nl_state *st, uint64_t index) {

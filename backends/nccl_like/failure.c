@@ -27,10 +27,9 @@ const char *nl_net_last_error(void) {
   return message && message[0] ? message : "(the plugin gave no reason)";
 }
 
-/* A rank's wake key holds "<status> <message>": the xcoll_status every
+/* The failure key holds "<status> <message>": the xcoll_status every
  * rank must fail with (REMOTE for a death, PROTOCOL for a collective
- * mismatch) as a decimal number, then the sentence. An empty value is
- * comm_destroy waking its own watcher. */
+ * mismatch) as a decimal number, then the sentence. */
 static void wake_value_parse(const char *value, size_t bytes,
                              xcoll_status *status, const char **text,
                              int *text_bytes) {
@@ -50,7 +49,7 @@ static void wake_value_parse(const char *value, size_t bytes,
   *text_bytes = (int)(bytes < 900 ? bytes : 900);
 }
 
-/* Fail this rank with what another rank published to its wake key. */
+/* Fail this rank with what another rank published to the failure key. */
 static void fail_from_wake_value(nl_state *st, const char *value,
                                  size_t bytes) {
   xcoll_status status;
@@ -61,9 +60,16 @@ static void fail_from_wake_value(nl_state *st, const char *value,
           text);
 }
 
-/* Tell every other rank of a failure through its wake key. Runs on the
- * detecting thread after the local ops were failed, over a store
- * connection of its own (comm->store belongs to the user's thread). */
+/* Tell every other rank of a failure through the communicator's failure
+ * key. Runs on the detecting thread after the local ops were failed, over a
+ * store connection of its own (comm->store belongs to the user's thread).
+ * One key for every rank, set once: every watcher is woken by the same set,
+ * so no rank can hear of the failure (and return, destroy, close its
+ * connections) before the notice is there for every other rank to read.
+ * With a key per rank, set one after another, a rank told first could
+ * leave before the last was told, and that rank then saw a bare "left"
+ * instead of the reason. The first publisher wins: a rank that fails by
+ * itself meanwhile publishes nothing. */
 static void publish_failure(nl_state *st, xcoll_status status,
                             const char *message) {
   xcoll_comm *comm = st->comm;
@@ -82,23 +88,24 @@ static void publish_failure(nl_state *st, xcoll_status status,
     bytes = 0;
   if ((size_t)bytes >= sizeof value)
     bytes = (int)sizeof value - 1;
-  for (int r = 0; r < st->world_size; r++) {
-    if (r == st->rank)
-      continue;
-    char key[64];
-    snprintf(key, sizeof key, "%snl/wake/%d", comm->store_prefix, r);
-    if (xcoll_store_set(store, key, value, (size_t)bytes) != XCOLL_SUCCESS)
-      break;
-  }
+  /* The add elects the one publisher: a check and then a set would let
+   * two ranks failing at once both set. */
+  char claim_key[80];
+  snprintf(claim_key, sizeof claim_key, "%s_claim", st->failure_key);
+  int64_t claims = 0;
+  if (xcoll_store_add(store, claim_key, 1, &claims) == XCOLL_SUCCESS &&
+      claims == 1)
+    (void)xcoll_store_set(store, st->failure_key, value, (size_t)bytes);
   xcoll_store_close(store);
 }
 
 /* A rank that fails everywhere publishes before its connections close
  * (nl_fail_everywhere runs before comm_destroy joins the thread that runs
- * it), so a closed connection may have its reason in this rank's wake key
- * already: fail with that instead of a bare death. Returns 1 if it did.
- * Otherwise *left says whether dead_rank announced that it left (it
- * destroyed its communicator: core/blame.h) rather than died. */
+ * it), and a rank it told closes its own after the notice is in the store
+ * (one set tells every rank), so a closed connection may have its reason
+ * in the failure key already: fail with that instead of a bare death. Returns 1 if it did.
+ * Otherwise *left says whether dead_rank (>= 0) announced that it left
+ * (it destroyed its communicator: core/blame.h) rather than died. */
 static int fail_from_published(nl_state *st, int dead_rank, int *left) {
   xcoll_comm *comm = st->comm;
   xcoll_store *store = NULL;
@@ -108,21 +115,28 @@ static int fail_from_published(nl_state *st, int dead_rank, int *left) {
   if (xcoll_store_connect(comm->master_addr, comm->master_port, 0.5,
                           &store) != XCOLL_SUCCESS)
     return 0;
-  const char *keys[1] = {st->wake_key};
+  const char *keys[1] = {st->failure_key};
   int exists = 0;
   void *value = NULL;
   size_t bytes = 0;
   if (xcoll_store_check(store, keys, 1, &exists) == XCOLL_SUCCESS && exists &&
-      xcoll_store_get(store, st->wake_key, &value, &bytes) != XCOLL_SUCCESS)
+      xcoll_store_get(store, st->failure_key, &value, &bytes) != XCOLL_SUCCESS)
     bytes = 0;
   int found = bytes > 0;
-  if (!found)
+  if (!found && dead_rank >= 0)
     *left = xcoll_blame_has_left(comm, store, dead_rank);
   xcoll_store_close(store);
   if (found)
     fail_from_wake_value(st, value, bytes);
   free(value);
   return found;
+}
+
+int nl_fail_published(nl_state *st) {
+  int left = 0;
+  if (atomic_load(&st->failed) || !st->failure_key[0])
+    return atomic_load(&st->failed);
+  return fail_from_published(st, -1, &left);
 }
 
 /* Record the first failure: status, message, abort flag, wake everyone.
@@ -156,7 +170,7 @@ xcoll_status nl_fail(nl_state *st, xcoll_status status, int dead_rank,
   va_end(ap);
 
   int left = 0;
-  if (dead_rank >= 0 && !atomic_load(&st->failed) && st->wake_key[0] &&
+  if (dead_rank >= 0 && !atomic_load(&st->failed) && st->failure_key[0] &&
       fail_from_published(st, dead_rank, &left))
     return st->fail_status;
   if (left)
@@ -237,10 +251,11 @@ xcoll_status nl_fail_everywhere(nl_state *st, xcoll_status status,
   return status;
 }
 
-/* The watcher: blocked on this rank's wake key over its own store
+/* The watcher: blocked on the failure key over its own store
  * connection. Another rank's failure (a death, a collective mismatch)
- * arrives as that key's value; comm_destroy sets the key itself to wake it;
- * rank 0's death (the store's host) shows up as the connection breaking. */
+ * arrives as that key's value; comm_destroy interrupts the connection to
+ * wake it (nl_watcher_join); rank 0's death (the store's host) shows up as
+ * the connection breaking. */
 static void *watcher_main(void *arg) {
   nl_state *st = arg;
   for (;;) {
@@ -255,7 +270,7 @@ static void *watcher_main(void *arg) {
      * by the op it stalls (store_lost). */
     int hushed = xcoll_error_hush(1);
     xcoll_status s =
-        xcoll_store_get(st->watch_store, st->wake_key, &value, &bytes);
+        xcoll_store_get(st->watch_store, st->failure_key, &value, &bytes);
     xcoll_error_hush(hushed);
     pthread_mutex_lock(&st->lock);
     int stopping = st->stopping;
@@ -295,8 +310,8 @@ static void *watcher_main(void *arg) {
 
 xcoll_status nl_watcher_start(nl_state *st) {
   xcoll_comm *comm = st->comm;
-  snprintf(st->wake_key, sizeof st->wake_key, "%snl/wake/%d",
-           comm->store_prefix, st->rank);
+  snprintf(st->failure_key, sizeof st->failure_key, "%snl/failure",
+           comm->store_prefix);
   xcoll_status s = xcoll_store_connect(comm->master_addr, comm->master_port,
                                        st->timeout_s, &st->watch_store);
   if (s != XCOLL_SUCCESS)
@@ -315,10 +330,10 @@ xcoll_status nl_watcher_start(nl_state *st) {
 }
 
 /* Wake and join the watcher by shutting its store connection down: its wait
- * returns at once whatever the network does. (Setting the wake key over
- * comm->store, as before, took the store's timeout when the store's host
- * was cut off, and the watcher's own wait then never ended: a process cut
- * off from the network could not exit; tests/netns's cut test.) The watch
+ * returns at once whatever the network does. (A set of a key over
+ * comm->store would take the store's timeout when the store's host is cut
+ * off, and the watcher's own wait would never end: a process cut off from
+ * the network could not exit; tests/netns's cut test.) The watch
  * connection never joined, so the store reports no death for it. */
 void nl_watcher_join(nl_state *st) {
   if (st->watcher_started) {

@@ -539,12 +539,12 @@ typedef struct nl_state {
   /* Set by the watcher when the store connection broke: rank 0 is gone. */
   _Atomic int store_lost;
 
-  /* The watcher thread, blocked on this rank's wake key in the store over
-   * a connection of its own, learns of other ranks' deaths. */
+  /* The watcher thread, blocked on the communicator's failure key in the
+   * store over a connection of its own, learns of other ranks' failures. */
   pthread_t watcher;
   int watcher_started;
   xcoll_store *watch_store;
-  char wake_key[64]; /* "<prefix>nl/wake/<rank>" */
+  char failure_key[64]; /* "<prefix>nl/failure", one for every rank */
   /* Stall records in the store: a timeout names the rank that stopped,
    * not the first to give up (core/blame.h). */
   xcoll_blame blame;
@@ -559,16 +559,17 @@ typedef struct nl_state {
 /* Mark the backend failed with status (REMOTE, TIMEOUT, PROTOCOL, ABORTED)
  * and a message (first failure wins), raise the kernels' abort flag and wake
  * every waiter. dead_rank >= 0 names a rank this rank saw die (a closed
- * connection): the message is then published to every rank's wake key so
- * that ranks that are not its ring neighbours fail too. Returns status. */
+ * connection): the message is then published to the failure key (one set
+ * that every rank's watcher reads) so that ranks that are not its ring
+ * neighbours fail too. Returns status. */
 xcoll_status nl_fail(nl_state *st, xcoll_status status, int dead_rank,
                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* As nl_fail for a failure that every rank must share with its status and
  * message, not only this one (a collective mismatch, found by the ranks
  * whose ring neighbour called another collective; a timeout, which the
  * ranks waiting on the one that waits would otherwise each find later at
- * their own timers): published to every
- * rank's wake key, where the watcher fails the rank with status and a
+ * their own timers): published to the
+ * failure key, where every rank's watcher fails the rank with status and a
  * message naming this rank as the one that found it. */
 xcoll_status nl_fail_everywhere(nl_state *st, xcoll_status status,
                                 const char *fmt, ...)
@@ -581,12 +582,19 @@ xcoll_status nl_fail_everywhere(nl_state *st, xcoll_status status,
 xcoll_status nl_fail_timeout(nl_state *st, const int *waits_on, int count,
                              const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* When this rank has not failed yet and another rank's notice is in the
+ * failure key, fail with it (as the watcher would) and return 1; 1 too when
+ * this rank had failed already; 0 otherwise. For a thread about to report
+ * a failure of its own that the notice may explain (a fingerprint link
+ * closed by the rank that found a mismatch), whose watcher may not have
+ * read the key yet. Costs a store connection (at most 0.5 s). */
+int nl_fail_published(nl_state *st);
 /* Monotonic clock, seconds. */
 double nl_now(void);
 /* The sentence explaining the calling thread's last failed plugin call
  * (net.h's xcoll_net_last_error, or a placeholder when it gave none). */
 const char *nl_net_last_error(void);
-/* Start the watcher thread: it waits on this rank's wake key over a store
+/* Start the watcher thread: it waits on the failure key over a store
  * connection of its own and fails the rank with what another rank
  * published there (a death, a collective mismatch). Errors: the store's
  * status (connection), SYSTEM (thread). */
