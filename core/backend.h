@@ -121,6 +121,13 @@ typedef struct xcoll_backend {
    * the op may run: it must take no lock and not block (read counters). */
   int (*describe_op)(const void *state, uint64_t flight_id,
                      xcoll_backend_channel *out, int max);
+  /* Optional (NULL: never): the status every op queued or in flight will
+   * end with, when the backend has failed as a whole (a peer's death, a
+   * collective mismatch: every later op fails the same way), else
+   * XCOLL_SUCCESS. A dump shows such ops as failed with it: the calls
+   * that return it may not have returned yet. Same rules as describe_op:
+   * any thread, no lock, no blocking. */
+  xcoll_status (*failed_status)(const void *state);
 } xcoll_backend;
 
 /* The backend called name, or NULL with XCOLL_ERR_NOT_SUPPORTED set (the

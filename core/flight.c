@@ -480,8 +480,20 @@ static void put_entry(text *t, const xcoll_flight_entry *e,
           e->p2p[0].peer, e->p2p[0].count,
           xcoll_datatype_name((xcoll_datatype)e->p2p[0].dtype));
   }
-  put(t, ",\"state\":\"%s\",\"status\":\"%s\"", state_name(e->state),
-      xcoll_flight_status_name((xcoll_status)e->status));
+  /* A call whose backend has failed as a whole ends with its status, even
+   * when the call has not returned yet (core/backend.h's failed_status). */
+  int32_t shown = e->state, status = e->status;
+  if (comm != NULL && comm->backend->failed_status != NULL &&
+      comm->backend_state != NULL &&
+      (shown == XCOLL_FLIGHT_QUEUED || shown == XCOLL_FLIGHT_STARTED)) {
+    xcoll_status failed = comm->backend->failed_status(comm->backend_state);
+    if (failed != XCOLL_SUCCESS) {
+      shown = XCOLL_FLIGHT_FAILED;
+      status = (int32_t)failed;
+    }
+  }
+  put(t, ",\"state\":\"%s\",\"status\":\"%s\"", state_name(shown),
+      xcoll_flight_status_name((xcoll_status)status));
   put(t, ",\"algorithm\":");
   put_string(t, e->algorithm ? e->algorithm : "");
   put(t, ",\"protocol\":");

@@ -139,6 +139,13 @@ int nl_fail_published(nl_state *st) {
   return fail_from_published(st, -1, &left);
 }
 
+xcoll_status nl_failed_status(const void *state) {
+  nl_state *st = (nl_state *)state;
+  if (!atomic_load(&st->failed))
+    return XCOLL_SUCCESS;
+  return st->fail_status;
+}
+
 /* Record the first failure: status, message, abort flag, wake everyone.
  * Returns 1 when this was the first. */
 static int record_failure(nl_state *st, xcoll_status status,

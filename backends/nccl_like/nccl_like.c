@@ -550,4 +550,5 @@ const xcoll_backend xcoll_backend_nccl_like = {
     .device_engine = 1,
     .transport = nl_transport_names,
     .describe_op = nl_describe_op,
+    .failed_status = nl_failed_status,
 };

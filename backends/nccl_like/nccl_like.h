@@ -589,6 +589,11 @@ xcoll_status nl_fail_timeout(nl_state *st, const int *waits_on, int count,
  * closed by the rank that found a mismatch), whose watcher may not have
  * read the key yet. Costs a store connection (at most 0.5 s). */
 int nl_fail_published(nl_state *st);
+/* The backend's failed_status (core/backend.h): fail_status once the
+ * backend has failed (every op queued or in flight ends with it:
+ * engine.c's op_finish_locked), else XCOLL_SUCCESS. No lock: fail_status
+ * is written before failed is raised. */
+xcoll_status nl_failed_status(const void *state);
 /* Monotonic clock, seconds. */
 double nl_now(void);
 /* The sentence explaining the calling thread's last failed plugin call
