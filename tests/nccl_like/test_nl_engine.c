@@ -292,6 +292,9 @@ typedef struct rank_ctx {
   xcoll_status fail_status;
   double fail_after_s;
   char message[XCOLL_ERROR_BYTES];
+  /* The backend's failed_status (core/backend.h), for a flight recorder
+   * dump: while the op is in flight and healthy, and once it has failed. */
+  xcoll_status failed_before, failed_after;
 } rank_ctx;
 
 /* SCENARIO_CHANNELS: as SCENARIO_ALL, with XCOLL_NCHANNELS unset and rank
@@ -493,6 +496,7 @@ static void *rank_main(void *arg) {
       c->fail_status = s;
       c->fail_after_s = now_s() - t0;
       snprintf(c->message, sizeof c->message, "%s", comm->last_error);
+      c->failed_after = xcoll_backend_nccl_like.failed_status(c->state);
     }
     free(buf);
   } else if (c->scenario == SCENARIO_ABORT) {
@@ -512,7 +516,10 @@ static void *rank_main(void *arg) {
           done)
         c->failures++; /* it cannot have completed */
       double t0 = now_s();
+      c->failed_before = xcoll_backend_nccl_like.failed_status(c->state);
       xcoll_backend_nccl_like.comm_abort(comm, c->state);
+      /* Before the wait: a dump taken now shows the op failed. */
+      c->failed_after = xcoll_backend_nccl_like.failed_status(c->state);
       c->fail_status = xcoll_backend_nccl_like.coll->wait(c->state, h);
       c->fail_after_s = now_s() - t0;
     }
@@ -611,6 +618,7 @@ static void test_death(void **unused) {
             xcoll_strerror(ctx[r].fail_status), ctx[r].fail_after_s,
             ctx[r].message);
     assert_int_equal(ctx[r].fail_status, XCOLL_ERR_REMOTE);
+    assert_int_equal(ctx[r].failed_after, XCOLL_ERR_REMOTE);
     assert_true(ctx[r].fail_after_s < 5.0);
     assert_non_null(strstr(ctx[r].message, "rank 2"));
   }
@@ -624,6 +632,8 @@ static void test_abort(void **unused) {
   pthread_barrier_destroy(&abort_barrier);
   assert_int_equal(ctx[0].failures, 0);
   assert_int_equal(ctx[0].fail_status, XCOLL_ERR_ABORTED);
+  assert_int_equal(ctx[0].failed_before, XCOLL_SUCCESS);
+  assert_int_equal(ctx[0].failed_after, XCOLL_ERR_ABORTED);
   assert_true(ctx[0].fail_after_s < 2.0);
   free(ctx);
 }
