@@ -406,6 +406,22 @@ XC_INLINE __device__ int xc_reduce_fast(xcoll_datatype dtype, xcoll_op op) {
          (dtype == XCOLL_FLOAT32 || dtype == XCOLL_BFLOAT16 ||
           dtype == XCOLL_FLOAT16);
 }
+
+/* xc_reduce_packs_fixed's sum loop for dtype, where xc_reduce_fast holds:
+ * one call per dtype, each with constant arguments. */
+static __forceinline__ __device__ void
+xc_reduce_packs_sum(uint4 *dst, uint4 *dst2, const uint4 *a, const uint4 *b,
+                    size_t packs, size_t per, xcoll_datatype dtype) {
+  if (dtype == XCOLL_FLOAT32)
+    xc_reduce_packs_fixed(dst, dst2, a, b, packs, per, XCOLL_FLOAT32,
+                          XCOLL_SUM);
+  else if (dtype == XCOLL_BFLOAT16)
+    xc_reduce_packs_fixed(dst, dst2, a, b, packs, per, XCOLL_BFLOAT16,
+                          XCOLL_SUM);
+  else
+    xc_reduce_packs_fixed(dst, dst2, a, b, packs, per, XCOLL_FLOAT16,
+                          XCOLL_SUM);
+}
 #endif
 
 XC_INLINE XC_HD void xc_reduce_block(void *dst, const void *a, const void *b,
@@ -422,19 +438,9 @@ XC_INLINE XC_HD void xc_reduce_block(void *dst, const void *a, const void *b,
      * float16, bfloat16; xc_reduce_fast): one loop each, specialised, with
      * XC_FAST_UNROLL packs in flight per thread. Everything else: the
      * generic loop. */
-    int fast = 1;
-    if (xc_reduce_fast(dtype, op) && dtype == XCOLL_FLOAT32)
-      xc_reduce_packs_fixed(d4, NULL, a4, b4, packs, per, XCOLL_FLOAT32,
-                            XCOLL_SUM);
-    else if (xc_reduce_fast(dtype, op) && dtype == XCOLL_BFLOAT16)
-      xc_reduce_packs_fixed(d4, NULL, a4, b4, packs, per, XCOLL_BFLOAT16,
-                            XCOLL_SUM);
-    else if (xc_reduce_fast(dtype, op) && dtype == XCOLL_FLOAT16)
-      xc_reduce_packs_fixed(d4, NULL, a4, b4, packs, per, XCOLL_FLOAT16,
-                            XCOLL_SUM);
-    else
-      fast = 0;
-    if (!fast) {
+    if (xc_reduce_fast(dtype, op)) {
+      xc_reduce_packs_sum(d4, NULL, a4, b4, packs, per, dtype);
+    } else {
       /* XC_REDUCE_UNROLL packs per thread per pass, all loaded before any
        * is reduced (see its definition for what it gains and costs). */
       for (; v + (XC_REDUCE_UNROLL - 1) * nth < packs;
@@ -486,14 +492,7 @@ XC_INLINE XC_HD int xc_reduce_block2(void *dst, void *dst2, const void *a,
   size_t per = 16 / e, packs = n / per;
   uint4 *d4 = (uint4 *)dst, *e4 = (uint4 *)dst2;
   const uint4 *a4 = (const uint4 *)a, *b4 = (const uint4 *)b;
-  if (dtype == XCOLL_FLOAT32)
-    xc_reduce_packs_fixed(d4, e4, a4, b4, packs, per, XCOLL_FLOAT32, XCOLL_SUM);
-  else if (dtype == XCOLL_BFLOAT16)
-    xc_reduce_packs_fixed(d4, e4, a4, b4, packs, per, XCOLL_BFLOAT16,
-                          XCOLL_SUM);
-  else
-    xc_reduce_packs_fixed(d4, e4, a4, b4, packs, per, XCOLL_FLOAT16,
-                          XCOLL_SUM);
+  xc_reduce_packs_sum(d4, e4, a4, b4, packs, per, dtype);
   for (size_t i = packs * per + tid; i < n; i += nth) {
     uint8_t *d = (uint8_t *)dst + i * e;
     xc_reduce_into(d, (const uint8_t *)a + i * e, (const uint8_t *)b + i * e,

@@ -424,7 +424,7 @@ void nl_fp_explain(nl_state *st, uint64_t index) {
    * failed, most often by finding the mismatch itself, and published why
    * before closing anything (failure.c). Its notice, not this rank's bare
    * PROTOCOL, is what every rank must report. */
-  if (atomic_load(&st->fp.broken) && !atomic_load(&st->failed))
+  if (atomic_load(&st->fp.broken))
     (void)nl_fail_published(st);
 }
 

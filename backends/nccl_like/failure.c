@@ -27,12 +27,12 @@ const char *nl_net_last_error(void) {
   return message && message[0] ? message : "(the plugin gave no reason)";
 }
 
-/* The failure key holds "<status> <message>": the xcoll_status every
- * rank must fail with (REMOTE for a death, PROTOCOL for a collective
- * mismatch) as a decimal number, then the sentence. */
-static void wake_value_parse(const char *value, size_t bytes,
-                             xcoll_status *status, const char **text,
-                             int *text_bytes) {
+/* A notice, the failure key's value, is "<status> <message>": the
+ * xcoll_status every rank must fail with (REMOTE for a death, PROTOCOL for
+ * a collective mismatch) as a decimal number, then the sentence. */
+static void notice_parse(const char *value, size_t bytes,
+                         xcoll_status *status, const char **text,
+                         int *text_bytes) {
   *status = XCOLL_ERR_REMOTE;
   *text = value;
   *text_bytes = (int)(bytes < 900 ? bytes : 900);
@@ -49,13 +49,13 @@ static void wake_value_parse(const char *value, size_t bytes,
   *text_bytes = (int)(bytes < 900 ? bytes : 900);
 }
 
-/* Fail this rank with what another rank published to the failure key. */
-static void fail_from_wake_value(nl_state *st, const char *value,
-                                 size_t bytes) {
+/* Fail this rank with the notice another rank published to the failure
+ * key. */
+static void fail_from_notice(nl_state *st, const char *value, size_t bytes) {
   xcoll_status status;
   const char *text;
   int text_bytes;
-  wake_value_parse(value, bytes, &status, &text, &text_bytes);
+  notice_parse(value, bytes, &status, &text, &text_bytes);
   nl_fail(st, status, -1, "nccl_like: rank %d: %.*s", st->rank, text_bytes,
           text);
 }
@@ -103,8 +103,8 @@ static void publish_failure(nl_state *st, xcoll_status status,
  * (nl_fail_everywhere runs before comm_destroy joins the thread that runs
  * it), and a rank it told closes its own after the notice is in the store
  * (one set tells every rank), so a closed connection may have its reason
- * in the failure key already: fail with that instead of a bare death. Returns 1 if it did.
- * Otherwise *left says whether dead_rank (>= 0) announced that it left
+ * in the failure key already: fail with that instead of a bare death.
+ * Returns 1 if it did. Otherwise *left says whether dead_rank (>= 0) announced that it left
  * (it destroyed its communicator: core/blame.h) rather than died. */
 static int fail_from_published(nl_state *st, int dead_rank, int *left) {
   xcoll_comm *comm = st->comm;
@@ -127,7 +127,7 @@ static int fail_from_published(nl_state *st, int dead_rank, int *left) {
     *left = xcoll_blame_has_left(comm, store, dead_rank);
   xcoll_store_close(store);
   if (found)
-    fail_from_wake_value(st, value, bytes);
+    fail_from_notice(st, value, bytes);
   free(value);
   return found;
 }
@@ -309,7 +309,7 @@ static void *watcher_main(void *arg) {
       return NULL;
     }
     if (bytes > 0)
-      fail_from_wake_value(st, value, bytes);
+      fail_from_notice(st, value, bytes);
     free(value);
     return NULL;
   }
