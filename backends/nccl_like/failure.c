@@ -104,7 +104,7 @@ static void publish_failure(nl_state *st, xcoll_status status,
  * it), and a rank it told closes its own after the notice is in the store
  * (one set tells every rank), so a closed connection may have its reason
  * in the failure key already: fail with that instead of a bare death.
- * Returns 1 if it did. Otherwise *left says whether dead_rank (>= 0) announced that it left
+ * Likewise a death the store saw. Returns 1 if it did. Otherwise *left says whether dead_rank (>= 0) announced that it left
  * (it destroyed its communicator: core/blame.h) rather than died. */
 static int fail_from_published(nl_state *st, int dead_rank, int *left) {
   xcoll_comm *comm = st->comm;
@@ -123,13 +123,29 @@ static int fail_from_published(nl_state *st, int dead_rank, int *left) {
       xcoll_store_get(store, st->failure_key, &value, &bytes) != XCOLL_SUCCESS)
     bytes = 0;
   int found = bytes > 0;
-  if (!found && dead_rank >= 0)
+  /* A death the store saw (a joined rank's connection dropped) is not in
+   * the key: the store fails the watchers' gets with it, and a rank told
+   * that way may fail and leave before this rank's watcher has run. Ask
+   * the store, so that this rank names the dead rank too, not the one
+   * that left after hearing of it. */
+  char death[XCOLL_ERROR_BYTES];
+  death[0] = '\0';
+  if (!found) {
+    int hushed = xcoll_error_hush(1);
+    if (xcoll_store_health(store) == XCOLL_ERR_REMOTE)
+      snprintf(death, sizeof death, "%s", xcoll_last_error());
+    xcoll_error_hush(hushed);
+  }
+  if (!found && !death[0] && dead_rank >= 0)
     *left = xcoll_blame_has_left(comm, store, dead_rank);
   xcoll_store_close(store);
   if (found)
     fail_from_notice(st, value, bytes);
+  else if (death[0])
+    nl_fail(st, XCOLL_ERR_REMOTE, -1, "nccl_like: rank %d: %s", st->rank,
+            death);
   free(value);
-  return found;
+  return found || death[0];
 }
 
 int nl_fail_published(nl_state *st) {
