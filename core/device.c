@@ -79,11 +79,17 @@ xcoll_status xcoll_device_from_env(int local_rank, int *device) {
   return XCOLL_SUCCESS;
 }
 
-/* cuPointerGetAttribute's signature and the two attributes used, as the
+/* cuPointerGetAttributes' signature and the two attributes used, as the
  * CUDA Driver API defines them (cuda.h: CU_POINTER_ATTRIBUTE_MEMORY_TYPE =
  * 2, CU_POINTER_ATTRIBUTE_IS_MANAGED = 8, CU_MEMORYTYPE_DEVICE = 2;
- * CUDA_SUCCESS = 0). Declared here so that no CUDA header is needed. */
-typedef int (*cu_pointer_get_attribute_fn)(void *data, int attribute,
+ * CUDA_SUCCESS = 0). Declared here so that no CUDA header is needed. Not
+ * cuPointerGetAttribute: that one fails (CUDA_ERROR_INVALID_VALUE) on host
+ * memory the driver does not know, where this one succeeds and leaves each
+ * attribute 0 (CUDA Driver API reference, cuPointerGetAttributes). A host
+ * buffer is the common case here, and a failed driver call is an error to
+ * compute-sanitizer's memcheck and to CUDA's own error logging. */
+typedef int (*cu_pointer_get_attribute_fn)(unsigned int count,
+                                           int *attributes, void **data,
                                            uintptr_t ptr);
 #define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
 #define CU_POINTER_ATTRIBUTE_IS_MANAGED 8
@@ -146,7 +152,7 @@ static int find_libcuda(struct dl_phdr_info *info, size_t size, void *data) {
   return 1;
 }
 
-/* The driver's cuPointerGetAttribute once libcuda is loaded, else NULL.
+/* The driver's cuPointerGetAttributes once libcuda is loaded, else NULL.
  * The pointer is kept: the driver is not unloaded while the process runs
  * (the handle taken here holds a reference). */
 static cu_pointer_get_attribute_fn driver_get_attribute(void) {
@@ -175,26 +181,33 @@ static cu_pointer_get_attribute_fn driver_get_attribute(void) {
   if (handle == NULL)
     return NULL;
   fn = (cu_pointer_get_attribute_fn)(uintptr_t)dlsym(handle,
-                                                     "cuPointerGetAttribute");
+                                                     "cuPointerGetAttributes");
   if (fn != NULL)
     atomic_store(&cu_get_attribute, fn);
   return fn;
+}
+
+/* What the driver says of ptr: its memory type (0: memory it does not
+ * know) and whether it is managed. 0 when it answers, else -1. */
+static int pointer_kind(cu_pointer_get_attribute_fn get, const void *ptr,
+                        unsigned int *memory_type, unsigned int *managed) {
+  int attributes[2] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                       CU_POINTER_ATTRIBUTE_IS_MANAGED};
+  void *data[2] = {memory_type, managed};
+  *memory_type = 0;
+  *managed = 0;
+  return get(2, attributes, data, (uintptr_t)ptr) == 0 ? 0 : -1;
 }
 
 static int device_pointer_by(cu_pointer_get_attribute_fn get,
                              const void *ptr) {
   if (ptr == NULL)
     return 0;
-  unsigned int memory_type = 0;
-  /* host memory the driver does not know returns an error: host */
-  if (get(&memory_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (uintptr_t)ptr) != 0 ||
-      memory_type != CU_MEMORYTYPE_DEVICE)
+  unsigned int memory_type, managed;
+  if (pointer_kind(get, ptr, &memory_type, &managed) != 0)
     return 0;
-  unsigned int managed = 0;
-  if (get(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, (uintptr_t)ptr) == 0 &&
-      managed)
-    return 0; /* managed memory is readable from the host */
-  return 1;
+  /* managed memory is readable from the host */
+  return memory_type == CU_MEMORYTYPE_DEVICE && !managed;
 }
 
 void xcoll_device_recheck(void) {
@@ -223,8 +236,7 @@ int xcoll_device_known(const void *ptr) {
   if (ptr == NULL)
     return 0;
   cu_pointer_get_attribute_fn get = driver_get_attribute();
-  unsigned int memory_type = 0;
-  return get != NULL &&
-         get(&memory_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (uintptr_t)ptr) ==
-             0;
+  unsigned int memory_type, managed;
+  return get != NULL && pointer_kind(get, ptr, &memory_type, &managed) == 0 &&
+         (memory_type != 0 || managed);
 }

@@ -42,9 +42,10 @@ xcoll_status xcoll_device_from_env(int local_rank, int *device);
  * loaded is found by a walk over the loaded objects (dl_iterate_phdr,
  * about 0.1 us) made at most once per tick of CLOCK_MONOTONIC_COARSE (a
  * driver loaded since has made no device memory yet: cuInit alone takes
- * longer). With it loaded, its cuPointerGetAttribute decides (CUDA Driver
+ * longer). With it loaded, its cuPointerGetAttributes decides (CUDA Driver
  * API, "Unified Addressing": CU_POINTER_ATTRIBUTE_MEMORY_TYPE and
- * _IS_MANAGED). */
+ * _IS_MANAGED), which answers host memory it does not know without an
+ * error. */
 int xcoll_device_pointer(const void *ptr);
 /* Forgets that libcuda was found absent: the next question walks the
  * loaded objects at once. For a program (or test) that loads a driver
@@ -56,7 +57,8 @@ void xcoll_device_recheck(void);
 const void *xcoll_device_pointer_of(const void *a, const void *b);
 
 /* 1 when the CUDA driver knows ptr (device, managed or pinned host memory:
- * cuPointerGetAttribute answers), so that a kernel may reach it; 0 for
+ * cuPointerGetAttributes gives it a memory type), so that a kernel may
+ * reach it; 0 for
  * plain host memory, or when no driver is loaded. */
 int xcoll_device_known(const void *ptr);
 

@@ -65,9 +65,13 @@ static const char *const kernel_names[NL_GPU_KINDS] = {
 };
 #endif
 
-/* A launch the proxy has not seen complete yet (ring of NL_QUEUE_DEPTH). */
+/* A launch the proxy has not seen complete yet (ring of NL_QUEUE_DEPTH).
+ * claimed: a launch that found the ring full waits on this flight's event
+ * (the oldest) without the lock; retire_locked stops at it, and the
+ * claimer retires it, so that the event is not destroyed under the wait. */
 typedef struct nl_gpu_flight {
   void *event;
+  int claimed;
 } nl_gpu_flight;
 
 /* Memory outside the mapped block that the kernels reach, and its device
@@ -746,20 +750,56 @@ const char *nl_gpu_refusal(nl_state *st, const xcoll_coll_args *args,
   return out;
 }
 
-/* Retire launches whose event completed, oldest first. Under st->lock;
- * the context is pushed. */
+/* The oldest flight is done: destroy its event and free its place. Under
+ * st->lock; the context is pushed. */
+static void retire_head_locked(nl_state *st) {
+  nl_gpu *g = st->gpu;
+  nl_gpu_flight *f = &g->flights[g->flight_head % NL_QUEUE_DEPTH];
+  xcoll_cu.event_destroy(f->event);
+  f->event = NULL;
+  f->claimed = 0;
+  g->flight_head++;
+  atomic_fetch_sub(&st->ops_in_flight, 1);
+  pthread_cond_broadcast(&g->room);
+  pthread_cond_broadcast(&st->done_cond);
+}
+
+/* Retire launches whose event completed, oldest first, up to a claimed
+ * one (its claimer retires it). Under st->lock; the context is pushed. */
 static void retire_locked(nl_state *st) {
   nl_gpu *g = st->gpu;
   while (g->flight_head != g->flight_tail) {
     nl_gpu_flight *f = &g->flights[g->flight_head % NL_QUEUE_DEPTH];
-    if (xcoll_cu.event_query(f->event) == XCOLL_CU_ERROR_NOT_READY)
+    if (f->claimed ||
+        xcoll_cu.event_query(f->event) == XCOLL_CU_ERROR_NOT_READY)
       break;
-    xcoll_cu.event_destroy(f->event);
-    f->event = NULL;
-    g->flight_head++;
-    atomic_fetch_sub(&st->ops_in_flight, 1);
-    pthread_cond_broadcast(&g->room);
-    pthread_cond_broadcast(&st->done_cond);
+    retire_head_locked(st);
+  }
+}
+
+/* Wait, under st->lock, until the ring of flights has room or the comm
+ * failed. The first waiter claims the oldest flight and waits on its event
+ * without the lock (the proxy's retire_locked leaves a claimed flight
+ * alone, so the event outlives the wait), then retires it; another waits
+ * on g->room. The context is pushed. */
+static void wait_for_room_locked(nl_state *st) {
+  nl_gpu *g = st->gpu;
+  retire_locked(st);
+  while (g->flight_tail - g->flight_head == NL_QUEUE_DEPTH &&
+         !atomic_load(&st->failed)) {
+    nl_gpu_flight *f = &g->flights[g->flight_head % NL_QUEUE_DEPTH];
+    if (f->claimed) {
+      pthread_cond_wait(&g->room, &st->lock);
+      continue;
+    }
+    f->claimed = 1;
+    void *event = f->event;
+    pthread_mutex_unlock(&st->lock);
+    (void)xcoll_cu.event_synchronize(event);
+    pthread_mutex_lock(&st->lock);
+    /* Still the head: only the claimer retires a claimed flight. */
+    retire_head_locked(st);
+    retire_locked(st);
   }
 }
 
@@ -811,15 +851,7 @@ xcoll_status nl_gpu_launch(nl_state *st, nl_op *op) {
   /* Room for one more flight (start() may wait on the backend's own
    * bounded queue, core/backend.h). */
   pthread_mutex_lock(&st->lock);
-  retire_locked(st);
-  while (g->flight_tail - g->flight_head == NL_QUEUE_DEPTH &&
-         !atomic_load(&st->failed)) {
-    pthread_mutex_unlock(&st->lock);
-    xcoll_cu.event_synchronize(
-        g->flights[g->flight_head % NL_QUEUE_DEPTH].event);
-    pthread_mutex_lock(&st->lock);
-    retire_locked(st);
-  }
+  wait_for_room_locked(st);
   pthread_mutex_unlock(&st->lock);
 
   const char *call = "cuStreamWaitEvent";

@@ -7,7 +7,12 @@
 #   nccl_like  every rank a GPU rank (XCOLL_DEVICE=cuda): the ring kernel
 #   mixed      --gpu-ranks 0: one GPU rank, the others host ranks
 #   tcp        every rank a GPU rank on tcp: staged through pinned memory
-# Each runs the five collectives at 3 ranks, blocking and not, and must
+#   queue      2 GPU ranks on nccl_like, 300 non-blocking 8 B allreduces
+#              queued before the first wait: more launches than the backend
+#              keeps in flight (NL_QUEUE_DEPTH, 64), so launches wait for
+#              room while the proxy retires finished kernels (the stand-in
+#              aborts if an event is destroyed under a cuEventSynchronize)
+# The others run the five collectives at 3 ranks, blocking and not; each must
 # report "Out of bounds values : 0 OK", exit 0, and say how many ranks had
 # device buffers. --quick (sanitizer builds): allreduce and allgather,
 # non-blocking only, up to 32 KiB.
@@ -30,8 +35,13 @@ trap 'rm -rf "$tmp"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 np=3
+sizes="-b 8 -e $maxbytes -f 32"
+iters="-n 3 -w 1"
 case $case_name in
 nccl_like) backend=nccl_like; device=cuda; extra=""; device_ranks=3 ;;
+queue)
+  backend=nccl_like; device=cuda; extra=""; np=2; device_ranks=2
+  colls=allreduce; modes=0; sizes="-b 8 -e 8"; iters="-n 300 -w 0" ;;
 mixed) backend=nccl_like; device=host; extra="--gpu-ranks 0"; device_ranks=1 ;;
 tcp) backend=tcp; device=cuda; extra=""; device_ranks=3 ;;
 *) echo "unknown case $case_name"; exit 2 ;;
@@ -42,10 +52,10 @@ for coll in $colls; do
     # Sizes from 8 B (nccl_like's LL protocol) to 1 MiB (SIMPLE, several
     # slots per channel; 32 KiB with --quick); -c 2: two checked
     # operations per half-row.
-    # shellcheck disable=SC2086 # $extra is empty or two words
+    # shellcheck disable=SC2086 # $extra, $sizes and $iters are words
     if ! XCOLL_BACKEND=$backend XCOLL_DEVICE=$device timeout -k 5 100 \
-        "$run" --nproc-per-node $np --master-port 0 "$perf" -b 8 -e $maxbytes -f 32 \
-        -n 3 -w 1 -c 2 -z $blocking -r 1 --coll $coll $extra >"$out" 2>&1; then
+        "$run" --nproc-per-node $np --master-port 0 "$perf" $sizes \
+        $iters -c 2 -z $blocking -r 1 --coll $coll $extra >"$out" 2>&1; then
       fail "$coll -z $blocking exited non-zero: $(tail -n 5 "$out")"
       continue
     fi

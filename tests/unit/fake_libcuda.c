@@ -62,7 +62,9 @@
  *   FAKE_CUDA_HOST_REGISTER and MPS_ENABLED FAKE_CUDA_MPS (otherwise
  *   CUDA_ERROR_INVALID_VALUE, as for every other attribute).
  * - fake_cuda_set_device_range calls one host range device memory for
- *   cuPointerGetAttribute only (unit.device's detection tests).
+ *   cuPointerGetAttribute(s) only (unit.device's detection tests);
+ *   cuPointerGetAttributes answers unknown memory with type 0, as the
+ *   driver does, where cuPointerGetAttribute fails.
  * Not modelled: the legacy stream's implicit synchronisation with other
  * streams (the NULL stream is an ordinary stream here), stream priorities
  * and flags, event timing, more than one context, and cuMemFree's implicit
@@ -1197,6 +1199,7 @@ struct event {
   int magic;
   struct stream *stream; /* NULL until recorded */
   uint64_t ticket;       /* complete once stream->done >= ticket */
+  int waiters;           /* threads inside cuEventSynchronize on it */
 };
 static int events_live; /* under lock */
 
@@ -1224,6 +1227,11 @@ int cuEventCreate(void **ev, unsigned int flags) {
 int cuEventDestroy(void *ev) {
   pthread_mutex_lock(&lock);
   struct event *e = as_event(ev);
+  /* The real driver crashed in cuEventSynchronize on an event another
+   * thread destroyed meanwhile (a call of address 0): here it is caught. */
+  if (e != NULL && e->waiters > 0)
+    fault("cuEventDestroy of an event another thread waits on in "
+          "cuEventSynchronize");
   if (e != NULL) {
     e->magic = 0;
     events_live--;
@@ -1271,8 +1279,11 @@ int cuEventQuery(void *ev) {
 int cuEventSynchronize(void *ev) {
   pthread_mutex_lock(&lock);
   struct event *e = as_event(ev);
-  if (e != NULL && e->stream != NULL)
+  if (e != NULL && e->stream != NULL) {
+    e->waiters++;
     wait_done(e->stream, e->ticket);
+    e->waiters--;
+  }
   pthread_mutex_unlock(&lock);
   return e != NULL ? OK : INVALID_HANDLE;
 }
@@ -1332,6 +1343,28 @@ int cuGetErrorString(int result, const char **text) {
   case NOT_READY: *text = "device not ready"; return OK;
   default: *text = NULL; return INVALID_VALUE;
   }
+}
+
+/* As the driver's: host memory it does not know is no error, every
+ * attribute is left 0 (MEMORY_TYPE 0, IS_MANAGED 0). */
+int cuPointerGetAttributes(unsigned int count, int *attributes, void **data,
+                           uintptr_t ptr) {
+  if (attributes == NULL || data == NULL)
+    return INVALID_VALUE;
+  pthread_mutex_lock(&lock);
+  int device = is_device(ptr);
+  pthread_mutex_unlock(&lock);
+  int known = device || (ptr >= range_base && ptr < range_base + range_bytes);
+  int managed = !device && known && range_managed;
+  for (unsigned int i = 0; i < count; i++) {
+    if (attributes[i] == 2) /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE */
+      *(unsigned int *)data[i] = known ? 2u : 0u; /* CU_MEMORYTYPE_DEVICE */
+    else if (attributes[i] == 8) /* CU_POINTER_ATTRIBUTE_IS_MANAGED */
+      *(unsigned int *)data[i] = (unsigned int)managed;
+    else
+      return INVALID_VALUE;
+  }
+  return OK;
 }
 
 int cuPointerGetAttribute(void *data, int attribute, uintptr_t ptr) {
