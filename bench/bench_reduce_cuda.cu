@@ -48,7 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/prims.h"
+#include "../kernels/ring.h" /* xc_channel_share; prims.h */
 
 #define BENCH_CHECK(call)                                                      \
   do {                                                                         \
@@ -61,8 +61,10 @@
   } while (0)
 
 /* The ring kernel's SIMPLE step body over device buffers: block c reduces
- * its contiguous part of [0, count) one step of step_elems at a time,
- * out = slot op in, exactly as recvReduceCopy does on a received slot. */
+ * its contiguous part of [0, count) (the ring kernel's channel share,
+ * 16-byte aligned: xc_channel_share in kernels/ring.h) one step of
+ * step_elems at a time, out = slot op in, exactly as recvReduceCopy does
+ * on a received slot. */
 __global__ void reduce_copy_kernel(uint8_t *out, const uint8_t *slot,
                                    const uint8_t *in, size_t count,
                                    size_t step_elems, xcoll_datatype dtype) {
@@ -72,8 +74,10 @@ __global__ void reduce_copy_kernel(uint8_t *out, const uint8_t *slot,
   p.op = XCOLL_SUM;
   p.elem_bytes = xc_dtype_size(dtype);
   p.proto = XC_PROTO_SIMPLE;
-  size_t first = count * blockIdx.x / gridDim.x;
-  size_t last = count * (blockIdx.x + 1) / gridDim.x;
+  size_t first, share;
+  xc_channel_share(count, p.elem_bytes, (int)blockIdx.x, (int)gridDim.x,
+                   &first, &share);
+  size_t last = first + share;
   for (size_t at = first; at < last; at += step_elems) {
     size_t n = last - at < step_elems ? last - at : step_elems;
     size_t offset = at * p.elem_bytes;

@@ -35,7 +35,10 @@
 #      desync in a mixed ring of 3, LL and SIMPLE, caught on every rank);
 #      The transports: GPU ranks sharing device 0 over P2P at 2 and 4
 #      ranks, over SHM with XCOLL_P2P_DISABLE=1, a mixed ring's GPU rank
-#      over SHM (nl_mixed.sh checks the INFO lines' transports);
+#      over SHM (nl_mixed.sh checks the INFO lines' transports); the calls
+#      over the mesh (tests/conformance/exchange.c: alltoall(v), gather,
+#      scatter, send/recv groups) on GPU ranks at 2 and 4 ranks and on a
+#      mixed ring of 3;
 #   3. compute-sanitizer --tool memcheck and --tool racecheck on a 2-rank
 #      nccl_like GPU allreduce (xcoll-perf on device buffers with --check,
 #      8 B to 256 KiB: LL, SIMPLE, gather and ring), which connects over
@@ -56,7 +59,8 @@
 #   6. xcoll-perf allreduce busbw, device buffers: nccl_like GPU ranks at 2
 #      and 4 ranks sharing device 0 (P2P; under MPS, and the 2-rank P2P
 #      sweep once before MPS starts, and once with XCOLL_P2P_DISABLE=1,
-#      SHM); a mixed ring (rank 0 on the GPU, 3 host
+#      SHM); 2 GPU ranks' latency from 8 B to 64 KiB under MPS, 200 calls
+#      a size in flight at once; a mixed ring (rank 0 on the GPU, 3 host
 #      ranks) against the host-only ring of 4; tcp GPU ranks (staging) at 4
 #      against tcp host ranks. docs/benchmarks.md says what each figure is.
 # Output: BUILD_DIR/gpu-check/ holds each step's full log; the summary is
@@ -128,10 +132,13 @@ step sanitizer-memcheck-nccl_like-shm env XCOLL_BACKEND=nccl_like \
   timeout -k 10 1200 tools/xcollrun --nproc-per-node 2 --master-port 0 \
   compute-sanitizer --tool memcheck --error-exitcode 1 \
   tools/xcoll-perf -b 8 -e 256K -f 8 -n 1 -w 1 -c 1
+# Only the GPU rank under the sanitizer: it fails a process that never
+# calls CUDA ("terminated before first instrumented API call"), and rank 1
+# is a host rank.
 step sanitizer-memcheck-nccl_like-mixed env XCOLL_BACKEND=nccl_like \
   XCOLL_TIMEOUT_S=900 timeout -k 10 1200 \
   tools/xcollrun --nproc-per-node 2 --master-port 0 \
-  compute-sanitizer --tool memcheck --error-exitcode 1 \
+  bash -c 'if [ "$RANK" = 0 ]; then exec compute-sanitizer --tool memcheck --error-exitcode 1 "$@"; fi; exec "$@"' gpu-rank-0 \
   tools/xcoll-perf -b 8 -e 256K -f 8 -n 1 -w 1 -c 1 --gpu-ranks 0
 step sanitizer-memcheck-tcp env XCOLL_BACKEND=tcp XCOLL_DEVICE=cuda:0 \
   XCOLL_TIMEOUT_S=120 tools/xcollrun --nproc-per-node 2 --master-port 0 \
@@ -152,16 +159,22 @@ echo "      bench built for $arch" >> "$summary"
 step bench-build nvcc -O3 -std=c++17 -arch="$arch" -I "$root/include" \
   -DXC_REDUCE_UNROLL="${GPU_CHECK_REDUCE_UNROLL:-1}" \
   "$root/bench/bench_reduce_cuda.cu" -o "$build/bench_reduce_cuda"
-step bench-float32 ./bench_reduce_cuda --dtype float32 --minbytes 1M --maxbytes 256M
+step bench-float32 ./bench_reduce_cuda --dtype float32 --minbytes 1M \
+  --maxbytes 256M --blocks 2,16,32,64,0
 step bench-bfloat16 ./bench_reduce_cuda --dtype bfloat16 --minbytes 1M \
-  --maxbytes 256M --blocks 2,32,0
+  --maxbytes 256M --blocks 2,16,32,64,0
 step bench-pinned-slot ./bench_reduce_cuda --dtype float32 --minbytes 1M \
   --maxbytes 64M --blocks 2,32,0 --pinned-slot
 for b in float32 bfloat16 pinned-slot; do
   grep -h "traffic ratio at" "$logs/bench-$b.log" | sed "s/^# /      bench $b: /" >> "$summary"
 done
-# The default nccl_like launch: 2 channels = 2 blocks, at the largest size.
-awk '$1 ~ /^[0-9]+$/ && $2 == 2 {row = $0} END {if (row != "") print "      bench float32, 2 blocks (nccl_like default), largest size:" row}' \
+# A GPU rank's default launch: one channel (block) per 8 SMs, at most 16
+# (16 on an H100 or H200), at the largest size.
+nch=$(nvidia-smi --query-gpu=multiprocessor_count --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' ')
+[[ "$nch" =~ ^[0-9]+$ ]] && nch=$((nch / 8)) || nch=16
+[ "$nch" -gt 16 ] && nch=16
+[ "$nch" -lt 2 ] && nch=2
+awk -v n="$nch" '$1 ~ /^[0-9]+$/ && $2 == n {row = $0} END {if (row != "") print "      bench float32, " n " blocks (a GPU rank'"'"'s default channels), largest size:" row}' \
   "$logs/bench-float32.log" >> "$summary"
 
 # 6. xcoll-perf busbw. perf NAME NPROC ENV... -- ARGS...: an allreduce sweep
@@ -195,6 +208,17 @@ if [ "${GPU_CHECK_MPS:-1}" != 0 ] && command -v nvidia-cuda-mps-control > /dev/n
 fi
 echo "      step 6 under MPS: $([ $mps = 1 ] && echo yes || echo no)" >> "$summary"
 perf nccl_like.gpu.np2 2 XCOLL_BACKEND=nccl_like XCOLL_DEVICE=cuda:0 --
+# Small messages, 200 calls a size queued before the first wait (-z 0): the
+# latency of a GPU rank's allreduce, and a launch queue that fills
+# (NL_QUEUE_DEPTH) while the proxy retires kernels that end within
+# microseconds of each other (under MPS both ranks' kernels run at once).
+step perf-nccl_like.gpu.np2.small env XCOLL_TIMEOUT_S=300 \
+  XCOLL_BACKEND=nccl_like XCOLL_DEVICE=cuda:0 timeout -k 10 600 \
+  tools/xcollrun --nproc-per-node 2 --master-port 0 \
+  tools/xcoll-perf -b 8 -e 64K -f 8 -n 200 -w 20 -c 1
+sed 's/^\[rank 0\] //' "$logs/perf-nccl_like.gpu.np2.small.log" | awk '
+  $1 ~ /^[0-9]+$/ && NF >= 13 && ($1 == 8 || $1 == 4096) {
+    printf "      nccl_like.gpu.np2.small %6s B  %s us (oop) %s us (ip)  %s\n", $1, $6, $10, $14}' >> "$summary"
 perf nccl_like.gpu.np2.shm 2 XCOLL_BACKEND=nccl_like XCOLL_DEVICE=cuda:0 \
   XCOLL_P2P_DISABLE=1 --
 perf nccl_like.gpu.np4 4 XCOLL_BACKEND=nccl_like XCOLL_DEVICE=cuda:0 --

@@ -538,11 +538,15 @@ if(XCOLL_HAVE_CUDA AND TARGET staging)
       ENVIRONMENT "XCOLL_TIMEOUT_S=60;XCOLL_BACKEND=nccl_like;XCOLL_PROTO=${proto};FAULT_DESYNC_GPU_RANKS=${ranks};${_fake_env}")
   endforeach()
   # The same on a real GPU (label gpu): skipped, exit 77, without one.
+  set(_exchange "")
+  if(TARGET exchange)
+    set(_exchange $<TARGET_FILE:exchange>)
+  endif()
   add_test(NAME gpu.nccl_like
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_nccl_like.sh
             $<TARGET_FILE:xcollrun> $<TARGET_FILE:staging>
             ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/nl_mixed.sh
-            $<TARGET_FILE:nl_mixed> $<TARGET_FILE:fault_desync>)
+            $<TARGET_FILE:nl_mixed> $<TARGET_FILE:fault_desync> ${_exchange})
   set_tests_properties(gpu.nccl_like PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77
     LABELS "gpu;nccl_like" PROCESSORS 2 ENVIRONMENT "${XCOLL_MP_ENV}")
 endif()

@@ -622,6 +622,9 @@ static int teardown(perf_run *run, int exit_code) {
 
 int main(int argc, char **argv) {
   perf_options opt;
+  /* Rows reach a launcher's pipe as they are measured, and are not lost
+   * with a buffer if a rank dies. */
+  setvbuf(stdout, NULL, _IOLBF, 0);
   int parsed = perf_parse_options(argc, argv, &opt);
   if (parsed != 0)
     return parsed == 1 ? 0 : 2;

@@ -630,7 +630,11 @@ int main(int argc, char **argv) {
     snprintf(list, sizeof list, "%s", gpu_ranks);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ","))
       gpu |= atoi(tok) == me;
-    int device = local ? atoi(local) : 0;
+    /* LOCAL_RANK modulo the devices the driver reports: ranks share one
+     * GPU where there are fewer GPUs than ranks, as test_cuda_rank_setup's */
+    int device = local ? atoi(local) : 0, devices = test_cuda_device_count();
+    if (devices > 0)
+      device %= devices;
     char value[32];
     snprintf(value, sizeof value, "cuda:%d", device);
     setenv("XCOLL_DEVICE", gpu ? value : "host", 1);

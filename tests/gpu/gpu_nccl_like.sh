@@ -12,15 +12,19 @@
 # ranks, over SHM with XCOLL_P2P_DISABLE=1, and the mixed ring's GPU rank
 # over SHM to its host neighbours (its kernel reading and writing their
 # shared segments through cuMemHostRegister), each bit for bit against a
-# host-only ring. Exits 77 (ctest's SKIP_RETURN_CODE) with the reason when
-# no CUDA device is found.
-#   gpu_nccl_like.sh XCOLLRUN STAGING NL_MIXED_SH NL_MIXED FAULT_DESYNC
+# host-only ring. The calls over the mesh (alltoall, alltoallv, gather,
+# scatter, send/recv groups: tests/conformance/exchange.c, each result
+# against its reference) with every rank a GPU rank at 2 and 4 ranks, and
+# with GPU rank 1 between two host ranks. Exits 77 (ctest's
+# SKIP_RETURN_CODE) with the reason when no CUDA device is found.
+#   gpu_nccl_like.sh XCOLLRUN STAGING NL_MIXED_SH NL_MIXED FAULT_DESYNC [EXCHANGE]
 set -u
 xcollrun=$1
 staging=$2
 mixed_sh=$3
 mixed=$4
 desync=$5
+exchange=${6:-}
 "$staging" --probe || exit $?
 fail=0
 for np in 2 4; do
@@ -53,4 +57,12 @@ for proto in ll simple; do
     FAULT_DESYNC_GPU_RANKS=1 timeout -k 5 120 "$xcollrun" --nproc-per-node 3 \
     --master-port 0 "$desync" op || fail=1
 done
+if [ -n "$exchange" ]; then
+  for spec in "2 0,1" "4 0,1,2,3" "3 1"; do
+    set -- $spec
+    echo "== exchange (alltoall(v), gather, scatter, send/recv) on $1 ranks, GPU ranks $2"
+    XCOLL_BACKEND=nccl_like timeout -k 5 300 "$xcollrun" --nproc-per-node "$1" \
+      --master-port 0 "$exchange" --gpu-ranks "$2" || fail=1
+  done
+fi
 exit $fail

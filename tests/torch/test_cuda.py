@@ -42,11 +42,13 @@ except RuntimeError as e:
 for dtype in (torch.float32, torch.bfloat16, torch.int64):
     rtol = 1e-2 if dtype == torch.bfloat16 else 1e-5
     t = data(dtype)
+    kept = t.clone()
     ref_dtype = torch.float32 if dtype == torch.bfloat16 else dtype
-    a, b = t.clone(), t.to(ref_dtype)
+    # copy=True: t.to(t.dtype) is t itself, and gloo would reduce t in place
+    a, ref = t.clone(), t.to(ref_dtype, copy=True)
     dist.all_reduce(a, group=xcoll)
-    dist.all_reduce(b, group=gloo)
-    check_close(f"cuda all_reduce {dtype}", a.cpu().to(ref_dtype), b.cpu(),
+    dist.all_reduce(ref, group=gloo)
+    check_close(f"cuda all_reduce {dtype}", a.cpu().to(ref_dtype), ref.cpu(),
                 rtol)
     for root in range(world):
         a, b = t.clone(), t.clone()
@@ -69,8 +71,9 @@ for dtype in (torch.float32, torch.bfloat16, torch.int64):
     r = t.clone()
     dist.reduce(r, 0, group=xcoll)
     if rank == 0:
-        check_close(f"cuda reduce {dtype}", r.cpu().to(ref_dtype), b.cpu(),
+        check_close(f"cuda reduce {dtype}", r.cpu().to(ref_dtype), ref.cpu(),
                     rtol)
+    check_close(f"cuda input unchanged {dtype}", t.cpu(), kept.cpu(), 0)
 dist.barrier(group=xcoll)
 
 # A side stream: the collective waits for the work queued before it on the
