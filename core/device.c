@@ -88,14 +88,14 @@ xcoll_status xcoll_device_from_env(int local_rank, int *device) {
  * attribute 0 (CUDA Driver API reference, cuPointerGetAttributes). A host
  * buffer is the common case here, and a failed driver call is an error to
  * compute-sanitizer's memcheck and to CUDA's own error logging. */
-typedef int (*cu_pointer_get_attribute_fn)(unsigned int count,
+typedef int (*cu_pointer_get_attributes_fn)(unsigned int count,
                                            int *attributes, void **data,
                                            uintptr_t ptr);
 #define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
 #define CU_POINTER_ATTRIBUTE_IS_MANAGED 8
 #define CU_MEMORYTYPE_DEVICE 2
 
-static _Atomic(cu_pointer_get_attribute_fn) cu_get_attribute;
+static _Atomic(cu_pointer_get_attributes_fn) cu_get_attributes;
 
 /* The number of objects the process had loaded (glibc's dlpi_adds) when
  * libcuda was last looked for and not found, plus one; 0: not looked yet. A
@@ -135,7 +135,8 @@ static int find_libcuda(struct dl_phdr_info *info, size_t size, void *data) {
   libcuda_search *search = data;
   if (search->first) {
     search->first = 0;
-    if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof info->dlpi_adds) {
+    if (size >=
+        offsetof(struct dl_phdr_info, dlpi_adds) + sizeof info->dlpi_adds) {
       search->adds = info->dlpi_adds;
       if (search->adds + 1 == atomic_load(&libcuda_absent_at)) {
         search->unchanged = 1;
@@ -155,8 +156,8 @@ static int find_libcuda(struct dl_phdr_info *info, size_t size, void *data) {
 /* The driver's cuPointerGetAttributes once libcuda is loaded, else NULL.
  * The pointer is kept: the driver is not unloaded while the process runs
  * (the handle taken here holds a reference). */
-static cu_pointer_get_attribute_fn driver_get_attribute(void) {
-  cu_pointer_get_attribute_fn fn = atomic_load(&cu_get_attribute);
+static cu_pointer_get_attributes_fn driver_get_attributes(void) {
+  cu_pointer_get_attributes_fn fn = atomic_load(&cu_get_attributes);
   if (fn != NULL)
     return fn;
   long long now = coarse_ns();
@@ -180,16 +181,16 @@ static cu_pointer_get_attribute_fn driver_get_attribute(void) {
   void *handle = dlopen(search.path, RTLD_NOW | RTLD_NOLOAD);
   if (handle == NULL)
     return NULL;
-  fn = (cu_pointer_get_attribute_fn)(uintptr_t)dlsym(handle,
+  fn = (cu_pointer_get_attributes_fn)(uintptr_t)dlsym(handle,
                                                      "cuPointerGetAttributes");
   if (fn != NULL)
-    atomic_store(&cu_get_attribute, fn);
+    atomic_store(&cu_get_attributes, fn);
   return fn;
 }
 
 /* What the driver says of ptr: its memory type (0: memory it does not
  * know) and whether it is managed. 0 when it answers, else -1. */
-static int pointer_kind(cu_pointer_get_attribute_fn get, const void *ptr,
+static int pointer_kind(cu_pointer_get_attributes_fn get, const void *ptr,
                         unsigned int *memory_type, unsigned int *managed) {
   int attributes[2] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
                        CU_POINTER_ATTRIBUTE_IS_MANAGED};
@@ -199,7 +200,7 @@ static int pointer_kind(cu_pointer_get_attribute_fn get, const void *ptr,
   return get(2, attributes, data, (uintptr_t)ptr) == 0 ? 0 : -1;
 }
 
-static int device_pointer_by(cu_pointer_get_attribute_fn get,
+static int device_pointer_by(cu_pointer_get_attributes_fn get,
                              const void *ptr) {
   if (ptr == NULL)
     return 0;
@@ -217,14 +218,14 @@ void xcoll_device_recheck(void) {
 int xcoll_device_pointer(const void *ptr) {
   if (ptr == NULL)
     return 0;
-  cu_pointer_get_attribute_fn get = driver_get_attribute();
+  cu_pointer_get_attributes_fn get = driver_get_attributes();
   return get != NULL && device_pointer_by(get, ptr);
 }
 
 const void *xcoll_device_pointer_of(const void *a, const void *b) {
   if (a == NULL && b == NULL)
     return NULL;
-  cu_pointer_get_attribute_fn get = driver_get_attribute();
+  cu_pointer_get_attributes_fn get = driver_get_attributes();
   if (get == NULL)
     return NULL;
   if (device_pointer_by(get, a))
@@ -235,7 +236,7 @@ const void *xcoll_device_pointer_of(const void *a, const void *b) {
 int xcoll_device_known(const void *ptr) {
   if (ptr == NULL)
     return 0;
-  cu_pointer_get_attribute_fn get = driver_get_attribute();
+  cu_pointer_get_attributes_fn get = driver_get_attributes();
   unsigned int memory_type, managed;
   return get != NULL && pointer_kind(get, ptr, &memory_type, &managed) == 0 &&
          (memory_type != 0 || managed);

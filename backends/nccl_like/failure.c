@@ -99,13 +99,22 @@ static void publish_failure(nl_state *st, xcoll_status status,
   xcoll_store_close(store);
 }
 
+/* Fail with the store's sentence about a death it saw (a joined rank's
+ * connection dropped without a close: core/store_server.c), which names
+ * the dead rank. */
+static void fail_store_death(nl_state *st, const char *sentence) {
+  nl_fail(st, XCOLL_ERR_REMOTE, -1, "nccl_like: rank %d: %s", st->rank,
+          sentence);
+}
+
 /* A rank that fails everywhere publishes before its connections close
  * (nl_fail_everywhere runs before comm_destroy joins the thread that runs
  * it), and a rank it told closes its own after the notice is in the store
  * (one set tells every rank), so a closed connection may have its reason
  * in the failure key already: fail with that instead of a bare death.
- * Likewise a death the store saw. Returns 1 if it did. Otherwise *left says whether dead_rank (>= 0) announced that it left
- * (it destroyed its communicator: core/blame.h) rather than died. */
+ * Likewise a death the store saw. Returns 1 if it did. Otherwise *left
+ * says whether dead_rank (>= 0) announced that it left (it destroyed its
+ * communicator: core/blame.h) rather than died. */
 static int fail_from_published(nl_state *st, int dead_rank, int *left) {
   xcoll_comm *comm = st->comm;
   xcoll_store *store = NULL;
@@ -142,8 +151,7 @@ static int fail_from_published(nl_state *st, int dead_rank, int *left) {
   if (found)
     fail_from_notice(st, value, bytes);
   else if (death[0])
-    nl_fail(st, XCOLL_ERR_REMOTE, -1, "nccl_like: rank %d: %s", st->rank,
-            death);
+    fail_store_death(st, death);
   free(value);
   return found || death[0];
 }
@@ -310,8 +318,7 @@ static void *watcher_main(void *arg) {
       /* The store itself saw a rank's connection drop (core/store_server.c
        * server_note_departure) and failed this wait with a message naming
        * that rank: the fastest news of a death that is not a neighbour's. */
-      nl_fail(st, XCOLL_ERR_REMOTE, -1, "nccl_like: rank %d: %s", st->rank,
-              xcoll_last_error());
+      fail_store_death(st, xcoll_last_error());
       return NULL;
     }
     if (s != XCOLL_SUCCESS) {
