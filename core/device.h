@@ -58,8 +58,7 @@ const void *xcoll_device_pointer_of(const void *a, const void *b);
 
 /* 1 when the CUDA driver knows ptr (device, managed or pinned host memory:
  * cuPointerGetAttributes gives it a memory type), so that a kernel may
- * reach it; 0 for
- * plain host memory, or when no driver is loaded. */
+ * reach it; 0 for plain host memory, or when no driver is loaded. */
 int xcoll_device_known(const void *ptr);
 
 #endif

@@ -630,11 +630,7 @@ int main(int argc, char **argv) {
     snprintf(list, sizeof list, "%s", gpu_ranks);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ","))
       gpu |= atoi(tok) == me;
-    /* LOCAL_RANK modulo the devices the driver reports: ranks share one
-     * GPU where there are fewer GPUs than ranks, as test_cuda_rank_setup's */
-    int device = local ? atoi(local) : 0, devices = test_cuda_device_count();
-    if (devices > 0)
-      device %= devices;
+    int device = test_cuda_local_device(local);
     char value[32];
     snprintf(value, sizeof value, "cuda:%d", device);
     setenv("XCOLL_DEVICE", gpu ? value : "host", 1);

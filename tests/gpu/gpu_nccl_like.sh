@@ -59,10 +59,10 @@ for proto in ll simple; do
 done
 if [ -n "$exchange" ]; then
   for spec in "2 0,1" "4 0,1,2,3" "3 1"; do
-    set -- $spec
-    echo "== exchange (alltoall(v), gather, scatter, send/recv) on $1 ranks, GPU ranks $2"
-    XCOLL_BACKEND=nccl_like timeout -k 5 300 "$xcollrun" --nproc-per-node "$1" \
-      --master-port 0 "$exchange" --gpu-ranks "$2" || fail=1
+    read -r np gpu_ranks <<< "$spec"
+    echo "== exchange (alltoall(v), gather, scatter, send/recv) on $np ranks, GPU ranks $gpu_ranks"
+    XCOLL_BACKEND=nccl_like timeout -k 5 300 "$xcollrun" --nproc-per-node "$np" \
+      --master-port 0 "$exchange" --gpu-ranks "$gpu_ranks" || fail=1
   done
 fi
 exit $fail

@@ -103,6 +103,15 @@ static inline int test_cuda_device_count(void) {
   return count; /* h stays loaded: test_cuda_load opens it again */
 }
 
+/* The device of the rank whose LOCAL_RANK is local (NULL: 0), modulo the
+ * devices the driver reports, so that ranks share one GPU where there are
+ * fewer GPUs than ranks. */
+static inline int test_cuda_local_device(const char *local) {
+  int device = local != NULL ? atoi(local) : 0,
+      devices = test_cuda_device_count();
+  return devices > 0 ? device % devices : device;
+}
+
 /* A rank of a fault program that may be a GPU rank: 1 when the
  * comma-separated rank list in the environment variable list_env names
  * this process's RANK (then XCOLL_DEVICE is set to cuda:D, D = LOCAL_RANK
@@ -122,10 +131,7 @@ static inline int test_cuda_rank_setup(test_cuda *cu, const char *list_env,
     listed |= atoi(t) == me;
   if (!listed)
     return 0;
-  int device = local != NULL ? atoi(local) : 0,
-      devices = test_cuda_device_count();
-  if (devices > 0)
-    device %= devices;
+  int device = test_cuda_local_device(local);
   char value[32];
   snprintf(value, sizeof value, "cuda:%d", device);
   setenv("XCOLL_DEVICE", value, 1);

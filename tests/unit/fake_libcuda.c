@@ -62,9 +62,8 @@
  *   FAKE_CUDA_HOST_REGISTER and MPS_ENABLED FAKE_CUDA_MPS (otherwise
  *   CUDA_ERROR_INVALID_VALUE, as for every other attribute).
  * - fake_cuda_set_device_range calls one host range device memory for
- *   cuPointerGetAttribute(s) only (unit.device's detection tests);
- *   cuPointerGetAttributes answers unknown memory with type 0, as the
- *   driver does, where cuPointerGetAttribute fails.
+ *   cuPointerGetAttributes only (unit.device's detection tests), which
+ *   answers memory it does not know with type 0, as the driver does.
  * Not modelled: the legacy stream's implicit synchronisation with other
  * streams (the NULL stream is an ordinary stream here), stream priorities
  * and flags, event timing, more than one context, and cuMemFree's implicit
@@ -1365,25 +1364,4 @@ int cuPointerGetAttributes(unsigned int count, int *attributes, void **data,
       return INVALID_VALUE;
   }
   return OK;
-}
-
-int cuPointerGetAttribute(void *data, int attribute, uintptr_t ptr) {
-  pthread_mutex_lock(&lock);
-  int device = is_device(ptr);
-  pthread_mutex_unlock(&lock);
-  int managed = 0;
-  if (!device) {
-    if (ptr < range_base || ptr >= range_base + range_bytes)
-      return INVALID_VALUE;
-    managed = range_managed;
-  }
-  if (attribute == 2) { /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE */
-    *(unsigned int *)data = 2; /* CU_MEMORYTYPE_DEVICE */
-    return OK;
-  }
-  if (attribute == 8) { /* CU_POINTER_ATTRIBUTE_IS_MANAGED */
-    *(unsigned int *)data = (unsigned int)managed;
-    return OK;
-  }
-  return INVALID_VALUE;
 }
