@@ -54,11 +54,11 @@ if [ "${XCOLL_SKIP_TSAN:-0}" != 1 ]; then
   bash "$root/scripts/build.sh" "$root/build-tsan" \
     -DXCOLL_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug \
     -DXCOLL_BUILD_TRAINER=OFF -DXCOLL_WITH_UCX=OFF -DXCOLL_CUDA_ARCHS=ptx
-  phase "ctest under thread sanitizer (build-tsan/): unit, threads, tcp np2, nccl_like np3, GPU ranks (stand-in driver) and their full launch queue, a mixed ring's point-to-point calls, faults"
+  phase "ctest under thread sanitizer (build-tsan/): unit, threads, tcp np2, nccl_like np3, GPU ranks (stand-in driver), their full launch queue and their blocking launches, a mixed ring's point-to-point calls, faults"
   (cd "$root/build-tsan" &&
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     ctest --output-on-failure -j"$jobs" \
-      -R '^unit\.|split_threads|conformance\.tcp\.np2$|conformance\.nccl_like\.np3$|conformance\.gpu_ranks\.nccl_like\.np2$|nccl_like\.mixed_ring\.np3$|nccl_like\.mixed_ring\.exchange\.np3\.gpu0$|faults\.abort_threads\.nccl_like$|faults\.peer_|tools\.xcoll_perf_device\.queue$' \
+      -R '^unit\.|split_threads|conformance\.tcp\.np2$|conformance\.nccl_like\.np3$|conformance\.gpu_ranks\.nccl_like\.np2$|nccl_like\.mixed_ring\.np3$|nccl_like\.mixed_ring\.exchange\.np3\.gpu0$|faults\.abort_threads\.nccl_like$|faults\.peer_|tools\.xcoll_perf_device\.(queue|calls)$' \
       -E '^unit\.kernels_nvcc$')
 fi
 if [ "${XCOLL_SKIP_FUZZ:-0}" != 1 ]; then

@@ -53,7 +53,8 @@ endif()
 # xcoll-perf on device buffers, with --check, over the stand-in CUDA driver
 # (tests/unit/fake_libcuda.c): nccl_like GPU ranks (the ring kernels' host
 # build), a mixed ring (--gpu-ranks 0), tcp staging, and more nccl_like
-# launches queued than it keeps in flight (queue). The nccl_like cases
+# launches queued than it keeps in flight (queue), and the driver calls a
+# blocking launch makes (calls). The nccl_like cases
 # need the embedded kernels (XCOLL_HAVE_CUDA); tcp staging needs only the
 # stand-in. The same command lines run on a GPU in scripts/gpu-check.sh.
 if(TARGET staging AND TARGET xcoll-perf AND TARGET xcollrun)
@@ -63,7 +64,7 @@ if(TARGET staging AND TARGET xcoll-perf AND TARGET xcollrun)
     set(_perf_device_quick --quick)
   endif()
   if(XCOLL_HAVE_CUDA)
-    list(APPEND _perf_device_cases nccl_like mixed queue)
+    list(APPEND _perf_device_cases nccl_like mixed queue calls)
   endif()
   foreach(case ${_perf_device_cases})
     set(test tools.xcoll_perf_device.${case})

@@ -15,18 +15,31 @@
  * PCIe; the proxy reads them with the host's acquire loads. The gather
  * allreduce's scratch is device memory.
  *
+ * Completion: each launch records one event after its kernel, taken from
+ * a pool (no cuEventCreate or cuEventDestroy per launch). The event serves
+ * both the launch's flight (the launches in flight, at most NL_QUEUE_DEPTH)
+ * and the op: test() queries it, wait() synchronises on it (the blocking
+ * form thereby waits for the stream, as this project's API says), then
+ * both read the status words and wait for the op's fingerprint to be
+ * compared, as on a host rank. An op that ended retires its own flight and
+ * every older one (kernels end in issue order, below), so a blocking call
+ * leaves nothing for the proxy thread; the proxy retires the flights of
+ * ops nobody has waited for yet, by querying their events, so that it
+ * stops spinning when the device is done.
+ *
  * Order: the kernels of one communicator run one at a time in issue order
  * on every rank (the slot counters of consecutive collectives must meet on
  * the wire), so a launch on another stream than the previous launch's first
- * waits for it (cuStreamWaitEvent on an event recorded after every launch),
- * as NCCL orders its kernels across user streams.
+ * waits for it (cuStreamWaitEvent on the previous launch's event, unless
+ * that launch was retired, that is, ended), as NCCL orders its kernels
+ * across user streams.
  *
- * Completion: each launch records an event. The proxy thread retires
- * launches whose event completed (ops_in_flight), so that it stops spinning
- * when the device is done; test() queries the op's event, wait()
- * synchronises on it (the blocking form thereby waits for the stream, as
- * this project's API says), then both read the status words and wait for
- * the op's fingerprint to be compared, as on a host rank.
+ * Per blocking call on a GPU rank whose ring is p2p or shm, the driver sees
+ * cuLaunchKernel, one cuEventRecord and one cuEventSynchronize (and the
+ * context push and pop around each half). The proxy thread is woken only
+ * when it must look at once (it moves slots over net, sleeps for want of
+ * work, or has a fingerprint to send that is not deferred): between
+ * back-to-back small allreduces it already naps.
  *
  * The module: the fatbin nvcc built from ring_kernel.cu at build time
  * (sm_75, sm_80, sm_90 and compute_90 PTX), embedded in the library
@@ -65,12 +78,27 @@ static const char *const kernel_names[NL_GPU_KINDS] = {
 };
 #endif
 
-/* A launch the proxy has not seen complete yet (ring of NL_QUEUE_DEPTH).
- * claimed: a launch that found the ring full waits on this flight's event
- * (the oldest) without the lock; retire_locked stops at it, and the
- * claimer retires it, so that the event is not destroyed under the wait. */
-typedef struct nl_gpu_flight {
+/* A launch's completion event, pooled. refs (under the state's lock): 1
+ * for the launch's flight until it is retired, 1 for the op until its
+ * test or wait has finished, 1 for a launch that waits on it on another
+ * stream. At 0 it goes back to the pool (next_free), unless the pool
+ * already keeps NL_GPU_EVENTS_KEPT (ops that nobody waits for can hold
+ * many). */
+typedef struct nl_gpu_event {
   void *event;
+  int refs;
+  struct nl_gpu_event *next_free;
+} nl_gpu_event;
+#define NL_GPU_EVENTS_KEPT (2 * NL_QUEUE_DEPTH)
+struct nl_gpu;
+static void event_put_locked(struct nl_gpu *g, nl_gpu_event *e);
+
+/* A launch not retired yet (ring of NL_QUEUE_DEPTH), numbered by
+ * flight_tail at its launch. claimed: a launch that found the ring full
+ * waits on this flight's event (the oldest) without the lock; the proxy's
+ * and the ops' retirement stop at it, and the claimer retires it. */
+typedef struct nl_gpu_flight {
+  nl_gpu_event *done;
   int claimed;
 } nl_gpu_flight;
 
@@ -104,15 +132,15 @@ struct nl_gpu {
   int32_t *barrier_one, *barrier_out;
   xcoll_cu_deviceptr scratch; /* nchannels x scratch_bytes, device memory */
   size_t scratch_bytes;       /* per channel */
-  /* Recorded after every launch, on its stream (kernel order). */
-  void *order_event;
-  void *last_stream;
-  int launched; /* order_event has been recorded */
+  void *last_stream; /* the previous launch's (kernel order) */
   unsigned threads; /* per block */
   /* Launches in flight, oldest first; under the state's lock. */
   nl_gpu_flight flights[NL_QUEUE_DEPTH];
   unsigned flight_head, flight_tail;
   pthread_cond_t room; /* a flight retired */
+  /* Events no launch holds, and how many; under the state's lock. */
+  nl_gpu_event *free_events;
+  int free_count;
   nl_gpu_window windows[NL_GPU_WINDOWS]; /* bytes 0: free */
 };
 
@@ -263,7 +291,7 @@ void nl_gpu_quiesce(nl_state *st) {
   unsigned head = g->flight_head, tail = g->flight_tail;
   void *events[NL_QUEUE_DEPTH];
   for (unsigned i = head; i != tail; i++)
-    events[i - head] = g->flights[i % NL_QUEUE_DEPTH].event;
+    events[i - head] = g->flights[i % NL_QUEUE_DEPTH].done->event;
   pthread_mutex_unlock(&st->lock);
   /* Only this thread retires flights now (the proxy has stopped). */
   for (unsigned i = 0; i != tail - head; i++)
@@ -615,10 +643,6 @@ xcoll_status nl_gpu_open(nl_state *st, xcoll_cuda *cuda) {
     rc = xcoll_cu.mem_alloc(&g->scratch,
                             (size_t)st->nchannels * g->scratch_bytes);
   }
-  if (rc == 0) {
-    call = "cuEventCreate";
-    rc = xcoll_cu.event_create(&g->order_event, XCOLL_CU_EVENT_DISABLE_TIMING);
-  }
   xcoll_cuda_pop();
   /* No image for this GPU: CUDA_ERROR_NO_BINARY_FOR_GPU (209), an
    * architecture the build left out (and older than its PTX). */
@@ -705,12 +729,19 @@ void nl_gpu_close(nl_state *st) {
    * (stop_threads), so a kernel waiting on a peer returns soon. */
   if (xcoll_cuda_push(g->cuda) == 0) {
     for (unsigned i = g->flight_head; i != g->flight_tail; i++) {
-      void *event = g->flights[i % NL_QUEUE_DEPTH].event;
-      (void)xcoll_cu.event_synchronize(event);
-      xcoll_cu.event_destroy(event);
+      nl_gpu_event *done = g->flights[i % NL_QUEUE_DEPTH].done;
+      (void)xcoll_cu.event_synchronize(done->event);
+      event_put_locked(g, done);
     }
-    if (g->order_event != NULL)
-      xcoll_cu.event_destroy(g->order_event);
+    g->flight_head = g->flight_tail;
+    /* The pool's events. One an op still holds (a call nobody waited for
+     * before the destroy) is left to the driver's context teardown. */
+    while (g->free_events != NULL) {
+      nl_gpu_event *e = g->free_events;
+      g->free_events = e->next_free;
+      xcoll_cu.event_destroy(e->event);
+      free(e);
+    }
     if (g->scratch != 0)
       xcoll_cu.mem_free(g->scratch);
     if (g->mapped != NULL)
@@ -750,13 +781,50 @@ const char *nl_gpu_refusal(nl_state *st, const xcoll_coll_args *args,
   return out;
 }
 
-/* The oldest flight is done: destroy its event and free its place. Under
+/* An event from the pool, or a new one (NULL with *rc set when the driver
+ * fails). Under st->lock; the context is pushed. */
+static nl_gpu_event *event_get_locked(nl_gpu *g, xcoll_cu_result *rc) {
+  nl_gpu_event *e = g->free_events;
+  if (e != NULL) {
+    g->free_events = e->next_free;
+    g->free_count--;
+    return e;
+  }
+  e = calloc(1, sizeof *e);
+  if (e == NULL) {
+    *rc = 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+    return NULL;
+  }
+  *rc = xcoll_cu.event_create(&e->event, XCOLL_CU_EVENT_DISABLE_TIMING);
+  if (*rc != 0) {
+    free(e);
+    return NULL;
+  }
+  return e;
+}
+
+/* Drop one reference to e; the last one returns it to the pool. Under
+ * st->lock; the context is pushed. */
+static void event_put_locked(nl_gpu *g, nl_gpu_event *e) {
+  if (--e->refs > 0)
+    return;
+  if (g->free_count >= NL_GPU_EVENTS_KEPT) {
+    xcoll_cu.event_destroy(e->event);
+    free(e);
+    return;
+  }
+  e->next_free = g->free_events;
+  g->free_events = e;
+  g->free_count++;
+}
+
+/* The oldest flight is done: release its event and free its place. Under
  * st->lock; the context is pushed. */
 static void retire_head_locked(nl_state *st) {
   nl_gpu *g = st->gpu;
   nl_gpu_flight *f = &g->flights[g->flight_head % NL_QUEUE_DEPTH];
-  xcoll_cu.event_destroy(f->event);
-  f->event = NULL;
+  event_put_locked(g, f->done);
+  f->done = NULL;
   f->claimed = 0;
   g->flight_head++;
   atomic_fetch_sub(&st->ops_in_flight, 1);
@@ -771,10 +839,21 @@ static void retire_locked(nl_state *st) {
   while (g->flight_head != g->flight_tail) {
     nl_gpu_flight *f = &g->flights[g->flight_head % NL_QUEUE_DEPTH];
     if (f->claimed ||
-        xcoll_cu.event_query(f->event) == XCOLL_CU_ERROR_NOT_READY)
+        xcoll_cu.event_query(f->done->event) == XCOLL_CU_ERROR_NOT_READY)
       break;
     retire_head_locked(st);
   }
+}
+
+/* Flight number flight ended, and with it every older one (the kernels run
+ * in issue order): retire them without asking the driver, up to a claimed
+ * one. Under st->lock; the context is pushed. */
+static void retire_through_locked(nl_state *st, unsigned flight) {
+  nl_gpu *g = st->gpu;
+  while (g->flight_head != g->flight_tail &&
+         (int)(flight - g->flight_head) >= 0 &&
+         !g->flights[g->flight_head % NL_QUEUE_DEPTH].claimed)
+    retire_head_locked(st);
 }
 
 /* Wait, under st->lock, until the ring of flights has room or the comm
@@ -793,7 +872,7 @@ static void wait_for_room_locked(nl_state *st) {
       continue;
     }
     f->claimed = 1;
-    void *event = f->event;
+    void *event = f->done->event;
     pthread_mutex_unlock(&st->lock);
     (void)xcoll_cu.event_synchronize(event);
     pthread_mutex_lock(&st->lock);
@@ -849,15 +928,24 @@ xcoll_status nl_gpu_launch(nl_state *st, nl_op *op) {
   if (rc != 0)
     return driver_failed(st, "cuCtxPushCurrent", rc);
   /* Room for one more flight (start() may wait on the backend's own
-   * bounded queue, core/backend.h). */
+   * bounded queue, core/backend.h), this launch's event, and the previous
+   * launch's when it runs on another stream and has not ended. */
+  const char *call = "cuEventCreate";
   pthread_mutex_lock(&st->lock);
   wait_for_room_locked(st);
+  nl_gpu_event *done = event_get_locked(g, &rc);
+  nl_gpu_event *previous = NULL;
+  if (done != NULL && stream != g->last_stream &&
+      g->flight_head != g->flight_tail) {
+    previous = g->flights[(g->flight_tail - 1) % NL_QUEUE_DEPTH].done;
+    previous->refs++;
+  }
   pthread_mutex_unlock(&st->lock);
 
-  const char *call = "cuStreamWaitEvent";
-  rc = 0;
-  if (g->launched && g->last_stream != stream)
-    rc = xcoll_cu.stream_wait_event(stream, g->order_event, 0);
+  if (rc == 0 && previous != NULL) {
+    call = "cuStreamWaitEvent";
+    rc = xcoll_cu.stream_wait_event(stream, previous->event, 0);
+  }
   if (rc == 0) {
     call = "cuLaunchKernel";
     rc = xcoll_cu.launch_kernel(g->kernels[w.kind], (unsigned)nchannels, 1,
@@ -865,48 +953,43 @@ xcoll_status nl_gpu_launch(nl_state *st, nl_op *op) {
   }
   if (rc == 0) {
     call = "cuEventRecord";
-    rc = xcoll_cu.event_record(g->order_event, stream);
+    rc = xcoll_cu.event_record(done->event, stream);
   }
-  void *event = NULL;
+  pthread_mutex_lock(&st->lock);
+  if (previous != NULL)
+    event_put_locked(g, previous);
   if (rc == 0) {
-    call = "cuEventCreate";
-    rc = xcoll_cu.event_create(&event, XCOLL_CU_EVENT_DISABLE_TIMING);
+    /* One reference for the flight, one for the op. */
+    done->refs = 2;
+    op->gpu_flight = g->flight_tail;
+    g->flights[g->flight_tail % NL_QUEUE_DEPTH].done = done;
+    g->flight_tail++;
+    g->last_stream = stream;
+    atomic_fetch_add(&st->ops_in_flight, 1);
+    /* The proxy must look now when it moves this kernel's slots (net),
+     * when it sleeps for want of work (it watches the peers while a
+     * kernel runs), and when the op's fingerprint goes out at once (not
+     * deferred: the next rank's wait may need it before this rank's own
+     * wait sends it). Otherwise a proxy that naps between ops finds the
+     * flight at its next pass. */
+    if (st->proxy_idle || !op->fp_deferred ||
+        nl_transports_need_proxy(st->channels[0].send_transport,
+                                 st->channels[0].recv_transport))
+      nl_proxy_wake(st);
+  } else if (done != NULL) {
+    done->refs = 1;
+    event_put_locked(g, done);
   }
-  if (rc == 0) {
-    call = "cuEventRecord";
-    rc = xcoll_cu.event_record(event, stream);
-  }
+  pthread_mutex_unlock(&st->lock);
+  xcoll_cuda_pop();
   if (rc != 0) {
-    if (event != NULL)
-      xcoll_cu.event_destroy(event);
-    xcoll_cuda_pop();
     /* The ring may now hold this rank's slots of a kernel that never ran:
      * the communicator cannot go on. */
     xcoll_status s = driver_failed(st, call, rc);
     nl_fail(st, XCOLL_ERR_SYSTEM, -1, "%s", xcoll_last_error());
     return s;
   }
-  g->launched = 1;
-  g->last_stream = stream;
-  /* The op's own event (test/wait), and a flight for the proxy. */
-  void *op_event = NULL;
-  rc = xcoll_cu.event_create(&op_event, XCOLL_CU_EVENT_DISABLE_TIMING);
-  if (rc == 0)
-    rc = xcoll_cu.event_record(op_event, stream);
-  pthread_mutex_lock(&st->lock);
-  g->flights[g->flight_tail % NL_QUEUE_DEPTH].event = event;
-  g->flight_tail++;
-  atomic_fetch_add(&st->ops_in_flight, 1);
-  /* Wake a sleeping proxy: the kernel's slots need it. */
-  nl_proxy_wake(st);
-  pthread_mutex_unlock(&st->lock);
-  xcoll_cuda_pop();
-  if (rc != 0) {
-    xcoll_status s = driver_failed(st, "cuEventRecord", rc);
-    nl_fail(st, XCOLL_ERR_SYSTEM, -1, "%s", xcoll_last_error());
-    return s;
-  }
-  op->event = op_event;
+  op->event = done;
   return XCOLL_SUCCESS;
 }
 
@@ -936,7 +1019,10 @@ static xcoll_status finish(nl_state *st, nl_op *op) {
   }
   if (s != XCOLL_SUCCESS && op->status == XCOLL_SUCCESS)
     op->status = s;
-  xcoll_cu.event_destroy(op->event);
+  pthread_mutex_lock(&st->lock);
+  retire_through_locked(st, op->gpu_flight);
+  event_put_locked(st->gpu, op->event);
+  pthread_mutex_unlock(&st->lock);
   op->event = NULL;
   return s;
 }
@@ -946,7 +1032,7 @@ xcoll_status nl_gpu_test(nl_state *st, nl_op *op, int *done) {
   xcoll_cu_result rc = xcoll_cuda_push(st->gpu->cuda);
   if (rc != 0)
     return driver_failed(st, "cuCtxPushCurrent", rc);
-  rc = xcoll_cu.event_query(op->event);
+  rc = xcoll_cu.event_query(((nl_gpu_event *)op->event)->event);
   if (rc == XCOLL_CU_ERROR_NOT_READY) {
     xcoll_cuda_pop();
     return XCOLL_SUCCESS;
@@ -967,7 +1053,7 @@ xcoll_status nl_gpu_wait(nl_state *st, nl_op *op) {
     return driver_failed(st, "cuCtxPushCurrent", rc);
   /* The kernel returns once the ring moved its data or the abort flag
    * rose (a failure, the proxy's timeout, comm_abort): this ends. */
-  rc = xcoll_cu.event_synchronize(op->event);
+  rc = xcoll_cu.event_synchronize(((nl_gpu_event *)op->event)->event);
   if (rc != 0) {
     xcoll_cuda_pop();
     return driver_failed(st, "cuEventSynchronize", rc);

@@ -397,7 +397,10 @@ typedef struct nl_op {
   xcoll_status status;    /* the first failing channel's status */
   double start_us;        /* trace */
   int32_t barrier_value;  /* barrier = 1-element allreduce of this */
-  void *event; /* GPU rank: recorded after the op's kernel (gpu_engine.c) */
+  /* GPU rank: the event recorded after the op's kernel, and the number of
+   * its launch (gpu_engine.c); NULL once the op's test or wait ended. */
+  void *event;
+  unsigned gpu_flight;
   struct nl_op *next_free; /* in nl_state.op_cache while unused */
   /* Channel 0, taken by start() for a blocking wait that runs the item
    * itself (engine.c): never queued; its running flag is set until
@@ -698,7 +701,8 @@ int nl_gpu_supports(nl_state *st, const xcoll_coll_args *args);
 const char *nl_gpu_refusal(nl_state *st, const xcoll_coll_args *args,
                            char *out, size_t bytes);
 /* Enqueue op's kernel on its stream (after the previous launch of this
- * comm, whatever its stream) and record op->event. Errors: SYSTEM (a
+ * comm, whatever its stream) and record op->event (one event record; no
+ * event is created or destroyed per launch). Errors: SYSTEM (a
  * driver call failed; the comm is failed, since the ring expected the
  * kernel's slots). */
 xcoll_status nl_gpu_launch(nl_state *st, nl_op *op);
@@ -706,7 +710,8 @@ xcoll_status nl_gpu_launch(nl_state *st, nl_op *op);
  * kernel's status. Errors: SYSTEM (the driver failed). */
 xcoll_status nl_gpu_test(nl_state *st, nl_op *op, int *done);
 xcoll_status nl_gpu_wait(nl_state *st, nl_op *op);
-/* The proxy thread: retire launches that completed (ops_in_flight). */
+/* The proxy thread: retire launches that completed and that no op's test
+ * or wait has retired yet (ops_in_flight). */
 void nl_gpu_retire(nl_state *st);
 
 /* ---- channel.c ---- */

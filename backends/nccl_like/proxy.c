@@ -136,8 +136,7 @@ static uint64_t kernel_counters(nl_state *st) {
 /* A GPU rank some of whose connections the proxy moves (net). */
 static int gpu_needs_proxy(const nl_state *st) {
   const nl_channel *ch = &st->channels[0];
-  return ch->send_transport->send_progress != NULL ||
-         ch->recv_transport->recv_progress != NULL;
+  return nl_transports_need_proxy(ch->send_transport, ch->recv_transport);
 }
 
 /* A GPU rank's kernel calls no host hook: its transports' watch runs

@@ -12,6 +12,12 @@
 #              keeps in flight (NL_QUEUE_DEPTH, 64), so launches wait for
 #              room while the proxy retires finished kernels (the stand-in
 #              aborts if an event is destroyed under a cuEventSynchronize)
+#   calls      2 GPU ranks on nccl_like, 200 blocking 8 B allreduces,
+#              counting the driver calls (the stand-in's FAKE_CUDA_CALLS):
+#              each launch records one event and no event is created or
+#              destroyed per launch (gpu_engine.c's pool); the bounds are
+#              the launches plus a constant, so 2 records or 1 create per
+#              launch fails
 # The others run the five collectives at 3 ranks, blocking and not; each must
 # report "Out of bounds values : 0 OK", exit 0, and say how many ranks had
 # device buffers. --quick (sanitizer builds): allreduce and allgather,
@@ -42,6 +48,10 @@ nccl_like) backend=nccl_like; device=cuda; extra=""; device_ranks=3 ;;
 queue)
   backend=nccl_like; device=cuda; extra=""; np=2; device_ranks=2
   colls=allreduce; modes=0; sizes="-b 8 -e 8"; iters="-n 300 -w 0" ;;
+calls)
+  backend=nccl_like; device=cuda; extra=""; np=2; device_ranks=2
+  colls=allreduce; modes=1; sizes="-b 8 -e 8"; iters="-n 200 -w 0"
+  FAKE_CUDA_CALLS=$tmp/calls; export FAKE_CUDA_CALLS ;;
 mixed) backend=nccl_like; device=host; extra="--gpu-ranks 0"; device_ranks=1 ;;
 tcp) backend=tcp; device=cuda; extra=""; device_ranks=3 ;;
 *) echo "unknown case $case_name"; exit 2 ;;
@@ -65,5 +75,22 @@ for coll in $colls; do
       fail "$coll -z $blocking: expected device buffers on $device_ranks ranks: $(grep 'GPU ranks' "$out")"
   done
 done
+if [ "$case_name" = calls ]; then
+  # One line per process that loaded the stand-in: the 2 ranks.
+  lines=$(grep -c '^calls pid' "$tmp/calls" 2>/dev/null || echo 0)
+  [ "$lines" -eq 2 ] || fail "expected 2 ranks' driver call counts, got $lines"
+  while read -r _ _ pid _ launch _ record _ create _ destroy _ query _ sync _ wait; do
+    echo "rank process $pid: $launch launches, $record records, $create creates, $destroy destroys, $query queries, $sync synchronizes, $wait stream waits"
+    [ "$launch" -ge 200 ] || fail "pid $pid: $launch launches, expected at least 200"
+    [ "$record" -le $((launch + 8)) ] ||
+      fail "pid $pid: $record cuEventRecord for $launch launches: more than one per launch"
+    [ "$create" -le 16 ] ||
+      fail "pid $pid: $create cuEventCreate for $launch launches: events are not pooled"
+    [ "$destroy" -le "$create" ] ||
+      fail "pid $pid: $destroy cuEventDestroy, more than the $create created"
+    [ "$sync" -le $((launch + 8)) ] ||
+      fail "pid $pid: $sync cuEventSynchronize for $launch launches"
+  done <"$tmp/calls"
+fi
 [ "$failures" -eq 0 ] && echo "ok: xcoll-perf device buffers ($case_name) checked"
 exit $((failures > 0))

@@ -61,6 +61,14 @@
  *   MULTIPROCESSOR_COUNT is FAKE_CUDA_SMS where set, HOST_REGISTER_SUPPORTED
  *   FAKE_CUDA_HOST_REGISTER and MPS_ENABLED FAKE_CUDA_MPS (otherwise
  *   CUDA_ERROR_INVALID_VALUE, as for every other attribute).
+ * - Under FAKE_CUDA_CALLS=FILE, each process appends one line to FILE as
+ *   it exits: "calls pid P launch N record N create N destroy N query N
+ *   sync N wait N", how often it called cuLaunchKernel, cuEventRecord,
+ *   cuEventCreate, cuEventDestroy, cuEventQuery, cuEventSynchronize and
+ *   cuStreamWaitEvent (a test's bound on a library's driver calls).
+ * - cuEventDestroy or cuEventRecord of an event that another thread
+ *   waits on in cuEventSynchronize aborts: the driver crashed on the
+ *   first, and the second would make the waiter wait for other work.
  * - fake_cuda_set_device_range calls one host range device memory for
  *   cuPointerGetAttributes only (unit.device's detection tests), which
  *   answers memory it does not know with type 0, as the driver does.
@@ -118,6 +126,38 @@ static pthread_cond_t progress = PTHREAD_COND_INITIALIZER;
 static void fault(const char *what) {
   fprintf(stderr, "fake_libcuda: %s\n", what);
   abort();
+}
+
+/* ---- driver calls counted (FAKE_CUDA_CALLS) ---- */
+enum { CALL_LAUNCH, CALL_RECORD, CALL_CREATE, CALL_DESTROY, CALL_QUERY,
+       CALL_SYNC, CALL_WAIT, CALLS };
+static const char *const call_names[CALLS] = {
+    "launch", "record", "create", "destroy", "query", "sync", "wait"};
+static atomic_ulong calls[CALLS];
+
+static void count_call(int which) {
+  atomic_fetch_add_explicit(&calls[which], 1, memory_order_relaxed);
+}
+
+__attribute__((destructor)) static void write_calls(void) {
+  const char *path = getenv("FAKE_CUDA_CALLS");
+  if (path == NULL || *path == '\0')
+    return;
+  char line[256];
+  int n = snprintf(line, sizeof line, "calls pid %ld", (long)getpid());
+  for (int i = 0; i < CALLS && n > 0 && n < (int)sizeof line; i++)
+    n += snprintf(line + n, sizeof line - (size_t)n, " %s %lu", call_names[i],
+                  atomic_load(&calls[i]));
+  if (n <= 0 || n >= (int)sizeof line - 1)
+    return;
+  line[n++] = '\n';
+  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return;
+  /* One write of a short line: appends from several processes stay whole. */
+  if (write(fd, line, (size_t)n) != n)
+    fprintf(stderr, "fake_libcuda: could not write %s\n", path);
+  close(fd);
 }
 
 /* ---- the legacy single range (pointer attributes only) ---- */
@@ -1160,6 +1200,7 @@ int cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz,
                    unsigned int shared_bytes, void *stream, void **params,
                    void **extra) {
   (void)shared_bytes;
+  count_call(CALL_LAUNCH);
   if (ctx_depth == 0)
     return INVALID_CONTEXT;
   const struct function *fn = as_function(f);
@@ -1209,6 +1250,7 @@ static struct event *as_event(void *ev) {
 
 int cuEventCreate(void **ev, unsigned int flags) {
   (void)flags;
+  count_call(CALL_CREATE);
   if (ctx_depth == 0)
     return INVALID_CONTEXT;
   if (ev == NULL)
@@ -1224,6 +1266,7 @@ int cuEventCreate(void **ev, unsigned int flags) {
   return OK;
 }
 int cuEventDestroy(void *ev) {
+  count_call(CALL_DESTROY);
   pthread_mutex_lock(&lock);
   struct event *e = as_event(ev);
   /* The real driver crashed in cuEventSynchronize on an event another
@@ -1250,10 +1293,14 @@ int fake_cuda_events_live(void) {
 
 /* The event stands for everything queued on stream so far. */
 int cuEventRecord(void *ev, void *stream) {
+  count_call(CALL_RECORD);
   if (ctx_depth == 0)
     return INVALID_CONTEXT;
   pthread_mutex_lock(&lock);
   struct event *e = as_event(ev);
+  if (e != NULL && e->waiters > 0)
+    fault("cuEventRecord of an event another thread waits on in "
+          "cuEventSynchronize");
   if (e != NULL) {
     e->stream = find_stream(stream);
     e->ticket = e->stream->issued;
@@ -1264,6 +1311,7 @@ int cuEventRecord(void *ev, void *stream) {
 
 /* An event never recorded is complete, as in the driver. */
 int cuEventQuery(void *ev) {
+  count_call(CALL_QUERY);
   pthread_mutex_lock(&lock);
   struct event *e = as_event(ev);
   int rc = e == NULL ? INVALID_HANDLE : OK;
@@ -1276,6 +1324,7 @@ int cuEventQuery(void *ev) {
 }
 
 int cuEventSynchronize(void *ev) {
+  count_call(CALL_SYNC);
   pthread_mutex_lock(&lock);
   struct event *e = as_event(ev);
   if (e != NULL && e->stream != NULL) {
@@ -1289,6 +1338,7 @@ int cuEventSynchronize(void *ev) {
 
 /* Later items on stream wait for the event as recorded now. */
 int cuStreamWaitEvent(void *stream, void *ev, unsigned int flags) {
+  count_call(CALL_WAIT);
   if (ctx_depth == 0)
     return INVALID_CONTEXT;
   if (flags != 0)
