@@ -85,7 +85,7 @@ typedef struct xcoll_flight_now {
 
 /* Channels of a device-driven backend's op a dump describes at most
  * (nccl_like's NL_MAX_CHANNELS). */
-#define XCOLL_FLIGHT_CHANNELS 16
+#define XCOLL_FLIGHT_CHANNELS 32
 
 typedef struct xcoll_flight xcoll_flight;
 

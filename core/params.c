@@ -128,11 +128,11 @@ static const xcoll_param params[] = {
      "external net plugin, wins over XCOLL_NET: NAME, a .so file or a path "
      "(net/net.c)",
      0},
-    {"XCOLL_NCHANNELS", XCOLL_PARAM_INT, "nccl_like", 2, 1, 16, NULL, NULL,
+    {"XCOLL_NCHANNELS", XCOLL_PARAM_INT, "nccl_like", 2, 1, 32, NULL, NULL,
      NULL,
      "nccl_like's channels (rings run side by side); unset: a host rank's "
      "cores per local rank, at most this default, a GPU rank's SMs / 8, at "
-     "least this default; the smallest over ranks",
+     "least this default and at most 16; the smallest over ranks",
      0},
     {"XCOLL_BUFFSIZE", XCOLL_PARAM_SIZE, "nccl_like", 4 * MIB, NL_BUFFSIZE_MIN,
      GIB, NULL, NULL, NULL,

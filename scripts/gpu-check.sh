@@ -58,9 +58,9 @@
 #      memory as on a GPU rank): goal reduce-copy / memcpy >= 0.70;
 #   6. xcoll-perf allreduce busbw, device buffers: nccl_like GPU ranks at 2
 #      and 4 ranks sharing device 0 (P2P; under MPS, and the 2-rank P2P
-#      sweep once before MPS starts, and once with XCOLL_P2P_DISABLE=1,
-#      SHM); 2 GPU ranks' latency from 8 B to 64 KiB under MPS, 200 calls
-#      a size in flight at once; a mixed ring (rank 0 on the GPU, 3 host
+#      sweep once before MPS starts, once at 32 channels, and once with
+#      XCOLL_P2P_DISABLE=1, SHM); 2 GPU ranks' latency from 8 B to 64 KiB under MPS, 200 calls
+#      a size in flight at once, and blocking; a mixed ring (rank 0 on the GPU, 3 host
 #      ranks) against the host-only ring of 4; tcp GPU ranks (staging) at 4
 #      against tcp host ranks. docs/benchmarks.md says what each figure is.
 # Output: BUILD_DIR/gpu-check/ holds each step's full log; the summary is
@@ -208,6 +208,10 @@ if [ "${GPU_CHECK_MPS:-1}" != 0 ] && command -v nvidia-cuda-mps-control > /dev/n
 fi
 echo "      step 6 under MPS: $([ $mps = 1 ] && echo yes || echo no)" >> "$summary"
 perf nccl_like.gpu.np2 2 XCOLL_BACKEND=nccl_like XCOLL_DEVICE=cuda:0 --
+# 32 channels (blocks) a rank, the most there are, where the default is
+# one per 8 SMs up to 16: whether more blocks raise P2P busbw.
+perf nccl_like.gpu.np2.32ch 2 XCOLL_BACKEND=nccl_like XCOLL_DEVICE=cuda:0 \
+  XCOLL_NCHANNELS=32 --
 # Small messages, 200 calls a size queued before the first wait (-z 0): the
 # latency of a GPU rank's allreduce, and a launch queue that fills
 # (NL_QUEUE_DEPTH) while the proxy retires kernels that end within
@@ -219,6 +223,15 @@ step perf-nccl_like.gpu.np2.small env XCOLL_TIMEOUT_S=300 \
 sed 's/^\[rank 0\] //' "$logs/perf-nccl_like.gpu.np2.small.log" | awk '
   $1 ~ /^[0-9]+$/ && NF >= 13 && ($1 == 8 || $1 == 4096) {
     printf "      nccl_like.gpu.np2.small %6s B  %s us (oop) %s us (ip)  %s\n", $1, $6, $10, $14}' >> "$summary"
+# The same sizes blocking (-z 1): each call's launch, kernel and
+# synchronisation one after another, the host's driver calls included.
+step perf-nccl_like.gpu.np2.small.blocking env XCOLL_TIMEOUT_S=300 \
+  XCOLL_BACKEND=nccl_like XCOLL_DEVICE=cuda:0 timeout -k 10 600 \
+  tools/xcollrun --nproc-per-node 2 --master-port 0 \
+  tools/xcoll-perf -b 8 -e 64K -f 8 -n 200 -w 20 -c 1 -z 1
+sed 's/^\[rank 0\] //' "$logs/perf-nccl_like.gpu.np2.small.blocking.log" | awk '
+  $1 ~ /^[0-9]+$/ && NF >= 13 && ($1 == 8 || $1 == 4096) {
+    printf "      nccl_like.gpu.np2.small.blocking %6s B  %s us (oop) %s us (ip)  %s\n", $1, $6, $10, $14}' >> "$summary"
 perf nccl_like.gpu.np2.shm 2 XCOLL_BACKEND=nccl_like XCOLL_DEVICE=cuda:0 \
   XCOLL_P2P_DISABLE=1 --
 perf nccl_like.gpu.np4 4 XCOLL_BACKEND=nccl_like XCOLL_DEVICE=cuda:0 --

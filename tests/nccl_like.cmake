@@ -70,6 +70,10 @@ else()
     --quick)
   nl_conf(np2.simple.nch4.small 2 240
     "XCOLL_PROTO=simple;XCOLL_NCHANNELS=4;${NL_SMALL}" --quick)
+  # The most channels there are (NL_MAX_CHANNELS, NCCL's MAXCHANNELS),
+  # over shm.
+  nl_conf(np2.simple.nch32.small 2 240
+    "XCOLL_PROTO=simple;XCOLL_NCHANNELS=32;${NL_SMALL}" --quick)
   nl_conf(np2.big 2 240 "XCOLL_PROTO=simple" ${XCOLL_BIG} --coll allreduce)
   nl_conf(np3.simple.nch1 3 240 "XCOLL_PROTO=simple;XCOLL_NCHANNELS=1" --quick)
   # Only the workers run kernels (XCOLL_WAIT_RUNS=0): the path every
@@ -306,7 +310,7 @@ foreach(case "shm.np4;SHM;conformance;;${_conf_allreduce}"
 endforeach()
 
 # Malformed variables of this backend fail creation naming the variable.
-foreach(case nchannels_0 nchannels_17 buffsize_12q buffsize_100 proto_fast)
+foreach(case nchannels_0 nchannels_33 buffsize_12q buffsize_100 proto_fast)
   add_test(NAME faults.env.nccl_like.${case}
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/nccl_like/nl_env.sh
             $<TARGET_FILE:fault_init> ${case})
@@ -421,11 +425,13 @@ if(XCOLL_HAVE_CUDA AND TARGET staging)
   # Every collective on device buffers, every rank a GPU rank: the staging
   # program (tests/conformance/staging.c) on nccl_like.
   # GPU ranks on devices of their own connect over shm; .p2p: on one
-  # device (XCOLL_DEVICE=cuda:0), over p2p.
+  # device (XCOLL_DEVICE=cuda:0), over p2p; .32ch: the most channels
+  # (blocks) a launch may have.
   foreach(cfg "np2;2;" "np3.ll.small;3;XCOLL_PROTO=ll;${NL_SMALL}"
               "np3.simple.4ch;3;XCOLL_PROTO=simple;XCOLL_NCHANNELS=4;${NL_SMALL}"
               "np2.p2p;2;XCOLL_DEVICE=cuda:0"
-              "np3.p2p.simple.4ch;3;XCOLL_DEVICE=cuda:0;XCOLL_PROTO=simple;XCOLL_NCHANNELS=4;${NL_SMALL}")
+              "np3.p2p.simple.4ch;3;XCOLL_DEVICE=cuda:0;XCOLL_PROTO=simple;XCOLL_NCHANNELS=4;${NL_SMALL}"
+              "np2.p2p.32ch;2;XCOLL_DEVICE=cuda:0;XCOLL_NCHANNELS=32;${NL_SMALL}")
     list(GET cfg 0 name)
     list(GET cfg 1 np)
     list(SUBLIST cfg 2 -1 extra)

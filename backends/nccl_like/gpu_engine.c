@@ -764,7 +764,9 @@ static int reachable(const void *p) {
 
 int nl_gpu_supports(nl_state *st, const xcoll_coll_args *args) {
   (void)st;
-  return reachable(args->sendbuf) && reachable(args->recvbuf);
+  /* In place: one question to the driver, not two. */
+  return reachable(args->sendbuf) &&
+         (args->recvbuf == args->sendbuf || reachable(args->recvbuf));
 }
 
 const char *nl_gpu_refusal(nl_state *st, const xcoll_coll_args *args,

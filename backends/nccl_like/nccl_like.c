@@ -38,7 +38,7 @@ const xcoll_net_v1 *nl_net_override = NULL;
  * A GPU rank: its channels are CUDA blocks, one per channel, and a block
  * runs on one SM, so two channels leave most of a large GPU idle. It
  * proposes one channel per NL_SMS_PER_CHANNEL SMs of its device, between
- * the table's default and NL_MAX_CHANNELS (16 on a 132-SM H100); ranks
+ * the table's default and NL_GPU_AUTO_CHANNELS (16 on a 132-SM H100); ranks
  * that share the GPU share its SMs too. Small calls still run on fewer
  * channels (NL_MIN_BYTES_PER_CHANNEL, engine.c). NCCL bounds its channel
  * count by hardware as well (SMs, links, NICs: ncclTopoCompute in
@@ -54,7 +54,7 @@ static int channels_for_device(const nl_state *st, int fallback) {
   int n = sms / NL_SMS_PER_CHANNEL;
   if (n < fallback)
     n = fallback;
-  return n > NL_MAX_CHANNELS ? NL_MAX_CHANNELS : n;
+  return n > NL_GPU_AUTO_CHANNELS ? NL_GPU_AUTO_CHANNELS : n;
 }
 
 static int channels_auto(const nl_state *st, int fallback) {

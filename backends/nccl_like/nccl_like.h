@@ -36,10 +36,15 @@
 #include "transport.h"
 #include "xcoll.h"
 
-/* XCOLL_NCHANNELS's upper bound (arrays are sized by it); the defaults of
- * XCOLL_NCHANNELS (2) and XCOLL_BUFFSIZE (4M, NCCL_BUFFSIZE's) and the
- * ranges xcoll-info prints live in core/params.c's table. */
-#define NL_MAX_CHANNELS 16
+/* XCOLL_NCHANNELS's upper bound (arrays are sized by it), NCCL's
+ * MAXCHANNELS; the defaults of XCOLL_NCHANNELS (2) and XCOLL_BUFFSIZE (4M,
+ * NCCL_BUFFSIZE's) and the ranges xcoll-info prints live in
+ * core/params.c's table. */
+#define NL_MAX_CHANNELS 32
+/* The most channels a GPU rank proposes with XCOLL_NCHANNELS unset
+ * (nccl_like.c, channels_for_device): 16 were measured on an H200
+ * (docs/benchmarks.md); XCOLL_NCHANNELS sets up to NL_MAX_CHANNELS. */
+#define NL_GPU_AUTO_CHANNELS 16
 /* A GPU rank proposes one channel (one block) per this many SMs
  * (nccl_like.c, channels_auto; its INFO line says 8). */
 #define NL_SMS_PER_CHANNEL 8

@@ -9,7 +9,7 @@ case_name=$2
 port=$("$bin" --free-port) || { echo "cannot find a free port"; exit 1; }
 case $case_name in
 nchannels_0) var=XCOLL_NCHANNELS value=0 ;;
-nchannels_17) var=XCOLL_NCHANNELS value=17 ;;
+nchannels_33) var=XCOLL_NCHANNELS value=33 ;;
 buffsize_12q) var=XCOLL_BUFFSIZE value=12Q ;;
 buffsize_100) var=XCOLL_BUFFSIZE value=100 ;;
 proto_fast) var=XCOLL_PROTO value=fast ;;
