@@ -63,9 +63,11 @@
  *   CUDA_ERROR_INVALID_VALUE, as for every other attribute).
  * - Under FAKE_CUDA_CALLS=FILE, each process appends one line to FILE as
  *   it exits: "calls pid P launch N record N create N destroy N query N
- *   sync N wait N", how often it called cuLaunchKernel, cuEventRecord,
- *   cuEventCreate, cuEventDestroy, cuEventQuery, cuEventSynchronize and
- *   cuStreamWaitEvent (a test's bound on a library's driver calls).
+ *   sync N wait N push N attributes N", how often it called
+ *   cuLaunchKernel, cuEventRecord, cuEventCreate, cuEventDestroy,
+ *   cuEventQuery, cuEventSynchronize, cuStreamWaitEvent, cuCtxPushCurrent
+ *   and cuPointerGetAttributes (a test's bound on a library's driver
+ *   calls).
  * - cuEventDestroy or cuEventRecord of an event that another thread
  *   waits on in cuEventSynchronize aborts: the driver crashed on the
  *   first, and the second would make the waiter wait for other work.
@@ -130,9 +132,10 @@ static void fault(const char *what) {
 
 /* ---- driver calls counted (FAKE_CUDA_CALLS) ---- */
 enum { CALL_LAUNCH, CALL_RECORD, CALL_CREATE, CALL_DESTROY, CALL_QUERY,
-       CALL_SYNC, CALL_WAIT, CALLS };
+       CALL_SYNC, CALL_WAIT, CALL_PUSH, CALL_ATTRIBUTES, CALLS };
 static const char *const call_names[CALLS] = {
-    "launch", "record", "create", "destroy", "query", "sync", "wait"};
+    "launch", "record", "create", "destroy",   "query",
+    "sync",   "wait",   "push",   "attributes"};
 static atomic_ulong calls[CALLS];
 
 static void count_call(int which) {
@@ -307,6 +310,7 @@ int cuDevicePrimaryCtxRelease(int device) {
   return device < 0 || device >= device_count() ? INVALID_DEVICE : OK;
 }
 int cuCtxPushCurrent(void *ctx) {
+  count_call(CALL_PUSH);
   if (ctx == NULL)
     return INVALID_CONTEXT;
   ctx_depth++;
@@ -1398,6 +1402,7 @@ int cuGetErrorString(int result, const char **text) {
  * attribute is left 0 (MEMORY_TYPE 0, IS_MANAGED 0). */
 int cuPointerGetAttributes(unsigned int count, int *attributes, void **data,
                            uintptr_t ptr) {
+  count_call(CALL_ATTRIBUTES);
   if (attributes == NULL || data == NULL)
     return INVALID_VALUE;
   pthread_mutex_lock(&lock);
