@@ -70,8 +70,7 @@ else()
     --quick)
   nl_conf(np2.simple.nch4.small 2 240
     "XCOLL_PROTO=simple;XCOLL_NCHANNELS=4;${NL_SMALL}" --quick)
-  # The most channels there are (NL_MAX_CHANNELS, NCCL's MAXCHANNELS),
-  # over shm.
+  # The most channels there are (NL_MAX_CHANNELS), over shm.
   nl_conf(np2.simple.nch32.small 2 240
     "XCOLL_PROTO=simple;XCOLL_NCHANNELS=32;${NL_SMALL}" --quick)
   nl_conf(np2.big 2 240 "XCOLL_PROTO=simple" ${XCOLL_BIG} --coll allreduce)

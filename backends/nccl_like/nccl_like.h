@@ -36,10 +36,10 @@
 #include "transport.h"
 #include "xcoll.h"
 
-/* XCOLL_NCHANNELS's upper bound (arrays are sized by it), NCCL's
- * MAXCHANNELS; the defaults of XCOLL_NCHANNELS (2) and XCOLL_BUFFSIZE (4M,
- * NCCL_BUFFSIZE's) and the ranges xcoll-info prints live in
- * core/params.c's table. */
+/* XCOLL_NCHANNELS's upper bound (arrays are sized by it), half of NCCL's
+ * MAXCHANNELS (64, docs/nccl-vs-gloo.md); the defaults of XCOLL_NCHANNELS
+ * (2) and XCOLL_BUFFSIZE (4M, NCCL_BUFFSIZE's) and the ranges xcoll-info
+ * prints live in core/params.c's table. */
 #define NL_MAX_CHANNELS 32
 /* The most channels a GPU rank proposes with XCOLL_NCHANNELS unset
  * (nccl_like.c, channels_for_device): 16 were measured on an H200
