@@ -734,8 +734,9 @@ void nl_gpu_close(nl_state *st) {
       event_put_locked(g, done);
     }
     g->flight_head = g->flight_tail;
-    /* The pool's events. One an op still holds (a call nobody waited for
-     * before the destroy) is left to the driver's context teardown. */
+    /* The pool's events. One that an op still holds (a call nobody waited
+     * for before the destroy) is not freed here: one event per such call
+     * stays allocated until the driver's context goes. */
     while (g->free_events != NULL) {
       nl_gpu_event *e = g->free_events;
       g->free_events = e->next_free;
@@ -975,8 +976,9 @@ xcoll_status nl_gpu_launch(nl_state *st, nl_op *op) {
      * wait sends it). Otherwise a proxy that naps between ops finds the
      * flight at its next pass. */
     if (st->proxy_idle || !op->fp_deferred ||
-        nl_transports_need_proxy(st->channels[0].send_transport,
-                                 st->channels[0].recv_transport))
+        (st->world_size > 1 &&
+         nl_transports_need_proxy(st->channels[0].send_transport,
+                                  st->channels[0].recv_transport)))
       nl_proxy_wake(st);
   } else if (done != NULL) {
     done->refs = 1;
