@@ -28,6 +28,7 @@ typedef int xcoll_cu_result; /* CUDA_SUCCESS = 0 */
 typedef unsigned long long xcoll_cu_deviceptr;
 
 /* cuda.h's values used by xcoll. */
+#define XCOLL_CU_ERROR_OUT_OF_MEMORY 2
 #define XCOLL_CU_ERROR_NOT_READY 600
 #define XCOLL_CU_MEMHOSTALLOC_PORTABLE 0x01
 #define XCOLL_CU_MEMHOSTALLOC_DEVICEMAP 0x02

@@ -90,8 +90,6 @@ typedef struct nl_gpu_event {
   struct nl_gpu_event *next_free;
 } nl_gpu_event;
 #define NL_GPU_EVENTS_KEPT (2 * NL_QUEUE_DEPTH)
-struct nl_gpu;
-static void event_put_locked(struct nl_gpu *g, nl_gpu_event *e);
 
 /* A launch not retired yet (ring of NL_QUEUE_DEPTH), numbered by
  * flight_tail at its launch. claimed: a launch that found the ring full
@@ -143,6 +141,43 @@ struct nl_gpu {
   int free_count;
   nl_gpu_window windows[NL_GPU_WINDOWS]; /* bytes 0: free */
 };
+
+/* An event from the pool, or a new one (NULL with *rc set when the driver
+ * fails). Under st->lock; the context is pushed. */
+static nl_gpu_event *event_get_locked(nl_gpu *g, xcoll_cu_result *rc) {
+  nl_gpu_event *e = g->free_events;
+  if (e != NULL) {
+    g->free_events = e->next_free;
+    g->free_count--;
+    return e;
+  }
+  e = calloc(1, sizeof *e);
+  if (e == NULL) {
+    *rc = XCOLL_CU_ERROR_OUT_OF_MEMORY; /* for the calloc */
+    return NULL;
+  }
+  *rc = xcoll_cu.event_create(&e->event, XCOLL_CU_EVENT_DISABLE_TIMING);
+  if (*rc != 0) {
+    free(e);
+    return NULL;
+  }
+  return e;
+}
+
+/* Drop one reference to e; the last one returns it to the pool. Under
+ * st->lock; the context is pushed. */
+static void event_put_locked(nl_gpu *g, nl_gpu_event *e) {
+  if (--e->refs > 0)
+    return;
+  if (g->free_count >= NL_GPU_EVENTS_KEPT) {
+    xcoll_cu.event_destroy(e->event);
+    free(e);
+    return;
+  }
+  e->next_free = g->free_events;
+  g->free_events = e;
+  g->free_count++;
+}
 
 /* Threads per block: every slice is shared by the block's threads, in
  * interleaved 16-byte packs (kernels/reduce.h, xc_copy_block). The kernel
@@ -784,43 +819,6 @@ const char *nl_gpu_refusal(nl_state *st, const xcoll_coll_args *args,
   return out;
 }
 
-/* An event from the pool, or a new one (NULL with *rc set when the driver
- * fails). Under st->lock; the context is pushed. */
-static nl_gpu_event *event_get_locked(nl_gpu *g, xcoll_cu_result *rc) {
-  nl_gpu_event *e = g->free_events;
-  if (e != NULL) {
-    g->free_events = e->next_free;
-    g->free_count--;
-    return e;
-  }
-  e = calloc(1, sizeof *e);
-  if (e == NULL) {
-    *rc = 2; /* CUDA_ERROR_OUT_OF_MEMORY */
-    return NULL;
-  }
-  *rc = xcoll_cu.event_create(&e->event, XCOLL_CU_EVENT_DISABLE_TIMING);
-  if (*rc != 0) {
-    free(e);
-    return NULL;
-  }
-  return e;
-}
-
-/* Drop one reference to e; the last one returns it to the pool. Under
- * st->lock; the context is pushed. */
-static void event_put_locked(nl_gpu *g, nl_gpu_event *e) {
-  if (--e->refs > 0)
-    return;
-  if (g->free_count >= NL_GPU_EVENTS_KEPT) {
-    xcoll_cu.event_destroy(e->event);
-    free(e);
-    return;
-  }
-  e->next_free = g->free_events;
-  g->free_events = e;
-  g->free_count++;
-}
-
 /* The oldest flight is done: release its event and free its place. Under
  * st->lock; the context is pushed. */
 static void retire_head_locked(nl_state *st) {
@@ -975,10 +973,7 @@ xcoll_status nl_gpu_launch(nl_state *st, nl_op *op) {
      * deferred: the next rank's wait may need it before this rank's own
      * wait sends it). Otherwise a proxy that naps between ops finds the
      * flight at its next pass. */
-    if (st->proxy_idle || !op->fp_deferred ||
-        (st->world_size > 1 &&
-         nl_transports_need_proxy(st->channels[0].send_transport,
-                                  st->channels[0].recv_transport)))
+    if (st->proxy_idle || !op->fp_deferred || nl_proxy_moves_ring(st))
       nl_proxy_wake(st);
   } else if (done != NULL) {
     done->refs = 1;

@@ -734,6 +734,15 @@ xcoll_status nl_proxy_start(nl_state *st);
 /* Receives to keep posted ahead per connection over net (device): the
  * plugin's properties.recvs_ahead capped at XCOLL_STEPS, else 1. */
 int nl_recvs_ahead(const xcoll_net_v1 *net, int device);
+/* 1 when the proxy thread moves the bytes of the ring's connections (a
+ * transport with a progress step: net), 0 when the kernels meet in memory
+ * (p2p, shm) or there is no ring (a world of one). Every channel connects
+ * the same two ranks, so channel 0's transports are every channel's. */
+static inline int nl_proxy_moves_ring(const nl_state *st) {
+  const nl_channel *ch = &st->channels[0];
+  return st->world_size > 1 && (ch->send_transport->send_progress != NULL ||
+                                ch->recv_transport->recv_progress != NULL);
+}
 /* Under st->lock: the proxy may have work now (an op started, fingerprints
  * came due, a kernel left slots to send): end its nap (NL_PROXY_NAP_MS)
  * or its sleep until work, so that it looks at once. Inline here, not in

@@ -133,12 +133,6 @@ static uint64_t kernel_counters(nl_state *st) {
   return sum;
 }
 
-/* A GPU rank some of whose connections the proxy moves (net). */
-static int gpu_needs_proxy(const nl_state *st) {
-  const nl_channel *ch = &st->channels[0];
-  return nl_transports_need_proxy(ch->send_transport, ch->recv_transport);
-}
-
 /* A GPU rank's kernel calls no host hook: its transports' watch runs
  * here (each once). */
 static void gpu_watch(nl_state *st, double idle_s) {
@@ -340,7 +334,7 @@ static void *proxy_main(void *arg) {
        * Over p2p and shm the kernels meet in memory: the thread only
        * retires launches and watches the peers, between naps. */
       nl_gpu_retire(st);
-      spin = atomic_load(&st->ops_in_flight) > 0 && gpu_needs_proxy(st);
+      spin = atomic_load(&st->ops_in_flight) > 0 && nl_proxy_moves_ring(st);
       if (atomic_load(&st->ops_in_flight) > 0)
         gpu_watch(st, nl_now() - last_progress);
     }

@@ -77,7 +77,8 @@ for coll in $colls; do
 done
 if [ "$case_name" = calls ]; then
   # One line per process that loaded the stand-in: the 2 ranks.
-  lines=$(grep -c '^calls pid' "$tmp/calls" 2>/dev/null || echo 0)
+  lines=$(grep -c '^calls pid' "$tmp/calls" 2>/dev/null)
+  lines=${lines:-0}
   [ "$lines" -eq 2 ] || fail "expected 2 ranks' driver call counts, got $lines"
   while read -r _ _ pid _ launch _ record _ create _ destroy _ query _ sync _ wait _ push _ attributes; do
     echo "rank process $pid: $launch launches, $record records, $create creates, $destroy destroys, $query queries, $sync synchronizes, $wait stream waits, $push context pushes, $attributes pointer queries"

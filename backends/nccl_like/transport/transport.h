@@ -144,14 +144,6 @@ typedef struct nl_transport {
   void (*watch)(struct nl_state *st, double idle_s);
 } nl_transport;
 
-/* 1 when the proxy thread moves the bytes of a connection sent with send
- * and received with recv (a transport with a progress step: net); 0 when
- * the kernels meet in memory (p2p, shm). */
-static inline int nl_transports_need_proxy(const nl_transport *send,
-                                           const nl_transport *recv) {
-  return send->send_progress != NULL || recv->recv_progress != NULL;
-}
-
 extern const nl_transport nl_transport_p2p;
 extern const nl_transport nl_transport_shm;
 extern const nl_transport nl_transport_net;
